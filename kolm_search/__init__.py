@@ -1,0 +1,87 @@
+"""kolm_search: build, run and measure search pipelines on a vectorised engine.
+
+The public contract is a Python port of the kolm-search reference (``SearchClient``,
+``SearchPipeline``, the ports, ``CompositeRetriever``, RRF); underneath, candidates travel
+as columnar arrays and fusion runs as one Numba kernel. Importing the package has no side
+effects and needs none of the optional extras.
+"""
+
+from kolm_search.client import SearchClient
+from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.errors import (
+    PIPELINE_STAGES,
+    FrameValidationError,
+    KolmTypeError,
+    KolmValueError,
+    SchemaIssue,
+    SchemaValidationError,
+    SearchError,
+)
+from kolm_search.fusion import merge_with_rrf, rrf_score
+from kolm_search.pipeline import SearchPipeline
+from kolm_search.planners import DefaultQueryPlanner, ExpandingQueryPlanner
+from kolm_search.ports import (
+    CacheStore,
+    Deduplicator,
+    Embedder,
+    IntentClassifier,
+    Logger,
+    QueryExpander,
+    QueryPlanner,
+    Reranker,
+    Retriever,
+    Synthesizer,
+    Telemetry,
+)
+from kolm_search.retrievers.composite import CompositeRetriever
+from kolm_search.types import (
+    QueryPlan,
+    SearchDocument,
+    SearchMode,
+    SearchPagination,
+    SearchPipelineContext,
+    SearchRequest,
+    SearchResponse,
+    SearchResponseMetadata,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CacheStore",
+    "CompositeRetriever",
+    "Deduplicator",
+    "DefaultQueryPlanner",
+    "Embedder",
+    "ExpandingQueryPlanner",
+    "FrameValidationError",
+    "IntentClassifier",
+    "KolmTypeError",
+    "KolmValueError",
+    "Logger",
+    "PIPELINE_STAGES",
+    "QueryExpander",
+    "QueryPlan",
+    "QueryPlanner",
+    "Reranker",
+    "Retriever",
+    "SchemaIssue",
+    "SchemaValidationError",
+    "SearchClient",
+    "SearchDocument",
+    "SearchError",
+    "SearchMode",
+    "SearchPagination",
+    "SearchPipeline",
+    "SearchPipelineContext",
+    "SearchPipelineModules",
+    "SearchPipelineOptions",
+    "SearchRequest",
+    "SearchResponse",
+    "SearchResponseMetadata",
+    "Synthesizer",
+    "Telemetry",
+    "__version__",
+    "merge_with_rrf",
+    "rrf_score",
+]

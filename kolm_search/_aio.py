@@ -1,0 +1,59 @@
+"""Small helpers shared by the async core: awaiting maybe-awaitables, logging, sync shells."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["log", "resolve", "run_sync"]
+
+T = TypeVar("T")
+
+
+async def resolve(value: Any) -> Any:
+    """Await ``value`` if it is awaitable, else return it."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def log(logger: Any, level: str, message: str, payload: Any = None) -> None:
+    """Send ``message`` (and ``payload``) to a ``Logger`` port; a ``None`` logger is a no-op.
+
+    Stdlib loggers get the payload as ``extra={"payload": ...}`` (and ``exc_info`` when it is
+    an exception); console-like loggers get it as a second argument.
+    """
+    if logger is None:
+        return
+    if isinstance(logger, (logging.Logger, logging.LoggerAdapter)):
+        exc = payload if isinstance(payload, BaseException) else None
+        text = message if payload is None else f"{message} ({payload})"
+        getattr(logger, level)(text, extra={"payload": payload}, exc_info=exc)
+        return
+    method = getattr(logger, level, None)
+    if method is None and level == "warning":
+        method = getattr(logger, "warn", None)
+    if method is None:
+        return
+    if payload is None:
+        method(message)
+    else:
+        method(message, payload)
+
+
+def run_sync(coro: Coroutine[Any, Any, T], *, name: str) -> T:
+    """Run ``coro`` to completion from synchronous code.
+
+    Raises ``RuntimeError`` (closing the coroutine) when called inside a running event loop.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    coro.close()
+    raise RuntimeError(
+        f"{name}_sync() was called inside a running event loop; use `await {name}(...)` instead"
+    )

@@ -1,0 +1,61 @@
+"""``SearchClient``: the default integration surface (guards + schema validation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kolm_search._aio import run_sync
+from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.guards import coerce_request
+from kolm_search.pipeline import SearchPipeline
+from kolm_search.schema import validate_with_schema
+from kolm_search.types import SearchRequest, SearchResponse
+
+__all__ = ["SearchClient"]
+
+
+class SearchClient:
+    """Public API wrapper: input guards, schema validation and defaults over a pipeline.
+
+    Parameters
+    ----------
+    modules : SearchPipelineModules or dict
+        Port implementations (prefer the factories in :mod:`kolm_search.presets`).
+    options : SearchPipelineOptions or dict, optional
+        Pipeline configuration.
+
+    Guards (``SearchError`` with ``stage="client"``): empty or whitespace-only query, query
+    over ``max_query_length``, bad ``limit``/``offset``/``mode``. ``input_schema`` is checked
+    first, ``output_schema`` on the response; failures raise ``SchemaValidationError``.
+    """
+
+    def __init__(self, modules: SearchPipelineModules | dict[str, Any], options: SearchPipelineOptions | dict[str, Any] | None = None) -> None:
+        self.pipeline = SearchPipeline(modules, options)
+
+    @property
+    def modules(self) -> SearchPipelineModules:
+        return self.pipeline.modules
+
+    @property
+    def options(self) -> SearchPipelineOptions:
+        return self.pipeline.options
+
+    async def search(self, request: SearchRequest | dict[str, Any]) -> SearchResponse:
+        """Validate ``request``, run the pipeline, validate the response."""
+        if self.options.input_schema is not None:
+            raw = request.to_dict() if isinstance(request, SearchRequest) else request
+            if not isinstance(raw, dict):
+                coerce_request(raw)  # raises SearchError(stage="client") naming the type
+            validate_with_schema(self.options.input_schema, dict(raw), "input")
+        req = coerce_request(request)
+        response = await self.pipeline.search(req)
+        if self.options.output_schema is not None:
+            validate_with_schema(self.options.output_schema, response.to_dict(), "output")
+        return response
+
+    def search_sync(self, request: SearchRequest | dict[str, Any]) -> SearchResponse:
+        """Blocking :meth:`search` for scripts; raises ``RuntimeError`` inside a running loop."""
+        return run_sync(self.search(request), name="search")
+
+    def __repr__(self) -> str:
+        return f"SearchClient({self.pipeline!r})"

@@ -1,0 +1,161 @@
+"""The exception tree and the stage identifiers.
+
+::
+
+    Exception
+     +-- SearchError                  a named pipeline stage failed (``.stage``, ``.cause``)
+     +-- SchemaValidationError        input/output schema rejected a request or response
+     +-- ValueError
+     |    +-- KolmValueError          bad argument or data (names the field and value)
+     |         +-- FrameValidationError   malformed candidate frame / run / qrels
+     +-- TypeError
+          +-- KolmTypeError           argument of the wrong type
+
+``SearchError`` is what a search raises; ``KolmValueError``/``KolmTypeError`` are raised by
+the numerical toolkit (fusion, frames, metrics, io) on bad arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "DEDUPLICATOR_STAGE",
+    "FrameValidationError",
+    "KolmTypeError",
+    "KolmValueError",
+    "PIPELINE_STAGES",
+    "PipelineStages",
+    "SchemaIssue",
+    "SchemaValidationError",
+    "SearchError",
+]
+
+
+class PipelineStages(Mapping[str, str]):
+    """Constant map of the known pipeline stage identifiers (the spec's ten keys).
+
+    A failing deduplicator raises ``SearchError`` with the extra stage name
+    ``"deduplicator"`` (:data:`DEDUPLICATOR_STAGE`); the spec's table has no key for it.
+
+    Read as attributes (``PIPELINE_STAGES.EMBEDDER == "embedder"``) or as a mapping
+    (``PIPELINE_STAGES["EMBEDDER"]``, iteration over the keys).
+    """
+
+    CLIENT = "client"
+    CACHE_GET = "cache.get"
+    CACHE_SET = "cache.set"
+    PLANNER = "planner"
+    INTENT_CLASSIFIER = "intent-classifier"
+    EMBEDDER = "embedder"
+    RETRIEVER = "retriever"
+    RERANKER = "reranker"
+    SYNTHESIZER = "synthesizer"
+    COMPOSITE_RETRIEVER = "composite-retriever"
+
+    _KEYS = (
+        "CLIENT",
+        "CACHE_GET",
+        "CACHE_SET",
+        "PLANNER",
+        "INTENT_CLASSIFIER",
+        "EMBEDDER",
+        "RETRIEVER",
+        "RERANKER",
+        "SYNTHESIZER",
+        "COMPOSITE_RETRIEVER",
+    )
+
+    def __getitem__(self, key: str) -> str:
+        if key not in self._KEYS:
+            raise KeyError(key)
+        value: str = getattr(self, key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._KEYS)
+
+    def __len__(self) -> int:
+        return len(self._KEYS)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("PIPELINE_STAGES is read-only")
+
+    def __repr__(self) -> str:
+        return "PIPELINE_STAGES(" + ", ".join(f"{k}={self[k]!r}" for k in self._KEYS) + ")"
+
+
+PIPELINE_STAGES = PipelineStages()
+DEDUPLICATOR_STAGE = "deduplicator"
+
+
+class SearchError(Exception):
+    """A named pipeline stage failed.
+
+    Parameters
+    ----------
+    stage : str
+        One of the values of :data:`PIPELINE_STAGES` (or a custom stage name).
+    message : str
+        Human-readable description; the final message is ``"[stage] message"``.
+    cause : BaseException, optional
+        The original error; also chained as ``__cause__``.
+    """
+
+    def __init__(self, stage: str, message: str, cause: BaseException | None = None) -> None:
+        text = message if message.startswith(f"[{stage}]") else f"[{stage}] {message}"
+        super().__init__(text)
+        self.stage = stage
+        self.cause = cause
+        if cause is not None:
+            self.__cause__ = cause
+
+    @property
+    def message(self) -> str:
+        """The formatted message, ``"[stage] Description."``."""
+        return str(self.args[0])
+
+    @classmethod
+    def wrap(cls, stage: str, exc: BaseException) -> SearchError:
+        """Wrap ``exc`` as a ``SearchError`` of ``stage`` (returned as is if already one)."""
+        if isinstance(exc, SearchError):
+            return exc
+        detail = str(exc) or type(exc).__name__
+        return cls(stage, f"{type(exc).__name__}: {detail}", cause=exc)
+
+
+@dataclass(frozen=True)
+class SchemaIssue:
+    """One validation failure: a message and the path to the failing field."""
+
+    message: str
+    path: Sequence[object] = field(default_factory=tuple)
+
+
+class SchemaValidationError(Exception):
+    """An ``input_schema`` or ``output_schema`` rejected a request or a response.
+
+    Distinct from :class:`SearchError`: a contract violation, not a pipeline failure.
+    """
+
+    def __init__(self, target: Literal["input", "output"], issues: Sequence[SchemaIssue]) -> None:
+        self.target: Literal["input", "output"] = target
+        self.issues: tuple[SchemaIssue, ...] = tuple(issues)
+        shown = "; ".join(
+            f"{'.'.join(str(p) for p in i.path) or '<root>'}: {i.message}" for i in self.issues[:5]
+        )
+        super().__init__(f"{target} schema validation failed: {shown}")
+
+
+class KolmValueError(ValueError):
+    """A bad argument value; the message names the field and the offending value."""
+
+
+class KolmTypeError(TypeError):
+    """An argument of the wrong type; the message names the field and the type."""
+
+
+class FrameValidationError(KolmValueError):
+    """A candidate frame, run or qrels table does not follow its documented schema."""

@@ -1,0 +1,198 @@
+"""Reciprocal Rank Fusion for documents: ``rrf_score`` and ``merge_with_rrf``.
+
+RRF (Cormack, Clarke & Buettcher, "Reciprocal rank fusion outperforms Condorcet and
+individual rank learning methods", SIGIR 2009) scores a document by
+``sum_l w_l / (k + rank_l + 1)`` over the lists ``l`` that hold it, with zero-based ranks.
+Both functions here, :class:`~kolm_search.retrievers.composite.CompositeRetriever` and the
+DataFrame-level :func:`kolm_search.fuse` run the same kernel,
+:func:`kolm_search._kernels.fusion.fuse_groups`, through :func:`fuse_arrays`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+
+from kolm_search._kernels import numba_threads
+from kolm_search._kernels.fusion import fuse_groups
+from kolm_search.errors import KolmTypeError, KolmValueError
+from kolm_search.types import SearchDocument
+
+__all__ = ["check_k", "check_weights", "fuse_arrays", "merge_with_rrf", "rrf_score"]
+
+
+def check_k(k: object) -> float:
+    """Validate the RRF constant: a finite, non-negative real number."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Real):
+        raise KolmTypeError(f"k must be a non-negative number, got {k!r}")
+    value = float(k)
+    if not math.isfinite(value) or value < 0:
+        raise KolmValueError(f"k must be a finite non-negative number, got {k!r}")
+    return value
+
+
+def check_weights(weights: Sequence[float] | None, n_lists: int) -> npt.NDArray[np.float64]:
+    """Validate per-list weights (finite, >= 0, one per list); ``None`` means all ones."""
+    if weights is None:
+        return np.ones(n_lists, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or w.size != n_lists:
+        raise KolmValueError(f"weights must have one entry per list ({n_lists}), got {list(weights)!r}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise KolmValueError(f"weights must be finite and non-negative, got {list(weights)!r}")
+    return w
+
+
+def rrf_score(rank: int, k: float = 60) -> float:
+    """RRF score of a document at a zero-based ``rank``: ``1 / (k + rank + 1)``.
+
+    Parameters
+    ----------
+    rank : int
+        Zero-based rank position (0 is best). A negative or non-integer rank is an error.
+    k : float, default 60
+        Smoothing constant, ``>= 0`` (60 is the paper's default).
+
+    Returns
+    -------
+    float
+        A score in ``(0, 1]``; higher is better.
+    """
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
+        raise KolmValueError(f"rank must be a non-negative integer, got {rank!r}")
+    if rank < 0:
+        raise KolmValueError(f"rank must be a non-negative integer, got {rank!r}")
+    return 1.0 / (check_k(k) + int(rank) + 1.0)
+
+
+def fuse_arrays(
+    group_ptr: npt.ArrayLike,
+    list_ids: npt.ArrayLike,
+    docs: npt.ArrayLike,
+    contrib: npt.ArrayLike,
+    n_docs: int,
+    *,
+    mnz: bool = False,
+    limit: int | None = None,
+    n_threads: int | None = None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Fuse coded candidate lists of many queries in one kernel call.
+
+    Parameters
+    ----------
+    group_ptr : int64 (n_groups + 1,)
+        Entry offsets of each query (entries sorted by query).
+    list_ids, docs : int64 (n,)
+        List id and document code of every entry; inside a query, each list's entries are
+        contiguous and best first.
+    contrib : float64 (n,)
+        Each entry's contribution (e.g. ``w / (k + rank + 1)`` for RRF).
+    n_docs : int
+        Upper bound (exclusive) of the document codes.
+    mnz : bool
+        Multiply each fused sum by the number of lists holding the doc (CombMNZ).
+    limit : int, optional
+        Keep at most ``limit`` documents per query.
+    n_threads : int, optional
+        Numba threads for this call (restored afterwards).
+
+    Returns
+    -------
+    out_ptr : int64 (n_groups + 1,)
+    out_docs : int64 (m,)
+    out_scores : float64 (m,)
+        Query g's fused documents are ``out_docs[out_ptr[g]:out_ptr[g+1]]``, by descending
+        score, ties in order of first appearance inside the query.
+    """
+    gp = np.ascontiguousarray(group_ptr, dtype=np.int64)
+    li = np.ascontiguousarray(list_ids, dtype=np.int64)
+    dc = np.ascontiguousarray(docs, dtype=np.int64)
+    ct = np.ascontiguousarray(contrib, dtype=np.float64)
+    n = dc.shape[0]
+    if gp.ndim != 1 or gp.size < 1 or gp[0] != 0 or gp[-1] != n or np.any(np.diff(gp) < 0):
+        raise KolmValueError("group_ptr must start at 0, end at len(docs) and never decrease")
+    if li.shape != (n,) or ct.shape != (n,):
+        raise KolmValueError(f"list_ids, docs and contrib must have one shape, got {li.shape}, {dc.shape}, {ct.shape}")
+    if n and (dc.min() < 0 or dc.max() >= n_docs):
+        raise KolmValueError(f"document codes must lie in [0, {n_docs})")
+    if not np.all(np.isfinite(ct)):
+        raise KolmValueError("contributions must be finite (a NaN or inf score was given)")
+    n_groups = gp.size - 1
+    lim = -1 if limit is None else int(limit)
+    with numba_threads(n_threads) as threads:
+        chunks = 1 if n_groups < 64 else min(n_groups, 4 * threads)
+        out_docs, out_scores, counts = fuse_groups(gp, li, dc, ct, max(int(n_docs), 1), mnz, lim, chunks)
+    out_ptr = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(counts, out=out_ptr[1:])
+    if out_ptr[-1] == n:
+        return out_ptr, out_docs, out_scores
+    keep = np.repeat(gp[:-1], counts) + (np.arange(out_ptr[-1]) - np.repeat(out_ptr[:-1], counts))
+    return out_ptr, out_docs[keep], out_scores[keep]
+
+
+def merge_with_rrf(
+    ranked_lists: Sequence[Sequence[SearchDocument]],
+    doc_map: dict[str, SearchDocument],
+    limit: int,
+    k: float = 60,
+    *,
+    weights: Sequence[float] | None = None,
+) -> list[SearchDocument]:
+    """Merge ranked document lists into one deduplicated list by RRF.
+
+    Parameters
+    ----------
+    ranked_lists : list of list of SearchDocument
+        One list per retriever, best first (index 0 is rank 0). A document repeated inside
+        one list counts once, at its best rank.
+    doc_map : dict of str to SearchDocument
+        ``id -> document`` map, extended in place; the first document seen for an id wins.
+    limit : int
+        Maximum number of documents returned (``>= 0``).
+    k : float, default 60
+        RRF smoothing constant.
+    weights : list of float, optional
+        One weight per list (weighted RRF); all ones by default.
+
+    Returns
+    -------
+    list of SearchDocument
+        Copies of the documents in ``doc_map``, by descending fused score (carried in
+        ``score``); ties keep first-appearance order (list order, then rank).
+    """
+    kk = check_k(k)
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 0:
+        raise KolmValueError(f"limit must be a non-negative integer, got {limit!r}")
+    if not isinstance(doc_map, Mapping):
+        raise KolmTypeError(f"doc_map must be a dict id -> SearchDocument, got {type(doc_map).__name__}")
+    w = check_weights(weights, len(ranked_lists))
+    codes: dict[str, int] = {}
+    list_col: list[int] = []
+    doc_col: list[int] = []
+    contrib: list[float] = []
+    for li, docs in enumerate(ranked_lists):
+        for rank, doc in enumerate(docs):
+            if not isinstance(doc, SearchDocument):
+                raise KolmTypeError(
+                    f"ranked_lists[{li}][{rank}] is {type(doc).__name__}, expected SearchDocument"
+                )
+            code = codes.setdefault(doc.id, len(codes))
+            if doc.id not in doc_map:
+                doc_map[doc.id] = doc
+            list_col.append(li)
+            doc_col.append(code)
+            contrib.append(w[li] / (kk + rank + 1.0))
+    if not doc_col or limit == 0:
+        return []
+    ids = list(codes)
+    _, out_docs, out_scores = fuse_arrays(
+        np.array([0, len(doc_col)]), list_col, doc_col, contrib, len(ids), limit=int(limit)
+    )
+    return [
+        replace(doc_map[ids[int(c)]], score=float(s)) for c, s in zip(out_docs, out_scores, strict=True)
+    ]

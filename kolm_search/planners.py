@@ -1,0 +1,102 @@
+"""Query planners: ``DefaultQueryPlanner`` and ``ExpandingQueryPlanner``."""
+
+from __future__ import annotations
+
+import numbers
+import re
+from typing import Any
+
+from kolm_search._aio import log, resolve
+from kolm_search.errors import KolmValueError
+from kolm_search.ports import Logger, QueryExpander
+from kolm_search.types import QueryPlan, SearchRequest
+
+__all__ = ["DefaultQueryPlanner", "ExpandingQueryPlanner", "normalize_query"]
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def normalize_query(query: str) -> str:
+    """Strip, lowercase, and collapse every run of Unicode whitespace to one space."""
+    return _WHITESPACE.sub(" ", query.strip().lower())
+
+
+def _base_plan(request: SearchRequest) -> QueryPlan:
+    limit = request.limit if request.limit is not None else 10
+    normalized = normalize_query(request.query)
+    return QueryPlan(
+        normalized_query=normalized,
+        expanded_queries=[normalized],
+        mode=request.mode or "hybrid",
+        target_limit=int(request.offset) + int(limit),
+    )
+
+
+class DefaultQueryPlanner:
+    """Stateless planner: normalise the query, no expansion.
+
+    ``target_limit = offset + limit``: enough candidates to fill the requested page.
+    The pipeline resolves ``limit`` and ``mode`` defaults before calling ``plan``.
+    """
+
+    def plan(self, request: SearchRequest) -> QueryPlan:
+        return _base_plan(request)
+
+    def __repr__(self) -> str:
+        return "DefaultQueryPlanner()"
+
+
+class ExpandingQueryPlanner:
+    """Multi-query planner over an injected :class:`QueryExpander`.
+
+    Parameters
+    ----------
+    expander : QueryExpander
+        Returns alternative phrasings of the normalised query.
+    max_queries : int, default 4
+        Maximum total queries in ``expanded_queries``, primary query included.
+    logger : Logger, optional
+        Receives a warning when the expander fails or returns nothing.
+
+    The primary query stays at index 0; expansions are normalised, deduplicated against
+    each other and the primary, and capped. A failing or empty expander degrades to the
+    primary query alone (degraded relevance beats a failed search).
+    """
+
+    def __init__(self, expander: QueryExpander, max_queries: int = 4, logger: Logger | None = None) -> None:
+        if not callable(getattr(expander, "expand", None)):
+            raise KolmValueError(f"expander must have an 'expand' method, got {type(expander).__name__}")
+        if isinstance(max_queries, bool) or not isinstance(max_queries, numbers.Integral) or max_queries < 1:
+            raise KolmValueError(f"max_queries must be an integer >= 1, got {max_queries!r}")
+        self.expander: QueryExpander = expander
+        self.max_queries: int = int(max_queries)
+        self.logger: Logger | None = logger
+
+    async def plan(self, request: SearchRequest) -> QueryPlan:
+        plan = _base_plan(request)
+        primary = plan.normalized_query
+        try:
+            raw: Any = await resolve(self.expander.expand(primary))
+        except Exception as exc:  # degrade, never fail the search
+            log(self.logger, "warning", "query expansion failed; using the primary query alone", exc)
+            return plan
+        if raw is None or isinstance(raw, str):
+            raw = [] if raw is None else [raw]
+        queries = [primary]
+        seen = {primary}
+        for item in raw:
+            if not isinstance(item, str):
+                continue
+            q = normalize_query(item)
+            if q and q not in seen:
+                seen.add(q)
+                queries.append(q)
+            if len(queries) >= self.max_queries:
+                break
+        if len(queries) == 1:
+            log(self.logger, "warning", "query expander returned no usable expansion", {"query": primary})
+        plan.expanded_queries = queries
+        return plan
+
+    def __repr__(self) -> str:
+        return f"ExpandingQueryPlanner(expander={self.expander!r}, max_queries={self.max_queries})"

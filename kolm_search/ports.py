@@ -1,0 +1,130 @@
+"""The ports: ``typing.Protocol`` classes that adapters implement (``ports.ts``, ported).
+
+Every method may be written plain or ``async``: the pipeline awaits what is awaitable, so
+the return annotations below read "a value, or an awaitable of it". Any exception a port
+raises surfaces as :class:`~kolm_search.errors.SearchError` carrying that port's stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from typing import Any, Protocol, TypeVar, Union, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest
+
+__all__ = [
+    "CacheStore",
+    "Deduplicator",
+    "Embedder",
+    "IntentClassifier",
+    "Logger",
+    "MaybeAwaitable",
+    "QueryExpander",
+    "QueryPlanner",
+    "Reranker",
+    "Retriever",
+    "Synthesizer",
+    "Telemetry",
+]
+
+T = TypeVar("T")
+MaybeAwaitable = Union[T, Awaitable[T]]
+Vector = Union[Sequence[float], npt.NDArray[np.floating[Any]]]
+Matrix = Union[Sequence[Sequence[float]], npt.NDArray[np.floating[Any]]]
+
+
+@runtime_checkable
+class QueryPlanner(Protocol):
+    """Turns a request into a :class:`QueryPlan`. Required."""
+
+    def plan(self, request: SearchRequest) -> MaybeAwaitable[QueryPlan]: ...
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Fetches candidates for ``context.plan`` (best first). Required.
+
+    Built-in retrievers also offer ``retrieve_batch`` (a columnar fast path for many
+    queries); a retriever with only ``retrieve`` is called once per query.
+    """
+
+    def retrieve(self, context: SearchPipelineContext) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Embeds text. ``embed_many`` (optional) embeds a batch as one (n, d) matrix."""
+
+    def embed(self, text: str) -> MaybeAwaitable[Vector]: ...
+
+
+@runtime_checkable
+class QueryExpander(Protocol):
+    """Alternative phrasings of a normalised query (the primary query excluded)."""
+
+    def expand(self, query: str) -> MaybeAwaitable[Sequence[str]]: ...
+
+
+@runtime_checkable
+class Deduplicator(Protocol):
+    """Removes duplicates from the candidate list, keeping order."""
+
+    def deduplicate(self, docs: list[SearchDocument]) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Re-orders the candidates after deduplication."""
+
+    def rerank(
+        self, docs: list[SearchDocument], context: SearchPipelineContext
+    ) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+
+@runtime_checkable
+class Synthesizer(Protocol):
+    """Writes an answer from the final page of results (``None`` for no answer)."""
+
+    def synthesize(self, context: SearchPipelineContext) -> MaybeAwaitable[str | None]: ...
+
+
+@runtime_checkable
+class IntentClassifier(Protocol):
+    """Labels the normalised query; ``None`` when inconclusive."""
+
+    def classify(self, query: str) -> MaybeAwaitable[str | None]: ...
+
+
+@runtime_checkable
+class CacheStore(Protocol):
+    """Key/value store for responses. Values are JSON-ready dicts."""
+
+    def get(self, key: str) -> MaybeAwaitable[Any | None]: ...
+
+    def set(self, key: str, value: Any, ttl_seconds: float | None = None) -> MaybeAwaitable[None]: ...
+
+
+@runtime_checkable
+class Telemetry(Protocol):
+    """Observability sink; receives ``"search.completed"`` after each successful search."""
+
+    def track(self, event: str, payload: dict[str, Any]) -> MaybeAwaitable[None]: ...
+
+
+@runtime_checkable
+class Logger(Protocol):
+    """Minimal logger: ``logging.Logger`` satisfies it.
+
+    Objects with a console-like ``warn`` instead of ``warning`` are accepted too.
+    """
+
+    def debug(self, msg: str, /, *args: Any, **kwargs: Any) -> None: ...
+
+    def info(self, msg: str, /, *args: Any, **kwargs: Any) -> None: ...
+
+    def warning(self, msg: str, /, *args: Any, **kwargs: Any) -> None: ...
+
+    def error(self, msg: str, /, *args: Any, **kwargs: Any) -> None: ...

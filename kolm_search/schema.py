@@ -1,0 +1,69 @@
+"""Schema validation of requests and responses (the spec's ``StandardSchemaV1`` slot).
+
+A schema is one of:
+
+- a pydantic model class (anything with ``model_validate``),
+- a pydantic ``TypeAdapter`` (anything with ``validate_python``),
+- a callable ``f(value) -> list[SchemaIssue]``, empty when valid.
+
+pydantic is duck-typed, never imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from kolm_search.errors import KolmTypeError, SchemaIssue, SchemaValidationError
+
+__all__ = ["validate_with_schema"]
+
+
+def _pydantic_issues(exc: Exception) -> list[SchemaIssue] | None:
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return None
+    try:
+        items = errors()
+    except Exception:
+        return None
+    return [SchemaIssue(message=str(e.get("msg", e)), path=tuple(e.get("loc", ()))) for e in items]
+
+
+def validate_with_schema(schema: Any, value: dict[str, Any], target: Literal["input", "output"]) -> None:
+    """Validate ``value`` (a JSON-ready dict) against ``schema``.
+
+    Raises
+    ------
+    SchemaValidationError
+        With ``target`` and the issues found.
+    KolmTypeError
+        When ``schema`` is none of the accepted kinds.
+    """
+    if schema is None:
+        return
+    validator = getattr(schema, "model_validate", None) or getattr(schema, "validate_python", None)
+    if validator is not None:
+        try:
+            validator(value)
+        except Exception as exc:
+            issues = _pydantic_issues(exc)
+            if issues is None:
+                issues = [SchemaIssue(message=str(exc), path=())]
+            raise SchemaValidationError(target, issues) from exc
+        return
+    if not callable(schema):
+        raise KolmTypeError(
+            f"{target}_schema must be a pydantic model, a TypeAdapter or a callable, "
+            f"got {type(schema).__name__}"
+        )
+    result = schema(value)
+    if result is None:
+        return
+    if not isinstance(result, Sequence):
+        raise KolmTypeError(f"{target}_schema callable must return a list of SchemaIssue, got {result!r}")
+    issues = [
+        i if isinstance(i, SchemaIssue) else SchemaIssue(message=str(i), path=()) for i in result
+    ]
+    if issues:
+        raise SchemaValidationError(target, issues)

@@ -1,0 +1,176 @@
+"""rrf_score, merge_with_rrf and the fusion kernel, against plain-Python oracles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kolm_search import KolmValueError, SearchDocument, merge_with_rrf, rrf_score
+from kolm_search._kernels.fusion import fuse_groups, fuse_groups_numpy
+from kolm_search.fusion import fuse_arrays
+
+
+def oracle_rrf(lists: list[list[str]], k: float, weights: list[float] | None = None) -> list[tuple[str, float]]:
+    """Plain-Python RRF: once per list at best rank; ties by first appearance."""
+    scores: dict[str, float] = {}
+    for li, ids in enumerate(lists):
+        w = 1.0 if weights is None else weights[li]
+        seen: set[str] = set()
+        for rank, doc in enumerate(ids):
+            if doc in seen:
+                continue
+            seen.add(doc)
+            scores[doc] = scores.get(doc, 0.0) + w / (k + rank + 1)
+    # dict order is first appearance; sorted() is stable
+    return sorted(scores.items(), key=lambda kv: -kv[1])
+
+
+def docs(ids: list[str]) -> list[SearchDocument]:
+    return [SearchDocument(id=i, content=f"text of {i}") for i in ids]
+
+
+class TestRrfScore:
+    def test_formula_zero_based(self) -> None:
+        assert rrf_score(0) == 1 / 61
+        assert rrf_score(9, k=10) == 1 / 20
+        assert rrf_score(0, k=0) == 1.0
+
+    @pytest.mark.parametrize("rank", [-1, 1.5, "1", True, None])
+    def test_bad_rank(self, rank: object) -> None:
+        with pytest.raises(ValueError, match="rank"):
+            rrf_score(rank)  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize("k", [-1, float("nan"), float("inf")])
+    def test_bad_k(self, k: float) -> None:
+        with pytest.raises(ValueError, match="k must"):
+            rrf_score(0, k)
+
+    def test_numpy_int_rank(self) -> None:
+        assert rrf_score(np.int64(3)) == 1 / 64
+
+    @given(st.integers(0, 10_000), st.floats(0, 1000))
+    def test_range(self, rank: int, k: float) -> None:
+        s = rrf_score(rank, k)
+        assert 0 < s <= 1
+
+
+ids_strategy = st.lists(st.lists(st.sampled_from([f"d{i}" for i in range(12)]), max_size=15), min_size=1, max_size=4)
+
+
+class TestMergeWithRrf:
+    def test_basic_order_and_scores(self) -> None:
+        merged = merge_with_rrf([docs(["a", "b", "c"]), docs(["b", "c", "d"])], {}, 10)
+        expected = oracle_rrf([["a", "b", "c"], ["b", "c", "d"]], 60)
+        assert [d.id for d in merged] == [e[0] for e in expected]
+        assert [d.score for d in merged] == pytest.approx([e[1] for e in expected], rel=1e-15)
+
+    @settings(max_examples=200, deadline=None)
+    @given(ids_strategy, st.integers(0, 20), st.sampled_from([0, 1, 60, 2.5]))
+    def test_matches_plain_python(self, lists: list[list[str]], limit: int, k: float) -> None:
+        merged = merge_with_rrf([docs(x) for x in lists], {}, limit, k)
+        expected = oracle_rrf(lists, k)[:limit]
+        assert [d.id for d in merged] == [e[0] for e in expected]
+        np.testing.assert_allclose([d.score for d in merged], [e[1] for e in expected], rtol=1e-12)
+
+    @settings(max_examples=100, deadline=None)
+    @given(ids_strategy, st.data())
+    def test_weighted(self, lists: list[list[str]], data: st.DataObject) -> None:
+        weights = data.draw(st.lists(st.floats(0, 5), min_size=len(lists), max_size=len(lists)))
+        merged = merge_with_rrf([docs(x) for x in lists], {}, 100, 60, weights=weights)
+        expected = oracle_rrf(lists, 60, weights)
+        assert [d.id for d in merged] == [e[0] for e in expected]
+
+    def test_repeat_inside_list_counts_once_at_best_rank(self) -> None:
+        merged = merge_with_rrf([docs(["a", "b", "a"])], {}, 10)
+        assert [d.id for d in merged] == ["a", "b"]
+        assert merged[0].score == pytest.approx(1 / 61)
+
+    def test_ties_keep_first_appearance(self) -> None:
+        merged = merge_with_rrf([docs(["x", "y"]), docs(["y", "x"])], {}, 10)
+        assert [d.id for d in merged] == ["x", "y"]
+        assert merged[0].score == merged[1].score
+
+    def test_doc_map_extended_first_seen_wins_and_copies(self) -> None:
+        pre = SearchDocument(id="a", content="from the map")
+        doc_map = {"a": pre}
+        first_b = SearchDocument(id="b", content="first b")
+        merged = merge_with_rrf(
+            [[SearchDocument(id="a", content="list a"), first_b], [SearchDocument(id="b", content="second b")]],
+            doc_map,
+            10,
+        )
+        assert doc_map["a"] is pre and doc_map["b"] is first_b
+        by_id = {d.id: d for d in merged}
+        assert by_id["a"].content == "from the map"
+        assert by_id["b"].content == "first b"
+        assert by_id["a"] is not pre and pre.score is None  # copies carry the score
+
+    def test_limit_and_empty(self) -> None:
+        assert merge_with_rrf([], {}, 5) == []
+        assert merge_with_rrf([docs(["a"])], {}, 0) == []
+        assert len(merge_with_rrf([docs(list("abcdef"))], {}, 3)) == 3
+
+    @pytest.mark.parametrize("limit", [-1, 2.0, True])
+    def test_bad_limit(self, limit: object) -> None:
+        with pytest.raises(KolmValueError, match="limit"):
+            merge_with_rrf([docs(["a"])], {}, limit)  # type: ignore[arg-type]
+
+    def test_bad_weights(self) -> None:
+        with pytest.raises(KolmValueError, match="weights"):
+            merge_with_rrf([docs(["a"]), docs(["b"])], {}, 5, weights=[1.0])
+        with pytest.raises(KolmValueError, match="weights"):
+            merge_with_rrf([docs(["a"])], {}, 5, weights=[-1.0])
+
+    def test_non_document_is_type_error(self) -> None:
+        with pytest.raises(TypeError, match=r"ranked_lists\[0\]\[0\]"):
+            merge_with_rrf([[{"id": "a"}]], {}, 5)  # type: ignore[list-item]
+
+
+def random_groups(rng: np.random.Generator, n_groups: int, n_lists: int, depth: int, n_docs: int):
+    ptr = [0]
+    lists, dcs, contrib = [], [], []
+    for _ in range(n_groups):
+        for li in range(n_lists):
+            size = int(rng.integers(0, depth + 1))
+            d = rng.integers(0, n_docs, size)  # repeats on purpose
+            lists += [li] * size
+            dcs += list(d)
+            contrib += list(np.round(1.0 / (60 + np.arange(size) + 1), 6))  # rounded: many ties
+        ptr.append(len(dcs))
+    return (np.array(ptr, np.int64), np.array(lists, np.int64), np.array(dcs, np.int64),
+            np.array(contrib, np.float64))
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("mnz", [False, True])
+@pytest.mark.parametrize("limit", [-1, 5])
+def test_kernel_matches_numpy_twin(seed: int, mnz: bool, limit: int) -> None:
+    rng = np.random.default_rng(seed)
+    ptr, li, dc, ct = random_groups(rng, n_groups=50, n_lists=3, depth=30, n_docs=40)
+    got = fuse_groups(ptr, li, dc, ct, 40, mnz, limit, n_chunks=3)
+    want = fuse_groups_numpy(ptr, li, dc, ct, 40, mnz, limit)
+    np.testing.assert_array_equal(got[2], want[2])
+    for g in range(len(ptr) - 1):
+        s, c = ptr[g], got[2][g]
+        np.testing.assert_array_equal(got[0][s:s + c], want[0][s:s + c])
+        np.testing.assert_array_equal(got[1][s:s + c], want[1][s:s + c])
+
+
+def test_fuse_arrays_validates() -> None:
+    with pytest.raises(KolmValueError, match="group_ptr"):
+        fuse_arrays([0, 3], [0], [0], [1.0], 5)
+    with pytest.raises(KolmValueError, match="codes"):
+        fuse_arrays([0, 1], [0], [7], [1.0], 5)
+    with pytest.raises(KolmValueError, match="finite"):
+        fuse_arrays([0, 1], [0], [0], [np.nan], 5)
+
+
+def test_fuse_arrays_many_groups_threads() -> None:
+    rng = np.random.default_rng(1)
+    ptr, li, dc, ct = random_groups(rng, n_groups=300, n_lists=2, depth=20, n_docs=100)
+    a = fuse_arrays(ptr, li, dc, ct, 100, n_threads=1)
+    b = fuse_arrays(ptr, li, dc, ct, 100, n_threads=2)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
