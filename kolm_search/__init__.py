@@ -6,8 +6,11 @@ as columnar arrays and fusion runs as one Numba kernel. Importing the package ha
 effects and needs none of the optional extras.
 """
 
+from kolm_search import presets
+from kolm_search.batch import BatchResult
 from kolm_search.client import SearchClient
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.doctable import DocumentTable
 from kolm_search.errors import (
     PIPELINE_STAGES,
     FrameValidationError,
@@ -17,6 +20,8 @@ from kolm_search.errors import (
     SchemaValidationError,
     SearchError,
 )
+from kolm_search.frame import CandidateFrame, QueryBatch
+from kolm_search.fuse import fuse, fuse_frame
 from kolm_search.fusion import merge_with_rrf, rrf_score
 from kolm_search.pipeline import SearchPipeline
 from kolm_search.planners import DefaultQueryPlanner, ExpandingQueryPlanner
@@ -33,7 +38,10 @@ from kolm_search.ports import (
     Synthesizer,
     Telemetry,
 )
+from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.composite import CompositeRetriever
+from kolm_search.retrievers.dense import DenseRetriever
+from kolm_search.text import Tokenizer
 from kolm_search.types import (
     QueryPlan,
     SearchDocument,
@@ -48,10 +56,15 @@ from kolm_search.types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BM25Retriever",
+    "BatchResult",
     "CacheStore",
+    "CandidateFrame",
     "CompositeRetriever",
     "Deduplicator",
     "DefaultQueryPlanner",
+    "DenseRetriever",
+    "DocumentTable",
     "Embedder",
     "ExpandingQueryPlanner",
     "FrameValidationError",
@@ -60,6 +73,7 @@ __all__ = [
     "KolmValueError",
     "Logger",
     "PIPELINE_STAGES",
+    "QueryBatch",
     "QueryExpander",
     "QueryPlan",
     "QueryPlanner",
@@ -81,7 +95,11 @@ __all__ = [
     "SearchResponseMetadata",
     "Synthesizer",
     "Telemetry",
+    "Tokenizer",
     "__version__",
+    "fuse",
+    "fuse_frame",
     "merge_with_rrf",
+    "presets",
     "rrf_score",
 ]

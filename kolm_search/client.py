@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kolm_search._aio import run_sync
+from kolm_search.batch import BatchResult
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.guards import coerce_request
 from kolm_search.pipeline import SearchPipeline
@@ -56,6 +57,23 @@ class SearchClient:
     def search_sync(self, request: SearchRequest | dict[str, Any]) -> SearchResponse:
         """Blocking :meth:`search` for scripts; raises ``RuntimeError`` inside a running loop."""
         return run_sync(self.search(request), name="search")
+
+    async def search_batch_async(self, queries: Any, *, limit: int | None = None, offset: int = 0,
+                                 mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
+        """Async :meth:`search_batch` (input schema checked per request)."""
+        if self.options.input_schema is not None:
+            from kolm_search.batch import parse_queries
+
+            _, reqs = parse_queries(queries, limit=limit, offset=offset, mode=mode, filters=filters)
+            for req in reqs:
+                validate_with_schema(self.options.input_schema, req.to_dict(), "input")
+        return await self.pipeline.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters)
+
+    def search_batch(self, queries: Any, *, limit: int | None = None, offset: int = 0,
+                     mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
+        """Search many queries at once (see :meth:`SearchPipeline.search_batch`)."""
+        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters),
+                        name="search_batch")
 
     def __repr__(self) -> str:
         return f"SearchClient({self.pipeline!r})"

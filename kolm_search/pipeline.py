@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._aio import log, resolve, run_sync
+from kolm_search.batch import BatchResult, run_batch
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.errors import DEDUPLICATOR_STAGE, PIPELINE_STAGES, SearchError
 from kolm_search.guards import coerce_request, resolve_request
@@ -258,6 +259,33 @@ class SearchPipeline:
     def search_sync(self, request: SearchRequest | dict[str, Any]) -> SearchResponse:
         """Blocking :meth:`search` for scripts; raises ``RuntimeError`` inside a running loop."""
         return run_sync(self.search(request), name="search")
+
+    async def search_batch_async(self, queries: Any, *, limit: int | None = None, offset: int = 0,
+                                 mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
+        """Async :meth:`search_batch`."""
+        return await run_batch(self, queries, limit=limit, offset=offset, mode=mode, filters=filters)
+
+    def search_batch(self, queries: Any, *, limit: int | None = None, offset: int = 0,
+                     mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
+        """Search many queries at once; results equal per-query :meth:`search` calls.
+
+        Parameters
+        ----------
+        queries : list of str / SearchRequest / dict, or DataFrame with ``qid`` and ``query``
+            Strings and DataFrame rows take ``limit``, ``offset``, ``mode`` and ``filters``
+            from the keyword arguments; requests keep their own fields (``limit``/``mode``
+            fall back to the keywords, then to the options).
+
+        Returns
+        -------
+        BatchResult
+            ``.run`` (``qid, doc_id, rank, score``) and ``.responses`` (built on demand).
+            Query ids are the DataFrame's ``qid`` or the list positions.
+
+        Raises ``RuntimeError`` inside a running event loop: use :meth:`search_batch_async`.
+        """
+        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters),
+                        name="search_batch")
 
     def __repr__(self) -> str:
         return f"SearchPipeline(planner={self.modules.planner!r}, retriever={self.modules.retriever!r})"

@@ -20,6 +20,8 @@ from kolm_search import (
 )
 
 EXPECTED_ALL = [
+    "BM25Retriever", "BatchResult", "CandidateFrame", "DenseRetriever", "DocumentTable", "QueryBatch",
+    "Tokenizer", "fuse", "fuse_frame", "presets",
     "CacheStore", "CompositeRetriever", "Deduplicator", "DefaultQueryPlanner", "Embedder",
     "ExpandingQueryPlanner", "FrameValidationError", "IntentClassifier", "KolmTypeError",
     "KolmValueError", "Logger", "PIPELINE_STAGES", "QueryExpander", "QueryPlan", "QueryPlanner",

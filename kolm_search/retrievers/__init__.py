@@ -1,5 +1,7 @@
 """Retrievers: the composite (RRF fan-out) and the built-in BM25 and dense retrievers."""
 
+from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.composite import CompositeRetriever
+from kolm_search.retrievers.dense import DenseRetriever
 
-__all__ = ["CompositeRetriever"]
+__all__ = ["BM25Retriever", "CompositeRetriever", "DenseRetriever"]

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from kolm_search._aio import log, resolve
 from kolm_search.errors import PIPELINE_STAGES, KolmTypeError, KolmValueError, SearchError
+from kolm_search.frame import CandidateFrame, QueryBatch
+from kolm_search.fuse import fuse_frame
 from kolm_search.fusion import check_k, check_weights, merge_with_rrf
 from kolm_search.ports import Logger, Retriever
 from kolm_search.types import SearchDocument, SearchPipelineContext, as_documents
@@ -134,6 +136,43 @@ class CompositeRetriever:
                 _STAGE, f"all {len(self.retrievers)} retrievers failed; first error: {errors[0]}", cause=errors[0]
             )
         return lists, (None if self.weights is None else weights)
+
+    # -- columnar fast path --------------------------------------------------------------
+    @property
+    def supports_batch(self) -> bool:
+        """True when every child has ``retrieve_batch`` over one shared document table."""
+        tables = [getattr(r, "table", None) for r in self.retrievers]
+        if not all(callable(getattr(r, "retrieve_batch", None)) for r in self.retrievers) or tables[0] is None:
+            return False
+        first = tables[0]
+        return all(t is first or (t is not None and len(t) == len(first) and (t.ids == first.ids).all()) for t in tables)
+
+    @property
+    def table(self) -> Any:
+        return getattr(self.retrievers[0], "table", None)
+
+    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
+        """Every child's batch frame, fused by (weighted) RRF in one kernel call."""
+        if not self.supports_batch:
+            raise SearchError(_STAGE, "retrieve_batch needs children with retrieve_batch over one document table")
+        frames: list[CandidateFrame] = []
+        weights: list[float] = []
+        errors: list[BaseException] = []
+        for index, child in enumerate(self.retrievers):
+            try:
+                frames.append(child.retrieve_batch(batch))  # type: ignore[attr-defined]
+                weights.append(1.0 if self.weights is None else self.weights[index])
+            except Exception as exc:
+                if self.strategy == "fail-fast":
+                    raise SearchError(_STAGE, f"retrievers[{index}] ({retriever_name(child)}) failed: {exc}", cause=exc) from exc
+                errors.append(exc)
+                log(self.logger, "warning", f"retrievers[{index}] ({retriever_name(child)}) failed; skipped",
+                    SearchError.wrap(_STAGE, exc))
+        if not frames:
+            raise SearchError(_STAGE, f"all {len(self.retrievers)} retrievers failed; first error: {errors[0]}", cause=errors[0])
+        stacked = CandidateFrame.concat(frames)
+        return fuse_frame(stacked, method="rrf", k=self.k, weights=weights, limit=batch.limit,
+                          n_lists=len(frames), n_docs=max(len(self.table), 1))
 
     def __repr__(self) -> str:
         names = ", ".join(retriever_name(r) for r in self.retrievers)

@@ -1,0 +1,211 @@
+"""Top-k kernels: sparse (term-at-a-time BM25) scoring and dense block selection.
+
+Ordering everywhere: descending score, ties by ascending document code.
+
+``sparse_topk`` (one signature)
+    q_ptr int64 (n_q+1,), q_terms int64 (nnz_q,)       query token ids (repeats kept, in order)
+    t_ptr int64 (V+1,), t_docs int64 (nnz,), t_w float32 (nnz,)   postings by term
+    offsets float32 (n_q,)       added to each matching document's score (BM25L/BM25+)
+    mask_ids int64 (n_q,), masks uint8 (n_masks, n_docs)   per-query filter (-1: none)
+    n_docs, k, n_chunks int64
+    -> docs int64 (n_q, k), scores float32 (n_q, k), counts int64 (n_q,)
+    Only documents that contain at least one query token are candidates.
+
+``dense_block_update`` (one signature)
+    block float32 (bq, bd)        scores of queries [q0, q0+bq) against docs [d0, d0+bd)
+    q0, d0 int64, mask_ids int64 (n_q,), masks uint8 (n_masks, n_docs)
+    heap_s float32 (n_q, k), heap_d int64 (n_q, k), sizes int64 (n_q,)   running heaps
+``heaps_sorted``: turns the heaps into rows sorted best first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit, prange
+
+__all__ = ["dense_block_update", "dense_topk_numpy", "heaps_sorted", "sparse_topk", "sparse_topk_numpy"]
+
+
+@njit(cache=True, inline="always")
+def _worse(s1, d1, s2, d2):  # pragma: no cover - compiled
+    return s1 < s2 or (s1 == s2 and d1 > d2)
+
+
+@njit(cache=True)
+def _heap_push(hs, hd, size, k, s, d):  # pragma: no cover - compiled
+    """Offer (s, d) to a min-heap (root = worst kept) of capacity k; returns the new size."""
+    if size < k:
+        i = size
+        hs[i] = s
+        hd[i] = d
+        while i > 0:
+            p = (i - 1) >> 1
+            if _worse(hs[i], hd[i], hs[p], hd[p]):
+                hs[i], hs[p] = hs[p], hs[i]
+                hd[i], hd[p] = hd[p], hd[i]
+                i = p
+            else:
+                break
+        return size + 1
+    if not _worse(hs[0], hd[0], s, d):
+        return size
+    hs[0] = s
+    hd[0] = d
+    i = 0
+    while True:
+        left = 2 * i + 1
+        if left >= size:
+            break
+        c = left
+        right = left + 1
+        if right < size and _worse(hs[right], hd[right], hs[left], hd[left]):
+            c = right
+        if _worse(hs[c], hd[c], hs[i], hd[i]):
+            hs[i], hs[c] = hs[c], hs[i]
+            hd[i], hd[c] = hd[c], hd[i]
+            i = c
+        else:
+            break
+    return size
+
+
+@njit(cache=True)
+def _sort_heap(hs, hd, size):  # pragma: no cover - compiled
+    """Sort the first ``size`` heap entries best first (insertion sort on small k is fine)."""
+    order = np.argsort(-hs[:size].astype(np.float64) * 1.0, kind="mergesort")
+    s2 = hs[:size][order].copy()
+    d2 = hd[:size][order].copy()
+    # fix ties: equal scores by ascending doc
+    i = 0
+    while i < size:
+        j = i + 1
+        while j < size and s2[j] == s2[i]:
+            j += 1
+        if j - i > 1:
+            d2[i:j] = np.sort(d2[i:j])
+        i = j
+    hs[:size] = s2
+    hd[:size] = d2
+
+
+@njit(cache=True, nogil=True)
+def _sparse_chunk(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k,
+                  q0, q1, out_d, out_s, counts):  # pragma: no cover - compiled
+    acc = np.zeros(n_docs, np.float32)
+    stamp = np.full(n_docs, -1, np.int64)
+    touched = np.empty(n_docs, np.int64)
+    hs = np.empty(k, np.float32)
+    hd = np.empty(k, np.int64)
+    for q in range(q0, q1):
+        nt = 0
+        for j in range(q_ptr[q], q_ptr[q + 1]):
+            t = q_terms[j]
+            for p in range(t_ptr[t], t_ptr[t + 1]):
+                d = t_docs[p]
+                if stamp[d] != q:
+                    stamp[d] = q
+                    acc[d] = 0.0
+                    touched[nt] = d
+                    nt += 1
+                acc[d] += t_w[p]
+        m = mask_ids[q]
+        size = 0
+        off = offsets[q]
+        for i in range(nt):
+            d = touched[i]
+            if m >= 0 and masks[m, d] == 0:
+                continue
+            size = _heap_push(hs, hd, size, k, acc[d] + off, d)
+        _sort_heap(hs, hd, size)
+        for i in range(size):
+            out_s[q, i] = hs[i]
+            out_d[q, i] = hd[i]
+        counts[q] = size
+
+
+@njit(cache=True, parallel=True)
+def _sparse_parallel(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k, n_chunks):  # pragma: no cover
+    n_q = q_ptr.shape[0] - 1
+    out_d = np.full((n_q, k), -1, np.int64)
+    out_s = np.zeros((n_q, k), np.float32)
+    counts = np.zeros(n_q, np.int64)
+    for c in prange(n_chunks):
+        q0 = (n_q * c) // n_chunks
+        q1 = (n_q * (c + 1)) // n_chunks
+        _sparse_chunk(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k,
+                      q0, q1, out_d, out_s, counts)
+    return out_d, out_s, counts
+
+
+def sparse_topk(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k, n_chunks=1):
+    """Compiled sparse scoring + top-k (see the module docstring)."""
+    return _sparse_parallel(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks,
+                            np.int64(n_docs), np.int64(k), np.int64(max(1, n_chunks)))
+
+
+def _topk_rows_numpy(scores: npt.NDArray[np.float32], valid: npt.NDArray[np.bool_], k: int):
+    n_q = scores.shape[0]
+    out_d = np.full((n_q, k), -1, np.int64)
+    out_s = np.zeros((n_q, k), np.float32)
+    counts = np.zeros(n_q, np.int64)
+    for q in range(n_q):
+        cand = np.flatnonzero(valid[q])
+        order = np.lexsort((cand, -scores[q, cand].astype(np.float64)))[:k]
+        counts[q] = order.size
+        out_d[q, : order.size] = cand[order]
+        out_s[q, : order.size] = scores[q, cand[order]]
+    return out_d, out_s, counts
+
+
+def sparse_topk_numpy(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k):
+    """Numpy twin of :func:`sparse_topk` (dense score matrix; the test oracle)."""
+    n_q = len(q_ptr) - 1
+    scores = np.zeros((n_q, n_docs), np.float32)
+    hit = np.zeros((n_q, n_docs), bool)
+    for q in range(n_q):
+        for t in q_terms[q_ptr[q]:q_ptr[q + 1]]:
+            sl = slice(t_ptr[t], t_ptr[t + 1])
+            np.add.at(scores[q], t_docs[sl], t_w[sl])
+            hit[q, t_docs[sl]] = True
+        scores[q] += offsets[q]
+        if mask_ids[q] >= 0:
+            hit[q] &= masks[mask_ids[q]].astype(bool)
+    return _topk_rows_numpy(scores, hit, k)
+
+
+@njit(cache=True, parallel=True)
+def dense_block_update(block, q0, d0, mask_ids, masks, heap_s, heap_d, sizes):  # pragma: no cover
+    bq, bd = block.shape
+    k = heap_s.shape[1]
+    for r in prange(bq):
+        q = q0 + r
+        m = mask_ids[q]
+        size = sizes[q]
+        hs = heap_s[q]
+        hd = heap_d[q]
+        row = block[r]
+        for j in range(bd):
+            s = row[j]
+            if size == k and s < hs[0]:
+                continue
+            d = d0 + j
+            if m >= 0 and masks[m, d] == 0:
+                continue
+            size = _heap_push(hs, hd, size, k, s, d)
+        sizes[q] = size
+
+
+@njit(cache=True, parallel=True)
+def heaps_sorted(heap_s, heap_d, sizes):  # pragma: no cover
+    for q in prange(heap_s.shape[0]):
+        _sort_heap(heap_s[q], heap_d[q], sizes[q])
+
+
+def dense_topk_numpy(scores: npt.NDArray[np.float32], mask_ids, masks, k: int):
+    """Numpy twin of the dense path: full score matrix in, top-k rows out."""
+    valid = np.ones(scores.shape, bool)
+    for q in range(scores.shape[0]):
+        if mask_ids[q] >= 0:
+            valid[q] = masks[mask_ids[q]].astype(bool)
+    return _topk_rows_numpy(scores, valid, k)

@@ -1,0 +1,219 @@
+"""The document table: the corpus as columns, string ids interned to dense int codes once.
+
+Schema (a pandas DataFrame, one row per document, row position == document code):
+
+=========  ===========  =====================================================
+column     dtype        meaning
+=========  ===========  =====================================================
+id         str          unique document id
+content    str          text
+title      str or None
+source     str or None
+tags       list or None
+metadata   dict or None arbitrary metadata; filters match its keys
+=========  ===========  =====================================================
+
+Everything below the edge speaks codes (``int64`` row positions), never string ids.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from kolm_search.errors import KolmTypeError, KolmValueError
+from kolm_search.types import SearchDocument
+
+__all__ = ["DOCUMENT_FIELDS", "DocumentTable"]
+
+DOCUMENT_FIELDS = ("id", "content", "title", "source", "tags", "metadata")
+
+
+def _as_list(value: Any) -> list[Any] | None:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, str):
+        return [value]
+    return list(value)
+
+
+class DocumentTable:
+    """An immutable corpus with dense codes ``0..n-1`` (row positions).
+
+    Build with :meth:`from_documents` or :meth:`from_frame`.
+    """
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        missing = [c for c in ("id", "content") if c not in frame.columns]
+        if missing:
+            raise KolmValueError(f"document table needs columns {missing}; got {list(frame.columns)}")
+        frame = frame.reset_index(drop=True)
+        for col in DOCUMENT_FIELDS[2:]:
+            if col not in frame.columns:
+                frame[col] = None
+        ids = frame["id"]
+        bad = ~ids.map(lambda v: isinstance(v, str)).astype(bool)
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise KolmValueError(f"document ids must be strings; row {row} has {ids.iloc[row]!r}")
+        dup = ids.duplicated()
+        if dup.any():
+            raise KolmValueError(f"duplicate document id {ids[dup].iloc[0]!r} (ids must be unique)")
+        content = frame["content"]
+        badc = ~content.map(lambda v: isinstance(v, str)).astype(bool)
+        if badc.any():
+            row = int(np.flatnonzero(badc.to_numpy())[0])
+            raise KolmValueError(f"document content must be str; document {ids.iloc[row]!r} has {content.iloc[row]!r}")
+        self.frame: pd.DataFrame = frame[list(DOCUMENT_FIELDS)]
+        self.ids: npt.NDArray[np.object_] = ids.to_numpy(dtype=object)
+        self._index = pd.Index(self.ids)
+        self._meta_cache: dict[str, npt.NDArray[np.object_]] = {}
+
+    # -- constructors ------------------------------------------------------------------
+    @classmethod
+    def from_documents(cls, documents: Iterable[SearchDocument | Mapping[str, Any]]) -> DocumentTable:
+        """From ``SearchDocument``s (or dicts with their keys)."""
+        rows = []
+        for d in documents:
+            doc = d if isinstance(d, SearchDocument) else SearchDocument.from_dict(d)
+            rows.append((doc.id, doc.content, doc.title, doc.source, doc.tags, doc.metadata))
+        return cls(pd.DataFrame(rows, columns=list(DOCUMENT_FIELDS)))
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame, *, id_column: str = "id", content_column: str = "content") -> DocumentTable:
+        """From a DataFrame with ``id`` and ``content`` (optional ``title``, ``source``, ``tags``).
+
+        Any other column becomes a metadata key (missing values dropped).
+        """
+        if not isinstance(frame, pd.DataFrame):
+            raise KolmTypeError(f"expected a pandas DataFrame, got {type(frame).__name__}")
+        df = frame.rename(columns={id_column: "id", content_column: "content"})
+        extra = [c for c in df.columns if c not in DOCUMENT_FIELDS]
+        out = pd.DataFrame({c: df[c] for c in DOCUMENT_FIELDS if c in df.columns})
+        if "tags" in out.columns:
+            out["tags"] = out["tags"].map(_as_list)
+        if extra:
+            records = df[extra].to_dict(orient="records")
+            meta = [{k: v for k, v in r.items() if not _is_missing(v)} | dict(m or {})
+                    for r, m in zip(records, df["metadata"] if "metadata" in df.columns else [None] * len(df), strict=True)]
+            out["metadata"] = [m or None for m in meta]
+        return cls(out)
+
+    # -- access ------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def codes(self, ids: Sequence[str] | npt.ArrayLike, *, missing: str = "raise") -> npt.NDArray[np.int64]:
+        """Codes of ``ids``; unknown ids raise (``missing="raise"``) or map to -1 (``"ignore"``)."""
+        codes = self._index.get_indexer(pd.Index(ids)).astype(np.int64)
+        if missing == "raise" and (codes < 0).any():
+            unknown = np.asarray(ids, dtype=object)[codes < 0]
+            raise KolmValueError(f"{int((codes < 0).sum())} unknown document id(s), e.g. {unknown[0]!r}")
+        return codes
+
+    def texts(self, fields: Sequence[str] = ("title", "content")) -> list[str]:
+        """One string per document: the given fields joined by a space (missing skipped)."""
+        cols = [self.frame[f].tolist() for f in fields]
+        return [" ".join(str(v) for v in vals if isinstance(v, str) and v) for vals in zip(*cols, strict=True)]
+
+    def documents(self, codes: npt.ArrayLike, scores: npt.ArrayLike | None = None) -> list[SearchDocument]:
+        """``SearchDocument``s for ``codes`` (the edge conversion), carrying ``scores``."""
+        codes = np.asarray(codes, dtype=np.int64)
+        sub = self.frame.iloc[codes]
+        sc = [None] * len(codes) if scores is None else np.asarray(scores, dtype=np.float64).tolist()
+        out = []
+        for (i, c, t, s, tg, m), score in zip(sub.itertuples(index=False, name=None), sc, strict=True):
+            out.append(SearchDocument(
+                id=i, content=c, title=t if isinstance(t, str) else None, source=s if isinstance(s, str) else None,
+                tags=None if tg is None else list(tg), metadata=None if m is None else dict(m), score=score,
+            ))
+        return out
+
+    # -- filters -----------------------------------------------------------------------
+    def _field_values(self, name: str) -> npt.NDArray[np.object_]:
+        if name in DOCUMENT_FIELDS and name != "metadata":
+            return self.frame[name].to_numpy(dtype=object)
+        if name not in self._meta_cache:
+            metas = self.frame["metadata"].tolist()
+            if not any(isinstance(m, Mapping) and name in m for m in metas):
+                fields = sorted(set(DOCUMENT_FIELDS) - {"metadata"} | {k for m in metas if isinstance(m, Mapping) for k in m})
+                raise KolmValueError(f"unknown filter field {name!r}; known fields: {fields[:20]}")
+            self._meta_cache[name] = np.array([m.get(name) if isinstance(m, Mapping) else None for m in metas], dtype=object)
+        return self._meta_cache[name]
+
+    def filter_mask(self, filters: Mapping[str, Any] | None) -> npt.NDArray[np.bool_] | None:
+        """Boolean mask (n_docs,) of the documents matching every filter; ``None`` for no filter.
+
+        A scalar value means equality, a list means membership. On list-valued fields
+        (``tags``, list metadata) a document matches when any of its values matches.
+        Raises ``KolmValueError`` for an unknown field.
+        """
+        if not filters:
+            return None
+        mask = np.ones(len(self), dtype=bool)
+        for name, wanted in filters.items():
+            values = self._field_values(name)
+            allowed = list(wanted) if isinstance(wanted, (list, tuple, set, frozenset)) else [wanted]
+            allowed_set = {_canon(a) for a in allowed}
+
+            def hit(v: Any, allowed_set: set[tuple[str, Any]] = allowed_set) -> bool:
+                if isinstance(v, (list, tuple)):
+                    return any(_canon(x) in allowed_set for x in v)
+                return v is not None and _canon(v) in allowed_set
+
+            mask &= np.fromiter((hit(v) for v in values), dtype=bool, count=len(values))
+        return mask
+
+    # -- persistence (parquet, no pickle) ----------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write to a parquet file (tags and metadata as JSON text)."""
+        df = self.frame.copy()
+        df["tags"] = df["tags"].map(lambda v: None if v is None else json.dumps(list(v)))
+        df["metadata"] = df["metadata"].map(lambda v: None if v is None else json.dumps(v, default=str))
+        df.to_parquet(path, index=False)
+
+    @classmethod
+    def load(cls, path: str | Path) -> DocumentTable:
+        """Read a table written by :meth:`save`."""
+        try:
+            df = pd.read_parquet(path)
+        except Exception as exc:
+            raise KolmValueError(f"cannot read document table {str(path)!r}: {exc}") from exc
+        missing = [c for c in DOCUMENT_FIELDS if c not in df.columns]
+        if missing:
+            raise KolmValueError(f"document table {str(path)!r} lacks columns {missing}")
+        out = pd.DataFrame({c: pd.Series([v if isinstance(v, str) else None for v in df[c]], dtype=object)
+                            for c in DOCUMENT_FIELDS})
+        for col in ("tags", "metadata"):
+            out[col] = pd.Series([None if v is None else json.loads(v) for v in out[col]], dtype=object)
+        return cls(out)
+
+    def __repr__(self) -> str:
+        return f"DocumentTable({len(self)} documents)"
+
+
+def _canon(v: Any) -> tuple[str, Any]:
+    """Comparable form of a filter value: numbers by value (2000 == 2000.0), bools apart."""
+    if isinstance(v, (bool, np.bool_)):
+        return ("b", bool(v))
+    if isinstance(v, numbers.Real):
+        return ("n", float(v))
+    if isinstance(v, str):
+        return ("s", v)
+    return ("j", json.dumps(v, sort_keys=True, default=str))
+
+
+def _is_missing(v: Any) -> bool:
+    if v is None:
+        return True
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False

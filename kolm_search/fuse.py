@@ -1,0 +1,214 @@
+"""Fusion of candidate frames and of run DataFrames: RRF, weighted RRF, CombSUM, CombMNZ.
+
+:func:`fuse_frame` fuses the lists (``list_id``) of every query of a frame in one kernel
+call; :func:`fuse` is the DataFrame front end (ranx/TREC-style runs). Both compute one
+contribution per entry and call :func:`kolm_search.fusion.fuse_arrays`:
+
+- ``"rrf"``: ``w_l / (k + rank + 1)`` (zero-based ranks; Cormack et al., SIGIR 2009);
+- ``"combsum"``: ``w_l * norm(score)``; ``"combmnz"``: the CombSUM sum times the number of
+  lists holding the document (Fox & Shaw, TREC-2 1994).
+
+Normalisation (score methods only), per query and list: ``"min-max"`` maps to [0, 1]
+(a list whose scores are all equal maps to 1), ``"z-score"`` to zero mean and unit
+population deviation (a constant list maps to 0), ``None`` keeps raw scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from kolm_search.errors import FrameValidationError, KolmTypeError, KolmValueError
+from kolm_search.frame import CandidateFrame
+from kolm_search.fusion import check_k, check_weights, fuse_arrays
+
+__all__ = ["FUSION_METHODS", "fuse", "fuse_frame"]
+
+FUSION_METHODS = ("rrf", "combsum", "combmnz")
+Method = Literal["rrf", "combsum", "combmnz"]
+Norm = Literal["min-max", "z-score"] | None
+
+
+def _segments(key: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Starts of runs of equal ``key`` and each entry's segment number."""
+    if key.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    change = np.flatnonzero(np.diff(key)) + 1
+    starts = np.concatenate([[0], change]).astype(np.int64)
+    seg = np.repeat(np.arange(starts.size), np.diff(np.append(starts, key.size)))
+    return starts, seg
+
+
+def _normalise(score: npt.NDArray[np.float64], key: npt.NDArray[np.int64], norm: Norm) -> npt.NDArray[np.float64]:
+    if norm is None:
+        return score
+    starts, seg = _segments(key)
+    if norm == "min-max":
+        lo = np.minimum.reduceat(score, starts)[seg]
+        hi = np.maximum.reduceat(score, starts)[seg]
+        span = hi - lo
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(span > 0, (score - lo) / np.where(span > 0, span, 1.0), 1.0)
+    if norm == "z-score":
+        counts = np.bincount(seg).astype(np.float64)
+        mean = (np.bincount(seg, weights=score) / counts)[seg]
+        var = (np.bincount(seg, weights=(score - mean) ** 2) / counts)[seg]
+        std = np.sqrt(var)
+        return np.where(std > 0, (score - mean) / np.where(std > 0, std, 1.0), 0.0)
+    raise KolmValueError(f"norm must be 'min-max', 'z-score' or None, got {norm!r}")
+
+
+def fuse_frame(
+    frame: CandidateFrame,
+    *,
+    method: Method = "rrf",
+    k: float = 60,
+    weights: Sequence[float] | None = None,
+    norm: Norm = None,
+    limit: int | None = None,
+    n_lists: int | None = None,
+    n_docs: int | None = None,
+    n_threads: int | None = None,
+) -> CandidateFrame:
+    """Fuse the lists of every query of ``frame`` into one ranked list per query.
+
+    Parameters
+    ----------
+    frame : CandidateFrame
+        Entries sorted by (query, list_id, rank); ``list_id`` None means one list.
+    method, k, weights, norm
+        See the module docstring; ``weights`` has one entry per list id.
+    limit : int, optional
+        Keep the best ``limit`` per query.
+    n_lists, n_docs : int, optional
+        Number of list ids and document-code bound (inferred when omitted).
+
+    Returns
+    -------
+    CandidateFrame
+        One list per query (no ``list_id``), float64 fused scores, ties by first appearance.
+    """
+    if method not in FUSION_METHODS:
+        raise KolmValueError(f"method must be one of {FUSION_METHODS}, got {method!r}")
+    lid = np.zeros(len(frame), np.int64) if frame.list_id is None else frame.list_id.astype(np.int64)
+    nl = int(n_lists if n_lists is not None else (lid.max() + 1 if len(lid) else 1))
+    w = check_weights(weights, nl)
+    ptr = frame.ptr
+    if method == "rrf":
+        if norm is not None:
+            raise KolmValueError("norm applies to score fusion (combsum/combmnz), not to rrf")
+        contrib = w[lid] / (check_k(k) + frame.rank.astype(np.float64) + 1.0)
+    else:
+        score = frame.score.astype(np.float64)
+        if not np.all(np.isfinite(score)):
+            raise KolmValueError("scores must be finite for score fusion")
+        key = frame.query.astype(np.int64) * nl + lid
+        contrib = w[lid] * _normalise(score, key, norm)
+    nd = int(n_docs if n_docs is not None else (frame.doc.max() + 1 if len(frame) else 1))
+    out_ptr, docs, scores = fuse_arrays(ptr, lid, frame.doc, contrib, nd, mnz=(method == "combmnz"),
+                                        limit=limit, n_threads=n_threads)
+    return CandidateFrame.from_ptr(out_ptr, docs, scores)
+
+
+def _run_frame(run: Any, name: str) -> pd.DataFrame:
+    if not isinstance(run, pd.DataFrame):
+        run = getattr(run, "run", run)  # a BatchResult
+    if not isinstance(run, pd.DataFrame):
+        raise KolmTypeError(f"run {name!r} must be a DataFrame with qid, doc_id, score; got {type(run).__name__}")
+    missing = [c for c in ("qid", "doc_id", "score") if c not in run.columns]
+    if missing:
+        raise FrameValidationError(f"run {name!r} lacks column(s) {missing}; has {list(run.columns)}")
+    score = pd.to_numeric(run["score"], errors="coerce")
+    if score.isna().any():
+        row = int(np.flatnonzero(score.isna().to_numpy())[0])
+        raise FrameValidationError(f"run {name!r} has a non-numeric or missing score at row {row}: {run['score'].iloc[row]!r}")
+    return run
+
+
+def fuse(
+    runs: Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame],
+    method: Method = "rrf",
+    k: float = 60,
+    weights: Sequence[float] | Mapping[str, float] | None = None,
+    norm: Norm = None,
+    limit: int | None = None,
+    *,
+    n_threads: int | None = None,
+) -> pd.DataFrame:
+    """Fuse runs (DataFrames ``qid, doc_id, score[, rank]``) into one run.
+
+    Parameters
+    ----------
+    runs : list of DataFrame, or dict name -> DataFrame
+        When ``rank`` is absent it is derived from ``score`` (descending; ties keep input
+        order). A document repeated in one run for one query counts once, at its best rank.
+    method : {"rrf", "combsum", "combmnz"}
+    k : float, default 60
+        RRF constant.
+    weights : list or dict of float, optional
+        One weight per run (by position, or by name for a dict of runs).
+    norm : {"min-max", "z-score", None}
+        Score normalisation for combsum/combmnz.
+    limit : int, optional
+        Keep the best ``limit`` documents per query.
+    n_threads : int, optional
+        Numba threads for this call.
+
+    Returns
+    -------
+    DataFrame
+        ``qid, doc_id, rank, score`` sorted by qid then rank (zero-based); ties by first
+        appearance (run order, then rank).
+    """
+    if isinstance(runs, Mapping):
+        names = list(runs)
+        frames = [_run_frame(runs[n], str(n)) for n in names]
+        if isinstance(weights, Mapping):
+            unknown = set(weights) - set(names)
+            if unknown:
+                raise KolmValueError(f"weights name unknown runs {sorted(unknown)}")
+            weights = [float(weights.get(n, 1.0)) for n in names]
+    else:
+        frames = [_run_frame(r, str(i)) for i, r in enumerate(runs)]
+        if isinstance(weights, Mapping):
+            raise KolmTypeError("weights by name need runs given as a dict")
+    if not frames:
+        raise KolmValueError("fuse needs at least one run")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0):
+        raise KolmValueError(f"limit must be a non-negative integer, got {limit!r}")
+    sizes = [len(f) for f in frames]
+    lid = np.repeat(np.arange(len(frames), dtype=np.int64), sizes)
+    qid_all = pd.concat([f["qid"] for f in frames], ignore_index=True)
+    doc_all = pd.concat([f["doc_id"] for f in frames], ignore_index=True)
+    score = np.concatenate([pd.to_numeric(f["score"]).to_numpy(np.float64) for f in frames])
+    q_codes, q_uniques = pd.factorize(qid_all, sort=True)
+    d_codes, d_uniques = pd.factorize(doc_all, sort=False)
+    q_codes = q_codes.astype(np.int64)
+    d_codes = d_codes.astype(np.int64)
+    if all("rank" in f.columns for f in frames):
+        rank = np.concatenate([pd.to_numeric(f["rank"]).to_numpy(np.float64) for f in frames])
+    else:
+        order = np.lexsort((np.arange(len(score)), -score, q_codes, lid))
+        key = (q_codes * len(frames) + lid)[order]
+        starts, seg = _segments(key)
+        rank = np.empty(len(score), np.float64)
+        rank[order] = np.arange(len(score)) - starts[seg]
+    order = np.lexsort((np.arange(len(score)), rank, lid, q_codes))
+    # positions inside each (query, run): ranks in files may start at 1 or have gaps
+    starts, seg = _segments(q_codes[order] * len(frames) + lid[order])
+    position = (np.arange(len(order)) - starts[seg]).astype(np.int32)
+    # a document repeated in one run for one query counts once, at its best position
+    n_d = max(len(d_uniques), 1)
+    _, first = np.unique((q_codes[order] * len(frames) + lid[order]) * n_d + d_codes[order], return_index=True)
+    keep = np.sort(first)
+    order, dense_rank = order[keep], position[keep]
+    q_s, l_s, d_s, s_s = q_codes[order], lid[order], d_codes[order], score[order]
+    frame = CandidateFrame(query=q_s.astype(np.int32), doc=d_s, score=s_s, rank=dense_rank,
+                           n_queries=len(q_uniques), list_id=l_s.astype(np.int32))
+    fused = fuse_frame(frame, method=method, k=k, weights=weights, norm=norm, limit=limit,
+                       n_lists=len(frames), n_docs=len(d_uniques), n_threads=n_threads)
+    return fused.to_run(np.asarray(d_uniques, dtype=object), np.asarray(q_uniques, dtype=object))

@@ -1,0 +1,84 @@
+"""Shared plumbing of the built-in retrievers: single-query shell, masks, expansion fusion."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from kolm_search.doctable import DocumentTable
+from kolm_search.errors import KolmValueError, SearchError
+from kolm_search.frame import CandidateFrame, QueryBatch
+from kolm_search.fuse import fuse_frame
+from kolm_search.types import SearchDocument, SearchPipelineContext
+
+__all__ = ["BatchRetriever", "batch_from_context", "filter_masks", "fuse_expansions"]
+
+
+class BatchRetriever(Protocol):
+    table: DocumentTable
+
+    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame: ...
+
+
+def batch_from_context(context: SearchPipelineContext) -> QueryBatch:
+    """A batch of one from a pipeline context (expanded queries and embeddings included)."""
+    plan = context.plan
+    texts = list(plan.expanded_queries) or [plan.normalized_query]
+    emb = context.expanded_embeddings
+    if emb is None and context.embeddings is not None and len(texts) == 1:
+        emb = np.asarray(context.embeddings, dtype=np.float32)[None, :]
+    if emb is not None and emb.shape[0] != len(texts):
+        emb = None  # not one row per text: a dense retriever embeds the texts itself
+    return QueryBatch(texts=texts, owner=np.zeros(len(texts), np.int64), n_queries=1,
+                      limit=int(plan.target_limit), filters=[dict(context.request.filters or {})],
+                      embeddings=emb, mode=plan.mode)
+
+
+def retrieve_single(retriever: BatchRetriever, context: SearchPipelineContext) -> list[SearchDocument]:
+    """The spec's ``retrieve(context)`` on top of ``retrieve_batch``."""
+    frame = retriever.retrieve_batch(batch_from_context(context))
+    return retriever.table.documents(frame.doc, frame.score)
+
+
+def filter_masks(table: DocumentTable, filters: list[dict[str, Any]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+    """Per-query mask ids (-1: unfiltered) and the distinct masks (n_masks, n_docs) uint8."""
+    ids = np.full(len(filters), -1, np.int64)
+    masks: list[npt.NDArray[np.bool_]] = []
+    seen: dict[str, int] = {}
+    for i, f in enumerate(filters):
+        if not f:
+            continue
+        key = repr(sorted((k, repr(v)) for k, v in f.items()))
+        if key not in seen:
+            try:
+                mask = table.filter_mask(f)
+            except KolmValueError as exc:
+                raise SearchError("retriever", str(exc), cause=exc) from exc
+            assert mask is not None
+            seen[key] = len(masks)
+            masks.append(mask)
+        ids[i] = seen[key]
+    stacked = np.stack(masks).astype(np.uint8) if masks else np.ones((1, 1), np.uint8)
+    return ids, stacked
+
+
+def text_masks(batch: QueryBatch, table: DocumentTable) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+    """Mask ids per *text* of the batch (each text inherits its query's filters)."""
+    q_ids, masks = filter_masks(table, batch.filters)
+    return q_ids[batch.owner], masks
+
+
+def fuse_expansions(frame: CandidateFrame, batch: QueryBatch, *, k: float, n_docs: int) -> CandidateFrame:
+    """Fuse per-text lists into per-query lists by RRF (identity when each query has one text)."""
+    if batch.single:
+        return CandidateFrame(query=frame.query, doc=frame.doc, score=frame.score, rank=frame.rank,
+                              n_queries=batch.n_queries)
+    pos = np.arange(len(batch.texts)) - np.searchsorted(batch.owner, batch.owner, side="left")
+    query = batch.owner[frame.query].astype(np.int32)
+    list_id = pos[frame.query].astype(np.int32)
+    order = np.lexsort((frame.rank, list_id, query))
+    stacked = CandidateFrame(query=query[order], doc=frame.doc[order], score=frame.score[order],
+                             rank=frame.rank[order], n_queries=batch.n_queries, list_id=list_id[order])
+    return fuse_frame(stacked, method="rrf", k=k, limit=batch.limit, n_lists=int(pos.max()) + 1, n_docs=n_docs)

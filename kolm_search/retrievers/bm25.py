@@ -1,0 +1,255 @@
+"""BM25 over a term-major sparse index, scored for a whole batch in one kernel call.
+
+Variants (Kamphuis et al., "Which BM25 do you mean?", ECIR 2020), with ``N`` documents,
+document frequency ``df``, term frequency ``tf``, length ``L`` and mean length ``A``,
+``n = 1 - b + b L / A``:
+
+=========  ===================================  ==========================================
+method     idf                                  term weight
+=========  ===================================  ==========================================
+robertson  ``log(max(1, (N-df+.5)/(df+.5)))``   ``tf / (k1 n + tf)``
+lucene     ``log(1 + (N-df+.5)/(df+.5))``       ``tf / (k1 n + tf)``
+atire      ``log(N / df)``                      ``(k1+1) tf / (tf + k1 n)``
+bm25l      ``log((N+1) / (df+.5))``             ``(k1+1)(c+delta) / (k1+c+delta)``, ``c = tf/n``
+bm25+      ``log((N+1) / df)``                  ``(k1+1) tf / (k1 n + tf) + delta``
+=========  ===================================  ==========================================
+
+A query's score sums ``idf * weight`` over its tokens, repeats included. For BM25L and
+BM25+ a document without the token still earns ``idf * weight(tf=0, L=A)``; as in bm25s, that
+constant is stored once per term and added back per query. Arithmetic follows bm25s
+(float32 idf and stored weights, float32 accumulation), so scores agree with it to float32
+rounding for the same tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from kolm_search._kernels import numba_threads
+from kolm_search._kernels.topk import sparse_topk
+from kolm_search.doctable import DocumentTable
+from kolm_search.errors import KolmValueError
+from kolm_search.frame import CandidateFrame, QueryBatch
+from kolm_search.retrievers._batching import fuse_expansions, retrieve_single, text_masks
+from kolm_search.retrievers._persist import load_arrays, read_manifest, save_arrays, write_manifest
+from kolm_search.text import Tokenizer
+from kolm_search.types import SearchDocument, SearchPipelineContext
+
+__all__ = [
+    "BM25Retriever",
+    "BM25_METHODS",
+]
+
+BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
+Method = Literal["lucene", "robertson", "atire", "bm25l", "bm25+"]
+_FORMAT = "kolm-search/bm25"
+_VERSION = 1
+
+
+def _idf(method: str, df: npt.NDArray[np.float64], n: int) -> npt.NDArray[np.float64]:
+    if method == "robertson":
+        return np.log(np.maximum((n - df + 0.5) / (df + 0.5), 1.0))
+    if method == "lucene":
+        return np.log(1.0 + (n - df + 0.5) / (df + 0.5))
+    if method == "atire":
+        return np.log(n / df)
+    if method == "bm25l":
+        return np.log((n + 1.0) / (df + 0.5))
+    return np.log((n + 1.0) / df)  # bm25+
+
+
+def _tfc(method: str, tf: npt.NDArray[np.float64], norm: npt.NDArray[np.float64] | float,
+         k1: float, delta: float) -> npt.NDArray[np.float64]:
+    if method in ("robertson", "lucene"):
+        return tf / (k1 * norm + tf)
+    if method == "atire":
+        return tf * (k1 + 1.0) / (tf + k1 * norm)
+    if method == "bm25l":
+        c = tf / norm
+        return (k1 + 1.0) * (c + delta) / (k1 + c + delta)
+    return (k1 + 1.0) * tf / (k1 * norm + tf) + delta  # bm25+
+
+
+class BM25Retriever:
+    """Sparse BM25 retriever over a :class:`DocumentTable`.
+
+    Parameters
+    ----------
+    documents : list of SearchDocument, DataFrame, or DocumentTable
+    method : {"lucene", "robertson", "atire", "bm25l", "bm25+"}, default "lucene"
+    k1, b, delta : float
+        Usual BM25 parameters (``delta`` for bm25l / bm25+).
+    tokenizer : Tokenizer, optional
+        Default: lowercase, English stopwords, Snowball stemming.
+    fields : sequence of str, default ("title", "content")
+        Document fields indexed (joined with a space).
+    fusion_k : float, default 60
+        RRF constant used to merge the lists of expanded queries.
+    n_threads : int, optional
+        Numba threads per call (default: Numba's current setting).
+
+    Notes
+    -----
+    Only documents that contain at least one query token are returned; ties in score are
+    broken by document order. In ``"vector"`` mode the retriever returns nothing (so a
+    hybrid composite degrades to its dense side).
+    """
+
+    name = "bm25"
+
+    def __init__(self, documents: Any, *, method: Method = "lucene", k1: float = 1.5, b: float = 0.75,
+                 delta: float = 0.5, tokenizer: Tokenizer | None = None,
+                 fields: Sequence[str] = ("title", "content"), fusion_k: float = 60,
+                 n_threads: int | None = None, _arrays: Mapping[str, Any] | None = None,
+                 _vocab: list[str] | None = None) -> None:
+        if method not in BM25_METHODS:
+            raise KolmValueError(f"method must be one of {BM25_METHODS}, got {method!r}")
+        for name, value in (("k1", k1), ("b", b), ("delta", delta)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value) or value < 0:
+                raise KolmValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not 0 <= b <= 1:
+            raise KolmValueError(f"b must lie in [0, 1], got {b!r}")
+        self.table = documents if isinstance(documents, DocumentTable) else _as_table(documents)
+        self.method: Method = method
+        self.k1, self.b, self.delta = float(k1), float(b), float(delta)
+        self.tokenizer = tokenizer or Tokenizer()
+        self.fields = tuple(fields)
+        self.fusion_k = float(fusion_k)
+        self.n_threads = n_threads
+        if _arrays is not None and _vocab is not None:
+            self._set_arrays(_arrays, _vocab)
+        else:
+            self._build()
+
+    # -- indexing ----------------------------------------------------------------------
+    def _build(self) -> None:
+        vocab: dict[str, int] = {}
+        term_chunks: list[npt.NDArray[np.int64]] = []
+        lengths = np.zeros(len(self.table), np.int64)
+        for i, tokens in enumerate(self.tokenizer.many(self.table.texts(self.fields))):
+            ids = [vocab.setdefault(t, len(vocab)) for t in tokens]
+            term_chunks.append(np.asarray(ids, dtype=np.int64))
+            lengths[i] = len(ids)
+        terms = np.concatenate(term_chunks) if term_chunks else np.zeros(0, np.int64)
+        docs = np.repeat(np.arange(len(self.table), dtype=np.int64), lengths)
+        n_docs, n_vocab = len(self.table), len(vocab)
+        key, tf = np.unique(terms * max(n_docs, 1) + docs, return_counts=True)  # term-major order
+        p_term, p_doc = key // max(n_docs, 1), key % max(n_docs, 1)
+        df = np.bincount(p_term, minlength=n_vocab).astype(np.float64)
+        avgdl = float(lengths.mean()) if n_docs else 0.0
+        idf32 = _idf(self.method, df, n_docs).astype(np.float32)
+        norm = 1.0 - self.b + self.b * lengths[p_doc] / (avgdl or 1.0)
+        w = idf32[p_term].astype(np.float64) * _tfc(self.method, tf.astype(np.float64), norm, self.k1, self.delta)
+        if self.method in ("bm25l", "bm25+"):
+            nonocc = (_idf(self.method, df, n_docs) * _tfc(self.method, np.zeros(1), 1.0, self.k1, self.delta)).astype(np.float32)
+            w = w - nonocc[p_term].astype(np.float64)
+        else:
+            nonocc = np.zeros(n_vocab, np.float32)
+        t_ptr = np.zeros(n_vocab + 1, np.int64)
+        np.cumsum(df.astype(np.int64), out=t_ptr[1:])
+        self._set_arrays({"t_ptr": t_ptr, "t_docs": p_doc.astype(np.int64), "t_w": w.astype(np.float32),
+                          "nonocc": nonocc, "doc_len": lengths}, list(vocab))
+
+    def _set_arrays(self, arrays: Mapping[str, Any], vocab: list[str]) -> None:
+        self.t_ptr = arrays["t_ptr"]
+        self.t_docs = arrays["t_docs"]
+        self.t_w = arrays["t_w"]
+        self.nonocc = arrays["nonocc"]
+        self.doc_len = arrays["doc_len"]
+        self.vocab = vocab
+        self._vocab_index = {t: i for i, t in enumerate(vocab)}
+
+    # -- querying ----------------------------------------------------------------------
+    def encode(self, texts: Iterable[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Token ids of each text as CSR ``(ptr, ids)``; unknown tokens dropped, repeats kept."""
+        ids: list[int] = []
+        ptr = [0]
+        index = self._vocab_index
+        for text in texts:
+            ids.extend(index[t] for t in self.tokenizer(text) if t in index)
+            ptr.append(len(ids))
+        return np.asarray(ptr, np.int64), np.asarray(ids, np.int64)
+
+    def score_texts(self, texts: Sequence[str], k: int, mask_ids: npt.NDArray[np.int64] | None = None,
+                    masks: npt.NDArray[np.uint8] | None = None) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Top-``k`` documents of each text: ``(docs (m, k), scores (m, k), counts (m,))``."""
+        q_ptr, q_ids = self.encode(texts)
+        m = len(texts)
+        offsets = np.add.reduceat(self.nonocc[q_ids], q_ptr[:-1]) if len(q_ids) else np.zeros(m, np.float32)
+        offsets = np.where(np.diff(q_ptr) > 0, offsets, 0).astype(np.float32)
+        if mask_ids is None or masks is None:
+            mask_ids, masks = np.full(m, -1, np.int64), np.ones((1, 1), np.uint8)
+        k = max(1, min(int(k), len(self.table)))
+        with numba_threads(self.n_threads) as threads:
+            chunks = 1 if m < 16 else min(m, 4 * threads)
+            return sparse_topk(q_ptr, q_ids, self.t_ptr, self.t_docs, self.t_w, offsets, mask_ids, masks,
+                               len(self.table), k, chunks)
+
+    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
+        """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""
+        if batch.mode == "vector" or len(self.table) == 0:
+            return CandidateFrame.empty(batch.n_queries)
+        mask_ids, masks = text_masks(batch, self.table)
+        docs, scores, counts = self.score_texts(batch.texts, batch.limit, mask_ids, masks)
+        keep = np.arange(docs.shape[1])[None, :] < counts[:, None]
+        ptr = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        frame = CandidateFrame.from_ptr(ptr, docs[keep], scores[keep])
+        return fuse_expansions(frame, batch, k=self.fusion_k, n_docs=len(self.table))
+
+    def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
+        """The spec's port: candidates for one query, best first, with BM25 scores."""
+        return retrieve_single(self, context)
+
+    # -- persistence -------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        return {"method": self.method, "k1": self.k1, "b": self.b, "delta": self.delta,
+                "tokenizer": self.tokenizer.to_config(), "fields": list(self.fields), "fusion_k": self.fusion_k}
+
+    def save(self, path: str | Path) -> None:
+        """Write the index to directory ``path`` (npy arrays, JSON, parquet; no pickle)."""
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        self.table.save(root / "documents.parquet")
+        save_arrays(root, {"t_ptr": self.t_ptr, "t_docs": self.t_docs, "t_w": self.t_w,
+                           "nonocc": self.nonocc, "doc_len": self.doc_len})
+        (root / "vocab.json").write_text(json.dumps(self.vocab, ensure_ascii=False), encoding="utf-8")
+        write_manifest(root, _FORMAT, _VERSION, self.config(), n_docs=len(self.table))
+
+    @classmethod
+    def load(cls, path: str | Path, *, mmap: bool = True, n_threads: int | None = None) -> BM25Retriever:
+        """Load an index written by :meth:`save` (arrays memory-mapped by default)."""
+        root = Path(path)
+        manifest = read_manifest(root, _FORMAT, _VERSION)
+        arrays = load_arrays(root, ("t_ptr", "t_docs", "t_w", "nonocc", "doc_len"), mmap=mmap)
+        try:
+            vocab = json.loads((root / "vocab.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise KolmValueError(f"BM25 index {str(root)!r}: cannot read vocab.json: {exc}") from exc
+        table = DocumentTable.load(root / "documents.parquet")
+        n_docs = manifest["n_docs"]
+        ok = (len(table) == n_docs and len(arrays["t_ptr"]) == len(vocab) + 1
+              and int(arrays["t_ptr"][-1]) == len(arrays["t_docs"]) == len(arrays["t_w"])
+              and len(arrays["nonocc"]) == len(vocab) and len(arrays["doc_len"]) == n_docs)
+        if not ok or (len(arrays["t_docs"]) and int(np.max(arrays["t_docs"])) >= n_docs):
+            raise KolmValueError(f"BM25 index {str(root)!r} is inconsistent (mismatched array sizes); rebuild it")
+        cfg = dict(manifest["config"])
+        cfg["tokenizer"] = Tokenizer.from_config(cfg["tokenizer"])
+        return cls(table, **cfg, n_threads=n_threads, _arrays=arrays, _vocab=vocab)
+
+    def __repr__(self) -> str:
+        return (f"BM25Retriever({len(self.table)} docs, {len(self.vocab)} terms, method={self.method!r}, "
+                f"k1={self.k1:g}, b={self.b:g})")
+
+
+def _as_table(documents: Any) -> DocumentTable:
+    if isinstance(documents, pd.DataFrame):
+        return DocumentTable.from_frame(documents)
+    return DocumentTable.from_documents(documents)

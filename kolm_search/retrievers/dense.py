@@ -1,0 +1,225 @@
+"""Exact dense retrieval: blocked float32 matrix products fused with per-row top-k heaps.
+
+Each block of queries is multiplied against blocks of documents (``Q_b @ D_b.T``, BLAS) and
+every block of scores is folded into running per-query heaps by a parallel Numba kernel
+(:func:`kolm_search._kernels.topk.dense_block_update`), so memory stays bounded by the
+block sizes whatever the batch size, and no full partial sort of the score matrix is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from kolm_search._aio import run_sync
+from kolm_search._kernels import numba_threads
+from kolm_search._kernels.topk import dense_block_update, heaps_sorted
+from kolm_search.doctable import DocumentTable
+from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
+from kolm_search.frame import CandidateFrame, QueryBatch
+from kolm_search.ports import Embedder
+from kolm_search.retrievers._batching import fuse_expansions, retrieve_single, text_masks
+from kolm_search.retrievers._persist import load_arrays, read_manifest, save_arrays, write_manifest
+from kolm_search.types import SearchDocument, SearchPipelineContext
+
+__all__ = ["DenseRetriever", "embed_texts", "exact_topk"]
+
+Metric = Literal["cosine", "ip"]
+_FORMAT = "kolm-search/dense"
+_VERSION = 1
+
+
+def _normalise(mat: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    return (mat / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+
+
+async def _embed_async(embedder: Any, texts: list[str], batch_size: int) -> npt.NDArray[np.float32]:
+    from kolm_search._aio import resolve
+
+    rows = []
+    many = getattr(embedder, "embed_many", None)
+    for i in range(0, len(texts), batch_size):
+        chunk = texts[i:i + batch_size]
+        if callable(many):
+            rows.append(np.asarray(await resolve(many(chunk)), dtype=np.float32))
+        else:
+            rows.append(np.stack([np.asarray(await resolve(embedder.embed(t)), dtype=np.float32) for t in chunk]))
+    return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
+
+
+def embed_texts(embedder: Embedder, texts: Sequence[str], *, batch_size: int = 256) -> npt.NDArray[np.float32]:
+    """Embed ``texts`` in batches (``embed_many`` when available) as float32 (n, d)."""
+    mat = run_sync(_embed_async(embedder, list(texts), batch_size), name="embed_texts")
+    if mat.ndim != 2 or mat.shape[0] != len(texts) or not np.all(np.isfinite(mat)):
+        raise KolmValueError(f"embedder returned an invalid matrix of shape {mat.shape} for {len(texts)} texts")
+    return mat
+
+
+def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], k: int, *,
+               mask_ids: npt.NDArray[np.int64] | None = None, masks: npt.NDArray[np.uint8] | None = None,
+               query_block: int = 1024, doc_block: int = 16384, n_threads: int | None = None,
+               ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    """Exact inner-product top-k of each query row.
+
+    Parameters
+    ----------
+    queries : float32 (m, d)
+    docs : float32 (n, d)
+    k : int
+    mask_ids : int64 (m,), optional
+        Row of ``masks`` allowed for each query (-1: all documents).
+    masks : uint8 (n_masks, n), optional
+
+    Returns
+    -------
+    docs int64 (m, k), scores float32 (m, k), counts int64 (m,)
+        Rows best first (ties by document code); ``counts`` valid entries per row.
+    """
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    d = np.ascontiguousarray(docs, dtype=np.float32)
+    m, n = q.shape[0], d.shape[0]
+    k = max(1, min(int(k), max(n, 1)))
+    if mask_ids is None or masks is None:
+        mask_ids, masks = np.full(m, -1, np.int64), np.ones((1, 1), np.uint8)
+    heap_s = np.empty((m, k), np.float32)
+    heap_d = np.full((m, k), -1, np.int64)
+    sizes = np.zeros(m, np.int64)
+    buf = np.empty((min(query_block, max(m, 1)), min(doc_block, max(n, 1))), np.float32)
+    with numba_threads(n_threads):
+        for q0 in range(0, m, query_block):
+            qb = q[q0:q0 + query_block]
+            for d0 in range(0, n, doc_block):
+                db = d[d0:d0 + doc_block]
+                out = buf[: qb.shape[0], : db.shape[0]]
+                np.matmul(qb, db.T, out=out)
+                dense_block_update(out, np.int64(q0), np.int64(d0), mask_ids, masks, heap_s, heap_d, sizes)
+        heaps_sorted(heap_s, heap_d, sizes)
+    return heap_d, heap_s, sizes
+
+
+class DenseRetriever:
+    """Exact (brute-force) dense retriever.
+
+    Parameters
+    ----------
+    documents : list of SearchDocument, DataFrame, or DocumentTable
+    embedder : Embedder, optional
+        Embeds the documents (when ``embeddings`` is not given) and, when the pipeline gives
+        no query embeddings, the queries.
+    embeddings : float32 (n_docs, d), optional
+        Precomputed document embeddings, row-aligned with the documents.
+    metric : {"cosine", "ip"}, default "cosine"
+    fields : sequence of str, default ("title", "content")
+        Fields embedded (joined with a space).
+    fusion_k : float, default 60
+        RRF constant for expanded queries.
+
+    Notes
+    -----
+    In ``"fulltext"`` mode the retriever returns nothing (a hybrid composite degrades to
+    its sparse side).
+    """
+
+    name = "dense"
+
+    def __init__(self, documents: Any, embedder: Embedder | None = None, *,
+                 embeddings: npt.ArrayLike | None = None, metric: Metric = "cosine",
+                 fields: Sequence[str] = ("title", "content"), fusion_k: float = 60,
+                 batch_size: int = 256, n_threads: int | None = None) -> None:
+        if metric not in ("cosine", "ip"):
+            raise KolmValueError(f"metric must be 'cosine' or 'ip', got {metric!r}")
+        if isinstance(documents, DocumentTable):
+            self.table = documents
+        elif isinstance(documents, pd.DataFrame):
+            self.table = DocumentTable.from_frame(documents)
+        else:
+            self.table = DocumentTable.from_documents(documents)
+        if embedder is not None and not callable(getattr(embedder, "embed", None)):
+            raise KolmTypeError(f"embedder must have an 'embed' method, got {type(embedder).__name__}")
+        self.embedder = embedder
+        self.metric: Metric = metric
+        self.fields = tuple(fields)
+        self.fusion_k = float(fusion_k)
+        self.n_threads = n_threads
+        if embeddings is None:
+            if embedder is None:
+                raise KolmValueError("DenseRetriever needs an embedder or precomputed embeddings")
+            embeddings = embed_texts(embedder, self.table.texts(self.fields), batch_size=batch_size)
+        mat = np.asarray(embeddings, dtype=np.float32)
+        if mat.ndim != 2 or mat.shape[0] != len(self.table):
+            raise KolmValueError(f"embeddings must have shape ({len(self.table)}, d), got {mat.shape}")
+        if not np.all(np.isfinite(mat)):
+            raise KolmValueError("document embeddings contain NaN or infinite values")
+        self.embeddings = _normalise(mat) if metric == "cosine" else np.ascontiguousarray(mat)
+
+    @property
+    def dim(self) -> int:
+        return int(self.embeddings.shape[1])
+
+    def search_vectors(self, vectors: npt.ArrayLike, k: int, mask_ids: npt.NDArray[np.int64] | None = None,
+                       masks: npt.NDArray[np.uint8] | None = None) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Top-``k`` of each query vector: ``(docs (m, k), scores (m, k), counts (m,))``."""
+        q = np.asarray(vectors, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise SearchError("retriever", f"query embeddings have shape {q.shape}; the index has dimension {self.dim}")
+        if self.metric == "cosine":
+            q = _normalise(q)
+        return exact_topk(q, self.embeddings, k, mask_ids=mask_ids, masks=masks, n_threads=self.n_threads)
+
+    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
+        """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""
+        if batch.mode == "fulltext" or len(self.table) == 0:
+            return CandidateFrame.empty(batch.n_queries)
+        vectors = batch.embeddings
+        if vectors is None:
+            if self.embedder is None:
+                raise SearchError("retriever", "DenseRetriever got no query embeddings and has no embedder")
+            vectors = embed_texts(self.embedder, batch.texts)
+        mask_ids, masks = text_masks(batch, self.table)
+        docs, scores, counts = self.search_vectors(vectors, batch.limit, mask_ids, masks)
+        keep = np.arange(docs.shape[1])[None, :] < counts[:, None]
+        ptr = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        frame = CandidateFrame.from_ptr(ptr, docs[keep], scores[keep])
+        return fuse_expansions(frame, batch, k=self.fusion_k, n_docs=len(self.table))
+
+    def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
+        """The spec's port: candidates for one query, best first, with similarity scores."""
+        return retrieve_single(self, context)
+
+    def save(self, path: str | Path) -> None:
+        """Write to directory ``path`` (embeddings.npy, documents.parquet, manifest.json)."""
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        self.table.save(root / "documents.parquet")
+        save_arrays(root, {"embeddings": self.embeddings})
+        write_manifest(root, _FORMAT, _VERSION, {"metric": self.metric, "fields": list(self.fields),
+                                                 "fusion_k": self.fusion_k}, n_docs=len(self.table), dim=self.dim)
+
+    @classmethod
+    def load(cls, path: str | Path, embedder: Embedder | None = None, *, mmap: bool = True,
+             n_threads: int | None = None) -> DenseRetriever:
+        """Load a retriever written by :meth:`save` (embeddings memory-mapped by default)."""
+        root = Path(path)
+        manifest = read_manifest(root, _FORMAT, _VERSION)
+        emb = load_arrays(root, ("embeddings",), mmap=mmap)["embeddings"]
+        table = DocumentTable.load(root / "documents.parquet")
+        if emb.ndim != 2 or emb.shape != (manifest["n_docs"], manifest["dim"]) or len(table) != manifest["n_docs"]:
+            raise KolmValueError(f"dense index {str(root)!r} is inconsistent: embeddings {emb.shape}, "
+                                 f"{len(table)} documents, manifest {manifest['n_docs']}x{manifest['dim']}")
+        self = cls.__new__(cls)
+        self.table, self.embedder = table, embedder
+        cfg = manifest["config"]
+        self.metric, self.fields, self.fusion_k = cfg["metric"], tuple(cfg["fields"]), float(cfg["fusion_k"])
+        self.n_threads = n_threads
+        self.embeddings = emb
+        return self
+
+    def __repr__(self) -> str:
+        return f"DenseRetriever({len(self.table)} docs, dim={self.dim}, metric={self.metric!r})"

@@ -1,0 +1,157 @@
+"""BM25Retriever against bm25s (the oracle) for every variant, plus kernel twin and filters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import bm25s
+import numpy as np
+import pandas as pd
+import pytest
+
+from kolm_search import BM25Retriever, KolmValueError, SearchDocument, Tokenizer
+from kolm_search._kernels.topk import sparse_topk, sparse_topk_numpy
+from kolm_search.frame import QueryBatch
+from tests.conftest import synthetic_corpus
+
+PLAIN = Tokenizer(stopwords=None, stemmer=None)
+
+
+def corpus_frame(texts: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({"id": [f"doc{i}" for i in range(len(texts))], "content": texts})
+
+
+def bm25s_scores(texts: list[str], queries: list[str], method: str, k1: float, b: float, delta: float) -> np.ndarray:
+    model = bm25s.BM25(method=method, k1=k1, b=b, delta=delta)
+    model.index([PLAIN(t) for t in texts], show_progress=False)
+    out = []
+    for q in queries:
+        toks = [t for t in PLAIN(q) if t in model.vocab_dict]
+        out.append(model.get_scores(toks) if toks else np.zeros(len(texts), np.float32))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("method", ["lucene", "robertson", "atire", "bm25l", "bm25+"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_scores_equal_bm25s(method: str, seed: int) -> None:
+    texts = synthetic_corpus(300, 80, seed)
+    rng = np.random.default_rng(seed + 100)
+    queries = [" ".join(f"w{t}" for t in rng.integers(0, 90, rng.integers(1, 6))) for _ in range(40)]
+    k1, b, delta = (1.2, 0.6, 0.7) if seed else (1.5, 0.75, 0.5)
+    ret = BM25Retriever(corpus_frame(texts), method=method, k1=k1, b=b, delta=delta, tokenizer=PLAIN, fields=("content",))
+    want = bm25s_scores(texts, queries, method, k1, b, delta)
+    docs, scores, counts = ret.score_texts(queries, k=len(texts))
+    for q in range(len(queries)):
+        got = np.full(len(texts), np.nan)
+        got[docs[q, : counts[q]]] = scores[q, : counts[q]]
+        matched = ~np.isnan(got)
+        np.testing.assert_allclose(got[matched], want[q][matched], rtol=2e-6, atol=1e-6)
+        # unreturned documents hold no query token: bm25s gives them the empty-match baseline
+        q_tokens = set(PLAIN(queries[q]))
+        for d in np.flatnonzero(~matched):
+            assert not q_tokens & set(PLAIN(texts[d]))
+        # order: descending score, ties by document code
+        s, d = scores[q, : counts[q]], docs[q, : counts[q]]
+        assert np.all((np.diff(s) < 0) | ((np.diff(s) == 0) & (np.diff(d) > 0)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sparse_kernel_matches_numpy_twin(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n_docs, vocab = 60, 25
+    t_docs_l, t_w_l, t_ptr = [], [], [0]
+    for _ in range(vocab):
+        d = np.sort(rng.choice(n_docs, size=int(rng.integers(0, 15)), replace=False))
+        t_docs_l.append(d)
+        t_w_l.append(np.round(rng.random(d.size), 2).astype(np.float32))  # rounded: ties
+        t_ptr.append(t_ptr[-1] + d.size)
+    t_ptr_a, t_docs, t_w = np.array(t_ptr), np.concatenate(t_docs_l).astype(np.int64), np.concatenate(t_w_l)
+    q_ptr = np.concatenate([[0], np.cumsum(rng.integers(0, 5, 30))]).astype(np.int64)
+    q_terms = rng.integers(0, vocab, q_ptr[-1]).astype(np.int64)
+    offsets = np.round(rng.random(30), 1).astype(np.float32)
+    masks = (rng.random((3, n_docs)) < 0.6).astype(np.uint8)
+    mask_ids = rng.integers(-1, 3, 30).astype(np.int64)
+    got = sparse_topk(q_ptr, q_terms, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7, n_chunks=3)
+    want = sparse_topk_numpy(q_ptr, q_terms, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7)
+    np.testing.assert_array_equal(got[2], want[2])
+    for q in range(30):
+        c = got[2][q]
+        np.testing.assert_array_equal(got[0][q, :c], want[0][q, :c])
+        np.testing.assert_allclose(got[1][q, :c], want[1][q, :c], rtol=1e-6)
+
+
+def test_filters_mask_before_topk_and_never_pad() -> None:
+    docs = [SearchDocument(id=f"d{i}", content="alpha beta" if i % 3 else "alpha", tags=["x"] if i % 2 else ["y"],
+                           metadata={"lang": "en" if i < 10 else "fr"}) for i in range(30)]
+    ret = BM25Retriever(docs)
+    batch = QueryBatch(texts=["alpha", "alpha", "alpha"], owner=np.arange(3), n_queries=3, limit=5,
+                       filters=[{}, {"tags": "x", "lang": "fr"}, {"lang": ["de"]}], mode="fulltext")
+    frame = ret.retrieve_batch(batch)
+    ptr = frame.ptr
+    assert ptr[1] - ptr[0] == 5
+    got = ret.table.ids[frame.doc[ptr[1]:ptr[2]]]
+    assert len(got) == 5 and all(int(g[1:]) % 2 == 1 and int(g[1:]) >= 10 for g in got)
+    assert ptr[3] - ptr[2] == 0  # nothing matches: no padding
+    with pytest.raises(Exception, match="unknown filter field 'colour'"):
+        ret.retrieve_batch(QueryBatch(texts=["alpha"], owner=[0], n_queries=1, limit=3, filters=[{"colour": 1}]))
+
+
+def test_vector_mode_returns_nothing_and_empty_queries() -> None:
+    ret = BM25Retriever(corpus_frame(["a bb cc", "bb dd"]), tokenizer=PLAIN)
+    assert len(ret.retrieve_batch(QueryBatch(texts=["bb"], owner=[0], n_queries=1, limit=3, filters=[{}], mode="vector"))) == 0
+    frame = ret.retrieve_batch(QueryBatch(texts=["zz", "bb"], owner=[0, 1], n_queries=2, limit=3, filters=[{}, {}], mode="fulltext"))
+    assert list(frame.ptr) == [0, 0, 2]
+
+
+def test_save_load_round_trip_and_errors(tmp_path: Path) -> None:
+    texts = synthetic_corpus(200, 50, 3)
+    ret = BM25Retriever(corpus_frame(texts), method="bm25+", k1=1.1, tokenizer=Tokenizer(stopwords=["w0"]))
+    ret.save(tmp_path / "idx")
+    loaded = BM25Retriever.load(tmp_path / "idx")
+    assert loaded.method == "bm25+" and loaded.k1 == 1.1 and loaded.tokenizer.to_config() == ret.tokenizer.to_config()
+    qs = ["w1 w2 w0", "w7", "w3 w3 w9"]
+    for a, b in zip(ret.score_texts(qs, 20), loaded.score_texts(qs, 20), strict=True):
+        np.testing.assert_array_equal(a, b)
+    (tmp_path / "idx" / "t_w.npy").write_bytes(b"garbage")
+    with pytest.raises(KolmValueError, match="t_w.npy"):
+        BM25Retriever.load(tmp_path / "idx")
+    with pytest.raises(KolmValueError, match="no manifest"):
+        BM25Retriever.load(tmp_path / "nothing")
+    ret.save(tmp_path / "idx2")
+    np.save(tmp_path / "idx2" / "t_docs.npy", np.zeros(3, np.int64))
+    with pytest.raises(KolmValueError, match="inconsistent"):
+        BM25Retriever.load(tmp_path / "idx2")
+
+
+@pytest.mark.parametrize("kwargs, match", [({"method": "bm26"}, "method"), ({"k1": -1}, "k1"), ({"b": 2}, "b must"),
+                                           ({"k1": float("nan")}, "k1")])
+def test_bad_parameters(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(KolmValueError, match=match):
+        BM25Retriever(corpus_frame(["a b"]), **kwargs)  # type: ignore[arg-type]
+
+
+def test_tokenizer_defaults_and_errors() -> None:
+    t = Tokenizer()
+    assert t("The Flows of Supersonic aircraft, é x") == ["flow", "superson", "aircraft"]
+    with pytest.raises(KolmValueError, match="stemmer"):
+        Tokenizer(stemmer="klingon")
+    with pytest.raises(KolmValueError, match="stopword"):
+        Tokenizer(stopwords="elvish")
+    with pytest.raises(KolmValueError, match="regex"):
+        Tokenizer(pattern="(")
+    import pickle
+
+    assert pickle.loads(pickle.dumps(t))("flows") == ["flow"]
+
+
+def test_cranfield_scores_equal_bm25s(cranfield: dict[str, pd.DataFrame]) -> None:
+    corpus, queries = cranfield["corpus"], cranfield["queries"]
+    ret = BM25Retriever(corpus)
+    tok = ret.tokenizer
+    model = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
+    model.index([tok(t) for t in ret.table.texts()], show_progress=False)
+    docs, scores, counts = ret.score_texts(list(queries["query"]), k=100)
+    for q, text in enumerate(queries["query"][:60]):
+        want = model.get_scores([t for t in tok(text) if t in model.vocab_dict])
+        np.testing.assert_allclose(scores[q, : counts[q]], want[docs[q, : counts[q]]], rtol=2e-6)
+        assert scores[q, counts[q] - 1] >= np.sort(want)[-100] - 1e-5  # nothing better was left out

@@ -1,0 +1,92 @@
+"""DenseRetriever and exact_topk against brute force."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kolm_search import DenseRetriever, KolmValueError, SearchDocument, SearchError
+from kolm_search._kernels.topk import dense_topk_numpy
+from kolm_search.frame import QueryBatch
+from kolm_search.retrievers.dense import exact_topk
+from tests.fakes import HashEmbedder
+
+
+def brute(q: np.ndarray, d: np.ndarray, k: int, mask_ids=None, masks=None):
+    m = q.shape[0]
+    if mask_ids is None:
+        mask_ids, masks = np.full(m, -1), np.ones((1, 1), np.uint8)
+    return dense_topk_numpy((q.astype(np.float64) @ d.T.astype(np.float64)).astype(np.float32), mask_ids, masks, k)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("blocks", [(7, 50), (1024, 16384)])
+def test_exact_topk_equals_brute_force(seed: int, blocks: tuple[int, int]) -> None:
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((40, 12)).astype(np.float32)
+    d = rng.standard_normal((500, 12)).astype(np.float32)
+    masks = (rng.random((2, 500)) < 0.3).astype(np.uint8)
+    mask_ids = rng.integers(-1, 2, 40).astype(np.int64)
+    got = exact_topk(q, d, 15, mask_ids=mask_ids, masks=masks, query_block=blocks[0], doc_block=blocks[1])
+    want = brute(q, d, 15, mask_ids, masks)
+    np.testing.assert_array_equal(got[2], want[2])
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
+
+
+def test_ties_broken_by_document_code() -> None:
+    d = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 0.0]], np.float32)
+    docs, scores, counts = exact_topk(np.array([[1.0, 0.0]], np.float32), d, 3, doc_block=2)
+    assert list(docs[0]) == [0, 2, 3] and counts[0] == 3
+
+
+def test_k_larger_than_corpus() -> None:
+    d = np.eye(3, dtype=np.float32)
+    docs, scores, counts = exact_topk(np.ones((2, 3), np.float32), d, 10)
+    assert docs.shape == (2, 3) and list(counts) == [3, 3]
+
+
+def test_retriever_cosine_vs_ip_and_persistence(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((50, 8)).astype(np.float32) * rng.uniform(0.1, 10, (50, 1)).astype(np.float32)
+    docs = [SearchDocument(id=f"d{i}", content=f"c{i}") for i in range(50)]
+    cos = DenseRetriever(docs, embeddings=emb)
+    ip = DenseRetriever(docs, embeddings=emb, metric="ip")
+    qv = rng.standard_normal((3, 8)).astype(np.float32)
+    want_cos = np.argsort(-(qv / np.linalg.norm(qv, axis=1, keepdims=True)) @ (emb / np.linalg.norm(emb, axis=1, keepdims=True)).T, axis=1)[:, :5]
+    want_ip = np.argsort(-(qv @ emb.T), axis=1)[:, :5]
+    np.testing.assert_array_equal(cos.search_vectors(qv, 5)[0], want_cos)
+    np.testing.assert_array_equal(ip.search_vectors(qv, 5)[0], want_ip)
+    cos.save(tmp_path / "dense")
+    loaded = DenseRetriever.load(tmp_path / "dense")
+    np.testing.assert_array_equal(loaded.search_vectors(qv, 5)[0], want_cos)
+    np.save(tmp_path / "dense" / "embeddings.npy", np.zeros((3, 8), np.float32))
+    with pytest.raises(KolmValueError, match="inconsistent"):
+        DenseRetriever.load(tmp_path / "dense")
+
+
+def test_embeds_corpus_and_queries_with_embedder() -> None:
+    docs = [SearchDocument(id=f"d{i}", content=w) for i, w in enumerate(["apple pie", "banana split", "cherry tart"])]
+    ret = DenseRetriever(docs, HashEmbedder(), fields=("content",))
+    frame = ret.retrieve_batch(QueryBatch(texts=["banana split"], owner=[0], n_queries=1, limit=2, filters=[{}], mode="vector"))
+    assert ret.table.ids[frame.doc[0]] == "d1"
+    assert len(ret.retrieve_batch(QueryBatch(texts=["x"], owner=[0], n_queries=1, limit=2, filters=[{}], mode="fulltext"))) == 0
+
+
+def test_errors() -> None:
+    docs = [SearchDocument(id="a", content="x")]
+    with pytest.raises(KolmValueError, match="embedder or precomputed"):
+        DenseRetriever(docs)
+    with pytest.raises(KolmValueError, match="shape"):
+        DenseRetriever(docs, embeddings=np.zeros((2, 3)))
+    with pytest.raises(KolmValueError, match="NaN"):
+        DenseRetriever(docs, embeddings=np.array([[np.nan, 1.0]]))
+    with pytest.raises(KolmValueError, match="metric"):
+        DenseRetriever(docs, embeddings=np.ones((1, 2)), metric="l2")  # type: ignore[arg-type]
+    ret = DenseRetriever(docs, embeddings=np.ones((1, 2)))
+    with pytest.raises(SearchError, match="dimension 2"):
+        ret.search_vectors(np.ones((1, 3)), 1)
+    with pytest.raises(SearchError, match="no query embeddings"):
+        ret.retrieve_batch(QueryBatch(texts=["q"], owner=[0], n_queries=1, limit=1, filters=[{}], mode="vector"))

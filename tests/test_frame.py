@@ -1,0 +1,102 @@
+"""Candidate frame and document table: schema checks, conversions, filters, persistence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kolm_search import (
+    CandidateFrame,
+    DocumentTable,
+    FrameValidationError,
+    KolmValueError,
+    QueryBatch,
+    SearchDocument,
+)
+
+
+def test_from_ptr_select_page_to_run() -> None:
+    f = CandidateFrame.from_ptr([0, 3, 3, 5], [4, 1, 2, 0, 4], [3.0, 2.0, 1.0, 9.0, 8.0])
+    assert list(f.query) == [0, 0, 0, 2, 2] and list(f.rank) == [0, 1, 2, 0, 1]
+    assert list(f.ptr) == [0, 3, 3, 5]
+    run = f.to_run(["a", "b", "c", "d", "e"], ["q0", "q1", "q2"])
+    assert list(run.itertuples(index=False, name=None))[:2] == [("q0", "e", 0, 3.0), ("q0", "b", 1, 2.0)]
+    sel = f.select([2, 0])
+    assert list(sel.doc) == [0, 4, 4, 1, 2] and sel.n_queries == 2
+    assert list(f.page(1, 1).doc) == [1, 4]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"query": np.array([1, 0], np.int32)}, "sorted by query"),
+        ({"query": np.array([0, 5], np.int32)}, "lie in"),
+        ({"rank": np.array([0, -1], np.int32)}, "rank"),
+        ({"doc": np.array([-1, 0])}, "doc"),
+        ({"score": np.zeros(3)}, "shape"),
+    ],
+)
+def test_validation_errors(kwargs: dict[str, object], match: str) -> None:
+    base = {"query": np.array([0, 0], np.int32), "doc": np.array([1, 2]), "score": np.array([1.0, 0.5]),
+            "rank": np.array([0, 1], np.int32), "n_queries": 2}
+    with pytest.raises(FrameValidationError, match=match):
+        CandidateFrame(**{**base, **kwargs})  # type: ignore[arg-type]
+
+
+def test_concat_sorts_by_query_list_rank() -> None:
+    a = CandidateFrame.from_ptr([0, 1, 2], [5, 6], [1.0, 1.0])
+    b = CandidateFrame.from_ptr([0, 2, 2], [7, 8], [1.0, 1.0])
+    c = CandidateFrame.concat([a, b])
+    assert list(c.doc) == [5, 7, 8, 6] and list(c.list_id) == [0, 1, 1, 0]
+    with pytest.raises(FrameValidationError):
+        CandidateFrame.concat([a, CandidateFrame.empty(3)])
+
+
+def test_query_batch_validation() -> None:
+    with pytest.raises(FrameValidationError, match="owner"):
+        QueryBatch(texts=["a", "b"], owner=[1, 0], n_queries=2, limit=1, filters=[{}, {}])
+    with pytest.raises(FrameValidationError, match="filters"):
+        QueryBatch(texts=["a"], owner=[0], n_queries=1, limit=1, filters=[])
+
+
+def test_document_table_codes_filters_and_round_trip(tmp_path: Path) -> None:
+    docs = [SearchDocument(id="a", content="x", title="T", tags=["k1", "k2"], metadata={"year": 2001, "lang": "en"}),
+            SearchDocument(id="b", content="y", source="web", metadata={"year": 1999}),
+            SearchDocument(id="c", content="z")]
+    t = DocumentTable.from_documents(docs)
+    assert list(t.codes(["c", "a"])) == [2, 0]
+    assert list(t.codes(["zz"], missing="ignore")) == [-1]
+    with pytest.raises(KolmValueError, match="unknown document id"):
+        t.codes(["zz"])
+    assert list(t.filter_mask({"tags": "k2"})) == [True, False, False]
+    assert list(t.filter_mask({"year": [1999, 2001], "source": "web"})) == [False, True, False]
+    assert t.filter_mask({}) is None
+    with pytest.raises(KolmValueError, match="unknown filter field 'colour'"):
+        t.filter_mask({"colour": "red"})
+    t.save(tmp_path / "d.parquet")
+    back = DocumentTable.load(tmp_path / "d.parquet")
+    assert back.documents([0, 1, 2]) == t.documents([0, 1, 2]) == [SearchDocument(**d.to_dict()) for d in docs]
+    assert t.texts() == ["T x", "y", "z"]
+
+
+@pytest.mark.parametrize(
+    "frame, match",
+    [
+        (pd.DataFrame({"id": ["a", "a"], "content": ["x", "y"]}), "duplicate document id 'a'"),
+        (pd.DataFrame({"id": ["a", 3], "content": ["x", "y"]}), "ids must be strings"),
+        (pd.DataFrame({"id": ["a"], "content": [None]}), "content must be str"),
+        (pd.DataFrame({"content": ["x"]}), "needs columns"),
+    ],
+)
+def test_document_table_errors(frame: pd.DataFrame, match: str) -> None:
+    with pytest.raises(KolmValueError, match=match):
+        DocumentTable.from_frame(frame)
+
+
+def test_extra_columns_become_metadata() -> None:
+    t = DocumentTable.from_frame(pd.DataFrame({"id": ["1", "2"], "content": ["a", "b"], "year": [2000, None]}))
+    assert t.documents([0, 1])[0].metadata == {"year": 2000.0} and t.documents([1])[0].metadata is None
+    assert list(t.filter_mask({"year": 2000})) == [True, False]

@@ -1,0 +1,95 @@
+"""fuse() over run DataFrames against a plain-pandas oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kolm_search import FrameValidationError, KolmValueError, fuse
+
+
+def oracle(runs: list[pd.DataFrame], method: str, k: float, weights: list[float] | None, norm: str | None) -> dict:
+    """{qid: [(doc, score)] best first, ties by first appearance} in plain Python."""
+    out: dict = {}
+    for qid in sorted(set().union(*[set(r.qid) for r in runs])):
+        acc: dict[str, float] = {}
+        nl: dict[str, int] = {}
+        for li, run in enumerate(runs):
+            w = 1.0 if weights is None else weights[li]
+            sub = run[run.qid == qid].reset_index(drop=True)
+            if "rank" not in sub:
+                sub = sub.iloc[np.lexsort((np.arange(len(sub)), -sub.score.to_numpy()))].reset_index(drop=True)
+            else:
+                sub = sub.sort_values("rank", kind="stable").reset_index(drop=True)
+            sub = sub.drop_duplicates("doc_id").reset_index(drop=False)  # keep best (first) position
+            s = sub.score.to_numpy(float)
+            if norm == "min-max":
+                span = s.max() - s.min() if len(s) else 0
+                s = (s - s.min()) / span if span > 0 else np.ones_like(s)
+            elif norm == "z-score":
+                sd = s.std() if len(s) else 0
+                s = (s - s.mean()) / sd if sd > 0 else np.zeros_like(s)
+            for (_, row), sc in zip(sub.iterrows(), s, strict=True):
+                c = w / (k + row["index"] + 1) if method == "rrf" else w * sc
+                acc[row.doc_id] = acc.get(row.doc_id, 0.0) + c
+                nl[row.doc_id] = nl.get(row.doc_id, 0) + 1
+        if method == "combmnz":
+            acc = {d: v * nl[d] for d, v in acc.items()}
+        out[qid] = sorted(acc.items(), key=lambda kv: -kv[1])
+    return out
+
+
+run_strategy = st.lists(
+    st.tuples(st.sampled_from(["q1", "q2", "q3"]), st.sampled_from([f"d{i}" for i in range(8)]), st.integers(0, 5)),
+    min_size=1, max_size=25,
+).map(lambda rows: pd.DataFrame(rows, columns=["qid", "doc_id", "score"]).astype({"score": float}))
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(run_strategy, min_size=1, max_size=3),
+       st.sampled_from([("rrf", None), ("combsum", None), ("combsum", "min-max"), ("combmnz", "z-score"), ("combmnz", "min-max")]),
+       st.booleans())
+def test_fuse_matches_oracle(runs: list[pd.DataFrame], method_norm: tuple[str, str | None], weighted: bool) -> None:
+    method, norm = method_norm
+    weights = [1.0 + i for i in range(len(runs))] if weighted else None
+    got = fuse(runs, method=method, k=10, weights=weights, norm=norm)
+    want = oracle(runs, method, 10, weights, norm)
+    assert list(got.columns) == ["qid", "doc_id", "rank", "score"]
+    assert sorted(got.qid.unique()) == list(got.qid.unique()) == sorted(want)
+    for qid, items in want.items():
+        sub = got[got.qid == qid]
+        assert list(sub["rank"]) == list(range(len(sub)))
+        np.testing.assert_allclose(sub.score.to_numpy(), [v for _, v in items], rtol=1e-9, atol=1e-12)
+        # same doc order up to exact score ties
+        assert sorted(zip(-sub.score.round(9), sub.doc_id)) == sorted(zip(-np.round([v for _, v in items], 9), [d for d, _ in items]))
+
+
+def test_rank_column_used_and_limit_and_dict_weights() -> None:
+    a = pd.DataFrame({"qid": [1, 1, 1], "doc_id": ["x", "y", "z"], "score": [0.0, 0.0, 0.0], "rank": [3, 1, 2]})
+    b = pd.DataFrame({"qid": [1, 1], "doc_id": ["z", "x"], "score": [9.0, 1.0], "rank": [1, 2]})
+    got = fuse({"a": a, "b": b}, weights={"b": 3.0}, limit=2, k=0)
+    assert list(got.doc_id) == ["z", "x"] and len(got) == 2
+    assert got.score.iloc[0] == pytest.approx(1 / 2 + 3.0 / 1)
+
+
+def test_errors() -> None:
+    good = pd.DataFrame({"qid": ["1"], "doc_id": ["a"], "score": [1.0]})
+    with pytest.raises(FrameValidationError, match="lacks column"):
+        fuse([good, good.drop(columns="score")])
+    with pytest.raises(FrameValidationError, match="non-numeric"):
+        fuse([good.assign(score=["oops"])])
+    with pytest.raises(KolmValueError, match="method"):
+        fuse([good], method="borda")  # type: ignore[arg-type]
+    with pytest.raises(KolmValueError, match="norm applies"):
+        fuse([good], norm="min-max")
+    with pytest.raises(KolmValueError, match="weights"):
+        fuse([good, good], weights=[1.0])
+    with pytest.raises(KolmValueError, match="unknown runs"):
+        fuse({"a": good}, weights={"zz": 1.0})
+    with pytest.raises(KolmValueError, match="at least one"):
+        fuse([])
+    with pytest.raises(TypeError):
+        fuse(["not a frame"])  # type: ignore[list-item]
