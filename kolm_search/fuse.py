@@ -180,35 +180,74 @@ def fuse(
         raise KolmValueError("fuse needs at least one run")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0):
         raise KolmValueError(f"limit must be a non-negative integer, got {limit!r}")
-    sizes = [len(f) for f in frames]
-    lid = np.repeat(np.arange(len(frames), dtype=np.int64), sizes)
-    qid_all = pd.concat([f["qid"] for f in frames], ignore_index=True)
-    doc_all = pd.concat([f["doc_id"] for f in frames], ignore_index=True)
+    return _fuse_runs(frames, method=method, k=k, weights=weights, norm=norm, limit=limit, n_threads=n_threads)
+
+
+def _concat_column(frames: list[pd.DataFrame], column: str) -> Any:
+    parts = [f[column] for f in frames]
+    return parts[0].reset_index(drop=True) if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+
+
+def _fuse_runs(frames: list[pd.DataFrame], *, method: Method, k: float, weights: Sequence[float] | None,
+               norm: Norm, limit: int | None, n_threads: int | None) -> pd.DataFrame:
+    """Group rows by query, match documents inside each query, fuse in one kernel call."""
+    from kolm_search._kernels import numba_threads
+    from kolm_search._kernels.grouping import counting_order, intern_groups
+    from kolm_search.interning import factorize, string_buffers, take_strings
+
+    n_lists = len(frames)
+    lid = np.repeat(np.arange(n_lists, dtype=np.int64), [len(f) for f in frames])
+    q_codes, q_uniques = factorize(_concat_column(frames, "qid"), sort=True, name="qid")
+    docs_all = _concat_column(frames, "doc_id")
     score = np.concatenate([pd.to_numeric(f["score"]).to_numpy(np.float64) for f in frames])
-    q_codes, q_uniques = pd.factorize(qid_all, sort=True)
-    d_codes, d_uniques = pd.factorize(doc_all, sort=False)
-    q_codes = q_codes.astype(np.int64)
-    d_codes = d_codes.astype(np.int64)
-    if all("rank" in f.columns for f in frames):
-        rank = np.concatenate([pd.to_numeric(f["rank"]).to_numpy(np.float64) for f in frames])
+    n_q = len(q_uniques)
+    order, ptr = counting_order(q_codes, np.int64(n_q))  # rows by query, runs in order inside
+    has_rank = all("rank" in f.columns for f in frames)
+    key = np.concatenate([pd.to_numeric(f["rank"]).to_numpy(np.float64) for f in frames]) if has_rank else -score
+    seg_key = q_codes[order] * n_lists + lid[order]
+    same_seg = seg_key[1:] == seg_key[:-1]
+    if np.any(same_seg & (key[order][1:] < key[order][:-1])):  # not best-first inside a (query, run)
+        order = np.arange(len(score))[np.lexsort((np.arange(len(score)), key, lid, q_codes))]
+        seg_key = q_codes[order] * n_lists + lid[order]
+    starts, seg = _segments(seg_key)
+    position = np.arange(len(order), dtype=np.int64) - starts[seg]
+    buffers = string_buffers(docs_all)
+    with numba_threads(n_threads) as threads:
+        chunks = 1 if n_q < 64 else min(n_q, 4 * threads)
+        if buffers is not None:
+            pa_docs, offsets, data = buffers
+            local, rep, _ = intern_groups(order, ptr, offsets, data, chunks)
+        else:
+            d_codes, d_uniques = factorize(docs_all, name="doc_id")
+            local, rep = d_codes[order], None
+    n_local = int(local.max()) + 1 if len(local) else 1
+    lid_o = lid[order]
+    w = check_weights(weights, n_lists)
+    if method == "rrf":
+        if norm is not None:
+            raise KolmValueError("norm applies to score fusion (combsum/combmnz), not to rrf")
+        contrib = w[lid_o] / (check_k(k) + position + 1.0)
     else:
-        order = np.lexsort((np.arange(len(score)), -score, q_codes, lid))
-        key = (q_codes * len(frames) + lid)[order]
-        starts, seg = _segments(key)
-        rank = np.empty(len(score), np.float64)
-        rank[order] = np.arange(len(score)) - starts[seg]
-    order = np.lexsort((np.arange(len(score)), rank, lid, q_codes))
-    # positions inside each (query, run): ranks in files may start at 1 or have gaps
-    starts, seg = _segments(q_codes[order] * len(frames) + lid[order])
-    position = (np.arange(len(order)) - starts[seg]).astype(np.int32)
-    # a document repeated in one run for one query counts once, at its best position
-    n_d = max(len(d_uniques), 1)
-    _, first = np.unique((q_codes[order] * len(frames) + lid[order]) * n_d + d_codes[order], return_index=True)
-    keep = np.sort(first)
-    order, dense_rank = order[keep], position[keep]
-    q_s, l_s, d_s, s_s = q_codes[order], lid[order], d_codes[order], score[order]
-    frame = CandidateFrame(query=q_s.astype(np.int32), doc=d_s, score=s_s, rank=dense_rank,
-                           n_queries=len(q_uniques), list_id=l_s.astype(np.int32))
-    fused = fuse_frame(frame, method=method, k=k, weights=weights, norm=norm, limit=limit,
-                       n_lists=len(frames), n_docs=len(d_uniques), n_threads=n_threads)
-    return fused.to_run(np.asarray(d_uniques, dtype=object), np.asarray(q_uniques, dtype=object))
+        if method not in FUSION_METHODS:
+            raise KolmValueError(f"method must be one of {FUSION_METHODS}, got {method!r}")
+        s_o = score[order]
+        if not np.all(np.isfinite(s_o)):
+            raise KolmValueError("scores must be finite for score fusion")
+        if norm is not None:  # a repeated document counts once in the statistics too
+            _, first = np.unique(seg * n_local + local, return_index=True)
+            keep = np.zeros(len(order), bool)
+            keep[first] = True
+            normed = np.zeros(len(order))
+            normed[keep] = _normalise(s_o[keep], seg[keep], norm)
+            s_o = normed
+        contrib = w[lid_o] * s_o
+    out_ptr, out_local, out_scores = fuse_arrays(ptr, lid_o, local, contrib, n_local,
+                                                 mnz=(method == "combmnz"), limit=limit, n_threads=n_threads)
+    counts = np.diff(out_ptr)
+    group = np.repeat(np.arange(n_q, dtype=np.int64), counts)
+    if rep is not None:
+        doc_col: Any = take_strings(pa_docs, rep[ptr[group] + out_local])
+    else:
+        doc_col = d_uniques.take(out_local)
+    rank = np.arange(len(out_local), dtype=np.int64) - np.repeat(out_ptr[:-1], counts)
+    return pd.DataFrame({"qid": q_uniques.take(group), "doc_id": doc_col, "rank": rank, "score": out_scores})

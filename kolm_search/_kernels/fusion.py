@@ -31,6 +31,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit, prange
 
+from kolm_search._kernels.topk import _heap_push, _sort_heap
+
 __all__ = ["fuse_groups", "fuse_groups_numpy"]
 
 I64 = npt.NDArray[np.int64]
@@ -44,6 +46,8 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1,
     nlists = np.zeros(n_docs, np.int64)
     stamp = np.full(n_docs, -1, np.int64)
     last_list = np.full(n_docs, -1, np.int64)
+    hs = np.empty(max(limit, 1), np.float64)
+    ht = np.empty(max(limit, 1), np.int64)
     for g in range(g0, g1):
         start = group_ptr[g]
         stop = group_ptr[g + 1]
@@ -63,6 +67,19 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1,
                 acc[d] += contrib[i]
                 nlists[d] += 1
                 last_list[d] = list_ids[i]
+        if 0 <= limit < nt:
+            # top-limit by a heap on (score, first appearance): no full sort
+            size = 0
+            for t in range(nt):
+                d = touched[t]
+                s = acc[d] * nlists[d] if mnz else acc[d]
+                size = _heap_push(hs, ht, size, limit, s, t)
+            _sort_heap(hs, ht, size)
+            for t in range(size):
+                out_docs[start + t] = touched[ht[t]]
+                out_scores[start + t] = hs[t]
+            counts[g] = size
+            continue
         scores = np.empty(nt, np.float64)
         for t in range(nt):
             d = touched[t]
@@ -71,11 +88,10 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1,
                 s *= nlists[d]
             scores[t] = -s
         order = np.argsort(scores, kind="mergesort")
-        keep = nt if (limit < 0 or limit > nt) else limit
-        for t in range(keep):
+        for t in range(nt):
             out_docs[start + t] = touched[order[t]]
             out_scores[start + t] = -scores[order[t]]
-        counts[g] = keep
+        counts[g] = nt
 
 
 @njit(cache=True, parallel=True)

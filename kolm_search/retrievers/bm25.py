@@ -130,10 +130,16 @@ class BM25Retriever:
 
     # -- indexing ----------------------------------------------------------------------
     def _build(self) -> None:
+        self.index_tokens(self.tokenizer.many(self.table.texts(self.fields)))
+
+    def index_tokens(self, token_lists: Sequence[Sequence[str]]) -> None:
+        """(Re)build the index from already tokenised documents, one list per table row."""
+        if len(token_lists) != len(self.table):
+            raise KolmValueError(f"got {len(token_lists)} token lists for {len(self.table)} documents")
         vocab: dict[str, int] = {}
         term_chunks: list[npt.NDArray[np.int64]] = []
         lengths = np.zeros(len(self.table), np.int64)
-        for i, tokens in enumerate(self.tokenizer.many(self.table.texts(self.fields))):
+        for i, tokens in enumerate(token_lists):
             ids = [vocab.setdefault(t, len(vocab)) for t in tokens]
             term_chunks.append(np.asarray(ids, dtype=np.int64))
             lengths[i] = len(ids)
@@ -181,7 +187,13 @@ class BM25Retriever:
                     masks: npt.NDArray[np.uint8] | None = None) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Top-``k`` documents of each text: ``(docs (m, k), scores (m, k), counts (m,))``."""
         q_ptr, q_ids = self.encode(texts)
-        m = len(texts)
+        return self.score_encoded(q_ptr, q_ids, k, mask_ids, masks)
+
+    def score_encoded(self, q_ptr: npt.NDArray[np.int64], q_ids: npt.NDArray[np.int64], k: int,
+                      mask_ids: npt.NDArray[np.int64] | None = None, masks: npt.NDArray[np.uint8] | None = None,
+                      ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """:meth:`score_texts` on token ids from :meth:`encode` (CSR ``q_ptr``, ``q_ids``)."""
+        m = len(q_ptr) - 1
         offsets = np.add.reduceat(self.nonocc[q_ids], q_ptr[:-1]) if len(q_ids) else np.zeros(m, np.float32)
         offsets = np.where(np.diff(q_ptr) > 0, offsets, 0).astype(np.float32)
         if mask_ids is None or masks is None:

@@ -1,0 +1,45 @@
+"""Helpers shared by the benchmark scripts: timing (median of runs), peak memory, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def median_time(fn: Callable[[], Any], repeat: int = 3, warmup: int = 1) -> tuple[float, Any]:
+    """Median wall time (s) of ``repeat`` calls after ``warmup`` untimed calls; last result."""
+    out = None
+    for _ in range(warmup):
+        out = fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def header(title: str) -> None:
+    print(f"# {title}")
+    print(f"python {platform.python_version()}, {os.cpu_count()} cpus, {platform.machine()}; argv: {' '.join(sys.argv)}")
+
+
+def report(rows: list[dict[str, Any]], path: str | None = None) -> None:
+    width = max(len(r["what"]) for r in rows)
+    for r in rows:
+        extra = "  ".join(f"{k}={v}" for k, v in r.items() if k not in ("what", "seconds"))
+        print(f"{r['what']:<{width}}  {r['seconds']:9.4f} s  {extra}")
+    if path:
+        with open(path, "w") as fh:
+            json.dump(rows, fh, indent=2)

@@ -1,0 +1,127 @@
+"""RRF fusion: kolm_search.fuse vs ranx, a plain-Python dict and a bare Numba scatter-add.
+
+Rerun: ``python benchmarks/bench_fuse.py --queries 10000`` (the issue's scale; ranx then needs
+~19 GB: pass ``--no-ranx`` on a small machine). Every figure is the median of ``--repeat`` runs
+in this one process; Numba compile time is measured separately and kept out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pandas as pd
+from _common import header, median_time, report
+from numba import njit, prange
+
+
+def make_runs(n_queries: int, n_runs: int, depth: int, n_docs: int, seed: int = 0) -> list[pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    runs = []
+    qids = pd.array([f"q{i}" for i in range(n_queries)], dtype="str")
+    for _ in range(n_runs):
+        docs = np.argsort(rng.random((n_queries, n_docs)), axis=1)[:, :depth] if n_docs <= 5000 else \
+            np.stack([rng.choice(n_docs, depth, replace=False) for _ in range(n_queries)])
+        runs.append(pd.DataFrame({
+            "qid": qids.take(np.repeat(np.arange(n_queries), depth)),
+            "doc_id": pd.array([f"doc{d}" for d in docs.ravel()], dtype="str"),
+            "score": np.tile(np.linspace(depth, 1, depth), n_queries),
+        }))
+    return runs
+
+
+def python_rrf(runs: list[pd.DataFrame], k: int = 60) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for run in runs:
+        last = None
+        rank = 0
+        for qid, doc in zip(run["qid"].tolist(), run["doc_id"].tolist(), strict=True):
+            rank = rank + 1 if qid == last else 0
+            last = qid
+            acc = out.setdefault(qid, {})
+            acc[doc] = acc.get(doc, 0.0) + 1.0 / (k + rank + 1)
+    return out
+
+
+@njit(parallel=True, cache=True)
+def bare_scatter(q_ptr, docs, contrib, n_docs, n_chunks):  # the floor: no dedup, no sort
+    n_q = q_ptr.shape[0] - 1
+    total = 0.0
+    for c in prange(n_chunks):
+        acc = np.zeros(n_docs)
+        for q in range((n_q * c) // n_chunks, (n_q * (c + 1)) // n_chunks):
+            for i in range(q_ptr[q], q_ptr[q + 1]):
+                acc[docs[i]] += contrib[i]
+            for i in range(q_ptr[q], q_ptr[q + 1]):
+                acc[docs[i]] = 0.0
+        total += acc.sum()
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--queries", type=int, default=2000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--depth", type=int, default=1000)
+    ap.add_argument("--docs", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-ranx", action="store_true")
+    ap.add_argument("--no-python", action="store_true")
+    args = ap.parse_args()
+    header(f"RRF fusion, {args.queries} queries x {args.runs} runs x {args.depth} docs")
+    runs = make_runs(args.queries, args.runs, args.depth, args.docs)
+    from kolm_search import fuse
+    from kolm_search.fusion import fuse_arrays
+
+    t0 = time.perf_counter()
+    fuse([r.head(2000) for r in runs])
+    compile_s = time.perf_counter() - t0
+    rows = [{"what": "kolm fuse: first call on 2k rows (compile or cache load)", "seconds": compile_s}]
+    t_kolm, fused = median_time(lambda: fuse(runs), args.repeat)
+    rows.append({"what": "kolm_search.fuse (str columns in, DataFrame out)", "seconds": t_kolm, "rows_out": len(fused)})
+    obj_runs = [r.astype({"qid": object, "doc_id": object}) for r in runs]  # ranx needs object columns
+    t_obj, _ = median_time(lambda: fuse(obj_runs), args.repeat)
+    rows.append({"what": "kolm_search.fuse (object columns, as ranx gets)", "seconds": t_obj})
+
+    # the kernel on already-coded frames vs the bare scatter-add floor
+    q = np.repeat(np.arange(args.queries), args.depth)
+    codes = [pd.factorize(r["doc_id"])[0] for r in runs]
+    order = np.lexsort((np.concatenate([np.full(len(r), i) for i, r in enumerate(runs)]), np.concatenate([q] * len(runs))))
+    docs = np.concatenate(codes)[order]
+    lids = np.concatenate([np.full(len(r), i) for i, r in enumerate(runs)])[order]
+    rank = np.tile(np.arange(args.depth), args.queries * len(runs))[np.argsort(np.concatenate([q] * len(runs)), kind="stable")]
+    contrib = 1.0 / (61.0 + rank)
+    ptr = np.arange(0, len(docs) + 1, args.depth * len(runs))
+    n_docs = int(docs.max()) + 1
+    fuse_arrays(ptr[:3], lids[: ptr[2]], docs[: ptr[2]], contrib[: ptr[2]], n_docs)
+    t_kernel, _ = median_time(lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs), args.repeat)
+    rows.append({"what": "kolm fuse_arrays on coded arrays (dedup + sort)", "seconds": t_kernel})
+    t_kernel100, _ = median_time(lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs, limit=100), args.repeat)
+    bare_scatter(ptr[:3], docs, contrib, n_docs, 2)
+    t_bare, _ = median_time(lambda: bare_scatter(ptr, docs, contrib, n_docs, 2), args.repeat)
+    rows.append({"what": "bare Numba scatter-add (floor, 2 threads)", "seconds": t_bare,
+                 "kernel_vs_bare": f"{t_kernel / t_bare:.2f}x"})
+    rows.append({"what": "kolm fuse_arrays, limit=100 (heap top-k)", "seconds": t_kernel100,
+                 "vs_bare": f"{t_kernel100 / t_bare:.2f}x"})
+    if not args.no_python:
+        t_py, _ = median_time(lambda: python_rrf(runs), 1, warmup=0)
+        rows.append({"what": "plain-Python dict RRF", "seconds": t_py, "kolm_speedup": f"{t_py / t_kolm:.1f}x"})
+    if not args.no_ranx:
+        from ranx import Run
+        from ranx import fuse as ranx_fuse
+
+        small = [r.head(2000).astype({"qid": object, "doc_id": object}) for r in runs]
+        ranx_fuse(runs=[Run.from_df(r, q_id_col="qid", doc_id_col="doc_id", score_col="score") for r in small],
+                  method="rrf", params={"k": 60})  # compile
+        t_build, built = median_time(lambda: [Run.from_df(r, q_id_col="qid", doc_id_col="doc_id", score_col="score") for r in obj_runs], 1, 0)
+        t_fuse, _ = median_time(lambda: ranx_fuse(runs=built, method="rrf", params={"k": 60}), 1, 0)
+        rows.append({"what": "ranx Run.from_df (3 runs)", "seconds": t_build})
+        rows.append({"what": "ranx fuse rrf (prebuilt Runs)", "seconds": t_fuse})
+        rows.append({"what": "ranx build + fuse", "seconds": t_build + t_fuse,
+                     "kolm_speedup": f"{(t_build + t_fuse) / t_kolm:.1f}x (object: {(t_build + t_fuse) / t_obj:.1f}x)"})
+    report(rows)
+
+
+if __name__ == "__main__":
+    main()
