@@ -56,7 +56,8 @@ def test_scores_equal_bm25s(method: str, seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_sparse_kernel_matches_numpy_twin(seed: int) -> None:
+@pytest.mark.parametrize("dense_ratio", [0, 16, 10**9])  # always sparse, adaptive, always dense
+def test_sparse_kernel_matches_numpy_twin(seed: int, dense_ratio: int) -> None:
     rng = np.random.default_rng(seed)
     n_docs, vocab = 60, 25
     t_docs_l, t_w_l, t_ptr = [], [], [0]
@@ -71,7 +72,8 @@ def test_sparse_kernel_matches_numpy_twin(seed: int) -> None:
     offsets = np.round(rng.random(30), 1).astype(np.float32)
     masks = (rng.random((3, n_docs)) < 0.6).astype(np.uint8)
     mask_ids = rng.integers(-1, 3, 30).astype(np.int64)
-    got = sparse_topk(q_ptr, q_terms, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7, n_chunks=3)
+    got = sparse_topk(q_ptr, q_terms, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7, n_chunks=3,
+                      dense_ratio=dense_ratio)
     want = sparse_topk_numpy(q_ptr, q_terms, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7)
     np.testing.assert_array_equal(got[2], want[2])
     for q in range(30):

@@ -91,32 +91,57 @@ def _sort_heap(hs, hd, size):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def _sparse_chunk(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k,
-                  q0, q1, out_d, out_s, counts):  # pragma: no cover - compiled
+                  q0, q1, out_d, out_s, counts, dense_ratio):  # pragma: no cover - compiled
     acc = np.zeros(n_docs, np.float32)
     stamp = np.full(n_docs, -1, np.int64)
+    hit = np.zeros(n_docs, np.uint8)
     touched = np.empty(n_docs, np.int64)
     hs = np.empty(k, np.float32)
     hd = np.empty(k, np.int64)
     for q in range(q0, q1):
-        nt = 0
+        m = mask_ids[q]
+        off = offsets[q]
+        size = 0
+        n_post = 0
         for j in range(q_ptr[q], q_ptr[q + 1]):
             t = q_terms[j]
-            for p in range(t_ptr[t], t_ptr[t + 1]):
-                d = t_docs[p]
-                if stamp[d] != q:
-                    stamp[d] = q
-                    acc[d] = 0.0
-                    touched[nt] = d
-                    nt += 1
-                acc[d] += t_w[p]
-        m = mask_ids[q]
-        size = 0
-        off = offsets[q]
-        for i in range(nt):
-            d = touched[i]
-            if m >= 0 and masks[m, d] == 0:
-                continue
-            size = _heap_push(hs, hd, size, k, acc[d] + off, d)
+            n_post += t_ptr[t + 1] - t_ptr[t]
+        if n_post * dense_ratio > n_docs:  # stale stamps stay older than q: no reset needed
+            # dense: plain accumulation, then one scan with a heap threshold
+            acc[:] = 0.0
+            hit[:] = 0
+            for j in range(q_ptr[q], q_ptr[q + 1]):
+                t = q_terms[j]
+                for p in range(t_ptr[t], t_ptr[t + 1]):
+                    d = t_docs[p]
+                    acc[d] += t_w[p]
+                    hit[d] = 1
+            for d in range(n_docs):
+                if hit[d] == 0:
+                    continue
+                s = acc[d] + off
+                if size == k and s < hs[0]:
+                    continue
+                if m >= 0 and masks[m, d] == 0:
+                    continue
+                size = _heap_push(hs, hd, size, k, s, d)
+        else:
+            nt = 0
+            for j in range(q_ptr[q], q_ptr[q + 1]):
+                t = q_terms[j]
+                for p in range(t_ptr[t], t_ptr[t + 1]):
+                    d = t_docs[p]
+                    if stamp[d] != q:
+                        stamp[d] = q
+                        acc[d] = 0.0
+                        touched[nt] = d
+                        nt += 1
+                    acc[d] += t_w[p]
+            for i in range(nt):
+                d = touched[i]
+                if m >= 0 and masks[m, d] == 0:
+                    continue
+                size = _heap_push(hs, hd, size, k, acc[d] + off, d)
         _sort_heap(hs, hd, size)
         for i in range(size):
             out_s[q, i] = hs[i]
@@ -125,7 +150,8 @@ def _sparse_chunk(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks, 
 
 
 @njit(cache=True, parallel=True)
-def _sparse_parallel(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k, n_chunks):  # pragma: no cover
+def _sparse_parallel(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k, n_chunks,
+                     dense_ratio):  # pragma: no cover
     n_q = q_ptr.shape[0] - 1
     out_d = np.full((n_q, k), -1, np.int64)
     out_s = np.zeros((n_q, k), np.float32)
@@ -134,14 +160,19 @@ def _sparse_parallel(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, mask
         q0 = (n_q * c) // n_chunks
         q1 = (n_q * (c + 1)) // n_chunks
         _sparse_chunk(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k,
-                      q0, q1, out_d, out_s, counts)
+                      q0, q1, out_d, out_s, counts, dense_ratio)
     return out_d, out_s, counts
 
 
-def sparse_topk(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k, n_chunks=1):
-    """Compiled sparse scoring + top-k (see the module docstring)."""
+def sparse_topk(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k, n_chunks=1,
+                dense_ratio=16):
+    """Compiled sparse scoring + top-k (see the module docstring).
+
+    A query whose postings exceed ``n_docs / dense_ratio`` accumulates into a dense array and
+    scans it once; others track touched documents (0: always sparse; huge: always dense).
+    """
     return _sparse_parallel(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, masks,
-                            np.int64(n_docs), np.int64(k), np.int64(max(1, n_chunks)))
+                            np.int64(n_docs), np.int64(k), np.int64(max(1, n_chunks)), np.int64(dense_ratio))
 
 
 def _topk_rows_numpy(scores: npt.NDArray[np.float32], valid: npt.NDArray[np.bool_], k: int):
