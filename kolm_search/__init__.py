@@ -13,6 +13,7 @@ from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import (
     PIPELINE_STAGES,
+    DownloadError,
     FrameValidationError,
     KolmTypeError,
     KolmValueError,
@@ -20,9 +21,11 @@ from kolm_search.errors import (
     SchemaValidationError,
     SearchError,
 )
+from kolm_search.evaluation import Experiment, compare, evaluate, optimize_fusion
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fuse import fuse, fuse_frame
 from kolm_search.fusion import merge_with_rrf, rrf_score
+from kolm_search.io import Dataset, download_beir, load_beir, read_qrels, read_run, write_qrels, write_run
 from kolm_search.pipeline import SearchPipeline
 from kolm_search.planners import DefaultQueryPlanner, ExpandingQueryPlanner
 from kolm_search.ports import (
@@ -61,12 +64,15 @@ __all__ = [
     "CacheStore",
     "CandidateFrame",
     "CompositeRetriever",
+    "Dataset",
     "Deduplicator",
     "DefaultQueryPlanner",
     "DenseRetriever",
     "DocumentTable",
+    "DownloadError",
     "Embedder",
     "ExpandingQueryPlanner",
+    "Experiment",
     "FrameValidationError",
     "IntentClassifier",
     "KolmTypeError",
@@ -97,9 +103,18 @@ __all__ = [
     "Telemetry",
     "Tokenizer",
     "__version__",
+    "compare",
+    "download_beir",
+    "evaluate",
     "fuse",
     "fuse_frame",
+    "load_beir",
     "merge_with_rrf",
+    "optimize_fusion",
     "presets",
+    "read_qrels",
+    "read_run",
     "rrf_score",
+    "write_qrels",
+    "write_run",
 ]

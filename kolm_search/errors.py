@@ -9,7 +9,9 @@
      |    +-- KolmValueError          bad argument or data (names the field and value)
      |         +-- FrameValidationError   malformed candidate frame / run / qrels
      +-- TypeError
-          +-- KolmTypeError           argument of the wrong type
+     |    +-- KolmTypeError           argument of the wrong type
+     +-- OSError
+          +-- DownloadError           a dataset download failed (network, checksum, archive)
 
 ``SearchError`` is what a search raises; ``KolmValueError``/``KolmTypeError`` are raised by
 the numerical toolkit (fusion, frames, metrics, io) on bad arguments.
@@ -23,6 +25,7 @@ from typing import Literal
 
 __all__ = [
     "DEDUPLICATOR_STAGE",
+    "DownloadError",
     "FrameValidationError",
     "KolmTypeError",
     "KolmValueError",
@@ -155,6 +158,10 @@ class KolmValueError(ValueError):
 
 class KolmTypeError(TypeError):
     """An argument of the wrong type; the message names the field and the type."""
+
+
+class DownloadError(OSError):
+    """A dataset could not be downloaded, verified or unpacked; nothing half-written is left."""
 
 
 class FrameValidationError(KolmValueError):

@@ -20,6 +20,8 @@ from kolm_search import (
 )
 
 EXPECTED_ALL = [
+    "Dataset", "DownloadError", "Experiment", "compare", "download_beir", "evaluate", "load_beir",
+    "optimize_fusion", "read_qrels", "read_run", "write_qrels", "write_run",
     "BM25Retriever", "BatchResult", "CandidateFrame", "DenseRetriever", "DocumentTable", "QueryBatch",
     "Tokenizer", "fuse", "fuse_frame", "presets",
     "CacheStore", "CompositeRetriever", "Deduplicator", "DefaultQueryPlanner", "Embedder",

@@ -1,0 +1,18 @@
+"""Offline evaluation: trec_eval-exact metrics, significance tests, experiments, fusion tuning."""
+
+from kolm_search.evaluation.compare import compare, paired_test, per_query_table
+from kolm_search.evaluation.experiment import Experiment
+from kolm_search.evaluation.metrics import evaluate, parse_metric
+from kolm_search.evaluation.optimize import optimize_fusion
+from kolm_search.evaluation.runner import run_queries
+
+__all__ = [
+    "Experiment",
+    "compare",
+    "evaluate",
+    "optimize_fusion",
+    "paired_test",
+    "parse_metric",
+    "per_query_table",
+    "run_queries",
+]

@@ -1,0 +1,143 @@
+"""The BEIR layout: ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]``, ``qrels/<split>.tsv``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pandas as pd
+
+from kolm_search.errors import FrameValidationError, KolmValueError
+
+__all__ = ["Dataset", "load_beir"]
+
+
+@dataclass
+class Dataset:
+    """A test collection.
+
+    Attributes
+    ----------
+    corpus : DataFrame ``id, title, content`` (+ metadata columns)
+    queries : DataFrame ``qid, query``
+    qrels : DataFrame ``qid, doc_id, relevance`` (int)
+    name : str
+    """
+
+    corpus: pd.DataFrame
+    queries: pd.DataFrame
+    qrels: pd.DataFrame
+    name: str = ""
+
+    def judged_queries(self) -> pd.DataFrame:
+        """The queries that have at least one judgement (what BEIR evaluates)."""
+        return self.queries[self.queries["qid"].isin(set(self.qrels["qid"]))].reset_index(drop=True)
+
+    def __repr__(self) -> str:
+        return (f"Dataset({self.name!r}: {len(self.corpus)} documents, {len(self.queries)} queries, "
+                f"{len(self.qrels)} judgements)")
+
+
+def _open(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open("r", encoding="utf-8")
+
+
+def _find(root: Path, stem: str) -> Path:
+    for candidate in (root / stem, root / f"{stem}.gz"):
+        if candidate.exists():
+            return candidate
+    raise KolmValueError(f"{str(root)!r} is not a BEIR folder: {stem}[.gz] is missing")
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    with _open(path) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise FrameValidationError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
+            if not isinstance(obj, dict) or "_id" not in obj:
+                raise FrameValidationError(f"{path}:{lineno}: expected an object with '_id'")
+            yield lineno, obj
+
+
+def _read_corpus(path: Path) -> pd.DataFrame:
+    ids, titles, texts, extra = [], [], [], []
+    for lineno, obj in _jsonl(path):
+        text = obj.get("text")
+        if not isinstance(text, str):
+            raise FrameValidationError(f"{path}:{lineno}: document {obj['_id']!r} has no string 'text'")
+        ids.append(str(obj["_id"]))
+        titles.append(obj.get("title") or None)
+        texts.append(text)
+        meta = obj.get("metadata")
+        extra.append(meta if isinstance(meta, dict) and meta else None)
+    corpus = pd.DataFrame({"id": ids, "title": titles, "content": texts})
+    if any(m is not None for m in extra):
+        corpus["metadata"] = extra
+    dup = corpus["id"].duplicated()
+    if dup.any():
+        raise FrameValidationError(f"{path}: duplicate document id {corpus['id'][dup].iloc[0]!r}")
+    return corpus
+
+
+def _read_queries(path: Path) -> pd.DataFrame:
+    rows = []
+    for lineno, obj in _jsonl(path):
+        if not isinstance(obj.get("text"), str):
+            raise FrameValidationError(f"{path}:{lineno}: query {obj['_id']!r} has no string 'text'")
+        rows.append((str(obj["_id"]), obj["text"]))
+    queries = pd.DataFrame(rows, columns=["qid", "query"])
+    dup = queries["qid"].duplicated()
+    if dup.any():
+        raise FrameValidationError(f"{path}: duplicate query id {queries['qid'][dup].iloc[0]!r}")
+    return queries
+
+
+def _read_qrels(path: Path) -> pd.DataFrame:
+    rows = []
+    with _open(path) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            parts = line.rstrip("\n").split("\t")
+            if lineno == 1 and parts[0] in ("query-id", "qid", "query_id"):
+                continue
+            if not line.strip():
+                continue
+            if len(parts) != 3:
+                raise FrameValidationError(f"{path}:{lineno}: expected 3 tab-separated fields, got {len(parts)}")
+            try:
+                rel = int(parts[2])
+            except ValueError as exc:
+                raise FrameValidationError(f"{path}:{lineno}: relevance {parts[2]!r} is not an integer") from exc
+            rows.append((parts[0], parts[1], rel))
+    qrels = pd.DataFrame(rows, columns=["qid", "doc_id", "relevance"]).astype({"relevance": "int64"})
+    dup = qrels.duplicated(["qid", "doc_id"])
+    if dup.any():
+        r = qrels[dup].iloc[0]
+        raise FrameValidationError(f"{path}: duplicate judgement for query {r.qid!r}, document {r.doc_id!r}")
+    return qrels
+
+
+def load_beir(path: str | Path, split: str = "test") -> Dataset:
+    """Read a BEIR folder into a :class:`Dataset`.
+
+    Raises ``KolmValueError``/``FrameValidationError`` naming the file and line for a missing
+    file, malformed JSON or TSV, duplicate ids, or a non-integer relevance.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise KolmValueError(f"BEIR folder {str(root)!r} does not exist")
+    qrels_path = root / "qrels" / f"{split}.tsv"
+    if not qrels_path.exists():
+        available = sorted(p.stem for p in (root / "qrels").glob("*.tsv")) if (root / "qrels").is_dir() else []
+        raise KolmValueError(f"{str(root)!r} has no qrels for split {split!r}; available: {available}")
+    return Dataset(corpus=_read_corpus(_find(root, "corpus.jsonl")), queries=_read_queries(_find(root, "queries.jsonl")),
+                   qrels=_read_qrels(qrels_path), name=root.name)

@@ -1,0 +1,125 @@
+"""evaluate() against pytrec_eval (the oracle), on random runs with ties and on Cranfield."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import pytrec_eval
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kolm_search import FrameValidationError, KolmValueError, evaluate
+from kolm_search.evaluation import parse_metric
+
+OURS_TO_TREC = {
+    "ndcg@10": "ndcg_cut_10", "ndcg@3": "ndcg_cut_3", "ndcg": "ndcg", "map": "map", "map@5": "map_cut_5",
+    "mrr": "recip_rank", "precision@5": "P_5", "recall@10": "recall_10", "r-precision": "Rprec",
+    "hit_rate@3": "success_3", "bpref": "bpref",
+}
+TREC_MEASURES = {"ndcg_cut.10,3", "ndcg", "map", "map_cut.5", "recip_rank", "P.5", "recall.10", "Rprec", "success.3", "bpref"}
+
+
+def oracle(run: pd.DataFrame, qrels: pd.DataFrame, level: int = 1) -> dict[str, dict[str, float]]:
+    r: dict[str, dict[str, float]] = {}
+    for q, d, s in run[["qid", "doc_id", "score"]].itertuples(index=False, name=None):
+        r.setdefault(str(q), {})[str(d)] = float(s)
+    j: dict[str, dict[str, int]] = {}
+    for q, d, v in qrels[["qid", "doc_id", "relevance"]].itertuples(index=False, name=None):
+        j.setdefault(str(q), {})[str(d)] = int(v)
+    return pytrec_eval.RelevanceEvaluator(j, TREC_MEASURES, relevance_level=level).evaluate(r)
+
+
+def assert_matches(run: pd.DataFrame, qrels: pd.DataFrame, level: int = 1) -> None:
+    want = oracle(run, qrels, level)
+    got = evaluate(run, qrels, list(OURS_TO_TREC), per_query=True, relevance_level=level)
+    assert isinstance(got, pd.DataFrame)
+    assert sorted(got["qid"]) == sorted(want)
+    for row in got.itertuples(index=False):
+        for ours, trec in OURS_TO_TREC.items():
+            assert abs(row[list(got.columns).index(ours)] - want[row.qid][trec]) <= 1e-9, (row.qid, ours)
+    means = evaluate(run, qrels, list(OURS_TO_TREC), relevance_level=level)
+    assert isinstance(means, dict)
+    for ours, trec in OURS_TO_TREC.items():
+        assert abs(means[ours] - np.mean([v[trec] for v in want.values()])) <= 1e-9
+
+
+docs = st.sampled_from([f"d{i}" for i in range(15)] + ["D1", "d1x", "é", "10", "9"])
+run_rows = st.lists(st.tuples(st.sampled_from(["q1", "q2", "q3"]), docs,
+                              st.sampled_from([0.0, 1.0, 1.0000001, 2.5, -1.0, 3.0])), max_size=60)
+qrel_rows = st.lists(st.tuples(st.sampled_from(["q1", "q2", "q4"]), docs, st.integers(-1, 4)), min_size=1, max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(run_rows, qrel_rows, st.integers(1, 3))
+def test_random_runs_with_ties_match_pytrec_eval(rrows: list, qrows: list, level: int) -> None:
+    run = pd.DataFrame(rrows, columns=["qid", "doc_id", "score"]).drop_duplicates(["qid", "doc_id"])
+    qrels = pd.DataFrame(qrows, columns=["qid", "doc_id", "relevance"]).drop_duplicates(["qid", "doc_id"])
+    # trec_eval (so pytrec_eval) never returns for a query whose judgements are all negative
+    qrels = qrels[qrels.groupby("qid")["relevance"].transform("max") >= 0]
+    if run.empty or not set(run.qid) & set(qrels.qid):
+        return
+    assert_matches(run, qrels, level)
+
+
+def test_cranfield_bm25_run_matches(cranfield: dict[str, pd.DataFrame]) -> None:
+    from kolm_search import presets
+
+    run = presets.bm25(cranfield["corpus"]).search_batch(cranfield["queries"], limit=200).run
+    assert_matches(run, cranfield["qrels"])
+    assert_matches(run, cranfield["qrels"], level=3)
+
+
+def test_query_with_only_negative_judgements_scores_zero() -> None:
+    # the oracle cannot be used here: trec_eval loops forever on such a query
+    run = pd.DataFrame({"qid": ["q", "q"], "doc_id": ["a", "b"], "score": [2.0, 1.0]})
+    qrels = pd.DataFrame({"qid": ["q"], "doc_id": ["a"], "relevance": [-1]})
+    assert evaluate(run, qrels, ["ndcg@10", "map", "bpref", "mrr"]) == {"ndcg@10": 0.0, "map": 0.0, "bpref": 0.0, "mrr": 0.0}
+
+
+def test_missing_queries_and_zero_option() -> None:
+    run = pd.DataFrame({"qid": ["a"], "doc_id": ["x"], "score": [1.0]})
+    qrels = pd.DataFrame({"qid": ["a", "b"], "doc_id": ["x", "y"], "relevance": [1, 1]})
+    assert evaluate(run, qrels, ["map"]) == {"map": 1.0}
+    assert evaluate(run, qrels, ["map"], missing="zero") == {"map": 0.5}
+
+
+def test_int_ids_compared_as_strings() -> None:
+    run = pd.DataFrame({"qid": [1, 1], "doc_id": [10, 9], "score": [1.0, 1.0]})
+    qrels = pd.DataFrame({"qid": ["1"], "doc_id": ["9"], "relevance": [1]})
+    # tie broken by docno descending as strings: "9" > "10" so 9 ranks first
+    assert evaluate(run, qrels, ["mrr"]) == {"mrr": 1.0}
+
+
+def test_nested_dicts_and_batch_result_accepted() -> None:
+    assert evaluate({"q": {"a": 1.0}}, {"q": {"a": 2}}, "ndcg@10") == {"ndcg@10": 1.0}
+
+
+@pytest.mark.parametrize(
+    "run, qrels, match",
+    [
+        (pd.DataFrame({"qid": ["a", "a"], "doc_id": ["x", "x"], "score": [1, 2]}), None, "duplicate document for query 'a'"),
+        (pd.DataFrame({"qid": ["a"], "doc_id": ["x"], "score": ["high"]}), None, "non-numeric"),
+        (pd.DataFrame({"qid": ["a"], "doc_id": ["x"]}), None, "lacks column"),
+        (pd.DataFrame({"qid": ["a"], "doc_id": ["x"], "score": [1.0]}),
+         pd.DataFrame({"qid": ["a"], "doc_id": ["x"], "relevance": [1.5]}), "integers"),
+        (pd.DataFrame({"qid": ["a"], "doc_id": [None], "score": [1.0]}), None, "missing value"),
+    ],
+)
+def test_bad_input(run: pd.DataFrame, qrels: pd.DataFrame | None, match: str) -> None:
+    qrels = qrels if qrels is not None else pd.DataFrame({"qid": ["a"], "doc_id": ["x"], "relevance": [1]})
+    with pytest.raises(FrameValidationError, match=match):
+        evaluate(run, qrels, ["map"])
+
+
+@pytest.mark.parametrize("name, parsed", [("ndcg@10", ("ndcg_cut", 10)), ("NDCG_CUT_5", ("ndcg_cut", 5)), ("P_5", ("P", 5)),
+                                          ("precision@3", ("P", 3)), ("mrr", ("recip_rank", 0)), ("hit_rate@1", ("success", 1)),
+                                          ("R-Precision", ("Rprec", 0)), ("map@100", ("map_cut", 100))])
+def test_parse_metric(name: str, parsed: tuple[str, int]) -> None:
+    assert parse_metric(name) == parsed
+
+
+@pytest.mark.parametrize("name", ["ndcg@0", "f1", "recall", "precision@x"])
+def test_unknown_metric(name: str) -> None:
+    with pytest.raises(KolmValueError, match=repr(name).replace("@", ".").replace("(", "")[:3]):
+        parse_metric(name)

@@ -1,0 +1,216 @@
+"""BEIR folders, TREC files, parquet, and the downloader against a server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.server
+import io
+import json
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kolm_search import DownloadError, FrameValidationError, KolmValueError
+from kolm_search.io import (
+    download_beir,
+    load_beir,
+    load_dataset,
+    read_qrels,
+    read_run,
+    write_qrels,
+    write_run,
+)
+
+
+def make_beir(root: Path, gz: bool = False) -> Path:
+    root.mkdir(parents=True)
+    (root / "qrels").mkdir()
+    corpus = "\n".join(json.dumps({"_id": f"d{i}", "title": f"T{i}", "text": f"text {i}"}) for i in range(5))
+    queries = "\n".join(json.dumps({"_id": f"q{i}", "text": f"query {i}"}) for i in range(3))
+    for name, body in (("corpus.jsonl", corpus), ("queries.jsonl", queries)):
+        if gz:
+            with gzip.open(root / f"{name}.gz", "wt") as fh:
+                fh.write(body)
+        else:
+            (root / name).write_text(body)
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td1\t2\nq1\td2\t1\n")
+    return root
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_load_beir(tmp_path: Path, gz: bool) -> None:
+    ds = load_beir(make_beir(tmp_path / "mini", gz))
+    assert list(ds.corpus.columns[:3]) == ["id", "title", "content"] and len(ds.corpus) == 5
+    assert list(ds.queries.columns) == ["qid", "query"] and len(ds.queries) == 3
+    assert ds.qrels.relevance.tolist() == [2, 1] and ds.qrels.relevance.dtype == np.int64
+    assert list(ds.judged_queries().qid) == ["q0", "q1"]
+
+
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda r: (r / "corpus.jsonl").write_text('{"_id": "a", "text": "x"}\n{broken\n'), r"corpus.jsonl:2: invalid JSON"),
+        (lambda r: (r / "corpus.jsonl").write_text('{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n'), "duplicate document id 'a'"),
+        (lambda r: (r / "queries.jsonl").write_text('{"_id": "q", "title": "no text"}\n'), r"queries.jsonl:1: query 'q' has no string"),
+        (lambda r: (r / "qrels" / "test.tsv").write_text("q0\td1\thigh\n"), r"test.tsv:1: relevance 'high'"),
+        (lambda r: (r / "qrels" / "test.tsv").write_text("q0\td1\n"), r"test.tsv:1: expected 3"),
+        (lambda r: (r / "corpus.jsonl").unlink(), "corpus.jsonl"),
+    ],
+)
+def test_load_beir_errors_name_file_and_line(tmp_path: Path, mutate, match: str) -> None:  # type: ignore[no-untyped-def]
+    root = make_beir(tmp_path / "mini")
+    mutate(root)
+    with pytest.raises((FrameValidationError, KolmValueError), match=match):
+        load_beir(root)
+
+
+def test_missing_split_and_folder(tmp_path: Path) -> None:
+    root = make_beir(tmp_path / "mini")
+    with pytest.raises(KolmValueError, match="available: \\['test'\\]"):
+        load_beir(root, split="dev")
+    with pytest.raises(KolmValueError, match="does not exist"):
+        load_beir(tmp_path / "nope")
+
+
+@pytest.mark.parametrize("suffix", [".trec", ".trec.gz", ".parquet"])
+def test_run_round_trip_exact(tmp_path: Path, suffix: str) -> None:
+    rng = np.random.default_rng(0)
+    run = pd.DataFrame({"qid": ["1"] * 3 + ["2"] * 2, "doc_id": ["a", "b", "c", "a", "z"],
+                        "rank": [0, 1, 2, 0, 1], "score": rng.random(5) * 1e3 - 500})
+    write_run(run, tmp_path / f"r{suffix}")
+    back = read_run(tmp_path / f"r{suffix}")
+    pd.testing.assert_frame_equal(back.reset_index(drop=True), run, check_dtype=False)
+    assert back.score.tolist() == run.score.tolist()  # bit-exact
+    write_run(back, tmp_path / f"again{suffix}")
+    if suffix != ".parquet":
+        opener = gzip.open if suffix.endswith(".gz") else open
+        with opener(tmp_path / f"r{suffix}", "rt") as a, opener(tmp_path / f"again{suffix}", "rt") as b:
+            assert a.read() == b.read()
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".txt.gz", ".parquet"])
+def test_qrels_round_trip(tmp_path: Path, suffix: str) -> None:
+    qrels = pd.DataFrame({"qid": ["1", "1", "2"], "doc_id": ["a", "b", "a"], "relevance": [2, 0, -1]})
+    write_qrels(qrels, tmp_path / f"q{suffix}")
+    pd.testing.assert_frame_equal(read_qrels(tmp_path / f"q{suffix}"), qrels, check_dtype=False)
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [("1 Q0 a 1 0.5\n", r"r.trec:1: expected 6 fields"), ("1 Q0 a 1 0.5 t\n1 Q0 b x 0.4 t\n", r"r.trec:2: rank 'x'"),
+     ("1 Q0 a 1 abc t\n", r"r.trec:1: score 'abc'"), ("1 Q0 a 1 0.5 t\n1 Q0 a 2 0.4 t\n", "appears twice"),
+     ("1 Q0 a 1 nan t\n", "not finite")],
+)
+def test_bad_run_files(tmp_path: Path, text: str, match: str) -> None:
+    (tmp_path / "r.trec").write_text(text)
+    with pytest.raises(FrameValidationError, match=match):
+        read_run(tmp_path / "r.trec")
+
+
+def test_bad_qrels_and_missing_files(tmp_path: Path) -> None:
+    (tmp_path / "q.txt").write_text("1 0 a 1\n1 0 b one\n")
+    with pytest.raises(FrameValidationError, match=r"q.txt:2: relevance 'one'"):
+        read_qrels(tmp_path / "q.txt")
+    with pytest.raises(KolmValueError, match="does not exist"):
+        read_run(tmp_path / "missing.trec")
+
+
+# ---------------------------------------------------------------- downloads (loopback only)
+def zip_bytes(members: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, body in members.items():
+            zf.writestr(name, body)
+    return buf.getvalue()
+
+
+GOOD = zip_bytes({
+    "mini/corpus.jsonl": json.dumps({"_id": "d1", "title": "", "text": "hello"}) + "\n",
+    "mini/queries.jsonl": json.dumps({"_id": "q1", "text": "hello"}) + "\n",
+    "mini/qrels/test.tsv": "query-id\tcorpus-id\tscore\nq1\td1\t1\n",
+})
+EVIL = zip_bytes({"mini/corpus.jsonl": "{}", "../../escaped.txt": "gotcha"})
+
+
+@pytest.fixture()
+def server() -> Iterator[tuple[str, dict[str, bytes], list[str]]]:
+    files: dict[str, bytes] = {}
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            body = files.get(self.path)
+            if body is None:
+                self.send_response(404)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", files, hits
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def registry(base: str, name: str, body: bytes, md5: str | None = None) -> dict[str, dict[str, str]]:
+    return {"mini": {"url": f"{base}/{name}", "md5": md5 or hashlib.md5(body).hexdigest(), "folder": "mini"}}
+
+
+def test_download_verifies_unpacks_and_caches(server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    base, files, hits = server
+    files["/mini.zip"] = GOOD
+    reg = registry(base, "mini.zip", GOOD)
+    path = download_beir("mini", tmp_path, registry=reg, progress=False)
+    assert path == tmp_path / "beir" / "mini" and load_beir(path).corpus.id.tolist() == ["d1"]
+    assert download_beir("mini", tmp_path, registry=reg, progress=False) == path
+    assert hits == ["/mini.zip"]  # the cache was reused
+    assert sorted(p.name for p in (tmp_path / "beir").iterdir()) == ["mini"]  # no temporaries left
+
+
+@pytest.mark.parametrize("case", ["bad-checksum", "404", "not-a-zip", "path-escape", "refused"])
+def test_download_failures_leave_nothing(server, tmp_path: Path, case: str) -> None:  # type: ignore[no-untyped-def]
+    base, files, _ = server
+    files["/good.zip"], files["/junk.zip"], files["/evil.zip"] = GOOD, b"not a zip", EVIL
+    reg = {
+        "bad-checksum": registry(base, "good.zip", GOOD, md5="0" * 32),
+        "404": registry(base, "missing.zip", GOOD),
+        "not-a-zip": registry(base, "junk.zip", b"not a zip"),
+        "path-escape": registry(base, "evil.zip", EVIL),
+        "refused": registry("http://127.0.0.1:9", "x.zip", GOOD),
+    }[case]
+    with pytest.raises(DownloadError):
+        download_beir("mini", tmp_path / "cache", registry=reg, progress=False, timeout=5)
+    leftovers = list((tmp_path / "cache" / "beir").iterdir())
+    assert leftovers == [], leftovers
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_unknown_name_and_load_dataset(tmp_path: Path) -> None:
+    with pytest.raises(KolmValueError, match="unknown BEIR dataset"):
+        download_beir("no-such-set", tmp_path)
+    with pytest.raises(KolmValueError, match="neither a BEIR folder"):
+        load_dataset("no-such-set")
+    assert len(load_dataset(make_beir(tmp_path / "mini")).corpus) == 5
+
+
+def test_packaged_registry_has_the_issue_names() -> None:
+    from kolm_search.io import beir_registry
+
+    reg = beir_registry()
+    for name in ("scifact", "nfcorpus", "fiqa", "arguana", "scidocs", "trec-covid"):
+        assert reg[name]["url"].endswith(f"/{name}.zip") and len(reg[name]["md5"]) == 32
