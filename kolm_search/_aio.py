@@ -8,7 +8,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["log", "resolve", "run_sync"]
+__all__ = ["log", "resolve", "run_blocking", "run_sync"]
 
 T = TypeVar("T")
 
@@ -57,3 +57,20 @@ def run_sync(coro: Coroutine[Any, Any, T], *, name: str) -> T:
     raise RuntimeError(
         f"{name}_sync() was called inside a running event loop; use `await {name}(...)` instead"
     )
+
+
+def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion and return its result, even inside a running event loop.
+
+    Outside a loop this is ``asyncio.run``. Inside one (a Jupyter kernel, say) the coroutine
+    runs on a fresh loop in a worker thread while the caller blocks, so batch jobs work from
+    notebooks. Async ports then run on that worker loop, not on the caller's.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kolm-batch") as pool:
+        return pool.submit(asyncio.run, coro).result()

@@ -36,9 +36,13 @@ def _build(pipeline: str, corpus: Any, model: str | None) -> Any:
 
     if pipeline == "bm25":
         return presets.bm25(corpus)
-    from kolm_search.adapters import SentenceTransformerEmbedder
+    from kolm_search.adapters import LSAEmbedder, SentenceTransformerEmbedder
+    from kolm_search.doctable import DocumentTable
 
-    embedder = SentenceTransformerEmbedder(model or "minilm")
+    if model == "lsa":
+        embedder: Any = LSAEmbedder(DocumentTable.from_frame(corpus).texts())
+    else:
+        embedder = SentenceTransformerEmbedder(model or "minilm")
     if pipeline == "dense":
         return presets.dense(corpus, embedder)
     return presets.hybrid(corpus, embedder)
@@ -117,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-out", help="write the run here (TREC text; .gz or .parquet by extension)")
     p.add_argument("--limit", type=int, default=100, help="documents retrieved per query (default 100)")
     p.add_argument("--split", default="test")
-    p.add_argument("--model", help="embedding model folder for dense/hybrid (default: packaged MiniLM)")
+    p.add_argument("--model", help="dense/hybrid embedder: a sentence-transformers model folder, 'minilm' "
+                   "(packaged all-MiniLM-L6-v2, extra 'embeddings'; the default) or 'lsa' (no model needed)")
     p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kolm_search._aio import run_sync
+from kolm_search._aio import run_blocking, run_sync
 from kolm_search.batch import BatchResult
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.guards import coerce_request
@@ -72,8 +72,7 @@ class SearchClient:
     def search_batch(self, queries: Any, *, limit: int | None = None, offset: int = 0,
                      mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
         """Search many queries at once (see :meth:`SearchPipeline.search_batch`)."""
-        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters),
-                        name="search_batch")
+        return run_blocking(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters))
 
     def __repr__(self) -> str:
         return f"SearchClient({self.pipeline!r})"

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search._aio import log, resolve, run_sync
+from kolm_search._aio import log, resolve, run_blocking, run_sync
 from kolm_search.batch import BatchResult, run_batch
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.errors import DEDUPLICATOR_STAGE, PIPELINE_STAGES, SearchError
@@ -282,10 +282,9 @@ class SearchPipeline:
             ``.run`` (``qid, doc_id, rank, score``) and ``.responses`` (built on demand).
             Query ids are the DataFrame's ``qid`` or the list positions.
 
-        Raises ``RuntimeError`` inside a running event loop: use :meth:`search_batch_async`.
+        Works inside a running event loop too (a notebook): the batch then runs on a worker thread.
         """
-        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters),
-                        name="search_batch")
+        return run_blocking(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters))
 
     def __repr__(self) -> str:
         return f"SearchPipeline(planner={self.modules.planner!r}, retriever={self.modules.retriever!r})"

@@ -148,12 +148,13 @@ def test_built_pipelines_pickle() -> None:
         pd.testing.assert_frame_equal(a, b)
 
 
-async def test_async_batch_and_sync_guard() -> None:
+async def test_async_batch_and_sync_shell_inside_a_loop() -> None:
     client = make("bm25")
     res = await client.search_batch_async(QUERIES[:2], limit=3)
     assert len(res) == 2
-    with pytest.raises(RuntimeError, match="await search_batch"):
-        client.search_batch(QUERIES[:2])
+    # as in a notebook: the sync batch shell works inside a running loop (worker thread)
+    inside = client.search_batch(QUERIES[:2], limit=3)
+    pd.testing.assert_frame_equal(inside.run, res.run)
 
 
 def test_dense_preset_with_single_embed_only() -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search._aio import run_sync
+from kolm_search._aio import run_blocking
 from kolm_search._kernels import numba_threads
 from kolm_search._kernels.topk import dense_block_update, heaps_sorted
 from kolm_search.doctable import DocumentTable
@@ -55,7 +55,7 @@ async def _embed_async(embedder: Any, texts: list[str], batch_size: int) -> npt.
 
 def embed_texts(embedder: Embedder, texts: Sequence[str], *, batch_size: int = 256) -> npt.NDArray[np.float32]:
     """Embed ``texts`` in batches (``embed_many`` when available) as float32 (n, d)."""
-    mat = run_sync(_embed_async(embedder, list(texts), batch_size), name="embed_texts")
+    mat = run_blocking(_embed_async(embedder, list(texts), batch_size))
     if mat.ndim != 2 or mat.shape[0] != len(texts) or not np.all(np.isfinite(mat)):
         raise KolmValueError(f"embedder returned an invalid matrix of shape {mat.shape} for {len(texts)} texts")
     return mat
