@@ -64,7 +64,7 @@ def main() -> None:
 
         small = obj_run.head(2000)
         ranx_evaluate(Qrels.from_df(obj_qrels.head(100), q_id_col="qid", doc_id_col="doc_id", score_col="relevance"),
-                      Run.from_df(small, q_id_col="qid", doc_id_col="doc_id", score_col="score"), RANX)
+                      Run.from_df(small, q_id_col="qid", doc_id_col="doc_id", score_col="score"), RANX, make_comparable=True)
         t0 = time.perf_counter()
         rq = Qrels.from_df(obj_qrels, q_id_col="qid", doc_id_col="doc_id", score_col="relevance")
         rr = Run.from_df(obj_run, q_id_col="qid", doc_id_col="doc_id", score_col="score")

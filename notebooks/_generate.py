@@ -1,9 +1,18 @@
+"""Regenerate 01_quickstart.ipynb: python notebooks/_generate.py (from the repository root)."""
 import nbformat as nbf
 
 nb = nbf.v4.new_notebook()
 cells = []
-md = lambda s: cells.append(nbf.v4.new_markdown_cell(s))
-code = lambda s: cells.append(nbf.v4.new_code_cell(s))
+
+
+def md(text):
+    cells.append(nbf.v4.new_markdown_cell(text))
+
+
+def code(text):
+    cells.append(nbf.v4.new_code_cell(text))
+
+
 md("# kolm_search quickstart\n\nLoad a test collection, build BM25, dense and hybrid pipelines, evaluate them with "
    "trec_eval's exact semantics, compare with significance tests, and plot.\n\n"
    "The collection is Cranfield from `../shared/data/cranfield` (set `KOLM_CRANFIELD` to elsewhere), or any BEIR "

@@ -89,7 +89,7 @@ class LSAEmbedder:
         x = self._weight(self._counts(list(texts), grow=False))
         out = np.asarray(x @ self.components, dtype=np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms > 0, norms, 1.0)
+        return (out / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
     def embed(self, text: str) -> npt.NDArray[np.float32]:
         """Embedding of one text: float32 (dim,)."""
