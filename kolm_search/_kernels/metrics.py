@@ -140,7 +140,16 @@ def _eval_chunk(order, ptr, local, n_run_total, score32, rel, offsets, data, met
                     ok = False
                     break
             if not ok:
-                _merge_sort(idx, sc, rows, data, offsets)
+                # native stable sort on the scores, then docno descending inside each tie run
+                idx = np.argsort(-sc, kind="mergesort")
+                i = 0
+                while i < n_r:
+                    j = i + 1
+                    while j < n_r and sc[idx[j]] == sc[idx[i]]:
+                        j += 1
+                    if j - i > 1:
+                        _merge_sort(idx[i:j], sc, rows, data, offsets)
+                    i = j
             num_rel = 0
             num_nonrel = 0
             for lv in range(max_level + 1):
