@@ -192,7 +192,7 @@ def _fuse_runs(frames: list[pd.DataFrame], *, method: Method, k: float, weights:
                norm: Norm, limit: int | None, n_threads: int | None) -> pd.DataFrame:
     """Group rows by query, match documents inside each query, fuse in one kernel call."""
     from kolm_search._kernels import numba_threads
-    from kolm_search._kernels.grouping import counting_order, intern_groups
+    from kolm_search._kernels.grouping import counting_order, intern_groups, segment_positions
     from kolm_search.interning import factorize, string_buffers, take_strings
 
     n_lists = len(frames)
@@ -204,13 +204,10 @@ def _fuse_runs(frames: list[pd.DataFrame], *, method: Method, k: float, weights:
     order, ptr = counting_order(q_codes, np.int64(n_q))  # rows by query, runs in order inside
     has_rank = all("rank" in f.columns for f in frames)
     key = np.concatenate([pd.to_numeric(f["rank"]).to_numpy(np.float64) for f in frames]) if has_rank else -score
-    seg_key = q_codes[order] * n_lists + lid[order]
-    same_seg = seg_key[1:] == seg_key[:-1]
-    if np.any(same_seg & (key[order][1:] < key[order][:-1])):  # not best-first inside a (query, run)
-        order = np.arange(len(score))[np.lexsort((np.arange(len(score)), key, lid, q_codes))]
-        seg_key = q_codes[order] * n_lists + lid[order]
-    starts, seg = _segments(seg_key)
-    position = np.arange(len(order), dtype=np.int64) - starts[seg]
+    lid_o, position, ok = segment_positions(order, ptr, lid, key)
+    if not ok:  # not best-first inside some (query, run): sort those rows, keep ties in input order
+        order = np.lexsort((np.arange(len(score)), key, lid, q_codes))
+        lid_o, position, _ = segment_positions(order, ptr, lid, key)
     buffers = string_buffers(docs_all)
     with numba_threads(n_threads) as threads:
         chunks = 1 if n_q < 64 else min(n_q, 4 * threads)
@@ -221,7 +218,6 @@ def _fuse_runs(frames: list[pd.DataFrame], *, method: Method, k: float, weights:
             d_codes, d_uniques = factorize(docs_all, name="doc_id")
             local, rep = d_codes[order], None
     n_local = int(local.max()) + 1 if len(local) else 1
-    lid_o = lid[order]
     w = check_weights(weights, n_lists)
     if method == "rrf":
         if norm is not None:
@@ -234,6 +230,7 @@ def _fuse_runs(frames: list[pd.DataFrame], *, method: Method, k: float, weights:
         if not np.all(np.isfinite(s_o)):
             raise KolmValueError("scores must be finite for score fusion")
         if norm is not None:  # a repeated document counts once in the statistics too
+            seg = np.cumsum(position == 0) - 1
             _, first = np.unique(seg * n_local + local, return_index=True)
             keep = np.zeros(len(order), bool)
             keep[first] = True

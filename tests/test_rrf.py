@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -174,3 +175,39 @@ def test_fuse_arrays_many_groups_threads() -> None:
     b = fuse_arrays(ptr, li, dc, ct, 100, n_threads=2)
     for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_grouping_kernels_match_numpy_twins(seed: int) -> None:
+    from kolm_search._kernels.grouping import (
+        counting_order,
+        counting_order_numpy,
+        intern_groups,
+        intern_groups_numpy,
+        segment_positions,
+        segment_positions_numpy,
+    )
+    from kolm_search.interning import string_buffers
+
+    rng = np.random.default_rng(seed)
+    n, n_keys = 400, 17
+    keys = rng.integers(0, n_keys, n).astype(np.int64)
+    order, ptr = counting_order(keys, np.int64(n_keys))
+    o2, p2 = counting_order_numpy(keys, n_keys)
+    np.testing.assert_array_equal(order, o2)
+    np.testing.assert_array_equal(ptr, p2)
+    lid = np.sort(rng.integers(0, 3, n)).astype(np.int64)  # runs concatenated in list order
+    key = np.round(rng.random(n), 1) if seed % 2 else np.arange(n, dtype=np.float64)
+    a = segment_positions(order, ptr, lid, key)
+    b = segment_positions_numpy(order, ptr, lid, key)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert a[2] == b[2]
+    strings = [f"id{v}" for v in rng.integers(0, 30, n)]
+    _, offsets, data = string_buffers(pd.Series(strings, dtype="str"))
+    local, rep, counts = intern_groups(order, ptr, offsets, data, 3)
+    local2, rep2, counts2 = intern_groups_numpy(order, ptr, strings)
+    np.testing.assert_array_equal(local, local2)  # codes of every row, within its group
+    np.testing.assert_array_equal(counts, counts2)
+    for g in range(n_keys):  # each group's code -> first row
+        np.testing.assert_array_equal(rep[ptr[g]:ptr[g] + counts[g]], rep2[ptr[g]:ptr[g] + counts2[g]])

@@ -22,7 +22,14 @@ from numba import njit, prange
 
 from kolm_search._kernels.intern import _hash
 
-__all__ = ["counting_order", "counting_order_numpy", "intern_groups", "intern_groups_numpy"]
+__all__ = [
+    "counting_order",
+    "counting_order_numpy",
+    "intern_groups",
+    "intern_groups_numpy",
+    "segment_positions",
+    "segment_positions_numpy",
+]
 
 
 @njit(cache=True)
@@ -136,3 +143,49 @@ def intern_groups_numpy(order, ptr, strings):
         rep[ptr[g]:ptr[g] + len(first)] = rows[first]
         counts[g] = len(first)
     return local, rep, counts
+
+
+@njit(cache=True)
+def segment_positions(order, ptr, lid, key):  # pragma: no cover - compiled
+    """One pass over rows grouped by query: each row's list id and position inside its
+    (query, list) segment, and whether ``key`` is non-decreasing inside every segment.
+
+    order int64 (n,), ptr int64 (n_groups+1,), lid int64 (rows,), key float64 (rows,)
+    -> (lid_o int64 (n,), position int64 (n,), sorted bool)
+    """
+    n = order.shape[0]
+    lid_o = np.empty(n, np.int64)
+    position = np.empty(n, np.int64)
+    ok = True
+    for g in range(ptr.shape[0] - 1):
+        seg_start = ptr[g]
+        prev_l = -1
+        prev_key = 0.0
+        for p in range(ptr[g], ptr[g + 1]):
+            row = order[p]
+            lr = lid[row]
+            kr = key[row]
+            if lr != prev_l:
+                seg_start = p
+                prev_l = lr
+            elif kr < prev_key:
+                ok = False
+            prev_key = kr
+            lid_o[p] = lr
+            position[p] = p - seg_start
+    return lid_o, position, ok
+
+
+def segment_positions_numpy(order, ptr, lid, key):
+    """Twin of :func:`segment_positions`."""
+    n_groups = len(ptr) - 1
+    group = np.repeat(np.arange(n_groups), np.diff(ptr))
+    lid_o = lid[order]
+    seg = group * (lid.max() + 1 if len(lid) else 1) + lid_o
+    change = np.concatenate([[True], seg[1:] != seg[:-1]]) if len(seg) else np.zeros(0, bool)
+    starts = np.flatnonzero(change)
+    seg_id = np.cumsum(change) - 1
+    position = np.arange(len(order)) - starts[seg_id]
+    k = key[order]
+    ok = not np.any((~change[1:]) & (k[1:] < k[:-1])) if len(k) > 1 else True
+    return lid_o.astype(np.int64), position.astype(np.int64), bool(ok)
