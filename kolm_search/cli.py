@@ -1,4 +1,4 @@
-"""The ``kolm-search`` command: eval, fuse, compare, download.
+"""The ``kolm-search`` command: eval, fuse, compare, rerank, download.
 
 Examples::
 
@@ -6,6 +6,7 @@ Examples::
     kolm-search eval scifact --pipeline hybrid --run-out runs/scifact-hybrid.trec
     kolm-search fuse a.trec b.trec --method rrf --k 60 -o fused.trec
     kolm-search compare a.trec b.trec --qrels qrels.tsv --test t
+    kolm-search rerank run.trec --dataset ../shared/data/cranfield --reranker mmr --model lsa -o reranked.trec
     kolm-search download scifact
 """
 
@@ -102,6 +103,40 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rerank(args: argparse.Namespace) -> int:
+    from kolm_search.adapters import (
+        CrossEncoderReranker,
+        LSAEmbedder,
+        MMRReranker,
+        SentenceTransformerEmbedder,
+    )
+    from kolm_search.doctable import DocumentTable
+    from kolm_search.io import load_dataset, read_run, write_run
+    from kolm_search.rerank import rerank_run
+
+    dataset = load_dataset(args.dataset, split=args.split, cache_dir=args.cache_dir)
+    run = read_run(args.run)
+    reranker: Any
+    if args.reranker == "cross-encoder":
+        if not args.model:
+            print("kolm-search rerank: error: --model is required for the cross-encoder", file=sys.stderr)
+            return 1
+        reranker = CrossEncoderReranker(args.model)
+    else:
+        if args.model == "lsa":
+            embedder: Any = LSAEmbedder(DocumentTable.from_frame(dataset.corpus).texts())
+        else:
+            embedder = SentenceTransformerEmbedder(args.model or "minilm")
+        reranker = MMRReranker(embedder, lambda_=args.mmr_lambda)
+    out = rerank_run(run, dataset, reranker, top_k=args.top_k, progress=not args.quiet)
+    write_run(out, args.output, tag=f"kolm_{args.reranker}")
+    missing = out.attrs.get("missing", [])
+    if missing:
+        print(f"warning: {len(missing)} run documents are not in the corpus, e.g. {missing[0]}", file=sys.stderr)
+    print(f"re-ranked {out.qid.nunique()} queries into {args.output}", file=sys.stderr)
+    return 0
+
+
 def cmd_download(args: argparse.Namespace) -> int:
     from kolm_search.io import download_beir
 
@@ -146,6 +181,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--correction", choices=["none", "bonferroni", "holm"], default="holm")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("rerank", help="re-rank each query's top-k of a run")
+    p.add_argument("run")
+    p.add_argument("--dataset", required=True, help="a BEIR folder or name (documents and query texts)")
+    p.add_argument("--reranker", choices=["cross-encoder", "mmr"], default="mmr")
+    p.add_argument("--model", help="cross-encoder folder; for mmr an embedder: model folder, 'minilm' or 'lsa'")
+    p.add_argument("--top-k", type=int, default=100)
+    p.add_argument("--mmr-lambda", type=float, default=0.7)
+    p.add_argument("--split", default="test")
+    p.add_argument("--cache-dir")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_rerank)
 
     p = sub.add_parser("download", help="download a BEIR dataset into the cache")
     p.add_argument("name")

@@ -7,6 +7,7 @@ from kolm_search.adapters.caches import InMemoryCache, SqliteCache
 from kolm_search.adapters.embedders import SentenceTransformerEmbedder, packaged_minilm_path
 from kolm_search.adapters.lsa import LSAEmbedder
 from kolm_search.adapters.mmr import MMRReranker
+from kolm_search.adapters.rerankers import CrossEncoderReranker, FusionReranker
 from kolm_search.adapters.simple import (
     EmbeddingIntentClassifier,
     ExactDeduplicator,
@@ -15,8 +16,10 @@ from kolm_search.adapters.simple import (
 )
 
 __all__ = [
+    "CrossEncoderReranker",
     "EmbeddingIntentClassifier",
     "ExactDeduplicator",
+    "FusionReranker",
     "InMemoryCache",
     "LSAEmbedder",
     "LoggingTelemetry",

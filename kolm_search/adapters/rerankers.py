@@ -1,0 +1,93 @@
+"""Rerankers: a cross-encoder (sentence-transformers) and weighted fusion of scorers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kolm_search._aio import resolve
+from kolm_search.adapters._extras import require
+from kolm_search.errors import KolmValueError
+from kolm_search.types import SearchDocument, SearchPipelineContext
+
+__all__ = ["CrossEncoderReranker", "FusionReranker"]
+
+
+class CrossEncoderReranker:
+    """Scores (query, document) pairs with ``sentence_transformers.CrossEncoder``, in batches.
+
+    Parameters
+    ----------
+    model_or_path : str, Path or CrossEncoder
+    batch_size : int, default 32
+    max_length : int, optional
+
+    No cross-encoder weights load offline on this project's machines (every packaged one
+    fetches from a hub), so the tests exercise this adapter with a small randomly initialised
+    model: they check the code path, not ranking quality.
+    """
+
+    def __init__(self, model_or_path: Any, batch_size: int = 32, max_length: int | None = None,
+                 device: str | None = None) -> None:
+        st = require("sentence_transformers", "embeddings")
+        if isinstance(model_or_path, (str, Path)):
+            self.model = st.CrossEncoder(str(model_or_path), max_length=max_length, device=device or "cpu")
+        else:
+            self.model = model_or_path
+        self.batch_size = int(batch_size)
+
+    def score(self, query: str, docs: Sequence[SearchDocument]) -> np.ndarray:
+        pairs = [(query, f"{d.title} {d.content}" if d.title else d.content) for d in docs]
+        out = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
+        return np.asarray(out, dtype=np.float64).reshape(len(docs), -1)[:, 0]
+
+    def rerank(self, docs: list[SearchDocument], context: SearchPipelineContext) -> list[SearchDocument]:
+        if not docs:
+            return []
+        scores = self.score(context.request.query, docs)
+        order = np.argsort(-scores, kind="stable")
+        return [replace(docs[i], score=float(scores[i])) for i in order]
+
+
+class FusionReranker:
+    """Re-scores candidates by a weighted sum of min-max normalised scorers.
+
+    Parameters
+    ----------
+    scorers : list of callables ``f(docs, context) -> scores (n,)`` (sync or async); the string
+        ``"original"`` uses the candidates' incoming scores.
+    weights : list of float, optional
+        One per scorer (default equal).
+    """
+
+    def __init__(self, scorers: Sequence[Callable[..., Any] | str], weights: Sequence[float] | None = None) -> None:
+        if not scorers:
+            raise KolmValueError("FusionReranker needs at least one scorer")
+        for s in scorers:
+            if not (callable(s) or s == "original"):
+                raise KolmValueError(f"a scorer must be callable or 'original', got {s!r}")
+        self.scorers = list(scorers)
+        w = np.ones(len(scorers)) if weights is None else np.asarray(weights, dtype=np.float64)
+        if w.shape != (len(scorers),) or not np.all(np.isfinite(w)):
+            raise KolmValueError(f"weights must be finite, one per scorer; got {weights!r}")
+        self.weights = w
+
+    async def rerank(self, docs: list[SearchDocument], context: SearchPipelineContext) -> list[SearchDocument]:
+        if not docs:
+            return []
+        total = np.zeros(len(docs))
+        for scorer, w in zip(self.scorers, self.weights, strict=True):
+            if scorer == "original":
+                raw = np.array([d.score if d.score is not None else 0.0 for d in docs], dtype=np.float64)
+            else:
+                raw = np.asarray(await resolve(scorer(docs, context)), dtype=np.float64)  # type: ignore[operator]
+            if raw.shape != (len(docs),) or not np.all(np.isfinite(raw)):
+                raise KolmValueError(f"scorer {scorer!r} returned {raw.shape} values or non-finite ones for {len(docs)} documents")
+            span = raw.max() - raw.min()
+            total += w * ((raw - raw.min()) / span if span > 0 else np.ones_like(raw))
+        order = np.argsort(-total, kind="stable")
+        return [replace(docs[i], score=float(total[i])) for i in order]

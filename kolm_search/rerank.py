@@ -1,0 +1,133 @@
+"""Batch re-ranking jobs: read a run, re-rank each query's top-k with any Reranker, write a run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kolm_search._aio import resolve, run_blocking
+from kolm_search.doctable import DocumentTable
+from kolm_search.errors import FrameValidationError, KolmValueError, SearchError
+from kolm_search.planners import DefaultQueryPlanner
+from kolm_search.types import SearchPipelineContext, SearchRequest, as_documents
+
+__all__ = ["rerank_run"]
+
+_log = logging.getLogger("kolm_search.rerank")
+
+
+def _inputs(run: Any, corpus: Any, queries: Any) -> tuple[pd.DataFrame, DocumentTable, dict[str, str]]:
+    if isinstance(run, (str, bytes)) or hasattr(run, "__fspath__"):
+        from kolm_search.io import read_run
+
+        run = read_run(run)
+    run = getattr(run, "run", run)
+    if not isinstance(run, pd.DataFrame) or not {"qid", "doc_id", "score"} <= set(run.columns):
+        raise FrameValidationError("run must be a DataFrame with qid, doc_id, score (or a TREC run path)")
+    if queries is None and hasattr(corpus, "queries"):
+        queries = corpus.queries
+    if hasattr(corpus, "corpus"):
+        corpus = corpus.corpus
+    table = corpus if isinstance(corpus, DocumentTable) else (
+        DocumentTable.from_frame(corpus) if isinstance(corpus, pd.DataFrame) else DocumentTable.from_documents(corpus))
+    if queries is None:
+        raise KolmValueError("rerank_run needs the query texts: pass a Dataset as corpus, or queries=")
+    if isinstance(queries, pd.DataFrame):
+        texts = dict(zip(queries["qid"].astype(str), queries["query"].astype(str), strict=True))
+    else:
+        texts = {str(k): str(v) for k, v in dict(queries).items()}
+    return run, table, texts
+
+
+def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_size: int = 64, *,
+               queries: Any = None, progress: bool = True) -> pd.DataFrame:
+    """Re-rank the top ``top_k`` of every query of a run.
+
+    Parameters
+    ----------
+    run : DataFrame ``qid, doc_id, score[, rank]``, BatchResult, or TREC run path
+    corpus : Dataset, DataFrame ``id, content[, title]``, DocumentTable or documents
+    reranker : Reranker
+        Any object with ``rerank(docs, context)`` (sync or async).
+    top_k : int
+        Documents re-ranked per query; those below keep their order under the block.
+    batch_size : int
+        Queries per chunk: only one chunk's documents are materialised at a time; the
+        queries of a chunk are re-ranked concurrently.
+    queries : DataFrame ``qid, query`` or dict, optional
+        Query texts (taken from ``corpus`` when it is a Dataset).
+    progress : bool
+
+    Returns
+    -------
+    DataFrame ``qid, doc_id, rank, score``
+        New ranks; scores are the reranker's when it gives non-increasing scores to the
+        block, else ``len - rank``; documents below keep their order with lower scores.
+        Documents missing from the corpus cannot be re-ranked: they stay, right after the
+        re-ranked block, and are listed in ``result.attrs["missing"]`` (and logged).
+    """
+    from tqdm.auto import tqdm
+
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise KolmValueError(f"top_k must be a positive int, got {top_k!r}")
+    frame, table, texts = _inputs(run, corpus, queries)
+    order_cols = ["rank"] if "rank" in frame.columns else []
+    frame = frame.assign(_neg=-pd.to_numeric(frame["score"]))
+    frame = frame.sort_values(["qid", *order_cols, "_neg"] if order_cols else ["qid", "_neg"], kind="stable")
+    qids = list(dict.fromkeys(frame["qid"]))
+    unknown = [q for q in qids if str(q) not in texts]
+    if unknown:
+        raise KolmValueError(f"{len(unknown)} run queries have no text, e.g. {unknown[0]!r}")
+    groups = dict(tuple(frame.groupby("qid", sort=False)))
+    parts: list[pd.DataFrame] = []
+    missing: list[tuple[Any, str]] = []
+    planner = DefaultQueryPlanner()
+
+    async def one(qid: Any) -> pd.DataFrame:
+        rows = groups[qid]
+        ids = rows["doc_id"].astype(str).to_numpy()
+        head, tail = ids[:top_k], ids[top_k:]
+        codes = table.codes(head, missing="ignore")
+        present = codes >= 0
+        for d in head[~present]:
+            missing.append((qid, str(d)))
+        docs = table.documents(codes[present], rows["score"].to_numpy()[:top_k][present])
+        req = SearchRequest(query=texts[str(qid)], limit=top_k)
+        ctx = SearchPipelineContext(request=req, plan=planner.plan(req), started_at=0.0)
+        try:
+            out = as_documents(await resolve(reranker.rerank(list(docs), ctx)), what="reranker")
+        except SearchError:
+            raise
+        except Exception as exc:
+            raise SearchError("reranker", f"query {qid!r}: {exc}", cause=exc) from exc
+        if sorted(d.id for d in out) != sorted(d.id for d in docs):
+            raise SearchError("reranker", f"query {qid!r}: the reranker must return the same documents it was given")
+        new_ids = [d.id for d in out] + list(head[~present]) + list(tail)
+        n = len(new_ids)
+        scores = np.arange(n, 0, -1, dtype=np.float64)
+        block = [d.score for d in out]
+        if out and all(s is not None for s in block) and all(a >= b for a, b in zip(block, block[1:], strict=False)):
+            scores[: len(out)] = block
+            floor = min(block)
+            scores[len(out):] = floor - np.arange(1, n - len(out) + 1)
+        return pd.DataFrame({"qid": [qid] * n, "doc_id": new_ids, "rank": np.arange(n), "score": scores})
+
+    async def chunk(qs: Sequence[Any]) -> list[pd.DataFrame]:
+        return list(await asyncio.gather(*(one(q) for q in qs)))
+
+    with tqdm(total=len(qids), desc="rerank", unit="q", disable=not progress, leave=False) as bar:
+        for start in range(0, len(qids), batch_size):
+            qs = qids[start:start + batch_size]
+            parts.extend(run_blocking(chunk(qs)))
+            bar.update(len(qs))
+    result = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["qid", "doc_id", "rank", "score"])
+    result.attrs["missing"] = missing
+    if missing:
+        _log.warning("%d documents of the run are not in the corpus (kept unranked under the block), e.g. %r",
+                     len(missing), missing[0])
+    return result
