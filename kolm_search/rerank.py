@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -110,8 +111,9 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
         new_ids = [d.id for d in out] + list(head[~present]) + list(tail)
         n = len(new_ids)
         scores = np.arange(n, 0, -1, dtype=np.float64)
-        block = [d.score for d in out]
-        if out and all(s is not None for s in block) and all(a >= b for a, b in zip(block, block[1:], strict=False)):
+        raw = [d.score for d in out]
+        block = [float(s) for s in raw if s is not None]
+        if out and len(block) == len(raw) and all(a >= b for a, b in itertools.pairwise(block)):
             scores[: len(out)] = block
             floor = min(block)
             scores[len(out):] = floor - np.arange(1, n - len(out) + 1)
