@@ -3,27 +3,45 @@
 Those needing third-party packages import them lazily and name the extra to install.
 """
 
+from kolm_search.adapters.cached import CachedEmbedder
 from kolm_search.adapters.caches import InMemoryCache, SqliteCache
 from kolm_search.adapters.embedders import SentenceTransformerEmbedder, packaged_minilm_path
+from kolm_search.adapters.feedback import RM3Expander
+from kolm_search.adapters.llm import (
+    LLMRequestError,
+    OpenAICompatibleClient,
+    OpenAICompatibleExpander,
+    OpenAICompatibleSynthesizer,
+)
 from kolm_search.adapters.lsa import LSAEmbedder
 from kolm_search.adapters.mmr import MMRReranker
+from kolm_search.adapters.otel import OpenTelemetryTelemetry
 from kolm_search.adapters.rerankers import CrossEncoderReranker, FusionReranker
 from kolm_search.adapters.simple import (
     EmbeddingIntentClassifier,
     ExactDeduplicator,
     LoggingTelemetry,
+    NearDuplicateDeduplicator,
     SynonymExpander,
 )
 
 __all__ = [
+    "CachedEmbedder",
     "CrossEncoderReranker",
     "EmbeddingIntentClassifier",
     "ExactDeduplicator",
     "FusionReranker",
     "InMemoryCache",
+    "LLMRequestError",
     "LSAEmbedder",
     "LoggingTelemetry",
     "MMRReranker",
+    "NearDuplicateDeduplicator",
+    "OpenAICompatibleClient",
+    "OpenAICompatibleExpander",
+    "OpenAICompatibleSynthesizer",
+    "OpenTelemetryTelemetry",
+    "RM3Expander",
     "SentenceTransformerEmbedder",
     "SqliteCache",
     "SynonymExpander",

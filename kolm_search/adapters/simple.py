@@ -17,7 +17,13 @@ from kolm_search.errors import KolmValueError
 from kolm_search.planners import normalize_query
 from kolm_search.types import SearchDocument
 
-__all__ = ["EmbeddingIntentClassifier", "ExactDeduplicator", "LoggingTelemetry", "SynonymExpander"]
+__all__ = [
+    "EmbeddingIntentClassifier",
+    "ExactDeduplicator",
+    "LoggingTelemetry",
+    "NearDuplicateDeduplicator",
+    "SynonymExpander",
+]
 
 
 class LoggingTelemetry:
@@ -154,3 +160,43 @@ class EmbeddingIntentClassifier:
         sims = self.centroids @ (vec / norm)
         best = int(np.argmax(sims))
         return self.labels[best] if sims[best] >= self.threshold else None
+
+
+class NearDuplicateDeduplicator:
+    """Drops near duplicates: cosine similarity of embeddings at or above ``threshold``.
+
+    The best-ranked copy is kept (greedy in rank order, one matrix product). ``last_dropped``
+    holds ``(dropped_id, kept_id)`` pairs of the latest call.
+    """
+
+    def __init__(self, embedder: Any, threshold: float = 0.95) -> None:
+        if not 0.0 < float(threshold) <= 1.0:
+            raise KolmValueError(f"threshold must lie in (0, 1], got {threshold!r}")
+        self.embedder = embedder
+        self.threshold = float(threshold)
+        self.last_dropped: list[tuple[str, str]] = []
+
+    async def deduplicate(self, docs: Sequence[SearchDocument]) -> list[SearchDocument]:
+        docs = list(docs)
+        if len(docs) < 2:
+            self.last_dropped = []
+            return docs
+        texts = [f"{d.title} {d.content}" if d.title else d.content for d in docs]
+        many = getattr(self.embedder, "embed_many", None)
+        if callable(many):
+            emb = np.asarray(await resolve(many(texts)), dtype=np.float64)
+        else:
+            emb = np.stack([np.asarray(await resolve(self.embedder.embed(t)), dtype=np.float64) for t in texts])
+        norms = np.linalg.norm(emb, axis=1, keepdims=True)
+        emb = emb / np.where(norms > 0, norms, 1.0)
+        sims = emb @ emb.T
+        kept: list[int] = []
+        dropped: list[tuple[str, str]] = []
+        for i in range(len(docs)):
+            match = next((j for j in kept if sims[i, j] >= self.threshold), None)
+            if match is None:
+                kept.append(i)
+            else:
+                dropped.append((docs[i].id, docs[match].id))
+        self.last_dropped = dropped
+        return [docs[i] for i in kept]
