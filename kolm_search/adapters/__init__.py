@@ -15,6 +15,7 @@ from kolm_search.adapters.llm import (
 )
 from kolm_search.adapters.lsa import LSAEmbedder
 from kolm_search.adapters.mmr import MMRReranker
+from kolm_search.adapters.onnx import OnnxEmbedder, packaged_minilm_onnx
 from kolm_search.adapters.otel import OpenTelemetryTelemetry
 from kolm_search.adapters.rerankers import CrossEncoderReranker, FusionReranker
 from kolm_search.adapters.simple import (
@@ -37,6 +38,7 @@ __all__ = [
     "LoggingTelemetry",
     "MMRReranker",
     "NearDuplicateDeduplicator",
+    "OnnxEmbedder",
     "OpenAICompatibleClient",
     "OpenAICompatibleExpander",
     "OpenAICompatibleSynthesizer",
@@ -45,5 +47,6 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "SqliteCache",
     "SynonymExpander",
+    "packaged_minilm_onnx",
     "packaged_minilm_path",
 ]
