@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -77,6 +78,67 @@ def _tfc(method: str, tf: npt.NDArray[np.float64], norm: npt.NDArray[np.float64]
     return (k1 + 1.0) * tf / (k1 * norm + tf) + delta  # bm25+
 
 
+def _reduce_offsets(values: npt.NDArray[np.float32], q_ptr: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+    """Per-query sums of the non-occurrence constants of its (known) tokens, in float32."""
+    m = len(q_ptr) - 1
+    sums = np.add.reduceat(values, q_ptr[:-1]) if len(values) else np.zeros(m, np.float32)
+    return np.where(np.diff(q_ptr) > 0, sums[:m] if len(values) else sums, 0).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class CollectionStats:
+    """Collection-wide BM25 statistics, so that a shard scores exactly like the whole index.
+
+    Attributes
+    ----------
+    df : dict token -> document frequency over the whole collection
+    n_docs : int
+    avgdl : float
+        Mean document length (tokens) over the whole collection.
+    """
+
+    df: Mapping[str, int]
+    n_docs: int
+    avgdl: float
+
+    @classmethod
+    def from_tokens(cls, token_lists: Iterable[Sequence[str]]) -> CollectionStats:
+        df: dict[str, int] = {}
+        total = 0
+        n = 0
+        for tokens in token_lists:
+            n += 1
+            total += len(tokens)
+            for t in set(tokens):
+                df[t] = df.get(t, 0) + 1
+        return cls(df=df, n_docs=n, avgdl=total / n if n else 0.0)
+
+    def query_offsets(self, texts: Sequence[str], tokenizer: Tokenizer, method: str, k1: float,
+                      delta: float) -> npt.NDArray[np.float32]:
+        """The BM25L/BM25+ per-query constants over the whole collection (zeros otherwise)."""
+        if method not in ("bm25l", "bm25+"):
+            return np.zeros(len(texts), np.float32)
+        ptr, vals = [0], []
+        base = float(_tfc(method, np.zeros(1), 1.0, k1, delta)[0])
+        for text in texts:
+            for tok in tokenizer(text):
+                if tok in self.df:
+                    vals.append(np.float32(_idf(method, np.array([float(self.df[tok])]), self.n_docs)[0] * base))
+            ptr.append(len(vals))
+        return _reduce_offsets(np.asarray(vals, np.float32), np.asarray(ptr, np.int64))
+
+    @classmethod
+    def merge(cls, parts: Sequence[CollectionStats]) -> CollectionStats:
+        """Statistics of the union of disjoint parts (gathered from shards)."""
+        df: dict[str, int] = {}
+        for p in parts:
+            for t, c in p.df.items():
+                df[t] = df.get(t, 0) + c
+        n = sum(p.n_docs for p in parts)
+        total = sum(p.avgdl * p.n_docs for p in parts)
+        return cls(df=df, n_docs=n, avgdl=total / n if n else 0.0)
+
+
 class BM25Retriever:
     """Sparse BM25 retriever over a :class:`DocumentTable`.
 
@@ -107,8 +169,8 @@ class BM25Retriever:
     def __init__(self, documents: Any, *, method: Method = "lucene", k1: float = 1.5, b: float = 0.75,
                  delta: float = 0.5, tokenizer: Tokenizer | None = None,
                  fields: Sequence[str] = ("title", "content"), fusion_k: float = 60,
-                 n_threads: int | None = None, _arrays: Mapping[str, Any] | None = None,
-                 _vocab: list[str] | None = None) -> None:
+                 n_threads: int | None = None, stats: CollectionStats | None = None,
+                 _arrays: Mapping[str, Any] | None = None, _vocab: list[str] | None = None) -> None:
         if method not in BM25_METHODS:
             raise KolmValueError(f"method must be one of {BM25_METHODS}, got {method!r}")
         for name, value in (("k1", k1), ("b", b), ("delta", delta)):
@@ -126,14 +188,15 @@ class BM25Retriever:
         if _arrays is not None and _vocab is not None:
             self._set_arrays(_arrays, _vocab)
         else:
-            self._build()
+            self.index_tokens(self.tokenizer.many(self.table.texts(self.fields)), stats=stats)
 
     # -- indexing ----------------------------------------------------------------------
-    def _build(self) -> None:
-        self.index_tokens(self.tokenizer.many(self.table.texts(self.fields)))
+    def index_tokens(self, token_lists: Sequence[Sequence[str]], *, stats: CollectionStats | None = None) -> None:
+        """(Re)build the index from already tokenised documents, one list per table row.
 
-    def index_tokens(self, token_lists: Sequence[Sequence[str]]) -> None:
-        """(Re)build the index from already tokenised documents, one list per table row."""
+        With ``stats`` (collection-wide document frequencies, size and mean length) this index
+        is a shard: its scores equal those of an index over the whole collection.
+        """
         if len(token_lists) != len(self.table):
             raise KolmValueError(f"got {len(token_lists)} token lists for {len(self.table)} documents")
         vocab: dict[str, int] = {}
@@ -148,18 +211,26 @@ class BM25Retriever:
         n_docs, n_vocab = len(self.table), len(vocab)
         key, tf = np.unique(terms * max(n_docs, 1) + docs, return_counts=True)  # term-major order
         p_term, p_doc = key // max(n_docs, 1), key % max(n_docs, 1)
-        df = np.bincount(p_term, minlength=n_vocab).astype(np.float64)
-        avgdl = float(lengths.mean()) if n_docs else 0.0
-        idf32 = _idf(self.method, df, n_docs).astype(np.float32)
+        local_df = np.bincount(p_term, minlength=n_vocab)
+        if stats is None:
+            df, n_coll, avgdl = local_df.astype(np.float64), n_docs, float(lengths.mean()) if n_docs else 0.0
+        else:
+            vocab_list = list(vocab)
+            try:
+                df = np.array([stats.df[t] for t in vocab_list], dtype=np.float64)
+            except KeyError as exc:
+                raise KolmValueError(f"collection stats lack token {exc.args[0]!r} of this shard") from exc
+            n_coll, avgdl = int(stats.n_docs), float(stats.avgdl)
+        idf32 = _idf(self.method, df, n_coll).astype(np.float32)
         norm = 1.0 - self.b + self.b * lengths[p_doc] / (avgdl or 1.0)
         w = idf32[p_term].astype(np.float64) * _tfc(self.method, tf.astype(np.float64), norm, self.k1, self.delta)
         if self.method in ("bm25l", "bm25+"):
-            nonocc = (_idf(self.method, df, n_docs) * _tfc(self.method, np.zeros(1), 1.0, self.k1, self.delta)).astype(np.float32)
+            nonocc = (_idf(self.method, df, n_coll) * _tfc(self.method, np.zeros(1), 1.0, self.k1, self.delta)).astype(np.float32)
             w = w - nonocc[p_term].astype(np.float64)
         else:
             nonocc = np.zeros(n_vocab, np.float32)
         t_ptr = np.zeros(n_vocab + 1, np.int64)
-        np.cumsum(df.astype(np.int64), out=t_ptr[1:])
+        np.cumsum(local_df, out=t_ptr[1:])
         self._set_arrays({"t_ptr": t_ptr, "t_docs": p_doc.astype(np.int64), "t_w": w.astype(np.float32),
                           "nonocc": nonocc, "doc_len": lengths}, list(vocab))
 
@@ -184,18 +255,25 @@ class BM25Retriever:
         return np.asarray(ptr, np.int64), np.asarray(ids, np.int64)
 
     def score_texts(self, texts: Sequence[str], k: int, mask_ids: npt.NDArray[np.int64] | None = None,
-                    masks: npt.NDArray[np.uint8] | None = None) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """Top-``k`` documents of each text: ``(docs (m, k), scores (m, k), counts (m,))``."""
+                    masks: npt.NDArray[np.uint8] | None = None, *, offsets: npt.ArrayLike | None = None,
+                    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Top-``k`` documents of each text: ``(docs (m, k), scores (m, k), counts (m,))``.
+
+        ``offsets`` overrides the per-query BM25L/BM25+ constant (a sharded index passes the
+        collection-wide one, see :meth:`CollectionStats.query_offsets`).
+        """
         q_ptr, q_ids = self.encode(texts)
-        return self.score_encoded(q_ptr, q_ids, k, mask_ids, masks)
+        return self.score_encoded(q_ptr, q_ids, k, mask_ids, masks, offsets=offsets)
 
     def score_encoded(self, q_ptr: npt.NDArray[np.int64], q_ids: npt.NDArray[np.int64], k: int,
                       mask_ids: npt.NDArray[np.int64] | None = None, masks: npt.NDArray[np.uint8] | None = None,
+                      *, offsets: npt.ArrayLike | None = None,
                       ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """:meth:`score_texts` on token ids from :meth:`encode` (CSR ``q_ptr``, ``q_ids``)."""
         m = len(q_ptr) - 1
-        offsets = np.add.reduceat(self.nonocc[q_ids], q_ptr[:-1]) if len(q_ids) else np.zeros(m, np.float32)
-        offsets = np.where(np.diff(q_ptr) > 0, offsets, 0).astype(np.float32)
+        if offsets is None:
+            offsets = _reduce_offsets(self.nonocc[q_ids], q_ptr)
+        offsets = np.ascontiguousarray(offsets, dtype=np.float32)
         if mask_ids is None or masks is None:
             mask_ids, masks = np.full(m, -1, np.int64), np.ones((1, 1), np.uint8)
         k = max(1, min(int(k), len(self.table)))

@@ -1,0 +1,153 @@
+"""Query-parallel jobs on a Dask cluster: batch search, evaluation, re-ranking."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kolm_search.adapters._extras import require
+from kolm_search.errors import KolmValueError
+
+__all__ = ["DistributedError", "evaluate", "rerank_run", "search_batch"]
+
+
+class DistributedError(RuntimeError):
+    """A partition or shard failed on the cluster; names it, wraps the cause. No partial result."""
+
+
+def _partitions(frame: pd.DataFrame, n: int, by: str | None = None) -> list[pd.DataFrame]:
+    """Split into ``n`` contiguous parts (whole groups of ``by`` kept together)."""
+    n = max(1, min(n, len(frame))) if len(frame) else 1
+    if by is None:
+        bounds = np.linspace(0, len(frame), n + 1).astype(int)
+        return [frame.iloc[a:b] for a, b in itertools.pairwise(bounds)]
+    keys = list(dict.fromkeys(frame[by]))
+    groups = np.array_split(np.arange(len(keys)), n)
+    parts = []
+    for g in groups:
+        wanted = {keys[i] for i in g}
+        parts.append(frame[frame[by].isin(wanted)])
+    return [p for p in parts if len(p)] or [frame.iloc[:0]]
+
+
+def _gather(dask_client: Any, futures: Sequence[Any], what: str) -> list[Any]:
+    out = []
+    for i, fut in enumerate(futures):
+        try:
+            out.append(fut.result())
+        except Exception as exc:
+            for other in futures[i + 1:]:
+                other.cancel()
+            raise DistributedError(f"{what} {i} failed on the cluster: {type(exc).__name__}: {exc}") from exc
+    return out
+
+
+def _default_parts(dask_client: Any, npartitions: int | None) -> int:
+    if npartitions is not None:
+        if npartitions < 1:
+            raise KolmValueError(f"npartitions must be >= 1, got {npartitions}")
+        return int(npartitions)
+    workers = len(dask_client.scheduler_info().get("workers", {})) or 1
+    return 2 * workers
+
+
+def _search_part(client: Any, part: pd.DataFrame, kwargs: dict[str, Any]) -> pd.DataFrame:
+    return client.search_batch(part, **kwargs).run
+
+
+def search_batch(client: Any, queries: Any, *, dask_client: Any, npartitions: int | None = None,
+                 **search_kwargs: Any) -> pd.DataFrame:
+    """``client.search_batch(queries, **search_kwargs).run``, computed on a Dask cluster.
+
+    Parameters
+    ----------
+    client : SearchClient or SearchPipeline
+        Shipped once to every worker (``scatter(broadcast=True)``); it must pickle (the
+        built-in pipelines are plain arrays and configuration).
+    queries : list of str, DataFrame ``qid, query``, or dask DataFrame with those columns
+    dask_client : distributed.Client
+    npartitions : int, optional
+        Default: twice the number of workers.
+
+    Returns
+    -------
+    DataFrame ``qid, doc_id, rank, score`` equal to the in-process run (same order).
+
+    Raises
+    ------
+    DistributedError
+        Naming the partition that failed (after Dask's own retries).
+    """
+    require("distributed", "dask")
+    if hasattr(queries, "to_delayed") and hasattr(queries, "npartitions"):
+        queries = queries.compute()
+    if isinstance(queries, pd.DataFrame):
+        frame = queries
+    elif isinstance(queries, Sequence) and not isinstance(queries, (str, bytes)):
+        if not all(isinstance(q, str) for q in queries):
+            raise KolmValueError("distributed search_batch takes strings or a DataFrame with qid and query")
+        frame = pd.DataFrame({"qid": np.arange(len(queries)), "query": list(queries)})
+    else:
+        raise KolmValueError(f"queries must be a list of str or a DataFrame, got {type(queries).__name__}")
+    parts = _partitions(frame, _default_parts(dask_client, npartitions))
+    shipped = dask_client.scatter(client, broadcast=True, hash=False)
+    futures = [dask_client.submit(_search_part, shipped, part, dict(search_kwargs), pure=False) for part in parts]
+    runs = _gather(dask_client, futures, "query partition")
+    out = pd.concat(runs, ignore_index=True)
+    if not isinstance(queries, pd.DataFrame):
+        out["qid"] = out["qid"].astype(np.int64)
+    return out
+
+
+def _eval_part(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str], kwargs: dict[str, Any]) -> pd.DataFrame:
+    from kolm_search.evaluation import evaluate as local_evaluate
+
+    table = local_evaluate(run, qrels, metrics, per_query=True, **kwargs)
+    assert isinstance(table, pd.DataFrame)
+    return table
+
+
+def evaluate(run: pd.DataFrame, qrels: pd.DataFrame, metrics: Sequence[str], *, dask_client: Any,
+             npartitions: int | None = None, per_query: bool = False, **kwargs: Any) -> dict[str, float] | pd.DataFrame:
+    """:func:`kolm_search.evaluate` over query partitions; exact (per-query scores, then means)."""
+    require("distributed", "dask")
+    metrics = list(metrics)
+    run = run.assign(qid=run["qid"].astype(str))
+    qrels = qrels.assign(qid=qrels["qid"].astype(str))
+    parts = _partitions(run, _default_parts(dask_client, npartitions), by="qid")
+    futures = []
+    for part in parts:
+        keep = set(part["qid"])
+        futures.append(dask_client.submit(_eval_part, part, qrels[qrels["qid"].isin(keep)], metrics, dict(kwargs), pure=False))
+    tables = [t for t in _gather(dask_client, futures, "evaluation partition") if len(t)]
+    table = pd.concat(tables, ignore_index=True).sort_values("qid", kind="stable").reset_index(drop=True) if tables else \
+        pd.DataFrame(columns=["qid", *metrics])
+    if per_query:
+        return table
+    return {m: float(table[m].mean()) if len(table) else float("nan") for m in metrics}
+
+
+def _rerank_part(run: pd.DataFrame, corpus: Any, reranker: Any, kwargs: dict[str, Any]) -> pd.DataFrame:
+    from kolm_search.rerank import rerank_run as local_rerank
+
+    return local_rerank(run, corpus, reranker, progress=False, **kwargs)
+
+
+def rerank_run(run: pd.DataFrame, corpus: Any, reranker: Any, *, dask_client: Any, npartitions: int | None = None,
+               **kwargs: Any) -> pd.DataFrame:
+    """:func:`kolm_search.rerank.rerank_run` mapped over query partitions (corpus and reranker
+    shipped once to every worker)."""
+    require("distributed", "dask")
+    parts = _partitions(run, _default_parts(dask_client, npartitions), by="qid")
+    corpus_f = dask_client.scatter(corpus, broadcast=True, hash=False)
+    reranker_f = dask_client.scatter(reranker, broadcast=True, hash=False)
+    futures = [dask_client.submit(_rerank_part, p, corpus_f, reranker_f, dict(kwargs), pure=False) for p in parts]
+    out = _gather(dask_client, futures, "rerank partition")
+    missing = [m for part in out for m in part.attrs.get("missing", [])]
+    result = pd.concat(out, ignore_index=True)
+    result.attrs["missing"] = missing
+    return result

@@ -1,0 +1,134 @@
+"""Dask scale-out against a real distributed.LocalCluster (2 workers, loopback only)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kolm_search import BM25Retriever, evaluate, presets
+from kolm_search.frame import CandidateFrame, QueryBatch
+from kolm_search.rerank import rerank_run
+from kolm_search.retrievers.dense import exact_topk
+from tests.conftest import synthetic_corpus
+
+distributed = pytest.importorskip("distributed", reason="extra 'dask' not installed")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def dask_client() -> Iterator[Any]:
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None, silence_logs=50)
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+SYNTH = pd.DataFrame({"id": [f"s{i}" for i in range(3000)], "content": synthetic_corpus(3000, 200, seed=5)})
+SYNTH_Q = pd.DataFrame({"qid": [f"q{i}" for i in range(60)],
+                        "query": [" ".join(f"w{j}" for j in np.random.default_rng(i).integers(0, 200, 4)) for i in range(60)]})
+
+
+@pytest.mark.parametrize("kind", ["bm25", "hybrid"])
+def test_query_parallel_equals_in_process(dask_client: Any, cranfield: dict[str, pd.DataFrame], kind: str) -> None:
+    from kolm_search import distributed as kd
+    from kolm_search.adapters import LSAEmbedder
+    from kolm_search.doctable import DocumentTable
+
+    for corpus, queries in ((cranfield["corpus"], cranfield["queries"]), (SYNTH, SYNTH_Q)):
+        table = DocumentTable.from_frame(corpus)
+        client = presets.bm25(table) if kind == "bm25" else presets.hybrid(table, LSAEmbedder(table.texts(), 64))
+        want = client.search_batch(queries, limit=30).run
+        got = kd.search_batch(client, queries, dask_client=dask_client, npartitions=3, limit=30)
+        pd.testing.assert_frame_equal(got, want)
+    strings = list(cranfield["queries"]["query"][:20])
+    got = kd.search_batch(presets.bm25(cranfield["corpus"]), strings, dask_client=dask_client, limit=5)
+    want = presets.bm25(cranfield["corpus"]).search_batch(strings, limit=5).run
+    assert list(got.qid) == list(want.qid) and list(got.doc_id) == list(want.doc_id)
+
+
+@pytest.mark.parametrize("method", ["lucene", "bm25+"])
+def test_sharded_bm25_equals_unsharded(dask_client: Any, cranfield: dict[str, pd.DataFrame], method: str) -> None:
+    from kolm_search.distributed import ShardedBM25
+
+    for corpus, queries in ((cranfield["corpus"], cranfield["queries"]), (SYNTH, SYNTH_Q)):
+        sharded = ShardedBM25(corpus, 3, dask_client=dask_client, method=method)
+        got = sharded.search(queries, k=40)
+        whole = BM25Retriever(corpus, method=method)
+        frame = whole.retrieve_batch(QueryBatch(texts=list(queries["query"]), owner=np.arange(len(queries)),
+                                                n_queries=len(queries), limit=40, filters=[{}] * len(queries), mode="fulltext"))
+        want = frame.to_run(whole.table.ids, list(queries["qid"]))
+        pd.testing.assert_frame_equal(got, want, check_dtype=False)  # identical docs, ranks and scores
+
+
+def test_sharded_dense_equals_unsharded(dask_client: Any) -> None:
+    from kolm_search.distributed import ShardedDense
+
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((5000, 32)).astype(np.float32)
+    ids = [f"d{i}" for i in range(5000)]
+    q = rng.standard_normal((25, 32)).astype(np.float32)
+    got = ShardedDense(ids, emb, 4, dask_client=dask_client).search(list(range(25)), q, k=20)
+    norm = lambda m: m / np.linalg.norm(m, axis=1, keepdims=True)  # noqa: E731
+    docs, scores, counts = exact_topk(norm(q).astype(np.float32), norm(emb).astype(np.float32), 20)
+    assert list(got.doc_id) == [ids[d] for d in docs.ravel()]
+    np.testing.assert_allclose(got.score.to_numpy(), scores.ravel(), rtol=1e-5)
+
+
+def test_distributed_evaluate_and_rerank(dask_client: Any, cranfield: dict[str, pd.DataFrame]) -> None:
+    from kolm_search import distributed as kd
+    from kolm_search.adapters import FusionReranker
+
+    run = presets.bm25(cranfield["corpus"]).search_batch(cranfield["queries"], limit=50).run
+    metrics = ["ndcg@10", "map", "bpref"]
+    local = evaluate(run, cranfield["qrels"], metrics)
+    remote = kd.evaluate(run, cranfield["qrels"], metrics, dask_client=dask_client, npartitions=4)
+    assert remote == pytest.approx(local, abs=1e-12)
+    reranker = FusionReranker(["original", _length_scorer], weights=[1.0, 0.5])
+    dataset = {"corpus": cranfield["corpus"], "queries": cranfield["queries"]}
+    want = rerank_run(run, dataset["corpus"], reranker, top_k=10, queries=dataset["queries"], progress=False)
+    got = kd.rerank_run(run, dataset["corpus"], reranker, dask_client=dask_client, npartitions=3, top_k=10,
+                        queries=dataset["queries"])
+    pd.testing.assert_frame_equal(got.sort_values(["qid", "rank"]).reset_index(drop=True),
+                                  want.sort_values(["qid", "rank"]).reset_index(drop=True))
+
+
+def _length_scorer(docs: list, context: Any) -> list[float]:
+    return [float(len(d.content)) for d in docs]
+
+
+class Crasher:
+    """A batch retriever that kills its worker process."""
+
+    table = None
+
+    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
+        os._exit(1)
+
+    def retrieve(self, context: Any) -> list:
+        os._exit(1)
+
+
+def test_killed_worker_fails_loudly() -> None:
+    import dask
+
+    from kolm_search import DefaultQueryPlanner, SearchClient
+    from kolm_search import distributed as kd
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                           dashboard_address=None, silence_logs=50)
+        client = distributed.Client(cluster)
+        try:
+            crashing = SearchClient({"planner": DefaultQueryPlanner(), "retriever": Crasher()})
+            with pytest.raises(kd.DistributedError, match="query partition 0 failed"):
+                kd.search_batch(crashing, ["a", "b", "c"], dask_client=client, npartitions=1, mode="fulltext")
+        finally:
+            client.close()
+            cluster.close()
