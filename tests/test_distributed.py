@@ -67,6 +67,43 @@ def test_sharded_bm25_equals_unsharded(dask_client: Any, cranfield: dict[str, pd
         pd.testing.assert_frame_equal(got, want, check_dtype=False)  # identical docs, ranks and scores
 
 
+def test_dask_dataframe_queries_progress_and_retry(dask_client: Any, cranfield: dict[str, pd.DataFrame]) -> None:
+    import dask.dataframe as dd
+
+    from kolm_search import distributed as kd
+
+    client = presets.bm25(cranfield["corpus"])
+    queries = cranfield["queries"]
+    want = client.search_batch(queries, limit=10).run
+    ddf = dd.from_pandas(queries, npartitions=4)
+    got = kd.search_batch(client, ddf, dask_client=dask_client, limit=10, progress=True)
+    pd.testing.assert_frame_equal(got, want)
+    # a retried task gives the same result: recompute after restarting every worker
+    dask_client.restart()
+    again = kd.search_batch(client, queries, dask_client=dask_client, npartitions=5, limit=10)
+    pd.testing.assert_frame_equal(again, want)
+
+
+def test_sharded_hybrid_on_cranfield(dask_client: Any, cranfield: dict[str, pd.DataFrame]) -> None:
+    from kolm_search import fuse
+    from kolm_search.adapters import LSAEmbedder
+    from kolm_search.distributed import ShardedBM25, ShardedDense
+    from kolm_search.doctable import DocumentTable
+
+    corpus, queries = cranfield["corpus"], cranfield["queries"]
+    table = DocumentTable.from_frame(corpus)
+    emb = LSAEmbedder(table.texts(), 64)
+    doc_vecs, q_vecs = emb.embed_many(table.texts()), emb.embed_many(list(queries["query"]))
+    sparse = ShardedBM25(corpus, 3, dask_client=dask_client).search(queries, k=20)  # the preset fuses each side's top-20
+    dense = ShardedDense(list(table.ids), doc_vecs, 3, dask_client=dask_client).search(list(queries["qid"]), q_vecs, k=20)
+    got = fuse([sparse, dense], k=60, limit=20)
+    local = presets.hybrid(table, emb, embeddings=doc_vecs).search_batch(queries, limit=20).run
+    merged = got.merge(local, on=["qid", "rank"], suffixes=("_sharded", "_local"))
+    assert len(merged) == len(local)
+    assert (merged.doc_id_sharded == merged.doc_id_local).mean() > 0.99  # float32 ulps may swap exact ties
+    np.testing.assert_allclose(merged.score_sharded, merged.score_local, rtol=1e-9)
+
+
 def test_sharded_dense_equals_unsharded(dask_client: Any) -> None:
     from kolm_search.distributed import ShardedDense
 

@@ -59,8 +59,15 @@ def _search_part(client: Any, part: pd.DataFrame, kwargs: dict[str, Any]) -> pd.
     return client.search_batch(part, **kwargs).run
 
 
+def _progress(futures: Sequence[Any], enabled: bool) -> None:
+    if enabled:
+        from distributed import progress
+
+        progress(list(futures), notebook=False)
+
+
 def search_batch(client: Any, queries: Any, *, dask_client: Any, npartitions: int | None = None,
-                 **search_kwargs: Any) -> pd.DataFrame:
+                 progress: bool = False, **search_kwargs: Any) -> pd.DataFrame:
     """``client.search_batch(queries, **search_kwargs).run``, computed on a Dask cluster.
 
     Parameters
@@ -71,7 +78,10 @@ def search_batch(client: Any, queries: Any, *, dask_client: Any, npartitions: in
     queries : list of str, DataFrame ``qid, query``, or dask DataFrame with those columns
     dask_client : distributed.Client
     npartitions : int, optional
-        Default: twice the number of workers.
+        Default: twice the number of workers (a dask DataFrame keeps its own partitions, each
+        searched where it is computed, never collected on the client first).
+    progress : bool
+        Show Dask's own progress bar.
 
     Returns
     -------
@@ -83,8 +93,12 @@ def search_batch(client: Any, queries: Any, *, dask_client: Any, npartitions: in
         Naming the partition that failed (after Dask's own retries).
     """
     require("distributed", "dask")
-    if hasattr(queries, "to_delayed") and hasattr(queries, "npartitions"):
-        queries = queries.compute()
+    shipped = dask_client.scatter(client, broadcast=True, hash=False)
+    if hasattr(queries, "to_delayed") and hasattr(queries, "npartitions"):  # a dask DataFrame
+        part_futures = dask_client.compute(queries.to_delayed())
+        futures = [dask_client.submit(_search_part, shipped, p, dict(search_kwargs), pure=False) for p in part_futures]
+        _progress(futures, progress)
+        return pd.concat(_gather(dask_client, futures, "query partition"), ignore_index=True)
     if isinstance(queries, pd.DataFrame):
         frame = queries
     elif isinstance(queries, Sequence) and not isinstance(queries, (str, bytes)):
@@ -94,8 +108,8 @@ def search_batch(client: Any, queries: Any, *, dask_client: Any, npartitions: in
     else:
         raise KolmValueError(f"queries must be a list of str or a DataFrame, got {type(queries).__name__}")
     parts = _partitions(frame, _default_parts(dask_client, npartitions))
-    shipped = dask_client.scatter(client, broadcast=True, hash=False)
     futures = [dask_client.submit(_search_part, shipped, part, dict(search_kwargs), pure=False) for part in parts]
+    _progress(futures, progress)
     runs = _gather(dask_client, futures, "query partition")
     out = pd.concat(runs, ignore_index=True)
     if not isinstance(queries, pd.DataFrame):
