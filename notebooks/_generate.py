@@ -42,10 +42,11 @@ except ImportError:
     embedder = LSAEmbedder(table.texts(), n_components=256)
 print(embedder)
 
+doc_vectors = embedder.embed_many(table.texts())  # embed the corpus once, share it
 pipelines = {
     "bm25": presets.bm25(table),
-    "dense": presets.dense(table, embedder),
-    "hybrid": presets.hybrid(table, embedder, k=60),
+    "dense": presets.dense(table, embedder, embeddings=doc_vectors),
+    "hybrid": presets.hybrid(table, embedder, k=60, embeddings=doc_vectors),
 }""")
 md("## One search, then a whole batch")
 code("""# inside a notebook the event loop is running: await the async API (search_sync is for scripts)
