@@ -8,7 +8,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["log", "resolve", "run_blocking", "run_sync"]
+__all__ = ["embed_batch", "log", "resolve", "run_blocking", "run_sync"]
 
 T = TypeVar("T")
 
@@ -74,3 +74,15 @@ def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kolm-batch") as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+async def embed_batch(embedder: Any, texts: list[str]) -> Any:
+    """float32 (n, d) embeddings of ``texts``: ``embed_many`` when the embedder has it, else
+    ``embed`` for each text (awaiting what is awaitable)."""
+    import numpy as np
+
+    many = getattr(embedder, "embed_many", None)
+    if callable(many):
+        return np.asarray(await resolve(many(texts)), dtype=np.float32).reshape(len(texts), -1)
+    rows = [np.asarray(await resolve(embedder.embed(t)), dtype=np.float32) for t in texts]
+    return np.stack(rows) if rows else np.zeros((0, 0), np.float32)

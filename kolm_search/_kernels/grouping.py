@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from numba import njit, prange
 
-from kolm_search._kernels.intern import _hash
+from kolm_search._kernels.intern import _equal, _hash
 
 __all__ = [
     "counting_order",
@@ -55,18 +55,6 @@ def counting_order_numpy(keys, n_keys):
     return order, ptr
 
 
-@njit(cache=True, inline="always")
-def _same(data, offsets, a, b):  # pragma: no cover - compiled
-    sa, ea = offsets[a], offsets[a + 1]
-    sb, eb = offsets[b], offsets[b + 1]
-    if ea - sa != eb - sb:
-        return False
-    for t in range(ea - sa):
-        if data[sa + t] != data[sb + t]:
-            return False
-    return True
-
-
 @njit(cache=True, nogil=True)
 def _intern_chunk(order, ptr, offsets, data, g0, g1, max_size, local, rep, counts):  # pragma: no cover
     cap = 16
@@ -89,7 +77,7 @@ def _intern_chunk(order, ptr, offsets, data, g0, g1, max_size, local, rep, count
             j = h & mask
             u = table[2 * j + 1]
             while u != -1:
-                if table[2 * j] == h and _same(data, offsets, rep[s + u], row):
+                if table[2 * j] == h and _equal(data, offsets, rep[s + u], row):
                     break
                 j = (j + 1) & mask
                 u = table[2 * j + 1]

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search._aio import log, resolve, run_blocking
+from kolm_search._aio import embed_batch, log, run_blocking
 
 __all__ = ["CachedEmbedder"]
 
@@ -52,10 +52,8 @@ class CachedEmbedder:
         return hashlib.sha256(f"{self.model_id}\x00{text}".encode()).hexdigest()
 
     async def _compute(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        many = getattr(self.inner, "embed_many", None)
-        if callable(many):
-            return np.asarray(await resolve(many(texts)), dtype=np.float32).reshape(len(texts), -1)
-        return np.stack([np.asarray(await resolve(self.inner.embed(t)), dtype=np.float32) for t in texts])
+        result: npt.NDArray[np.float32] = await embed_batch(self.inner, texts)
+        return result
 
     async def embed_many_async(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embeddings of ``texts`` (float32 (n, d)), computing only the missing ones."""

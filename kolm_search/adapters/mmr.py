@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from kolm_search._aio import resolve
+from kolm_search._aio import embed_batch, resolve
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -38,11 +38,7 @@ class MMRReranker:
         self.top_n = top_n
 
     async def _embed(self, texts: list[str]) -> np.ndarray:
-        many = getattr(self.embedder, "embed_many", None)
-        if callable(many):
-            mat = np.asarray(await resolve(many(texts)), dtype=np.float32)
-        else:
-            mat = np.stack([np.asarray(await resolve(self.embedder.embed(t)), dtype=np.float32) for t in texts])
+        mat = await embed_batch(self.embedder, texts)
         norms = np.linalg.norm(mat, axis=1, keepdims=True)
         return (mat / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 

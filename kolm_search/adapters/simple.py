@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from kolm_search._aio import resolve, run_blocking
+from kolm_search._aio import embed_batch, resolve, run_blocking
 from kolm_search.errors import KolmValueError
 from kolm_search.planners import normalize_query
 from kolm_search.types import SearchDocument
@@ -147,10 +147,7 @@ class EmbeddingIntentClassifier:
         self.centroids = np.stack(rows).astype(np.float32)
 
     async def _embed_many(self, texts: list[str]) -> np.ndarray:
-        many = getattr(self.embedder, "embed_many", None)
-        if callable(many):
-            return np.asarray(await resolve(many(texts)), dtype=np.float32)
-        return np.stack([np.asarray(await resolve(self.embedder.embed(t)), dtype=np.float32) for t in texts])
+        return await embed_batch(self.embedder, texts)
 
     async def classify(self, query: str) -> str | None:
         vec = np.asarray(await resolve(self.embedder.embed(query)), dtype=np.float32)
@@ -182,11 +179,7 @@ class NearDuplicateDeduplicator:
             self.last_dropped = []
             return docs
         texts = [f"{d.title} {d.content}" if d.title else d.content for d in docs]
-        many = getattr(self.embedder, "embed_many", None)
-        if callable(many):
-            emb = np.asarray(await resolve(many(texts)), dtype=np.float64)
-        else:
-            emb = np.stack([np.asarray(await resolve(self.embedder.embed(t)), dtype=np.float64) for t in texts])
+        emb = (await embed_batch(self.embedder, texts)).astype(np.float64)
         norms = np.linalg.norm(emb, axis=1, keepdims=True)
         emb = emb / np.where(norms > 0, norms, 1.0)
         sims = emb @ emb.T

@@ -13,7 +13,7 @@ from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fuse import fuse_frame
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
-__all__ = ["BatchRetriever", "batch_from_context", "filter_masks", "fuse_expansions"]
+__all__ = ["BatchRetriever", "batch_from_context", "filter_masks", "frame_from_topk", "fuse_expansions"]
 
 
 class BatchRetriever(Protocol):
@@ -68,6 +68,15 @@ def text_masks(batch: QueryBatch, table: DocumentTable) -> tuple[npt.NDArray[np.
     """Mask ids per *text* of the batch (each text inherits its query's filters)."""
     q_ids, masks = filter_masks(table, batch.filters)
     return q_ids[batch.owner], masks
+
+
+def frame_from_topk(docs: npt.NDArray[np.int64], scores: npt.NDArray[np.floating[Any]],
+                    counts: npt.NDArray[np.int64]) -> CandidateFrame:
+    """A frame (one row per text) from top-k arrays ``(docs (m, k), scores (m, k), counts (m,))``."""
+    keep = np.arange(docs.shape[1])[None, :] < counts[:, None]
+    ptr = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return CandidateFrame.from_ptr(ptr, docs[keep], scores[keep])
 
 
 def fuse_expansions(frame: CandidateFrame, batch: QueryBatch, *, k: float, n_docs: int) -> CandidateFrame:

@@ -23,7 +23,7 @@ from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.ports import Embedder
-from kolm_search.retrievers._batching import fuse_expansions, retrieve_single, text_masks
+from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
 from kolm_search.retrievers._persist import load_arrays, read_manifest, save_arrays, write_manifest
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -183,11 +183,7 @@ class DenseRetriever:
             vectors = embed_texts(self.embedder, batch.texts)
         mask_ids, masks = text_masks(batch, self.table)
         docs, scores, counts = self.search_vectors(vectors, batch.limit, mask_ids, masks)
-        keep = np.arange(docs.shape[1])[None, :] < counts[:, None]
-        ptr = np.zeros(len(counts) + 1, np.int64)
-        np.cumsum(counts, out=ptr[1:])
-        frame = CandidateFrame.from_ptr(ptr, docs[keep], scores[keep])
-        return fuse_expansions(frame, batch, k=self.fusion_k, n_docs=len(self.table))
+        return fuse_expansions(frame_from_topk(docs, scores, counts), batch, k=self.fusion_k, n_docs=len(self.table))
 
     def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
         """The spec's port: candidates for one query, best first, with similarity scores."""
