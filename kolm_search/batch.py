@@ -255,7 +255,11 @@ async def run_batch(pipe: SearchPipeline, queries: Any, *, limit: int | None = N
         docs = cands.docs()
         contexts[i].candidates = docs
         if m.deduplicator is not None:
+            from kolm_search.pipeline import dedup_report
+
+            before = docs
             docs = await pipe._docs_stage(DEDUPLICATOR_STAGE, durations, m.deduplicator.deduplicate, list(docs))
+            contexts[i].metadata["deduplicator"] = dedup_report(before, docs, m.deduplicator)
         if m.reranker is not None:
             docs = await pipe._docs_stage(S.RERANKER, durations, m.reranker.rerank, list(docs), contexts[i])
         page = docs[req.offset:req.offset + req.limit]

@@ -35,7 +35,7 @@ from kolm_search.types import (
     as_documents,
 )
 
-__all__ = ["SearchPipeline", "cache_key", "embedding_matrix"]
+__all__ = ["SearchPipeline", "cache_key", "dedup_report", "embedding_matrix"]
 
 S = PIPELINE_STAGES
 SEARCH_COMPLETED = "search.completed"
@@ -80,6 +80,25 @@ def embedding_matrix(value: Any, n_expected: int, *, what: str) -> npt.NDArray[n
     if not np.all(np.isfinite(mat)):
         raise SearchError(S.EMBEDDER, f"{what} returned NaN or infinite values")
     return mat
+
+
+def dedup_report(before: list[SearchDocument], after: list[SearchDocument], deduplicator: Any) -> dict[str, Any]:
+    """``{"kept": ids, "dropped": ids[, "pairs": (dropped, kept)]}`` for ``context.metadata``."""
+    kept = [d.id for d in after]
+    remaining: dict[str, int] = {}
+    for d in after:
+        remaining[d.id] = remaining.get(d.id, 0) + 1
+    dropped = []
+    for d in before:
+        if remaining.get(d.id, 0):
+            remaining[d.id] -= 1
+        else:
+            dropped.append(d.id)
+    report: dict[str, Any] = {"kept": kept, "dropped": dropped}
+    pairs = getattr(deduplicator, "last_dropped", None)
+    if isinstance(pairs, list):
+        report["pairs"] = list(pairs)
+    return report
 
 
 class SearchPipeline:
@@ -232,7 +251,9 @@ class SearchPipeline:
         docs = await self._docs_stage(S.RETRIEVER, durations, m.retriever.retrieve, context)
         context.candidates = docs
         if m.deduplicator is not None:
+            before = docs
             docs = await self._docs_stage(DEDUPLICATOR_STAGE, durations, m.deduplicator.deduplicate, list(docs))
+            context.metadata["deduplicator"] = dedup_report(before, docs, m.deduplicator)
         if m.reranker is not None:
             docs = await self._docs_stage(S.RERANKER, durations, m.reranker.rerank, list(docs), context)
         total = len(docs)

@@ -206,3 +206,42 @@ def test_wired_pipeline_on_cranfield(cranfield: dict[str, pd.DataFrame]) -> None
     assert list(batch.run[batch.run.qid == queries.qid.iloc[0]].doc_id) == [d.id for d in single.results]
     ndcg = evaluate(batch, cranfield["qrels"], ["ndcg@10"])["ndcg@10"]
     assert ndcg > 0.3
+
+
+async def test_dedup_report_in_context_metadata() -> None:
+    seen = {}
+
+    class Spy:
+        def rerank(self, docs, context):  # type: ignore[no-untyped-def]
+            seen.update(context.metadata["deduplicator"])
+            return docs
+
+    docs = [SearchDocument("a", "same text"), SearchDocument("b", "Same  text"), SearchDocument("c", "other")]
+    client = SearchClient({"planner": DefaultQueryPlanner(), "retriever": ListRetriever(docs),
+                           "deduplicator": ExactDeduplicator(), "reranker": Spy()})
+    await client.search({"query": "q"})
+    assert seen == {"kept": ["a", "c"], "dropped": ["b"], "pairs": [("b", "a")]}
+
+
+def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real = builtins.__import__
+
+    def fake(name, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if name.split(".")[0] in ("onnxruntime", "sentence_transformers", "opentelemetry"):
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    import importlib
+
+    monkeypatch.setattr(importlib, "import_module", lambda name, package=None: fake(name))
+    from kolm_search.adapters import CrossEncoderReranker, OnnxEmbedder, OpenTelemetryTelemetry
+
+    with pytest.raises(ImportError, match=r"kolm-search\[onnx\]"):
+        OnnxEmbedder("m.onnx", "tokenizer.json")
+    with pytest.raises(ImportError, match=r"kolm-search\[embeddings\]"):
+        CrossEncoderReranker("model")
+    with pytest.raises(ImportError, match=r"kolm-search\[otel\]"):
+        OpenTelemetryTelemetry()
