@@ -62,6 +62,35 @@ def _normalise(score: npt.NDArray[np.float64], key: npt.NDArray[np.int64], norm:
     raise KolmValueError(f"norm must be 'min-max', 'z-score' or None, got {norm!r}")
 
 
+def _check_method(method: str, norm: Norm) -> None:
+    if method not in FUSION_METHODS:
+        raise KolmValueError(f"method must be one of {FUSION_METHODS}, got {method!r}")
+    if method == "rrf" and norm is not None:
+        raise KolmValueError("norm applies to score fusion (combsum/combmnz), not to rrf")
+
+
+def _contributions(method: Method, k: float, w: npt.NDArray[np.float64], lid: npt.NDArray[np.int64],
+                   rank: npt.NDArray[Any], score: npt.NDArray[Any], segment: npt.NDArray[np.int64], norm: Norm,
+                   counted: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.float64]:
+    """Each entry's contribution: ``w / (k + rank + 1)`` for RRF, ``w * norm(score)`` otherwise.
+
+    ``segment`` numbers each (query, list) run of entries (contiguous); ``counted`` marks the
+    entries that enter the normalisation statistics (a repeated document counts once).
+    """
+    if method == "rrf":
+        return w[lid] / (check_k(k) + rank.astype(np.float64) + 1.0)
+    s = score.astype(np.float64)
+    if not np.all(np.isfinite(s)):
+        raise KolmValueError("scores must be finite for score fusion")
+    if norm is not None and counted is not None and not counted.all():
+        normed = np.zeros(len(s))
+        normed[counted] = _normalise(s[counted], segment[counted], norm)
+        s = normed
+    else:
+        s = _normalise(s, segment, norm)
+    return w[lid] * s
+
+
 def fuse_frame(
     frame: CandidateFrame,
     *,
@@ -92,22 +121,12 @@ def fuse_frame(
     CandidateFrame
         One list per query (no ``list_id``), float64 fused scores, ties by first appearance.
     """
-    if method not in FUSION_METHODS:
-        raise KolmValueError(f"method must be one of {FUSION_METHODS}, got {method!r}")
+    _check_method(method, norm)
     lid = np.zeros(len(frame), np.int64) if frame.list_id is None else frame.list_id.astype(np.int64)
     nl = int(n_lists if n_lists is not None else (lid.max() + 1 if len(lid) else 1))
     w = check_weights(weights, nl)
     ptr = frame.ptr
-    if method == "rrf":
-        if norm is not None:
-            raise KolmValueError("norm applies to score fusion (combsum/combmnz), not to rrf")
-        contrib = w[lid] / (check_k(k) + frame.rank.astype(np.float64) + 1.0)
-    else:
-        score = frame.score.astype(np.float64)
-        if not np.all(np.isfinite(score)):
-            raise KolmValueError("scores must be finite for score fusion")
-        key = frame.query.astype(np.int64) * nl + lid
-        contrib = w[lid] * _normalise(score, key, norm)
+    contrib = _contributions(method, k, w, lid, frame.rank, frame.score, frame.query.astype(np.int64) * nl + lid, norm)
     nd = int(n_docs if n_docs is not None else (frame.doc.max() + 1 if len(frame) else 1))
     out_ptr, docs, scores = fuse_arrays(ptr, lid, frame.doc, contrib, nd, mnz=(method == "combmnz"),
                                         limit=limit, n_threads=n_threads)
@@ -191,6 +210,7 @@ def _concat_column(frames: list[pd.DataFrame], column: str) -> Any:
 def _fuse_runs(frames: list[pd.DataFrame], *, method: Method, k: float, weights: Sequence[float] | None,
                norm: Norm, limit: int | None, n_threads: int | None) -> pd.DataFrame:
     """Group rows by query, match documents inside each query, fuse in one kernel call."""
+    _check_method(method, norm)
     from kolm_search._kernels import numba_threads
     from kolm_search._kernels.grouping import counting_order, intern_groups, segment_positions
     from kolm_search.interning import factorize, string_buffers, take_strings
@@ -219,25 +239,13 @@ def _fuse_runs(frames: list[pd.DataFrame], *, method: Method, k: float, weights:
             local, rep = d_codes[order], None
     n_local = int(local.max()) + 1 if len(local) else 1
     w = check_weights(weights, n_lists)
-    if method == "rrf":
-        if norm is not None:
-            raise KolmValueError("norm applies to score fusion (combsum/combmnz), not to rrf")
-        contrib = w[lid_o] / (check_k(k) + position + 1.0)
-    else:
-        if method not in FUSION_METHODS:
-            raise KolmValueError(f"method must be one of {FUSION_METHODS}, got {method!r}")
-        s_o = score[order]
-        if not np.all(np.isfinite(s_o)):
-            raise KolmValueError("scores must be finite for score fusion")
-        if norm is not None:  # a repeated document counts once in the statistics too
-            seg = np.cumsum(position == 0) - 1
-            _, first = np.unique(seg * n_local + local, return_index=True)
-            keep = np.zeros(len(order), bool)
-            keep[first] = True
-            normed = np.zeros(len(order))
-            normed[keep] = _normalise(s_o[keep], seg[keep], norm)
-            s_o = normed
-        contrib = w[lid_o] * s_o
+    segment = np.cumsum(position == 0) - 1
+    counted = None
+    if method != "rrf" and norm is not None:  # a repeated document counts once in the statistics
+        _, first = np.unique(segment * n_local + local, return_index=True)
+        counted = np.zeros(len(order), bool)
+        counted[first] = True
+    contrib = _contributions(method, k, w, lid_o, position, score[order], segment, norm, counted)
     out_ptr, out_local, out_scores = fuse_arrays(ptr, lid_o, local, contrib, n_local,
                                                  mnz=(method == "combmnz"), limit=limit, n_threads=n_threads)
     counts = np.diff(out_ptr)
