@@ -78,32 +78,27 @@ def _from_nested(data: Mapping[Any, Mapping[Any, Any]], value: str) -> pd.DataFr
     return pd.DataFrame(rows, columns=["qid", "doc_id", value])
 
 
+def _as_frame(obj: Any, attr: str, value: str, what: str) -> pd.DataFrame:
+    if hasattr(obj, attr) and isinstance(getattr(obj, attr), pd.DataFrame):
+        obj = getattr(obj, attr)
+    if isinstance(obj, Mapping):
+        obj = _from_nested(obj, value)
+    if not isinstance(obj, pd.DataFrame):
+        raise KolmTypeError(f"{what} must be a DataFrame (qid, doc_id, {value}), got {type(obj).__name__}")
+    missing = [c for c in ("qid", "doc_id", value) if c not in obj.columns]
+    if missing:
+        raise FrameValidationError(f"{what} lacks column(s) {missing}; has {list(obj.columns)}")
+    return obj
+
+
 def as_run_frame(run: Any) -> pd.DataFrame:
     """A run as a DataFrame ``qid, doc_id, score`` (from a DataFrame, BatchResult or nested dict)."""
-    if hasattr(run, "run") and isinstance(run.run, pd.DataFrame):
-        run = run.run
-    if isinstance(run, Mapping):
-        run = _from_nested(run, "score")
-    if not isinstance(run, pd.DataFrame):
-        raise KolmTypeError(f"run must be a DataFrame (qid, doc_id, score), got {type(run).__name__}")
-    missing = [c for c in ("qid", "doc_id", "score") if c not in run.columns]
-    if missing:
-        raise FrameValidationError(f"run lacks column(s) {missing}; has {list(run.columns)}")
-    return run
+    return _as_frame(run, "run", "score", "run")
 
 
 def as_qrels_frame(qrels: Any) -> pd.DataFrame:
     """Qrels as a DataFrame ``qid, doc_id, relevance`` (from a DataFrame, Dataset or nested dict)."""
-    if hasattr(qrels, "qrels") and isinstance(qrels.qrels, pd.DataFrame):
-        qrels = qrels.qrels
-    if isinstance(qrels, Mapping):
-        qrels = _from_nested(qrels, "relevance")
-    if not isinstance(qrels, pd.DataFrame):
-        raise KolmTypeError(f"qrels must be a DataFrame (qid, doc_id, relevance), got {type(qrels).__name__}")
-    missing = [c for c in ("qid", "doc_id", "relevance") if c not in qrels.columns]
-    if missing:
-        raise FrameValidationError(f"qrels lack column(s) {missing}; has {list(qrels.columns)}")
-    return qrels
+    return _as_frame(qrels, "qrels", "relevance", "qrels")
 
 
 def _as_str(col: pd.Series, what: str) -> pd.Series:

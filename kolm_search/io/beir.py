@@ -12,6 +12,7 @@ from typing import IO, Any
 import pandas as pd
 
 from kolm_search.errors import FrameValidationError, KolmValueError
+from kolm_search.io.trec import read_qrels
 
 __all__ = ["Dataset", "load_beir"]
 
@@ -102,30 +103,6 @@ def _read_queries(path: Path) -> pd.DataFrame:
     return queries
 
 
-def _read_qrels(path: Path) -> pd.DataFrame:
-    rows = []
-    with _open(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            parts = line.rstrip("\n").split("\t")
-            if lineno == 1 and parts[0] in ("query-id", "qid", "query_id"):
-                continue
-            if not line.strip():
-                continue
-            if len(parts) != 3:
-                raise FrameValidationError(f"{path}:{lineno}: expected 3 tab-separated fields, got {len(parts)}")
-            try:
-                rel = int(parts[2])
-            except ValueError as exc:
-                raise FrameValidationError(f"{path}:{lineno}: relevance {parts[2]!r} is not an integer") from exc
-            rows.append((parts[0], parts[1], rel))
-    qrels = pd.DataFrame(rows, columns=["qid", "doc_id", "relevance"]).astype({"relevance": "int64"})
-    dup = qrels.duplicated(["qid", "doc_id"])
-    if dup.any():
-        r = qrels[dup].iloc[0]
-        raise FrameValidationError(f"{path}: duplicate judgement for query {r.qid!r}, document {r.doc_id!r}")
-    return qrels
-
-
 def load_beir(path: str | Path, split: str = "test") -> Dataset:
     """Read a BEIR folder into a :class:`Dataset`.
 
@@ -140,4 +117,4 @@ def load_beir(path: str | Path, split: str = "test") -> Dataset:
         available = sorted(p.stem for p in (root / "qrels").glob("*.tsv")) if (root / "qrels").is_dir() else []
         raise KolmValueError(f"{str(root)!r} has no qrels for split {split!r}; available: {available}")
     return Dataset(corpus=_read_corpus(_find(root, "corpus.jsonl")), queries=_read_queries(_find(root, "queries.jsonl")),
-                   qrels=_read_qrels(qrels_path), name=root.name)
+                   qrels=read_qrels(qrels_path), name=root.name)

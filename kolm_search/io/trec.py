@@ -121,7 +121,7 @@ def read_qrels(path: str | Path) -> pd.DataFrame:
             elif len(parts) == 3:
                 q, d, r = parts
             else:
-                raise FrameValidationError(f"{p}:{lineno}: expected 'qid iter doc rel' (or 'qid doc rel'), got {len(parts)} fields")
+                raise FrameValidationError(f"{p}:{lineno}: expected 3 or 4 fields ('qid doc rel' or 'qid iter doc rel'), got {len(parts)}")
             try:
                 rel = int(r)
             except ValueError as exc:

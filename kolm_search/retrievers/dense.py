@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search._aio import run_blocking
+from kolm_search._aio import embed_batch, run_blocking
 from kolm_search._kernels import numba_threads
 from kolm_search._kernels.topk import dense_block_update, heaps_sorted
 from kolm_search.doctable import DocumentTable
@@ -40,16 +40,7 @@ def _normalise(mat: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 
 
 async def _embed_async(embedder: Any, texts: list[str], batch_size: int) -> npt.NDArray[np.float32]:
-    from kolm_search._aio import resolve
-
-    rows = []
-    many = getattr(embedder, "embed_many", None)
-    for i in range(0, len(texts), batch_size):
-        chunk = texts[i:i + batch_size]
-        if callable(many):
-            rows.append(np.asarray(await resolve(many(chunk)), dtype=np.float32))
-        else:
-            rows.append(np.stack([np.asarray(await resolve(embedder.embed(t)), dtype=np.float32) for t in chunk]))
+    rows = [await embed_batch(embedder, texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)]
     return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
 
 
