@@ -169,3 +169,35 @@ def test_killed_worker_fails_loudly() -> None:
         finally:
             client.close()
             cluster.close()
+
+
+def test_error_paths_before_any_cluster_work() -> None:
+    from kolm_search import KolmValueError
+    from kolm_search import distributed as kd
+    from kolm_search.retrievers.bm25 import CollectionStats
+
+    class NoCluster:
+        def scheduler_info(self) -> dict:
+            return {"workers": {"w1": {}}}
+
+        def scatter(self, *a: Any, **k: Any) -> Any:  # pragma: no cover - must not be reached
+            raise AssertionError("shipped before validating")
+
+    with pytest.raises(KolmValueError, match="strings or a DataFrame"):
+        kd.search_batch(object(), ["a", 3], dask_client=NoCluster())
+    with pytest.raises(KolmValueError, match="list of str or a DataFrame"):
+        kd.search_batch(object(), "one string", dask_client=NoCluster())
+    with pytest.raises(KolmValueError, match="npartitions"):
+        kd.search_batch(object(), ["a"], dask_client=NoCluster(), npartitions=0)
+    with pytest.raises(KolmValueError, match="shape"):
+        kd.ShardedDense(["a", "b"], np.ones((3, 4)), 2, dask_client=NoCluster())
+    with pytest.raises(KolmValueError, match="metric"):
+        kd.ShardedDense(["a"], np.ones((1, 4)), 1, dask_client=NoCluster(), metric="l2")
+    with pytest.raises(KolmValueError, match="n_shards"):
+        kd.ShardedDense(["a"], np.ones((1, 4)), 0, dask_client=NoCluster())
+    stats = CollectionStats.from_tokens([["a", "b"], ["b"]])
+    assert stats.df == {"a": 1, "b": 2} and stats.n_docs == 2 and stats.avgdl == 1.5
+    merged = CollectionStats.merge([stats, CollectionStats.from_tokens([["c"]])])
+    assert merged.df == {"a": 1, "b": 2, "c": 1} and merged.n_docs == 3 and merged.avgdl == pytest.approx(4 / 3)
+    with pytest.raises(KolmValueError, match="lack token 'zzz'"):
+        BM25Retriever(pd.DataFrame({"id": ["x"], "content": ["zzz"]}), stats=stats)

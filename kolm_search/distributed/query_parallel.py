@@ -93,8 +93,8 @@ def search_batch(client: Any, queries: Any, *, dask_client: Any, npartitions: in
         Naming the partition that failed (after Dask's own retries).
     """
     require("distributed", "dask")
-    shipped = dask_client.scatter(client, broadcast=True, hash=False)
     if hasattr(queries, "to_delayed") and hasattr(queries, "npartitions"):  # a dask DataFrame
+        shipped = dask_client.scatter(client, broadcast=True, hash=False)
         part_futures = dask_client.compute(queries.to_delayed())
         futures = [dask_client.submit(_search_part, shipped, p, dict(search_kwargs), pure=False) for p in part_futures]
         _progress(futures, progress)
@@ -108,6 +108,7 @@ def search_batch(client: Any, queries: Any, *, dask_client: Any, npartitions: in
     else:
         raise KolmValueError(f"queries must be a list of str or a DataFrame, got {type(queries).__name__}")
     parts = _partitions(frame, _default_parts(dask_client, npartitions))
+    shipped = dask_client.scatter(client, broadcast=True, hash=False)
     futures = [dask_client.submit(_search_part, shipped, part, dict(search_kwargs), pure=False) for part in parts]
     _progress(futures, progress)
     runs = _gather(dask_client, futures, "query partition")
