@@ -25,9 +25,35 @@ def synthetic(n_docs: int, vocab: int = 50_000, seed: int = 0) -> pd.DataFrame:
 
 
 def rss_mb() -> float:
+    """Peak resident set of this process so far (MB)."""
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def warm() -> float:
+    """Import and run the BM25 kernels once (so the baseline includes them); returns peak RSS."""
+    from kolm_search import BM25Retriever
+
+    BM25Retriever(pd.DataFrame({"id": ["a", "b"], "content": ["x y", "y z"]})).score_texts(["y"], 2)
+    return rss_mb()
+
+
+def index_bytes(ret) -> int:
+    return int(ret.t_docs.nbytes + ret.t_w.nbytes + ret.t_ptr.nbytes)
+
+
+def build_whole(frame: pd.DataFrame, kwargs: dict) -> object:
+    from kolm_search import BM25Retriever
+
+    return BM25Retriever(frame, **kwargs)
+
+
+def cluster(n_workers: int, threads: int):
+    import distributed
+
+    return distributed.LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
+                                    dashboard_address="127.0.0.1:0", silence_logs=50, memory_limit=0)
 
 
 def main() -> None:
@@ -36,60 +62,78 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--skip-scale", action="store_true", help="only the 1-worker overhead")
     args = ap.parse_args()
     import distributed
 
-    from kolm_search import BM25Retriever, presets
     from kolm_search import distributed as kd
+    from kolm_search import presets
     from kolm_search.text import Tokenizer
 
     header(f"Dask: overhead, and {args.docs} docs in {args.shards} shards")
     plain = Tokenizer(stopwords=None, stemmer=None)
+    kwargs = {"tokenizer": plain, "fields": ("content",)}
     rng = np.random.default_rng(1)
     rows = []
 
-    # overhead: the same batch in-process vs on a 1-worker cluster (pipeline already shipped)
+    # overhead: the same batch in-process vs on a 1-worker cluster, the pipeline shipped once (kd.ship)
     small = synthetic(50_000, seed=3)
-    client = presets.bm25(small, tokenizer=plain, fields=("content",))
-    queries = pd.DataFrame({"qid": range(args.queries),
-                            "query": [" ".join(f"t{j}" for j in rng.integers(0, 3000, 4)) for _ in range(args.queries)]})
-    t_local, local = median_time(lambda: client.search_batch(queries, limit=100).run, args.repeat)
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
-                                  dashboard_address=None, silence_logs=50) as cluster, distributed.Client(cluster) as dc:
-        kd.search_batch(client, queries.head(10), dask_client=dc, npartitions=1, limit=100)
-        t_remote, remote = median_time(lambda: kd.search_batch(client, queries, dask_client=dc, npartitions=1, limit=100),
-                                       args.repeat, warmup=0)
-    rows.append({"what": "search_batch in-process (50k docs, 1000 queries)", "seconds": t_local})
-    rows.append({"what": "same on a 1-worker LocalCluster", "seconds": t_remote, "overhead": f"{t_remote / t_local:.2f}x",
-                 "equal": bool(local.equals(remote))})
+    client = presets.bm25(small, **kwargs)
+    for n_q in (args.queries, 10 * args.queries):
+        queries = pd.DataFrame({"qid": range(n_q), "query": [" ".join(f"t{j}" for j in rng.integers(0, 3000, 4))
+                                                              for _ in range(n_q)]})
+        t_local, local = median_time(lambda q=queries: client.search_batch(q, limit=100).run, args.repeat)
+        with cluster(1, 2) as cl, distributed.Client(cl) as dc:
+            shipped = kd.ship(client, dc)
+            kd.search_batch(shipped, queries.head(10), dask_client=dc, npartitions=1, limit=100)
+            t_remote, remote = median_time(lambda q=queries, s=shipped, c=dc: kd.search_batch(s, q, dask_client=c, npartitions=1,
+                                                                             limit=100), args.repeat)
+        rows.append({"what": f"search_batch in-process (50k docs, {n_q} queries)", "seconds": t_local})
+        rows.append({"what": "  same on a 1-worker LocalCluster, pipeline shipped", "seconds": t_remote,
+                     "overhead": f"{t_remote / t_local:.2f}x", "equal": bool(local.equals(remote))})
+    if args.skip_scale:
+        report(rows)
+        return
 
-    # scale: sharded BM25 over a large corpus, 2 workers
     t0 = time.perf_counter()
     big = synthetic(args.docs, seed=5)
     rows.append({"what": f"generate {args.docs} synthetic docs", "seconds": time.perf_counter() - t0})
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None, silence_logs=50, memory_limit=0) as cluster, distributed.Client(cluster) as dc:
-        base = dc.run(rss_mb)
+    qs = pd.DataFrame({"qid": range(200), "query": [" ".join(f"t{j}" for j in rng.integers(0, 3000, 4)) for _ in range(200)]})
+
+    # unsharded, on one worker process (so its memory is measured the same way)
+    with cluster(1, 1) as cl, distributed.Client(cl) as dc:
+        base = dc.run(warm)
         t0 = time.perf_counter()
-        sharded = kd.ShardedBM25(big, args.shards, dask_client=dc, tokenizer=plain, fields=("content",))
+        whole = dc.submit(build_whole, big, kwargs, pure=False)
+        whole_bytes = dc.submit(index_bytes, whole, pure=False).result()
+        t_whole = time.perf_counter() - t0
+        whole_peak = next(m - base[w] for w, m in dc.run(rss_mb).items())
+        want = dc.submit(lambda r, t: r.score_texts(t, 100), whole, list(qs["query"]), pure=False).result()
+        ids = dc.submit(lambda r: r.table.ids, whole, pure=False).result()
+    rows.append({"what": "unsharded build, one worker", "seconds": t_whole,
+                 "index_MB_per_1M_docs": f"{whole_bytes / args.docs:.0f}", "peak_RSS_growth_MB": round(whole_peak)})
+
+    # sharded: one shard per worker
+    with cluster(args.shards, 1) as cl, distributed.Client(cl) as dc:
+        base = dc.run(warm)
+        t0 = time.perf_counter()
+        sharded = kd.ShardedBM25(big, args.shards, dask_client=dc, **kwargs)
         t_build = time.perf_counter() - t0
-        per_worker = {w: m - base[w] for w, m in dc.run(rss_mb).items()}
-        index_bytes = sum(dc.submit(lambda s: int(s.t_docs.nbytes + s.t_w.nbytes + s.t_ptr.nbytes), sh, pure=False).result()
-                          for sh in sharded.shards)
-        qs = queries.head(200)
+        peaks = [m - base[w] for w, m in dc.run(rss_mb).items()]
+        shard_bytes = [dc.submit(index_bytes, sh, pure=False).result() for sh in sharded.shards]
         sharded.search(qs, k=100)
         t_q, got = median_time(lambda: sharded.search(qs, k=100), args.repeat, warmup=0)
-    rows.append({"what": f"ShardedBM25 build ({args.shards} shards, 2 workers)", "seconds": t_build,
-                 "index_MB_per_1M_docs": f"{index_bytes / 1e6 * 1e6 / args.docs:.0f}"})
-    rows.append({"what": "worker peak RSS growth (MB)", "seconds": 0.0, "per_worker": {k[-5:]: round(v) for k, v in per_worker.items()}})
+    rows.append({"what": f"ShardedBM25 build, {args.shards} shards on {args.shards} workers", "seconds": t_build,
+                 "speedup_vs_unsharded": f"{t_whole / t_build:.2f}x"})
+    rows.append({"what": "  shard index size / unsharded index", "seconds": 0.0,
+                 "per_shard": [f"{b / whole_bytes:.3f}" for b in shard_bytes]})
+    rows.append({"what": "  worker peak RSS growth / unsharded worker's", "seconds": 0.0,
+                 "per_worker": [f"{p / whole_peak:.3f}" for p in peaks], "MB": [round(p) for p in peaks]})
     rows.append({"what": "ShardedBM25 search, 200 queries top-100", "seconds": t_q, "qps": f"{len(qs) / t_q:,.0f}"})
-    t0 = time.perf_counter()
-    whole = BM25Retriever(big, tokenizer=plain, fields=("content",))
-    t_whole = time.perf_counter() - t0
-    d, s, c = whole.score_texts(list(qs["query"]), 100)
-    same = all(list(got[got.qid == q].doc_id) == list(whole.table.ids[d[i, : c[i]]]) for i, q in enumerate(qs["qid"]))
-    rows.append({"what": "unsharded build in-process", "seconds": t_whole, "index_MB": f"{(whole.t_docs.nbytes + whole.t_w.nbytes) / 1e6:.0f}",
-                 "sharded_topk_equal": same})
+    d, s, c = want
+    same = all(list(got[got.qid == q].doc_id) == list(ids[d[i, : c[i]]])
+               and np.allclose(got[got.qid == q].score, s[i, : c[i]], rtol=1e-6) for i, q in enumerate(qs["qid"]))
+    rows.append({"what": "  sharded top-k equal to the unsharded top-k", "seconds": 0.0, "equal": same})
     report(rows)
 
 

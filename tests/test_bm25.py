@@ -8,6 +8,8 @@ import bm25s
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kolm_search import BM25Retriever, KolmValueError, SearchDocument, Tokenizer
 from kolm_search._kernels.topk import sparse_topk, sparse_topk_numpy
@@ -66,7 +68,7 @@ def test_sparse_kernel_matches_numpy_twin(seed: int, dense_ratio: int) -> None:
         t_docs_l.append(d)
         t_w_l.append(np.round(rng.random(d.size), 2).astype(np.float32))  # rounded: ties
         t_ptr.append(t_ptr[-1] + d.size)
-    t_ptr_a, t_docs, t_w = np.array(t_ptr), np.concatenate(t_docs_l).astype(np.int64), np.concatenate(t_w_l)
+    t_ptr_a, t_docs, t_w = np.array(t_ptr), np.concatenate(t_docs_l).astype(np.int32), np.concatenate(t_w_l)
     q_ptr = np.concatenate([[0], np.cumsum(rng.integers(0, 5, 30))]).astype(np.int64)
     q_terms = rng.integers(0, vocab, q_ptr[-1]).astype(np.int64)
     offsets = np.round(rng.random(30), 1).astype(np.float32)
@@ -123,6 +125,46 @@ def test_save_load_round_trip_and_errors(tmp_path: Path) -> None:
     np.save(tmp_path / "idx2" / "t_docs.npy", np.zeros(3, np.int64))
     with pytest.raises(KolmValueError, match="inconsistent"):
         BM25Retriever.load(tmp_path / "idx2")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from("abcdefg"), max_size=8), max_size=12), st.integers(1, 5))
+def test_postings_match_a_counter_oracle(docs: list[list[str]], chunk: int) -> None:
+    from collections import Counter
+
+    from kolm_search.retrievers.postings import Postings
+
+    post = Postings.from_tokens(iter(docs), chunk=chunk)  # any iterable, any chunking
+    assert post.p_doc.dtype == np.int32 and post.tf.dtype == np.int32
+    got = {(post.vocab[t], int(d)): int(f) for t, d, f in zip(post.p_term, post.p_doc, post.tf, strict=True)}
+    want = {(t, i): c for i, toks in enumerate(docs) for t, c in Counter(toks).items()}
+    assert got == want
+    assert list(post.lengths) == [len(d) for d in docs]
+    for t in range(len(post.vocab)):  # documents ascending within a term
+        assert np.all(np.diff(post.p_doc[post.t_ptr[t]:post.t_ptr[t + 1]]) > 0)
+    stats = post.stats()
+    assert stats.df == {t: len({i for i, d in enumerate(docs) if t in d}) for t in post.vocab}
+    assert stats.n_docs == len(docs)
+
+
+def test_index_from_postings_equals_index_from_texts(tmp_path: Path) -> None:
+    from kolm_search.retrievers.postings import Postings
+
+    texts = synthetic_corpus(300, 40, 5)
+    direct = BM25Retriever(corpus_frame(texts), method="bm25l", tokenizer=PLAIN)
+    post = Postings.from_tokens(PLAIN(t) for t in texts)
+    via = BM25Retriever(corpus_frame(texts), method="bm25l", tokenizer=PLAIN, postings=post)
+    assert direct.t_docs.dtype == np.int32
+    for name in ("t_ptr", "t_docs", "t_w", "nonocc", "doc_len"):
+        np.testing.assert_array_equal(getattr(direct, name), getattr(via, name))
+    with pytest.raises(KolmValueError, match="postings cover 300 documents but the table has 10"):
+        BM25Retriever(corpus_frame(texts[:10]), tokenizer=PLAIN, postings=post)
+    direct.save(tmp_path / "idx")  # an index written with int64 postings still loads, as int32
+    np.save(tmp_path / "idx" / "t_docs.npy", direct.t_docs.astype(np.int64))
+    old = BM25Retriever.load(tmp_path / "idx")
+    assert old.t_docs.dtype == np.int32
+    for a, b in zip(direct.score_texts(texts[:5], 10), old.score_texts(texts[:5], 10), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("kwargs, match", [({"method": "bm26"}, "method"), ({"k1": -1}, "k1"), ({"b": 2}, "b must"),

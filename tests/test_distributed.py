@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def dask_client() -> Iterator[Any]:
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                       dashboard_address=None, silence_logs=50)
+                                       dashboard_address="127.0.0.1:0", silence_logs=50)
     client = distributed.Client(cluster)
     yield client
     client.close()
@@ -78,6 +78,10 @@ def test_dask_dataframe_queries_progress_and_retry(dask_client: Any, cranfield: 
     ddf = dd.from_pandas(queries, npartitions=4)
     got = kd.search_batch(client, ddf, dask_client=dask_client, limit=10, progress=True)
     pd.testing.assert_frame_equal(got, want)
+    shipped = kd.ship(client, dask_client)  # shipped once, reused for several batches
+    for part in (queries.head(50), queries.tail(60).reset_index(drop=True)):
+        pd.testing.assert_frame_equal(kd.search_batch(shipped, part, dask_client=dask_client, npartitions=2, limit=10),
+                                      client.search_batch(part, limit=10).run)
     # a retried task gives the same result: recompute after restarting every worker
     dask_client.restart()
     again = kd.search_batch(client, queries, dask_client=dask_client, npartitions=5, limit=10)
@@ -160,7 +164,7 @@ def test_killed_worker_fails_loudly() -> None:
 
     with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
         cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                           dashboard_address=None, silence_logs=50)
+                                           dashboard_address="127.0.0.1:0", silence_logs=50)
         client = distributed.Client(cluster)
         try:
             crashing = SearchClient({"planner": DefaultQueryPlanner(), "retriever": Crasher()})

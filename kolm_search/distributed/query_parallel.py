@@ -12,7 +12,7 @@ import pandas as pd
 from kolm_search.adapters._extras import require
 from kolm_search.errors import KolmValueError
 
-__all__ = ["DistributedError", "evaluate", "rerank_run", "search_batch"]
+__all__ = ["DistributedError", "evaluate", "rerank_run", "search_batch", "ship"]
 
 
 class DistributedError(RuntimeError):
@@ -46,6 +46,22 @@ def _gather(dask_client: Any, futures: Sequence[Any], what: str) -> list[Any]:
     return out
 
 
+def ship(obj: Any, dask_client: Any) -> Any:
+    """Send a built pipeline (or corpus, or reranker) to every worker once; returns its Future.
+
+    Pass the Future wherever a job takes the object (``search_batch(shipped, ...)``) to run
+    many batches without shipping the pipeline again each time.
+    """
+    require("distributed", "dask")
+    return dask_client.scatter(obj, broadcast=True, hash=False)
+
+
+def _shipped(obj: Any, dask_client: Any) -> Any:
+    from distributed import Future
+
+    return obj if isinstance(obj, Future) else ship(obj, dask_client)
+
+
 def _default_parts(dask_client: Any, npartitions: int | None) -> int:
     if npartitions is not None:
         if npartitions < 1:
@@ -72,9 +88,9 @@ def search_batch(client: Any, queries: Any, *, dask_client: Any, npartitions: in
 
     Parameters
     ----------
-    client : SearchClient or SearchPipeline
-        Shipped once to every worker (``scatter(broadcast=True)``); it must pickle (the
-        built-in pipelines are plain arrays and configuration).
+    client : SearchClient, SearchPipeline, or the Future returned by :func:`ship`
+        Shipped to every worker (``scatter(broadcast=True)``) unless already shipped; it must
+        pickle (the built-in pipelines are plain arrays and configuration).
     queries : list of str, DataFrame ``qid, query``, or dask DataFrame with those columns
     dask_client : distributed.Client
     npartitions : int, optional
@@ -94,7 +110,7 @@ def search_batch(client: Any, queries: Any, *, dask_client: Any, npartitions: in
     """
     require("distributed", "dask")
     if hasattr(queries, "to_delayed") and hasattr(queries, "npartitions"):  # a dask DataFrame
-        shipped = dask_client.scatter(client, broadcast=True, hash=False)
+        shipped = _shipped(client, dask_client)
         part_futures = dask_client.compute(queries.to_delayed())
         futures = [dask_client.submit(_search_part, shipped, p, dict(search_kwargs), pure=False) for p in part_futures]
         _progress(futures, progress)
@@ -108,7 +124,7 @@ def search_batch(client: Any, queries: Any, *, dask_client: Any, npartitions: in
     else:
         raise KolmValueError(f"queries must be a list of str or a DataFrame, got {type(queries).__name__}")
     parts = _partitions(frame, _default_parts(dask_client, npartitions))
-    shipped = dask_client.scatter(client, broadcast=True, hash=False)
+    shipped = _shipped(client, dask_client)
     futures = [dask_client.submit(_search_part, shipped, part, dict(search_kwargs), pure=False) for part in parts]
     _progress(futures, progress)
     runs = _gather(dask_client, futures, "query partition")
@@ -158,8 +174,7 @@ def rerank_run(run: pd.DataFrame, corpus: Any, reranker: Any, *, dask_client: An
     shipped once to every worker)."""
     require("distributed", "dask")
     parts = _partitions(run, _default_parts(dask_client, npartitions), by="qid")
-    corpus_f = dask_client.scatter(corpus, broadcast=True, hash=False)
-    reranker_f = dask_client.scatter(reranker, broadcast=True, hash=False)
+    corpus_f, reranker_f = _shipped(corpus, dask_client), _shipped(reranker, dask_client)
     futures = [dask_client.submit(_rerank_part, p, corpus_f, reranker_f, dict(kwargs), pure=False) for p in parts]
     out = _gather(dask_client, futures, "rerank partition")
     missing = [m for part in out for m in part.attrs.get("missing", [])]

@@ -13,6 +13,8 @@ from kolm_search.adapters._extras import require
 from kolm_search.distributed.query_parallel import _gather
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
+from kolm_search.retrievers.bm25 import query_offsets
+from kolm_search.retrievers.postings import CollectionStats
 
 __all__ = ["ShardedBM25", "ShardedDense", "merge_topk"]
 
@@ -53,20 +55,27 @@ def _bounds(n: int, n_shards: int) -> npt.NDArray[np.int64]:
     return np.linspace(0, n, n_shards + 1).astype(np.int64)
 
 
-def _build_bm25_shard(frame: pd.DataFrame, stats: Any, kwargs: dict[str, Any]) -> Any:
-    from kolm_search.retrievers.bm25 import BM25Retriever
-
-    return BM25Retriever(frame, stats=stats, **kwargs)
-
-
-def _shard_stats(frame: pd.DataFrame, kwargs: dict[str, Any]) -> Any:
-    from kolm_search.doctable import DocumentTable
-    from kolm_search.retrievers.bm25 import CollectionStats
+def _count_shard(frame: pd.DataFrame, kwargs: dict[str, Any]) -> tuple[DocumentTable, Any]:
+    """Tokenise and count a shard once, where it lives (phase 1 of the build)."""
+    from kolm_search.retrievers.postings import Postings
     from kolm_search.text import Tokenizer
 
     tok = kwargs.get("tokenizer") or Tokenizer()
-    fields = tuple(kwargs.get("fields", ("title", "content")))
-    return CollectionStats.from_tokens(tok.many(DocumentTable.from_frame(frame).texts(fields)))
+    table = DocumentTable.from_frame(frame)
+    texts = table.texts(tuple(kwargs.get("fields", ("title", "content"))))
+    return table, Postings.from_tokens(tok(t) for t in texts)
+
+
+def _shard_stats(counted: tuple[DocumentTable, Any]) -> Any:
+    return counted[1].stats()
+
+
+def _build_bm25_shard(counted: tuple[DocumentTable, Any], stats: Any, kwargs: dict[str, Any]) -> Any:
+    """Weight a counted shard with the collection-wide statistics (phase 2)."""
+    from kolm_search.retrievers.bm25 import BM25Retriever
+
+    table, postings = counted
+    return BM25Retriever(table, stats=stats, postings=postings, **kwargs)
 
 
 def _shard_size(shard: Any) -> int:
@@ -109,21 +118,23 @@ class ShardedBM25:
         pieces = [frame.iloc[a:b].reset_index(drop=True) for a, b in zip(self.bounds[:-1], self.bounds[1:], strict=True)]
         self.workers = [workers[i % len(workers)] for i in range(len(pieces))]
         frames = [dask_client.scatter(p, workers=[w], hash=False) for p, w in zip(pieces, self.workers, strict=True)]
-        stats_f = [dask_client.submit(_shard_stats, f, dict(bm25_kwargs), workers=[w], pure=False)
+        del pieces
+        counted = [dask_client.submit(_count_shard, f, dict(bm25_kwargs), workers=[w], pure=False)
                    for f, w in zip(frames, self.workers, strict=True)]
-        from kolm_search.retrievers.bm25 import CollectionStats
-
+        del frames  # the counted shard holds its own table
+        stats_f = [dask_client.submit(_shard_stats, c, workers=[w], pure=False) for c, w in zip(counted, self.workers, strict=True)]
         self.stats = CollectionStats.merge(_gather(dask_client, stats_f, "shard statistics"))
-        self.shards = [dask_client.submit(_build_bm25_shard, f, self.stats, dict(bm25_kwargs), workers=[w], pure=False)
-                       for f, w in zip(frames, self.workers, strict=True)]
+        self.shards = [dask_client.submit(_build_bm25_shard, c, self.stats, dict(bm25_kwargs), workers=[w], pure=False)
+                       for c, w in zip(counted, self.workers, strict=True)]
         self.shard_sizes = _gather(dask_client, [dask_client.submit(_shard_size, s, pure=False) for s in self.shards],
                                    "shard build")
+        del counted, stats_f  # released on the workers: only the weighted shards stay
 
     def search(self, queries: pd.DataFrame | Sequence[str], k: int = 100) -> pd.DataFrame:
         """Global top-``k`` of every query as a run DataFrame ``qid, doc_id, rank, score``."""
         frame = queries if isinstance(queries, pd.DataFrame) else pd.DataFrame({"qid": np.arange(len(queries)), "query": list(queries)})
         texts = list(frame["query"])
-        offsets = self.stats.query_offsets(texts, self.tokenizer, self.method, self.k1, self.delta)
+        offsets = query_offsets(self.stats, texts, self.tokenizer, self.method, self.k1, self.delta)
         futures = [self.dask_client.submit(_score_shard, s, texts, k, offsets, workers=[w], pure=False)
                    for s, w in zip(self.shards, self.workers, strict=True)]
         parts = _gather(self.dask_client, futures, "shard")

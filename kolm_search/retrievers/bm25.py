@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,12 +39,16 @@ from kolm_search.errors import KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
 from kolm_search.retrievers._persist import load_arrays, read_manifest, save_arrays, write_manifest
+from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.text import Tokenizer
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = [
     "BM25Retriever",
     "BM25_METHODS",
+    "CollectionStats",
+    "Postings",
+    "query_offsets",
 ]
 
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -85,58 +88,23 @@ def _reduce_offsets(values: npt.NDArray[np.float32], q_ptr: npt.NDArray[np.int64
     return np.where(np.diff(q_ptr) > 0, sums[:m] if len(values) else sums, 0).astype(np.float32)
 
 
-@dataclass(frozen=True)
-class CollectionStats:
-    """Collection-wide BM25 statistics, so that a shard scores exactly like the whole index.
+def query_offsets(stats: CollectionStats, texts: Sequence[str], tokenizer: Tokenizer, method: str, k1: float,
+                  delta: float) -> npt.NDArray[np.float32]:
+    """The BM25L/BM25+ per-query constants over the whole collection (zeros otherwise).
 
-    Attributes
-    ----------
-    df : dict token -> document frequency over the whole collection
-    n_docs : int
-    avgdl : float
-        Mean document length (tokens) over the whole collection.
+    A shard's own constants would use its local document frequencies; a sharded search
+    passes these to every shard instead.
     """
-
-    df: Mapping[str, int]
-    n_docs: int
-    avgdl: float
-
-    @classmethod
-    def from_tokens(cls, token_lists: Iterable[Sequence[str]]) -> CollectionStats:
-        df: dict[str, int] = {}
-        total = 0
-        n = 0
-        for tokens in token_lists:
-            n += 1
-            total += len(tokens)
-            for t in set(tokens):
-                df[t] = df.get(t, 0) + 1
-        return cls(df=df, n_docs=n, avgdl=total / n if n else 0.0)
-
-    def query_offsets(self, texts: Sequence[str], tokenizer: Tokenizer, method: str, k1: float,
-                      delta: float) -> npt.NDArray[np.float32]:
-        """The BM25L/BM25+ per-query constants over the whole collection (zeros otherwise)."""
-        if method not in ("bm25l", "bm25+"):
-            return np.zeros(len(texts), np.float32)
-        ptr, vals = [0], []
-        base = float(_tfc(method, np.zeros(1), 1.0, k1, delta)[0])
-        for text in texts:
-            for tok in tokenizer(text):
-                if tok in self.df:
-                    vals.append(np.float32(_idf(method, np.array([float(self.df[tok])]), self.n_docs)[0] * base))
-            ptr.append(len(vals))
-        return _reduce_offsets(np.asarray(vals, np.float32), np.asarray(ptr, np.int64))
-
-    @classmethod
-    def merge(cls, parts: Sequence[CollectionStats]) -> CollectionStats:
-        """Statistics of the union of disjoint parts (gathered from shards)."""
-        df: dict[str, int] = {}
-        for p in parts:
-            for t, c in p.df.items():
-                df[t] = df.get(t, 0) + c
-        n = sum(p.n_docs for p in parts)
-        total = sum(p.avgdl * p.n_docs for p in parts)
-        return cls(df=df, n_docs=n, avgdl=total / n if n else 0.0)
+    if method not in ("bm25l", "bm25+"):
+        return np.zeros(len(texts), np.float32)
+    ptr, vals = [0], []
+    base = float(_tfc(method, np.zeros(1), 1.0, k1, delta)[0])
+    for text in texts:
+        for tok in tokenizer(text):
+            if tok in stats.df:
+                vals.append(np.float32(_idf(method, np.array([float(stats.df[tok])]), stats.n_docs)[0] * base))
+        ptr.append(len(vals))
+    return _reduce_offsets(np.asarray(vals, np.float32), np.asarray(ptr, np.int64))
 
 
 class BM25Retriever:
@@ -156,6 +124,11 @@ class BM25Retriever:
         RRF constant used to merge the lists of expanded queries.
     n_threads : int, optional
         Numba threads per call (default: Numba's current setting).
+    stats : CollectionStats, optional
+        Collection-wide statistics: this index is then a shard of a larger collection and
+        scores exactly as the whole collection's index would.
+    postings : Postings, optional
+        Already counted postings of the table's rows (skips tokenisation).
 
     Notes
     -----
@@ -170,7 +143,7 @@ class BM25Retriever:
                  delta: float = 0.5, tokenizer: Tokenizer | None = None,
                  fields: Sequence[str] = ("title", "content"), fusion_k: float = 60,
                  n_threads: int | None = None, stats: CollectionStats | None = None,
-                 _arrays: Mapping[str, Any] | None = None, _vocab: list[str] | None = None) -> None:
+                 postings: Postings | None = None, _arrays: Mapping[str, Any] | None = None, _vocab: list[str] | None = None) -> None:
         if method not in BM25_METHODS:
             raise KolmValueError(f"method must be one of {BM25_METHODS}, got {method!r}")
         for name, value in (("k1", k1), ("b", b), ("delta", delta)):
@@ -187,56 +160,51 @@ class BM25Retriever:
         self.n_threads = n_threads
         if _arrays is not None and _vocab is not None:
             self._set_arrays(_arrays, _vocab)
-        else:
-            self.index_tokens(self.tokenizer.many(self.table.texts(self.fields)), stats=stats)
+        elif postings is not None:
+            self.index_postings(postings, stats=stats)
+        else:  # a generator: token strings live one chunk at a time
+            self.index_tokens((self.tokenizer(t) for t in self.table.texts(self.fields)), stats=stats)
 
     # -- indexing ----------------------------------------------------------------------
-    def index_tokens(self, token_lists: Sequence[Sequence[str]], *, stats: CollectionStats | None = None) -> None:
+    def index_tokens(self, token_lists: Iterable[Sequence[str]], *, stats: CollectionStats | None = None) -> None:
         """(Re)build the index from already tokenised documents, one list per table row.
 
         With ``stats`` (collection-wide document frequencies, size and mean length) this index
         is a shard: its scores equal those of an index over the whole collection.
         """
-        if len(token_lists) != len(self.table):
-            raise KolmValueError(f"got {len(token_lists)} token lists for {len(self.table)} documents")
-        vocab: dict[str, int] = {}
-        term_chunks: list[npt.NDArray[np.int64]] = []
-        lengths = np.zeros(len(self.table), np.int64)
-        for i, tokens in enumerate(token_lists):
-            ids = [vocab.setdefault(t, len(vocab)) for t in tokens]
-            term_chunks.append(np.asarray(ids, dtype=np.int64))
-            lengths[i] = len(ids)
-        terms = np.concatenate(term_chunks) if term_chunks else np.zeros(0, np.int64)
-        docs = np.repeat(np.arange(len(self.table), dtype=np.int64), lengths)
-        n_docs, n_vocab = len(self.table), len(vocab)
-        key, tf = np.unique(terms * max(n_docs, 1) + docs, return_counts=True)  # term-major order
-        p_term, p_doc = key // max(n_docs, 1), key % max(n_docs, 1)
-        local_df = np.bincount(p_term, minlength=n_vocab)
+        self.index_postings(Postings.from_tokens(token_lists), stats=stats)
+
+    def index_postings(self, postings: Postings, *, stats: CollectionStats | None = None) -> None:
+        """(Re)build the index from counted :class:`Postings` of the table's rows (weighting only)."""
+        if postings.n_docs != len(self.table):
+            raise KolmValueError(f"postings cover {postings.n_docs} documents but the table has {len(self.table)}")
+        n_vocab, lengths = len(postings.vocab), postings.lengths
+        local_df = np.diff(postings.t_ptr)
         if stats is None:
-            df, n_coll, avgdl = local_df.astype(np.float64), n_docs, float(lengths.mean()) if n_docs else 0.0
+            df, n_coll = local_df.astype(np.float64), postings.n_docs
+            avgdl = float(lengths.sum()) / n_coll if n_coll else 0.0
         else:
-            vocab_list = list(vocab)
             try:
-                df = np.array([stats.df[t] for t in vocab_list], dtype=np.float64)
+                df = np.array([stats.df[t] for t in postings.vocab], dtype=np.float64)
             except KeyError as exc:
                 raise KolmValueError(f"collection stats lack token {exc.args[0]!r} of this shard") from exc
             n_coll, avgdl = int(stats.n_docs), float(stats.avgdl)
+        p_term, p_doc = postings.p_term, postings.p_doc
         idf32 = _idf(self.method, df, n_coll).astype(np.float32)
-        norm = 1.0 - self.b + self.b * lengths[p_doc] / (avgdl or 1.0)
-        w = idf32[p_term].astype(np.float64) * _tfc(self.method, tf.astype(np.float64), norm, self.k1, self.delta)
+        norm: npt.NDArray[np.float64] = 1.0 - self.b + self.b * lengths[p_doc].astype(np.float64) / (avgdl or 1.0)
+        w = idf32[p_term].astype(np.float64) * _tfc(self.method, postings.tf.astype(np.float64), norm, self.k1, self.delta)
+        del norm
         if self.method in ("bm25l", "bm25+"):
             nonocc = (_idf(self.method, df, n_coll) * _tfc(self.method, np.zeros(1), 1.0, self.k1, self.delta)).astype(np.float32)
-            w = w - nonocc[p_term].astype(np.float64)
+            w -= nonocc[p_term].astype(np.float64)
         else:
             nonocc = np.zeros(n_vocab, np.float32)
-        t_ptr = np.zeros(n_vocab + 1, np.int64)
-        np.cumsum(local_df, out=t_ptr[1:])
-        self._set_arrays({"t_ptr": t_ptr, "t_docs": p_doc.astype(np.int64), "t_w": w.astype(np.float32),
-                          "nonocc": nonocc, "doc_len": lengths}, list(vocab))
+        self._set_arrays({"t_ptr": postings.t_ptr, "t_docs": p_doc, "t_w": w.astype(np.float32),
+                          "nonocc": nonocc, "doc_len": lengths}, postings.vocab)
 
     def _set_arrays(self, arrays: Mapping[str, Any], vocab: list[str]) -> None:
         self.t_ptr = arrays["t_ptr"]
-        self.t_docs = arrays["t_docs"]
+        self.t_docs = np.asarray(arrays["t_docs"]).astype(np.int32, copy=False)
         self.t_w = arrays["t_w"]
         self.nonocc = arrays["nonocc"]
         self.doc_len = arrays["doc_len"]
