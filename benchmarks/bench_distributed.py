@@ -25,17 +25,24 @@ def synthetic(n_docs: int, vocab: int = 50_000, seed: int = 0) -> pd.DataFrame:
 
 
 def rss_mb() -> float:
-    """Peak resident set of this process so far (MB)."""
-    import resource
+    """Peak resident set of this process since the last :func:`warm` (VmHWM, MB; Linux)."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM")) / 1024.0
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+def rss_now_mb() -> float:
+    """Current resident set (VmRSS, MB; Linux)."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS")) / 1024.0
 
 
 def warm() -> float:
-    """Import and run the BM25 kernels once (so the baseline includes them); returns peak RSS."""
+    """Import and run the BM25 kernels once, then reset the peak (clear_refs); returns the RSS."""
     from kolm_search import BM25Retriever
 
     BM25Retriever(pd.DataFrame({"id": ["a", "b"], "content": ["x y", "y z"]})).score_texts(["y"], 2)
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
     return rss_mb()
 
 
@@ -104,14 +111,18 @@ def main() -> None:
     with cluster(1, 1) as cl, distributed.Client(cl) as dc:
         base = dc.run(warm)
         t0 = time.perf_counter()
-        whole = dc.submit(build_whole, big, kwargs, pure=False)
+        big_f = dc.scatter(big, hash=False)  # the documents count in both cases
+        whole = dc.submit(build_whole, big_f, kwargs, pure=False)
         whole_bytes = dc.submit(index_bytes, whole, pure=False).result()
         t_whole = time.perf_counter() - t0
+        del big_f
         whole_peak = next(m - base[w] for w, m in dc.run(rss_mb).items())
+        whole_now = next(m - base[w] for w, m in dc.run(rss_now_mb).items())
         want = dc.submit(lambda r, t: r.score_texts(t, 100), whole, list(qs["query"]), pure=False).result()
         ids = dc.submit(lambda r: r.table.ids, whole, pure=False).result()
     rows.append({"what": "unsharded build, one worker", "seconds": t_whole,
-                 "index_MB_per_1M_docs": f"{whole_bytes / args.docs:.0f}", "peak_RSS_growth_MB": round(whole_peak)})
+                 "index_MB_per_1M_docs": f"{whole_bytes / args.docs:.0f}", "peak_RSS_growth_MB": round(whole_peak),
+                 "resident_growth_MB": round(whole_now)})
 
     # sharded: one shard per worker
     with cluster(args.shards, 1) as cl, distributed.Client(cl) as dc:
@@ -120,6 +131,7 @@ def main() -> None:
         sharded = kd.ShardedBM25(big, args.shards, dask_client=dc, **kwargs)
         t_build = time.perf_counter() - t0
         peaks = [m - base[w] for w, m in dc.run(rss_mb).items()]
+        now = [m - base[w] for w, m in dc.run(rss_now_mb).items()]
         shard_bytes = [dc.submit(index_bytes, sh, pure=False).result() for sh in sharded.shards]
         sharded.search(qs, k=100)
         t_q, got = median_time(lambda: sharded.search(qs, k=100), args.repeat, warmup=0)
@@ -129,6 +141,8 @@ def main() -> None:
                  "per_shard": [f"{b / whole_bytes:.3f}" for b in shard_bytes]})
     rows.append({"what": "  worker peak RSS growth / unsharded worker's", "seconds": 0.0,
                  "per_worker": [f"{p / whole_peak:.3f}" for p in peaks], "MB": [round(p) for p in peaks]})
+    rows.append({"what": "  worker resident growth after build / unsharded's", "seconds": 0.0,
+                 "per_worker": [f"{p / whole_now:.3f}" for p in now], "MB": [round(p) for p in now]})
     rows.append({"what": "ShardedBM25 search, 200 queries top-100", "seconds": t_q, "qps": f"{len(qs) / t_q:,.0f}"})
     d, s, c = want
     same = all(list(got[got.qid == q].doc_id) == list(ids[d[i, : c[i]]])

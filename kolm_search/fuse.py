@@ -78,7 +78,8 @@ def _contributions(method: Method, k: float, w: npt.NDArray[np.float64], lid: np
     entries that enter the normalisation statistics (a repeated document counts once).
     """
     if method == "rrf":
-        return w[lid] / (check_k(k) + rank.astype(np.float64) + 1.0)
+        denom = np.add(rank, check_k(k) + 1.0, dtype=np.float64)
+        return np.divide(w[lid], denom, out=denom)
     s = score.astype(np.float64)
     if not np.all(np.isfinite(s)):
         raise KolmValueError("scores must be finite for score fusion")
@@ -224,10 +225,10 @@ def _fuse_runs(frames: list[pd.DataFrame], *, method: Method, k: float, weights:
     order, ptr = counting_order(q_codes, np.int64(n_q))  # rows by query, runs in order inside
     has_rank = all("rank" in f.columns for f in frames)
     key = np.concatenate([pd.to_numeric(f["rank"]).to_numpy(np.float64) for f in frames]) if has_rank else -score
-    lid_o, position, ok = segment_positions(order, ptr, lid, key)
+    lid_o, position, ok, segment = segment_positions(order, ptr, lid, key)
     if not ok:  # not best-first inside some (query, run): sort those rows, keep ties in input order
         order = np.lexsort((np.arange(len(score)), key, lid, q_codes))
-        lid_o, position, _ = segment_positions(order, ptr, lid, key)
+        lid_o, position, _, segment = segment_positions(order, ptr, lid, key)
     buffers = string_buffers(docs_all)
     with numba_threads(n_threads) as threads:
         chunks = 1 if n_q < 64 else min(n_q, 4 * threads)
@@ -239,7 +240,6 @@ def _fuse_runs(frames: list[pd.DataFrame], *, method: Method, k: float, weights:
             local, rep = d_codes[order], None
     n_local = int(local.max()) + 1 if len(local) else 1
     w = check_weights(weights, n_lists)
-    segment = np.cumsum(position == 0) - 1
     counted = None
     if method != "rrf" and norm is not None:  # a repeated document counts once in the statistics
         _, first = np.unique(segment * n_local + local, return_index=True)
@@ -255,4 +255,5 @@ def _fuse_runs(frames: list[pd.DataFrame], *, method: Method, k: float, weights:
     else:
         doc_col = d_uniques.take(out_local)
     rank = np.arange(len(out_local), dtype=np.int64) - np.repeat(out_ptr[:-1], counts)
-    return pd.DataFrame({"qid": q_uniques.take(group), "doc_id": doc_col, "rank": rank, "score": out_scores})
+    return pd.DataFrame({"qid": q_uniques.take(group), "doc_id": doc_col, "rank": rank, "score": out_scores},
+                        copy=False)

@@ -126,13 +126,7 @@ def fuse_arrays(
     lim = -1 if limit is None else int(limit)
     with numba_threads(n_threads) as threads:
         chunks = 1 if n_groups < 64 else min(n_groups, 4 * threads)
-        out_docs, out_scores, counts = fuse_groups(gp, li, dc, ct, max(int(n_docs), 1), mnz, lim, chunks)
-    out_ptr = np.zeros(n_groups + 1, dtype=np.int64)
-    np.cumsum(counts, out=out_ptr[1:])
-    if out_ptr[-1] == n:
-        return out_ptr, out_docs, out_scores
-    keep = np.repeat(gp[:-1], counts) + (np.arange(out_ptr[-1]) - np.repeat(out_ptr[:-1], counts))
-    return out_ptr, out_docs[keep], out_scores[keep]
+        return fuse_groups(gp, li, dc, ct, max(int(n_docs), 1), mnz, lim, chunks)
 
 
 def merge_with_rrf(

@@ -147,16 +147,18 @@ def random_groups(rng: np.random.Generator, n_groups: int, n_lists: int, depth: 
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("mnz", [False, True])
 @pytest.mark.parametrize("limit", [-1, 5])
-def test_kernel_matches_numpy_twin(seed: int, mnz: bool, limit: int) -> None:
+@pytest.mark.parametrize("signed", [False, True])
+def test_kernel_matches_numpy_twin(seed: int, mnz: bool, limit: int, signed: bool) -> None:
     rng = np.random.default_rng(seed)
     ptr, li, dc, ct = random_groups(rng, n_groups=50, n_lists=3, depth=30, n_docs=40)
+    if signed:  # negative scores (z-score) and both zeros exercise the integer sort keys
+        ct = ct * rng.choice([-1.0, 1.0], ct.size)
+        ct[rng.random(ct.size) < 0.1] = 0.0
+        ct[rng.random(ct.size) < 0.1] = -0.0
     got = fuse_groups(ptr, li, dc, ct, 40, mnz, limit, n_chunks=3)
     want = fuse_groups_numpy(ptr, li, dc, ct, 40, mnz, limit)
-    np.testing.assert_array_equal(got[2], want[2])
-    for g in range(len(ptr) - 1):
-        s, c = ptr[g], got[2][g]
-        np.testing.assert_array_equal(got[0][s:s + c], want[0][s:s + c])
-        np.testing.assert_array_equal(got[1][s:s + c], want[1][s:s + c])
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_fuse_arrays_validates() -> None:
@@ -203,6 +205,7 @@ def test_grouping_kernels_match_numpy_twins(seed: int) -> None:
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
     assert a[2] == b[2]
+    np.testing.assert_array_equal(a[3], b[3])
     strings = [f"id{v}" for v in rng.integers(0, 30, n)]
     _, offsets, data = string_buffers(pd.Series(strings, dtype="str"))
     local, rep, counts = intern_groups(order, ptr, offsets, data, 3)

@@ -135,15 +135,18 @@ def intern_groups_numpy(order, ptr, strings):
 
 @njit(cache=True)
 def segment_positions(order, ptr, lid, key):  # pragma: no cover - compiled
-    """One pass over rows grouped by query: each row's list id and position inside its
-    (query, list) segment, and whether ``key`` is non-decreasing inside every segment.
+    """One pass over rows grouped by query: each row's list id, position inside its
+    (query, list) segment and segment number, and whether ``key`` is non-decreasing inside
+    every segment.
 
     order int64 (n,), ptr int64 (n_groups+1,), lid int64 (rows,), key float64 (rows,)
-    -> (lid_o int64 (n,), position int64 (n,), sorted bool)
+    -> (lid_o int64 (n,), position int64 (n,), sorted bool, segment int64 (n,))
     """
     n = order.shape[0]
     lid_o = np.empty(n, np.int64)
     position = np.empty(n, np.int64)
+    segment = np.empty(n, np.int64)
+    seg = -1
     ok = True
     for g in range(ptr.shape[0] - 1):
         seg_start = ptr[g]
@@ -153,15 +156,17 @@ def segment_positions(order, ptr, lid, key):  # pragma: no cover - compiled
             row = order[p]
             lr = lid[row]
             kr = key[row]
-            if lr != prev_l:
+            if lr != prev_l or p == ptr[g]:
                 seg_start = p
                 prev_l = lr
+                seg += 1
             elif kr < prev_key:
                 ok = False
             prev_key = kr
             lid_o[p] = lr
             position[p] = p - seg_start
-    return lid_o, position, ok
+            segment[p] = seg
+    return lid_o, position, ok, segment
 
 
 def segment_positions_numpy(order, ptr, lid, key):
@@ -176,4 +181,4 @@ def segment_positions_numpy(order, ptr, lid, key):
     position = np.arange(len(order)) - starts[seg_id]
     k = key[order]
     ok = not np.any((~change[1:]) & (k[1:] < k[:-1])) if len(k) > 1 else True
-    return lid_o.astype(np.int64), position.astype(np.int64), bool(ok)
+    return lid_o.astype(np.int64), position.astype(np.int64), bool(ok), seg_id.astype(np.int64)

@@ -90,7 +90,7 @@ class Postings:
         return np.repeat(np.arange(len(self.vocab), dtype=np.int64), np.diff(self.t_ptr))
 
     @classmethod
-    def from_tokens(cls, token_lists: Iterable[Sequence[str]], *, chunk: int = 65_536) -> Postings:
+    def from_tokens(cls, token_lists: Iterable[Sequence[str]], *, chunk: int = 4096) -> Postings:
         """Count tokenised documents (any iterable: a generator keeps memory to one chunk).
 
         Parameters
