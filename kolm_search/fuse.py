@@ -134,7 +134,8 @@ def fuse_frame(
     return CandidateFrame.from_ptr(out_ptr, docs, scores)
 
 
-def _run_frame(run: Any, name: str) -> pd.DataFrame:
+def _run_frame(run: Any, name: str) -> tuple[pd.DataFrame, npt.NDArray[np.float64]]:
+    """The run (not copied) and its scores as float64, checked."""
     if not isinstance(run, pd.DataFrame):
         run = getattr(run, "run", run)  # a BatchResult
     if not isinstance(run, pd.DataFrame):
@@ -142,11 +143,11 @@ def _run_frame(run: Any, name: str) -> pd.DataFrame:
     missing = [c for c in ("qid", "doc_id", "score") if c not in run.columns]
     if missing:
         raise FrameValidationError(f"run {name!r} lacks column(s) {missing}; has {list(run.columns)}")
-    score = pd.to_numeric(run["score"], errors="coerce")
-    if score.isna().any():
-        row = int(np.flatnonzero(score.isna().to_numpy())[0])
+    score = pd.to_numeric(run["score"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    if np.isnan(score).any():
+        row = int(np.flatnonzero(np.isnan(score))[0])
         raise FrameValidationError(f"run {name!r} has a non-numeric or missing score at row {row}: {run['score'].iloc[row]!r}")
-    return run
+    return run, score
 
 
 def fuse(
@@ -186,21 +187,21 @@ def fuse(
     """
     if isinstance(runs, Mapping):
         names = list(runs)
-        frames = [_run_frame(runs[n], str(n)) for n in names]
+        checked = [_run_frame(runs[n], str(n)) for n in names]
         if isinstance(weights, Mapping):
             unknown = set(weights) - set(names)
             if unknown:
                 raise KolmValueError(f"weights name unknown runs {sorted(unknown)}")
             weights = [float(weights.get(n, 1.0)) for n in names]
     else:
-        frames = [_run_frame(r, str(i)) for i, r in enumerate(runs)]
+        checked = [_run_frame(r, str(i)) for i, r in enumerate(runs)]
         if isinstance(weights, Mapping):
             raise KolmTypeError("weights by name need runs given as a dict")
-    if not frames:
+    if not checked:
         raise KolmValueError("fuse needs at least one run")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0):
         raise KolmValueError(f"limit must be a non-negative integer, got {limit!r}")
-    return _fuse_runs(frames, method=method, k=k, weights=weights, norm=norm, limit=limit, n_threads=n_threads)
+    return _fuse_runs(checked, method=method, k=k, weights=weights, norm=norm, limit=limit, n_threads=n_threads)
 
 
 def _concat_column(frames: list[pd.DataFrame], column: str) -> Any:
@@ -208,7 +209,7 @@ def _concat_column(frames: list[pd.DataFrame], column: str) -> Any:
     return parts[0].reset_index(drop=True) if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
-def _fuse_runs(frames: list[pd.DataFrame], *, method: Method, k: float, weights: Sequence[float] | None,
+def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, method: Method, k: float, weights: Sequence[float] | None,
                norm: Norm, limit: int | None, n_threads: int | None) -> pd.DataFrame:
     """Group rows by query, match documents inside each query, fuse in one kernel call."""
     _check_method(method, norm)
@@ -216,19 +217,20 @@ def _fuse_runs(frames: list[pd.DataFrame], *, method: Method, k: float, weights:
     from kolm_search._kernels.grouping import counting_order, intern_groups, segment_positions
     from kolm_search.interning import factorize, string_buffers, take_strings
 
+    frames = [f for f, _ in checked]
     n_lists = len(frames)
     lid = np.repeat(np.arange(n_lists, dtype=np.int64), [len(f) for f in frames])
     q_codes, q_uniques = factorize(_concat_column(frames, "qid"), sort=True, name="qid")
     docs_all = _concat_column(frames, "doc_id")
-    score = np.concatenate([pd.to_numeric(f["score"]).to_numpy(np.float64) for f in frames])
+    score = np.concatenate([sc for _, sc in checked])
     n_q = len(q_uniques)
     order, ptr = counting_order(q_codes, np.int64(n_q))  # rows by query, runs in order inside
     has_rank = all("rank" in f.columns for f in frames)
     key = np.concatenate([pd.to_numeric(f["rank"]).to_numpy(np.float64) for f in frames]) if has_rank else -score
-    lid_o, position, ok, segment = segment_positions(order, ptr, lid, key)
+    lid_o, position, ok, segment = segment_positions(order, ptr, lid, key, np.int64(n_lists))
     if not ok:  # not best-first inside some (query, run): sort those rows, keep ties in input order
         order = np.lexsort((np.arange(len(score)), key, lid, q_codes))
-        lid_o, position, _, segment = segment_positions(order, ptr, lid, key)
+        lid_o, position, _, segment = segment_positions(order, ptr, lid, key, np.int64(n_lists))
     buffers = string_buffers(docs_all)
     with numba_threads(n_threads) as threads:
         chunks = 1 if n_q < 64 else min(n_q, 4 * threads)

@@ -200,8 +200,8 @@ def test_grouping_kernels_match_numpy_twins(seed: int) -> None:
     np.testing.assert_array_equal(ptr, p2)
     lid = np.sort(rng.integers(0, 3, n)).astype(np.int64)  # runs concatenated in list order
     key = np.round(rng.random(n), 1) if seed % 2 else np.arange(n, dtype=np.float64)
-    a = segment_positions(order, ptr, lid, key)
-    b = segment_positions_numpy(order, ptr, lid, key)
+    a = segment_positions(order, ptr, lid, key, np.int64(3))
+    b = segment_positions_numpy(order, ptr, lid, key, 3)
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
     assert a[2] == b[2]

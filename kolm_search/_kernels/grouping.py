@@ -133,22 +133,22 @@ def intern_groups_numpy(order, ptr, strings):
     return local, rep, counts
 
 
-@njit(cache=True)
-def segment_positions(order, ptr, lid, key):  # pragma: no cover - compiled
-    """One pass over rows grouped by query: each row's list id, position inside its
-    (query, list) segment and segment number, and whether ``key`` is non-decreasing inside
-    every segment.
+@njit(cache=True, parallel=True)
+def segment_positions(order, ptr, lid, key, n_lists):  # pragma: no cover - compiled
+    """One parallel pass over rows grouped by query: each row's list id, position inside its
+    (query, list) segment and segment id ``query * n_lists + list``, and whether ``key`` is
+    non-decreasing inside every segment.
 
-    order int64 (n,), ptr int64 (n_groups+1,), lid int64 (rows,), key float64 (rows,)
+    order int64 (n,), ptr int64 (n_groups+1,), lid int64 (rows,), key float64 (rows,), n_lists int64
     -> (lid_o int64 (n,), position int64 (n,), sorted bool, segment int64 (n,))
     """
     n = order.shape[0]
+    n_groups = ptr.shape[0] - 1
     lid_o = np.empty(n, np.int64)
     position = np.empty(n, np.int64)
     segment = np.empty(n, np.int64)
-    seg = -1
-    ok = True
-    for g in range(ptr.shape[0] - 1):
+    bad = np.zeros(n_groups, np.bool_)
+    for g in prange(n_groups):
         seg_start = ptr[g]
         prev_l = -1
         prev_key = 0.0
@@ -156,20 +156,19 @@ def segment_positions(order, ptr, lid, key):  # pragma: no cover - compiled
             row = order[p]
             lr = lid[row]
             kr = key[row]
-            if lr != prev_l or p == ptr[g]:
+            if lr != prev_l:
                 seg_start = p
                 prev_l = lr
-                seg += 1
             elif kr < prev_key:
-                ok = False
+                bad[g] = True
             prev_key = kr
             lid_o[p] = lr
             position[p] = p - seg_start
-            segment[p] = seg
-    return lid_o, position, ok, segment
+            segment[p] = g * n_lists + lr
+    return lid_o, position, not bad.any(), segment
 
 
-def segment_positions_numpy(order, ptr, lid, key):
+def segment_positions_numpy(order, ptr, lid, key, n_lists):
     """Twin of :func:`segment_positions`."""
     n_groups = len(ptr) - 1
     group = np.repeat(np.arange(n_groups), np.diff(ptr))
@@ -181,4 +180,4 @@ def segment_positions_numpy(order, ptr, lid, key):
     position = np.arange(len(order)) - starts[seg_id]
     k = key[order]
     ok = not np.any((~change[1:]) & (k[1:] < k[:-1])) if len(k) > 1 else True
-    return lid_o.astype(np.int64), position.astype(np.int64), bool(ok), seg_id.astype(np.int64)
+    return lid_o.astype(np.int64), position.astype(np.int64), bool(ok), (group * n_lists + lid_o).astype(np.int64)
