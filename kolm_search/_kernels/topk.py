@@ -207,6 +207,12 @@ def sparse_topk_numpy(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, mas
 
 @njit(cache=True, parallel=True)
 def dense_block_update(block, q0, d0, mask_ids, masks, heap_s, heap_d, sizes):  # pragma: no cover
+    """Offer every score of ``block`` to its query's heap.
+
+    Scanned 16 scores at a time: a branch-free (vectorisable) test against the heap's worst
+    kept score skips whole runs, since after the first few thousand documents almost no
+    score enters a top-k.
+    """
     bq, bd = block.shape
     k = heap_s.shape[1]
     for r in prange(bq):
@@ -216,14 +222,24 @@ def dense_block_update(block, q0, d0, mask_ids, masks, heap_s, heap_d, sizes):  
         hs = heap_s[q]
         hd = heap_d[q]
         row = block[r]
-        for j in range(bd):
-            s = row[j]
-            if size == k and s < hs[0]:
-                continue
-            d = d0 + j
-            if m >= 0 and masks[m, d] == 0:
-                continue
-            size = _heap_push(hs, hd, size, k, s, d)
+        thr = hs[0] if size == k else -np.inf
+        j = 0
+        while j < bd:
+            end = min(j + 16, bd)
+            hit = False
+            for t in range(j, end):
+                hit |= row[t] >= thr
+            if hit:
+                for t in range(j, end):
+                    s = row[t]
+                    if size == k and s < hs[0]:
+                        continue
+                    d = d0 + t
+                    if m >= 0 and masks[m, d] == 0:
+                        continue
+                    size = _heap_push(hs, hd, size, k, s, d)
+                thr = hs[0] if size == k else -np.inf
+            j = end
         sizes[q] = size
 
 
