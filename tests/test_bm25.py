@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import bm25s
@@ -199,3 +200,16 @@ def test_cranfield_scores_equal_bm25s(cranfield: dict[str, pd.DataFrame]) -> Non
         want = model.get_scores([t for t in tok(text) if t in model.vocab_dict])
         np.testing.assert_allclose(scores[q, : counts[q]], want[docs[q, : counts[q]]], rtol=2e-6)
         assert scores[q, counts[q] - 1] >= np.sort(want)[-100] - 1e-5  # nothing better was left out
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=40), st.integers(1, 5))
+def test_merged_stats_equal_whole_collection_stats(lengths: list[int], n_parts: int) -> None:
+    from kolm_search.retrievers.postings import CollectionStats, Postings
+
+    docs = [[f"t{(i + j) % 7}" for j in range(n)] for i, n in enumerate(lengths)]
+    bounds = np.linspace(0, len(docs), n_parts + 1).astype(int)
+    parts = [Postings.from_tokens(docs[a:b]).stats() for a, b in itertools.pairwise(bounds)]
+    merged, whole = CollectionStats.merge(parts), Postings.from_tokens(docs).stats()
+    assert merged.avgdl == whole.avgdl  # exact: integer totals are merged, not rounded means
+    assert dict(merged.df) == dict(whole.df) and merged.n_docs == whole.n_docs

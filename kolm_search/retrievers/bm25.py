@@ -182,7 +182,7 @@ class BM25Retriever:
         local_df = np.diff(postings.t_ptr)
         if stats is None:
             df, n_coll = local_df.astype(np.float64), postings.n_docs
-            avgdl = float(lengths.sum()) / n_coll if n_coll else 0.0
+            avgdl = float(int(lengths.sum())) / n_coll if n_coll else 0.0
         else:
             try:
                 df = np.array([stats.df[t] for t in postings.vocab], dtype=np.float64)

@@ -32,11 +32,15 @@ class CollectionStats:
     n_docs : int
     avgdl : float
         Mean document length (tokens) over the whole collection.
+    total_len : int, optional
+        Total tokens; when every part has it, a merge divides exact integers, so a sharded
+        ``avgdl`` equals the unsharded one to the last bit.
     """
 
     df: Mapping[str, int]
     n_docs: int
     avgdl: float
+    total_len: int | None = None
 
     @classmethod
     def from_tokens(cls, token_lists: Iterable[Sequence[str]]) -> CollectionStats:
@@ -51,6 +55,9 @@ class CollectionStats:
             for t, c in p.df.items():
                 df[t] = df.get(t, 0) + int(c)
         n = sum(p.n_docs for p in parts)
+        if all(p.total_len is not None for p in parts):
+            exact = sum(int(p.total_len or 0) for p in parts)
+            return cls(df=df, n_docs=n, avgdl=float(exact) / n if n else 0.0, total_len=exact)
         total = sum(p.avgdl * p.n_docs for p in parts)
         return cls(df=df, n_docs=n, avgdl=total / n if n else 0.0)
 
@@ -140,8 +147,9 @@ class Postings:
         """This corpus's own :class:`CollectionStats` (mergeable across shards)."""
         df = np.diff(self.t_ptr).tolist()
         n = self.n_docs
+        total = int(self.lengths.sum())
         return CollectionStats(df=dict(zip(self.vocab, df, strict=True)), n_docs=n,
-                               avgdl=float(self.lengths.sum()) / n if n else 0.0)
+                               avgdl=float(total) / n if n else 0.0, total_len=total)
 
     @property
     def nbytes(self) -> int:
