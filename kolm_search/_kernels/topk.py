@@ -4,7 +4,7 @@ Ordering everywhere: descending score, ties by ascending document code.
 
 ``sparse_topk`` (one signature)
     q_ptr int64 (n_q+1,), q_terms int64 (nnz_q,)       query token ids (repeats kept, in order)
-    t_ptr int64 (V+1,), t_docs int64 (nnz,), t_w float32 (nnz,)   postings by term
+    t_ptr int64 (V+1,), t_docs int32 (nnz,), t_w float32 (nnz,)   postings by term
     offsets float32 (n_q,)       added to each matching document's score (BM25L/BM25+)
     mask_ids int64 (n_q,), masks uint8 (n_masks, n_docs)   per-query filter (-1: none)
     n_docs, k, n_chunks int64
