@@ -36,17 +36,12 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit, prange
 
-from kolm_search._kernels.topk import _heap_push, _sort_heap
+from kolm_search._kernels.topk import _heap_push, _sort_heap, _worse
 
 __all__ = ["fuse_groups", "fuse_groups_numpy"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
-
-
-@njit(cache=True, inline="always")
-def _slot_worse(s1, t1, s2, t2):  # pragma: no cover - compiled
-    return s1 < s2 or (s1 == s2 and t1 > t2)
 
 
 @njit(cache=True)
@@ -115,7 +110,7 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, 
             size = 0
             for t in range(nt):
                 s = s_acc[t]
-                if size == limit and not _slot_worse(hs[0], ht[0], s, t):
+                if size == limit and not _worse(hs[0], ht[0], s, t):
                     continue
                 size = _heap_push(hs, ht, size, limit, s, t)
             _sort_heap(hs, ht, size)
