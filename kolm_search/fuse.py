@@ -194,6 +194,7 @@ def fuse(
                 raise KolmValueError(f"weights name unknown runs {sorted(unknown)}")
             weights = [float(weights.get(n, 1.0)) for n in names]
     else:
+        names = [str(i) for i in range(len(runs))]
         checked = [_run_frame(r, str(i)) for i, r in enumerate(runs)]
         if isinstance(weights, Mapping):
             raise KolmTypeError("weights by name need runs given as a dict")
@@ -201,7 +202,8 @@ def fuse(
         raise KolmValueError("fuse needs at least one run")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0):
         raise KolmValueError(f"limit must be a non-negative integer, got {limit!r}")
-    return _fuse_runs(checked, method=method, k=k, weights=weights, norm=norm, limit=limit, n_threads=n_threads)
+    return _fuse_runs(checked, method=method, k=k, weights=weights, norm=norm, limit=limit, n_threads=n_threads,
+                      names=[str(n) for n in names])
 
 
 def _concat_column(frames: list[pd.DataFrame], column: str) -> Any:
@@ -209,53 +211,123 @@ def _concat_column(frames: list[pd.DataFrame], column: str) -> Any:
     return parts[0].reset_index(drop=True) if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
+def _run_starts(col: pd.Series, name: str, chunks: int) -> npt.NDArray[np.int64]:
+    """Rows of ``col`` that start a run of equal query ids (row 0 first)."""
+    from kolm_search._kernels.strings import string_run_starts
+    from kolm_search.interning import string_buffers
+
+    n = len(col)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    try:
+        buffers = string_buffers(col)
+    except FrameValidationError as exc:
+        raise FrameValidationError(f"run {name!r} qid: {exc}") from exc
+    if buffers is not None:
+        return np.asarray(string_run_starts(buffers[1], buffers[2], chunks), np.int64)
+    values = col.to_numpy()
+    if values.dtype.kind not in "iub":  # floats (NaN != NaN), objects, categoricals: by codes
+        values = pd.factorize(col, use_na_sentinel=True)[0]
+    return np.concatenate([[0], np.flatnonzero(values[1:] != values[:-1]) + 1]).astype(np.int64)
+
+
+I64 = npt.NDArray[np.int64]
+
+
+def _query_blocks(frames: list[pd.DataFrame], names: list[str], chunks: int) -> tuple[pd.Index, I64, I64, I64, I64, I64]:
+    """Group every run's rows by query without touching each row's id more than once.
+
+    Returns ``(q_uniques, ptr, bptr, b_row, b_len, b_lid)``: the sorted query ids, each query's
+    row range in the grouped order, and the blocks (runs of one query in one run) by query.
+    """
+    heads, rows, lens, lids = [], [], [], []
+    row0 = 0
+    for li, (f, name) in enumerate(zip(frames, names, strict=True)):
+        col = f["qid"]
+        starts = _run_starts(col, name, chunks)
+        heads.append(col.iloc[starts].reset_index(drop=True))
+        rows.append(starts + row0)
+        lens.append(np.diff(np.append(starts, len(col))))
+        lids.append(np.full(len(starts), li, np.int64))
+        row0 += len(col)
+    from kolm_search.interning import factorize
+
+    b_q, q_uniques = factorize(heads[0] if len(heads) == 1 else pd.concat(heads, ignore_index=True), sort=True, name="qid")
+    b_row, b_len, b_lid = np.concatenate(rows), np.concatenate(lens).astype(np.int64), np.concatenate(lids)
+    n_q = len(q_uniques)
+    by_q = np.argsort(b_q, kind="stable")  # blocks by query; by run, then row, inside a query
+    bptr = np.zeros(n_q + 1, np.int64)
+    np.cumsum(np.bincount(b_q, minlength=n_q), out=bptr[1:])
+    ptr = np.zeros(n_q + 1, np.int64)
+    np.cumsum(np.bincount(b_q, weights=b_len, minlength=n_q).astype(np.int64), out=ptr[1:])
+    return q_uniques, ptr, bptr, b_row[by_q], b_len[by_q], b_lid[by_q]
+
+
+def _string_column(buffers: tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.uint8]], rows: npt.NDArray[np.int64],
+                   chunks: int) -> Any:
+    """Rows of a string column (its :func:`string_buffers`) as a pandas ``str`` array, gathered
+    on all threads."""
+    import pyarrow as pa
+
+    from kolm_search._kernels.strings import gather_strings
+
+    offsets, data = gather_strings(buffers[1], buffers[2], rows, chunks)
+    arr = pa.LargeStringArray.from_buffers(len(rows), pa.py_buffer(offsets), pa.py_buffer(data))
+    return pd.array(arr, dtype="str")
+
+
 def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, method: Method, k: float, weights: Sequence[float] | None,
-               norm: Norm, limit: int | None, n_threads: int | None) -> pd.DataFrame:
+               norm: Norm, limit: int | None, n_threads: int | None, names: list[str] | None = None) -> pd.DataFrame:
     """Group rows by query, match documents inside each query, fuse in one kernel call."""
     _check_method(method, norm)
     from kolm_search._kernels import numba_threads
-    from kolm_search._kernels.grouping import counting_order, intern_groups, segment_positions
-    from kolm_search.interning import factorize, string_buffers, take_strings
+    from kolm_search._kernels.fusion import output_rows
+    from kolm_search._kernels.grouping import block_segments, intern_groups, segment_positions
+    from kolm_search.interning import factorize, string_buffers
 
     frames = [f for f, _ in checked]
+    names = names if names is not None else [str(i) for i in range(len(frames))]
     n_lists = len(frames)
-    lid = np.repeat(np.arange(n_lists, dtype=np.int64), [len(f) for f in frames])
-    q_codes, q_uniques = factorize(_concat_column(frames, "qid"), sort=True, name="qid")
-    docs_all = _concat_column(frames, "doc_id")
     score = np.concatenate([sc for _, sc in checked])
-    n_q = len(q_uniques)
-    order, ptr = counting_order(q_codes, np.int64(n_q))  # rows by query, runs in order inside
     has_rank = all("rank" in f.columns for f in frames)
     key = np.concatenate([pd.to_numeric(f["rank"]).to_numpy(np.float64) for f in frames]) if has_rank else -score
-    lid_o, position, ok, segment = segment_positions(order, ptr, lid, key, np.int64(n_lists))
-    if not ok:  # not best-first inside some (query, run): sort those rows, keep ties in input order
-        order = np.lexsort((np.arange(len(score)), key, lid, q_codes))
-        lid_o, position, _, segment = segment_positions(order, ptr, lid, key, np.int64(n_lists))
-    buffers = string_buffers(docs_all)
     with numba_threads(n_threads) as threads:
-        chunks = 1 if n_q < 64 else min(n_q, 4 * threads)
+        chunks = 4 * threads
+        q_uniques, ptr, bptr, b_row, b_len, b_lid = _query_blocks(frames, names, chunks)
+        n_q = len(q_uniques)
+        order, lid_o, position, ok = block_segments(bptr, b_row, b_len, b_lid, ptr, key)
+        if not ok:  # not best-first inside some (query, run): sort those rows, keep ties in input order
+            lid = np.repeat(np.arange(n_lists, dtype=np.int64), [len(f) for f in frames])
+            q_codes = np.empty(len(score), np.int64)
+            q_codes[order] = np.repeat(np.arange(n_q, dtype=np.int64), np.diff(ptr))
+            order = np.lexsort((np.arange(len(score)), key, lid, q_codes))
+            lid_o, position, _, _ = segment_positions(order, ptr, lid, key, np.int64(n_lists))
+        docs_all = _concat_column(frames, "doc_id")
+        buffers = string_buffers(docs_all)
+        g_chunks = 1 if n_q < 64 else min(n_q, chunks)
         if buffers is not None:
-            pa_docs, offsets, data = buffers
-            local, rep, _ = intern_groups(order, ptr, offsets, data, chunks)
+            local, rep, _ = intern_groups(order, ptr, buffers[1], buffers[2], g_chunks)
         else:
             d_codes, d_uniques = factorize(docs_all, name="doc_id")
             local, rep = d_codes[order], None
     n_local = int(local.max()) + 1 if len(local) else 1
     w = check_weights(weights, n_lists)
     counted = None
+    segment = np.repeat(np.arange(n_q, dtype=np.int64) * n_lists, np.diff(ptr)) + lid_o if method != "rrf" else lid_o
     if method != "rrf" and norm is not None:  # a repeated document counts once in the statistics
         _, first = np.unique(segment * n_local + local, return_index=True)
         counted = np.zeros(len(order), bool)
         counted[first] = True
-    contrib = _contributions(method, k, w, lid_o, position, score[order], segment, norm, counted)
+    ordered_score = score[order] if method != "rrf" else score  # rrf reads ranks only
+    contrib = _contributions(method, k, w, lid_o, position, ordered_score, segment, norm, counted)
     out_ptr, out_local, out_scores = fuse_arrays(ptr, lid_o, local, contrib, n_local,
                                                  mnz=(method == "combmnz"), limit=limit, n_threads=n_threads)
-    counts = np.diff(out_ptr)
-    group = np.repeat(np.arange(n_q, dtype=np.int64), counts)
-    if rep is not None:
-        doc_col: Any = take_strings(pa_docs, rep[ptr[group] + out_local])
-    else:
-        doc_col = d_uniques.take(out_local)
-    rank = np.arange(len(out_local), dtype=np.int64) - np.repeat(out_ptr[:-1], counts)
-    return pd.DataFrame({"qid": q_uniques.take(group), "doc_id": doc_col, "rank": rank, "score": out_scores},
-                        copy=False)
+    with numba_threads(n_threads) as threads:
+        doc_rows, rank, group = output_rows(ptr, out_ptr, out_local, rep, 4 * threads)
+        if buffers is not None and doc_rows is not None:
+            doc_col: Any = _string_column(buffers, doc_rows, 4 * threads)
+        else:
+            doc_col = d_uniques.take(out_local)
+        q_buffers = string_buffers(q_uniques)
+        qid_col: Any = q_uniques.take(group) if q_buffers is None else _string_column(q_buffers, group, 4 * threads)
+    return pd.DataFrame({"qid": qid_col, "doc_id": doc_col, "rank": rank, "score": out_scores}, copy=False)

@@ -62,7 +62,7 @@ def string_buffers(values: Any) -> tuple[Any, npt.NDArray[np.int64], npt.NDArray
         raise FrameValidationError(f"missing id at row {row}")
     _, offsets_buf, data_buf = pa_arr.buffers()
     off_dtype = np.int64 if str(pa_arr.type) == "large_string" else np.int32
-    offsets = np.frombuffer(offsets_buf, dtype=off_dtype)[pa_arr.offset: pa_arr.offset + len(pa_arr) + 1].astype(np.int64)
+    offsets = np.frombuffer(offsets_buf, dtype=off_dtype)[pa_arr.offset: pa_arr.offset + len(pa_arr) + 1].astype(np.int64, copy=False)
     data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     return pa_arr, offsets, data
 

@@ -93,3 +93,31 @@ def test_errors() -> None:
         fuse([])
     with pytest.raises(TypeError):
         fuse(["not a frame"])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("qid_kind", ["str", "object", "int", "category"])
+def test_interleaved_query_ids_of_any_dtype(qid_kind: str) -> None:
+    """Runs whose rows are not grouped by query (blocks of one query appear several times)."""
+    qids = ["b", "a", "b", "a", "c", "b"]
+    a = pd.DataFrame({"qid": qids, "doc_id": ["x", "x", "y", "y", "z", "x"], "score": [9.0, 5, 8, 4, 1, 7]})
+    b = pd.DataFrame({"qid": ["a", "b", "a"], "doc_id": ["y", "z", "w"], "score": [3.0, 2, 1]})
+    if qid_kind == "int":
+        a["qid"], b["qid"] = a.qid.map({"a": 1, "b": 2, "c": 3}), b.qid.map({"a": 1, "b": 2, "c": 3})
+    else:
+        a["qid"], b["qid"] = a.qid.astype(qid_kind), b.qid.astype(qid_kind)
+    got = fuse([a, b], k=0)
+    want = oracle([a, b], "rrf", 0, None, None)
+    assert list(got.qid.unique()) == sorted(want)
+    for qid, items in want.items():
+        sub = got[got.qid == qid]
+        assert list(sub.doc_id) == [d for d, _ in items]
+        np.testing.assert_allclose(sub.score, [v for _, v in items])
+
+
+def test_missing_query_id_is_named() -> None:
+    run = pd.DataFrame({"qid": ["q1", None, "q2"], "doc_id": ["a", "b", "c"], "score": [3.0, 2, 1]})
+    with pytest.raises(FrameValidationError, match="qid"):
+        fuse([run])
+    run = pd.DataFrame({"qid": [1.0, np.nan, 2.0], "doc_id": ["a", "b", "c"], "score": [3.0, 2, 1]})
+    with pytest.raises(FrameValidationError, match="qid"):
+        fuse([run])

@@ -161,6 +161,25 @@ def test_kernel_matches_numpy_twin(seed: int, mnz: bool, limit: int, signed: boo
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("shape", ["spread", "ties", "outlier", "tiny-range"])
+def test_kernel_sort_of_long_lists_matches_twin(shape: str) -> None:
+    """Groups of hundreds of docs go through the bucketed sort (crowded buckets included)."""
+    rng = np.random.default_rng(7)
+    ptr, li, dc, ct = random_groups(rng, n_groups=12, n_lists=3, depth=600, n_docs=900)
+    if shape == "ties":
+        ct = np.round(ct * 50) / 50
+    elif shape == "outlier":  # one huge score: every other doc lands in one bucket
+        ct = ct + rng.random(ct.size) * 1e-3
+        ct[::997] = 1e300
+    elif shape == "tiny-range":
+        ct = 1.0 + rng.integers(0, 1000, ct.size) * 2.0**-52
+    for limit in (-1, 50):
+        got = fuse_groups(ptr, li, dc, ct, 900, False, limit, n_chunks=2)
+        want = fuse_groups_numpy(ptr, li, dc, ct, 900, False, limit)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_fuse_arrays_validates() -> None:
     with pytest.raises(KolmValueError, match="group_ptr"):
         fuse_arrays([0, 3], [0], [0], [1.0], 5)

@@ -26,8 +26,8 @@ order of first appearance inside the group.
 
 Layout: one random access per entry (``mark[doc] = group << 32 | slot``); the per-document
 sums live in small per-group slot arrays. Full lists are sorted on integer keys (the IEEE
-bits of the negated score; integer sorts are about twice as fast as float sorts here);
-with ``limit`` a heap selects instead.
+bits of the negated score, in the same order as the scores) by one counting pass on their
+leading bits and a short sort of each bucket; with ``limit`` a heap selects instead.
 """
 
 from __future__ import annotations
@@ -38,30 +38,78 @@ from numba import njit, prange
 
 from kolm_search._kernels.topk import _heap_push, _sort_heap, _worse
 
-__all__ = ["fuse_groups", "fuse_groups_numpy"]
+__all__ = ["fuse_groups", "fuse_groups_numpy", "output_rows"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
 
 @njit(cache=True)
-def _sort_slots(keys, n):  # pragma: no cover - compiled
-    """Slots ``0..n-1`` by ascending ``keys``, equal keys in slot (first appearance) order."""
-    o = np.argsort(keys[:n])  # quicksort on integers; equal keys put back in slot order below
-    i = 0
-    while i < n:
-        j = i + 1
-        while j < n and keys[o[j]] == keys[o[i]]:
-            j += 1
-        for a in range(i + 1, j):  # insertion sort of the (short) tie run
+def _sort_run(keys, o, i, j):  # pragma: no cover - compiled
+    """Sort ``o[i:j]`` by (keys, slot) in place: insertion sort when short, else a quicksort."""
+    if j - i <= 32:
+        for a in range(i + 1, j):
             v = o[a]
+            kv = keys[v]
             b = a - 1
-            while b >= i and o[b] > v:
+            while b >= i and (keys[o[b]] > kv or (keys[o[b]] == kv and o[b] > v)):
                 o[b + 1] = o[b]
                 b -= 1
             o[b + 1] = v
-        i = j
-    return o
+        return
+    sub = o[i:j].copy()
+    sub.sort()  # slot order first, so a stable sort by key leaves ties in slot order
+    kk = np.empty(j - i, np.int64)
+    for t in range(j - i):
+        kk[t] = keys[sub[t]]
+    ordr = np.argsort(kk, kind="mergesort")
+    for t in range(j - i):
+        o[i + t] = sub[ordr[t]]
+
+
+@njit(cache=True)
+def _sort_slots(keys, n, o, count):  # pragma: no cover - compiled
+    """Write into ``o[:n]`` the slots ``0..n-1`` by ascending ``keys``, equal keys in slot order.
+
+    One counting pass on the keys' leading bits (``n`` to ``2n`` buckets over the key range),
+    then each bucket sorted on its own (insertion sort; a merge sort for a crowded bucket, so
+    the worst case stays n log n). ``count`` is scratch of at least ``2n + 1`` int64.
+    """
+    if n <= 32:
+        for t in range(n):
+            o[t] = t
+        _sort_run(keys, o, 0, n)
+        return
+    kmin = keys[0]
+    kmax = keys[0]
+    for t in range(1, n):
+        kv = keys[t]
+        if kv < kmin:
+            kmin = kv
+        elif kv > kmax:
+            kmax = kv
+    span = np.uint64(kmax) - np.uint64(kmin)
+    nb = 1
+    while nb < n:
+        nb *= 2
+    shift = np.uint64(0)
+    while (span >> shift) >= np.uint64(nb):
+        shift += np.uint64(1)
+    count[: nb + 1] = 0
+    for t in range(n):
+        count[np.int64((np.uint64(keys[t]) - np.uint64(kmin)) >> shift) + 1] += 1
+    for b in range(nb):
+        count[b + 1] += count[b]
+    for t in range(n):  # stable scatter: slots in order inside each bucket
+        bk = np.int64((np.uint64(keys[t]) - np.uint64(kmin)) >> shift)
+        o[count[bk]] = t
+        count[bk] += 1
+    start = 0
+    for b in range(nb):  # count[b] is now the end of bucket b
+        end = count[b]
+        if end - start > 1:
+            _sort_run(keys, o, start, end)
+        start = end
 
 
 @njit(cache=True, nogil=True)
@@ -79,6 +127,8 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, 
     s_last = np.empty(width, np.int64)
     negs = np.empty(width, np.float64)
     keys = negs.view(np.int64)  # the same buffer, read as integers
+    order = np.empty(width, np.int64)
+    scratch = np.empty(4 * width + 2, np.int64)
     cap = max(limit, 1)
     hs = np.empty(cap, np.float64)
     ht = np.empty(cap, np.int64)
@@ -126,7 +176,7 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, 
             b = keys[t]
             if b < 0:
                 keys[t] = b ^ 0x7FFFFFFFFFFFFFFF
-        order = _sort_slots(keys, nt)
+        _sort_slots(keys, nt, order, scratch)
         at = dst[g]
         for t in range(nt):
             out_docs[at + t] = s_doc[order[t]]
@@ -149,45 +199,96 @@ def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts):  # pragma: no cover
 
 
 @njit(cache=True, parallel=True)
-def _fuse_parallel(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, n_chunks):  # pragma: no cover
+def _count_parallel(group_ptr, docs, n_docs, n_chunks, counts):  # pragma: no cover - compiled
     n_groups = group_ptr.shape[0] - 1
-    counts = np.zeros(n_groups, np.int64)
-    out_ptr = np.zeros(n_groups + 1, np.int64)
-    if limit < 0:  # full lists: count first, then every group writes straight to its place
-        for c in prange(n_chunks):
-            _unique_counts(group_ptr, docs, n_docs, (n_groups * c) // n_chunks, (n_groups * (c + 1)) // n_chunks, counts)
-        for g in range(n_groups):
-            out_ptr[g + 1] = out_ptr[g] + counts[g]
-        out_docs = np.empty(out_ptr[n_groups], np.int64)
-        out_scores = np.empty(out_ptr[n_groups], np.float64)
-        for c in prange(n_chunks):
-            _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, (n_groups * c) // n_chunks,
-                        (n_groups * (c + 1)) // n_chunks, out_ptr, out_docs, out_scores, counts)
-        return out_ptr, out_docs, out_scores
-    # top-limit: group g writes at most limit entries at g * limit, then a compaction
-    dst = np.arange(n_groups + 1).astype(np.int64) * limit
-    tmp_docs = np.empty(n_groups * limit, np.int64)
-    tmp_scores = np.empty(n_groups * limit, np.float64)
+    for c in prange(n_chunks):
+        _unique_counts(group_ptr, docs, n_docs, (n_groups * c) // n_chunks, (n_groups * (c + 1)) // n_chunks, counts)
+
+
+@njit(cache=True, parallel=True)
+def _fuse_parallel(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, n_chunks, dst, out_docs,
+                   out_scores, counts):  # pragma: no cover - compiled
+    n_groups = group_ptr.shape[0] - 1
     for c in prange(n_chunks):
         _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, (n_groups * c) // n_chunks,
-                    (n_groups * (c + 1)) // n_chunks, dst, tmp_docs, tmp_scores, counts)
-    for g in range(n_groups):
-        out_ptr[g + 1] = out_ptr[g] + counts[g]
-    out_docs = np.empty(out_ptr[n_groups], np.int64)
-    out_scores = np.empty(out_ptr[n_groups], np.float64)
+                    (n_groups * (c + 1)) // n_chunks, dst, out_docs, out_scores, counts)
+
+
+@njit(cache=True, parallel=True)
+def _compact(src_ptr, counts, src_docs, src_scores, out_ptr, out_docs, out_scores, n_chunks):  # pragma: no cover
+    n_groups = counts.shape[0]
     for c in prange(n_chunks):
         for g in range((n_groups * c) // n_chunks, (n_groups * (c + 1)) // n_chunks):
             for t in range(counts[g]):
-                out_docs[out_ptr[g] + t] = tmp_docs[dst[g] + t]
-                out_scores[out_ptr[g] + t] = tmp_scores[dst[g] + t]
-    return out_ptr, out_docs, out_scores
+                out_docs[out_ptr[g] + t] = src_docs[src_ptr[g] + t]
+                out_scores[out_ptr[g] + t] = src_scores[src_ptr[g] + t]
 
 
 def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: int,
                 mnz: bool, limit: int, n_chunks: int = 1) -> tuple[I64, I64, F64]:
-    """Compiled fusion over all groups (see the module docstring for shapes and dtypes)."""
-    return _fuse_parallel(group_ptr, list_ids, docs, contrib, np.int64(n_docs), bool(mnz),
-                          np.int64(limit), np.int64(max(1, n_chunks)))
+    """Compiled fusion over all groups (see the module docstring for shapes and dtypes).
+
+    Outputs are allocated here by numpy (huge pages where the kernel allows; Numba's own
+    allocations fault in 4 KiB pages, which costs as much as the fusion on large batches).
+    """
+    n_groups = group_ptr.shape[0] - 1
+    nc = np.int64(max(1, n_chunks))
+    nd = np.int64(n_docs)
+    counts = np.zeros(n_groups, np.int64)
+    out_ptr = np.zeros(n_groups + 1, np.int64)
+    widest = int(np.max(np.diff(group_ptr))) if n_groups else 0
+    if limit < 0 or limit >= widest:  # every doc kept: count, then write straight to place
+        _count_parallel(group_ptr, docs, nd, nc, counts)
+        np.cumsum(counts, out=out_ptr[1:])
+        out_docs = np.empty(int(out_ptr[-1]), np.int64)
+        out_scores = np.empty(int(out_ptr[-1]), np.float64)
+        _fuse_parallel(group_ptr, list_ids, docs, contrib, nd, bool(mnz), np.int64(-1), nc, out_ptr,
+                       out_docs, out_scores, counts)
+        return out_ptr, out_docs, out_scores
+    # top-limit: group g writes at most limit entries at g * limit, then a compaction
+    dst = np.arange(n_groups + 1, dtype=np.int64) * limit
+    tmp_docs = np.empty(n_groups * limit, np.int64)
+    tmp_scores = np.empty(n_groups * limit, np.float64)
+    _fuse_parallel(group_ptr, list_ids, docs, contrib, nd, bool(mnz), np.int64(limit), nc, dst,
+                   tmp_docs, tmp_scores, counts)
+    np.cumsum(counts, out=out_ptr[1:])
+    out_docs = np.empty(int(out_ptr[-1]), np.int64)
+    out_scores = np.empty(int(out_ptr[-1]), np.float64)
+    _compact(dst, counts, tmp_docs, tmp_scores, out_ptr, out_docs, out_scores, nc)
+    return out_ptr, out_docs, out_scores
+
+
+@njit(cache=True, parallel=True)
+def _output_rows(ptr, out_ptr, out_local, rep, use_rep, doc_rows, rank, group, n_chunks):  # pragma: no cover
+    n_groups = out_ptr.shape[0] - 1
+    for c in prange(n_chunks):
+        for g in range((n_groups * c) // n_chunks, (n_groups * (c + 1)) // n_chunks):
+            base = ptr[g]
+            first = out_ptr[g]
+            for i in range(first, out_ptr[g + 1]):
+                if use_rep:
+                    doc_rows[i] = rep[base + out_local[i]]
+                rank[i] = i - first
+                group[i] = g
+
+
+def output_rows(ptr: I64, out_ptr: I64, out_local: I64, rep: I64 | None,
+                n_chunks: int = 1) -> tuple[I64 | None, I64, I64]:
+    """Rows, ranks and groups of fused output entries (numpy-allocated).
+
+    ptr int64 (n_groups+1,) input rows per group; out_ptr int64 (n_groups+1,) and out_local
+    int64 (m,) the fused output in per-group codes; rep int64 (n,) the input row of each
+    group's code (``rep[ptr[g] + code]``), or None.
+    -> ``(doc_rows int64 (m,) or None, rank int64 (m,) zero-based, group int64 (m,))``
+    """
+    m = out_local.shape[0]
+    use = rep is not None
+    doc_rows = np.empty(m if use else 0, np.int64)
+    rank = np.empty(m, np.int64)
+    group = np.empty(m, np.int64)
+    _output_rows(ptr, out_ptr, out_local, rep if use else doc_rows, use, doc_rows, rank, group,
+                 np.int64(max(1, n_chunks)))
+    return (doc_rows if use else None), rank, group
 
 
 def fuse_groups_numpy(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: int,

@@ -4,6 +4,12 @@
     Stable sort of rows by key in O(n + n_keys): ``order[ptr[k]:ptr[k+1]]`` are the rows of key k
     in input order.
 
+``block_segments(bptr, b_row, b_len, b_lid, ptr, key)``
+    ``(order, lid_o, position, sorted)`` as ``segment_positions`` gives, from *blocks* (runs of rows of one
+    query inside one list, as query-grouped runs arrive) instead of a per-row sort: block b is
+    rows ``[b_row[b], b_row[b] + b_len[b])`` of list ``b_lid[b]``; query g owns blocks
+    ``[bptr[g], bptr[g+1])`` (by list, then row) and output positions ``[ptr[g], ptr[g+1])``.
+
 ``intern_groups(order, ptr, offsets int64 (n+1,), data uint8, n_chunks)``
     ``-> (local int64 (n,), rep int64 (n,), counts int64 (n_groups,))``: for the rows of each group
     (``order[ptr[g]:ptr[g+1]]``), ``local[p]`` is the code of row ``order[p]``'s string *within its
@@ -23,6 +29,8 @@ from numba import njit, prange
 from kolm_search._kernels.intern import _equal, _hash
 
 __all__ = [
+    "block_segments",
+    "block_segments_numpy",
     "counting_order",
     "counting_order_numpy",
     "intern_groups",
@@ -96,12 +104,8 @@ def _intern_chunk(order, ptr, offsets, data, g0, g1, max_size, local, rep, count
 
 
 @njit(cache=True, parallel=True)
-def _intern_parallel(order, ptr, offsets, data, n_chunks):  # pragma: no cover
-    n = order.shape[0]
+def _intern_parallel(order, ptr, offsets, data, n_chunks, local, rep, counts):  # pragma: no cover
     n_groups = ptr.shape[0] - 1
-    local = np.empty(n, np.int64)
-    rep = np.empty(n, np.int64)
-    counts = np.zeros(n_groups, np.int64)
     max_size = 0
     for g in range(n_groups):
         max_size = max(max_size, ptr[g + 1] - ptr[g])
@@ -109,12 +113,16 @@ def _intern_parallel(order, ptr, offsets, data, n_chunks):  # pragma: no cover
         g0 = (n_groups * c) // n_chunks
         g1 = (n_groups * (c + 1)) // n_chunks
         _intern_chunk(order, ptr, offsets, data, g0, g1, max_size, local, rep, counts)
-    return local, rep, counts
 
 
 def intern_groups(order, ptr, offsets, data, n_chunks=1):
-    """Compiled per-group interning (see the module docstring)."""
-    return _intern_parallel(order, ptr, offsets, data, np.int64(max(1, n_chunks)))
+    """Compiled per-group interning (see the module docstring; outputs numpy-allocated)."""
+    n = order.shape[0]
+    local = np.empty(n, np.int64)
+    rep = np.empty(n, np.int64)
+    counts = np.zeros(ptr.shape[0] - 1, np.int64)
+    _intern_parallel(order, ptr, offsets, data, np.int64(max(1, n_chunks)), local, rep, counts)
+    return local, rep, counts
 
 
 def intern_groups_numpy(order, ptr, strings):
@@ -181,3 +189,59 @@ def segment_positions_numpy(order, ptr, lid, key, n_lists):
     k = key[order]
     ok = not np.any((~change[1:]) & (k[1:] < k[:-1])) if len(k) > 1 else True
     return lid_o.astype(np.int64), position.astype(np.int64), bool(ok), (group * n_lists + lid_o).astype(np.int64)
+
+
+@njit(cache=True, parallel=True)
+def _block_segments(bptr, b_row, b_len, b_lid, ptr, key, order, lid_o, position):  # pragma: no cover
+    n_groups = bptr.shape[0] - 1
+    bad = np.zeros(n_groups, np.bool_)
+    for g in prange(n_groups):
+        p = ptr[g]
+        seg_start = p
+        prev_l = -1
+        prev_key = 0.0
+        for b in range(bptr[g], bptr[g + 1]):
+            lr = b_lid[b]
+            r0 = b_row[b]
+            for row in range(r0, r0 + b_len[b]):
+                kr = key[row]
+                if lr != prev_l:
+                    seg_start = p
+                    prev_l = lr
+                elif kr < prev_key:
+                    bad[g] = True
+                prev_key = kr
+                order[p] = row
+                lid_o[p] = lr
+                position[p] = p - seg_start
+                p += 1
+    return not bad.any()
+
+
+def block_segments(bptr, b_row, b_len, b_lid, ptr, key):
+    """Rows of query-sorted blocks: ``(order, lid_o, position, sorted)``.
+
+    bptr int64 (n_groups+1,), b_row/b_len/b_lid int64 (n_blocks,), ptr int64 (n_groups+1,),
+    key float64 (rows,) -> order/lid_o/position int64 (n,), bool (``key`` non-decreasing
+    inside every (query, list) segment). Outputs are numpy-allocated (huge pages).
+    """
+    n = int(ptr[-1])
+    order = np.empty(n, np.int64)
+    lid_o = np.empty(n, np.int64)
+    position = np.empty(n, np.int64)
+    ok = _block_segments(bptr, b_row, b_len, b_lid, ptr, key, order, lid_o, position)
+    return order, lid_o, position, bool(ok)
+
+
+def block_segments_numpy(bptr, b_row, b_len, b_lid, ptr, key):
+    """Twin of :func:`block_segments`: expand the blocks, then :func:`segment_positions_numpy`."""
+    n_rows = len(key)
+    lid = np.zeros(n_rows, np.int64)
+    parts = []
+    for b in range(len(b_row)):
+        rows = np.arange(b_row[b], b_row[b] + b_len[b], dtype=np.int64)
+        lid[rows] = b_lid[b]
+        parts.append(rows)
+    order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    lid_o, position, ok, _ = segment_positions_numpy(order, ptr, lid, key, 1)
+    return order, lid_o, position, ok

@@ -2,7 +2,7 @@
 
 ``intern_bytes(offsets int64 (n+1,), data uint8 (m,)) -> (codes int64 (n,), first int64 (u,))``
     ``codes[i]`` is the rank of string i's first appearance; ``first[c]`` is the row where
-    code c first appears. Open addressing on FNV-1a hashes (murmur3-finalised), doubling at load 1/2; a row equal
+    code c first appears. Open addressing on word-at-a-time hashes (murmur3-finalised), doubling at load 1/2; a row equal
     to the one before reuses its code without hashing (sorted or run-length columns such as
     query ids cost one byte comparison a row).
 
@@ -16,6 +16,8 @@ import numpy.typing as npt
 import pandas as pd
 from numba import njit
 
+from kolm_search._kernels.words import bytes_equal, hash_bytes
+
 __all__ = ["intern_bytes", "intern_numpy"]
 
 
@@ -25,25 +27,12 @@ def _equal(data, offsets, a, b):  # pragma: no cover - compiled
     sb, eb = offsets[b], offsets[b + 1]
     if ea - sa != eb - sb:
         return False
-    for t in range(ea - sa):
-        if data[sa + t] != data[sb + t]:
-            return False
-    return True
+    return bytes_equal(data, sa, data, sb, ea - sa)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _hash(data, s, e):  # pragma: no cover - compiled
-    h = np.uint64(14695981039346656037)
-    prime = np.uint64(1099511628211)
-    for t in range(s, e):
-        h = (h ^ np.uint64(data[t])) * prime
-    # murmur3 fmix64: FNV's low bits (the slot index) depend only on the bytes' low bits
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xFF51AFD7ED558CCD)
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xC4CEB9FE1A85EC53)
-    h ^= h >> np.uint64(33)
-    return h
+    return hash_bytes(data, s, e)
 
 
 @njit(cache=True)
@@ -65,15 +54,8 @@ def _fill(offsets, data, i0, table, cap, ustart, ubytes, first, codes, nu, used)
         j = h & mask
         u = table[2 * j + 1]
         while u != -1:
-            if table[2 * j] == h and ustart[u + 1] - ustart[u] == ln:
-                base = ustart[u]
-                same = True
-                for t in range(ln):
-                    if ubytes[base + t] != data[s + t]:
-                        same = False
-                        break
-                if same:
-                    break
+            if table[2 * j] == h and ustart[u + 1] - ustart[u] == ln and bytes_equal(ubytes, ustart[u], data, s, ln):
+                break
             j = (j + 1) & mask
             u = table[2 * j + 1]
         if u != -1:
