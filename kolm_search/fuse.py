@@ -30,6 +30,7 @@ __all__ = ["FUSION_METHODS", "fuse", "fuse_frame"]
 
 FUSION_METHODS = ("rrf", "combsum", "combmnz")
 Method = Literal["rrf", "combsum", "combmnz"]
+I64 = npt.NDArray[np.int64]
 Norm = Literal["min-max", "z-score"] | None
 
 
@@ -211,6 +212,29 @@ def _concat_column(frames: list[pd.DataFrame], column: str) -> Any:
     return parts[0].reset_index(drop=True) if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
+def _doc_column(frames: list[pd.DataFrame]) -> tuple[Any, tuple[Any, I64, npt.NDArray[np.uint8]] | None]:
+    """All runs' doc ids: one Arrow string array and its buffers, or a pandas column and None.
+
+    Runs are converted one by one and joined as Arrow arrays (joining object columns in
+    pandas first would copy millions of Python references for nothing).
+    """
+    import pyarrow as pa
+
+    from kolm_search.interning import _arrow_strings, string_buffers
+
+    parts: list[Any] = []
+    for f in frames:
+        arr = _arrow_strings(f["doc_id"])
+        if arr is None or arr.null_count:
+            parts = []
+            break
+        parts.append(arr.cast(pa.large_string()) if not pa.types.is_large_string(arr.type) else arr)
+    if not parts:
+        return _concat_column(frames, "doc_id"), None
+    joined = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+    return joined, string_buffers(joined)
+
+
 def _run_starts(col: pd.Series, name: str, chunks: int) -> npt.NDArray[np.int64]:
     """Rows of ``col`` that start a run of equal query ids (row 0 first)."""
     from kolm_search._kernels.strings import string_run_starts
@@ -219,6 +243,9 @@ def _run_starts(col: pd.Series, name: str, chunks: int) -> npt.NDArray[np.int64]
     n = len(col)
     if n == 0:
         return np.zeros(0, np.int64)
+    if col.dtype == object:  # Python objects: neighbours compare without converting the column
+        values = col.to_numpy()
+        return np.concatenate([[0], np.flatnonzero(values[1:] != values[:-1]) + 1]).astype(np.int64)
     try:
         buffers = string_buffers(col)
     except FrameValidationError as exc:
@@ -226,12 +253,9 @@ def _run_starts(col: pd.Series, name: str, chunks: int) -> npt.NDArray[np.int64]
     if buffers is not None:
         return np.asarray(string_run_starts(buffers[1], buffers[2], chunks), np.int64)
     values = col.to_numpy()
-    if values.dtype.kind not in "iub":  # floats (NaN != NaN), objects, categoricals: by codes
+    if values.dtype.kind not in "iub":  # floats (NaN != NaN), categoricals, others: by codes
         values = pd.factorize(col, use_na_sentinel=True)[0]
     return np.concatenate([[0], np.flatnonzero(values[1:] != values[:-1]) + 1]).astype(np.int64)
-
-
-I64 = npt.NDArray[np.int64]
 
 
 def _query_blocks(frames: list[pd.DataFrame], names: list[str], chunks: int) -> tuple[pd.Index, I64, I64, I64, I64, I64]:
@@ -302,8 +326,7 @@ def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, m
             q_codes[order] = np.repeat(np.arange(n_q, dtype=np.int64), np.diff(ptr))
             order = np.lexsort((np.arange(len(score)), key, lid, q_codes))
             lid_o, position, _, _ = segment_positions(order, ptr, lid, key, np.int64(n_lists))
-        docs_all = _concat_column(frames, "doc_id")
-        buffers = string_buffers(docs_all)
+        docs_all, buffers = _doc_column(frames)
         g_chunks = 1 if n_q < 64 else min(n_q, chunks)
         if buffers is not None:
             local, rep, _ = intern_groups(order, ptr, buffers[1], buffers[2], g_chunks)

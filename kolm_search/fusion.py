@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._kernels import numba_threads
-from kolm_search._kernels.fusion import fuse_groups
+from kolm_search._kernels.fusion import check_entries, fuse_groups
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.types import SearchDocument
 
@@ -114,17 +114,18 @@ def fuse_arrays(
     dc = np.ascontiguousarray(docs, dtype=np.int64)
     ct = np.ascontiguousarray(contrib, dtype=np.float64)
     n = dc.shape[0]
-    if gp.ndim != 1 or gp.size < 1 or gp[0] != 0 or gp[-1] != n or np.any(np.diff(gp) < 0):
+    if gp.ndim != 1 or gp.size < 1 or gp[0] != 0 or gp[-1] != n or np.any(gp[1:] < gp[:-1]):
         raise KolmValueError("group_ptr must start at 0, end at len(docs) and never decrease")
     if li.shape != (n,) or ct.shape != (n,):
         raise KolmValueError(f"list_ids, docs and contrib must have one shape, got {li.shape}, {dc.shape}, {ct.shape}")
-    if n and (dc.min() < 0 or dc.max() >= n_docs):
-        raise KolmValueError(f"document codes must lie in [0, {n_docs})")
-    if not np.all(np.isfinite(ct)):
-        raise KolmValueError("contributions must be finite (a NaN or inf score was given)")
     n_groups = gp.size - 1
     lim = -1 if limit is None else int(limit)
     with numba_threads(n_threads) as threads:
+        lo, hi, finite = check_entries(dc, ct, 4 * threads) if n else (0, 0, True)
+        if n and (lo < 0 or hi >= n_docs):
+            raise KolmValueError(f"document codes must lie in [0, {n_docs}), got {lo if lo < 0 else hi}")
+        if not finite:
+            raise KolmValueError("contributions must be finite (a NaN or inf score was given)")
         chunks = 1 if n_groups < 64 else min(n_groups, 4 * threads)
         return fuse_groups(gp, li, dc, ct, max(int(n_docs), 1), mnz, lim, chunks)
 

@@ -27,7 +27,9 @@ def _arrow_strings(values: Any) -> Any | None:
     arr = values.array if isinstance(values, (pd.Series, pd.Index)) else values
     if isinstance(arr, pd.arrays.NumpyExtensionArray):
         arr = arr.to_numpy()
-    if isinstance(arr, pd.arrays.ArrowStringArray) or getattr(arr, "dtype", None) == "string[pyarrow]":
+    if isinstance(arr, (pa.Array, pa.ChunkedArray)):
+        pa_arr = arr
+    elif isinstance(arr, pd.arrays.ArrowStringArray) or getattr(arr, "dtype", None) == "string[pyarrow]":
         pa_arr = pa.chunked_array(arr._pa_array) if hasattr(arr, "_pa_array") else pa.array(arr)
     elif (isinstance(arr, np.ndarray) and arr.dtype == object) or isinstance(arr, (list, tuple)):
         try:

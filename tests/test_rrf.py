@@ -173,7 +173,7 @@ def test_kernel_sort_of_long_lists_matches_twin(shape: str) -> None:
         ct[::997] = 1e300
     elif shape == "tiny-range":
         ct = 1.0 + rng.integers(0, 1000, ct.size) * 2.0**-52
-    for limit in (-1, 50):
+    for limit in (-1, 2, 50, 10**6):  # full sort, heap, bucketed top-limit, limit above any list
         got = fuse_groups(ptr, li, dc, ct, 900, False, limit, n_chunks=2)
         want = fuse_groups_numpy(ptr, li, dc, ct, 900, False, limit)
         for a, b in zip(got, want, strict=True):

@@ -27,7 +27,9 @@ order of first appearance inside the group.
 Layout: one random access per entry (``mark[doc] = group << 32 | slot``); the per-document
 sums live in small per-group slot arrays. Full lists are sorted on integer keys (the IEEE
 bits of the negated score, in the same order as the scores) by one counting pass on their
-leading bits and a short sort of each bucket; with ``limit`` a heap selects instead.
+leading bits and a short sort of each bucket; with ``limit`` only the buckets that reach
+the first ``limit`` positions are sorted, or, for a limit under 1/32 of the list, a heap
+selects.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from numba import njit, prange
 
 from kolm_search._kernels.topk import _heap_push, _sort_heap, _worse
 
-__all__ = ["fuse_groups", "fuse_groups_numpy", "output_rows"]
+__all__ = ["check_entries", "fuse_groups", "fuse_groups_numpy", "output_rows"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -68,12 +70,14 @@ def _sort_run(keys, o, i, j):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _sort_slots(keys, n, o, count):  # pragma: no cover - compiled
-    """Write into ``o[:n]`` the slots ``0..n-1`` by ascending ``keys``, equal keys in slot order.
+def _sort_slots(keys, n, o, count, stop):  # pragma: no cover - compiled
+    """Write into ``o[:n]`` the slots ``0..n-1`` by ascending ``keys``, equal keys in slot order;
+    only ``o[:stop]`` is guaranteed final (a top-``stop`` selection when ``stop < n``).
 
     One counting pass on the keys' leading bits (``n`` to ``2n`` buckets over the key range),
     then each bucket sorted on its own (insertion sort; a merge sort for a crowded bucket, so
-    the worst case stays n log n). ``count`` is scratch of at least ``2n + 1`` int64.
+    the worst case stays n log n), up to the bucket that holds position ``stop``. ``count``
+    is scratch of at least ``2n + 1`` int64.
     """
     if n <= 32:
         for t in range(n):
@@ -106,8 +110,16 @@ def _sort_slots(keys, n, o, count):  # pragma: no cover - compiled
         count[bk] += 1
     start = 0
     for b in range(nb):  # count[b] is now the end of bucket b
+        if start >= stop:
+            break
         end = count[b]
-        if end - start > 1:
+        if end - start == 2:  # the common crowded case, inline (slots already in order)
+            x = o[start]
+            y = o[start + 1]
+            if keys[y] < keys[x]:
+                o[start] = y
+                o[start + 1] = x
+        elif end - start > 2:
             _sort_run(keys, o, start, end)
         start = end
 
@@ -156,7 +168,7 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, 
         if mnz:
             for t in range(nt):
                 s_acc[t] *= s_nl[t]
-        if 0 <= limit < nt:  # top-limit by a heap on (score, first appearance): no full sort
+        if 0 <= limit and 32 * limit <= nt:  # a short top-limit: a heap on (score, first appearance)
             size = 0
             for t in range(nt):
                 s = s_acc[t]
@@ -170,18 +182,18 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, 
                 out_scores[at + t] = hs[t]
             counts[g] = size
             continue
-        for t in range(nt):
+        keep = nt if limit < 0 else min(limit, nt)
+        for t in range(nt):  # IEEE bits of -score -> int64 keys in the same order
             negs[t] = -(s_acc[t] + 0.0)  # + 0.0: -0.0 and 0.0 get one key
-        for t in range(nt):  # IEEE bits -> int64 in the same order (integer sorts are faster)
-            b = keys[t]
-            if b < 0:
-                keys[t] = b ^ 0x7FFFFFFFFFFFFFFF
-        _sort_slots(keys, nt, order, scratch)
+            kb = keys[t]
+            if kb < 0:
+                keys[t] = kb ^ 0x7FFFFFFFFFFFFFFF
+        _sort_slots(keys, nt, order, scratch, keep)
         at = dst[g]
-        for t in range(nt):
+        for t in range(keep):
             out_docs[at + t] = s_doc[order[t]]
             out_scores[at + t] = s_acc[order[t]]
-        counts[g] = nt
+        counts[g] = keep
 
 
 @njit(cache=True, nogil=True)
@@ -222,6 +234,33 @@ def _compact(src_ptr, counts, src_docs, src_scores, out_ptr, out_docs, out_score
             for t in range(counts[g]):
                 out_docs[out_ptr[g] + t] = src_docs[src_ptr[g] + t]
                 out_scores[out_ptr[g] + t] = src_scores[src_ptr[g] + t]
+
+
+@njit(cache=True, parallel=True)
+def _check_entries(docs, contrib, n_chunks):  # pragma: no cover - compiled
+    n = docs.shape[0]
+    lo = np.full(n_chunks, np.iinfo(np.int64).max, np.int64)
+    hi = np.full(n_chunks, -1, np.int64)
+    bad = np.zeros(n_chunks, np.int64)
+    for c in prange(n_chunks):
+        a = lo[c]
+        z = hi[c]
+        nb = 0
+        for i in range((n * c) // n_chunks, (n * (c + 1)) // n_chunks):
+            d = docs[i]
+            a = min(a, d)
+            z = max(z, d)
+            nb += not np.isfinite(contrib[i])
+        lo[c] = a
+        hi[c] = z
+        bad[c] = nb
+    return lo.min(), hi.max(), bad.sum() == 0
+
+
+def check_entries(docs: I64, contrib: F64, n_chunks: int = 1) -> tuple[int, int, bool]:
+    """``(min doc code, max doc code, all contributions finite)`` in one parallel pass."""
+    lo, hi, ok = _check_entries(docs, contrib, np.int64(max(1, n_chunks)))
+    return int(lo), int(hi), bool(ok)
 
 
 def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: int,
