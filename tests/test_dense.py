@@ -22,8 +22,8 @@ def brute(q: np.ndarray, d: np.ndarray, k: int, mask_ids=None, masks=None):
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("blocks", [(7, 50), (1024, 16384)])
-def test_exact_topk_equals_brute_force(seed: int, blocks: tuple[int, int]) -> None:
+@pytest.mark.parametrize("blocks", [(7, 50), (1024, 16384), (None, 256), (3, 1)])
+def test_exact_topk_equals_brute_force(seed: int, blocks: tuple[int | None, int]) -> None:
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((40, 12)).astype(np.float32)
     d = rng.standard_normal((500, 12)).astype(np.float32)
@@ -34,6 +34,22 @@ def test_exact_topk_equals_brute_force(seed: int, blocks: tuple[int, int]) -> No
     np.testing.assert_array_equal(got[2], want[2])
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_exact_topk_threads_and_empty_inputs(n_threads: int) -> None:
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((33, 8)).astype(np.float32)
+    d = rng.standard_normal((301, 8)).astype(np.float32)
+    got = exact_topk(q, d, 9, n_threads=n_threads, query_block=4, doc_block=64)
+    want = brute(q, d, 9)
+    np.testing.assert_array_equal(got[0], want[0])
+    empty = exact_topk(np.zeros((0, 8), np.float32), d, 5)
+    assert empty[0].shape == (0, 5)
+    none = exact_topk(q, np.zeros((0, 8), np.float32), 5)
+    assert list(none[2]) == [0] * 33
+    with pytest.raises(ValueError, match="share d"):
+        exact_topk(q, np.zeros((4, 7), np.float32), 2)
 
 
 def test_ties_broken_by_document_code() -> None:

@@ -11,10 +11,12 @@ Ordering everywhere: descending score, ties by ascending document code.
     -> docs int64 (n_q, k), scores float32 (n_q, k), counts int64 (n_q,)
     Only documents that contain at least one query token are candidates.
 
-``dense_block_update`` (one signature)
-    block float32 (bq, bd)        scores of queries [q0, q0+bq) against docs [d0, d0+bd)
-    q0, d0 int64, mask_ids int64 (n_q,), masks uint8 (n_masks, n_docs)
-    heap_s float32 (n_q, k), heap_d int64 (n_q, k), sizes int64 (n_q,)   running heaps
+``dense_topk_fused`` (one signature)
+    queries float32 (m, d) C-contiguous, docs float32 (n, d) C-contiguous
+    mask_ids int64 (m,), masks uint8 (n_masks, n)      per-query filter (-1: none)
+    heap_s float32 (m, k), heap_d int64 (m, k), sizes int64 (m,)   running heaps
+    tile_q, tile_d, n_tasks int64
+    The products and the selection in one parallel pass over cache-sized tiles.
 ``heaps_sorted``: turns the heaps into rows sorted best first.
 """
 
@@ -24,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit, prange
 
-__all__ = ["dense_block_update", "dense_topk_numpy", "heaps_sorted", "sparse_topk", "sparse_topk_numpy"]
+__all__ = ["dense_topk_fused", "dense_topk_numpy", "heaps_sorted", "sparse_topk", "sparse_topk_numpy"]
 
 
 @njit(cache=True, inline="always")
@@ -205,42 +207,61 @@ def sparse_topk_numpy(q_ptr, q_terms, t_ptr, t_docs, t_w, offsets, mask_ids, mas
     return _topk_rows_numpy(scores, hit, k)
 
 
-@njit(cache=True, parallel=True)
-def dense_block_update(block, q0, d0, mask_ids, masks, heap_s, heap_d, sizes):  # pragma: no cover
-    """Offer every score of ``block`` to its query's heap.
+@njit(cache=True, inline="always")
+def _offer_row(row, bd, d0, m, masks, hs, hd, size, k):  # pragma: no cover - compiled
+    """Offer ``row[:bd]`` (docs ``d0..d0+bd``) to one query's heap; returns the new size.
 
     Scanned 16 scores at a time: a branch-free (vectorisable) test against the heap's worst
     kept score skips whole runs, since after the first few thousand documents almost no
     score enters a top-k.
     """
-    bq, bd = block.shape
-    k = heap_s.shape[1]
-    for r in prange(bq):
-        q = q0 + r
-        m = mask_ids[q]
-        size = sizes[q]
-        hs = heap_s[q]
-        hd = heap_d[q]
-        row = block[r]
-        thr = hs[0] if size == k else -np.inf
-        j = 0
-        while j < bd:
-            end = min(j + 16, bd)
-            hit = False
+    thr = hs[0] if size == k else -np.inf
+    j = 0
+    while j < bd:
+        end = min(j + 16, bd)
+        hit = False
+        for t in range(j, end):
+            hit |= row[t] >= thr
+        if hit:
             for t in range(j, end):
-                hit |= row[t] >= thr
-            if hit:
-                for t in range(j, end):
-                    s = row[t]
-                    if size == k and s < hs[0]:
-                        continue
-                    d = d0 + t
-                    if m >= 0 and masks[m, d] == 0:
-                        continue
-                    size = _heap_push(hs, hd, size, k, s, d)
-                thr = hs[0] if size == k else -np.inf
-            j = end
-        sizes[q] = size
+                s = row[t]
+                if size == k and s < hs[0]:
+                    continue
+                d = d0 + t
+                if m >= 0 and masks[m, d] == 0:
+                    continue
+                size = _heap_push(hs, hd, size, k, s, d)
+            thr = hs[0] if size == k else -np.inf
+        j = end
+    return size
+
+
+@njit(cache=True, parallel=True)
+def dense_topk_fused(queries, docs, mask_ids, masks, heap_s, heap_d, sizes, tile_q, tile_d,
+                     n_tasks):  # pragma: no cover - compiled
+    """Tile-by-tile products and selection: each task owns query tiles (round robin), and for
+    each document tile computes ``Q_t @ D_t.T`` (single-threaded BLAS, into a per-task
+    buffer) and folds it into the heaps while the scores are still in cache.
+
+    The caller limits BLAS to one thread for the call (each task is one thread).
+    """
+    m = queries.shape[0]
+    n = docs.shape[0]
+    k = heap_s.shape[1]
+    n_tq = (m + tile_q - 1) // tile_q
+    for task in prange(n_tasks):
+        buf = np.empty(tile_q * tile_d, np.float32)
+        for tq in range(task, n_tq, n_tasks):
+            q0 = tq * tile_q
+            q1 = min(m, q0 + tile_q)
+            qt = queries[q0:q1]
+            for d0 in range(0, n, tile_d):
+                d1 = min(n, d0 + tile_d)
+                s = buf[: (q1 - q0) * (d1 - d0)].reshape((q1 - q0, d1 - d0))
+                np.dot(qt, docs[d0:d1].T, s)
+                for r in range(q1 - q0):
+                    q = q0 + r
+                    sizes[q] = _offer_row(s[r], d1 - d0, d0, mask_ids[q], masks, heap_s[q], heap_d[q], sizes[q], k)
 
 
 @njit(cache=True, parallel=True)

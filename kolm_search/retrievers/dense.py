@@ -1,9 +1,12 @@
-"""Exact dense retrieval: blocked float32 matrix products fused with per-row top-k heaps.
+"""Exact dense retrieval: tiled float32 matrix products fused with per-row top-k heaps.
 
-Each block of queries is multiplied against blocks of documents (``Q_b @ D_b.T``, BLAS) and
-every block of scores is folded into running per-query heaps by a parallel Numba kernel
-(:func:`kolm_search._kernels.topk.dense_block_update`), so memory stays bounded by the
-block sizes whatever the batch size, and no full partial sort of the score matrix is made.
+One parallel Numba kernel (:func:`kolm_search._kernels.topk.dense_topk_fused`) gives each
+thread its own tiles of queries; for each tile of documents it computes ``Q_t @ D_t.T`` with
+single-threaded BLAS into a small buffer and folds the scores into running per-query heaps
+while they are still in cache. Memory stays bounded by the tile sizes whatever the batch
+size, no score matrix is written to memory, and BLAS and Numba threads never compete (a
+multi-threaded BLAS call followed by a Numba pass leaves each pool spinning on the cores the
+other wants).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import pandas as pd
 
 from kolm_search._aio import embed_batch, run_blocking
 from kolm_search._kernels import numba_threads
-from kolm_search._kernels.topk import dense_block_update, heaps_sorted
+from kolm_search._kernels.topk import dense_topk_fused, heaps_sorted
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
@@ -54,7 +57,7 @@ def embed_texts(embedder: Embedder, texts: Sequence[str], *, batch_size: int = 2
 
 def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], k: int, *,
                mask_ids: npt.NDArray[np.int64] | None = None, masks: npt.NDArray[np.uint8] | None = None,
-               query_block: int = 1024, doc_block: int = 16384, n_threads: int | None = None,
+               query_block: int | None = None, doc_block: int = 256, n_threads: int | None = None,
                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Exact inner-product top-k of each query row.
 
@@ -66,6 +69,12 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
     mask_ids : int64 (m,), optional
         Row of ``masks`` allowed for each query (-1: all documents).
     masks : uint8 (n_masks, n), optional
+    query_block : int, optional
+        Queries per tile (default: the batch split over the threads, at most 512).
+    doc_block : int, default 256
+        Documents per tile; a tile of scores is ``query_block * doc_block`` float32.
+    n_threads : int, optional
+        Threads for this call (BLAS runs single-threaded inside each).
 
     Returns
     -------
@@ -74,6 +83,8 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
     """
     q = np.ascontiguousarray(queries, dtype=np.float32)
     d = np.ascontiguousarray(docs, dtype=np.float32)
+    if q.ndim != 2 or d.ndim != 2 or (q.shape[1] != d.shape[1] and q.shape[0] and d.shape[0]):
+        raise KolmValueError(f"queries (m, d) and docs (n, d) must share d, got {q.shape} and {d.shape}")
     m, n = q.shape[0], d.shape[0]
     k = max(1, min(int(k), max(n, 1)))
     if mask_ids is None or masks is None:
@@ -81,17 +92,30 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
     heap_s = np.empty((m, k), np.float32)
     heap_d = np.full((m, k), -1, np.int64)
     sizes = np.zeros(m, np.int64)
-    buf = np.empty((min(query_block, max(m, 1)), min(doc_block, max(n, 1))), np.float32)
-    with numba_threads(n_threads):
-        for q0 in range(0, m, query_block):
-            qb = q[q0:q0 + query_block]
-            for d0 in range(0, n, doc_block):
-                db = d[d0:d0 + doc_block]
-                out = buf[: qb.shape[0], : db.shape[0]]
-                np.matmul(qb, db.T, out=out)
-                dense_block_update(out, np.int64(q0), np.int64(d0), mask_ids, masks, heap_s, heap_d, sizes)
+    if m == 0 or n == 0:
+        return heap_d, heap_s, sizes
+    with numba_threads(n_threads) as threads, _single_threaded_blas():
+        tile_q = int(query_block) if query_block else min(512, -(-m // threads))
+        tiles = -(-m // max(1, tile_q))
+        dense_topk_fused(q, d, np.ascontiguousarray(mask_ids, dtype=np.int64), np.ascontiguousarray(masks, dtype=np.uint8),
+                         heap_s, heap_d, sizes, np.int64(max(1, tile_q)), np.int64(max(1, int(doc_block))),
+                         np.int64(min(threads, tiles)))
         heaps_sorted(heap_s, heap_d, sizes)
     return heap_d, heap_s, sizes
+
+
+_BLAS_CONTROLLER: list[Any] = []
+
+
+def _single_threaded_blas() -> Any:
+    """Limit BLAS to one thread for the duration of a call (the Numba kernel's threads each
+    run their own products). The threadpoolctl controller is built once, on first use."""
+    if not _BLAS_CONTROLLER:
+        import scipy.linalg.cython_blas  # noqa: F401  (the BLAS that Numba's np.dot calls)
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS_CONTROLLER.append(ThreadpoolController())
+    return _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas")
 
 
 class DenseRetriever:
