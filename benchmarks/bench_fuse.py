@@ -102,7 +102,7 @@ def main() -> None:
     t_bare, _ = median_time(lambda: bare_scatter(ptr, docs, contrib, n_docs, 2), args.repeat)
     rows.append({"what": "bare Numba scatter-add (floor, 2 threads)", "seconds": t_bare,
                  "kernel_vs_bare": f"{t_kernel / t_bare:.2f}x"})
-    rows.append({"what": "kolm fuse_arrays, limit=100 (heap top-k)", "seconds": t_kernel100,
+    rows.append({"what": "kolm fuse_arrays, limit=100 (top-k selection)", "seconds": t_kernel100,
                  "vs_bare": f"{t_kernel100 / t_bare:.2f}x"})
     if not args.no_python:
         t_py, _ = median_time(lambda: python_rrf(runs), 1, warmup=0)

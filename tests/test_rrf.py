@@ -233,3 +233,18 @@ def test_grouping_kernels_match_numpy_twins(seed: int) -> None:
     np.testing.assert_array_equal(counts, counts2)
     for g in range(n_keys):  # each group's code -> first row
         np.testing.assert_array_equal(rep[ptr[g]:ptr[g] + counts[g]], rep2[ptr[g]:ptr[g] + counts2[g]])
+
+
+@pytest.mark.parametrize("scores", [[1e300, -1e300], [-0.0, 0.0, 5e-324], [np.finfo(float).max, np.finfo(float).min, 0.0]])
+def test_kernel_sort_extreme_key_spans(scores: list[float]) -> None:
+    """Tiny groups whose keys span most of the 64-bit range (the bucket shift saturates)."""
+    n = len(scores)
+    ptr = np.array([0, n, 2 * n], np.int64)
+    ct = np.array(scores + scores[::-1], np.float64)
+    li = np.zeros(2 * n, np.int64)
+    dc = np.array(list(range(n)) * 2, np.int64)
+    for limit in (-1, 1):
+        got = fuse_groups(ptr, li, dc, ct, n, False, limit, n_chunks=1)
+        want = fuse_groups_numpy(ptr, li, dc, ct, n, False, limit)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -27,9 +27,8 @@ order of first appearance inside the group.
 Layout: one random access per entry (``mark[doc] = group << 32 | slot``); the per-document
 sums live in small per-group slot arrays. Full lists are sorted on integer keys (the IEEE
 bits of the negated score, in the same order as the scores) by one counting pass on their
-leading bits and a short sort of each bucket; with ``limit`` only the buckets that reach
-the first ``limit`` positions are sorted, or, for a limit under 1/32 of the list, a heap
-selects.
+leading bits and one insertion pass; with ``limit`` only the buckets that reach the first
+``limit`` positions are sorted, or, for a limit under 1/32 of the list, a heap selects.
 """
 
 from __future__ import annotations
@@ -47,59 +46,31 @@ F64 = npt.NDArray[np.float64]
 
 
 @njit(cache=True)
-def _sort_run(keys, o, i, j):  # pragma: no cover - compiled
-    """Sort ``o[i:j]`` by (keys, slot) in place: insertion sort when short, else a quicksort."""
-    if j - i <= 32:
-        for a in range(i + 1, j):
-            v = o[a]
-            kv = keys[v]
-            b = a - 1
-            while b >= i and (keys[o[b]] > kv or (keys[o[b]] == kv and o[b] > v)):
-                o[b + 1] = o[b]
-                b -= 1
-            o[b + 1] = v
-        return
-    sub = o[i:j].copy()
-    sub.sort()  # slot order first, so a stable sort by key leaves ties in slot order
-    kk = np.empty(j - i, np.int64)
-    for t in range(j - i):
-        kk[t] = keys[sub[t]]
-    ordr = np.argsort(kk, kind="mergesort")
-    for t in range(j - i):
-        o[i + t] = sub[ordr[t]]
-
-
-@njit(cache=True)
 def _sort_slots(keys, n, o, count, stop):  # pragma: no cover - compiled
     """Write into ``o[:n]`` the slots ``0..n-1`` by ascending ``keys``, equal keys in slot order;
     only ``o[:stop]`` is guaranteed final (a top-``stop`` selection when ``stop < n``).
 
-    One counting pass on the keys' leading bits (``n`` to ``2n`` buckets over the key range),
-    then each bucket sorted on its own (insertion sort; a merge sort for a crowded bucket, so
-    the worst case stays n log n), up to the bucket that holds position ``stop``. ``count``
-    is scratch of at least ``2n + 1`` int64.
+    One stable counting pass on the keys' leading bits (``n/2`` to ``n`` buckets over the key
+    range) leaves disorder only inside buckets; one insertion pass over the prefix that holds
+    position ``stop`` removes it. Crowded buckets (more than ``32 n`` moves) fall back to a
+    merge sort, so the worst case stays n log n. ``count`` is scratch of ``n + 1`` int64.
     """
-    if n <= 32:
-        for t in range(n):
-            o[t] = t
-        _sort_run(keys, o, 0, n)
+    if n == 0:
         return
     kmin = keys[0]
     kmax = keys[0]
     for t in range(1, n):
-        kv = keys[t]
-        if kv < kmin:
-            kmin = kv
-        elif kv > kmax:
-            kmax = kv
+        kmin = min(kmin, keys[t])
+        kmax = max(kmax, keys[t])
     span = np.uint64(kmax) - np.uint64(kmin)
-    nb = 1
-    while nb < n:
+    nb = 2
+    while 2 * nb < n:
         nb *= 2
     shift = np.uint64(0)
-    while (span >> shift) >= np.uint64(nb):
+    while shift < np.uint64(63) and (span >> shift) >= np.uint64(nb):
         shift += np.uint64(1)
-    count[: nb + 1] = 0
+    for b in range(nb + 1):
+        count[b] = 0
     for t in range(n):
         count[np.int64((np.uint64(keys[t]) - np.uint64(kmin)) >> shift) + 1] += 1
     for b in range(nb):
@@ -108,20 +79,27 @@ def _sort_slots(keys, n, o, count, stop):  # pragma: no cover - compiled
         bk = np.int64((np.uint64(keys[t]) - np.uint64(kmin)) >> shift)
         o[count[bk]] = t
         count[bk] += 1
-    start = 0
-    for b in range(nb):  # count[b] is now the end of bucket b
-        if start >= stop:
-            break
-        end = count[b]
-        if end - start == 2:  # the common crowded case, inline (slots already in order)
-            x = o[start]
-            y = o[start + 1]
-            if keys[y] < keys[x]:
-                o[start] = y
-                o[start + 1] = x
-        elif end - start > 2:
-            _sort_run(keys, o, start, end)
-        start = end
+    end = n  # count[b] is now the end of bucket b: sort only the buckets that reach stop
+    if stop < n:
+        for b in range(nb):
+            if count[b] >= stop:
+                end = count[b]
+                break
+    moves = 0
+    for a in range(1, end):
+        v = o[a]
+        kv = keys[v]
+        b = a - 1
+        while b >= 0 and (keys[o[b]] > kv or (keys[o[b]] == kv and o[b] > v)):
+            o[b + 1] = o[b]
+            b -= 1
+        moves += a - 1 - b
+        o[b + 1] = v
+        if moves > 32 * n:  # crowded buckets: a stable merge sort of all slots instead
+            ordr = np.argsort(keys[:n], kind="mergesort")
+            for t in range(n):
+                o[t] = ordr[t]
+            return
 
 
 @njit(cache=True, nogil=True)
