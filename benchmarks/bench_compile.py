@@ -46,7 +46,7 @@ def probe(env: dict[str, str]) -> list[float]:
 def main() -> None:
     header("Numba compile time, cold vs warm cache")
     names = ["import kolm_search", "fuse (interning + fusion kernels)", "BM25 (sparse top-k kernel)",
-             "dense (block top-k kernels)", "evaluate (grouping + metrics kernels)"]
+             "dense (fused tile top-k kernel)", "evaluate (grouping + metrics kernels)"]
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         t0 = time.perf_counter()
