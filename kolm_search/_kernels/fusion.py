@@ -189,38 +189,34 @@ def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts):  # pragma: no cover
 
 
 @njit(cache=True, parallel=True)
-def _count_parallel(group_ptr, docs, n_docs, n_chunks, counts):  # pragma: no cover - compiled
-    n_groups = group_ptr.shape[0] - 1
-    for c in prange(n_chunks):
-        _unique_counts(group_ptr, docs, n_docs, (n_groups * c) // n_chunks, (n_groups * (c + 1)) // n_chunks, counts)
-
-
-@njit(cache=True, parallel=True)
-def _fuse_parallel(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, n_chunks, dst, out_docs,
-                   out_scores, counts):  # pragma: no cover - compiled
-    n_groups = group_ptr.shape[0] - 1
-    for c in prange(n_chunks):
-        _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, (n_groups * c) // n_chunks,
-                    (n_groups * (c + 1)) // n_chunks, dst, out_docs, out_scores, counts)
-
-
-@njit(cache=True, parallel=True)
-def _compact(src_ptr, counts, src_docs, src_scores, out_ptr, out_docs, out_scores, n_chunks):  # pragma: no cover
+def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, n_chunks, dst, out_docs,
+                   out_scores, counts, src_docs, src_scores):  # pragma: no cover - compiled
+    """One parallel entry point (one compilation) for the three passes over groups:
+    mode 0 counts distinct docs, 1 fuses into ``dst`` offsets, 2 compacts ``src`` (written at
+    ``dst``) into ``out`` at ``group_ptr`` offsets."""
     n_groups = counts.shape[0]
     for c in prange(n_chunks):
-        for g in range((n_groups * c) // n_chunks, (n_groups * (c + 1)) // n_chunks):
-            for t in range(counts[g]):
-                out_docs[out_ptr[g] + t] = src_docs[src_ptr[g] + t]
-                out_scores[out_ptr[g] + t] = src_scores[src_ptr[g] + t]
+        g0 = (n_groups * c) // n_chunks
+        g1 = (n_groups * (c + 1)) // n_chunks
+        if mode == 0:
+            _unique_counts(group_ptr, docs, n_docs, g0, g1, counts)
+        elif mode == 1:
+            _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, dst, out_docs,
+                        out_scores, counts)
+        else:
+            for g in range(g0, g1):
+                for t in range(counts[g]):
+                    out_docs[group_ptr[g] + t] = src_docs[dst[g] + t]
+                    out_scores[group_ptr[g] + t] = src_scores[dst[g] + t]
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _check_entries(docs, contrib, n_chunks):  # pragma: no cover - compiled
     n = docs.shape[0]
     lo = np.full(n_chunks, np.iinfo(np.int64).max, np.int64)
     hi = np.full(n_chunks, -1, np.int64)
     bad = np.zeros(n_chunks, np.int64)
-    for c in prange(n_chunks):
+    for c in range(n_chunks):
         a = lo[c]
         z = hi[c]
         nb = 0
@@ -254,24 +250,28 @@ def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: 
     counts = np.zeros(n_groups, np.int64)
     out_ptr = np.zeros(n_groups + 1, np.int64)
     widest = int(np.max(np.diff(group_ptr))) if n_groups else 0
+    none_i, none_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
+    m_, l_ = bool(mnz), np.int64(limit)
     if limit < 0 or limit >= widest:  # every doc kept: count, then write straight to place
-        _count_parallel(group_ptr, docs, nd, nc, counts)
+        _fuse_parallel(0, group_ptr, list_ids, docs, contrib, nd, m_, l_, nc, out_ptr, none_i, none_f, counts,
+                       none_i, none_f)
         np.cumsum(counts, out=out_ptr[1:])
         out_docs = np.empty(int(out_ptr[-1]), np.int64)
         out_scores = np.empty(int(out_ptr[-1]), np.float64)
-        _fuse_parallel(group_ptr, list_ids, docs, contrib, nd, bool(mnz), np.int64(-1), nc, out_ptr,
-                       out_docs, out_scores, counts)
+        _fuse_parallel(1, group_ptr, list_ids, docs, contrib, nd, m_, np.int64(-1), nc, out_ptr, out_docs,
+                       out_scores, counts, none_i, none_f)
         return out_ptr, out_docs, out_scores
     # top-limit: group g writes at most limit entries at g * limit, then a compaction
     dst = np.arange(n_groups + 1, dtype=np.int64) * limit
     tmp_docs = np.empty(n_groups * limit, np.int64)
     tmp_scores = np.empty(n_groups * limit, np.float64)
-    _fuse_parallel(group_ptr, list_ids, docs, contrib, nd, bool(mnz), np.int64(limit), nc, dst,
-                   tmp_docs, tmp_scores, counts)
+    _fuse_parallel(1, group_ptr, list_ids, docs, contrib, nd, m_, l_, nc, dst, tmp_docs, tmp_scores, counts,
+                   none_i, none_f)
     np.cumsum(counts, out=out_ptr[1:])
     out_docs = np.empty(int(out_ptr[-1]), np.int64)
     out_scores = np.empty(int(out_ptr[-1]), np.float64)
-    _compact(dst, counts, tmp_docs, tmp_scores, out_ptr, out_docs, out_scores, nc)
+    _fuse_parallel(2, out_ptr, list_ids, docs, contrib, nd, m_, l_, nc, dst, out_docs, out_scores, counts,
+                   tmp_docs, tmp_scores)
     return out_ptr, out_docs, out_scores
 
 

@@ -53,7 +53,7 @@ load_u64: Any = intrinsic(_load_u64)
 store_u64: Any = intrinsic(_store_u64)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def bytes_equal(a, sa, b, sb, n):  # pragma: no cover - compiled
     t = 0
     while t + 8 <= n:
@@ -74,7 +74,7 @@ def bytes_equal(a, sa, b, sb, n):  # pragma: no cover - compiled
     return True
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def copy_bytes(dst, d, src, s, n, slack):  # pragma: no cover - compiled
     t = 0
     while t + 8 <= n:
@@ -92,7 +92,7 @@ def copy_bytes(dst, d, src, s, n, slack):  # pragma: no cover - compiled
             dst[d + j] = src[s + j]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def hash_bytes(data, s, e):  # pragma: no cover - compiled
     n = e - s
     h = _M1 ^ np.uint64(n)
