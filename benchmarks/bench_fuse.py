@@ -98,12 +98,15 @@ def main() -> None:
     t_kernel, _ = median_time(lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs), args.repeat)
     rows.append({"what": "kolm fuse_arrays on coded arrays (dedup + sort)", "seconds": t_kernel})
     t_kernel100, _ = median_time(lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs, limit=100), args.repeat)
+    t_kernel10, _ = median_time(lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs, limit=10), args.repeat)
     bare_scatter(ptr[:3], docs, contrib, n_docs, 2)
     t_bare, _ = median_time(lambda: bare_scatter(ptr, docs, contrib, n_docs, 2), args.repeat)
     rows.append({"what": "bare Numba scatter-add (floor, 2 threads)", "seconds": t_bare,
                  "kernel_vs_bare": f"{t_kernel / t_bare:.2f}x"})
     rows.append({"what": "kolm fuse_arrays, limit=100 (top-k selection)", "seconds": t_kernel100,
                  "vs_bare": f"{t_kernel100 / t_bare:.2f}x"})
+    rows.append({"what": "kolm fuse_arrays, limit=10 (top-k selection)", "seconds": t_kernel10,
+                 "vs_bare": f"{t_kernel10 / t_bare:.2f}x"})
     if not args.no_python:
         t_py, _ = median_time(lambda: python_rrf(runs), 1, warmup=0)
         rows.append({"what": "plain-Python dict RRF", "seconds": t_py, "kolm_speedup": f"{t_py / t_kolm:.1f}x"})

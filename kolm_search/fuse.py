@@ -306,7 +306,7 @@ def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, m
     _check_method(method, norm)
     from kolm_search._kernels import numba_threads
     from kolm_search._kernels.fusion import output_rows
-    from kolm_search._kernels.grouping import block_segments, intern_groups, segment_positions
+    from kolm_search._kernels.grouping import block_segments, intern_groups
     from kolm_search.interning import factorize, string_buffers
 
     frames = [f for f, _ in checked]
@@ -324,8 +324,8 @@ def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, m
             lid = np.repeat(np.arange(n_lists, dtype=np.int64), [len(f) for f in frames])
             q_codes = np.empty(len(score), np.int64)
             q_codes[order] = np.repeat(np.arange(n_q, dtype=np.int64), np.diff(ptr))
-            order = np.lexsort((np.arange(len(score)), key, lid, q_codes))
-            lid_o, position, _, _ = segment_positions(order, ptr, lid, key, np.int64(n_lists))
+            rows = np.lexsort((np.arange(len(score)), key, lid, q_codes))  # every row its own block
+            order, lid_o, position, _ = block_segments(ptr, rows, np.ones(len(rows), np.int64), lid[rows], ptr, key)
         docs_all, buffers = _doc_column(frames)
         g_chunks = 1 if n_q < 64 else min(n_q, chunks)
         if buffers is not None:

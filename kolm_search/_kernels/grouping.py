@@ -1,14 +1,17 @@
-"""Grouping kernels: stable counting sort by a dense key, and per-group string interning.
+"""Grouping kernels: stable counting sort by a dense key, query blocks, per-group interning.
 
 ``counting_order(keys int64 (n,), n_keys) -> (order int64 (n,), ptr int64 (n_keys+1,))``
     Stable sort of rows by key in O(n + n_keys): ``order[ptr[k]:ptr[k+1]]`` are the rows of key k
     in input order.
 
 ``block_segments(bptr, b_row, b_len, b_lid, ptr, key)``
-    ``(order, lid_o, position, sorted)`` as ``segment_positions`` gives, from *blocks* (runs of rows of one
-    query inside one list, as query-grouped runs arrive) instead of a per-row sort: block b is
-    rows ``[b_row[b], b_row[b] + b_len[b])`` of list ``b_lid[b]``; query g owns blocks
+    Rows grouped by query from *blocks* (runs of rows of one query inside one list, as
+    query-grouped runs arrive) instead of a per-row sort: block b is rows
+    ``[b_row[b], b_row[b] + b_len[b])`` of list ``b_lid[b]``; query g owns blocks
     ``[bptr[g], bptr[g+1])`` (by list, then row) and output positions ``[ptr[g], ptr[g+1])``.
+    Returns ``order`` (row at each position), ``lid_o`` (its list), ``position`` (its rank
+    inside its (query, list) segment) and whether ``key`` never decreases inside a segment.
+    Single-row blocks take any row order (the fallback for unsorted runs).
 
 ``intern_groups(order, ptr, offsets int64 (n+1,), data uint8, n_chunks)``
     ``-> (local int64 (n,), rep int64 (n,), counts int64 (n_groups,))``: for the rows of each group
@@ -17,7 +20,7 @@
     first appears. A group's table is small and cache-resident, which is why matching ids per
     query beats a global dictionary of every id.
 
-Numpy twins: :func:`counting_order_numpy`, :func:`intern_groups_numpy`.
+Numpy twins: :func:`counting_order_numpy`, :func:`block_segments_numpy`, :func:`intern_groups_numpy`.
 """
 
 from __future__ import annotations
@@ -35,8 +38,6 @@ __all__ = [
     "counting_order_numpy",
     "intern_groups",
     "intern_groups_numpy",
-    "segment_positions",
-    "segment_positions_numpy",
 ]
 
 
@@ -142,56 +143,6 @@ def intern_groups_numpy(order, ptr, strings):
 
 
 @njit(cache=True, parallel=True)
-def segment_positions(order, ptr, lid, key, n_lists):  # pragma: no cover - compiled
-    """One parallel pass over rows grouped by query: each row's list id, position inside its
-    (query, list) segment and segment id ``query * n_lists + list``, and whether ``key`` is
-    non-decreasing inside every segment.
-
-    order int64 (n,), ptr int64 (n_groups+1,), lid int64 (rows,), key float64 (rows,), n_lists int64
-    -> (lid_o int64 (n,), position int64 (n,), sorted bool, segment int64 (n,))
-    """
-    n = order.shape[0]
-    n_groups = ptr.shape[0] - 1
-    lid_o = np.empty(n, np.int64)
-    position = np.empty(n, np.int64)
-    segment = np.empty(n, np.int64)
-    bad = np.zeros(n_groups, np.bool_)
-    for g in prange(n_groups):
-        seg_start = ptr[g]
-        prev_l = -1
-        prev_key = 0.0
-        for p in range(ptr[g], ptr[g + 1]):
-            row = order[p]
-            lr = lid[row]
-            kr = key[row]
-            if lr != prev_l:
-                seg_start = p
-                prev_l = lr
-            elif kr < prev_key:
-                bad[g] = True
-            prev_key = kr
-            lid_o[p] = lr
-            position[p] = p - seg_start
-            segment[p] = g * n_lists + lr
-    return lid_o, position, not bad.any(), segment
-
-
-def segment_positions_numpy(order, ptr, lid, key, n_lists):
-    """Twin of :func:`segment_positions`."""
-    n_groups = len(ptr) - 1
-    group = np.repeat(np.arange(n_groups), np.diff(ptr))
-    lid_o = lid[order]
-    seg = group * (lid.max() + 1 if len(lid) else 1) + lid_o
-    change = np.concatenate([[True], seg[1:] != seg[:-1]]) if len(seg) else np.zeros(0, bool)
-    starts = np.flatnonzero(change)
-    seg_id = np.cumsum(change) - 1
-    position = np.arange(len(order)) - starts[seg_id]
-    k = key[order]
-    ok = not np.any((~change[1:]) & (k[1:] < k[:-1])) if len(k) > 1 else True
-    return lid_o.astype(np.int64), position.astype(np.int64), bool(ok), (group * n_lists + lid_o).astype(np.int64)
-
-
-@njit(cache=True, parallel=True)
 def _block_segments(bptr, b_row, b_len, b_lid, ptr, key, order, lid_o, position):  # pragma: no cover
     n_groups = bptr.shape[0] - 1
     bad = np.zeros(n_groups, np.bool_)
@@ -233,8 +184,23 @@ def block_segments(bptr, b_row, b_len, b_lid, ptr, key):
     return order, lid_o, position, bool(ok)
 
 
+def _segment_positions_numpy(order, ptr, lid, key, n_lists):
+    """Each row's list id and position in its (query, list) segment, and sortedness."""
+    n_groups = len(ptr) - 1
+    group = np.repeat(np.arange(n_groups), np.diff(ptr))
+    lid_o = lid[order]
+    seg = group * (lid.max() + 1 if len(lid) else 1) + lid_o
+    change = np.concatenate([[True], seg[1:] != seg[:-1]]) if len(seg) else np.zeros(0, bool)
+    starts = np.flatnonzero(change)
+    seg_id = np.cumsum(change) - 1
+    position = np.arange(len(order)) - starts[seg_id]
+    k = key[order]
+    ok = not np.any((~change[1:]) & (k[1:] < k[:-1])) if len(k) > 1 else True
+    return lid_o.astype(np.int64), position.astype(np.int64), bool(ok), (group * n_lists + lid_o).astype(np.int64)
+
+
 def block_segments_numpy(bptr, b_row, b_len, b_lid, ptr, key):
-    """Twin of :func:`block_segments`: expand the blocks, then :func:`segment_positions_numpy`."""
+    """Twin of :func:`block_segments`: expand the blocks, then the per-row segment walk."""
     n_rows = len(key)
     lid = np.zeros(n_rows, np.int64)
     parts = []
@@ -243,5 +209,5 @@ def block_segments_numpy(bptr, b_row, b_len, b_lid, ptr, key):
         lid[rows] = b_lid[b]
         parts.append(rows)
     order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    lid_o, position, ok, _ = segment_positions_numpy(order, ptr, lid, key, 1)
+    lid_o, position, ok, _ = _segment_positions_numpy(order, ptr, lid, key, 1)
     return order, lid_o, position, ok
