@@ -53,7 +53,7 @@ load_u64: Any = intrinsic(_load_u64)
 store_u64: Any = intrinsic(_store_u64)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def bytes_equal(a, sa, b, sb, n):  # pragma: no cover - compiled
     t = 0
     while t + 8 <= n:
@@ -74,25 +74,24 @@ def bytes_equal(a, sa, b, sb, n):  # pragma: no cover - compiled
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def copy_bytes(dst, d, src, s, n, slack):  # pragma: no cover - compiled
+    if n <= 8:  # ids are short: one word when the spill is allowed, else bytes
+        if n + slack >= 8 and s + 8 <= src.shape[0] and d + 8 <= dst.shape[0]:
+            store_u64(dst, d, load_u64(src, s))
+        else:
+            for j in range(n):
+                dst[d + j] = src[s + j]
+        return
     t = 0
     while t + 8 <= n:
         store_u64(dst, d + t, load_u64(src, s + t))
         t += 8
-    r = n - t
-    if r == 0:
-        return
-    if r + slack >= 8 and s + t + 8 <= src.shape[0] and d + t + 8 <= dst.shape[0]:
-        store_u64(dst, d + t, load_u64(src, s + t))  # may write slack bytes past the end
-    elif n >= 8:  # the last 8 bytes, overlapping what was copied
+    if t < n:  # the last 8 bytes, overlapping what was copied
         store_u64(dst, d + n - 8, load_u64(src, s + n - 8))
-    else:
-        for j in range(t, n):
-            dst[d + j] = src[s + j]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def hash_bytes(data, s, e):  # pragma: no cover - compiled
     n = e - s
     h = _M1 ^ np.uint64(n)
