@@ -4,6 +4,9 @@ Each kernel is a plain function over arrays compiled with ``njit(cache=True)``, 
 wrapper that casts its inputs to the one dtype signature documented on the kernel (so one
 specialisation is ever compiled), and has a pure-numpy twin used as the test oracle.
 No global Numba configuration is touched; thread counts are set per call and restored.
+Large outputs are allocated by the numpy wrapper and passed in (numpy advises transparent huge
+pages; Numba's own allocations fault in 4 KiB pages, which costs as much as the work on
+arrays of tens of MB).
 """
 
 from __future__ import annotations

@@ -232,7 +232,7 @@ def _check_entries(docs, contrib, n_chunks):  # pragma: no cover - compiled
 
 
 def check_entries(docs: I64, contrib: F64, n_chunks: int = 1) -> tuple[int, int, bool]:
-    """``(min doc code, max doc code, all contributions finite)`` in one parallel pass."""
+    """``(min doc code, max doc code, all contributions finite)`` in one serial pass."""
     lo, hi, ok = _check_entries(docs, contrib, np.int64(max(1, n_chunks)))
     return int(lo), int(hi), bool(ok)
 
