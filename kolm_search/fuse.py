@@ -244,8 +244,7 @@ def _run_starts(col: pd.Series, name: str, chunks: int) -> npt.NDArray[np.int64]
     if n == 0:
         return np.zeros(0, np.int64)
     if col.dtype == object:  # Python objects: neighbours compare without converting the column
-        values = col.to_numpy()
-        return np.concatenate([[0], np.flatnonzero(values[1:] != values[:-1]) + 1]).astype(np.int64)
+        return _change_starts(col.to_numpy())
     try:
         buffers = string_buffers(col)
     except FrameValidationError as exc:
@@ -255,6 +254,11 @@ def _run_starts(col: pd.Series, name: str, chunks: int) -> npt.NDArray[np.int64]
     values = col.to_numpy()
     if values.dtype.kind not in "iub":  # floats (NaN != NaN), categoricals, others: by codes
         values = pd.factorize(col, use_na_sentinel=True)[0]
+    return _change_starts(values)
+
+
+def _change_starts(values: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """Row 0 and every row whose value differs from the row before (``values`` non-empty)."""
     return np.concatenate([[0], np.flatnonzero(values[1:] != values[:-1]) + 1]).astype(np.int64)
 
 
@@ -287,19 +291,6 @@ def _query_blocks(frames: list[pd.DataFrame], names: list[str], chunks: int) -> 
     return q_uniques, ptr, bptr, b_row[by_q], b_len[by_q], b_lid[by_q]
 
 
-def _string_column(buffers: tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.uint8]], rows: npt.NDArray[np.int64],
-                   chunks: int) -> Any:
-    """Rows of a string column (its :func:`string_buffers`) as a pandas ``str`` array, gathered
-    on all threads."""
-    import pyarrow as pa
-
-    from kolm_search._kernels.strings import gather_strings
-
-    offsets, data = gather_strings(buffers[1], buffers[2], rows, chunks)
-    arr = pa.LargeStringArray.from_buffers(len(rows), pa.py_buffer(offsets), pa.py_buffer(data))
-    return pd.array(arr, dtype="str")
-
-
 def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, method: Method, k: float, weights: Sequence[float] | None,
                norm: Norm, limit: int | None, n_threads: int | None, names: list[str] | None = None) -> pd.DataFrame:
     """Group rows by query, match documents inside each query, fuse in one kernel call."""
@@ -307,7 +298,7 @@ def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, m
     from kolm_search._kernels import numba_threads
     from kolm_search._kernels.fusion import output_rows
     from kolm_search._kernels.grouping import block_segments, intern_groups
-    from kolm_search.interning import factorize, string_buffers
+    from kolm_search.interning import factorize, string_buffers, take_strings
 
     frames = [f for f, _ in checked]
     names = names if names is not None else [str(i) for i in range(len(frames))]
@@ -348,9 +339,9 @@ def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, m
     with numba_threads(n_threads) as threads:
         doc_rows, rank, group = output_rows(ptr, out_ptr, out_local, rep, 4 * threads)
         if buffers is not None and doc_rows is not None:
-            doc_col: Any = _string_column(buffers, doc_rows, 4 * threads)
+            doc_col: Any = take_strings(buffers[0], doc_rows, 4 * threads)
         else:
             doc_col = d_uniques.take(out_local)
         q_buffers = string_buffers(q_uniques)
-        qid_col: Any = q_uniques.take(group) if q_buffers is None else _string_column(q_buffers, group, 4 * threads)
+        qid_col: Any = q_uniques.take(group) if q_buffers is None else take_strings(q_buffers[0], group, 4 * threads)
     return pd.DataFrame({"qid": qid_col, "doc_id": doc_col, "rank": rank, "score": out_scores}, copy=False)

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search.errors import FrameValidationError
+from kolm_search.errors import FrameValidationError, KolmTypeError
 
 __all__ = ["factorize", "string_buffers", "take_strings"]
 
@@ -69,11 +69,22 @@ def string_buffers(values: Any) -> tuple[Any, npt.NDArray[np.int64], npt.NDArray
     return pa_arr, offsets, data
 
 
-def take_strings(pa_arr: Any, rows: npt.NDArray[np.int64]) -> pd.api.extensions.ExtensionArray:
-    """Rows of an Arrow string array as a pandas ``str`` array (no Python objects made)."""
+def take_strings(pa_arr: Any, rows: npt.NDArray[np.int64], n_chunks: int = 1) -> pd.api.extensions.ExtensionArray:
+    """Rows of an Arrow string array as a pandas ``str`` array (no Python objects made).
+
+    The bytes are gathered by :func:`kolm_search._kernels.strings.gather_strings` over
+    ``n_chunks`` chunks (parallel when Numba has several threads).
+    """
     import pyarrow as pa
 
-    return pd.array(pa_arr.take(pa.array(rows, type=pa.int64())), dtype="str")
+    from kolm_search._kernels.strings import gather_strings
+
+    buffers = string_buffers(pa_arr)
+    if buffers is None:
+        raise KolmTypeError(f"take_strings needs an Arrow string array, got {type(pa_arr).__name__}")
+    offsets, data = gather_strings(buffers[1], buffers[2], np.ascontiguousarray(rows, dtype=np.int64), n_chunks)
+    arr = pa.LargeStringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets), pa.py_buffer(data))
+    return pd.array(arr, dtype="str")
 
 
 def factorize(values: Any, *, sort: bool = False, name: str = "ids") -> tuple[npt.NDArray[np.int64], pd.Index]:

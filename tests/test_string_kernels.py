@@ -103,3 +103,15 @@ def test_output_rows() -> None:
     assert rank.tolist() == [0, 1, 0, 1, 2] and group.tolist() == [0, 0, 2, 2, 2]
     rows2, rank2, _ = output_rows(ptr, out_ptr, out_local, None, 1)
     assert rows2 is None and rank2.tolist() == rank.tolist()
+
+
+def test_take_strings_gathers_and_rejects_non_strings() -> None:
+    import pyarrow as pa
+
+    from kolm_search.interning import take_strings
+
+    arr = pa.array(["a", "bb", "ccc", "ünï"], type=pa.string())
+    got = take_strings(arr, np.array([3, 0, 2, 2], np.int64), 2)
+    assert list(got) == ["ünï", "a", "ccc", "ccc"] and str(got.dtype) == "str"
+    with pytest.raises(TypeError, match="Arrow string array"):
+        take_strings(pa.array([1, 2]), np.array([0], np.int64))
