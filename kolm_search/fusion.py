@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._kernels import numba_threads
-from kolm_search._kernels.fusion import check_entries, fuse_groups
+from kolm_search._kernels.fusion import fuse_groups
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.types import SearchDocument
 
@@ -120,14 +120,9 @@ def fuse_arrays(
         raise KolmValueError(f"list_ids, docs and contrib must have one shape, got {li.shape}, {dc.shape}, {ct.shape}")
     n_groups = gp.size - 1
     lim = -1 if limit is None else int(limit)
-    with numba_threads(n_threads) as threads:
-        lo, hi, finite = check_entries(dc, ct, 4 * threads) if n else (0, 0, True)
-        if n and (lo < 0 or hi >= n_docs):
-            raise KolmValueError(f"document codes must lie in [0, {n_docs}), got {lo if lo < 0 else hi}")
-        if not finite:
-            raise KolmValueError("contributions must be finite (a NaN or inf score was given)")
+    with numba_threads(n_threads) as threads:  # the kernel validates codes and contributions
         chunks = 1 if n_groups < 64 else min(n_groups, 4 * threads)
-        return fuse_groups(gp, li, dc, ct, max(int(n_docs), 1), mnz, lim, chunks)
+        return fuse_groups(gp, li, dc, ct, max(int(n_docs), 0), mnz, lim, chunks)
 
 
 def merge_with_rrf(

@@ -187,6 +187,25 @@ def test_fuse_arrays_validates() -> None:
         fuse_arrays([0, 1], [0], [7], [1.0], 5)
     with pytest.raises(KolmValueError, match="finite"):
         fuse_arrays([0, 1], [0], [0], [np.nan], 5)
+    with pytest.raises(KolmValueError, match=r"\[0, 0\), got 0"):
+        fuse_arrays([0, 1], [0], [0], [1.0], 0)
+
+
+@pytest.mark.parametrize("limit", [None, 1, 40, 99])  # count pass, heap, bucketed top-limit, all
+@pytest.mark.parametrize("bad", ["low", "high", "nan", "inf"])
+def test_fuse_arrays_validates_in_every_pass(limit: int | None, bad: str) -> None:
+    """The kernel passes validate inline: one bad entry deep inside a big batch is found."""
+    rng = np.random.default_rng(7)
+    ptr, li, dc, ct = random_groups(rng, n_groups=200, n_lists=2, depth=50, n_docs=100)
+    at = int(rng.integers(len(dc) // 2, len(dc)))
+    if bad in ("low", "high"):
+        dc[at] = -3 if bad == "low" else 100
+        match = f"got {dc[at]}"
+    else:
+        ct[at] = np.nan if bad == "nan" else -np.inf
+        match = "finite"
+    with pytest.raises(KolmValueError, match=match):
+        fuse_arrays(ptr, li, dc, ct, 100, limit=limit, n_threads=2)
 
 
 def test_fuse_arrays_many_groups_threads() -> None:

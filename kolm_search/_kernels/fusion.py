@@ -38,8 +38,9 @@ import numpy.typing as npt
 from numba import njit, prange
 
 from kolm_search._kernels.topk import _heap_push, _sort_heap, _worse
+from kolm_search.errors import KolmValueError
 
-__all__ = ["check_entries", "fuse_groups", "fuse_groups_numpy", "output_rows"]
+__all__ = ["fuse_groups", "fuse_groups_numpy", "output_rows"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -104,7 +105,7 @@ def _sort_slots(keys, n, o, count, stop):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, dst,
-                out_docs, out_scores, counts):  # pragma: no cover - compiled
+                out_docs, out_scores, counts, err):  # pragma: no cover - compiled
     # One random access per entry: mark[d] = (group << 32) | slot. Everything else lives in
     # per-slot arrays (slots = docs in order of first appearance), small and cache-resident.
     mark = np.full(n_docs, -1, np.int64)
@@ -129,6 +130,9 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, 
         nt = 0
         for i in range(start, stop):
             d = docs[i]
+            if d < 0 or d >= n_docs or not np.isfinite(contrib[i]):
+                _flag(err, d, n_docs)
+                continue
             m = mark[d]
             if (m >> 32) != g:
                 mark[d] = tag | nt
@@ -175,13 +179,27 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, 
 
 
 @njit(cache=True, nogil=True)
-def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts):  # pragma: no cover - compiled
+def _flag(err, d, n_docs):  # pragma: no cover - compiled
+    """Record a bad entry in ``err`` (int64 (3,)): [bad code seen, first bad code, non-finite]."""
+    if d < 0 or d >= n_docs:
+        if err[0] == 0:
+            err[0] = 1
+            err[1] = d
+    else:
+        err[2] = 1
+
+
+@njit(cache=True, nogil=True)
+def _unique_counts(group_ptr, docs, contrib, n_docs, g0, g1, counts, err):  # pragma: no cover - compiled
     """Distinct documents of each group in ``[g0, g1)`` (the sizes of full fused lists)."""
     mark = np.full(n_docs, -1, np.int64)
     for g in range(g0, g1):
         c = 0
         for i in range(group_ptr[g], group_ptr[g + 1]):
             d = docs[i]
+            if d < 0 or d >= n_docs or not np.isfinite(contrib[i]):
+                _flag(err, d, n_docs)
+                continue
             if mark[d] != g:
                 mark[d] = g
                 c += 1
@@ -190,19 +208,20 @@ def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts):  # pragma: no cover
 
 @njit(cache=True, parallel=True)
 def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, n_chunks, dst, out_docs,
-                   out_scores, counts, src_docs, src_scores):  # pragma: no cover - compiled
+                   out_scores, counts, src_docs, src_scores, err):  # pragma: no cover - compiled
     """One parallel entry point (one compilation) for the three passes over groups:
     mode 0 counts distinct docs, 1 fuses into ``dst`` offsets, 2 compacts ``src`` (written at
-    ``dst``) into ``out`` at ``group_ptr`` offsets."""
+    ``dst``) into ``out`` at ``group_ptr`` offsets. Modes 0 and 1 skip an entry with a code
+    outside ``[0, n_docs)`` or a non-finite contribution and flag it in ``err[chunk]``."""
     n_groups = counts.shape[0]
     for c in prange(n_chunks):
         g0 = (n_groups * c) // n_chunks
         g1 = (n_groups * (c + 1)) // n_chunks
         if mode == 0:
-            _unique_counts(group_ptr, docs, n_docs, g0, g1, counts)
+            _unique_counts(group_ptr, docs, contrib, n_docs, g0, g1, counts, err[c])
         elif mode == 1:
             _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, dst, out_docs,
-                        out_scores, counts)
+                        out_scores, counts, err[c])
         else:
             for g in range(g0, g1):
                 for t in range(counts[g]):
@@ -210,37 +229,21 @@ def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, n_docs, mnz, limit,
                     out_scores[group_ptr[g] + t] = src_scores[dst[g] + t]
 
 
-@njit(cache=True)
-def _check_entries(docs, contrib, n_chunks):  # pragma: no cover - compiled
-    n = docs.shape[0]
-    lo = np.full(n_chunks, np.iinfo(np.int64).max, np.int64)
-    hi = np.full(n_chunks, -1, np.int64)
-    bad = np.zeros(n_chunks, np.int64)
-    for c in range(n_chunks):
-        a = lo[c]
-        z = hi[c]
-        nb = 0
-        for i in range((n * c) // n_chunks, (n * (c + 1)) // n_chunks):
-            d = docs[i]
-            a = min(a, d)
-            z = max(z, d)
-            nb += not np.isfinite(contrib[i])
-        lo[c] = a
-        hi[c] = z
-        bad[c] = nb
-    return lo.min(), hi.max(), bad.sum() == 0
-
-
-def check_entries(docs: I64, contrib: F64, n_chunks: int = 1) -> tuple[int, int, bool]:
-    """``(min doc code, max doc code, all contributions finite)`` in one serial pass."""
-    lo, hi, ok = _check_entries(docs, contrib, np.int64(max(1, n_chunks)))
-    return int(lo), int(hi), bool(ok)
+def _raise_flagged(err: I64, n_docs: int) -> None:
+    """Raise for the first problem flagged by a fusion pass (``err`` int64 (n_chunks, 3))."""
+    bad = np.flatnonzero(err[:, 0])
+    if bad.size:
+        raise KolmValueError(f"document codes must lie in [0, {n_docs}), got {int(err[bad[0], 1])}")
+    if err[:, 2].any():
+        raise KolmValueError("contributions must be finite (a NaN or inf score was given)")
 
 
 def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: int,
                 mnz: bool, limit: int, n_chunks: int = 1) -> tuple[I64, I64, F64]:
     """Compiled fusion over all groups (see the module docstring for shapes and dtypes).
 
+    The passes validate as they go (no separate pass): a document code outside
+    ``[0, n_docs)`` or a non-finite contribution raises :class:`KolmValueError`.
     Outputs are allocated here by numpy (huge pages where the kernel allows; Numba's own
     allocations fault in 4 KiB pages, which costs as much as the fusion on large batches).
     """
@@ -249,29 +252,32 @@ def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: 
     nd = np.int64(n_docs)
     counts = np.zeros(n_groups, np.int64)
     out_ptr = np.zeros(n_groups + 1, np.int64)
+    err = np.zeros((int(nc), 3), np.int64)
     widest = int(np.max(np.diff(group_ptr))) if n_groups else 0
     none_i, none_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
     m_, l_ = bool(mnz), np.int64(limit)
     if limit < 0 or limit >= widest:  # every doc kept: count, then write straight to place
         _fuse_parallel(0, group_ptr, list_ids, docs, contrib, nd, m_, l_, nc, out_ptr, none_i, none_f, counts,
-                       none_i, none_f)
+                       none_i, none_f, err)
+        _raise_flagged(err, n_docs)
         np.cumsum(counts, out=out_ptr[1:])
         out_docs = np.empty(int(out_ptr[-1]), np.int64)
         out_scores = np.empty(int(out_ptr[-1]), np.float64)
         _fuse_parallel(1, group_ptr, list_ids, docs, contrib, nd, m_, np.int64(-1), nc, out_ptr, out_docs,
-                       out_scores, counts, none_i, none_f)
+                       out_scores, counts, none_i, none_f, err)
         return out_ptr, out_docs, out_scores
     # top-limit: group g writes at most limit entries at g * limit, then a compaction
     dst = np.arange(n_groups + 1, dtype=np.int64) * limit
     tmp_docs = np.empty(n_groups * limit, np.int64)
     tmp_scores = np.empty(n_groups * limit, np.float64)
     _fuse_parallel(1, group_ptr, list_ids, docs, contrib, nd, m_, l_, nc, dst, tmp_docs, tmp_scores, counts,
-                   none_i, none_f)
+                   none_i, none_f, err)
+    _raise_flagged(err, n_docs)
     np.cumsum(counts, out=out_ptr[1:])
     out_docs = np.empty(int(out_ptr[-1]), np.int64)
     out_scores = np.empty(int(out_ptr[-1]), np.float64)
     _fuse_parallel(2, out_ptr, list_ids, docs, contrib, nd, m_, l_, nc, dst, out_docs, out_scores, counts,
-                   tmp_docs, tmp_scores)
+                   tmp_docs, tmp_scores, err)
     return out_ptr, out_docs, out_scores
 
 
