@@ -47,14 +47,17 @@ F64 = npt.NDArray[np.float64]
 
 
 @njit(cache=True)
-def _sort_slots(keys, n, o, count, stop):  # pragma: no cover - compiled
+def _sort_slots(keys, n, o, ks, count, bks, stop):  # pragma: no cover - compiled
     """Write into ``o[:n]`` the slots ``0..n-1`` by ascending ``keys``, equal keys in slot order;
     only ``o[:stop]`` is guaranteed final (a top-``stop`` selection when ``stop < n``).
 
-    One stable counting pass on the keys' leading bits (``n/2`` to ``n`` buckets over the key
+    One stable counting pass on the keys' leading bits (``n`` to ``2n`` buckets over the key
     range) leaves disorder only inside buckets; one insertion pass over the prefix that holds
     position ``stop`` removes it. Crowded buckets (more than ``32 n`` moves) fall back to a
-    merge sort, so the worst case stays n log n. ``count`` is scratch of ``n + 1`` int64.
+    merge sort, so the worst case stays n log n. Scratch: ``ks`` int64 (n,) (the keys in
+    bucket order, so the insertion pass reads one array), ``bks`` int32 (n,) (each slot's
+    bucket), ``count`` int32 (>= 2n,). Prefix sums run in a register: a scan through memory
+    waits on store-to-load forwarding at every bucket.
     """
     if n == 0:
         return
@@ -65,21 +68,28 @@ def _sort_slots(keys, n, o, count, stop):  # pragma: no cover - compiled
         kmax = max(kmax, keys[t])
     span = np.uint64(kmax) - np.uint64(kmin)
     nb = 2
-    while 2 * nb < n:
+    while nb < n:
         nb *= 2
     shift = np.uint64(0)
     while shift < np.uint64(63) and (span >> shift) >= np.uint64(nb):
         shift += np.uint64(1)
-    for b in range(nb + 1):
+    for b in range(nb):
         count[b] = 0
     for t in range(n):
-        count[np.int64((np.uint64(keys[t]) - np.uint64(kmin)) >> shift) + 1] += 1
-    for b in range(nb):
-        count[b + 1] += count[b]
-    for t in range(n):  # stable scatter: slots in order inside each bucket
-        bk = np.int64((np.uint64(keys[t]) - np.uint64(kmin)) >> shift)
-        o[count[bk]] = t
+        bk = np.int32((np.uint64(keys[t]) - np.uint64(kmin)) >> shift)
+        bks[t] = bk
         count[bk] += 1
+    acc = np.int32(0)
+    for b in range(nb):  # exclusive prefix sums: count[b] becomes the start of bucket b
+        c = count[b]
+        count[b] = acc
+        acc += c
+    for t in range(n):  # stable scatter: slots in order inside each bucket
+        bk = bks[t]
+        p = count[bk]
+        o[p] = t
+        ks[p] = keys[t]
+        count[bk] = p + 1
     end = n  # count[b] is now the end of bucket b: sort only the buckets that reach stop
     if stop < n:
         for b in range(nb):
@@ -88,13 +98,17 @@ def _sort_slots(keys, n, o, count, stop):  # pragma: no cover - compiled
                 break
     moves = 0
     for a in range(1, end):
+        kv = ks[a]
+        if ks[a - 1] <= kv:  # already in place (stable: equal keys keep slot order)
+            continue
         v = o[a]
-        kv = keys[v]
         b = a - 1
-        while b >= 0 and (keys[o[b]] > kv or (keys[o[b]] == kv and o[b] > v)):
+        while b >= 0 and ks[b] > kv:
+            ks[b + 1] = ks[b]
             o[b + 1] = o[b]
             b -= 1
         moves += a - 1 - b
+        ks[b + 1] = kv
         o[b + 1] = v
         if moves > 32 * n:  # crowded buckets: a stable merge sort of all slots instead
             ordr = np.argsort(keys[:n], kind="mergesort")
@@ -119,7 +133,9 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, 
     negs = np.empty(width, np.float64)
     keys = negs.view(np.int64)  # the same buffer, read as integers
     order = np.empty(width, np.int64)
-    scratch = np.empty(4 * width + 2, np.int64)
+    ks = np.empty(width, np.int64)
+    bks = np.empty(width, np.int32)
+    count = np.empty(2 * width + 2, np.int32)
     cap = max(limit, 1)
     hs = np.empty(cap, np.float64)
     ht = np.empty(cap, np.int64)
@@ -170,7 +186,7 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, 
             kb = keys[t]
             if kb < 0:
                 keys[t] = kb ^ 0x7FFFFFFFFFFFFFFF
-        _sort_slots(keys, nt, order, scratch, keep)
+        _sort_slots(keys, nt, order, ks, count, bks, keep)
         at = dst[g]
         for t in range(keep):
             out_docs[at + t] = s_doc[order[t]]
