@@ -80,7 +80,8 @@ def _contributions(method: Method, k: float, w: npt.NDArray[np.float64], lid: np
     """
     if method == "rrf":
         denom = np.add(rank, check_k(k) + 1.0, dtype=np.float64)
-        return np.divide(w[lid], denom, out=denom)
+        num = w[0] if len(w) and np.all(w == w[0]) else w[lid]  # one weight: no per-entry gather
+        return np.divide(num, denom, out=denom)
     s = score.astype(np.float64)
     if not np.all(np.isfinite(s)):
         raise KolmValueError("scores must be finite for score fusion")
@@ -298,7 +299,7 @@ def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, m
     from kolm_search._kernels import numba_threads
     from kolm_search._kernels.fusion import output_rows
     from kolm_search._kernels.grouping import block_segments, intern_groups
-    from kolm_search.interning import factorize, string_buffers, take_strings
+    from kolm_search.interning import factorize, repeat_strings, string_buffers, take_strings
 
     frames = [f for f, _ in checked]
     names = names if names is not None else [str(i) for i in range(len(frames))]
@@ -337,11 +338,15 @@ def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, m
     out_ptr, out_local, out_scores = fuse_arrays(ptr, lid_o, local, contrib, n_local,
                                                  mnz=(method == "combmnz"), limit=limit, n_threads=n_threads)
     with numba_threads(n_threads) as threads:
-        doc_rows, rank, group = output_rows(ptr, out_ptr, out_local, rep, 4 * threads)
+        # the codes are not needed once they are rows: write the rows over them
+        doc_rows, rank = output_rows(ptr, out_ptr, out_local, rep, 4 * threads, overwrite=True)
         if buffers is not None and doc_rows is not None:
             doc_col: Any = take_strings(buffers[0], doc_rows, 4 * threads)
         else:
             doc_col = d_uniques.take(out_local)
+        del doc_rows, out_local
+        q_counts = np.diff(out_ptr)
         q_buffers = string_buffers(q_uniques)
-        qid_col: Any = q_uniques.take(group) if q_buffers is None else take_strings(q_buffers[0], group, 4 * threads)
+        qid_col: Any = q_uniques.repeat(q_counts) if q_buffers is None else repeat_strings(q_buffers[0], q_counts,
+                                                                                            4 * threads)
     return pd.DataFrame({"qid": qid_col, "doc_id": doc_col, "rank": rank, "score": out_scores}, copy=False)

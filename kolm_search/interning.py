@@ -75,14 +75,31 @@ def take_strings(pa_arr: Any, rows: npt.NDArray[np.int64], n_chunks: int = 1) ->
     The bytes are gathered by :func:`kolm_search._kernels.strings.gather_strings` over
     ``n_chunks`` chunks (parallel when Numba has several threads).
     """
-    import pyarrow as pa
-
     from kolm_search._kernels.strings import gather_strings
 
+    offsets, data = _string_source(pa_arr, "take_strings")
+    return _str_array(*gather_strings(offsets, data, np.ascontiguousarray(rows, dtype=np.int64), n_chunks))
+
+
+def repeat_strings(pa_arr: Any, counts: npt.NDArray[np.int64], n_chunks: int = 1) -> pd.api.extensions.ExtensionArray:
+    """Each string of an Arrow string array repeated ``counts[i]`` times, as a pandas ``str``
+    array (:func:`kolm_search._kernels.strings.repeat_strings`, parallel over ``n_chunks``)."""
+    from kolm_search._kernels.strings import repeat_strings as _repeat
+
+    offsets, data = _string_source(pa_arr, "repeat_strings")
+    return _str_array(*_repeat(offsets, data, np.ascontiguousarray(counts, dtype=np.int64), n_chunks))
+
+
+def _string_source(pa_arr: Any, what: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
     buffers = string_buffers(pa_arr)
     if buffers is None:
-        raise KolmTypeError(f"take_strings needs an Arrow string array, got {type(pa_arr).__name__}")
-    offsets, data = gather_strings(buffers[1], buffers[2], np.ascontiguousarray(rows, dtype=np.int64), n_chunks)
+        raise KolmTypeError(f"{what} needs an Arrow string array, got {type(pa_arr).__name__}")
+    return buffers[1], buffers[2]
+
+
+def _str_array(offsets: npt.NDArray[np.int64], data: npt.NDArray[np.uint8]) -> pd.api.extensions.ExtensionArray:
+    import pyarrow as pa
+
     arr = pa.LargeStringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets), pa.py_buffer(data))
     return pd.array(arr, dtype="str")
 

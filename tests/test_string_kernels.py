@@ -14,6 +14,8 @@ from kolm_search._kernels.grouping import block_segments, block_segments_numpy
 from kolm_search._kernels.strings import (
     gather_strings,
     gather_strings_numpy,
+    repeat_strings,
+    repeat_strings_numpy,
     string_run_starts,
     string_run_starts_numpy,
 )
@@ -66,6 +68,36 @@ def test_gather_spill_never_crosses_chunks() -> None:
         np.testing.assert_array_equal(got[1], want[1])
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(ids, max_size=40), st.data(), st.integers(1, 9))
+def test_repeat_matches_twin_and_python(values: list[str], data_: st.DataObject, chunks: int) -> None:
+    offsets, data = _buffers(values)
+    counts = np.array(data_.draw(st.lists(st.integers(0, 5), min_size=len(values), max_size=len(values))),
+                      dtype=np.int64)
+    got_off, got_data = repeat_strings(offsets, data, counts, chunks)
+    want_off, want_data = repeat_strings_numpy(offsets, data, counts)
+    np.testing.assert_array_equal(got_off, want_off)
+    np.testing.assert_array_equal(got_data, want_data)
+    decoded = [bytes(got_data[got_off[i]:got_off[i + 1]]).decode() for i in range(int(counts.sum()))]
+    assert decoded == [v for v, c in zip(values, counts, strict=True) for _ in range(c)]
+
+
+def test_repeat_spill_never_crosses_chunks_and_checks_counts() -> None:
+    rng = np.random.default_rng(5)
+    values = [f"{'q' * int(n)}{n}" for n in rng.integers(0, 9, 300)]
+    offsets, data = _buffers(values)
+    counts = rng.integers(0, 90, len(values)).astype(np.int64)
+    want = repeat_strings_numpy(offsets, data, counts)
+    for chunks in (1, 2, 7, 64, 10_000):
+        got = repeat_strings(offsets, data, counts, chunks)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    with pytest.raises(ValueError, match="one entry per string"):
+        repeat_strings(offsets, data, counts[:-1])
+    with pytest.raises(ValueError, match="counts must be >= 0"):
+        repeat_strings(offsets, data, -counts - 1)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_block_segments_match_twin(seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -97,12 +129,15 @@ def test_output_rows() -> None:
     out_ptr = np.array([0, 2, 2, 5], np.int64)
     out_local = np.array([1, 0, 2, 0, 1], np.int64)
     rep = np.array([10, 11, 12, 13, 20, 21, 22, -1, -1], np.int64)  # group 2 starts at row 4
-    rows, rank, group = output_rows(ptr, out_ptr, out_local, rep, 2)
+    rows, rank = output_rows(ptr, out_ptr, out_local, rep, 2)
     assert rows is not None
     assert rows.tolist() == [11, 10, 22, 20, 21]
-    assert rank.tolist() == [0, 1, 0, 1, 2] and group.tolist() == [0, 0, 2, 2, 2]
-    rows2, rank2, _ = output_rows(ptr, out_ptr, out_local, None, 1)
+    assert rank.tolist() == [0, 1, 0, 1, 2]
+    assert out_local.tolist() == [1, 0, 2, 0, 1]  # untouched unless asked
+    rows2, rank2 = output_rows(ptr, out_ptr, out_local, None, 1)
     assert rows2 is None and rank2.tolist() == rank.tolist()
+    rows3, _ = output_rows(ptr, out_ptr, out_local, rep, 3, overwrite=True)
+    assert rows3 is out_local and out_local.tolist() == [11, 10, 22, 20, 21]
 
 
 def test_take_strings_gathers_and_rejects_non_strings() -> None:

@@ -298,7 +298,7 @@ def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: 
 
 
 @njit(cache=True, parallel=True)
-def _output_rows(ptr, out_ptr, out_local, rep, use_rep, doc_rows, rank, group, n_chunks):  # pragma: no cover
+def _output_rows(ptr, out_ptr, out_local, rep, use_rep, doc_rows, rank, n_chunks):  # pragma: no cover
     n_groups = out_ptr.shape[0] - 1
     for c in prange(n_chunks):
         for g in range((n_groups * c) // n_chunks, (n_groups * (c + 1)) // n_chunks):
@@ -308,26 +308,24 @@ def _output_rows(ptr, out_ptr, out_local, rep, use_rep, doc_rows, rank, group, n
                 if use_rep:
                     doc_rows[i] = rep[base + out_local[i]]
                 rank[i] = i - first
-                group[i] = g
 
 
-def output_rows(ptr: I64, out_ptr: I64, out_local: I64, rep: I64 | None,
-                n_chunks: int = 1) -> tuple[I64 | None, I64, I64]:
-    """Rows, ranks and groups of fused output entries (numpy-allocated).
+def output_rows(ptr: I64, out_ptr: I64, out_local: I64, rep: I64 | None, n_chunks: int = 1,
+                *, overwrite: bool = False) -> tuple[I64 | None, I64]:
+    """Input rows and ranks of fused output entries (numpy-allocated).
 
     ptr int64 (n_groups+1,) input rows per group; out_ptr int64 (n_groups+1,) and out_local
     int64 (m,) the fused output in per-group codes; rep int64 (n,) the input row of each
-    group's code (``rep[ptr[g] + code]``), or None.
-    -> ``(doc_rows int64 (m,) or None, rank int64 (m,) zero-based, group int64 (m,))``
+    group's code (``rep[ptr[g] + code]``), or None. With ``overwrite`` the rows are written
+    over ``out_local`` (one large array fewer when the codes are not needed afterwards).
+    -> ``(doc_rows int64 (m,) or None, rank int64 (m,) zero-based)``
     """
     m = out_local.shape[0]
     use = rep is not None
-    doc_rows = np.empty(m if use else 0, np.int64)
+    doc_rows = out_local if (use and overwrite) else np.empty(m if use else 0, np.int64)
     rank = np.empty(m, np.int64)
-    group = np.empty(m, np.int64)
-    _output_rows(ptr, out_ptr, out_local, rep if use else doc_rows, use, doc_rows, rank, group,
-                 np.int64(max(1, n_chunks)))
-    return (doc_rows if use else None), rank, group
+    _output_rows(ptr, out_ptr, out_local, rep if use else doc_rows, use, doc_rows, rank, np.int64(max(1, n_chunks)))
+    return (doc_rows if use else None), rank
 
 
 def fuse_groups_numpy(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: int,

@@ -12,7 +12,13 @@ A string column is ``offsets int64 (n+1,)`` and ``data uint8 (m,)`` (Arrow's lay
     The strings of ``rows``, in that order, as new Arrow buffers (what ``pyarrow.compute.take``
     does, but on all threads).
 
-Numpy twins: :func:`string_run_starts_numpy`, :func:`gather_strings_numpy`.
+``repeat_strings(offsets, data, counts int64 (n,), n_chunks) -> (offsets int64 (k+1,), data uint8)``
+    Row i repeated ``counts[i]`` times (``k = counts.sum()``): a fused run's ``qid`` column
+    from its few thousand query ids, without a row index per output row. Every output
+    position is computed from the counts, so the chunks need no serial pass.
+
+Numpy twins: :func:`string_run_starts_numpy`, :func:`gather_strings_numpy`,
+:func:`repeat_strings_numpy`.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ from numba import njit, prange
 
 from kolm_search._kernels.intern import _equal
 from kolm_search._kernels.words import copy_bytes
+from kolm_search.errors import KolmValueError
 
-__all__ = ["gather_strings", "gather_strings_numpy", "string_run_starts", "string_run_starts_numpy"]
+__all__ = ["gather_strings", "gather_strings_numpy", "repeat_strings", "repeat_strings_numpy", "string_run_starts",
+           "string_run_starts_numpy"]
 
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
@@ -117,3 +125,52 @@ def gather_strings_numpy(offsets: I64, data: U8, rows: I64) -> tuple[I64, U8]:
     np.cumsum(lengths, out=out_off[1:])
     parts = [data[offsets[r]:offsets[r + 1]] for r in rows]
     return out_off, (np.concatenate(parts).astype(np.uint8) if parts else np.zeros(0, np.uint8))
+
+
+@njit(cache=True, parallel=True)
+def _repeat(offsets, data, row_ptr, byte_ptr, out_off, out, n_chunks):  # pragma: no cover - compiled
+    m = out_off.shape[0] - 1
+    out_off[0] = 0
+    for c in prange(n_chunks):
+        r0 = (m * c) // n_chunks
+        r1 = (m * (c + 1)) // n_chunks
+        if r0 >= r1:
+            continue
+        i = np.searchsorted(row_ptr, r0, side="right") - 1  # row_ptr[i] <= r0 < row_ptr[i + 1]
+        k = np.searchsorted(row_ptr, r1, side="right") - 1
+        end = byte_ptr[k] + (r1 - row_ptr[k]) * (offsets[k + 1] - offsets[k]) if r1 < m else out.shape[0]
+        j = r0
+        while j < r1:
+            s = offsets[i]
+            ln = offsets[i + 1] - s
+            stop = min(row_ptr[i + 1], r1)
+            at = byte_ptr[i] + (j - row_ptr[i]) * ln
+            for jj in range(j, stop):
+                # a word may spill past this string into bytes of this chunk written later
+                copy_bytes(out, at, data, s, ln, min(7, end - at - ln))
+                at += ln
+                out_off[jj + 1] = at
+            j = stop
+            i += 1
+
+
+def repeat_strings(offsets: I64, data: U8, counts: I64, n_chunks: int = 1) -> tuple[I64, U8]:
+    """Compiled parallel repeat (see the module docstring); ``counts`` int64 (n,) >= 0."""
+    n = offsets.shape[0] - 1
+    if counts.shape != (n,):
+        raise KolmValueError(f"counts must have one entry per string ({n}), got shape {counts.shape}")
+    if n and counts.min() < 0:
+        raise KolmValueError(f"counts must be >= 0, got {int(counts.min())}")
+    row_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=row_ptr[1:])
+    byte_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum((offsets[1:] - offsets[:-1]) * counts, out=byte_ptr[1:])
+    out_off = np.empty(int(row_ptr[-1]) + 1, np.int64)
+    out = np.empty(int(byte_ptr[-1]), np.uint8)
+    _repeat(offsets, data, row_ptr, byte_ptr, out_off, out, np.int64(max(1, n_chunks)))
+    return out_off, out
+
+
+def repeat_strings_numpy(offsets: I64, data: U8, counts: I64) -> tuple[I64, U8]:
+    """Twin of :func:`repeat_strings`."""
+    return gather_strings_numpy(offsets, data, np.repeat(np.arange(offsets.shape[0] - 1, dtype=np.int64), counts))
