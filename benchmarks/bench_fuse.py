@@ -1,7 +1,7 @@
 """RRF fusion: kolm_search.fuse vs ranx, a plain-Python dict and a bare Numba scatter-add.
 
 Rerun: ``python benchmarks/bench_fuse.py --queries 10000`` (the issue's scale; ranx then needs
-~19 GB: pass ``--no-ranx`` on a small machine). Every figure is the median of ``--repeat`` runs
+more than 20 GB: pass ``--no-ranx`` on a small machine). Every figure is the median of ``--repeat`` runs
 in this one process; Numba compile time is measured separately and kept out.
 """
 

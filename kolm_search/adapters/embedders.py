@@ -56,7 +56,10 @@ class SentenceTransformerEmbedder:
 
     @property
     def dim(self) -> int:
-        return int(self.model.get_sentence_embedding_dimension())
+        get = getattr(self.model, "get_embedding_dimension", None)  # sentence-transformers >= 5.2
+        if get is None:
+            get = self.model.get_sentence_embedding_dimension
+        return int(get())
 
     def embed_many(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embeddings of ``texts``: float32 (n, d)."""
