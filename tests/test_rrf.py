@@ -267,3 +267,23 @@ def test_kernel_sort_extreme_key_spans(scores: list[float]) -> None:
         want = fuse_groups_numpy(ptr, li, dc, ct, n, False, limit)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 100, 1000, 4097])
+@pytest.mark.parametrize("shape", ["crowded", "spread"])
+def test_sort_slots_against_stable_argsort(n: int, shape: str) -> None:
+    """The ordering kernel (counting pass + insertion, merge-sort fallback for crowded
+    buckets) against numpy's stable argsort, full and top-``stop``."""
+    from kolm_search._kernels.fusion import _merge_slots, _sort_slots
+
+    rng = np.random.default_rng(n)
+    keys = rng.integers(0, 50 if shape == "crowded" else 2**40, n).astype(np.int64)
+    if shape == "crowded":
+        keys[0] = 2**62  # one outlier puts every other key in the first bucket
+    want = np.argsort(keys, kind="stable")
+    o, ks = np.empty(n, np.int64), np.empty(n, np.int64)
+    for stop in (n, max(1, n // 3)):
+        _sort_slots(keys, n, o, ks, np.empty(2 * n + 2, np.int32), np.empty(n, np.int32), stop)
+        np.testing.assert_array_equal(o[:stop], want[:stop])
+    _merge_slots(keys, n, o, ks)
+    np.testing.assert_array_equal(o, want)

@@ -34,6 +34,25 @@ def _worse(s1, d1, s2, d2):  # pragma: no cover - compiled
     return s1 < s2 or (s1 == s2 and d1 > d2)
 
 
+@njit(cache=True, inline="always")
+def _sift_down(hs, hd, i, size):  # pragma: no cover - compiled
+    """Move entry ``i`` down the min-heap ``hs/hd[:size]`` (root = worst) to its place."""
+    while True:
+        left = 2 * i + 1
+        if left >= size:
+            break
+        c = left
+        right = left + 1
+        if right < size and _worse(hs[right], hd[right], hs[left], hd[left]):
+            c = right
+        if _worse(hs[c], hd[c], hs[i], hd[i]):
+            hs[i], hs[c] = hs[c], hs[i]
+            hd[i], hd[c] = hd[c], hd[i]
+            i = c
+        else:
+            break
+
+
 @njit(cache=True)
 def _heap_push(hs, hd, size, k, s, d):  # pragma: no cover - compiled
     """Offer (s, d) to a min-heap (root = worst kept) of capacity k; returns the new size."""
@@ -54,41 +73,21 @@ def _heap_push(hs, hd, size, k, s, d):  # pragma: no cover - compiled
         return size
     hs[0] = s
     hd[0] = d
-    i = 0
-    while True:
-        left = 2 * i + 1
-        if left >= size:
-            break
-        c = left
-        right = left + 1
-        if right < size and _worse(hs[right], hd[right], hs[left], hd[left]):
-            c = right
-        if _worse(hs[c], hd[c], hs[i], hd[i]):
-            hs[i], hs[c] = hs[c], hs[i]
-            hd[i], hd[c] = hd[c], hd[i]
-            i = c
-        else:
-            break
+    _sift_down(hs, hd, 0, size)
     return size
 
 
 @njit(cache=True)
 def _sort_heap(hs, hd, size):  # pragma: no cover - compiled
-    """Sort the first ``size`` heap entries best first (insertion sort on small k is fine)."""
-    order = np.argsort(-hs[:size].astype(np.float64) * 1.0, kind="mergesort")
-    s2 = hs[:size][order].copy()
-    d2 = hd[:size][order].copy()
-    # fix ties: equal scores by ascending doc
-    i = 0
-    while i < size:
-        j = i + 1
-        while j < size and s2[j] == s2[i]:
-            j += 1
-        if j - i > 1:
-            d2[i:j] = np.sort(d2[i:j])
-        i = j
-    hs[:size] = s2
-    hd[:size] = d2
+    """Sort a heap built by :func:`_heap_push` best first, in place: descending score, equal
+    scores by ascending id. Heap sort: the root (worst kept) goes to the end, repeatedly.
+    (No ``np.argsort`` here: its merge sort alone took ~10 s of cold compile.)"""
+    end = size
+    while end > 1:
+        end -= 1
+        hs[0], hs[end] = hs[end], hs[0]
+        hd[0], hd[end] = hd[end], hd[0]
+        _sift_down(hs, hd, 0, end)
 
 
 @njit(cache=True, nogil=True)
