@@ -274,7 +274,8 @@ def test_kernel_sort_extreme_key_spans(scores: list[float]) -> None:
 def test_sort_slots_against_stable_argsort(n: int, shape: str) -> None:
     """The ordering kernel (counting pass + insertion, merge-sort fallback for crowded
     buckets) against numpy's stable argsort, full and top-``stop``."""
-    from kolm_search._kernels.fusion import _merge_slots, _sort_slots
+    from kolm_search._kernels.fusion import _sort_slots
+    from kolm_search._kernels.sorting import stable_argsort
 
     rng = np.random.default_rng(n)
     keys = rng.integers(0, 50 if shape == "crowded" else 2**40, n).astype(np.int64)
@@ -285,5 +286,5 @@ def test_sort_slots_against_stable_argsort(n: int, shape: str) -> None:
     for stop in (n, max(1, n // 3)):
         _sort_slots(keys, n, o, ks, np.empty(2 * n + 2, np.int32), np.empty(n, np.int32), stop)
         np.testing.assert_array_equal(o[:stop], want[:stop])
-    _merge_slots(keys, n, o, ks)
+    stable_argsort(keys, n, o, ks)
     np.testing.assert_array_equal(o, want)

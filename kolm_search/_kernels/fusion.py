@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit, prange
 
+from kolm_search._kernels.sorting import stable_argsort
 from kolm_search._kernels.topk import _heap_push, _sort_heap, _worse
 from kolm_search.errors import KolmValueError
 
@@ -111,48 +112,8 @@ def _sort_slots(keys, n, o, ks, count, bks, stop):  # pragma: no cover - compile
         ks[b + 1] = kv
         o[b + 1] = v
         if moves > 32 * n:  # crowded buckets: a stable merge sort of all slots instead
-            _merge_slots(keys, n, o, ks)
+            stable_argsort(keys, n, o, ks)
             return
-
-
-@njit(cache=True)
-def _merge_slots(keys, n, o, tmp):  # pragma: no cover - compiled
-    """``o[:n]`` = slots ``0..n-1`` by ascending ``keys``, equal keys in slot order (bottom-up
-    merge sort; ``tmp`` int64 (>= n,) scratch). Written out: ``np.argsort(kind="mergesort")``
-    costs seconds of cold compile for a fallback path."""
-    for t in range(n):
-        o[t] = t
-    src = o
-    dst = tmp
-    in_o = True
-    width = 1
-    while width < n:
-        for lo in range(0, n, 2 * width):
-            mid = min(lo + width, n)
-            hi = min(lo + 2 * width, n)
-            a, b, k = lo, mid, lo
-            while a < mid and b < hi:
-                if keys[src[b]] < keys[src[a]]:
-                    dst[k] = src[b]
-                    b += 1
-                else:
-                    dst[k] = src[a]
-                    a += 1
-                k += 1
-            while a < mid:
-                dst[k] = src[a]
-                a += 1
-                k += 1
-            while b < hi:
-                dst[k] = src[b]
-                b += 1
-                k += 1
-        src, dst = dst, src
-        in_o = not in_o
-        width *= 2
-    if not in_o:
-        for t in range(n):
-            o[t] = src[t]
 
 
 @njit(cache=True, nogil=True)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from kolm_search._kernels.sorting import stable_argsort
+
 __all__ = ["METRIC_IDS", "evaluate_groups"]
 
 METRIC_IDS = {
@@ -139,8 +141,18 @@ def _eval_chunk(order, ptr, local, n_run_total, score32, rel, offsets, data, met
                 if not _before(t - 1, t, sc, rows, data, offsets):
                     ok = False
                     break
-            if not ok:  # one merge sort on (score desc, docno desc); no np.argsort (slow to compile)
-                _merge_sort(idx, sc, rows, data, offsets)
+            if not ok:
+                # stable sort on the scores, then docno descending inside each tie run
+                neg = -sc
+                stable_argsort(neg, n_r, idx, np.empty(n_r, np.int64))
+                i = 0
+                while i < n_r:
+                    j = i + 1
+                    while j < n_r and sc[idx[j]] == sc[idx[i]]:
+                        j += 1
+                    if j - i > 1:
+                        _merge_sort(idx[i:j], sc, rows, data, offsets)
+                    i = j
             num_rel = 0
             num_nonrel = 0
             for lv in range(max_level + 1):
