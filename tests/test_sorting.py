@@ -26,3 +26,25 @@ def test_float32_keys_match_numpy(values: list[float]) -> None:
     o, tmp = np.empty(len(keys), np.int64), np.empty(len(keys), np.int64)
     stable_argsort(keys, len(keys), o, tmp)
     np.testing.assert_array_equal(o, np.argsort(keys, kind="stable"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from(["d1", "d10", "d2", "é", "", "d1x"])),
+                max_size=60))
+def test_trec_order_matches_python(entries: list[tuple[float, str]]) -> None:
+    """``by_docno``: score descending, equal scores by document id descending (byte order),
+    as trec_eval ranks a run."""
+    import pandas as pd
+
+    from kolm_search._kernels.sorting import merge_sort
+    from kolm_search.interning import string_buffers
+
+    n = len(entries)
+    scores = np.array([s for s, _ in entries], dtype=np.float32)
+    buffers = string_buffers(pd.Series([d for _, d in entries], dtype="str")) if n else None
+    offsets, data = (buffers[1], buffers[2]) if buffers is not None else (np.zeros(1, np.int64), np.zeros(0, np.uint8))
+    idx = np.arange(n, dtype=np.int64)
+    merge_sort(idx, n, np.empty(n, np.int64), scores, np.arange(n, dtype=np.int64), data, offsets, True)
+    want = sorted(range(n), key=lambda i: (-entries[i][0], [-b for b in entries[i][1].encode()] + [1]))
+    got = [(entries[i][0], entries[i][1]) for i in idx]
+    assert got == [(entries[i][0], entries[i][1]) for i in want]

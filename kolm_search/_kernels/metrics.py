@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from kolm_search._kernels.sorting import stable_argsort
+from kolm_search._kernels.sorting import _before, merge_sort, stable_argsort
 
 __all__ = ["METRIC_IDS", "evaluate_groups"]
 
@@ -33,63 +33,6 @@ METRIC_IDS = {
 }
 NONPOOL = -1
 UNJUDGED = -2
-
-
-@njit(cache=True, inline="always")
-def _bytes_cmp(data, offsets, a, b):  # pragma: no cover - compiled
-    """strcmp of row a and row b: <0, 0, >0."""
-    sa, ea = offsets[a], offsets[a + 1]
-    sb, eb = offsets[b], offsets[b + 1]
-    la, lb = ea - sa, eb - sb
-    n = la if la < lb else lb
-    for t in range(n):
-        ca = data[sa + t]
-        cb = data[sb + t]
-        if ca != cb:
-            return np.int64(ca) - np.int64(cb)
-    return la - lb
-
-
-@njit(cache=True)
-def _before(i, j, score, rows, data, offsets):  # pragma: no cover - compiled
-    """True when run entry i ranks before entry j (score desc, then docno desc)."""
-    if score[i] != score[j]:
-        return score[i] > score[j]
-    return _bytes_cmp(data, offsets, rows[i], rows[j]) > 0
-
-
-@njit(cache=True)
-def _merge_sort(idx, score, rows, data, offsets):  # pragma: no cover - compiled
-    n = idx.shape[0]
-    buf = np.empty(n, np.int64)
-    width = 1
-    src = idx
-    dst = buf
-    while width < n:
-        for lo in range(0, n, 2 * width):
-            mid = min(lo + width, n)
-            hi = min(lo + 2 * width, n)
-            a, b, k = lo, mid, lo
-            while a < mid and b < hi:
-                if _before(src[b], src[a], score, rows, data, offsets):
-                    dst[k] = src[b]
-                    b += 1
-                else:
-                    dst[k] = src[a]
-                    a += 1
-                k += 1
-            while a < mid:
-                dst[k] = src[a]
-                a += 1
-                k += 1
-            while b < hi:
-                dst[k] = src[b]
-                b += 1
-                k += 1
-        src, dst = dst, src
-        width *= 2
-    if src is not idx:
-        idx[:] = src
 
 
 @njit(cache=True, nogil=True)
@@ -151,7 +94,7 @@ def _eval_chunk(order, ptr, local, n_run_total, score32, rel, offsets, data, met
                     while j < n_r and sc[idx[j]] == sc[idx[i]]:
                         j += 1
                     if j - i > 1:
-                        _merge_sort(idx[i:j], sc, rows, data, offsets)
+                        merge_sort(idx[i:j], j - i, np.empty(j - i, np.int64), sc, rows, data, offsets, True)
                     i = j
             num_rel = 0
             num_nonrel = 0
