@@ -254,6 +254,27 @@ def test_grouping_kernels_match_numpy_twins(seed: int) -> None:
         np.testing.assert_array_equal(rep[ptr[g]:ptr[g] + counts[g]], rep2[ptr[g]:ptr[g] + counts2[g]])
 
 
+def test_intern_groups_wide_groups_match_twin() -> None:
+    """Groups of thousands of ids (long probe chains in the per-group table), ids of every
+    length incl. empty and non-ASCII, many repeats, and one empty group."""
+    from kolm_search._kernels.grouping import intern_groups, intern_groups_numpy
+    from kolm_search.interning import string_buffers
+
+    rng = np.random.default_rng(11)
+    pool = ["", "é", "a", "doc1", "doc12345", "doc123456789"] + [f"d{i}" * (1 + i % 3) for i in range(3000)]
+    sizes = [4000, 0, 2500, 1]
+    strings = [pool[i] for i in rng.integers(0, len(pool), sum(sizes))]
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    order = rng.permutation(len(strings)).astype(np.int64)  # rows of a group scattered anywhere
+    _, offsets, data = string_buffers(pd.Series(strings, dtype="str"))
+    local, rep, counts = intern_groups(order, ptr, offsets, data, 2)
+    local2, rep2, counts2 = intern_groups_numpy(order, ptr, strings)
+    np.testing.assert_array_equal(local, local2)
+    np.testing.assert_array_equal(counts, counts2)
+    for g in range(len(sizes)):
+        np.testing.assert_array_equal(rep[ptr[g]:ptr[g] + counts[g]], rep2[ptr[g]:ptr[g] + counts2[g]])
+
+
 @pytest.mark.parametrize("scores", [[1e300, -1e300], [-0.0, 0.0, 5e-324], [np.finfo(float).max, np.finfo(float).min, 0.0]])
 def test_kernel_sort_extreme_key_spans(scores: list[float]) -> None:
     """Tiny groups whose keys span most of the 64-bit range (the bucket shift saturates)."""
