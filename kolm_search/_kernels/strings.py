@@ -72,12 +72,12 @@ def string_run_starts_numpy(offsets: I64, data: U8) -> I64:
     return np.array([i for i in range(n) if i == 0 or values[i] != values[i - 1]], dtype=np.int64)
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _gather_lengths(offsets, rows, out_off, sums):  # pragma: no cover - compiled
     k = rows.shape[0]
     n_chunks = sums.shape[0] - 1
     out_off[0] = 0
-    for c in range(n_chunks):  # each chunk's total length (serial: one read per row)
+    for c in prange(n_chunks):  # each chunk's total length
         tot = 0
         for i in range((k * c) // n_chunks, (k * (c + 1)) // n_chunks):
             r = rows[i]
