@@ -245,7 +245,7 @@ def _run_starts(col: pd.Series, name: str, chunks: int) -> npt.NDArray[np.int64]
     if n == 0:
         return np.zeros(0, np.int64)
     if col.dtype == object:  # Python objects: neighbours compare without converting the column
-        return _change_starts(col.to_numpy())
+        return _object_change_starts(col.to_numpy())
     try:
         buffers = string_buffers(col)
     except FrameValidationError as exc:
@@ -256,6 +256,34 @@ def _run_starts(col: pd.Series, name: str, chunks: int) -> npt.NDArray[np.int64]
     if values.dtype.kind not in "iub":  # floats (NaN != NaN), categoricals, others: by codes
         values = pd.factorize(col, use_na_sentinel=True)[0]
     return _change_starts(values)
+
+
+def _object_change_starts(values: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """:func:`_change_starts` for an object array, comparing object identities first.
+
+    Neighbouring rows that hold the same Python object are equal without a comparison; only
+    rows whose object differs from the one before are compared by value. Query ids usually
+    repeat one object per query (``[qid] * k`` and ``np.repeat`` copy references), so ~n
+    comparisons of ~20 ns become a vectorised pass over the pointers and a few thousand
+    comparisons; when most neighbours are distinct objects (``astype(object)`` of a string
+    column makes one per row) every row is compared as before. The pointers are read, never
+    followed, while ``values`` holds its references.
+    """
+    import ctypes
+
+    values = np.ascontiguousarray(values)
+    n = len(values)
+    if n < 2:
+        return np.zeros(min(n, 1), np.int64)
+    ptrs = np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(values.ctypes.data))
+    head = ptrs[: 1 << 16]
+    if 4 * np.count_nonzero(head[1:] != head[:-1]) > len(head):  # one object per row: compare all
+        return _change_starts(values)
+    cand = np.flatnonzero(ptrs[1:] != ptrs[:-1]) + 1  # rows holding another object than the row before
+    if 4 * len(cand) > n:  # mostly distinct objects: gathering them would cost more than comparing all
+        return _change_starts(values)
+    differs = values[cand] != values[cand - 1]
+    return np.concatenate([[0], cand[np.asarray(differs, dtype=bool)]]).astype(np.int64)
 
 
 def _change_starts(values: npt.NDArray[Any]) -> npt.NDArray[np.int64]:

@@ -121,3 +121,31 @@ def test_missing_query_id_is_named() -> None:
     run = pd.DataFrame({"qid": [1.0, np.nan, 2.0], "doc_id": ["a", "b", "c"], "score": [3.0, 2, 1]})
     with pytest.raises(FrameValidationError, match="qid"):
         fuse([run])
+
+
+@pytest.mark.parametrize("kind", ["shared", "mostly-shared", "distinct", "mixed", "one", "strided"])
+def test_object_run_starts_by_identity_match_values(kind: str) -> None:
+    """Object qid columns: identity first, values where objects differ; the same run heads
+    as comparing every neighbour, whether objects are shared per query or one per row."""
+    from kolm_search.fuse import _change_starts, _object_change_starts
+
+    rng = np.random.default_rng(2)
+    ids = rng.integers(0, 4, 3000)
+    if kind == "shared":
+        pool = np.array([f"q{i}" for i in range(4)], dtype=object)
+        values = pool[np.sort(ids)]
+    elif kind == "mostly-shared":  # the identity path, with equal copies that are other objects
+        pool = np.array([f"q{i}" for i in range(4)], dtype=object)
+        values = pool[np.sort(ids)]
+        for r in range(7, len(values), 50):
+            values[r] = "".join(["q", values[r][1:]])
+        values[100] = 1.0 if values[99] == values[101] else values[100]  # one odd type inside a run
+    elif kind == "distinct":  # equal strings in distinct objects: must still count as one run
+        values = np.array(["".join(["q", str(i)]) for i in np.sort(ids)], dtype=object)
+    elif kind == "mixed":
+        values = np.array([1, 1, "1", "1", 2.0, 2, None, None, "q", "q"] * 50, dtype=object)
+    elif kind == "one":
+        values = np.array(["q"], dtype=object)
+    else:
+        values = np.repeat(np.array(["a", "b", "a"], dtype=object), 500)[::3]
+    assert _object_change_starts(values).tolist() == _change_starts(np.ascontiguousarray(values)).tolist()
