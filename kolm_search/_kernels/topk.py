@@ -35,6 +35,12 @@ def _worse(s1, d1, s2, d2):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
+def _swap(hs, hd, i, j):  # pragma: no cover - compiled
+    hs[i], hs[j] = hs[j], hs[i]
+    hd[i], hd[j] = hd[j], hd[i]
+
+
+@njit(cache=True, inline="always")
 def _sift_down(hs, hd, i, size):  # pragma: no cover - compiled
     """Move entry ``i`` down the min-heap ``hs/hd[:size]`` (root = worst) to its place."""
     while True:
@@ -46,8 +52,7 @@ def _sift_down(hs, hd, i, size):  # pragma: no cover - compiled
         if right < size and _worse(hs[right], hd[right], hs[left], hd[left]):
             c = right
         if _worse(hs[c], hd[c], hs[i], hd[i]):
-            hs[i], hs[c] = hs[c], hs[i]
-            hd[i], hd[c] = hd[c], hd[i]
+            _swap(hs, hd, i, c)
             i = c
         else:
             break
@@ -63,8 +68,7 @@ def _heap_push(hs, hd, size, k, s, d):  # pragma: no cover - compiled
         while i > 0:
             p = (i - 1) >> 1
             if _worse(hs[i], hd[i], hs[p], hd[p]):
-                hs[i], hs[p] = hs[p], hs[i]
-                hd[i], hd[p] = hd[p], hd[i]
+                _swap(hs, hd, i, p)
                 i = p
             else:
                 break
@@ -85,8 +89,7 @@ def _sort_heap(hs, hd, size):  # pragma: no cover - compiled
     end = size
     while end > 1:
         end -= 1
-        hs[0], hs[end] = hs[end], hs[0]
-        hd[0], hd[end] = hd[end], hd[0]
+        _swap(hs, hd, 0, end)
         _sift_down(hs, hd, 0, end)
 
 
