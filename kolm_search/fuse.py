@@ -275,7 +275,7 @@ def _object_change_starts(values: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
     n = len(values)
     if n < 2:
         return np.zeros(min(n, 1), np.int64)
-    ptrs = np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(values.ctypes.data))
+    ptrs = np.ctypeslib.as_array((ctypes.c_ssize_t * n).from_address(values.ctypes.data))  # pointer-sized
     head = ptrs[: 1 << 16]
     if 4 * np.count_nonzero(head[1:] != head[:-1]) > len(head):  # one object per row: compare all
         return _change_starts(values)
