@@ -17,7 +17,7 @@ import pandas as pd
 
 from kolm_search.errors import FrameValidationError, KolmTypeError
 
-__all__ = ["factorize", "string_buffers", "take_strings"]
+__all__ = ["factorize", "repeat_strings", "string_buffers", "take_strings"]
 
 
 def _arrow_strings(values: Any) -> Any | None:

@@ -150,3 +150,23 @@ def test_take_strings_gathers_and_rejects_non_strings() -> None:
     assert list(got) == ["ünï", "a", "ccc", "ccc"] and str(got.dtype) == "str"
     with pytest.raises(TypeError, match="Arrow string array"):
         take_strings(pa.array([1, 2]), np.array([0], np.int64))
+
+
+def test_repeat_strings_pandas_level() -> None:
+    import pyarrow as pa
+
+    from kolm_search.interning import repeat_strings as repeat_column
+
+    got = repeat_column(pa.array(["q1", "", "ünï"], type=pa.string()), np.array([2, 1, 3], np.int64), 2)
+    assert list(got) == ["q1", "q1", "", "ünï", "ünï", "ünï"] and str(got.dtype) == "str"
+    with pytest.raises(TypeError, match="repeat_strings needs an Arrow string array"):
+        repeat_column(pa.array([1, 2]), np.array([1, 1], np.int64))
+
+
+def test_intern_groups_rejects_groups_beyond_32_bit_codes() -> None:
+    from kolm_search._kernels.grouping import intern_groups
+    from kolm_search.errors import KolmValueError
+
+    offsets, data = _buffers(["a"])
+    with pytest.raises(KolmValueError, match="at most 2\\*\\*31 - 1"):
+        intern_groups(np.zeros(1, np.int64), np.array([0, 2**31], np.int64), offsets, data)
