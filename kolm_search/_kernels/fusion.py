@@ -227,7 +227,9 @@ def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, n_docs, mnz, limit,
     """One parallel entry point (one compilation) for the three passes over groups:
     mode 0 counts distinct docs, 1 fuses into ``dst`` offsets, 2 compacts ``src`` (written at
     ``dst``) into ``out`` at ``group_ptr`` offsets. Modes 0 and 1 skip an entry with a code
-    outside ``[0, n_docs)`` or a non-finite contribution and flag it in ``err[chunk]``."""
+    outside ``[0, n_docs)`` or a non-finite contribution and flag it in ``err[chunk]`` (mode 1
+    checks again after mode 0 on purpose: one predictable compare an entry, and the kernel
+    never indexes out of bounds whatever its caller did)."""
     n_groups = counts.shape[0]
     for c in prange(n_chunks):
         g0 = (n_groups * c) // n_chunks

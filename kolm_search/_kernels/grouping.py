@@ -126,8 +126,9 @@ def _intern_parallel(order, ptr, offsets, data, n_chunks, local, rep, counts):  
 def intern_groups(order, ptr, offsets, data, n_chunks=1):
     """Compiled per-group interning (see the module docstring; outputs numpy-allocated)."""
     n = order.shape[0]
-    if ptr.shape[0] > 1 and int(np.max(np.diff(ptr))) >= 2**31:  # codes live in 32 bits of a slot
-        raise KolmValueError(f"a group holds {int(np.max(np.diff(ptr)))} rows; at most 2**31 - 1 are supported")
+    widest = int(np.max(np.diff(ptr))) if ptr.shape[0] > 1 else 0
+    if widest >= 2**31:  # codes live in 32 bits of a table slot
+        raise KolmValueError(f"a group holds {widest} rows; at most 2**31 - 1 are supported")
     local = np.empty(n, np.int64)
     rep = np.empty(n, np.int64)
     counts = np.zeros(ptr.shape[0] - 1, np.int64)

@@ -87,14 +87,15 @@ def _eval_chunk(order, ptr, local, n_run_total, score32, rel, offsets, data, met
             if not ok:
                 # stable sort on the scores, then docno descending inside each tie run
                 neg = -sc
-                stable_argsort(neg, n_r, idx, np.empty(n_r, np.int64))
+                tmp = np.empty(n_r, np.int64)  # merge scratch, shared by every tie run below
+                stable_argsort(neg, n_r, idx, tmp)
                 i = 0
                 while i < n_r:
                     j = i + 1
                     while j < n_r and sc[idx[j]] == sc[idx[i]]:
                         j += 1
                     if j - i > 1:
-                        merge_sort(idx[i:j], j - i, np.empty(j - i, np.int64), sc, rows, data, offsets, True)
+                        merge_sort(idx[i:j], j - i, tmp, sc, rows, data, offsets, True)
                     i = j
             num_rel = 0
             num_nonrel = 0
