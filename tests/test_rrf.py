@@ -180,6 +180,32 @@ def test_kernel_sort_of_long_lists_matches_twin(shape: str) -> None:
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("codes", ["random", "strided", "clustered"])
+@pytest.mark.parametrize("limit", [-1, 3, 40])
+def test_kernel_hashes_large_code_ranges(codes: str, limit: int) -> None:
+    """Codes over a range far wider than any group go through the per-chunk hash table (in the
+    counting pass and the fusing pass); strided codes (multiples of 2**20) and runs of
+    neighbouring codes probe long chains. Equal to the numpy twin."""
+    rng = np.random.default_rng(3)
+    ptr, li, dc, ct = random_groups(rng, n_groups=40, n_lists=3, depth=80, n_docs=120)
+    n_docs = 10**9
+    if codes == "random":
+        table = rng.choice(n_docs, 120, replace=False)
+    elif codes == "strided":
+        table = np.arange(120, dtype=np.int64) << 20
+    else:
+        table = 500_000_000 + np.arange(120, dtype=np.int64)
+    dc = table[dc].astype(np.int64)
+    for chunks in (1, 3):
+        got = fuse_groups(ptr, li, dc, ct, n_docs, False, limit, n_chunks=chunks)
+        want = fuse_groups_numpy(ptr, li, dc, ct, n_docs, False, limit)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+    dc[len(dc) // 2] = n_docs  # validation on the hashed path too
+    with pytest.raises(KolmValueError, match=f"got {n_docs}"):
+        fuse_groups(ptr, li, dc, ct, n_docs, False, limit, n_chunks=2)
+
+
 def test_fuse_arrays_validates() -> None:
     with pytest.raises(KolmValueError, match="group_ptr"):
         fuse_arrays([0, 3], [0], [0], [1.0], 5)

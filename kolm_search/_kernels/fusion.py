@@ -25,7 +25,9 @@ group g's fused docs sit at ``[out_ptr[g], out_ptr[g + 1])``, by descending scor
 order of first appearance inside the group.
 
 Layout: one random access per entry (``mark[doc] = group << 32 | slot``); the per-document
-sums live in small per-group slot arrays. Full lists are sorted on integer keys (the IEEE
+sums live in small per-group slot arrays. When ``n_docs`` is large next to the groups (codes of
+a whole corpus), ``mark`` is an open-addressing hash table of 2-4x the widest group instead of
+an array over every code: it stays in cache and costs no fill of ``n_docs`` entries per chunk. Full lists are sorted on integer keys (the IEEE
 bits of the negated score, in the same order as the scores) by one counting pass on their
 leading bits and one insertion pass; with ``limit`` only the buckets that reach the first
 ``limit`` positions are sorted, or, for a limit under 1/32 of the list, a heap selects.
@@ -117,14 +119,73 @@ def _sort_slots(keys, n, o, ks, count, bks, stop):  # pragma: no cover - compile
 
 
 @njit(cache=True, nogil=True)
+def _table_bits(width):  # pragma: no cover - compiled
+    """log2 of the hash table size for groups of up to ``width`` entries (load <= 1/2)."""
+    hb = 4
+    while (1 << hb) < 2 * width:
+        hb += 1
+    return hb
+
+
+@njit(cache=True, nogil=True)
+def _use_table(n_docs, hb):  # pragma: no cover - compiled
+    """Hash the codes when a direct array over ``[0, n_docs)`` would be 16x the table or more
+    (a direct array is cheaper while it stays in cache; past that its misses and its fill,
+    one per chunk, cost more than hashing: 3x at a million codes)."""
+    return n_docs > (16 << hb)
+
+
+@njit(cache=True, nogil=True)
+def _collect_hashed(list_ids, docs, contrib, n_docs, start, stop, g, table, hshift, s_doc, s_acc, s_nl, s_last,
+                    err):  # pragma: no cover - compiled
+    """Slots of the distinct docs of entries ``[start, stop)`` (group ``g``) through an
+    open-addressing table (``table[h] = g << 32 | slot``, Fibonacci hashing, linear probing;
+    entries of other groups count as free). Returns the number of slots."""
+    tag = g << 32
+    hmask = table.shape[0] - 1
+    nt = 0
+    for i in range(start, stop):
+        d = docs[i]
+        c = contrib[i]
+        if d < 0 or d >= n_docs or not np.isfinite(c):
+            _flag(err, d, n_docs)
+            continue
+        lid = list_ids[i]
+        h = np.int64((np.uint64(d) * np.uint64(0x9E3779B97F4A7C15)) >> hshift)
+        while True:
+            m = table[h]
+            if (m >> 32) != g:  # free for this group: a new doc
+                table[h] = tag | nt
+                s_doc[nt] = d
+                s_acc[nt] = c
+                s_nl[nt] = 1
+                s_last[nt] = lid
+                nt += 1
+                break
+            t = m & 0xFFFFFFFF
+            if s_doc[t] == d:
+                if s_last[t] != lid:  # lists are contiguous: a new id is a new list
+                    s_acc[t] += c
+                    s_nl[t] += 1
+                    s_last[t] = lid
+                break
+            h = (h + 1) & hmask
+    return nt
+
+
+@njit(cache=True, nogil=True)
 def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, dst,
                 out_docs, out_scores, counts, err):  # pragma: no cover - compiled
     # One random access per entry: mark[d] = (group << 32) | slot. Everything else lives in
     # per-slot arrays (slots = docs in order of first appearance), small and cache-resident.
-    mark = np.full(n_docs, -1, np.int64)
+    # A large code range is hashed into a table of 2-4x the widest group instead.
     width = 1
     for g in range(g0, g1):
         width = max(width, group_ptr[g + 1] - group_ptr[g])
+    hb = _table_bits(width)
+    hashed = _use_table(n_docs, hb)
+    mark = np.full((1 << hb) if hashed else n_docs, -1, np.int64)
+    hshift = np.uint64(64 - hb)
     s_doc = np.empty(width, np.int64)
     s_acc = np.empty(width, np.float64)
     s_nl = np.empty(width, np.int64)
@@ -143,25 +204,29 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, 
         stop = group_ptr[g + 1]
         tag = g << 32
         nt = 0
-        for i in range(start, stop):
-            d = docs[i]
-            if d < 0 or d >= n_docs or not np.isfinite(contrib[i]):
-                _flag(err, d, n_docs)
-                continue
-            m = mark[d]
-            if (m >> 32) != g:
-                mark[d] = tag | nt
-                s_doc[nt] = d
-                s_acc[nt] = contrib[i]
-                s_nl[nt] = 1
-                s_last[nt] = list_ids[i]
-                nt += 1
-            else:
-                t = m & 0xFFFFFFFF
-                if s_last[t] != list_ids[i]:  # lists are contiguous: a new id is a new list
-                    s_acc[t] += contrib[i]
-                    s_nl[t] += 1
-                    s_last[t] = list_ids[i]
+        if hashed:
+            nt = _collect_hashed(list_ids, docs, contrib, n_docs, start, stop, g, mark, hshift, s_doc, s_acc,
+                                 s_nl, s_last, err)
+        else:
+            for i in range(start, stop):
+                d = docs[i]
+                if d < 0 or d >= n_docs or not np.isfinite(contrib[i]):
+                    _flag(err, d, n_docs)
+                    continue
+                m = mark[d]
+                if (m >> 32) != g:
+                    mark[d] = tag | nt
+                    s_doc[nt] = d
+                    s_acc[nt] = contrib[i]
+                    s_nl[nt] = 1
+                    s_last[nt] = list_ids[i]
+                    nt += 1
+                else:
+                    t = m & 0xFFFFFFFF
+                    if s_last[t] != list_ids[i]:  # lists are contiguous: a new id is a new list
+                        s_acc[t] += contrib[i]
+                        s_nl[t] += 1
+                        s_last[t] = list_ids[i]
         if mnz:
             for t in range(nt):
                 s_acc[t] *= s_nl[t]
@@ -207,6 +272,31 @@ def _flag(err, d, n_docs):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True)
 def _unique_counts(group_ptr, docs, contrib, n_docs, g0, g1, counts, err):  # pragma: no cover - compiled
     """Distinct documents of each group in ``[g0, g1)`` (the sizes of full fused lists)."""
+    width = 1
+    for g in range(g0, g1):
+        width = max(width, group_ptr[g + 1] - group_ptr[g])
+    hb = _table_bits(width)
+    if _use_table(n_docs, hb):  # the table holds (group, doc) pairs; other groups' pairs are free
+        t_group = np.full(1 << hb, -1, np.int64)
+        t_doc = np.empty(1 << hb, np.int64)
+        hmask = (1 << hb) - 1
+        hshift = np.uint64(64 - hb)
+        for g in range(g0, g1):
+            c = 0
+            for i in range(group_ptr[g], group_ptr[g + 1]):
+                d = docs[i]
+                if d < 0 or d >= n_docs or not np.isfinite(contrib[i]):
+                    _flag(err, d, n_docs)
+                    continue
+                h = np.int64((np.uint64(d) * np.uint64(0x9E3779B97F4A7C15)) >> hshift)
+                while t_group[h] == g and t_doc[h] != d:
+                    h = (h + 1) & hmask
+                if t_group[h] != g:
+                    t_group[h] = g
+                    t_doc[h] = d
+                    c += 1
+            counts[g] = c
+        return
     mark = np.full(n_docs, -1, np.int64)
     for g in range(g0, g1):
         c = 0
