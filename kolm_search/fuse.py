@@ -239,13 +239,21 @@ def _doc_column(frames: list[pd.DataFrame]) -> tuple[Any, tuple[Any, I64, npt.ND
 def _run_starts(col: pd.Series, name: str, chunks: int) -> npt.NDArray[np.int64]:
     """Rows of ``col`` that start a run of equal query ids (row 0 first)."""
     from kolm_search._kernels.strings import string_run_starts
-    from kolm_search.interning import string_buffers
+    from kolm_search.interning import object_pointers, str_layout, string_buffers
 
     n = len(col)
     if n == 0:
         return np.zeros(0, np.int64)
     if col.dtype == object:  # Python objects: neighbours compare without converting the column
-        return _object_change_starts(col.to_numpy())
+        values = np.ascontiguousarray(col.to_numpy())
+        layout = str_layout()
+        if layout is not None:  # compact strs compared in place, on all threads
+            from kolm_search._kernels.pyobjects import object_run_starts
+
+            starts, ok = object_run_starts(object_pointers(values), layout, chunks)
+            if ok:
+                return np.asarray(starts, np.int64)
+        return _object_change_starts(values)
     try:
         buffers = string_buffers(col)
     except FrameValidationError as exc:

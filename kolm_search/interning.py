@@ -2,13 +2,18 @@
 
 :func:`factorize` is ``pandas.factorize`` semantics (codes in first-appearance order, or in
 sorted order with ``sort=True``) with a fast path for string columns: their Arrow buffers go
-to the Numba interner :func:`kolm_search._kernels.intern.intern_bytes`. Other dtypes (ints,
-categoricals, objects that are not all str) go to ``pandas.factorize``. Missing ids are an
+to the Numba interner :func:`kolm_search._kernels.intern.intern_bytes`. Object columns of
+``str`` become Arrow buffers by reading the objects in place on all threads
+(:mod:`kolm_search._kernels.pyobjects`, on CPython once :func:`str_layout` has checked the
+object layout), else through ``pyarrow.array``. Other dtypes (ints, categoricals, objects
+that are not all str) go to ``pandas.factorize``. Missing ids are an
 error naming the column.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from typing import Any
 
 import numpy as np
@@ -17,7 +22,7 @@ import pandas as pd
 
 from kolm_search.errors import FrameValidationError, KolmTypeError
 
-__all__ = ["factorize", "repeat_strings", "string_buffers", "take_strings"]
+__all__ = ["factorize", "object_pointers", "repeat_strings", "str_layout", "string_buffers", "take_strings"]
 
 
 def _arrow_strings(values: Any) -> Any | None:
@@ -32,6 +37,9 @@ def _arrow_strings(values: Any) -> Any | None:
     elif isinstance(arr, pd.arrays.ArrowStringArray) or getattr(arr, "dtype", None) == "string[pyarrow]":
         pa_arr = pa.chunked_array(arr._pa_array) if hasattr(arr, "_pa_array") else pa.array(arr)
     elif (isinstance(arr, np.ndarray) and arr.dtype == object) or isinstance(arr, (list, tuple)):
+        direct = _object_strings(arr) if isinstance(arr, np.ndarray) else None
+        if direct is not None:
+            return direct
         try:
             pa_arr = pa.array(arr, type=pa.large_string())
         except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -49,6 +57,118 @@ def _arrow_strings(values: Any) -> Any | None:
     if not (pa.types.is_string(pa_arr.type) or pa.types.is_large_string(pa_arr.type)):
         return None
     return pa_arr
+
+
+_KINDS = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}
+
+
+@functools.cache
+def str_layout() -> npt.NDArray[np.int64] | None:
+    """Field offsets of CPython's compact ``str`` objects, measured on probe strings, or None.
+
+    ``[type_off, id(str), len_off, state_off, ascii_data_off, compact_data_off]`` (see
+    :mod:`kolm_search._kernels.pyobjects`). Every field is located by value on several probes
+    (ASCII, Latin-1, UCS-2 and UCS-4, of different lengths) and must be found exactly once,
+    and every probe's characters must read back; otherwise (another interpreter or object
+    header) None, and object columns take the pyarrow path.
+    """
+    import ctypes
+
+    if sys.implementation.name != "cpython" or sys.byteorder != "little" or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    ascii_off = sys.getsizeof("") - 1
+    compact_off = sys.getsizeof("\xe9") - 2
+    if {sys.getsizeof("\u20ac") - 4, sys.getsizeof("\U0001f600") - 8} != {compact_off}:
+        return None
+    stem = "".join(chr(c) for c in range(97, 123))  # built at run time: fresh objects
+    probes = [stem[:1], stem + "-kolm", stem * 3, "\xe9" + stem[:5], "\u20ac" * 9, "\U0001f600" * 4 + stem[:2]]
+    kinds = [1 if max(map(ord, p)) < 256 else 2 if max(map(ord, p)) < 65536 else 4 for p in probes]
+    heads = [ctypes.string_at(id(p), compact_off) for p in probes]
+
+    def word(h: bytes, k: int, size: int = 8) -> int:
+        return int.from_bytes(h[k:k + size], "little")
+
+    def only(found: list[int]) -> int | None:
+        return found[0] if len(found) == 1 else None
+
+    type_off = only([k for k in range(0, ascii_off - 7, 8) if all(word(h, k) == id(str) for h in heads)])
+    len_off = only([k for k in range(0, ascii_off - 7, 8) if all(word(h, k) == len(p) for h, p in zip(heads, probes))])
+    if type_off is None or len_off is None:
+        return None
+
+    def state_ok(st: int, p: str, kind: int) -> bool:
+        return (st >> 2) & 7 == kind and (st >> 5) & 1 == 1 and (st >> 6) & 1 == int(p.isascii())
+
+    state_off = only([k for k in range(len_off + 8, ascii_off - 3, 4)
+                      if all(state_ok(word(h, k, 4), p, kd) for h, p, kd in zip(heads, probes, kinds))])
+    if state_off is None:
+        return None
+    for p, kd in zip(probes, kinds):
+        off = ascii_off if p.isascii() else compact_off
+        if ctypes.string_at(id(p) + off, len(p) * kd) != p.encode(_KINDS[kd]):
+            return None
+    return np.array([type_off, id(str), len_off, state_off, ascii_off, compact_off], np.int64)
+
+
+def object_pointers(values: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """The object pointers of a contiguous object array, as an int64 view (read, never
+    followed here; valid while ``values`` holds its references)."""
+    import ctypes
+
+    n = len(values)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    return np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(values.ctypes.data))
+
+
+def _chunk_of(row: int, n: int, n_chunks: int) -> int:
+    """The chunk c with ``n*c // n_chunks <= row < n*(c+1) // n_chunks`` (the kernels' split)."""
+    c = min(n_chunks - 1, (row * n_chunks) // n)
+    while (n * c) // n_chunks > row:
+        c -= 1
+    while (n * (c + 1)) // n_chunks <= row:
+        c += 1
+    return c
+
+
+def _object_strings(values: npt.NDArray[Any]) -> Any | None:
+    """An object array of ``str`` as a pyarrow ``large_string`` Array, read in place by the
+    :mod:`kolm_search._kernels.pyobjects` kernels; None when it holds anything but exact
+    ``str`` (None, NaN, numbers, subclasses: the caller's pyarrow path handles those) or
+    when the layout is unknown. Non-ASCII strings (at most 1 in 8) are encoded in Python.
+    """
+    import numba
+    import pyarrow as pa
+
+    from kolm_search._kernels.pyobjects import ascii_lengths, pack_ascii
+
+    layout = str_layout()
+    if layout is None or values.ndim != 1 or len(values) < 1024:
+        return None
+    values = np.ascontiguousarray(values)
+    ptrs = object_pointers(values)
+    chunks = 4 * numba.get_num_threads()
+    lengths, chunk_bytes, n_other = ascii_lengths(ptrs, layout, chunks)
+    encoded: list[tuple[int, bytes]] = []
+    if n_other:
+        if 8 * n_other > len(values):
+            return None
+        n = len(values)
+        for row in np.flatnonzero(lengths < 0).tolist():
+            v = values[row]
+            if type(v) is not str:
+                return None
+            try:
+                b = v.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates: pyarrow reports them
+                return None
+            encoded.append((row, b))
+            lengths[row] = -len(b) - 1
+            chunk_bytes[_chunk_of(row, n, chunks)] += len(b)
+    offsets, data = pack_ascii(ptrs, layout, lengths, chunk_bytes)
+    for row, b in encoded:
+        data[offsets[row]:offsets[row + 1]] = np.frombuffer(b, np.uint8)
+    return pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets), pa.py_buffer(data))
 
 
 def string_buffers(values: Any) -> tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.uint8]] | None:
