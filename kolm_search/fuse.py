@@ -1,8 +1,10 @@
 """Fusion of candidate frames and of run DataFrames: RRF, weighted RRF, CombSUM, CombMNZ.
 
 :func:`fuse_frame` fuses the lists (``list_id``) of every query of a frame in one kernel
-call; :func:`fuse` is the DataFrame front end (ranx/TREC-style runs). Both compute one
-contribution per entry and call :func:`kolm_search.fusion.fuse_arrays`:
+call; :func:`fuse` is the DataFrame front end (ranx/TREC-style runs). Both run one kernel:
+RRF through :func:`kolm_search.fusion.fuse_rrf_arrays` (contributions computed in the kernel
+from the ranks), score fusion through :func:`kolm_search.fusion.fuse_arrays` with one
+contribution per entry:
 
 - ``"rrf"``: ``w_l / (k + rank + 1)`` (zero-based ranks; Cormack et al., SIGIR 2009);
 - ``"combsum"``: ``w_l * norm(score)``; ``"combmnz"``: the CombSUM sum times the number of
@@ -24,7 +26,7 @@ import pandas as pd
 
 from kolm_search.errors import FrameValidationError, KolmTypeError, KolmValueError
 from kolm_search.frame import CandidateFrame
-from kolm_search.fusion import check_k, check_weights, fuse_arrays
+from kolm_search.fusion import check_k, check_weights, fuse_arrays, fuse_rrf_arrays
 
 __all__ = ["FUSION_METHODS", "fuse", "fuse_frame"]
 
@@ -129,10 +131,15 @@ def fuse_frame(
     nl = int(n_lists if n_lists is not None else (lid.max() + 1 if len(lid) else 1))
     w = check_weights(weights, nl)
     ptr = frame.ptr
-    contrib = _contributions(method, k, w, lid, frame.rank, frame.score, frame.query.astype(np.int64) * nl + lid, norm)
     nd = int(n_docs if n_docs is not None else (frame.doc.max() + 1 if len(frame) else 1))
-    out_ptr, docs, scores = fuse_arrays(ptr, lid, frame.doc, contrib, nd, mnz=(method == "combmnz"),
-                                        limit=limit, n_threads=n_threads)
+    if method == "rrf":
+        out_ptr, docs, scores = fuse_rrf_arrays(ptr, lid, frame.doc, frame.rank, nd, k=k, weights=w, limit=limit,
+                                                n_threads=n_threads)
+    else:
+        contrib = _contributions(method, k, w, lid, frame.rank, frame.score, frame.query.astype(np.int64) * nl + lid,
+                                 norm)
+        out_ptr, docs, scores = fuse_arrays(ptr, lid, frame.doc, contrib, nd, mnz=(method == "combmnz"),
+                                            limit=limit, n_threads=n_threads)
     return CandidateFrame.from_ptr(out_ptr, docs, scores)
 
 
@@ -369,10 +376,13 @@ def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, m
         _, first = np.unique(segment * n_local + local, return_index=True)
         counted = np.zeros(len(order), bool)
         counted[first] = True
-    ordered_score = score[order] if method != "rrf" else score  # rrf reads ranks only
-    contrib = _contributions(method, k, w, lid_o, position, ordered_score, segment, norm, counted)
-    out_ptr, out_local, out_scores = fuse_arrays(ptr, lid_o, local, contrib, n_local,
-                                                 mnz=(method == "combmnz"), limit=limit, n_threads=n_threads)
+    if method == "rrf":  # contributions computed in the kernel from the ranks
+        out_ptr, out_local, out_scores = fuse_rrf_arrays(ptr, lid_o, local, position, n_local, k=k, weights=w,
+                                                         limit=limit, n_threads=n_threads)
+    else:
+        contrib = _contributions(method, k, w, lid_o, position, score[order], segment, norm, counted)
+        out_ptr, out_local, out_scores = fuse_arrays(ptr, lid_o, local, contrib, n_local,
+                                                     mnz=(method == "combmnz"), limit=limit, n_threads=n_threads)
     with numba_threads(n_threads) as threads:
         # the codes are not needed once they are rows: write the rows over them
         doc_rows, rank = output_rows(ptr, out_ptr, out_local, rep, 4 * threads, overwrite=True)

@@ -77,13 +77,16 @@ def str_layout() -> npt.NDArray[np.int64] | None:
     if sys.implementation.name != "cpython" or sys.byteorder != "little" or ctypes.sizeof(ctypes.c_void_p) != 8:
         return None
     ascii_off = sys.getsizeof("") - 1
-    compact_off = sys.getsizeof("\xe9") - 2
-    if {sys.getsizeof("\u20ac") - 4, sys.getsizeof("\U0001f600") - 8} != {compact_off}:
+    # fresh strings: a string whose UTF-8 form was asked for once carries it, and getsizeof counts it
+    wide = ["".join([chr(c)] * 3) for c in (0xE9, 0x20AC, 0x1F600)]
+    sizes = {sys.getsizeof(w) - 4 * kind for w, kind in zip(wide, (1, 2, 4), strict=True)}
+    if len(sizes) != 1:
         return None
+    compact_off = sizes.pop()
     stem = "".join(chr(c) for c in range(97, 123))  # built at run time: fresh objects
     probes = [stem[:1], stem + "-kolm", stem * 3, "\xe9" + stem[:5], "\u20ac" * 9, "\U0001f600" * 4 + stem[:2]]
     kinds = [1 if max(map(ord, p)) < 256 else 2 if max(map(ord, p)) < 65536 else 4 for p in probes]
-    heads = [ctypes.string_at(id(p), compact_off) for p in probes]
+    heads = [ctypes.string_at(id(p), ascii_off) for p in probes]  # the header every str has
 
     def word(h: bytes, k: int, size: int = 8) -> int:
         return int.from_bytes(h[k:k + size], "little")

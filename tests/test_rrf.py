@@ -206,6 +206,47 @@ def test_kernel_hashes_large_code_ranges(codes: str, limit: int) -> None:
         fuse_groups(ptr, li, dc, ct, n_docs, False, limit, n_chunks=2)
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("limit", [None, 2, 25])
+@pytest.mark.parametrize("n_docs", [40, 10**8])  # direct marks and the hash table
+def test_fuse_rrf_arrays_equal_contributions_path(seed: int, limit: int | None, n_docs: int) -> None:
+    """RRF computed in the kernel from ranks is bit-identical to fuse_arrays on the numpy
+    contributions w / (k + rank + 1), with weights, repeats and every output mode."""
+    from kolm_search.fusion import fuse_rrf_arrays
+
+    rng = np.random.default_rng(seed)
+    ptr, li, dc, _ = random_groups(rng, n_groups=70, n_lists=3, depth=30, n_docs=40)
+    if n_docs > 40:
+        dc = dc * 2_500_000 + 7
+    ranks = np.concatenate([np.arange(n) for n in np.diff(ptr)]).astype(np.int64)
+    ranks = ranks % 17  # not positions: the kernel must read the given ranks
+    w = np.array([1.0, 0.5, 2.25])
+    k = 12.5
+    contrib = np.divide(w[li], np.add(ranks, k + 1.0, dtype=np.float64))
+    want = fuse_arrays(ptr, li, dc, contrib, n_docs, limit=limit, n_threads=2)
+    got = fuse_rrf_arrays(ptr, li, dc, ranks, n_docs, k=k, weights=list(w), limit=limit, n_threads=2)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    twin = fuse_groups_numpy(ptr, li, dc, contrib, n_docs, False, -1 if limit is None else limit)
+    for a, b in zip(got, twin, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fuse_rrf_arrays_validates() -> None:
+    from kolm_search.fusion import fuse_rrf_arrays
+
+    with pytest.raises(KolmValueError, match="ranks must be non-negative, got -1"):
+        fuse_rrf_arrays([0, 2], [0, 0], [0, 1], [0, -1], 5)
+    with pytest.raises(KolmValueError, match="one entry per list"):
+        fuse_rrf_arrays([0, 2], [0, 1], [0, 1], [0, 0], 5, weights=[1.0])
+    with pytest.raises(KolmValueError, match="codes"):
+        fuse_rrf_arrays([0, 2], [0, 0], [0, 9], [0, 1], 5)
+    with pytest.raises(KolmValueError, match="ranks must have one shape|one shape"):
+        fuse_rrf_arrays([0, 2], [0, 0], [0, 1], [0], 5)
+    with pytest.raises(KolmValueError, match="k must be"):
+        fuse_rrf_arrays([0, 2], [0, 0], [0, 1], [0, 1], 5, k=-1)
+
+
 def test_fuse_arrays_validates() -> None:
     with pytest.raises(KolmValueError, match="group_ptr"):
         fuse_arrays([0, 3], [0], [0], [1.0], 5)

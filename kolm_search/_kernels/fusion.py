@@ -118,6 +118,15 @@ def _sort_slots(keys, n, o, ks, count, bks, stop):  # pragma: no cover - compile
             return
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _contribution(i, contrib, ranks, weights, list_ids, kp1):  # pragma: no cover - compiled
+    """Entry i's contribution: ``contrib[i]``, or with ``ranks`` given (RRF) ``weights[list] /
+    (ranks[i] + kp1)``, the same two float64 operations the numpy wrapper would do."""
+    if ranks.shape[0]:
+        return weights[list_ids[i]] / (ranks[i] + kp1)
+    return contrib[i]
+
+
 @njit(cache=True, nogil=True)
 def _table_bits(width):  # pragma: no cover - compiled
     """log2 of the hash table size for groups of up to ``width`` entries (load <= 1/2)."""
@@ -136,8 +145,8 @@ def _use_table(n_docs, hb):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _collect_hashed(list_ids, docs, contrib, n_docs, start, stop, g, table, hshift, s_doc, s_acc, s_nl, s_last,
-                    err):  # pragma: no cover - compiled
+def _collect_hashed(list_ids, docs, contrib, ranks, weights, kp1, n_docs, start, stop, g, table, hshift, s_doc,
+                    s_acc, s_nl, s_last, err):  # pragma: no cover - compiled
     """Slots of the distinct docs of entries ``[start, stop)`` (group ``g``) through an
     open-addressing table (``table[h] = g << 32 | slot``, Fibonacci hashing, linear probing;
     entries of other groups count as free). Returns the number of slots."""
@@ -146,8 +155,11 @@ def _collect_hashed(list_ids, docs, contrib, n_docs, start, stop, g, table, hshi
     nt = 0
     for i in range(start, stop):
         d = docs[i]
-        c = contrib[i]
-        if d < 0 or d >= n_docs or not np.isfinite(c):
+        if d < 0 or d >= n_docs:
+            _flag(err, d, n_docs)
+            continue
+        c = _contribution(i, contrib, ranks, weights, list_ids, kp1)
+        if not np.isfinite(c):
             _flag(err, d, n_docs)
             continue
         lid = list_ids[i]
@@ -174,7 +186,7 @@ def _collect_hashed(list_ids, docs, contrib, n_docs, start, stop, g, table, hshi
 
 
 @njit(cache=True, nogil=True)
-def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, dst,
+def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, weights, kp1, n_docs, mnz, limit, g0, g1, dst,
                 out_docs, out_scores, counts, err):  # pragma: no cover - compiled
     # One random access per entry: mark[d] = (group << 32) | slot. Everything else lives in
     # per-slot arrays (slots = docs in order of first appearance), small and cache-resident.
@@ -205,26 +217,30 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, 
         tag = g << 32
         nt = 0
         if hashed:
-            nt = _collect_hashed(list_ids, docs, contrib, n_docs, start, stop, g, mark, hshift, s_doc, s_acc,
-                                 s_nl, s_last, err)
+            nt = _collect_hashed(list_ids, docs, contrib, ranks, weights, kp1, n_docs, start, stop, g, mark,
+                                 hshift, s_doc, s_acc, s_nl, s_last, err)
         else:
             for i in range(start, stop):
                 d = docs[i]
-                if d < 0 or d >= n_docs or not np.isfinite(contrib[i]):
+                if d < 0 or d >= n_docs:
+                    _flag(err, d, n_docs)
+                    continue
+                c = _contribution(i, contrib, ranks, weights, list_ids, kp1)
+                if not np.isfinite(c):
                     _flag(err, d, n_docs)
                     continue
                 m = mark[d]
                 if (m >> 32) != g:
                     mark[d] = tag | nt
                     s_doc[nt] = d
-                    s_acc[nt] = contrib[i]
+                    s_acc[nt] = c
                     s_nl[nt] = 1
                     s_last[nt] = list_ids[i]
                     nt += 1
                 else:
                     t = m & 0xFFFFFFFF
                     if s_last[t] != list_ids[i]:  # lists are contiguous: a new id is a new list
-                        s_acc[t] += contrib[i]
+                        s_acc[t] += c
                         s_nl[t] += 1
                         s_last[t] = list_ids[i]
         if mnz:
@@ -270,8 +286,9 @@ def _flag(err, d, n_docs):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _unique_counts(group_ptr, docs, contrib, n_docs, g0, g1, counts, err):  # pragma: no cover - compiled
-    """Distinct documents of each group in ``[g0, g1)`` (the sizes of full fused lists)."""
+def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts, err):  # pragma: no cover - compiled
+    """Distinct documents of each group in ``[g0, g1)`` (the sizes of full fused lists). Reads
+    the codes only: a non-finite contribution is flagged by the fusing pass."""
     width = 1
     for g in range(g0, g1):
         width = max(width, group_ptr[g + 1] - group_ptr[g])
@@ -285,7 +302,7 @@ def _unique_counts(group_ptr, docs, contrib, n_docs, g0, g1, counts, err):  # pr
             c = 0
             for i in range(group_ptr[g], group_ptr[g + 1]):
                 d = docs[i]
-                if d < 0 or d >= n_docs or not np.isfinite(contrib[i]):
+                if d < 0 or d >= n_docs:
                     _flag(err, d, n_docs)
                     continue
                 h = np.int64((np.uint64(d) * np.uint64(0x9E3779B97F4A7C15)) >> hshift)
@@ -302,7 +319,7 @@ def _unique_counts(group_ptr, docs, contrib, n_docs, g0, g1, counts, err):  # pr
         c = 0
         for i in range(group_ptr[g], group_ptr[g + 1]):
             d = docs[i]
-            if d < 0 or d >= n_docs or not np.isfinite(contrib[i]):
+            if d < 0 or d >= n_docs:
                 _flag(err, d, n_docs)
                 continue
             if mark[d] != g:
@@ -312,23 +329,24 @@ def _unique_counts(group_ptr, docs, contrib, n_docs, g0, g1, counts, err):  # pr
 
 
 @njit(cache=True, parallel=True)
-def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, n_chunks, dst, out_docs,
-                   out_scores, counts, src_docs, src_scores, err):  # pragma: no cover - compiled
+def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, ranks, weights, kp1, n_docs, mnz, limit, n_chunks, dst,
+                   out_docs, out_scores, counts, src_docs, src_scores, err):  # pragma: no cover - compiled
     """One parallel entry point (one compilation) for the three passes over groups:
     mode 0 counts distinct docs, 1 fuses into ``dst`` offsets, 2 compacts ``src`` (written at
     ``dst``) into ``out`` at ``group_ptr`` offsets. Modes 0 and 1 skip an entry with a code
-    outside ``[0, n_docs)`` or a non-finite contribution and flag it in ``err[chunk]`` (mode 1
-    checks again after mode 0 on purpose: one predictable compare an entry, and the kernel
-    never indexes out of bounds whatever its caller did)."""
+    outside ``[0, n_docs)`` and flag it in ``err[chunk]``, mode 1 also an entry whose
+    contribution is not finite (mode 1 checks codes again after mode 0 on purpose: one
+    predictable compare an entry, and the kernel never indexes out of bounds whatever its
+    caller did)."""
     n_groups = counts.shape[0]
     for c in prange(n_chunks):
         g0 = (n_groups * c) // n_chunks
         g1 = (n_groups * (c + 1)) // n_chunks
         if mode == 0:
-            _unique_counts(group_ptr, docs, contrib, n_docs, g0, g1, counts, err[c])
+            _unique_counts(group_ptr, docs, n_docs, g0, g1, counts, err[c])
         elif mode == 1:
-            _fuse_chunk(group_ptr, list_ids, docs, contrib, n_docs, mnz, limit, g0, g1, dst, out_docs,
-                        out_scores, counts, err[c])
+            _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, weights, kp1, n_docs, mnz, limit, g0, g1, dst,
+                        out_docs, out_scores, counts, err[c])
         else:
             for g in range(g0, g1):
                 for t in range(counts[g]):
@@ -346,8 +364,13 @@ def _raise_flagged(err: I64, n_docs: int) -> None:
 
 
 def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: int,
-                mnz: bool, limit: int, n_chunks: int = 1) -> tuple[I64, I64, F64]:
+                mnz: bool, limit: int, n_chunks: int = 1, *, ranks: I64 | None = None,
+                weights: F64 | None = None, kp1: float = 61.0) -> tuple[I64, I64, F64]:
     """Compiled fusion over all groups (see the module docstring for shapes and dtypes).
+
+    With ``ranks`` (int64 (n,)) and ``weights`` (float64 (n_lists,)) the contributions are
+    RRF's, ``weights[list] / (ranks + kp1)``, computed entry by entry in the fusing pass (no
+    contribution array; ``contrib`` is then ignored and may be empty).
 
     The passes validate as they go (no separate pass): a document code outside
     ``[0, n_docs)`` or a non-finite contribution raises :class:`KolmValueError`.
@@ -362,29 +385,33 @@ def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: 
     err = np.zeros((int(nc), 3), np.int64)
     widest = int(np.max(np.diff(group_ptr))) if n_groups else 0
     none_i, none_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
+    rk = none_i if ranks is None else ranks
+    wt = none_f if weights is None else weights
+    k1 = np.float64(kp1)
     m_, l_ = bool(mnz), np.int64(limit)
     if limit < 0 or limit >= widest:  # every doc kept: count, then write straight to place
-        _fuse_parallel(0, group_ptr, list_ids, docs, contrib, nd, m_, l_, nc, out_ptr, none_i, none_f, counts,
-                       none_i, none_f, err)
+        _fuse_parallel(0, group_ptr, list_ids, docs, contrib, rk, wt, k1, nd, m_, l_, nc, out_ptr, none_i, none_f,
+                       counts, none_i, none_f, err)
         _raise_flagged(err, n_docs)
         np.cumsum(counts, out=out_ptr[1:])
         out_docs = np.empty(int(out_ptr[-1]), np.int64)
         out_scores = np.empty(int(out_ptr[-1]), np.float64)
-        _fuse_parallel(1, group_ptr, list_ids, docs, contrib, nd, m_, np.int64(-1), nc, out_ptr, out_docs,
+        _fuse_parallel(1, group_ptr, list_ids, docs, contrib, rk, wt, k1, nd, m_, np.int64(-1), nc, out_ptr, out_docs,
                        out_scores, counts, none_i, none_f, err)
+        _raise_flagged(err, n_docs)  # non-finite contributions (the counting pass reads codes only)
         return out_ptr, out_docs, out_scores
     # top-limit: group g writes at most limit entries at g * limit, then a compaction
     dst = np.arange(n_groups + 1, dtype=np.int64) * limit
     tmp_docs = np.empty(n_groups * limit, np.int64)
     tmp_scores = np.empty(n_groups * limit, np.float64)
-    _fuse_parallel(1, group_ptr, list_ids, docs, contrib, nd, m_, l_, nc, dst, tmp_docs, tmp_scores, counts,
-                   none_i, none_f, err)
+    _fuse_parallel(1, group_ptr, list_ids, docs, contrib, rk, wt, k1, nd, m_, l_, nc, dst, tmp_docs, tmp_scores,
+                   counts, none_i, none_f, err)
     _raise_flagged(err, n_docs)
     np.cumsum(counts, out=out_ptr[1:])
     out_docs = np.empty(int(out_ptr[-1]), np.int64)
     out_scores = np.empty(int(out_ptr[-1]), np.float64)
-    _fuse_parallel(2, out_ptr, list_ids, docs, contrib, nd, m_, l_, nc, dst, out_docs, out_scores, counts,
-                   tmp_docs, tmp_scores, err)
+    _fuse_parallel(2, out_ptr, list_ids, docs, contrib, rk, wt, k1, nd, m_, l_, nc, dst, out_docs, out_scores,
+                   counts, tmp_docs, tmp_scores, err)
     return out_ptr, out_docs, out_scores
 
 
