@@ -97,12 +97,17 @@ def main() -> None:
     fuse_arrays(ptr[:3], lids[: ptr[2]], docs[: ptr[2]], contrib[: ptr[2]], n_docs)
     t_kernel, _ = median_time(lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs), args.repeat)
     rows.append({"what": "kolm fuse_arrays on coded arrays (dedup + sort)", "seconds": t_kernel})
+    from kolm_search.fusion import fuse_rrf_arrays
+
+    fuse_rrf_arrays(ptr[:3], lids[: ptr[2]], docs[: ptr[2]], rank[: ptr[2]], n_docs)
+    t_rrf, _ = median_time(lambda: fuse_rrf_arrays(ptr, lids, docs, rank, n_docs), args.repeat)
+    rows.append({"what": "kolm fuse_rrf_arrays (RRF from ranks, what fuse runs)", "seconds": t_rrf})
     t_kernel100, _ = median_time(lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs, limit=100), args.repeat)
     t_kernel10, _ = median_time(lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs, limit=10), args.repeat)
     bare_scatter(ptr[:3], docs, contrib, n_docs, 2)
     t_bare, _ = median_time(lambda: bare_scatter(ptr, docs, contrib, n_docs, 2), args.repeat)
     rows.append({"what": "bare Numba scatter-add (floor, 2 threads)", "seconds": t_bare,
-                 "kernel_vs_bare": f"{t_kernel / t_bare:.2f}x"})
+                 "kernel_vs_bare": f"{t_kernel / t_bare:.2f}x", "rrf_vs_bare": f"{t_rrf / t_bare:.2f}x"})
     rows.append({"what": "kolm fuse_arrays, limit=100 (top-k selection)", "seconds": t_kernel100,
                  "vs_bare": f"{t_kernel100 / t_bare:.2f}x"})
     rows.append({"what": "kolm fuse_arrays, limit=10 (top-k selection)", "seconds": t_kernel10,

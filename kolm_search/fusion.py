@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._kernels import numba_threads
-from kolm_search._kernels.fusion import fuse_groups
+from kolm_search._kernels.fusion import fuse_groups, rank_ranges
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.types import SearchDocument
 
@@ -129,8 +129,10 @@ def fuse_rrf_arrays(
     n_threads: int | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """RRF of coded candidate lists straight from their ranks: :func:`fuse_arrays` with
-    ``contrib = weights[list_ids] / (k + ranks + 1)``, computed inside the kernel (no
-    contribution array: one pass and one large array fewer). Bit-identical to it.
+    ``contrib = weights[list_ids] / (k + ranks + 1)``, bit-identical to it, without the
+    contribution array: the kernel looks each entry's value up in a (n_lists, max rank + 1)
+    table (one pass and one large array fewer; ranks so sparse that the table would outgrow
+    the entries take the contribution array).
 
     Parameters
     ----------
@@ -148,18 +150,25 @@ def fuse_rrf_arrays(
     """
     rk = np.ascontiguousarray(ranks, dtype=np.int64)
     gp, li, dc = _coded(group_ptr, list_ids, docs, rk, "ranks")
-    if rk.size and int(rk.min()) < 0:
-        raise KolmValueError(f"ranks must be non-negative, got {int(rk.min())}")
-    n_lists = int(li.max()) + 1 if li.size else 1
-    if li.size and int(li.min()) < 0:
-        raise KolmValueError(f"list_ids must be non-negative, got {int(li.min())}")
-    w = check_weights(weights, n_lists if weights is None else len(weights))
-    if w.size < n_lists:
-        raise KolmValueError(f"weights must have one entry per list ({n_lists}), got {list(w)!r}")
+    kp1 = check_k(k) + 1.0
+    lim = -1 if limit is None else int(limit)
     with numba_threads(n_threads) as threads:
-        return fuse_groups(gp, li, dc, np.zeros(0, np.float64), max(int(n_docs), 0), False,
-                           -1 if limit is None else int(limit), _chunks(gp, threads), ranks=rk, weights=w,
-                           kp1=check_k(k) + 1.0)
+        r_min, r_max, l_min, l_max = rank_ranges(rk, li, 4 * threads)
+        if r_min < 0:
+            raise KolmValueError(f"ranks must be non-negative, got {r_min}")
+        if l_min < 0:
+            raise KolmValueError(f"list_ids must be non-negative, got {l_min}")
+        n_lists, stride = l_max + 1 if li.size else 1, r_max + 1 if rk.size else 1
+        w = check_weights(weights, n_lists if weights is None else len(weights))
+        if w.size < n_lists:
+            raise KolmValueError(f"weights must have one entry per list ({n_lists}), got {list(w)!r}")
+        if n_lists * stride > max(rk.size, 1 << 16):  # sparse ranks: a table would outgrow the data
+            contrib = np.divide(w[li], np.add(rk, kp1, dtype=np.float64))
+            return fuse_groups(gp, li, dc, contrib, max(int(n_docs), 0), False, lim, _chunks(gp, threads))
+        # w / (k + rank + 1) for every (list, rank): the same two float64 operations per value
+        table = np.divide(w[:n_lists, None], np.add(np.arange(stride), kp1, dtype=np.float64)[None, :])
+        return fuse_groups(gp, li, dc, np.zeros(0, np.float64), max(int(n_docs), 0), False, lim,
+                           _chunks(gp, threads), ranks=rk, rrf_table=table)
 
 
 def _coded(group_ptr: npt.ArrayLike, list_ids: npt.ArrayLike, docs: npt.ArrayLike, values: npt.NDArray[np.generic],

@@ -220,6 +220,8 @@ def test_fuse_rrf_arrays_equal_contributions_path(seed: int, limit: int | None, 
         dc = dc * 2_500_000 + 7
     ranks = np.concatenate([np.arange(n) for n in np.diff(ptr)]).astype(np.int64)
     ranks = ranks % 17  # not positions: the kernel must read the given ranks
+    if seed == 3:  # ranks so sparse that the wrapper takes the contribution array instead of a table
+        ranks = ranks * 100_003
     w = np.array([1.0, 0.5, 2.25])
     k = 12.5
     contrib = np.divide(w[li], np.add(ranks, k + 1.0, dtype=np.float64))
@@ -230,6 +232,17 @@ def test_fuse_rrf_arrays_equal_contributions_path(seed: int, limit: int | None, 
     twin = fuse_groups_numpy(ptr, li, dc, contrib, n_docs, False, -1 if limit is None else limit)
     for a, b in zip(got, twin, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("n, chunks", [(0, 3), (1, 4), (7, 3), (1000, 8)])
+def test_rank_ranges_match_numpy(n: int, chunks: int) -> None:
+    from kolm_search._kernels.fusion import rank_ranges
+
+    rng = np.random.default_rng(n)
+    ranks = rng.integers(-5, 50, n).astype(np.int64)
+    lids = rng.integers(-2, 9, n).astype(np.int64)
+    want = (int(ranks.min()), int(ranks.max()), int(lids.min()), int(lids.max())) if n else (0, -1, 0, -1)
+    assert rank_ranges(ranks, lids, chunks) == want
 
 
 def test_fuse_rrf_arrays_validates() -> None:

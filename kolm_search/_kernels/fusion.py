@@ -43,7 +43,7 @@ from kolm_search._kernels.sorting import stable_argsort
 from kolm_search._kernels.topk import _heap_push, _sort_heap, _worse
 from kolm_search.errors import KolmValueError
 
-__all__ = ["fuse_groups", "fuse_groups_numpy", "output_rows"]
+__all__ = ["fuse_groups", "fuse_groups_numpy", "output_rows", "rank_ranges"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -118,15 +118,6 @@ def _sort_slots(keys, n, o, ks, count, bks, stop):  # pragma: no cover - compile
             return
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _contribution(i, contrib, ranks, weights, list_ids, kp1):  # pragma: no cover - compiled
-    """Entry i's contribution: ``contrib[i]``, or with ``ranks`` given (RRF) ``weights[list] /
-    (ranks[i] + kp1)``, the same two float64 operations the numpy wrapper would do."""
-    if ranks.shape[0]:
-        return weights[list_ids[i]] / (ranks[i] + kp1)
-    return contrib[i]
-
-
 @njit(cache=True, nogil=True)
 def _table_bits(width):  # pragma: no cover - compiled
     """log2 of the hash table size for groups of up to ``width`` entries (load <= 1/2)."""
@@ -145,9 +136,10 @@ def _use_table(n_docs, hb):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _collect_hashed(list_ids, docs, contrib, ranks, weights, kp1, n_docs, start, stop, g, table, hshift, s_doc,
-                    s_acc, s_nl, s_last, err):  # pragma: no cover - compiled
-    """Slots of the distinct docs of entries ``[start, stop)`` (group ``g``) through an
+def _collect_hashed(list_ids, docs, src, off, n_docs, start, stop, g, table, hshift, s_doc, s_acc, s_nl, s_last,
+                    err):  # pragma: no cover - compiled
+    """Slots of the distinct docs of entries ``[start, stop)`` (group ``g``, entry i
+    contributing ``src[i - off]``) through an
     open-addressing table (``table[h] = g << 32 | slot``, Fibonacci hashing, linear probing;
     entries of other groups count as free). Returns the number of slots."""
     tag = g << 32
@@ -155,11 +147,8 @@ def _collect_hashed(list_ids, docs, contrib, ranks, weights, kp1, n_docs, start,
     nt = 0
     for i in range(start, stop):
         d = docs[i]
-        if d < 0 or d >= n_docs:
-            _flag(err, d, n_docs)
-            continue
-        c = _contribution(i, contrib, ranks, weights, list_ids, kp1)
-        if not np.isfinite(c):
+        c = src[i - off]
+        if d < 0 or d >= n_docs or not np.isfinite(c):
             _flag(err, d, n_docs)
             continue
         lid = list_ids[i]
@@ -186,7 +175,7 @@ def _collect_hashed(list_ids, docs, contrib, ranks, weights, kp1, n_docs, start,
 
 
 @njit(cache=True, nogil=True)
-def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, weights, kp1, n_docs, mnz, limit, g0, g1, dst,
+def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_docs, mnz, limit, g0, g1, dst,
                 out_docs, out_scores, counts, err):  # pragma: no cover - compiled
     # One random access per entry: mark[d] = (group << 32) | slot. Everything else lives in
     # per-slot arrays (slots = docs in order of first appearance), small and cache-resident.
@@ -211,22 +200,28 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, weights, kp1, n_docs,
     cap = max(limit, 1)
     hs = np.empty(cap, np.float64)
     ht = np.empty(cap, np.int64)
+    rrf = ranks.shape[0] > 0
+    cbuf = np.empty(width if rrf else 0, np.float64)
     for g in range(g0, g1):
         start = group_ptr[g]
         stop = group_ptr[g + 1]
         tag = g << 32
         nt = 0
+        src = contrib
+        off = 0
+        if rrf:  # the group's contributions from the table: one short pass in cache
+            for i in range(start, stop):
+                cbuf[i - start] = rrf_tab[list_ids[i] * stride + ranks[i]]
+            src = cbuf
+            off = start
         if hashed:
-            nt = _collect_hashed(list_ids, docs, contrib, ranks, weights, kp1, n_docs, start, stop, g, mark,
-                                 hshift, s_doc, s_acc, s_nl, s_last, err)
+            nt = _collect_hashed(list_ids, docs, src, off, n_docs, start, stop, g, mark, hshift, s_doc, s_acc,
+                                 s_nl, s_last, err)
         else:
             for i in range(start, stop):
                 d = docs[i]
-                if d < 0 or d >= n_docs:
-                    _flag(err, d, n_docs)
-                    continue
-                c = _contribution(i, contrib, ranks, weights, list_ids, kp1)
-                if not np.isfinite(c):
+                c = src[i - off]
+                if d < 0 or d >= n_docs or not np.isfinite(c):
                     _flag(err, d, n_docs)
                     continue
                 m = mark[d]
@@ -329,7 +324,7 @@ def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts, err):  # pragma: no 
 
 
 @njit(cache=True, parallel=True)
-def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, ranks, weights, kp1, n_docs, mnz, limit, n_chunks, dst,
+def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_docs, mnz, limit, n_chunks, dst,
                    out_docs, out_scores, counts, src_docs, src_scores, err):  # pragma: no cover - compiled
     """One parallel entry point (one compilation) for the three passes over groups:
     mode 0 counts distinct docs, 1 fuses into ``dst`` offsets, 2 compacts ``src`` (written at
@@ -345,13 +340,42 @@ def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, ranks, weights, kp1
         if mode == 0:
             _unique_counts(group_ptr, docs, n_docs, g0, g1, counts, err[c])
         elif mode == 1:
-            _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, weights, kp1, n_docs, mnz, limit, g0, g1, dst,
+            _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_docs, mnz, limit, g0, g1, dst,
                         out_docs, out_scores, counts, err[c])
         else:
             for g in range(g0, g1):
                 for t in range(counts[g]):
                     out_docs[group_ptr[g] + t] = src_docs[dst[g] + t]
                     out_scores[group_ptr[g] + t] = src_scores[dst[g] + t]
+
+
+@njit(cache=True, parallel=True)
+def _ranges(ranks, list_ids, n_chunks):  # pragma: no cover - compiled
+    n = ranks.shape[0]
+    out = np.empty((n_chunks, 4), np.int64)
+    for c in prange(n_chunks):
+        r0, r1, l0, l1 = 0, -1, 0, -1
+        lo = (n * c) // n_chunks
+        hi = (n * (c + 1)) // n_chunks
+        if lo < hi:
+            r0, r1, l0, l1 = ranks[lo], ranks[lo], list_ids[lo], list_ids[lo]
+        for i in range(lo, hi):
+            r0 = min(r0, ranks[i])
+            r1 = max(r1, ranks[i])
+            l0 = min(l0, list_ids[i])
+            l1 = max(l1, list_ids[i])
+        out[c, 0], out[c, 1], out[c, 2], out[c, 3] = r0, r1, l0, l1
+    return out
+
+
+def rank_ranges(ranks: I64, list_ids: I64, n_chunks: int = 1) -> tuple[int, int, int, int]:
+    """``(min rank, max rank, min list id, max list id)`` in one parallel pass over both
+    arrays (int64 (n,) each); ``(0, -1, 0, -1)`` when empty."""
+    if ranks.shape[0] == 0:
+        return 0, -1, 0, -1
+    nc = max(1, min(int(n_chunks), ranks.shape[0]))
+    out = _ranges(ranks, list_ids, np.int64(nc))
+    return int(out[:, 0].min()), int(out[:, 1].max()), int(out[:, 2].min()), int(out[:, 3].max())
 
 
 def _raise_flagged(err: I64, n_docs: int) -> None:
@@ -365,12 +389,13 @@ def _raise_flagged(err: I64, n_docs: int) -> None:
 
 def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: int,
                 mnz: bool, limit: int, n_chunks: int = 1, *, ranks: I64 | None = None,
-                weights: F64 | None = None, kp1: float = 61.0) -> tuple[I64, I64, F64]:
+                rrf_table: F64 | None = None) -> tuple[I64, I64, F64]:
     """Compiled fusion over all groups (see the module docstring for shapes and dtypes).
 
-    With ``ranks`` (int64 (n,)) and ``weights`` (float64 (n_lists,)) the contributions are
-    RRF's, ``weights[list] / (ranks + kp1)``, computed entry by entry in the fusing pass (no
-    contribution array; ``contrib`` is then ignored and may be empty).
+    With ``ranks`` (int64 (n,), in ``[0, stride)``) and ``rrf_table`` (float64 (n_lists,
+    stride)) entry i contributes ``rrf_table[list_ids[i], ranks[i]]`` (RRF's ``w / (k + rank +
+    1)`` precomputed for every list and rank: no contribution array); ``contrib`` is then
+    ignored and may be empty. The caller guarantees the indices are in range.
 
     The passes validate as they go (no separate pass): a document code outside
     ``[0, n_docs)`` or a non-finite contribution raises :class:`KolmValueError`.
@@ -386,17 +411,17 @@ def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: 
     widest = int(np.max(np.diff(group_ptr))) if n_groups else 0
     none_i, none_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
     rk = none_i if ranks is None else ranks
-    wt = none_f if weights is None else weights
-    k1 = np.float64(kp1)
+    tab = none_f if rrf_table is None else np.ascontiguousarray(rrf_table, np.float64).reshape(-1)
+    stride = np.int64(1 if rrf_table is None or rrf_table.ndim < 2 else rrf_table.shape[1])
     m_, l_ = bool(mnz), np.int64(limit)
     if limit < 0 or limit >= widest:  # every doc kept: count, then write straight to place
-        _fuse_parallel(0, group_ptr, list_ids, docs, contrib, rk, wt, k1, nd, m_, l_, nc, out_ptr, none_i, none_f,
+        _fuse_parallel(0, group_ptr, list_ids, docs, contrib, rk, tab, stride, nd, m_, l_, nc, out_ptr, none_i, none_f,
                        counts, none_i, none_f, err)
         _raise_flagged(err, n_docs)
         np.cumsum(counts, out=out_ptr[1:])
         out_docs = np.empty(int(out_ptr[-1]), np.int64)
         out_scores = np.empty(int(out_ptr[-1]), np.float64)
-        _fuse_parallel(1, group_ptr, list_ids, docs, contrib, rk, wt, k1, nd, m_, np.int64(-1), nc, out_ptr, out_docs,
+        _fuse_parallel(1, group_ptr, list_ids, docs, contrib, rk, tab, stride, nd, m_, np.int64(-1), nc, out_ptr, out_docs,
                        out_scores, counts, none_i, none_f, err)
         _raise_flagged(err, n_docs)  # non-finite contributions (the counting pass reads codes only)
         return out_ptr, out_docs, out_scores
@@ -404,13 +429,13 @@ def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: 
     dst = np.arange(n_groups + 1, dtype=np.int64) * limit
     tmp_docs = np.empty(n_groups * limit, np.int64)
     tmp_scores = np.empty(n_groups * limit, np.float64)
-    _fuse_parallel(1, group_ptr, list_ids, docs, contrib, rk, wt, k1, nd, m_, l_, nc, dst, tmp_docs, tmp_scores,
+    _fuse_parallel(1, group_ptr, list_ids, docs, contrib, rk, tab, stride, nd, m_, l_, nc, dst, tmp_docs, tmp_scores,
                    counts, none_i, none_f, err)
     _raise_flagged(err, n_docs)
     np.cumsum(counts, out=out_ptr[1:])
     out_docs = np.empty(int(out_ptr[-1]), np.int64)
     out_scores = np.empty(int(out_ptr[-1]), np.float64)
-    _fuse_parallel(2, out_ptr, list_ids, docs, contrib, rk, wt, k1, nd, m_, l_, nc, dst, out_docs, out_scores,
+    _fuse_parallel(2, out_ptr, list_ids, docs, contrib, rk, tab, stride, nd, m_, l_, nc, dst, out_docs, out_scores,
                    counts, tmp_docs, tmp_scores, err)
     return out_ptr, out_docs, out_scores
 
