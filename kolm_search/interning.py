@@ -22,7 +22,8 @@ import pandas as pd
 
 from kolm_search.errors import FrameValidationError, KolmTypeError
 
-__all__ = ["factorize", "object_pointers", "repeat_strings", "str_layout", "string_buffers", "take_strings"]
+__all__ = ["factorize", "object_pointers", "object_strings", "repeat_strings", "str_layout", "string_buffers",
+           "take_strings"]
 
 
 def _arrow_strings(values: Any) -> Any | None:
@@ -37,7 +38,7 @@ def _arrow_strings(values: Any) -> Any | None:
     elif isinstance(arr, pd.arrays.ArrowStringArray) or getattr(arr, "dtype", None) == "string[pyarrow]":
         pa_arr = pa.chunked_array(arr._pa_array) if hasattr(arr, "_pa_array") else pa.array(arr)
     elif (isinstance(arr, np.ndarray) and arr.dtype == object) or isinstance(arr, (list, tuple)):
-        direct = _object_strings(arr) if isinstance(arr, np.ndarray) else None
+        direct = object_strings(arr) if isinstance(arr, np.ndarray) else None
         if direct is not None:
             return direct
         try:
@@ -134,7 +135,7 @@ def _chunk_of(row: int, n: int, n_chunks: int) -> int:
     return c
 
 
-def _object_strings(values: npt.NDArray[Any]) -> Any | None:
+def object_strings(values: npt.NDArray[Any]) -> Any | None:
     """An object array of ``str`` as a pyarrow ``large_string`` Array, read in place by the
     :mod:`kolm_search._kernels.pyobjects` kernels; None when it holds anything but exact
     ``str`` (None, NaN, numbers, subclasses: the caller's pyarrow path handles those) or

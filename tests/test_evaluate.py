@@ -123,3 +123,30 @@ def test_parse_metric(name: str, parsed: tuple[str, int]) -> None:
 def test_unknown_metric(name: str) -> None:
     with pytest.raises(KolmValueError, match=repr(name).replace("@", ".").replace("(", "")[:3]):
         parse_metric(name)
+
+
+def test_object_columns_read_in_place_match_pytrec_eval() -> None:
+    """Object columns big enough for the in-place reader (kolm_search._kernels.pyobjects),
+    with non-ASCII ids and score ties broken by doc id bytes: pytrec_eval's figures, and the
+    same as str columns."""
+    rng = np.random.default_rng(4)
+    pool = [f"d{i}" for i in range(300)] + ["\u00e9t\u00e9", "\u20acuro", "d\u00e91", "Z", "z"]
+    q = np.repeat([f"q{i}" for i in range(60)], 40)
+    d = [pool[i] for i in rng.integers(0, len(pool), len(q))]
+    run = pd.DataFrame({"qid": q.astype(object), "doc_id": np.array(d, dtype=object),
+                        "score": np.round(rng.random(len(q)), 1)}).drop_duplicates(["qid", "doc_id"])
+    run = run.astype({"qid": object, "doc_id": object}).reset_index(drop=True)
+    judged = run.sample(frac=0.3, random_state=1)
+    qrels = pd.DataFrame({"qid": judged["qid"].to_numpy(), "doc_id": judged["doc_id"].to_numpy(),
+                          "relevance": rng.integers(0, 3, len(judged))}).astype({"qid": object, "doc_id": object})
+    assert run["doc_id"].dtype == object and len(run) >= 1024
+    from kolm_search.interning import object_strings
+
+    assert object_strings(run["doc_id"].to_numpy()) is not None  # the in-place reader takes this column
+    assert_matches(run, qrels)
+    as_str = {c: "str" for c in ("qid", "doc_id")}
+    pd.testing.assert_frame_equal(evaluate(run, qrels, ["ndcg@10", "map"], per_query=True),
+                                  evaluate(run.astype(as_str), qrels.astype(as_str), ["ndcg@10", "map"], per_query=True))
+    run.iloc[1100, 1] = None  # a missing id still names its row
+    with pytest.raises(FrameValidationError, match="missing value"):
+        evaluate(run, qrels, ["map"])

@@ -18,9 +18,9 @@ from kolm_search.fuse import _change_starts
 from kolm_search.interning import (
     _arrow_strings,
     _chunk_of,
-    _object_strings,
     factorize,
     object_pointers,
+    object_strings,
     str_layout,
     string_buffers,
 )
@@ -48,7 +48,7 @@ any_ids = st.text(max_size=12).filter(lambda s: not any(0xD800 <= ord(c) <= 0xDF
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(ascii_ids, min_size=1, max_size=60), st.lists(any_ids, max_size=8), st.integers(0, 2**32 - 1))
-def test_object_strings_equal_pyarrow(pool: list[str], other: list[str], seed: int) -> None:
+def testobject_strings_equal_pyarrow(pool: list[str], other: list[str], seed: int) -> None:
     """ASCII ids of every length (words and tails), a few non-ASCII ones (encoded in Python),
     equal strings in shared and distinct objects: the Arrow array pyarrow builds."""
     rng = np.random.default_rng(seed)
@@ -59,13 +59,13 @@ def test_object_strings_equal_pyarrow(pool: list[str], other: list[str], seed: i
         values[i] = pool[p] if i % 2 else fresh(pool[p])
     for s, row in zip(other, rng.choice(n, len(other), replace=False), strict=False):
         values[row] = s
-    got = _object_strings(values)
+    got = object_strings(values)
     assert got is not None
     assert got.equals(pa.array(values, type=pa.large_string()))
 
 
 @pytest.mark.parametrize("case", ["none", "nan", "int", "subclass", "mostly-non-ascii", "surrogate", "short"])
-def test_object_strings_fall_back_like_pyarrow(case: str) -> None:
+def testobject_strings_fall_back_like_pyarrow(case: str) -> None:
     values = np.array([f"doc{i}" for i in range(2000)], dtype=object)
 
     class Sub(str):
@@ -85,7 +85,7 @@ def test_object_strings_fall_back_like_pyarrow(case: str) -> None:
         values[1234] = "\ud800"
     elif case == "short":
         values = values[:10]
-    assert _object_strings(values) is None if case != "mostly-non-ascii" else True
+    assert object_strings(values) is None if case != "mostly-non-ascii" else True
     if case == "none":
         with pytest.raises(FrameValidationError, match="missing id at row 1234"):
             string_buffers(values)

@@ -102,6 +102,12 @@ def as_qrels_frame(qrels: Any) -> pd.DataFrame:
 
 
 def _as_str(col: pd.Series, what: str) -> pd.Series:
+    if col.dtype == object:  # Python strs read in place (no missing value possible), else pandas below
+        from kolm_search.interning import object_strings
+
+        arr = object_strings(col.to_numpy())
+        if arr is not None:
+            return pd.Series(pd.array(arr, dtype="str"), index=col.index, name=col.name, copy=False)
     if col.isna().any():
         row = int(np.flatnonzero(col.isna().to_numpy())[0])
         raise FrameValidationError(f"{what} has a missing value at row {row}")
