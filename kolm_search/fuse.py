@@ -152,7 +152,11 @@ def _run_frame(run: Any, name: str) -> tuple[pd.DataFrame, npt.NDArray[np.float6
     missing = [c for c in ("qid", "doc_id", "score") if c not in run.columns]
     if missing:
         raise FrameValidationError(f"run {name!r} lacks column(s) {missing}; has {list(run.columns)}")
-    score = pd.to_numeric(run["score"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    col = run["score"]
+    if isinstance(col.dtype, np.dtype) and col.dtype == np.float64:  # a view, no copy
+        score = col.to_numpy()
+    else:
+        score = pd.to_numeric(col, errors="coerce").to_numpy(np.float64, na_value=np.nan)
     if np.isnan(score).any():
         row = int(np.flatnonzero(np.isnan(score))[0])
         raise FrameValidationError(f"run {name!r} has a non-numeric or missing score at row {row}: {run['score'].iloc[row]!r}")
@@ -349,18 +353,19 @@ def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, m
     n_lists = len(frames)
     score = np.concatenate([sc for _, sc in checked])
     has_rank = all("rank" in f.columns for f in frames)
-    key = np.concatenate([pd.to_numeric(f["rank"]).to_numpy(np.float64) for f in frames]) if has_rank else -score
+    key = np.concatenate([pd.to_numeric(f["rank"]).to_numpy(np.float64) for f in frames]) if has_rank else score
     with numba_threads(n_threads) as threads:
         chunks = 4 * threads
         q_uniques, ptr, bptr, b_row, b_len, b_lid = _query_blocks(frames, names, chunks)
         n_q = len(q_uniques)
-        order, lid_o, position, ok = block_segments(bptr, b_row, b_len, b_lid, ptr, key)
+        order, lid_o, position, ok = block_segments(bptr, b_row, b_len, b_lid, ptr, key, descending=not has_rank)
         if not ok:  # not best-first inside some (query, run): sort those rows, keep ties in input order
             lid = np.repeat(np.arange(n_lists, dtype=np.int64), [len(f) for f in frames])
             q_codes = np.empty(len(score), np.int64)
             q_codes[order] = np.repeat(np.arange(n_q, dtype=np.int64), np.diff(ptr))
-            rows = np.lexsort((np.arange(len(score)), key, lid, q_codes))  # every row its own block
-            order, lid_o, position, _ = block_segments(ptr, rows, np.ones(len(rows), np.int64), lid[rows], ptr, key)
+            rows = np.lexsort((np.arange(len(score)), key if has_rank else -key, lid, q_codes))  # one row a block
+            order, lid_o, position, _ = block_segments(ptr, rows, np.ones(len(rows), np.int64), lid[rows], ptr, key,
+                                                       descending=not has_rank)
         docs_all, buffers = _doc_column(frames)
         g_chunks = 1 if n_q < 64 else min(n_q, chunks)
         if buffers is not None:

@@ -117,11 +117,13 @@ def test_block_segments_match_twin(seed: int) -> None:
     ptr = np.zeros(n_q + 1, np.int64)
     np.cumsum(np.bincount(q, weights=[b[3] for b in blocks], minlength=n_q).astype(np.int64), out=ptr[1:])
     arrays = [np.array([b[i] for b in blocks], np.int64)[by_q] for i in (2, 3, 1)]
-    got = block_segments(bptr, *arrays, ptr, key)
-    want = block_segments_numpy(bptr, *arrays, ptr, key)
-    for a, b in zip(got[:3], want[:3], strict=True):
-        np.testing.assert_array_equal(a, b)
-    assert got[3] == want[3]
+    for descending in (False, True):  # scores best first are checked without a negated copy
+        got = block_segments(bptr, *arrays, ptr, key, descending=descending)
+        want = block_segments_numpy(bptr, *arrays, ptr, key, descending=descending)
+        for a, b in zip(got[:3], want[:3], strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert got[3] == want[3]
+    assert block_segments(bptr, *arrays, ptr, -key, descending=True)[3] == block_segments(bptr, *arrays, ptr, key)[3]
 
 
 def test_output_rows() -> None:

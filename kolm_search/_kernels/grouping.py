@@ -4,7 +4,7 @@
     Stable sort of rows by key in O(n + n_keys): ``order[ptr[k]:ptr[k+1]]`` are the rows of key k
     in input order.
 
-``block_segments(bptr, b_row, b_len, b_lid, ptr, key)``
+``block_segments(bptr, b_row, b_len, b_lid, ptr, key, descending=False)``
     Rows grouped by query from *blocks* (runs of rows of one query inside one list, as
     query-grouped runs arrive) instead of a per-row sort: block b is rows
     ``[b_row[b], b_row[b] + b_len[b])`` of list ``b_lid[b]``; query g owns blocks
@@ -153,7 +153,7 @@ def intern_groups_numpy(order, ptr, strings):
 
 
 @njit(cache=True, parallel=True)
-def _block_segments(bptr, b_row, b_len, b_lid, ptr, key, order, lid_o, position):  # pragma: no cover
+def _block_segments(bptr, b_row, b_len, b_lid, ptr, key, sign, order, lid_o, position):  # pragma: no cover
     n_groups = bptr.shape[0] - 1
     bad = np.zeros(n_groups, np.bool_)
     for g in prange(n_groups):
@@ -165,7 +165,7 @@ def _block_segments(bptr, b_row, b_len, b_lid, ptr, key, order, lid_o, position)
             lr = b_lid[b]
             r0 = b_row[b]
             for row in range(r0, r0 + b_len[b]):
-                kr = key[row]
+                kr = sign * key[row]  # -1.0 * x is -x exactly
                 if lr != prev_l:
                     seg_start = p
                     prev_l = lr
@@ -179,18 +179,19 @@ def _block_segments(bptr, b_row, b_len, b_lid, ptr, key, order, lid_o, position)
     return not bad.any()
 
 
-def block_segments(bptr, b_row, b_len, b_lid, ptr, key):
+def block_segments(bptr, b_row, b_len, b_lid, ptr, key, descending=False):
     """Rows of query-sorted blocks: ``(order, lid_o, position, sorted)``.
 
     bptr int64 (n_groups+1,), b_row/b_len/b_lid int64 (n_blocks,), ptr int64 (n_groups+1,),
     key float64 (rows,) -> order/lid_o/position int64 (n,), bool (``key`` non-decreasing
-    inside every (query, list) segment). Outputs are numpy-allocated (huge pages).
+    inside every (query, list) segment; non-increasing with ``descending``, i.e. scores best
+    first without a negated copy). Outputs are numpy-allocated (huge pages).
     """
     n = int(ptr[-1])
     order = np.empty(n, np.int64)
     lid_o = np.empty(n, np.int64)
     position = np.empty(n, np.int64)
-    ok = _block_segments(bptr, b_row, b_len, b_lid, ptr, key, order, lid_o, position)
+    ok = _block_segments(bptr, b_row, b_len, b_lid, ptr, key, -1.0 if descending else 1.0, order, lid_o, position)
     return order, lid_o, position, bool(ok)
 
 
@@ -209,7 +210,7 @@ def _segment_positions_numpy(order, ptr, lid, key, n_lists):
     return lid_o.astype(np.int64), position.astype(np.int64), bool(ok), (group * n_lists + lid_o).astype(np.int64)
 
 
-def block_segments_numpy(bptr, b_row, b_len, b_lid, ptr, key):
+def block_segments_numpy(bptr, b_row, b_len, b_lid, ptr, key, descending=False):
     """Twin of :func:`block_segments`: expand the blocks, then the per-row segment walk."""
     n_rows = len(key)
     lid = np.zeros(n_rows, np.int64)
@@ -219,5 +220,5 @@ def block_segments_numpy(bptr, b_row, b_len, b_lid, ptr, key):
         lid[rows] = b_lid[b]
         parts.append(rows)
     order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    lid_o, position, ok, _ = _segment_positions_numpy(order, ptr, lid, key, 1)
+    lid_o, position, ok, _ = _segment_positions_numpy(order, ptr, lid, -key if descending else key, 1)
     return order, lid_o, position, ok
