@@ -34,7 +34,12 @@ t_dense = time.perf_counter() - t0
 t0 = time.perf_counter()
 ks.evaluate(pd.DataFrame({"qid": ["1"], "doc_id": ["a"], "score": [1.0]}), pd.DataFrame({"qid": ["1"], "doc_id": ["a"], "relevance": [1]}), ["ndcg@10"])
 t_eval = time.perf_counter() - t0
-print(t_import, t_fuse, t_bm25, t_dense, t_eval)
+t0 = time.perf_counter()
+ids = np.array([f"d{i}" for i in range(2048)], dtype=object)  # object columns: the in-place str readers
+ks.fuse([pd.DataFrame({"qid": pd.Series(["q"] * 2048, dtype=object), "doc_id": pd.Series(ids, dtype=object),
+                       "score": np.ones(2048)})])
+t_obj = time.perf_counter() - t0
+print(t_import, t_fuse, t_bm25, t_dense, t_eval, t_obj)
 """
 
 
@@ -46,7 +51,8 @@ def probe(env: dict[str, str]) -> list[float]:
 def main() -> None:
     header("Numba compile time, cold vs warm cache")
     names = ["import kolm_search", "fuse (interning + fusion kernels)", "BM25 (sparse top-k kernel)",
-             "dense (fused tile top-k kernel)", "evaluate (grouping + metrics kernels)"]
+             "dense (fused tile top-k kernel)", "evaluate (grouping + metrics kernels)",
+             "fuse on object columns (str readers, after the above)"]
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         t0 = time.perf_counter()
