@@ -71,11 +71,15 @@ def str_layout() -> npt.NDArray[np.int64] | None:
     :mod:`kolm_search._kernels.pyobjects`). Every field is located by value on several probes
     (ASCII, Latin-1, UCS-2 and UCS-4, of different lengths) and must be found exactly once,
     and every probe's characters must read back; otherwise (another interpreter or object
-    header) None, and object columns take the pyarrow path.
+    header) None, and object columns take the pyarrow path. None as well on a free-threaded
+    build running without the GIL: the readers rely on the caller holding the GIL, so no
+    other thread can drop an object while a kernel reads it.
     """
     import ctypes
 
     if sys.implementation.name != "cpython" or sys.byteorder != "little" or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    if not getattr(sys, "_is_gil_enabled", lambda: True)():  # free-threaded: another thread could free an object
         return None
     ascii_off = sys.getsizeof("") - 1
     # fresh strings: a string whose UTF-8 form was asked for once carries it, and getsizeof counts it

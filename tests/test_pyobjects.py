@@ -42,6 +42,18 @@ def test_layout_found_and_checked() -> None:
     assert layout[4] == sys.getsizeof("") - 1  # ASCII data right after the header
 
 
+def test_layout_refused_without_the_gil(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
+    str_layout.cache_clear()
+    try:
+        assert str_layout() is None
+        assert object_strings(np.array([f"d{i}" for i in range(2000)], dtype=object)) is None
+    finally:
+        monkeypatch.undo()
+        str_layout.cache_clear()
+    assert str_layout() is not None
+
+
 ascii_ids = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=40)
 any_ids = st.text(max_size=12).filter(lambda s: not any(0xD800 <= ord(c) <= 0xDFFF for c in s))
 
