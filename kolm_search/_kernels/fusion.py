@@ -135,6 +135,25 @@ def _use_table(n_docs, hb):  # pragma: no cover - compiled
     return n_docs > (16 << hb)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _open_slot(t, d, c, lid, s_doc, s_acc, s_nl, s_last):  # pragma: no cover - compiled
+    """Slot t holds doc d, first seen in list lid with contribution c."""
+    s_doc[t] = d
+    s_acc[t] = c
+    s_nl[t] = 1
+    s_last[t] = lid
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add_to_slot(t, c, lid, s_acc, s_nl, s_last):  # pragma: no cover - compiled
+    """Add contribution c from list lid to slot t, once per list (a list's entries are
+    contiguous and best first, so a repeat inside the last list is skipped)."""
+    if s_last[t] != lid:
+        s_acc[t] += c
+        s_nl[t] += 1
+        s_last[t] = lid
+
+
 @njit(cache=True, nogil=True)
 def _collect_hashed(list_ids, docs, src, off, n_docs, start, stop, g, table, hshift, s_doc, s_acc, s_nl, s_last,
                     err):  # pragma: no cover - compiled
@@ -157,18 +176,12 @@ def _collect_hashed(list_ids, docs, src, off, n_docs, start, stop, g, table, hsh
             m = table[h]
             if (m >> 32) != g:  # free for this group: a new doc
                 table[h] = tag | nt
-                s_doc[nt] = d
-                s_acc[nt] = c
-                s_nl[nt] = 1
-                s_last[nt] = lid
+                _open_slot(nt, d, c, lid, s_doc, s_acc, s_nl, s_last)
                 nt += 1
                 break
             t = m & 0xFFFFFFFF
             if s_doc[t] == d:
-                if s_last[t] != lid:  # lists are contiguous: a new id is a new list
-                    s_acc[t] += c
-                    s_nl[t] += 1
-                    s_last[t] = lid
+                _add_to_slot(t, c, lid, s_acc, s_nl, s_last)
                 break
             h = (h + 1) & hmask
     return nt
@@ -227,17 +240,10 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_do
                 m = mark[d]
                 if (m >> 32) != g:
                     mark[d] = tag | nt
-                    s_doc[nt] = d
-                    s_acc[nt] = c
-                    s_nl[nt] = 1
-                    s_last[nt] = list_ids[i]
+                    _open_slot(nt, d, c, list_ids[i], s_doc, s_acc, s_nl, s_last)
                     nt += 1
                 else:
-                    t = m & 0xFFFFFFFF
-                    if s_last[t] != list_ids[i]:  # lists are contiguous: a new id is a new list
-                        s_acc[t] += c
-                        s_nl[t] += 1
-                        s_last[t] = list_ids[i]
+                    _add_to_slot(m & 0xFFFFFFFF, c, list_ids[i], s_acc, s_nl, s_last)
         if mnz:
             for t in range(nt):
                 s_acc[t] *= s_nl[t]
