@@ -136,6 +136,21 @@ def _use_table(n_docs, hb):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _usable(d, c, n_docs, err):  # pragma: no cover - compiled
+    """True when code d lies in ``[0, n_docs)`` and contribution c is finite; else flags it."""
+    if d < 0 or d >= n_docs or not np.isfinite(c):
+        _flag(err, d, n_docs)
+        return False
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _hash_slot(d, hshift):  # pragma: no cover - compiled
+    """Home slot of code d in a table of ``2**(64 - hshift)`` slots (Fibonacci hashing)."""
+    return np.int64((np.uint64(d) * np.uint64(0x9E3779B97F4A7C15)) >> hshift)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _open_slot(t, d, c, lid, s_doc, s_acc, s_nl, s_last):  # pragma: no cover - compiled
     """Slot t holds doc d, first seen in list lid with contribution c."""
     s_doc[t] = d
@@ -167,11 +182,10 @@ def _collect_hashed(list_ids, docs, src, off, n_docs, start, stop, g, table, hsh
     for i in range(start, stop):
         d = docs[i]
         c = src[i - off]
-        if d < 0 or d >= n_docs or not np.isfinite(c):
-            _flag(err, d, n_docs)
+        if not _usable(d, c, n_docs, err):
             continue
         lid = list_ids[i]
-        h = np.int64((np.uint64(d) * np.uint64(0x9E3779B97F4A7C15)) >> hshift)
+        h = _hash_slot(d, hshift)
         while True:
             m = table[h]
             if (m >> 32) != g:  # free for this group: a new doc
@@ -234,8 +248,7 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_do
             for i in range(start, stop):
                 d = docs[i]
                 c = src[i - off]
-                if d < 0 or d >= n_docs or not np.isfinite(c):
-                    _flag(err, d, n_docs)
+                if not _usable(d, c, n_docs, err):
                     continue
                 m = mark[d]
                 if (m >> 32) != g:
@@ -303,10 +316,9 @@ def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts, err):  # pragma: no 
             c = 0
             for i in range(group_ptr[g], group_ptr[g + 1]):
                 d = docs[i]
-                if d < 0 or d >= n_docs:
-                    _flag(err, d, n_docs)
+                if not _usable(d, 0.0, n_docs, err):
                     continue
-                h = np.int64((np.uint64(d) * np.uint64(0x9E3779B97F4A7C15)) >> hshift)
+                h = _hash_slot(d, hshift)
                 while t_group[h] == g and t_doc[h] != d:
                     h = (h + 1) & hmask
                 if t_group[h] != g:
@@ -320,8 +332,7 @@ def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts, err):  # pragma: no 
         c = 0
         for i in range(group_ptr[g], group_ptr[g + 1]):
             d = docs[i]
-            if d < 0 or d >= n_docs:
-                _flag(err, d, n_docs)
+            if not _usable(d, 0.0, n_docs, err):
                 continue
             if mark[d] != g:
                 mark[d] = g
