@@ -142,8 +142,9 @@ def _chunk_of(row: int, n: int, n_chunks: int) -> int:
 def object_strings(values: npt.NDArray[Any]) -> Any | None:
     """An object array of ``str`` as a pyarrow ``large_string`` Array, read in place by the
     :mod:`kolm_search._kernels.pyobjects` kernels; None when it holds anything but exact
-    ``str`` (None, NaN, numbers, subclasses: the caller's pyarrow path handles those) or
-    when the layout is unknown. Non-ASCII strings (at most 1 in 8) are encoded in Python.
+    ``str`` (None, NaN, numbers, subclasses: the caller's pyarrow path handles those), when
+    the layout is unknown, or for fewer than 1,024 values (where pyarrow is as fast).
+    Non-ASCII strings (at most 1 in 8) are encoded in Python.
     """
     import numba
     import pyarrow as pa
