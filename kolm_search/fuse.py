@@ -351,8 +351,10 @@ def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, m
     frames = [f for f, _ in checked]
     names = names if names is not None else [str(i) for i in range(len(frames))]
     n_lists = len(frames)
-    score = np.concatenate([sc for _, sc in checked])
     has_rank = all("rank" in f.columns for f in frames)
+    n_rows = sum(len(f) for f in frames)
+    # RRF with ranks never reads the scores (they were checked in _run_frame)
+    score = np.concatenate([sc for _, sc in checked]) if method != "rrf" or not has_rank else np.zeros(0)
     key = np.concatenate([pd.to_numeric(f["rank"]).to_numpy(np.float64) for f in frames]) if has_rank else score
     with numba_threads(n_threads) as threads:
         chunks = 4 * threads
@@ -361,9 +363,9 @@ def _fuse_runs(checked: list[tuple[pd.DataFrame, npt.NDArray[np.float64]]], *, m
         order, lid_o, position, ok = block_segments(bptr, b_row, b_len, b_lid, ptr, key, descending=not has_rank)
         if not ok:  # not best-first inside some (query, run): sort those rows, keep ties in input order
             lid = np.repeat(np.arange(n_lists, dtype=np.int64), [len(f) for f in frames])
-            q_codes = np.empty(len(score), np.int64)
+            q_codes = np.empty(n_rows, np.int64)
             q_codes[order] = np.repeat(np.arange(n_q, dtype=np.int64), np.diff(ptr))
-            rows = np.lexsort((np.arange(len(score)), key if has_rank else -key, lid, q_codes))  # one row a block
+            rows = np.lexsort((np.arange(n_rows), key if has_rank else -key, lid, q_codes))  # one row a block
             order, lid_o, position, _ = block_segments(ptr, rows, np.ones(len(rows), np.int64), lid[rows], ptr, key,
                                                        descending=not has_rank)
         docs_all, buffers = _doc_column(frames)

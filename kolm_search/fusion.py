@@ -5,7 +5,8 @@ individual rank learning methods", SIGIR 2009) scores a document by
 ``sum_l w_l / (k + rank_l + 1)`` over the lists ``l`` that hold it, with zero-based ranks.
 Both functions here, :class:`~kolm_search.retrievers.composite.CompositeRetriever` and the
 DataFrame-level :func:`kolm_search.fuse` run the same kernel,
-:func:`kolm_search._kernels.fusion.fuse_groups`, through :func:`fuse_arrays`.
+:func:`kolm_search._kernels.fusion.fuse_groups`, through :func:`fuse_arrays` (one contribution
+per entry) or :func:`fuse_rrf_arrays` (RRF straight from ranks).
 """
 
 from __future__ import annotations
