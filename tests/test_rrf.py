@@ -252,6 +252,8 @@ def test_fuse_rrf_arrays_validates() -> None:
         fuse_rrf_arrays([0, 2], [0, 0], [0, 1], [0, -1], 5)
     with pytest.raises(KolmValueError, match="one entry per list"):
         fuse_rrf_arrays([0, 2], [0, 1], [0, 1], [0, 0], 5, weights=[1.0])
+    with pytest.raises(KolmValueError, match="list_ids must be non-negative, got -2"):
+        fuse_rrf_arrays([0, 2], [0, -2], [0, 1], [0, 0], 5)
     with pytest.raises(KolmValueError, match="codes"):
         fuse_rrf_arrays([0, 2], [0, 0], [0, 9], [0, 1], 5)
     with pytest.raises(KolmValueError, match="ranks must have one shape|one shape"):
