@@ -288,13 +288,13 @@ def _object_change_starts(values: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
     column makes one per row) every row is compared as before. The pointers are read, never
     followed, while ``values`` holds its references.
     """
-    import ctypes
+    from kolm_search.interning import object_pointers
 
     values = np.ascontiguousarray(values)
     n = len(values)
     if n < 2:
         return np.zeros(min(n, 1), np.int64)
-    ptrs = np.ctypeslib.as_array((ctypes.c_ssize_t * n).from_address(values.ctypes.data))  # pointer-sized
+    ptrs = object_pointers(values)
     head = ptrs[: 1 << 16]
     if 4 * np.count_nonzero(head[1:] != head[:-1]) > len(head):  # one object per row: compare all
         return _change_starts(values)

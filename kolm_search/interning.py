@@ -118,15 +118,16 @@ def str_layout() -> npt.NDArray[np.int64] | None:
     return np.array([type_off, id(str), len_off, state_off, ascii_off, compact_off], np.int64)
 
 
-def object_pointers(values: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
-    """The object pointers of a contiguous object array, as an int64 view (read, never
-    followed here; valid while ``values`` holds its references)."""
+def object_pointers(values: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
+    """The object pointers of a contiguous object array, as a pointer-sized integer view
+    (int64 on 64-bit builds; read, never followed here; valid while ``values`` holds its
+    references)."""
     import ctypes
 
     n = len(values)
     if n == 0:
-        return np.zeros(0, np.int64)
-    return np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(values.ctypes.data))
+        return np.zeros(0, np.intp)
+    return np.ctypeslib.as_array((ctypes.c_ssize_t * n).from_address(values.ctypes.data))
 
 
 def _chunk_of(row: int, n: int, n_chunks: int) -> int:
