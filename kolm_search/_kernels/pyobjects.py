@@ -13,6 +13,8 @@ from probe strings and checked byte for byte (None on an interpreter whose layou
 word holds ``kind`` (bits 2-4: bytes per character, 1, 2 or 4), ``compact`` (bit 5) and
 ``ascii`` (bit 6); an ASCII string's bytes are its UTF-8.
 
+``peek_i64(addr)``, ``peek_u32(addr)``, ``peek_u8(addr)`` (compiled code only)
+    The 8, 4 or 1 bytes at an absolute address as int64 (an unaligned LLVM load).
 ``ascii_lengths(ptrs int64 (n,), layout, n_chunks) -> (lengths int64 (n,), chunk_bytes, n_other)``
     Byte length of every compact ASCII ``str``; -1 for any other object (``n_other`` of them).
 ``pack_ascii(ptrs, layout, lengths, chunk_bytes) -> (offsets int64 (n+1,), data uint8)``
@@ -38,7 +40,7 @@ from numba.extending import intrinsic
 
 from kolm_search._kernels.words import store_u64
 
-__all__ = ["ascii_lengths", "object_run_starts", "pack_ascii"]
+__all__ = ["ascii_lengths", "object_run_starts", "pack_ascii", "peek_i64", "peek_u32", "peek_u8"]
 
 I64 = npt.NDArray[np.int64]
 
