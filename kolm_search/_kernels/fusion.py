@@ -31,6 +31,11 @@ an array over every code: it stays in cache and costs no fill of ``n_docs`` entr
 bits of the negated score, in the same order as the scores) by one counting pass on their
 leading bits and one insertion pass; with ``limit`` only the buckets that reach the first
 ``limit`` positions are sorted, or, for a limit under 1/32 of the list, a heap selects.
+
+Indices read from arrays (codes, slots, buckets, table positions) index as unsigned integers
+once known to be in range: Numba wraps a negative signed index (a compare and an add at every
+access, which LLVM cannot drop for a loaded value); unsigned indices skip it (~15 % of the
+kernel: 2,000 queries x 3 lists x 1,000 docs, 0.088 -> 0.072 s).
 """
 
 from __future__ import annotations
@@ -79,8 +84,8 @@ def _sort_slots(keys, n, o, ks, count, bks, stop):  # pragma: no cover - compile
     for b in range(nb):
         count[b] = 0
     for t in range(n):
-        bk = np.int32((np.uint64(keys[t]) - np.uint64(kmin)) >> shift)
-        bks[t] = bk
+        bk = (np.uint64(keys[t]) - np.uint64(kmin)) >> shift
+        bks[t] = np.int32(bk)
         count[bk] += 1
     acc = np.int32(0)
     for b in range(nb):  # exclusive prefix sums: count[b] becomes the start of bucket b
@@ -88,11 +93,11 @@ def _sort_slots(keys, n, o, ks, count, bks, stop):  # pragma: no cover - compile
         count[b] = acc
         acc += c
     for t in range(n):  # stable scatter: slots in order inside each bucket
-        bk = bks[t]
-        p = count[bk]
+        bk = np.uint32(bks[t])
+        p = np.uint32(count[bk])
         o[p] = t
         ks[p] = keys[t]
-        count[bk] = p + 1
+        count[bk] = np.int32(p + 1)
     end = n  # count[b] is now the end of bucket b: sort only the buckets that reach stop
     if stop < n:
         for b in range(nb):
@@ -100,19 +105,21 @@ def _sort_slots(keys, n, o, ks, count, bks, stop):  # pragma: no cover - compile
                 end = count[b]
                 break
     moves = 0
+    one = np.uint64(1)
     for a in range(1, end):
-        kv = ks[a]
-        if ks[a - 1] <= kv:  # already in place (stable: equal keys keep slot order)
+        ua = np.uint64(a)
+        kv = ks[ua]
+        if ks[ua - one] <= kv:  # already in place (stable: equal keys keep slot order)
             continue
-        v = o[a]
-        b = a - 1
-        while b >= 0 and ks[b] > kv:
-            ks[b + 1] = ks[b]
-            o[b + 1] = o[b]
-            b -= 1
-        moves += a - 1 - b
-        ks[b + 1] = kv
-        o[b + 1] = v
+        v = o[ua]
+        b = ua
+        while b > 0 and ks[b - one] > kv:
+            ks[b] = ks[b - one]
+            o[b] = o[b - one]
+            b -= one
+        moves += a - np.int64(b)
+        ks[b] = kv
+        o[b] = v
         if moves > 32 * n:  # crowded buckets: a stable merge sort of all slots instead
             stable_argsort(keys, n, o, ks)
             return
@@ -147,12 +154,13 @@ def _usable(d, c, n_docs, err):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True, inline="always")
 def _hash_slot(d, hshift):  # pragma: no cover - compiled
     """Home slot of code d in a table of ``2**(64 - hshift)`` slots (Fibonacci hashing)."""
-    return np.int64((np.uint64(d) * np.uint64(0x9E3779B97F4A7C15)) >> hshift)
+    return (np.uint64(d) * np.uint64(0x9E3779B97F4A7C15)) >> hshift
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _open_slot(t, d, c, lid, s_doc, s_acc, s_nl, s_last):  # pragma: no cover - compiled
     """Slot t holds doc d, first seen in list lid with contribution c."""
+    t = np.uint64(t)
     s_doc[t] = d
     s_acc[t] = c
     s_nl[t] = 1
@@ -177,11 +185,11 @@ def _collect_hashed(list_ids, docs, src, off, n_docs, start, stop, g, table, hsh
     open-addressing table (``table[h] = g << 32 | slot``, Fibonacci hashing, linear probing;
     entries of other groups count as free). Returns the number of slots."""
     tag = g << 32
-    hmask = table.shape[0] - 1
+    hmask = np.uint64(table.shape[0] - 1)
     nt = 0
     for i in range(start, stop):
         d = docs[i]
-        c = src[i - off]
+        c = src[np.uint64(i - off)]
         if not _usable(d, c, n_docs, err):
             continue
         lid = list_ids[i]
@@ -193,11 +201,11 @@ def _collect_hashed(list_ids, docs, src, off, n_docs, start, stop, g, table, hsh
                 _open_slot(nt, d, c, lid, s_doc, s_acc, s_nl, s_last)
                 nt += 1
                 break
-            t = m & 0xFFFFFFFF
+            t = np.uint64(m & 0xFFFFFFFF)
             if s_doc[t] == d:
                 _add_to_slot(t, c, lid, s_acc, s_nl, s_last)
                 break
-            h = (h + 1) & hmask
+            h = (h + np.uint64(1)) & hmask
     return nt
 
 
@@ -238,7 +246,7 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_do
         off = 0
         if rrf:  # the group's contributions from the table: one short pass in cache
             for i in range(start, stop):
-                cbuf[i - start] = rrf_tab[list_ids[i] * stride + ranks[i]]
+                cbuf[i - start] = rrf_tab[np.uint64(list_ids[i] * stride + ranks[i])]
             src = cbuf
             off = start
         if hashed:
@@ -247,16 +255,16 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_do
         else:
             for i in range(start, stop):
                 d = docs[i]
-                c = src[i - off]
+                c = src[np.uint64(i - off)]
                 if not _usable(d, c, n_docs, err):
                     continue
-                m = mark[d]
+                m = mark[np.uint64(d)]
                 if (m >> 32) != g:
-                    mark[d] = tag | nt
+                    mark[np.uint64(d)] = tag | nt
                     _open_slot(nt, d, c, list_ids[i], s_doc, s_acc, s_nl, s_last)
                     nt += 1
                 else:
-                    _add_to_slot(m & 0xFFFFFFFF, c, list_ids[i], s_acc, s_nl, s_last)
+                    _add_to_slot(np.uint64(m & 0xFFFFFFFF), c, list_ids[i], s_acc, s_nl, s_last)
         if mnz:
             for t in range(nt):
                 s_acc[t] *= s_nl[t]
@@ -281,10 +289,11 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_do
             if kb < 0:
                 keys[t] = kb ^ 0x7FFFFFFFFFFFFFFF
         _sort_slots(keys, nt, order, ks, count, bks, keep)
-        at = dst[g]
+        at = np.uint64(dst[g])
         for t in range(keep):
-            out_docs[at + t] = s_doc[order[t]]
-            out_scores[at + t] = s_acc[order[t]]
+            u = np.uint64(order[t])
+            out_docs[at + np.uint64(t)] = s_doc[u]
+            out_scores[at + np.uint64(t)] = s_acc[u]
         counts[g] = keep
 
 
@@ -310,7 +319,7 @@ def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts, err):  # pragma: no 
     if _use_table(n_docs, hb):  # the table holds (group, doc) pairs; other groups' pairs are free
         t_group = np.full(1 << hb, -1, np.int64)
         t_doc = np.empty(1 << hb, np.int64)
-        hmask = (1 << hb) - 1
+        hmask = np.uint64((1 << hb) - 1)
         hshift = np.uint64(64 - hb)
         for g in range(g0, g1):
             c = 0
@@ -320,7 +329,7 @@ def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts, err):  # pragma: no 
                     continue
                 h = _hash_slot(d, hshift)
                 while t_group[h] == g and t_doc[h] != d:
-                    h = (h + 1) & hmask
+                    h = (h + np.uint64(1)) & hmask
                 if t_group[h] != g:
                     t_group[h] = g
                     t_doc[h] = d
@@ -334,8 +343,8 @@ def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts, err):  # pragma: no 
             d = docs[i]
             if not _usable(d, 0.0, n_docs, err):
                 continue
-            if mark[d] != g:
-                mark[d] = g
+            if mark[np.uint64(d)] != g:
+                mark[np.uint64(d)] = g
                 c += 1
         counts[g] = c
 
