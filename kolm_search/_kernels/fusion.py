@@ -93,18 +93,18 @@ def _sort_slots(keys, n, o, ks, count, bks, stop):  # pragma: no cover - compile
         count[b] = acc
         acc += c
     for t in range(n):  # stable scatter: slots in order inside each bucket
-        bk = np.uint32(bks[t])
-        p = np.uint32(count[bk])
+        sb = np.uint32(bks[t])
+        p = np.uint32(count[sb])
         o[p] = t
         ks[p] = keys[t]
-        count[bk] = np.int32(p + 1)
+        count[sb] = np.int32(p + 1)
     end = n  # count[b] is now the end of bucket b: sort only the buckets that reach stop
     if stop < n:
         for b in range(nb):
             if count[b] >= stop:
                 end = count[b]
                 break
-    moves = 0
+    moves = np.int64(0)
     one = np.uint64(1)
     for a in range(1, end):
         ua = np.uint64(a)
@@ -112,14 +112,14 @@ def _sort_slots(keys, n, o, ks, count, bks, stop):  # pragma: no cover - compile
         if ks[ua - one] <= kv:  # already in place (stable: equal keys keep slot order)
             continue
         v = o[ua]
-        b = ua
-        while b > 0 and ks[b - one] > kv:
-            ks[b] = ks[b - one]
-            o[b] = o[b - one]
-            b -= one
-        moves += a - np.int64(b)
-        ks[b] = kv
-        o[b] = v
+        j = ua  # insertion point, moving left
+        while j > 0 and ks[j - one] > kv:
+            ks[j] = ks[j - one]
+            o[j] = o[j - one]
+            j -= one
+        moves += a - np.int64(j)
+        ks[j] = kv
+        o[j] = v
         if moves > 32 * n:  # crowded buckets: a stable merge sort of all slots instead
             stable_argsort(keys, n, o, ks)
             return
