@@ -85,25 +85,27 @@ def _intern_chunk(order, ptr, offsets, data, g0, g1, max_size, local, rep, count
         mask = gcap - 1
         nused = 0
         nu = 0
+        umask = np.uint64(mask)
+        one = np.uint64(1)
         for p in range(s, e):
-            row = order[p]
-            h = _hash(data, offsets[row], offsets[row + 1])
+            row = np.uint64(order[p])
+            h = _hash(data, offsets[row], offsets[row + one])
             tag = np.int64(h >> np.uint64(32)) << 32
-            j = np.int64(h) & mask
+            j = h & umask
             ent = table[j]
             u = -1
             while ent != 0:
-                if (ent & high) == tag and _equal(data, offsets, rep[s + (ent & 0xFFFFFFFF) - 1], row):
+                if (ent & high) == tag and _equal(data, offsets, rep[np.uint64(s + (ent & 0xFFFFFFFF) - 1)], row):
                     u = (ent & 0xFFFFFFFF) - 1
                     break
-                j = (j + 1) & mask
+                j = (j + one) & umask
                 ent = table[j]
             if u == -1:
                 u = nu
                 table[j] = tag | (u + 1)
                 used[nused] = j
                 nused += 1
-                rep[s + u] = row
+                rep[np.uint64(s + u)] = row
                 nu += 1
             local[p] = u
         counts[g] = nu
@@ -156,15 +158,16 @@ def intern_groups_numpy(order, ptr, strings):
 def _block_segments(bptr, b_row, b_len, b_lid, ptr, key, sign, order, lid_o, position):  # pragma: no cover
     n_groups = bptr.shape[0] - 1
     bad = np.zeros(n_groups, np.bool_)
+    one = np.uint64(1)
     for g in prange(n_groups):
-        p = ptr[g]
+        p = np.uint64(ptr[g])  # offsets and rows are >= 0: unsigned indices skip Numba's wraparound
         seg_start = p
         prev_l = -1
         prev_key = 0.0
         for b in range(bptr[g], bptr[g + 1]):
             lr = b_lid[b]
-            r0 = b_row[b]
-            for row in range(r0, r0 + b_len[b]):
+            r0 = np.uint64(b_row[b])
+            for row in range(r0, r0 + np.uint64(b_len[b])):
                 kr = sign * key[row]  # -1.0 * x is -x exactly
                 if lr != prev_l:
                     seg_start = p
@@ -175,7 +178,7 @@ def _block_segments(bptr, b_row, b_len, b_lid, ptr, key, sign, order, lid_o, pos
                 order[p] = row
                 lid_o[p] = lr
                 position[p] = p - seg_start
-                p += 1
+                p += one
     return not bad.any()
 
 

@@ -23,8 +23,9 @@ __all__ = ["intern_bytes", "intern_numpy"]
 
 @njit(cache=True, inline="always")
 def _equal(data, offsets, a, b):  # pragma: no cover - compiled
-    sa, ea = offsets[a], offsets[a + 1]
-    sb, eb = offsets[b], offsets[b + 1]
+    ua, ub, one = np.uint64(a), np.uint64(b), np.uint64(1)  # rows are >= 0: no wraparound check
+    sa, ea = offsets[ua], offsets[ua + one]
+    sb, eb = offsets[ub], offsets[ub + one]
     if ea - sa != eb - sb:
         return False
     return bytes_equal(data, sa, data, sb, ea - sa)
