@@ -55,6 +55,18 @@ def test_gather_matches_twin_and_python(values: list[str], data_: st.DataObject,
     assert decoded == [values[r] for r in rows]
 
 
+@pytest.mark.parametrize("bad", [-1, 3, 2**40])
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_gather_rejects_rows_out_of_range(bad: int, chunks: int) -> None:
+    """A row outside [0, n), negative ones included, is named; never read out of bounds."""
+    from kolm_search.errors import KolmValueError
+
+    offsets, data = _buffers(["a", "bb", "ccc"])
+    rows = np.array([0, 1, 2, bad, 1, 0, 2, 1], dtype=np.int64)
+    with pytest.raises(KolmValueError, match=rf"got {bad} at position 3"):
+        gather_strings(offsets, data, rows, chunks)
+
+
 def test_gather_spill_never_crosses_chunks() -> None:
     """Many short strings per chunk: a word written past one string must not clobber the next
     chunk's bytes (written by another thread)."""

@@ -73,15 +73,19 @@ def string_run_starts_numpy(offsets: I64, data: U8) -> I64:
 
 
 @njit(cache=True, parallel=True)
-def _gather_lengths(offsets, rows, out_off, sums):  # pragma: no cover - compiled
+def _gather_lengths(offsets, rows, out_off, sums, bad):  # pragma: no cover - compiled
     k = rows.shape[0]
     n_chunks = sums.shape[0] - 1
+    n = np.uint64(offsets.shape[0] - 1)
     out_off[0] = 0
-    for c in prange(n_chunks):  # each chunk's total length
+    for c in prange(n_chunks):  # each chunk's total length; a row outside [0, n) is flagged
         tot = 0
         for i in range((k * c) // n_chunks, (k * (c + 1)) // n_chunks):
-            r = rows[i]
-            tot += offsets[r + 1] - offsets[r]
+            r = np.uint64(rows[i])  # a negative row wraps to a huge one: one compare checks both ends
+            if r >= n:
+                bad[c] = i + 1
+                break
+            tot += offsets[r + np.uint64(1)] - offsets[r]
         sums[c + 1] = tot
     for c in range(n_chunks):
         sums[c + 1] += sums[c]
@@ -95,9 +99,9 @@ def _gather_bytes(offsets, data, rows, out_off, sums, out):  # pragma: no cover 
         at = sums[c]
         end = sums[c + 1]
         for i in range((k * c) // n_chunks, (k * (c + 1)) // n_chunks):
-            r = rows[i]
+            r = np.uint64(rows[i])
             s = offsets[r]
-            ln = offsets[r + 1] - s
+            ln = offsets[r + np.uint64(1)] - s
             # a word may spill past this string into bytes of this chunk written later
             copy_bytes(out, at, data, s, ln, min(7, end - at - ln))
             at += ln
@@ -105,14 +109,19 @@ def _gather_bytes(offsets, data, rows, out_off, sums, out):  # pragma: no cover 
 
 
 def gather_strings(offsets: I64, data: U8, rows: I64, n_chunks: int = 1) -> tuple[I64, U8]:
-    """Compiled parallel gather (see the module docstring); ``rows`` must lie in ``[0, n)``.
+    """Compiled parallel gather (see the module docstring); a row outside ``[0, n)`` raises
+    :class:`KolmValueError`.
 
     The outputs are allocated by numpy (which asks the kernel for huge pages; Numba's own
     allocations fault in 4 KiB pages, which costs more than the copy here).
     """
     out_off = np.empty(rows.shape[0] + 1, np.int64)
     sums = np.zeros(max(1, n_chunks) + 1, np.int64)
-    _gather_lengths(offsets, rows, out_off, sums)
+    bad = np.zeros(max(1, n_chunks), np.int64)
+    _gather_lengths(offsets, rows, out_off, sums, bad)
+    if bad.any():
+        i = int(bad[np.flatnonzero(bad)[0]]) - 1
+        raise KolmValueError(f"rows must lie in [0, {offsets.shape[0] - 1}), got {int(rows[i])} at position {i}")
     out = np.empty(int(sums[-1]), np.uint8)
     _gather_bytes(offsets, data, rows, out_off, sums, out)
     return out_off, out
