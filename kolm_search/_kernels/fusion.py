@@ -370,9 +370,10 @@ def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, ranks, rrf_tab, str
                         out_docs, out_scores, counts, err[c])
         else:
             for g in range(g0, g1):
+                a, b = np.uint64(group_ptr[g]), np.uint64(dst[g])
                 for t in range(counts[g]):
-                    out_docs[group_ptr[g] + t] = src_docs[dst[g] + t]
-                    out_scores[group_ptr[g] + t] = src_scores[dst[g] + t]
+                    out_docs[a + np.uint64(t)] = src_docs[b + np.uint64(t)]
+                    out_scores[a + np.uint64(t)] = src_scores[b + np.uint64(t)]
 
 
 @njit(cache=True, parallel=True)
@@ -475,7 +476,7 @@ def _output_rows(ptr, out_ptr, out_local, rep, use_rep, doc_rows, rank, n_chunks
             first = out_ptr[g]
             for i in range(first, out_ptr[g + 1]):
                 if use_rep:
-                    doc_rows[i] = rep[base + out_local[i]]
+                    doc_rows[i] = rep[np.uint64(base + out_local[i])]  # >= 0: no wraparound check
                 rank[i] = i - first
 
 
