@@ -37,6 +37,25 @@ def median_time(fn: Callable[[], Any], repeat: int = 3, warmup: int = 1) -> tupl
     return statistics.median(times), out
 
 
+def median_times(fns: dict[str, Callable[[], Any]], repeat: int = 3, warmup: int = 1) -> dict[str, float]:
+    """Median wall time (s) of each of ``fns`` over ``repeat`` rounds that call every function
+    once in turn (after ``warmup`` untimed rounds): a burst of background work on this shared
+    VM (e.g. the kernel collapsing huge pages after a large run is freed) then slows one
+    call of each function instead of every call of the one that happened to run next."""
+    import gc
+
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(warmup + repeat):
+        for name, fn in fns.items():
+            gc.collect()
+            t0 = time.perf_counter()
+            out = fn()
+            if r >= warmup:
+                times[name].append(time.perf_counter() - t0)
+            del out
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
