@@ -206,6 +206,53 @@ def test_kernel_hashes_large_code_ranges(codes: str, limit: int) -> None:
         fuse_groups(ptr, li, dc, ct, n_docs, False, limit, n_chunks=2)
 
 
+@pytest.mark.parametrize("limit", [-1, 5, 300])
+@pytest.mark.parametrize("bad", [None, "low", "high"])
+def test_kernel_direct_marks_over_a_wide_range_prefetch(limit: int, bad: str | None) -> None:
+    """Groups wide enough that a direct mark array is used over >= 2**15 codes: the passes
+    prefetch the mark of the entry 16 ahead (bad codes included: a prefetch never faults and
+    the bad entry is still named). Equal to the numpy twin."""
+    from kolm_search._kernels import fusion as kf
+
+    rng = np.random.default_rng(11)
+    ptr, li, dc, ct = random_groups(rng, n_groups=9, n_lists=3, depth=700, n_docs=1500)
+    n_docs = 60_000
+    dc = rng.choice(n_docs, 1500, replace=False)[dc].astype(np.int64)
+    hb = int(kf._table_bits(int(np.max(np.diff(ptr)))))
+    assert n_docs >= kf._FAR and not kf._use_table(n_docs, hb)  # the direct, prefetching path
+    if bad is None:
+        for chunks in (1, 3):
+            got = fuse_groups(ptr, li, dc, ct, n_docs, False, limit, n_chunks=chunks)
+            want = fuse_groups_numpy(ptr, li, dc, ct, n_docs, False, limit)
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_array_equal(a, b)
+        return
+    at = int(ptr[4]) + 5  # 16 entries ahead of it, earlier entries prefetch its mark
+    dc[at] = -(2**62) if bad == "low" else 2**62
+    with pytest.raises(KolmValueError, match=f"got {dc[at]}"):
+        fuse_groups(ptr, li, dc, ct, n_docs, False, limit, n_chunks=2)
+
+
+def test_prefetch_is_a_hint_at_any_index() -> None:
+    """prefetch never faults (any index, far outside the array) and changes no value."""
+    from numba import njit
+
+    from kolm_search._kernels.words import prefetch
+
+    @njit
+    def touch(a, idx):  # pragma: no cover - compiled
+        total = 0.0
+        for i in idx:
+            prefetch(a, i)
+            total += a[0]
+        return total
+
+    a = np.arange(4, dtype=np.float64) + 1.5
+    idx = np.array([0, 3, 10**12, np.iinfo(np.int64).max], dtype=np.int64)
+    assert touch(a, idx) == 4 * 1.5
+    assert touch(a, idx.view(np.uint64)) == 4 * 1.5
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("limit", [None, 2, 25])
 @pytest.mark.parametrize("n_docs", [40, 10**8])  # direct marks and the hash table

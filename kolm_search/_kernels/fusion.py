@@ -32,6 +32,11 @@ bits of the negated score, in the same order as the scores) by one counting pass
 leading bits and one insertion pass; with ``limit`` only the buckets that reach the first
 ``limit`` positions are sorted, or, for a limit under 1/32 of the list, a heap selects.
 
+Over a code range past L2 (``n_docs >= 2**15``) each pass prefetches the mark of the entry 16
+ahead (:func:`kolm_search._kernels.words.prefetch`): the misses overlap instead of queueing
+behind each entry's dependent work (full lists at 100,000 codes ~7-14 % faster; below that
+range the marks sit in cache and no prefetch is issued).
+
 Indices read from arrays (codes, slots, buckets, table positions) index as unsigned integers
 once known to be in range: Numba wraps a negative signed index (a compare and an add at every
 access, which LLVM cannot drop for a loaded value); unsigned indices skip it (~15 % of the
@@ -46,12 +51,15 @@ from numba import njit, prange
 
 from kolm_search._kernels.sorting import stable_argsort
 from kolm_search._kernels.topk import _heap_push, _sort_heap, _worse
+from kolm_search._kernels.words import prefetch
 from kolm_search.errors import KolmValueError
 
 __all__ = ["fuse_groups", "fuse_groups_numpy", "output_rows", "rank_ranges"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
+_AHEAD = 16  # entries between a prefetch of mark[docs[i]] and its use (8-32 measure alike)
+_FAR = 1 << 15  # codes from which a direct mark array (8 bytes a code) leaves L1/L2: prefetch it
 
 
 @njit(cache=True)
@@ -220,6 +228,7 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_do
         width = max(width, group_ptr[g + 1] - group_ptr[g])
     hb = _table_bits(width)
     hashed = _use_table(n_docs, hb)
+    far = n_docs >= _FAR
     mark = np.full((1 << hb) if hashed else n_docs, -1, np.int64)
     hshift = np.uint64(64 - hb)
     s_doc = np.empty(width, np.int64)
@@ -254,6 +263,8 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_do
                                  s_nl, s_last, err)
         else:
             for i in range(start, stop):
+                if far and i + _AHEAD < stop:  # a later entry's mark: its miss overlaps this work
+                    prefetch(mark, np.uint64(docs[i + _AHEAD]))
                 d = docs[i]
                 c = src[np.uint64(i - off)]
                 if not _usable(d, c, n_docs, err):
@@ -337,9 +348,13 @@ def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts, err):  # pragma: no 
             counts[g] = c
         return
     mark = np.full(n_docs, -1, np.int64)
+    far = n_docs >= _FAR
     for g in range(g0, g1):
         c = 0
-        for i in range(group_ptr[g], group_ptr[g + 1]):
+        stop = group_ptr[g + 1]
+        for i in range(group_ptr[g], stop):
+            if far and i + _AHEAD < stop:
+                prefetch(mark, np.uint64(docs[i + _AHEAD]))
             d = docs[i]
             if not _usable(d, 0.0, n_docs, err):
                 continue

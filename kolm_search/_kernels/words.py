@@ -12,6 +12,13 @@ buffer.
 ``copy_bytes(dst, d, src, s, n, slack)``           ``dst[d:d+n] = src[s:s+n]``; may also write
                                                    up to ``slack`` bytes past ``d+n`` (0..7)
 ``hash_bytes(data, s, e) -> uint64``               a 64-bit hash of ``data[s:e]``
+``prefetch(buf, i)``                               hint the CPU to fetch ``buf[i]``'s cache line
+                                                   (LLVM ``llvm.prefetch``; never faults, so
+                                                   ``i`` may be any value: a bad index is a no-op)
+
+A prefetch pays where a loop's random accesses depend on loaded values (``mark[docs[i]]`` over
+an array larger than L2): issued a few entries ahead, the misses overlap instead of waiting
+one after another behind each entry's dependent work.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-__all__ = ["bytes_equal", "copy_bytes", "hash_bytes", "load_u64", "store_u64"]
+__all__ = ["bytes_equal", "copy_bytes", "hash_bytes", "load_u64", "prefetch", "store_u64"]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xFF51AFD7ED558CCD)
@@ -49,8 +56,24 @@ def _store_u64(typingctx: Any, buf: Any, i: Any, w: Any) -> Any:  # pragma: no c
     return types.void(buf, i, w), codegen
 
 
+def _prefetch(typingctx: Any, buf: Any, i: Any) -> Any:  # pragma: no cover - compiled
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p], fnty)
+        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i8p)
+        # read (0), high temporal locality (3), data cache (1)
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(buf, i), codegen
+
+
 load_u64: Any = intrinsic(_load_u64)
 store_u64: Any = intrinsic(_store_u64)
+prefetch: Any = intrinsic(_prefetch)
 
 
 @njit(cache=True, inline="always")
