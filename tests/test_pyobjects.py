@@ -172,6 +172,45 @@ def test_object_run_starts_compare_every_byte(chunks: int) -> None:
         assert starts.tolist() == _change_starts(arr).tolist() == list(range(0, len(values), 2))
 
 
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_readers_on_objects_out_of_column_order(chunks: int) -> None:
+    """Objects made in one order and read in another (a shuffled or sorted frame: addresses
+    at random, the case the 16-rows-ahead prefetch is for), runs shorter and longer than the
+    prefetch distance, short and long strings: equal to pyarrow and to Python comparisons."""
+    layout = str_layout()
+    assert layout is not None
+    rng = np.random.default_rng(17)
+    made = [fresh(f"doc{i}" + "x" * int(i % 40)) for i in range(5000)]
+    values = np.array(made, dtype=object)[rng.permutation(5000)]
+    got = object_strings(values)
+    assert got is not None
+    assert got.equals(pa.array(values.tolist(), type=pa.large_string()))
+    grouped = np.sort(rng.integers(0, 300, 5000))  # runs of equal ids, of 1 to ~40 rows
+    qids = np.empty(5000, dtype=object)
+    for i in rng.permutation(5000):  # one object per row, made in random order
+        qids[i] = fresh(f"q{int(grouped[i])}")
+    starts, ok = object_run_starts(object_pointers(qids), layout, chunks)
+    assert ok
+    assert starts.tolist() == _change_starts(qids).tolist()
+
+
+def test_prefetch_at_is_a_hint_at_any_address() -> None:
+    """prefetch_at never faults (null, unmapped, the top of the address space) and reads nothing."""
+    from numba import njit
+
+    from kolm_search._kernels.pyobjects import peek_i64, prefetch_at
+
+    @njit
+    def hint_then_read(addrs, at):  # pragma: no cover - compiled
+        for a in addrs:
+            prefetch_at(a)
+        return peek_i64(at)
+
+    x = np.array([123456789], dtype=np.int64)
+    addrs = np.array([0, 8, -1, 2**62, x.ctypes.data], dtype=np.int64)
+    assert hint_then_read(addrs, x.ctypes.data) == 123456789
+
+
 def test_object_run_starts_reports_non_strings() -> None:
     layout = str_layout()
     assert layout is not None

@@ -15,6 +15,13 @@ word holds ``kind`` (bits 2-4: bytes per character, 1, 2 or 4), ``compact`` (bit
 
 ``peek_i64(addr)``, ``peek_u32(addr)``, ``peek_u8(addr)`` (compiled code only)
     The 8, 4 or 1 bytes at an absolute address as int64 (an unaligned LLVM load).
+``prefetch_at(addr)`` (compiled code only)
+    Ask for the cache line at an absolute address (``llvm.prefetch``; never faults). Every
+    pass below asks for the object 16 rows ahead: objects made in another order than the
+    column's (a sorted or shuffled frame) sit at random addresses, and a miss per object
+    then queues behind the previous one's work (3 M shuffled objects: copy pass 0.12 ->
+    0.04 s, lengths 0.083 -> 0.055 s, run heads 0.123 -> 0.09 s; objects in column order
+    ~10 % faster).
 ``ascii_lengths(ptrs int64 (n,), layout, n_chunks) -> (lengths int64 (n,), chunk_bytes, n_other)``
     Byte length of every compact ASCII ``str``; -1 for any other object (``n_other`` of them).
 ``pack_ascii(ptrs, layout, lengths, chunk_bytes) -> (offsets int64 (n+1,), data uint8)``
@@ -38,9 +45,9 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from kolm_search._kernels.words import store_u64
+from kolm_search._kernels.words import emit_prefetch, store_u64
 
-__all__ = ["ascii_lengths", "object_run_starts", "pack_ascii", "peek_i64", "peek_u32", "peek_u8"]
+__all__ = ["ascii_lengths", "object_run_starts", "pack_ascii", "peek_i64", "peek_u32", "peek_u8", "prefetch_at"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -59,6 +66,15 @@ def _peek(width: int) -> Any:
     return typer
 
 
+def _prefetch_at(typingctx: Any, addr: Any) -> Any:  # pragma: no cover - compiled
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        emit_prefetch(builder, builder.inttoptr(args[0], ir.IntType(8).as_pointer()))
+        return context.get_dummy_value()
+
+    return types.void(types.int64), codegen
+
+
+prefetch_at: Any = intrinsic(_prefetch_at)  # read, keep in all cache levels, data cache
 peek_i64: Any = intrinsic(_peek(64))
 peek_u32: Any = intrinsic(_peek(32))
 peek_u8: Any = intrinsic(_peek(8))
@@ -80,7 +96,10 @@ def _ascii_lengths(ptrs, layout, lengths, chunk_bytes, others):  # pragma: no co
     for c in prange(n_chunks):
         bad = 0
         tot = 0
-        for i in range((n * c) // n_chunks, (n * (c + 1)) // n_chunks):
+        hi = (n * (c + 1)) // n_chunks
+        for i in range((n * c) // n_chunks, hi):
+            if i + 16 < hi:
+                prefetch_at(ptrs[i + 16])
             p = ptrs[i]
             st = _state(p, layout)
             if st >= 0 and (st >> 6) & 1:
@@ -112,7 +131,10 @@ def _pack_ascii(ptrs, layout, lengths, starts, offsets, data):  # pragma: no cov
     offsets[n] = starts[n_chunks]
     for c in prange(n_chunks):
         at = starts[c]
-        for i in range((n * c) // n_chunks, (n * (c + 1)) // n_chunks):
+        hi = (n * (c + 1)) // n_chunks
+        for i in range((n * c) // n_chunks, hi):
+            if i + 16 < hi:
+                prefetch_at(ptrs[i + 16] + layout[_ASCII])
             offsets[i] = at
             ln = lengths[i]
             if ln < 0:  # a row the caller fills: -ln - 1 bytes
@@ -175,7 +197,10 @@ def _object_changes(ptrs, layout, flags, n_chunks):  # pragma: no cover - compil
     n = ptrs.shape[0]
     bad = np.zeros(n_chunks, np.int64)
     for c in prange(n_chunks):
-        for i in range((n * c) // n_chunks, (n * (c + 1)) // n_chunks):
+        hi = (n * (c + 1)) // n_chunks
+        for i in range((n * c) // n_chunks, hi):
+            if i + 16 < hi:
+                prefetch_at(ptrs[i + 16])
             if i == 0:
                 flags[i] = 1
             elif ptrs[i] == ptrs[i - 1]:

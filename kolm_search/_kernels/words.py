@@ -56,16 +56,21 @@ def _store_u64(typingctx: Any, buf: Any, i: Any, w: Any) -> Any:  # pragma: no c
     return types.void(buf, i, w), codegen
 
 
+def emit_prefetch(builder: Any, ptr: Any) -> None:  # pragma: no cover - compiled
+    """Emit ``llvm.prefetch`` of the cache line at ``ptr`` (any LLVM pointer): a read, kept
+    in every cache level, data cache. Shared by :func:`prefetch` and
+    :func:`kolm_search._kernels.pyobjects.prefetch_at`."""
+    i8p = ir.IntType(8).as_pointer()
+    i32 = ir.IntType(32)
+    fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+    fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p], fnty)
+    builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+
+
 def _prefetch(typingctx: Any, buf: Any, i: Any) -> Any:  # pragma: no cover - compiled
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         ary = context.make_array(signature.args[0])(context, builder, args[0])
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p], fnty)
-        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i8p)
-        # read (0), high temporal locality (3), data cache (1)
-        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        emit_prefetch(builder, builder.gep(ary.data, [args[1]]))
         return context.get_dummy_value()
 
     return types.void(buf, i), codegen
