@@ -31,6 +31,15 @@ def make_runs(n_queries: int, n_runs: int, depth: int, n_docs: int, seed: int = 
     return runs
 
 
+def _made_in_random_order(col: pd.Series, seed: int = 1) -> pd.Series:
+    """An object column equal to ``col`` whose strings were created in a random row order."""
+    values = col.to_numpy(dtype=object)
+    perm = np.random.default_rng(seed).permutation(len(values))
+    out = np.empty(len(values), dtype=object)
+    out[perm] = [(v + "!")[:-1] for v in values[perm]]  # a new object per row, made in perm order
+    return pd.Series(out, index=col.index, dtype=object)  # (pandas 3 would infer its str dtype)
+
+
 def python_rrf(runs: list[pd.DataFrame], k: int = 60) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for run in runs:
@@ -68,6 +77,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-ranx", action="store_true")
     ap.add_argument("--no-python", action="store_true")
+    ap.add_argument("--object-order", choices=["column", "random"], default="column",
+                    help="make the Python strings of the object columns in row order (astype) or in a "
+                         "random order (as after shuffling or sorting a frame: objects at random addresses)")
     args = ap.parse_args()
     header(f"RRF fusion, {args.queries} queries x {args.runs} runs x {args.depth} docs")
     runs = make_runs(args.queries, args.runs, args.depth, args.docs)
@@ -81,8 +93,13 @@ def main() -> None:
     t_kolm, fused = median_time(lambda: fuse(runs), args.repeat)
     rows.append({"what": "kolm_search.fuse (str columns in, DataFrame out)", "seconds": t_kolm, "rows_out": len(fused)})
     obj_runs = [r.astype({"qid": object, "doc_id": object}) for r in runs]  # ranx needs object columns
+    if args.object_order == "random":  # the strings made in another order than the rows
+        obj_runs = [r.assign(qid=_made_in_random_order(r["qid"]), doc_id=_made_in_random_order(r["doc_id"]))
+                    for r in obj_runs]
+        assert all(r[c].dtype == object for r in obj_runs for c in ("qid", "doc_id"))
     t_obj, _ = median_time(lambda: fuse(obj_runs), args.repeat)
-    rows.append({"what": "kolm_search.fuse (object columns, as ranx gets)", "seconds": t_obj})
+    rows.append({"what": f"kolm_search.fuse (object columns, as ranx gets; objects in {args.object_order} order)",
+                 "seconds": t_obj})
 
     # the kernel on already-coded frames vs the bare scatter-add floor
     q = np.repeat(np.arange(args.queries), args.depth)
