@@ -187,8 +187,12 @@ def _coded(group_ptr: npt.ArrayLike, list_ids: npt.ArrayLike, docs: npt.ArrayLik
 
 
 def _chunks(gp: npt.NDArray[np.int64], threads: int) -> int:
+    """Chunks of queries for the fusion kernel: one per thread. Numba hands each thread one
+    contiguous share of a ``prange`` (static schedule), so more chunks balance nothing, while
+    each chunk allocates and fills its own mark array (8 bytes a code): 4 chunks a thread
+    measured ~11 % slower over a 100,000-code range."""
     n_groups = gp.size - 1
-    return 1 if n_groups < 64 else min(n_groups, 4 * threads)
+    return 1 if n_groups < 64 else min(n_groups, max(1, threads))
 
 
 def merge_with_rrf(
