@@ -51,6 +51,7 @@ from numba import njit, prange
 
 from kolm_search._kernels.sorting import stable_argsort
 from kolm_search._kernels.topk import _heap_push, _sort_heap, _worse
+from kolm_search._kernels.words import PREFETCH_AHEAD as _AHEAD
 from kolm_search._kernels.words import prefetch
 from kolm_search.errors import KolmValueError
 
@@ -58,7 +59,6 @@ __all__ = ["fuse_groups", "fuse_groups_numpy", "output_rows", "rank_ranges"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
-_AHEAD = 16  # entries between a prefetch of mark[docs[i]] and its use (8-32 measure alike)
 _FAR = 1 << 15  # codes from which a direct mark array (8 bytes a code) leaves L1/L2: prefetch it
 
 

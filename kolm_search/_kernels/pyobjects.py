@@ -45,7 +45,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from kolm_search._kernels.words import emit_prefetch, store_u64
+from kolm_search._kernels.words import PREFETCH_AHEAD, emit_prefetch, store_u64
 
 __all__ = ["ascii_lengths", "object_run_starts", "pack_ascii", "peek_i64", "peek_u32", "peek_u8", "prefetch_at"]
 
@@ -98,8 +98,8 @@ def _ascii_lengths(ptrs, layout, lengths, chunk_bytes, others):  # pragma: no co
         tot = 0
         hi = (n * (c + 1)) // n_chunks
         for i in range((n * c) // n_chunks, hi):
-            if i + 16 < hi:
-                prefetch_at(ptrs[i + 16])
+            if i + PREFETCH_AHEAD < hi:
+                prefetch_at(ptrs[i + PREFETCH_AHEAD])
             p = ptrs[i]
             st = _state(p, layout)
             if st >= 0 and (st >> 6) & 1:
@@ -133,8 +133,8 @@ def _pack_ascii(ptrs, layout, lengths, starts, offsets, data):  # pragma: no cov
         at = starts[c]
         hi = (n * (c + 1)) // n_chunks
         for i in range((n * c) // n_chunks, hi):
-            if i + 16 < hi:
-                prefetch_at(ptrs[i + 16] + layout[_ASCII])
+            if i + PREFETCH_AHEAD < hi:
+                prefetch_at(ptrs[i + PREFETCH_AHEAD] + layout[_ASCII])
             offsets[i] = at
             ln = lengths[i]
             if ln < 0:  # a row the caller fills: -ln - 1 bytes
@@ -199,8 +199,8 @@ def _object_changes(ptrs, layout, flags, n_chunks):  # pragma: no cover - compil
     for c in prange(n_chunks):
         hi = (n * (c + 1)) // n_chunks
         for i in range((n * c) // n_chunks, hi):
-            if i + 16 < hi:
-                prefetch_at(ptrs[i + 16])
+            if i + PREFETCH_AHEAD < hi:
+                prefetch_at(ptrs[i + PREFETCH_AHEAD])
             if i == 0:
                 flags[i] = 1
             elif ptrs[i] == ptrs[i - 1]:

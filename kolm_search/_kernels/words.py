@@ -16,7 +16,8 @@ buffer.
                                                    (LLVM ``llvm.prefetch``; never faults, so
                                                    ``i`` may be any value: a bad index is a no-op)
 
-A prefetch pays where a loop's random accesses depend on loaded values (``mark[docs[i]]`` over
+``PREFETCH_AHEAD`` (16) is how many rows ahead the kernels ask. A prefetch pays where a
+loop's random accesses depend on loaded values (``mark[docs[i]]`` over
 an array larger than L2): issued a few entries ahead, the misses overlap instead of waiting
 one after another behind each entry's dependent work.
 """
@@ -75,6 +76,8 @@ def _prefetch(typingctx: Any, buf: Any, i: Any) -> Any:  # pragma: no cover - co
 
     return types.void(buf, i), codegen
 
+
+PREFETCH_AHEAD = 16  # rows between a prefetch and the read it serves (8-128 measured: 16 is best or level)
 
 load_u64: Any = intrinsic(_load_u64)
 store_u64: Any = intrinsic(_store_u64)
