@@ -31,7 +31,16 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-__all__ = ["bytes_equal", "copy_bytes", "hash_bytes", "load_u64", "prefetch", "store_u64"]
+__all__ = [
+    "PREFETCH_AHEAD",
+    "bytes_equal",
+    "copy_bytes",
+    "emit_prefetch",
+    "hash_bytes",
+    "load_u64",
+    "prefetch",
+    "store_u64",
+]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xFF51AFD7ED558CCD)
