@@ -13,6 +13,16 @@ from collections.abc import Callable
 from typing import Any
 
 
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """One call of ``fn`` after a garbage collection (untimed): ``(seconds, result)``."""
+    import gc
+
+    gc.collect()
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
 def median_time(fn: Callable[[], Any], repeat: int = 3, warmup: int = 1) -> tuple[float, Any]:
     """Median wall time (s) of ``repeat`` calls after ``warmup`` untimed calls; last result.
 
@@ -21,8 +31,6 @@ def median_time(fn: Callable[[], Any], repeat: int = 3, warmup: int = 1) -> tupl
     on this VM memory that the process has not touched before costs up to ~2 s a GB (the
     10,000-query `fuse` measured 2.3 s with its last result released, 3.2 s with it kept).
     """
-    import gc
-
     out = None
     for _ in range(warmup):
         out = None
@@ -30,29 +38,23 @@ def median_time(fn: Callable[[], Any], repeat: int = 3, warmup: int = 1) -> tupl
     times = []
     for _ in range(repeat):
         out = None
-        gc.collect()
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
+        dt, out = _timed(fn)
+        times.append(dt)
     return statistics.median(times), out
 
 
 def median_times(fns: dict[str, Callable[[], Any]], repeat: int = 3, warmup: int = 1) -> dict[str, float]:
     """Median wall time (s) of each of ``fns`` over ``repeat`` rounds that call every function
-    once in turn (after ``warmup`` untimed rounds): a burst of background work on this shared
-    VM (e.g. the kernel collapsing huge pages after a large run is freed) then slows one
-    call of each function instead of every call of the one that happened to run next."""
-    import gc
-
+    once in turn (after ``warmup`` untimed rounds), each result released before the next call
+    (as :func:`median_time`): a burst of background work on this shared VM (e.g. the kernel
+    collapsing huge pages after a large run is freed) then slows one call of each function
+    instead of every call of the one that happened to run next."""
     times: dict[str, list[float]] = {name: [] for name in fns}
     for r in range(warmup + repeat):
         for name, fn in fns.items():
-            gc.collect()
-            t0 = time.perf_counter()
-            out = fn()
+            dt, _ = _timed(fn)  # the result is dropped here, before the next call
             if r >= warmup:
-                times[name].append(time.perf_counter() - t0)
-            del out
+                times[name].append(dt)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
