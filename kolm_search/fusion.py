@@ -108,7 +108,8 @@ def fuse_arrays(
     out_docs : int64 (m,)
     out_scores : float64 (m,)
         Query g's fused documents are ``out_docs[out_ptr[g]:out_ptr[g+1]]``, by descending
-        score, ties in order of first appearance inside the query.
+        score, ties in order of first appearance inside the query. Both arrays are
+        contiguous; they may be views of a larger buffer (written without a counting pass).
     """
     ct = np.ascontiguousarray(contrib, dtype=np.float64)
     gp, li, dc = _coded(group_ptr, list_ids, docs, ct, "contrib")

@@ -161,6 +161,30 @@ def test_kernel_matches_numpy_twin(seed: int, mnz: bool, limit: int, signed: boo
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("chunks", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("limit", [-1, 2, 12, 10**6])
+@pytest.mark.parametrize("layout", ["uneven", "empty-first-half", "duplicates"])
+def test_kernel_output_placement_any_chunking(chunks: int, limit: int, layout: str) -> None:
+    """Outputs are written at each chunk's upper bound (one or two chunks meet in the middle
+    and return views; more chunks count first or copy together): every chunking gives the
+    twin's arrays, contiguous and exactly as long as ``out_ptr`` says, also when a chunk
+    writes nothing and when duplicates leave most of the bound unused."""
+    rng = np.random.default_rng(5)
+    ptr, li, dc, ct = random_groups(rng, n_groups=23, n_lists=3, depth=40, n_docs=60)
+    if layout == "empty-first-half":  # the first chunks' groups hold no entries
+        cut = int(ptr[12])
+        ptr = np.concatenate([np.zeros(12, np.int64), ptr[12:] - cut])
+        li, dc, ct = li[cut:], dc[cut:], ct[cut:]
+    elif layout == "duplicates":  # three lists of the same few docs: a third of the bound is used
+        dc = dc % 7
+    got = fuse_groups(ptr, li, dc, ct, 60, False, limit, n_chunks=chunks)
+    want = fuse_groups_numpy(ptr, li, dc, ct, 60, False, limit)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert got[1].flags.c_contiguous and got[2].flags.c_contiguous
+    assert got[1].shape == got[2].shape == (int(got[0][-1]),)
+
+
 @pytest.mark.parametrize("shape", ["spread", "ties", "outlier", "tiny-range"])
 def test_kernel_sort_of_long_lists_matches_twin(shape: str) -> None:
     """Groups of hundreds of docs go through the bucketed sort (crowded buckets included)."""

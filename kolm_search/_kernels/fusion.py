@@ -22,7 +22,9 @@ are ignored (a doc counts once per list, at its best rank).
 
 Returns ``(out_ptr int64 (n_groups + 1,), out_docs int64 (m,), out_scores float64 (m,))``:
 group g's fused docs sit at ``[out_ptr[g], out_ptr[g + 1])``, by descending score, ties in
-order of first appearance inside the group.
+order of first appearance inside the group. ``out_docs`` and ``out_scores`` are contiguous but
+may be views of a larger allocation (see :func:`fuse_groups`: the output is written at an
+upper bound, without a counting pass).
 
 Layout: one random access per entry (``mark[doc] = group << 32 | slot``); the per-document
 sums live in small per-group slot arrays. When ``n_docs`` is large next to the groups (codes of
@@ -218,11 +220,13 @@ def _collect_hashed(list_ids, docs, src, off, n_docs, start, stop, g, table, hsh
 
 
 @njit(cache=True, nogil=True)
-def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_docs, mnz, limit, g0, g1, dst,
-                out_docs, out_scores, counts, err):  # pragma: no cover - compiled
+def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_docs, mnz, limit, g0, g1, cursor,
+                backward, out_docs, out_scores, counts, err):  # pragma: no cover - compiled
     # One random access per entry: mark[d] = (group << 32) | slot. Everything else lives in
     # per-slot arrays (slots = docs in order of first appearance), small and cache-resident.
     # A large code range is hashed into a table of 2-4x the widest group instead.
+    # Groups are written one after another from ``cursor`` up, or (``backward``) last group
+    # first, each block ending where the next one starts, down from ``cursor``.
     width = 1
     for g in range(g0, g1):
         width = max(width, group_ptr[g + 1] - group_ptr[g])
@@ -246,7 +250,8 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_do
     ht = np.empty(cap, np.int64)
     rrf = ranks.shape[0] > 0
     cbuf = np.empty(width if rrf else 0, np.float64)
-    for g in range(g0, g1):
+    for j in range(g1 - g0):
+        g = g1 - 1 - j if backward else g0 + j
         start = group_ptr[g]
         stop = group_ptr[g + 1]
         tag = g << 32
@@ -287,7 +292,11 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_do
                     continue
                 size = _heap_push(hs, ht, size, limit, s, t)
             _sort_heap(hs, ht, size)
-            at = dst[g]
+            if backward:
+                cursor -= size
+            at = cursor
+            if not backward:
+                cursor += size
             for t in range(size):
                 out_docs[at + t] = s_doc[ht[t]]
                 out_scores[at + t] = hs[t]
@@ -300,7 +309,11 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_do
             if kb < 0:
                 keys[t] = kb ^ 0x7FFFFFFFFFFFFFFF
         _sort_slots(keys, nt, order, ks, count, bks, keep)
-        at = np.uint64(dst[g])
+        if backward:
+            cursor -= keep
+        at = np.uint64(cursor)
+        if not backward:
+            cursor += keep
         for t in range(keep):
             u = np.uint64(order[t])
             out_docs[at + np.uint64(t)] = s_doc[u]
@@ -365,15 +378,17 @@ def _unique_counts(group_ptr, docs, n_docs, g0, g1, counts, err):  # pragma: no 
 
 
 @njit(cache=True, parallel=True)
-def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_docs, mnz, limit, n_chunks, dst,
+def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_docs, mnz, limit, n_chunks, plan,
                    out_docs, out_scores, counts, src_docs, src_scores, err):  # pragma: no cover - compiled
-    """One parallel entry point (one compilation) for the three passes over groups:
-    mode 0 counts distinct docs, 1 fuses into ``dst`` offsets, 2 compacts ``src`` (written at
-    ``dst``) into ``out`` at ``group_ptr`` offsets. Modes 0 and 1 skip an entry with a code
-    outside ``[0, n_docs)`` and flag it in ``err[chunk]``, mode 1 also an entry whose
-    contribution is not finite (mode 1 checks codes again after mode 0 on purpose: one
-    predictable compare an entry, and the kernel never indexes out of bounds whatever its
-    caller did)."""
+    """One parallel entry point (one compilation) for the three passes over chunks of groups
+    (chunk c holds groups ``[n_groups * c // n_chunks, n_groups * (c + 1) // n_chunks)``):
+    mode 0 counts distinct docs; mode 1 fuses chunk c into ``out`` from position
+    ``plan[c, 0]``, upwards, or downwards when ``plan[c, 1]`` is set; mode 2 copies chunk c's
+    fused entries, written upwards from ``plan[c, 0]`` in ``src``, to ``out`` at its groups'
+    ``group_ptr`` offsets. Modes 0 and 1 skip an entry with a code outside ``[0, n_docs)``
+    and flag it in ``err[chunk]``, mode 1 also an entry whose contribution is not finite
+    (mode 1 checks codes again after mode 0 on purpose: one predictable compare an entry, and
+    the kernel never indexes out of bounds whatever its caller did)."""
     n_groups = counts.shape[0]
     for c in prange(n_chunks):
         g0 = (n_groups * c) // n_chunks
@@ -381,14 +396,13 @@ def _fuse_parallel(mode, group_ptr, list_ids, docs, contrib, ranks, rrf_tab, str
         if mode == 0:
             _unique_counts(group_ptr, docs, n_docs, g0, g1, counts, err[c])
         elif mode == 1:
-            _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_docs, mnz, limit, g0, g1, dst,
-                        out_docs, out_scores, counts, err[c])
+            _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_docs, mnz, limit, g0, g1,
+                        plan[c, 0], plan[c, 1] != 0, out_docs, out_scores, counts, err[c])
         else:
-            for g in range(g0, g1):
-                a, b = np.uint64(group_ptr[g]), np.uint64(dst[g])
-                for t in range(counts[g]):
-                    out_docs[a + np.uint64(t)] = src_docs[b + np.uint64(t)]
-                    out_scores[a + np.uint64(t)] = src_scores[b + np.uint64(t)]
+            a, b = np.uint64(group_ptr[g0]), np.uint64(plan[c, 0])
+            for t in range(group_ptr[g1] - group_ptr[g0]):
+                out_docs[a + np.uint64(t)] = src_docs[b + np.uint64(t)]
+                out_scores[a + np.uint64(t)] = src_scores[b + np.uint64(t)]
 
 
 @njit(cache=True, parallel=True)
@@ -441,44 +455,64 @@ def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: 
 
     The passes validate as they go (no separate pass): a document code outside
     ``[0, n_docs)`` or a non-finite contribution raises :class:`KolmValueError`.
-    Outputs are allocated here by numpy (huge pages where the kernel allows; Numba's own
-    allocations fault in 4 KiB pages, which costs as much as the fusion on large batches).
+
+    Output placement. Each group's fused list is at most as long as the group (or ``limit``),
+    so the outputs are allocated at that bound and, with one or two chunks, written without
+    knowing any count in advance: chunk 0 fills its groups downwards from the bound of its
+    share, chunk 1 upwards from the same point; the two meet without a gap, and the returned
+    ``out_docs`` / ``out_scores`` are contiguous views of the written part (no counting pass,
+    no copy; pages past it are never touched). With more chunks, full lists are counted
+    first (one read of the codes) and written in place; top-``limit`` lists are written at
+    each chunk's bound and copied together. Outputs are allocated by numpy (huge pages where
+    the kernel allows; Numba's own allocations fault in 4 KiB pages, which costs as much as
+    the fusion on large batches).
     """
     n_groups = group_ptr.shape[0] - 1
-    nc = np.int64(max(1, n_chunks))
+    nc = max(1, int(n_chunks))
     nd = np.int64(n_docs)
     counts = np.zeros(n_groups, np.int64)
     out_ptr = np.zeros(n_groups + 1, np.int64)
-    err = np.zeros((int(nc), 3), np.int64)
-    widest = int(np.max(np.diff(group_ptr))) if n_groups else 0
+    err = np.zeros((nc, 3), np.int64)
+    sizes = np.diff(group_ptr)
+    widest = int(sizes.max()) if n_groups else 0
+    full = limit < 0 or limit >= widest
     none_i, none_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
     rk = none_i if ranks is None else ranks
     tab = none_f if rrf_table is None else np.ascontiguousarray(rrf_table, np.float64).reshape(-1)
     stride = np.int64(1 if rrf_table is None or rrf_table.ndim < 2 else rrf_table.shape[1])
-    m_, l_ = bool(mnz), np.int64(limit)
-    if limit < 0 or limit >= widest:  # every doc kept: count, then write straight to place
-        _fuse_parallel(0, group_ptr, list_ids, docs, contrib, rk, tab, stride, nd, m_, l_, nc, out_ptr, none_i, none_f,
-                       counts, none_i, none_f, err)
+    m_, l_, nc_ = bool(mnz), np.int64(-1 if full else limit), np.int64(nc)
+    first = (n_groups * np.arange(nc + 1, dtype=np.int64)) // nc  # first group of each chunk
+    plan = np.zeros((nc, 2), np.int64)  # per chunk: start position, downwards?
+
+    def run(mode: int, out_d: I64, out_s: F64, src_d: I64 = none_i, src_s: F64 = none_f) -> None:
+        _fuse_parallel(mode, out_ptr if mode == 2 else group_ptr, list_ids, docs, contrib, rk, tab, stride, nd, m_,
+                       l_, nc_, plan, out_d, out_s, counts, src_d, src_s, err)
         _raise_flagged(err, n_docs)
+
+    if full and nc > 2:  # count, then write straight to place
+        run(0, none_i, none_f)
         np.cumsum(counts, out=out_ptr[1:])
+        plan[:, 0] = out_ptr[first[:-1]]
         out_docs = np.empty(int(out_ptr[-1]), np.int64)
         out_scores = np.empty(int(out_ptr[-1]), np.float64)
-        _fuse_parallel(1, group_ptr, list_ids, docs, contrib, rk, tab, stride, nd, m_, np.int64(-1), nc, out_ptr, out_docs,
-                       out_scores, counts, none_i, none_f, err)
-        _raise_flagged(err, n_docs)  # non-finite contributions (the counting pass reads codes only)
+        run(1, out_docs, out_scores)
         return out_ptr, out_docs, out_scores
-    # top-limit: group g writes at most limit entries at g * limit, then a compaction
-    dst = np.arange(n_groups + 1, dtype=np.int64) * limit
-    tmp_docs = np.empty(n_groups * limit, np.int64)
-    tmp_scores = np.empty(n_groups * limit, np.float64)
-    _fuse_parallel(1, group_ptr, list_ids, docs, contrib, rk, tab, stride, nd, m_, l_, nc, dst, tmp_docs, tmp_scores,
-                   counts, none_i, none_f, err)
-    _raise_flagged(err, n_docs)
+    bound = np.zeros(n_groups + 1, np.int64)  # upper bounds of the output offsets
+    np.cumsum(sizes if full else np.minimum(sizes, limit), out=bound[1:])
+    buf_docs = np.empty(int(bound[-1]), np.int64)
+    buf_scores = np.empty(int(bound[-1]), np.float64)
+    plan[:, 0] = bound[first[:-1]]
+    if nc == 2:  # meet in the middle: chunk 0 downwards from the bound of its share
+        plan[0, 0], plan[0, 1] = bound[first[1]], 1
+    run(1, buf_docs, buf_scores)
     np.cumsum(counts, out=out_ptr[1:])
-    out_docs = np.empty(int(out_ptr[-1]), np.int64)
-    out_scores = np.empty(int(out_ptr[-1]), np.float64)
-    _fuse_parallel(2, out_ptr, list_ids, docs, contrib, rk, tab, stride, nd, m_, l_, nc, dst, out_docs, out_scores,
-                   counts, tmp_docs, tmp_scores, err)
+    m = int(out_ptr[-1])
+    if nc <= 2:
+        lo = int(plan[0, 0]) - (int(out_ptr[first[1]]) if nc == 2 else 0)
+        return out_ptr, buf_docs[lo:lo + m], buf_scores[lo:lo + m]
+    out_docs = np.empty(m, np.int64)
+    out_scores = np.empty(m, np.float64)
+    run(2, out_docs, out_scores, buf_docs, buf_scores)
     return out_ptr, out_docs, out_scores
 
 
