@@ -118,9 +118,14 @@ def main() -> None:
     bare_scatter(ptr[:3], docs, contrib, n_docs, 2)
     # the kernel figures are taken in rounds (each call once a round) so that background
     # work after the large runs above slows one call of each, not every call of one
+    out = (np.empty(len(docs), np.int64), np.empty(len(docs), np.float64))  # reused: out=
+    out[0].fill(0)
+    out[1].fill(0.0)
     t = median_times({
         "full": lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs),
+        "full_out": lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs, out=out),
         "rrf": lambda: fuse_rrf_arrays(ptr, lids, docs, rank, n_docs),
+        "rrf_out": lambda: fuse_rrf_arrays(ptr, lids, docs, rank, n_docs, out=out),
         "limit100": lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs, limit=100),
         "limit10": lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs, limit=10),
         "bare": lambda: bare_scatter(ptr, docs, contrib, n_docs, 2),
@@ -128,8 +133,11 @@ def main() -> None:
     t_kernel, t_rrf, t_bare = t["full"], t["rrf"], t["bare"]
     rows.append({"what": "kolm fuse_arrays on coded arrays (dedup + sort)", "seconds": t_kernel})
     rows.append({"what": "kolm fuse_rrf_arrays (RRF from ranks, what fuse runs)", "seconds": t_rrf})
+    rows.append({"what": "kolm fuse_arrays into reused out= buffers", "seconds": t["full_out"]})
+    rows.append({"what": "kolm fuse_rrf_arrays into reused out= buffers", "seconds": t["rrf_out"]})
     rows.append({"what": "bare Numba scatter-add (floor, 2 threads)", "seconds": t_bare,
-                 "kernel_vs_bare": f"{t_kernel / t_bare:.2f}x", "rrf_vs_bare": f"{t_rrf / t_bare:.2f}x"})
+                 "kernel_vs_bare": f"{t_kernel / t_bare:.2f}x", "rrf_vs_bare": f"{t_rrf / t_bare:.2f}x",
+                 "out_vs_bare": f"{t['full_out'] / t_bare:.2f}x", "rrf_out_vs_bare": f"{t['rrf_out'] / t_bare:.2f}x"})
     rows.append({"what": "kolm fuse_arrays, limit=100 (top-k selection)", "seconds": t["limit100"],
                  "vs_bare": f"{t['limit100'] / t_bare:.2f}x"})
     rows.append({"what": "kolm fuse_arrays, limit=10 (top-k selection)", "seconds": t["limit10"],

@@ -81,6 +81,7 @@ def fuse_arrays(
     mnz: bool = False,
     limit: int | None = None,
     n_threads: int | None = None,
+    out: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """Fuse coded candidate lists of many queries in one kernel call.
 
@@ -101,6 +102,11 @@ def fuse_arrays(
         Keep at most ``limit`` documents per query.
     n_threads : int, optional
         Numba threads for this call (restored afterwards).
+    out : (int64 (>= n,), float64 (>= n,)), optional
+        Output buffers to write into instead of fresh arrays (``out_docs`` and
+        ``out_scores`` are then views of them): a batch job that fuses batch after batch
+        reuses one pair and faults in no new memory per call. ``len(docs)`` entries always
+        suffice; a shorter buffer, a wrong dtype or a buffer that overlaps an input raises.
 
     Returns
     -------
@@ -115,7 +121,7 @@ def fuse_arrays(
     gp, li, dc = _coded(group_ptr, list_ids, docs, ct, "contrib")
     with numba_threads(n_threads) as threads:  # the kernel validates codes and contributions
         return fuse_groups(gp, li, dc, ct, max(int(n_docs), 0), mnz, -1 if limit is None else int(limit),
-                           _chunks(gp, threads))
+                           _chunks(gp, threads), out=out)
 
 
 def fuse_rrf_arrays(
@@ -129,6 +135,7 @@ def fuse_rrf_arrays(
     weights: Sequence[float] | npt.NDArray[np.float64] | None = None,
     limit: int | None = None,
     n_threads: int | None = None,
+    out: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """RRF of coded candidate lists straight from their ranks: :func:`fuse_arrays` with
     ``contrib = weights[list_ids] / (k + ranks + 1)``, bit-identical to it, without the
@@ -138,7 +145,7 @@ def fuse_rrf_arrays(
 
     Parameters
     ----------
-    group_ptr, list_ids, docs, n_docs, limit, n_threads
+    group_ptr, list_ids, docs, n_docs, limit, n_threads, out
         As in :func:`fuse_arrays`; list ids index ``weights``.
     ranks : int64 (n,)
         Zero-based rank of every entry in its list (non-negative).
@@ -166,11 +173,11 @@ def fuse_rrf_arrays(
             raise KolmValueError(f"weights must have one entry per list ({n_lists}), got {list(w)!r}")
         if n_lists * stride > max(rk.size, 1 << 16):  # sparse ranks: a table would outgrow the data
             contrib = np.divide(w[li], np.add(rk, kp1, dtype=np.float64))
-            return fuse_groups(gp, li, dc, contrib, max(int(n_docs), 0), False, lim, _chunks(gp, threads))
+            return fuse_groups(gp, li, dc, contrib, max(int(n_docs), 0), False, lim, _chunks(gp, threads), out=out)
         # w / (k + rank + 1) for every (list, rank): the same two float64 operations per value
         table = np.divide(w[:n_lists, None], np.add(np.arange(stride), kp1, dtype=np.float64)[None, :])
         return fuse_groups(gp, li, dc, np.zeros(0, np.float64), max(int(n_docs), 0), False, lim,
-                           _chunks(gp, threads), ranks=rk, rrf_table=table)
+                           _chunks(gp, threads), ranks=rk, rrf_table=table, out=out)
 
 
 def _coded(group_ptr: npt.ArrayLike, list_ids: npt.ArrayLike, docs: npt.ArrayLike, values: npt.NDArray[np.generic],

@@ -361,6 +361,65 @@ def test_fuse_arrays_validates_in_every_pass(limit: int | None, bad: str) -> Non
         fuse_arrays(ptr, li, dc, ct, 100, limit=limit, n_threads=2)
 
 
+@pytest.mark.parametrize("chunks", [1, 2, 3, 4])
+@pytest.mark.parametrize("limit", [-1, 2, 12])
+def test_kernel_writes_into_given_buffers(chunks: int, limit: int) -> None:
+    """``out=`` buffers (reused across calls, larger than needed, stale values in them) give
+    the same arrays as fresh outputs; the outputs are views of the buffers."""
+    rng = np.random.default_rng(9)
+    buf = (np.full(5000, -7, np.int64), np.full(5000, np.nan))
+    for seed in range(3):  # the same buffers, call after call
+        ptr, li, dc, ct = random_groups(np.random.default_rng(seed), n_groups=40, n_lists=3, depth=30,
+                                        n_docs=int(rng.integers(20, 80)))
+        want = fuse_groups_numpy(ptr, li, dc, ct, 80, False, limit)
+        got = fuse_groups(ptr, li, dc, ct, 80, False, limit, n_chunks=chunks, out=buf)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert np.shares_memory(got[1], buf[0]) and np.shares_memory(got[2], buf[1])
+
+
+def test_fuse_arrays_out_buffers_public_and_validated() -> None:
+    """fuse_arrays / fuse_rrf_arrays take ``out``; exactly len(docs) entries suffice; a wrong
+    dtype, shape, a short, read-only or strided buffer, or one that overlaps an input is a
+    clear error naming ``out``."""
+    from kolm_search import KolmTypeError
+    from kolm_search.fusion import fuse_rrf_arrays
+
+    rng = np.random.default_rng(2)
+    ptr, li, dc, ct = random_groups(rng, n_groups=30, n_lists=3, depth=20, n_docs=50)
+    n = len(dc)
+    ranks = np.concatenate([np.arange(m) for m in np.diff(ptr)]).astype(np.int64)
+    out = (np.empty(n, np.int64), np.empty(n, np.float64))
+    calls = [lambda **kw: fuse_arrays(ptr, li, dc, ct, 50, n_threads=2, **kw),
+             lambda **kw: fuse_rrf_arrays(ptr, li, dc, ranks, 50, limit=5, **kw)]
+    for call in calls:  # one call at a time: the next call into ``out`` overwrites the views
+        want = call()
+        got = call(out=out)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert np.shares_memory(got[1], out[0]) and np.shares_memory(got[2], out[1])
+    with pytest.raises(KolmTypeError, match=r"out\[0\] \(docs\) must be a 1-D int64 array, got 1-D int32"):
+        fuse_arrays(ptr, li, dc, ct, 50, out=(np.empty(n, np.int32), out[1]))
+    with pytest.raises(KolmTypeError, match=r"out\[1\] \(scores\) must be a 1-D float64 array, got 2-D"):
+        fuse_arrays(ptr, li, dc, ct, 50, out=(out[0], np.empty((n, 1))))
+    with pytest.raises(KolmValueError, match=f"at least {n} entries .* got {n - 1}"):
+        fuse_arrays(ptr, li, dc, ct, 50, out=(out[0][: n - 1], out[1]))
+    with pytest.raises(KolmValueError, match="at least 150 entries"):  # 30 groups x limit 5
+        fuse_arrays(ptr, li, dc, ct, 50, limit=5, out=(out[0][:149], out[1]))
+    with pytest.raises(KolmValueError, match="C-contiguous"):
+        fuse_arrays(ptr, li, dc, ct, 50, out=(np.empty(2 * n, np.int64)[::2], out[1]))
+    ro = np.empty(n, np.float64)
+    ro.flags.writeable = False
+    with pytest.raises(KolmValueError, match="writeable"):
+        fuse_arrays(ptr, li, dc, ct, 50, out=(out[0], ro))
+    with pytest.raises(KolmValueError, match="share memory"):
+        fuse_arrays(ptr, li, dc, ct, 50, out=(dc, out[1]))
+    with pytest.raises(KolmValueError, match="share memory"):
+        fuse_arrays(ptr, li, dc, ct, 50, out=(out[0], out[0].view(np.float64)))
+    with pytest.raises(KolmTypeError, match="tuple of two numpy arrays"):
+        fuse_arrays(ptr, li, dc, ct, 50, out=[out[0], out[1]])  # type: ignore[arg-type]
+
+
 def test_fuse_arrays_many_groups_threads() -> None:
     rng = np.random.default_rng(1)
     ptr, li, dc, ct = random_groups(rng, n_groups=300, n_lists=2, depth=20, n_docs=100)

@@ -55,7 +55,7 @@ from kolm_search._kernels.sorting import stable_argsort
 from kolm_search._kernels.topk import _heap_push, _sort_heap, _worse
 from kolm_search._kernels.words import PREFETCH_AHEAD as _AHEAD
 from kolm_search._kernels.words import prefetch
-from kolm_search.errors import KolmValueError
+from kolm_search.errors import KolmTypeError, KolmValueError
 
 __all__ = ["fuse_groups", "fuse_groups_numpy", "output_rows", "rank_ranges"]
 
@@ -443,9 +443,29 @@ def _raise_flagged(err: I64, n_docs: int) -> None:
         raise KolmValueError("contributions must be finite (a NaN or inf score was given)")
 
 
+def _check_out(out: object, need: int, inputs: tuple[np.ndarray, ...]) -> tuple[I64, F64]:
+    """Validate caller-provided output buffers ``(docs int64, scores float64)``: 1-D,
+    C-contiguous, writeable, at least ``need`` entries, sharing no memory with each other or
+    with the inputs (the kernel reads the inputs while it writes)."""
+    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(a, np.ndarray) for a in out)):
+        raise KolmTypeError(f"out must be a tuple of two numpy arrays (docs, scores), got {type(out).__name__}")
+    o_docs, o_scores = out
+    for name, a, dt in (("out[0] (docs)", o_docs, np.int64), ("out[1] (scores)", o_scores, np.float64)):
+        if a.dtype != dt or a.ndim != 1:
+            raise KolmTypeError(f"{name} must be a 1-D {np.dtype(dt).name} array, got {a.ndim}-D {a.dtype}")
+        if not (a.flags.c_contiguous and a.flags.writeable):
+            raise KolmValueError(f"{name} must be C-contiguous and writeable")
+        if a.shape[0] < need:
+            raise KolmValueError(f"{name} must hold at least {need} entries (the upper bound of this "
+                                 f"fusion's output; len(docs) always suffices), got {a.shape[0]}")
+    if np.may_share_memory(o_docs, o_scores) or any(np.may_share_memory(a, x) for a in out for x in inputs):
+        raise KolmValueError("out buffers must not share memory with each other or with the inputs")
+    return o_docs, o_scores
+
+
 def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: int,
                 mnz: bool, limit: int, n_chunks: int = 1, *, ranks: I64 | None = None,
-                rrf_table: F64 | None = None) -> tuple[I64, I64, F64]:
+                rrf_table: F64 | None = None, out: tuple[I64, F64] | None = None) -> tuple[I64, I64, F64]:
     """Compiled fusion over all groups (see the module docstring for shapes and dtypes).
 
     With ``ranks`` (int64 (n,), in ``[0, stride)``) and ``rrf_table`` (float64 (n_lists,
@@ -465,7 +485,10 @@ def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: 
     first (one read of the codes) and written in place; top-``limit`` lists are written at
     each chunk's bound and copied together. Outputs are allocated by numpy (huge pages where
     the kernel allows; Numba's own allocations fault in 4 KiB pages, which costs as much as
-    the fusion on large batches).
+    the fusion on large batches), or written into ``out``: caller-provided ``(docs int64,
+    scores float64)`` buffers of at least the output bound (``len(docs)`` always suffices;
+    with ``limit``, the sum over groups of ``min(size, limit)``), reused across calls so that
+    no fresh memory is faulted in; the outputs are then views of them.
     """
     n_groups = group_ptr.shape[0] - 1
     nc = max(1, int(n_chunks))
@@ -489,18 +512,24 @@ def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: 
                        l_, nc_, plan, out_d, out_s, counts, src_d, src_s, err)
         _raise_flagged(err, n_docs)
 
+    bound = np.zeros(n_groups + 1, np.int64)  # upper bounds of the output offsets
+    np.cumsum(sizes if full else np.minimum(sizes, limit), out=bound[1:])
+    given = None if out is None else _check_out(out, int(bound[-1]), (group_ptr, list_ids, docs, contrib, rk, tab))
     if full and nc > 2:  # count, then write straight to place
         run(0, none_i, none_f)
         np.cumsum(counts, out=out_ptr[1:])
         plan[:, 0] = out_ptr[first[:-1]]
-        out_docs = np.empty(int(out_ptr[-1]), np.int64)
-        out_scores = np.empty(int(out_ptr[-1]), np.float64)
+        m = int(out_ptr[-1])
+        if given is None:
+            out_docs, out_scores = np.empty(m, np.int64), np.empty(m, np.float64)
+        else:
+            out_docs, out_scores = given[0][:m], given[1][:m]
         run(1, out_docs, out_scores)
         return out_ptr, out_docs, out_scores
-    bound = np.zeros(n_groups + 1, np.int64)  # upper bounds of the output offsets
-    np.cumsum(sizes if full else np.minimum(sizes, limit), out=bound[1:])
-    buf_docs = np.empty(int(bound[-1]), np.int64)
-    buf_scores = np.empty(int(bound[-1]), np.float64)
+    if given is None or nc > 2:  # (top-limit lists of more chunks are copied into out)
+        buf_docs, buf_scores = np.empty(int(bound[-1]), np.int64), np.empty(int(bound[-1]), np.float64)
+    else:
+        buf_docs, buf_scores = given
     plan[:, 0] = bound[first[:-1]]
     if nc == 2:  # meet in the middle: chunk 0 downwards from the bound of its share
         plan[0, 0], plan[0, 1] = bound[first[1]], 1
@@ -510,8 +539,10 @@ def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: 
     if nc <= 2:
         lo = int(plan[0, 0]) - (int(out_ptr[first[1]]) if nc == 2 else 0)
         return out_ptr, buf_docs[lo:lo + m], buf_scores[lo:lo + m]
-    out_docs = np.empty(m, np.int64)
-    out_scores = np.empty(m, np.float64)
+    if given is None:
+        out_docs, out_scores = np.empty(m, np.int64), np.empty(m, np.float64)
+    else:
+        out_docs, out_scores = given[0][:m], given[1][:m]
     run(2, out_docs, out_scores, buf_docs, buf_scores)
     return out_ptr, out_docs, out_scores
 
