@@ -52,7 +52,8 @@ def median_times(fns: dict[str, Callable[[], Any]], repeat: int = 3, warmup: int
     times: dict[str, list[float]] = {name: [] for name in fns}
     for r in range(warmup + repeat):
         for name, fn in fns.items():
-            dt, _ = _timed(fn)  # the result is dropped here, before the next call
+            dt, result = _timed(fn)
+            del result  # released here, before the next call (a name like ``_`` would keep it alive)
             if r >= warmup:
                 times[name].append(dt)
     return {name: statistics.median(ts) for name, ts in times.items()}

@@ -344,10 +344,11 @@ def test_fuse_arrays_validates() -> None:
         fuse_arrays([0, 1], [0], [0], [1.0], 0)
 
 
-@pytest.mark.parametrize("limit", [None, 1, 40, 99])  # count pass, heap, bucketed top-limit, all
+@pytest.mark.parametrize("limit", [None, 1, 40, 99])  # full lists, heap, bucketed top-limit, all
 @pytest.mark.parametrize("bad", ["low", "high", "nan", "inf"])
 def test_fuse_arrays_validates_in_every_pass(limit: int | None, bad: str) -> None:
-    """The kernel passes validate inline: one bad entry deep inside a big batch is found."""
+    """The kernel passes validate inline: one bad entry deep inside a big batch is found, by
+    the fusing pass (one or two chunks) and by the counting pass that more chunks run first."""
     rng = np.random.default_rng(7)
     ptr, li, dc, ct = random_groups(rng, n_groups=200, n_lists=2, depth=50, n_docs=100)
     at = int(rng.integers(len(dc) // 2, len(dc)))
@@ -359,6 +360,8 @@ def test_fuse_arrays_validates_in_every_pass(limit: int | None, bad: str) -> Non
         match = "finite"
     with pytest.raises(KolmValueError, match=match):
         fuse_arrays(ptr, li, dc, ct, 100, limit=limit, n_threads=2)
+    with pytest.raises(KolmValueError, match=match):
+        fuse_groups(ptr, li, dc, ct, 100, False, -1 if limit is None else limit, n_chunks=4)
 
 
 @pytest.mark.parametrize("chunks", [1, 2, 3, 4])
