@@ -463,6 +463,13 @@ def _check_out(out: object, need: int, inputs: tuple[np.ndarray, ...]) -> tuple[
     return o_docs, o_scores
 
 
+def _outputs(m: int, given: tuple[I64, F64] | None) -> tuple[I64, F64]:
+    """``m`` entries of output: the first ``m`` of the given buffers, or fresh arrays."""
+    if given is None:
+        return np.empty(m, np.int64), np.empty(m, np.float64)
+    return given[0][:m], given[1][:m]
+
+
 def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: int,
                 mnz: bool, limit: int, n_chunks: int = 1, *, ranks: I64 | None = None,
                 rrf_table: F64 | None = None, out: tuple[I64, F64] | None = None) -> tuple[I64, I64, F64]:
@@ -519,17 +526,11 @@ def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: 
         run(0, none_i, none_f)
         np.cumsum(counts, out=out_ptr[1:])
         plan[:, 0] = out_ptr[first[:-1]]
-        m = int(out_ptr[-1])
-        if given is None:
-            out_docs, out_scores = np.empty(m, np.int64), np.empty(m, np.float64)
-        else:
-            out_docs, out_scores = given[0][:m], given[1][:m]
+        out_docs, out_scores = _outputs(int(out_ptr[-1]), given)
         run(1, out_docs, out_scores)
         return out_ptr, out_docs, out_scores
-    if given is None or nc > 2:  # (top-limit lists of more chunks are copied into out)
-        buf_docs, buf_scores = np.empty(int(bound[-1]), np.int64), np.empty(int(bound[-1]), np.float64)
-    else:
-        buf_docs, buf_scores = given
+    # top-limit lists of more chunks are written at each chunk's bound, then copied together
+    buf_docs, buf_scores = _outputs(int(bound[-1]), None if nc > 2 else given)
     plan[:, 0] = bound[first[:-1]]
     if nc == 2:  # meet in the middle: chunk 0 downwards from the bound of its share
         plan[0, 0], plan[0, 1] = bound[first[1]], 1
@@ -539,10 +540,7 @@ def fuse_groups(group_ptr: I64, list_ids: I64, docs: I64, contrib: F64, n_docs: 
     if nc <= 2:
         lo = int(plan[0, 0]) - (int(out_ptr[first[1]]) if nc == 2 else 0)
         return out_ptr, buf_docs[lo:lo + m], buf_scores[lo:lo + m]
-    if given is None:
-        out_docs, out_scores = np.empty(m, np.int64), np.empty(m, np.float64)
-    else:
-        out_docs, out_scores = given[0][:m], given[1][:m]
+    out_docs, out_scores = _outputs(m, given)
     run(2, out_docs, out_scores, buf_docs, buf_scores)
     return out_ptr, out_docs, out_scores
 
