@@ -249,7 +249,7 @@ def _fuse_chunk(group_ptr, list_ids, docs, contrib, ranks, rrf_tab, stride, n_do
     hs = np.empty(cap, np.float64)
     ht = np.empty(cap, np.int64)
     rrf = ranks.shape[0] > 0
-    cbuf = np.empty(width if rrf else 0, np.float64)
+    cbuf = np.empty(width if rrf and hashed else 0, np.float64)  # RRF values of a group (hashed path)
     for j in range(g1 - g0):
         g = g1 - 1 - j if backward else g0 + j
         start = group_ptr[g]
