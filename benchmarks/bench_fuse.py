@@ -134,7 +134,7 @@ def main() -> None:
     # back to back (a loop over batches): each call's fresh output gets the memory the last one
     # freed; in the rounds above it gets memory freed a second earlier, which this VM has by
     # then handed back to its host and faults in again at ~1 s a GB
-    t_b2b, _ = median_time(lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs), args.repeat, warmup=1)
+    t_b2b = median_time(lambda: fuse_arrays(ptr, lids, docs, contrib, n_docs), args.repeat, warmup=1)[0]
     rows.append({"what": "kolm fuse_arrays on coded arrays (dedup + sort)", "seconds": t_kernel})
     rows.append({"what": "kolm fuse_arrays, back-to-back calls (a loop over batches)", "seconds": t_b2b})
     rows.append({"what": "kolm fuse_rrf_arrays (RRF from ranks, what fuse runs)", "seconds": t_rrf})
