@@ -23,8 +23,7 @@ from kolm_search.errors import (
 )
 from kolm_search.evaluation import Experiment, compare, evaluate, optimize_fusion
 from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.fuse import fuse, fuse_frame
-from kolm_search.fusion import merge_with_rrf, rrf_score
+from kolm_search.fusion import fuse, fuse_frame, merge_with_rrf, rrf_score
 from kolm_search.io import Dataset, download_beir, load_beir, read_qrels, read_run, write_qrels, write_run
 from kolm_search.pipeline import SearchPipeline
 from kolm_search.planners import DefaultQueryPlanner, ExpandingQueryPlanner

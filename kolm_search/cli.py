@@ -77,7 +77,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_fuse(args: argparse.Namespace) -> int:
-    from kolm_search.fuse import fuse
+    from kolm_search.fusion import fuse
     from kolm_search.io import read_run, write_run
 
     runs = [read_run(p) for p in args.runs]

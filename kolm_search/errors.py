@@ -1,20 +1,22 @@
 """The exception tree and the stage identifiers.
 
-::
+Every exception the package defines derives from :class:`KolmError`, so ``except KolmError``
+catches anything kolm_search raises on purpose; where a class also means "bad value" or "bad
+type" it keeps the matching builtin as a second base (``except ValueError`` keeps working)::
 
     Exception
-     +-- SearchError                  a named pipeline stage failed (``.stage``, ``.cause``)
-     +-- SchemaValidationError        input/output schema rejected a request or response
-     +-- ValueError
-     |    +-- KolmValueError          bad argument or data (names the field and value)
-     |         +-- FrameValidationError   malformed candidate frame / run / qrels
-     +-- TypeError
-     |    +-- KolmTypeError           argument of the wrong type
-     +-- OSError
-          +-- DownloadError           a dataset download failed (network, checksum, archive)
+     +-- KolmError                        anything kolm_search raises on purpose
+          +-- SearchError                 a named pipeline stage failed (.stage, .cause)
+          +-- SchemaValidationError       an input/output schema rejected a request or response
+          +-- KolmValueError (ValueError) bad argument or data; the message names field and value
+          |    +-- FrameValidationError   a candidate frame, run or qrels breaks its schema
+          +-- KolmTypeError (TypeError)   argument of the wrong type
+          +-- DownloadError (OSError)     a dataset download failed (network, checksum, archive)
+          +-- LLMRequestError (RuntimeError)    a chat-completions call failed
+          +-- DistributedError (RuntimeError)   a Dask partition or shard failed
 
-``SearchError`` is what a search raises; ``KolmValueError``/``KolmTypeError`` are raised by
-the numerical toolkit (fusion, frames, metrics, io) on bad arguments.
+``SearchError`` is what a search raises; ``KolmValueError``/``KolmTypeError`` are raised by the
+numerical toolkit (fusion, frames, metrics, io) on bad arguments.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ from typing import Literal
 
 __all__ = [
     "DEDUPLICATOR_STAGE",
+    "DistributedError",
     "DownloadError",
     "FrameValidationError",
+    "KolmError",
     "KolmTypeError",
     "KolmValueError",
+    "LLMRequestError",
     "PIPELINE_STAGES",
     "PipelineStages",
     "SchemaIssue",
@@ -94,7 +99,11 @@ PIPELINE_STAGES = PipelineStages()
 DEDUPLICATOR_STAGE = "deduplicator"
 
 
-class SearchError(Exception):
+class KolmError(Exception):
+    """Base of every exception kolm_search defines."""
+
+
+class SearchError(KolmError):
     """A named pipeline stage failed.
 
     Parameters
@@ -137,7 +146,7 @@ class SchemaIssue:
     path: Sequence[object] = field(default_factory=tuple)
 
 
-class SchemaValidationError(Exception):
+class SchemaValidationError(KolmError):
     """An ``input_schema`` or ``output_schema`` rejected a request or a response.
 
     Distinct from :class:`SearchError`: a contract violation, not a pipeline failure.
@@ -152,17 +161,25 @@ class SchemaValidationError(Exception):
         super().__init__(f"{target} schema validation failed: {shown}")
 
 
-class KolmValueError(ValueError):
+class KolmValueError(KolmError, ValueError):
     """A bad argument value; the message names the field and the offending value."""
 
 
-class KolmTypeError(TypeError):
+class KolmTypeError(KolmError, TypeError):
     """An argument of the wrong type; the message names the field and the type."""
 
 
-class DownloadError(OSError):
+class DownloadError(KolmError, OSError):
     """A dataset could not be downloaded, verified or unpacked; nothing half-written is left."""
 
 
 class FrameValidationError(KolmValueError):
     """A candidate frame, run or qrels table does not follow its documented schema."""
+
+
+class LLMRequestError(KolmError, RuntimeError):
+    """A chat-completions call failed (HTTP status, timeout, transport, or a malformed reply)."""
+
+
+class DistributedError(KolmError, RuntimeError):
+    """A Dask partition or shard failed after Dask's own retries; nothing partial is returned."""

@@ -23,7 +23,7 @@ from kolm_search import (
     evaluate,
     presets,
 )
-from kolm_search._kernels.mmr import mmr_select, mmr_select_numpy
+from kolm_search._kernels import load
 from kolm_search.adapters import (
     EmbeddingIntentClassifier,
     ExactDeduplicator,
@@ -173,7 +173,8 @@ def test_mmr_kernel_matches_twin(seed: int, lam: float) -> None:
     emb = rng.standard_normal((25, 6)).astype(np.float32)
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
     rel = rng.random(25)
-    np.testing.assert_array_equal(mmr_select(rel, emb, lam, np.int64(10)), mmr_select_numpy(rel, emb, lam, 10))
+    kernels = load("mmr")
+    np.testing.assert_array_equal(kernels.mmr_select(rel, emb, lam, 10), kernels.mmr_select_numpy(rel, emb, lam, 10))
 
 
 async def test_mmr_reranker_diversifies() -> None:

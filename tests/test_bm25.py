@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kolm_search import BM25Retriever, KolmValueError, SearchDocument, Tokenizer
-from kolm_search._kernels.topk import sparse_topk, sparse_topk_numpy
+from kolm_search._kernels import load
 from kolm_search.frame import QueryBatch
 from tests.conftest import synthetic_corpus
 
@@ -75,9 +75,11 @@ def test_sparse_kernel_matches_numpy_twin(seed: int, dense_ratio: int) -> None:
     offsets = np.round(rng.random(30), 1).astype(np.float32)
     masks = (rng.random((3, n_docs)) < 0.6).astype(np.uint8)
     mask_ids = rng.integers(-1, 3, 30).astype(np.int64)
-    got = sparse_topk(q_ptr, q_terms, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7, n_chunks=3,
-                      dense_ratio=dense_ratio)
-    want = sparse_topk_numpy(q_ptr, q_terms, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7)
+    weights = rng.choice([1.0, 0.5, 2.25], q_ptr[-1]).astype(np.float32)  # weighted query terms
+    kernels = load("sparse")
+    got = kernels.sparse_topk(q_ptr, q_terms, weights, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7,
+                              n_threads=3, dense_ratio=dense_ratio)
+    want = kernels.sparse_topk_numpy(q_ptr, q_terms, weights, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7)
     np.testing.assert_array_equal(got[2], want[2])
     for q in range(30):
         c = got[2][q]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kolm_search import DenseRetriever, KolmValueError, SearchDocument, SearchError
-from kolm_search._kernels.topk import dense_topk_numpy
+from kolm_search._kernels import load
 from kolm_search.frame import QueryBatch
 from kolm_search.retrievers.dense import exact_topk
 from tests.fakes import HashEmbedder
@@ -18,7 +18,7 @@ def brute(q: np.ndarray, d: np.ndarray, k: int, mask_ids=None, masks=None):
     m = q.shape[0]
     if mask_ids is None:
         mask_ids, masks = np.full(m, -1), np.ones((1, 1), np.uint8)
-    return dense_topk_numpy((q.astype(np.float64) @ d.T.astype(np.float64)).astype(np.float32), mask_ids, masks, k)
+    return load("dense").dense_topk_numpy((q.astype(np.float64) @ d.T.astype(np.float64)).astype(np.float32), mask_ids, masks, k)
 
 
 @pytest.mark.parametrize("seed", range(3))

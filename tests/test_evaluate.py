@@ -125,10 +125,10 @@ def test_unknown_metric(name: str) -> None:
         parse_metric(name)
 
 
-def test_object_columns_read_in_place_match_pytrec_eval() -> None:
-    """Object columns big enough for the in-place reader (kolm_search._kernels.pyobjects),
-    with non-ASCII ids and score ties broken by doc id bytes: pytrec_eval's figures, and the
-    same as str columns."""
+@pytest.mark.parametrize("kind", ["object", "category"])
+def test_object_and_categorical_columns_match_pytrec_eval(kind: str) -> None:
+    """Object and categorical id columns, with non-ASCII ids and score ties broken by doc id
+    bytes: pytrec_eval's figures, and the same as str columns."""
     rng = np.random.default_rng(4)
     pool = [f"d{i}" for i in range(300)] + ["\u00e9t\u00e9", "\u20acuro", "d\u00e91", "Z", "z"]
     q = np.repeat([f"q{i}" for i in range(60)], 40)
@@ -140,13 +140,37 @@ def test_object_columns_read_in_place_match_pytrec_eval() -> None:
     qrels = pd.DataFrame({"qid": judged["qid"].to_numpy(), "doc_id": judged["doc_id"].to_numpy(),
                           "relevance": rng.integers(0, 3, len(judged))}).astype({"qid": object, "doc_id": object})
     assert run["doc_id"].dtype == object and len(run) >= 1024
-    from kolm_search.interning import object_strings
-
-    assert object_strings(run["doc_id"].to_numpy()) is not None  # the in-place reader takes this column
+    if kind == "category":
+        run, qrels = run.astype({"qid": "category", "doc_id": "category"}), qrels.astype({"doc_id": "category"})
     assert_matches(run, qrels)
     as_str = {c: "str" for c in ("qid", "doc_id")}
     pd.testing.assert_frame_equal(evaluate(run, qrels, ["ndcg@10", "map"], per_query=True),
                                   evaluate(run.astype(as_str), qrels.astype(as_str), ["ndcg@10", "map"], per_query=True))
     run.iloc[1100, 1] = None  # a missing id still names its row
-    with pytest.raises(FrameValidationError, match="missing value"):
+    with pytest.raises(FrameValidationError, match="missing value at row 1100"):
         evaluate(run, qrels, ["map"])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_metrics_kernel_matches_numpy_twin(seed: int) -> None:
+    """The evaluation kernel against its twin on random rankings and graded judgements."""
+    from kolm_search._kernels import load
+
+    kernels = load("metrics")
+    rng = np.random.default_rng(seed)
+    n_q = 40
+    j_count = rng.integers(0, 12, n_q)
+    judged = [np.sort(rng.integers(-2, 5, c))[::-1] for c in j_count]
+    ranked = []  # each query retrieves some of its judged documents (any order) and unjudged ones
+    for grades in judged:
+        shown = rng.permutation(np.maximum(grades, -1))[: rng.integers(0, len(grades) + 1)]
+        ranked.append(rng.permutation(np.concatenate([shown, -np.ones(rng.integers(0, 20), np.int64)])))
+    r_count = np.array([len(r) for r in ranked])
+    r_rel, j_rel = np.concatenate(ranked).astype(np.int64), np.concatenate(judged).astype(np.int64)
+    ptr = lambda c: np.concatenate([[0], np.cumsum(c)])  # noqa: E731
+    mids = list(kernels.METRIC_IDS.values()) * 2
+    cuts = [int(c) for c in rng.integers(1, 40, len(mids))]
+    for level in (1, 2, 4):
+        got = kernels.evaluate_queries(ptr(r_count), r_rel, ptr(j_count), j_rel, mids, cuts, level, n_threads=3)
+        want = kernels.evaluate_queries_numpy(ptr(r_count), r_rel, ptr(j_count), j_rel, mids, cuts, level)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)

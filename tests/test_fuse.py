@@ -123,29 +123,39 @@ def test_missing_query_id_is_named() -> None:
         fuse([run])
 
 
-@pytest.mark.parametrize("kind", ["shared", "mostly-shared", "distinct", "mixed", "one", "strided"])
-def test_object_run_starts_by_identity_match_values(kind: str) -> None:
-    """Object qid columns: identity first, values where objects differ; the same run heads
-    as comparing every neighbour, whether objects are shared per query or one per row."""
-    from kolm_search.fuse import _change_starts, _object_change_starts
-
+@pytest.mark.parametrize("kind", ["shared", "distinct", "mixed", "category", "arrow"])
+def test_id_columns_of_every_kind_match_the_oracle(kind: str) -> None:
+    """Object columns (one object per query, or one per row; mixed types that pandas keeps
+    apart), categoricals with different categories per run, and Arrow strings: the oracle's
+    fused lists, with the ids handed back in their own kind."""
     rng = np.random.default_rng(2)
-    ids = rng.integers(0, 4, 3000)
-    if kind == "shared":
-        pool = np.array([f"q{i}" for i in range(4)], dtype=object)
-        values = pool[np.sort(ids)]
-    elif kind == "mostly-shared":  # the identity path, with equal copies that are other objects
-        pool = np.array([f"q{i}" for i in range(4)], dtype=object)
-        values = pool[np.sort(ids)]
-        for r in range(7, len(values), 50):
-            values[r] = "".join(["q", values[r][1:]])
-        values[100] = 1.0 if values[99] == values[101] else values[100]  # one odd type inside a run
-    elif kind == "distinct":  # equal strings in distinct objects: must still count as one run
-        values = np.array(["".join(["q", str(i)]) for i in np.sort(ids)], dtype=object)
-    elif kind == "mixed":
-        values = np.array([1, 1, "1", "1", 2.0, 2, None, None, "q", "q"] * 50, dtype=object)
-    elif kind == "one":
-        values = np.array(["q"], dtype=object)
-    else:
-        values = np.repeat(np.array(["a", "b", "a"], dtype=object), 500)[::3]
-    assert _object_change_starts(values).tolist() == _change_starts(np.ascontiguousarray(values)).tolist()
+    runs = []
+    for _r in range(3):
+        q = np.sort(rng.integers(0, 6, 300))
+        d = rng.integers(0, 40, 300)
+        frame = pd.DataFrame({"qid": [f"q{i}" for i in q], "doc_id": [f"d{i}" for i in d],
+                              "score": rng.random(300)}).drop_duplicates(["qid", "doc_id"])
+        if kind == "shared":  # one object per query id
+            pool = {f"q{i}": "".join(["q", str(i)]) for i in range(6)}
+            frame["qid"] = np.array([pool[v] for v in frame.qid], dtype=object)
+        elif kind == "distinct":
+            frame["qid"] = np.array(["".join(["q", v[1:]]) for v in frame.qid], dtype=object)
+        elif kind == "mixed":  # 1, "1" and b"1" are three queries; 2.0 and 2 are one
+            values = np.array([1, "1", b"1", 2.0, 2, "x"], dtype=object)
+            frame["qid"] = values[np.asarray([int(v[1:]) for v in frame.qid])]
+        elif kind == "category":
+            frame = frame.astype({"qid": "category", "doc_id": "category"})
+        runs.append(frame.reset_index(drop=True))
+    if kind == "mixed":  # ids that pandas keeps apart but cannot order: a clear error, not a guess
+        with pytest.raises(FrameValidationError, match="mixed types"):
+            fuse(runs, k=10)
+        return
+    got = fuse(runs, k=10)
+    want = oracle(runs, "rrf", 10, None, None)
+    assert [str(q) for q in got.qid.unique()] == [str(q) for q in want]
+    for qid, items in want.items():
+        sub = got[got.qid == qid]
+        assert list(sub.doc_id) == [d for d, _ in items]
+        np.testing.assert_allclose(sub.score, [v for _, v in items], rtol=1e-12)
+    if kind == "category":
+        assert isinstance(got.qid.dtype, pd.CategoricalDtype) and isinstance(got.doc_id.dtype, pd.CategoricalDtype)

@@ -1,32 +1,103 @@
 """Numba kernels: the only package that imports numba.
 
-Each kernel is a plain function over arrays compiled with ``njit(cache=True)``, called by a
-wrapper that casts its inputs to the one dtype signature documented on the kernel (so one
-specialisation is ever compiled), and has a pure-numpy twin used as the test oracle.
-No global Numba configuration is touched; thread counts are set per call and restored.
-Large outputs are allocated by the numpy wrapper and passed in (numpy advises transparent huge
-pages; Numba's own allocations fault in 4 KiB pages, which costs as much as the work on
-arrays of tens of MB).
+Each module holds kernels written as plain functions over arrays, compiled with
+``njit(signature, cache=True, nogil=True)`` for one dtype signature (inputs typed read-only, so
+memory-mapped arrays go in without a copy), a documented wrapper that validates and casts its
+inputs, and a pure-numpy twin used as the test oracle.
+
+Nothing here imports numba at package import: callers fetch a kernel module with :func:`load`
+when they first need it. Its kernels are then compiled once per install and cached on disk
+(Numba's cache, beside the package); while a compile is under way a one-line notice goes to
+stderr. Kernels release the GIL and are run over chunks of their work on a thread pool sized
+per call (:func:`run_chunks`); no global Numba setting is touched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import importlib
+import itertools
+import os
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
+from typing import Any
 
-__all__ = ["numba_threads"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["chunk_bounds", "load", "resolve_threads", "run_chunks"]
+
+_LOCK = threading.Lock()
+_NOTICE = "kolm_search: compiling kernels (first run only) ..."
+_noticed = False
 
 
-@contextmanager
-def numba_threads(n_threads: int | None) -> Iterator[int]:
-    """Set Numba's thread count for the duration of one call, then restore it."""
-    import numba
+def _notice() -> None:
+    global _noticed
+    if not _noticed:
+        _noticed = True
+        print(_NOTICE, file=sys.stderr, flush=True)
 
-    previous = numba.get_num_threads()
-    ceiling: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
-    wanted = previous if n_threads is None else max(1, min(int(n_threads), ceiling))
-    numba.set_num_threads(wanted)
+
+def load(name: str) -> ModuleType:
+    """The kernel module ``kolm_search._kernels.<name>``, imported (compiled or loaded) on first use.
+
+    Kernels are compiled at import against their one signature; Numba then stores them in its
+    on-disk cache and later imports load them from there. A notice is printed to stderr once
+    per process when an actual compile starts (loading from the cache prints nothing).
+    """
+    full = f"{__name__}.{name}"
+    module = sys.modules.get(full)
+    if module is not None:
+        return module
+    with _LOCK:
+        module = sys.modules.get(full)
+        if module is not None:
+            return module
+        from numba.core import event
+
+        class _Listener(event.Listener):
+            def on_start(self, ev: Any) -> None:
+                _notice()
+
+            def on_end(self, ev: Any) -> None:
+                pass
+
+        with event.install_listener("numba:compile", _Listener()):
+            return importlib.import_module(full)
+
+
+def resolve_threads(n_threads: int | None) -> int:
+    """Threads for one call: ``n_threads`` if given (at least 1), else the usable cores."""
+    if n_threads is not None:
+        return max(1, int(n_threads))
     try:
-        yield wanted
-    finally:
-        numba.set_num_threads(previous)
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def chunk_bounds(ptr: npt.NDArray[np.int64], n_chunks: int) -> npt.NDArray[np.int64]:
+    """Group boundaries ``(c + 1,)`` splitting groups ``ptr`` (CSR offsets) into at most
+    ``n_chunks`` contiguous chunks of about equal entries."""
+    n_groups = len(ptr) - 1
+    n_chunks = max(1, min(int(n_chunks), n_groups))
+    targets = np.linspace(0, ptr[-1], n_chunks + 1)
+    bounds = np.searchsorted(ptr, targets, side="left").astype(np.int64)
+    bounds[0], bounds[-1] = 0, n_groups
+    return np.unique(bounds)
+
+
+def run_chunks(kernel: Callable[..., Any], bounds: npt.NDArray[np.int64], *args: Any) -> None:
+    """Call ``kernel(*args, start, stop)`` for each chunk ``[bounds[i], bounds[i+1])``, on one
+    thread per chunk (the kernels release the GIL and write disjoint parts of their outputs)."""
+    spans = [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a]
+    if len(spans) <= 1:
+        for a, b in spans:
+            kernel(*args, a, b)
+        return
+    with ThreadPoolExecutor(max_workers=len(spans), thread_name_prefix="kolm-kernel") as pool:
+        for future in [pool.submit(kernel, *args, a, b) for a, b in spans]:
+            future.result()

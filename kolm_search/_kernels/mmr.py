@@ -8,12 +8,15 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 from numba import njit
+
+from kolm_search._kernels.sig import f32, f64, i64, ro, rw
 
 __all__ = ["mmr_select", "mmr_select_numpy"]
 
 
-@njit(cache=True)
+@njit(rw(i64)(ro(f64), ro(f32, 2), f64, i64), cache=True, nogil=True)
 def mmr_select(relevance, emb, lambda_, top_n):  # pragma: no cover - compiled
     n, d = emb.shape
     chosen = np.zeros(n, np.bool_)
@@ -42,7 +45,8 @@ def mmr_select(relevance, emb, lambda_, top_n):  # pragma: no cover - compiled
     return order
 
 
-def mmr_select_numpy(relevance, emb, lambda_, top_n):
+def mmr_select_numpy(relevance: npt.NDArray[np.float64], emb: npt.NDArray[np.float32], lambda_: float,
+                     top_n: int) -> npt.NDArray[np.int64]:
     """Twin of :func:`mmr_select`."""
     n = emb.shape[0]
     sims = emb.astype(np.float64) @ emb.T.astype(np.float64)

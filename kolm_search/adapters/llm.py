@@ -21,13 +21,10 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from kolm_search.errors import LLMRequestError
 from kolm_search.types import SearchPipelineContext
 
 __all__ = ["LLMRequestError", "OpenAICompatibleClient", "OpenAICompatibleExpander", "OpenAICompatibleSynthesizer"]
-
-
-class LLMRequestError(RuntimeError):
-    """The chat-completions call failed (HTTP status, timeout, or a malformed reply)."""
 
 
 class OpenAICompatibleClient:

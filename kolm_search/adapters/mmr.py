@@ -43,7 +43,7 @@ class MMRReranker:
         return (mat / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
     async def rerank(self, docs: list[SearchDocument], context: SearchPipelineContext) -> list[SearchDocument]:
-        from kolm_search._kernels.mmr import mmr_select
+        from kolm_search._kernels import load
 
         if len(docs) < 2:
             return list(docs)
@@ -57,6 +57,6 @@ class MMRReranker:
             raise KolmValueError(f"query embedding has dimension {q.shape[0]}, documents {emb.shape[1]}")
         relevance = (emb @ q).astype(np.float64)
         top = len(docs) if self.top_n is None else min(self.top_n, len(docs))
-        order = mmr_select(relevance, emb, self.lambda_, np.int64(top))
+        order = load("mmr").mmr_select(relevance, np.ascontiguousarray(emb), self.lambda_, top)
         picked = set(order.tolist())
         return [docs[i] for i in order] + [d for i, d in enumerate(docs) if i not in picked]

@@ -10,13 +10,9 @@ import numpy as np
 import pandas as pd
 
 from kolm_search.adapters._extras import require
-from kolm_search.errors import KolmValueError
+from kolm_search.errors import DistributedError, KolmValueError
 
 __all__ = ["DistributedError", "evaluate", "rerank_run", "search_batch", "ship"]
-
-
-class DistributedError(RuntimeError):
-    """A partition or shard failed on the cluster; names it, wraps the cause. No partial result."""
 
 
 def _partitions(frame: pd.DataFrame, n: int, by: str | None = None) -> list[pd.DataFrame]:

@@ -26,7 +26,8 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import KolmValueError
-from kolm_search.evaluation.metrics import as_qrels_frame, as_run_frame, evaluate
+from kolm_search.evaluation.metrics import evaluate
+from kolm_search.runs import as_qrels, as_run
 
 __all__ = ["TESTS", "compare", "paired_test", "per_query_table"]
 
@@ -92,8 +93,8 @@ def _correct(p: npt.NDArray[np.float64], correction: str) -> npt.NDArray[np.floa
 def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str], *,
                     relevance_level: int = 1) -> dict[str, pd.DataFrame]:
     """Per-query scores of every run on a common query set: ``{metric: DataFrame qid x run}``."""
-    qrels_df = as_qrels_frame(qrels)
-    frames = {name: as_run_frame(run) for name, run in runs.items()}
+    qrels_df = as_qrels(qrels)
+    frames = {name: as_run(run, what=f"run {name!r}") for name, run in runs.items()}
     judged = set(qrels_df["qid"].astype(str))
     answered = set().union(*(set(f["qid"].astype(str)) for f in frames.values())) & judged
     qids = sorted(answered)

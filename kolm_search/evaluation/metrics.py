@@ -28,15 +28,18 @@ trec_eval's default) or count as zero (``missing="zero"``, trec_eval ``-c``).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
+from kolm_search import ids
 from kolm_search.errors import FrameValidationError, KolmTypeError, KolmValueError
+from kolm_search.runs import as_qrels, as_run, numeric_column, relevance_column
 
-__all__ = ["as_qrels_frame", "as_run_frame", "evaluate", "parse_metric"]
+__all__ = ["evaluate", "parse_metric", "ranking_order"]
 
 _ALIASES = {
     "ndcg_cut": "ndcg_cut", "ndcg": "ndcg_cut",
@@ -73,47 +76,37 @@ def parse_metric(name: str) -> tuple[str, int]:
     )
 
 
-def _from_nested(data: Mapping[Any, Mapping[Any, Any]], value: str) -> pd.DataFrame:
-    rows = [(q, d, v) for q, docs in data.items() for d, v in docs.items()]
-    return pd.DataFrame(rows, columns=["qid", "doc_id", value])
+def _orderable(score32: npt.NDArray[np.float32]) -> npt.NDArray[np.uint64]:
+    """uint64 keys that sort like the float32 scores, descending (-0.0 equal to 0.0)."""
+    bits = (score32 + np.float32(0.0)).view(np.uint32).astype(np.uint64)
+    ascending = np.where(bits & np.uint64(0x80000000), ~bits & np.uint64(0xFFFFFFFF), bits | np.uint64(0x80000000))
+    return np.uint64(0xFFFFFFFF) - ascending
 
 
-def _as_frame(obj: Any, attr: str, value: str, what: str) -> pd.DataFrame:
-    if hasattr(obj, attr) and isinstance(getattr(obj, attr), pd.DataFrame):
-        obj = getattr(obj, attr)
-    if isinstance(obj, Mapping):
-        obj = _from_nested(obj, value)
-    if not isinstance(obj, pd.DataFrame):
-        raise KolmTypeError(f"{what} must be a DataFrame (qid, doc_id, {value}), got {type(obj).__name__}")
-    missing = [c for c in ("qid", "doc_id", value) if c not in obj.columns]
-    if missing:
-        raise FrameValidationError(f"{what} lacks column(s) {missing}; has {list(obj.columns)}")
-    return obj
+def _duplicate(word: str, keys: npt.NDArray[np.int64], q_uniques: pd.Index, n_d: int) -> None:
+    dup = pd.Series(keys).duplicated().to_numpy()
+    q = q_uniques[int(keys[np.flatnonzero(dup)[0]] // n_d)]
+    raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
 
 
-def as_run_frame(run: Any) -> pd.DataFrame:
-    """A run as a DataFrame ``qid, doc_id, score`` (from a DataFrame, BatchResult or nested dict)."""
-    return _as_frame(run, "run", "score", "run")
+def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32],
+                  doc: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Row order by query ascending, score descending (as float32), then document code
+    descending: trec_eval's ranking when codes follow the ids' byte order.
 
-
-def as_qrels_frame(qrels: Any) -> pd.DataFrame:
-    """Qrels as a DataFrame ``qid, doc_id, relevance`` (from a DataFrame, Dataset or nested dict)."""
-    return _as_frame(qrels, "qrels", "relevance", "qrels")
-
-
-def _as_str(col: pd.Series, what: str) -> pd.Series:
-    if col.dtype == object:  # Python strs read in place (no missing value possible), else pandas below
-        from kolm_search.interning import object_strings
-
-        arr = object_strings(col.to_numpy())
-        if arr is not None:
-            return pd.Series(pd.array(arr, dtype="str"), index=col.index, name=col.name, copy=False)
-    if col.isna().any():
-        row = int(np.flatnonzero(col.isna().to_numpy())[0])
-        raise FrameValidationError(f"{what} has a missing value at row {row}")
-    if pd.api.types.is_string_dtype(col.dtype) and not isinstance(col.dtype, pd.CategoricalDtype):
-        return col.astype("str") if col.dtype != "str" else col
-    return col.astype("str")
+    One stable sort of a packed (query, score) key; rows tied on it, which are rare, are
+    reordered by document code among themselves.
+    """
+    key = (query.astype(np.uint64) << np.uint64(32)) | _orderable(score32)
+    order = np.argsort(key, kind="stable")
+    ranked = key[order]
+    tied = np.flatnonzero(ranked[1:] == ranked[:-1])
+    if tied.size:
+        rows = np.unique(np.concatenate([tied, tied + 1]))  # every position of a run of equal keys
+        run = np.cumsum(np.concatenate([[0], ranked[rows[1:]] != ranked[rows[:-1]]]))  # equal keys are adjacent
+        sub = np.lexsort((-doc[order[rows]], run))
+        order[rows] = order[rows][sub]
+    return order
 
 
 def evaluate(
@@ -142,16 +135,14 @@ def evaluate(
     missing : {"ignore", "zero"}
         Queries of the qrels absent from the run: skipped, or scored zero.
     n_threads : int, optional
-        Numba threads for this call.
+        Threads for this call (default: the usable cores).
 
     Returns
     -------
     dict of str to float, or DataFrame
+        Query ids are compared, and returned, as strings, in sorted order.
     """
-    from kolm_search._kernels import numba_threads
-    from kolm_search._kernels.grouping import counting_order, intern_groups
-    from kolm_search._kernels.metrics import METRIC_IDS, evaluate_groups
-    from kolm_search.interning import factorize, string_buffers
+    from kolm_search._kernels import load
 
     names = [metrics] if isinstance(metrics, str) else list(metrics)
     if not names:
@@ -161,48 +152,43 @@ def evaluate(
         raise KolmValueError(f"relevance_level must be an integer >= 1, got {relevance_level!r}")
     if missing not in ("ignore", "zero"):
         raise KolmValueError(f"missing must be 'ignore' or 'zero', got {missing!r}")
-    run_df, qrels_df = as_run_frame(run), as_qrels_frame(qrels)
-    score = pd.to_numeric(run_df["score"], errors="coerce")
-    if score.isna().any():
-        row = int(np.flatnonzero(score.isna().to_numpy())[0])
-        raise FrameValidationError(f"run has a non-numeric or missing score at row {row}: {run_df['score'].iloc[row]!r}")
-    rel_num = pd.to_numeric(qrels_df["relevance"], errors="coerce")
-    if rel_num.isna().any() or not np.all(np.mod(rel_num.to_numpy(np.float64), 1) == 0):
-        bad = rel_num.isna() | (np.mod(rel_num.fillna(0.5).to_numpy(np.float64), 1) != 0)
-        row = int(np.flatnonzero(np.asarray(bad))[0])
-        raise FrameValidationError(f"qrels relevance must be integers; row {row} has {qrels_df['relevance'].iloc[row]!r}")
-    rel = rel_num.to_numpy(np.int64)
-    n_run = len(run_df)
-    qids = pd.concat([_as_str(run_df["qid"], "run qid"), _as_str(qrels_df["qid"], "qrels qid")], ignore_index=True)
-    docs = pd.concat([_as_str(run_df["doc_id"], "run doc_id"), _as_str(qrels_df["doc_id"], "qrels doc_id")], ignore_index=True)
-    q_codes, q_uniques = factorize(qids, sort=True, name="qid")
-    order, ptr = counting_order(q_codes, np.int64(len(q_uniques)))
-    buffers = string_buffers(docs)
-    assert buffers is not None
-    _, offsets, data = buffers
-    metric_ids = np.array([METRIC_IDS[m] for m, _ in parsed], np.int64)
-    cutoffs = np.array([k for _, k in parsed], np.int64)
-    max_level = int(max(rel.max(initial=0), 0))
-    with numba_threads(n_threads) as threads:
-        chunks = 1 if len(q_uniques) < 64 else min(len(q_uniques), 4 * threads)
-        local, _, _ = intern_groups(order, ptr, offsets, data, chunks)
-        values, status = evaluate_groups(order, ptr, local, n_run, score.to_numpy(np.float32), rel, offsets, data,
-                                         metric_ids, cutoffs, relevance_level, max_level, chunks)
-    for code, word in ((2, "run"), (3, "qrels")):
-        if (status == code).any():
-            q = q_uniques[int(np.flatnonzero(status == code)[0])]
-            raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
-    keep = status == 0
+    run_df, qrels_df = as_run(run), as_qrels(qrels)
+    score32 = numeric_column(run_df, "score", "run").astype(np.float32)
+    rel = relevance_column(qrels_df)
+    (run_q, qrels_q), q_uniques = ids.encode([run_df["qid"], qrels_df["qid"]], names=["run qid", "qrels qid"],
+                                             sort=True, as_str=True, n_threads=n_threads)
+    (run_d, qrels_d), d_uniques = ids.encode([run_df["doc_id"], qrels_df["doc_id"]],
+                                             names=["run doc_id", "qrels doc_id"], sort=True, as_str=True,
+                                             n_threads=n_threads)
+    n_q, n_d = len(q_uniques), max(len(d_uniques), 1)
+    order = ranking_order(run_q, score32, run_d)
+    run_key = run_q[order] * n_d + run_d[order]
+    if pd.Series(run_key).duplicated().any():
+        _duplicate("run", run_key, q_uniques, n_d)
+    by_key = np.argsort(qrels_q * n_d + qrels_d, kind="stable")
+    j_key = (qrels_q * n_d + qrels_d)[by_key]
+    if np.any(j_key[1:] == j_key[:-1]):
+        _duplicate("qrels", j_key, q_uniques, n_d)
+    pos = np.minimum(np.searchsorted(j_key, run_key), max(len(j_key) - 1, 0))
+    r_rel = np.full(len(run_key), -1, np.int64)
+    if len(j_key):
+        found = j_key[pos] == run_key
+        r_rel[found] = np.maximum(rel[by_key][pos[found]], -1)  # negative grades count as unjudged
+    j_order = np.lexsort((-rel, qrels_q))
+    r_count = np.bincount(run_q, minlength=n_q)
+    j_count = np.bincount(qrels_q, minlength=n_q)
+    r_ptr = np.concatenate([[0], np.cumsum(r_count)])
+    j_ptr = np.concatenate([[0], np.cumsum(j_count)])
+    kernels = load("metrics")
+    values = kernels.evaluate_queries(r_ptr, r_rel, j_ptr, rel[j_order], [kernels.METRIC_IDS[m] for m, _ in parsed],
+                                      [k for _, k in parsed], int(relevance_level), n_threads=n_threads)
+    keep = (r_count > 0) & (j_count > 0)
     if missing == "zero":
-        in_qrels = np.zeros(len(q_uniques), bool)
-        in_qrels[np.unique(q_codes[n_run:])] = True
-        keep = keep | in_qrels
+        keep |= j_count > 0
     table = pd.DataFrame(values[keep], columns=names)
-    table.insert(0, "qid", np.asarray(q_uniques)[keep])
+    table.insert(0, "qid", np.asarray(q_uniques, dtype=object)[keep])
     if per_query:
         return table
     if table.empty:
         return {name: float("nan") for name in names}
     return {name: float(table[name].mean()) for name in names}
-
-

@@ -9,8 +9,9 @@ from typing import Any
 import pandas as pd
 
 from kolm_search.errors import KolmValueError
-from kolm_search.evaluation.metrics import as_run_frame, evaluate, parse_metric
-from kolm_search.fuse import FUSION_METHODS, fuse
+from kolm_search.evaluation.metrics import evaluate, parse_metric
+from kolm_search.fusion import FUSION_METHODS, fuse
+from kolm_search.runs import as_run
 
 __all__ = ["optimize_fusion"]
 
@@ -62,7 +63,7 @@ def optimize_fusion(runs: Mapping[str, Any] | Sequence[Any], qrels: Any, metric:
     if method not in FUSION_METHODS:
         raise KolmValueError(f"method must be one of {FUSION_METHODS}, got {method!r}")
     names = list(runs) if isinstance(runs, Mapping) else [str(i) for i in range(len(runs))]
-    frames = [as_run_frame(runs[n]) for n in names] if isinstance(runs, Mapping) else [as_run_frame(r) for r in runs]
+    frames = [as_run(runs[n], what=f"run {n!r}") for n in names] if isinstance(runs, Mapping) else [as_run(r) for r in runs]
     if len(frames) < 2:
         raise KolmValueError("optimize_fusion needs at least two runs")
     qrels_df = qrels

@@ -10,7 +10,7 @@ import numpy.typing as npt
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.fuse import fuse_frame
+from kolm_search.fusion import fuse_frame
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["BatchRetriever", "batch_from_context", "filter_masks", "frame_from_topk", "fuse_expansions"]

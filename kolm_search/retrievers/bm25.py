@@ -32,8 +32,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search._kernels import numba_threads
-from kolm_search._kernels.topk import sparse_topk
+from kolm_search._kernels import load
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
@@ -123,7 +122,7 @@ class BM25Retriever:
     fusion_k : float, default 60
         RRF constant used to merge the lists of expanded queries.
     n_threads : int, optional
-        Numba threads per call (default: Numba's current setting).
+        Threads per call (default: the usable cores).
     stats : CollectionStats, optional
         Collection-wide statistics: this index is then a shard of a larger collection and
         scores exactly as the whole collection's index would.
@@ -245,10 +244,9 @@ class BM25Retriever:
         if mask_ids is None or masks is None:
             mask_ids, masks = np.full(m, -1, np.int64), np.ones((1, 1), np.uint8)
         k = max(1, min(int(k), len(self.table)))
-        with numba_threads(self.n_threads) as threads:
-            chunks = 1 if m < 16 else min(m, 4 * threads)
-            return sparse_topk(q_ptr, q_ids, self.t_ptr, self.t_docs, self.t_w, offsets, mask_ids, masks,
-                               len(self.table), k, chunks)
+        weights = np.ones(len(q_ids), np.float32)  # every token occurrence counts once
+        return load("sparse").sparse_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, offsets,
+                                          mask_ids, masks, len(self.table), k, n_threads=self.n_threads)
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""

@@ -9,8 +9,7 @@ from typing import Any, Literal
 from kolm_search._aio import log, resolve
 from kolm_search.errors import PIPELINE_STAGES, KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.fuse import fuse_frame
-from kolm_search.fusion import check_k, check_weights, merge_with_rrf
+from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
 from kolm_search.ports import Logger, Retriever
 from kolm_search.types import SearchDocument, SearchPipelineContext, as_documents
 

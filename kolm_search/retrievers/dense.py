@@ -1,13 +1,5 @@
-"""Exact dense retrieval: tiled float32 matrix products fused with per-row top-k heaps.
-
-One parallel Numba kernel (:func:`kolm_search._kernels.topk.dense_topk_fused`) gives each
-thread its own tiles of queries; for each tile of documents it computes ``Q_t @ D_t.T`` with
-single-threaded BLAS into a small buffer and folds the scores into running per-query heaps
-while they are still in cache. Memory stays bounded by the tile sizes whatever the batch
-size, no score matrix is written to memory, and BLAS and Numba threads never compete (a
-multi-threaded BLAS call followed by a Numba pass leaves each pool spinning on the cores the
-other wants).
-"""
+"""Exact dense retrieval: float32 inner products with per-query top-k, in one kernel call per
+batch (:mod:`kolm_search._kernels.dense`: tiled products folded into heaps while in cache)."""
 
 from __future__ import annotations
 
@@ -20,8 +12,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search._aio import embed_batch, run_blocking
-from kolm_search._kernels import numba_threads
-from kolm_search._kernels.topk import dense_topk_fused, heaps_sorted
+from kolm_search._kernels import load
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
@@ -74,7 +65,7 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
     doc_block : int, default 256
         Documents per tile; a tile of scores is ``query_block * doc_block`` float32.
     n_threads : int, optional
-        Threads for this call (BLAS runs single-threaded inside each).
+        Threads for this call (default: the usable cores; BLAS runs single-threaded in each).
 
     Returns
     -------
@@ -89,33 +80,13 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
     k = max(1, min(int(k), max(n, 1)))
     if mask_ids is None or masks is None:
         mask_ids, masks = np.full(m, -1, np.int64), np.ones((1, 1), np.uint8)
-    heap_s = np.empty((m, k), np.float32)
-    heap_d = np.full((m, k), -1, np.int64)
-    sizes = np.zeros(m, np.int64)
-    if m == 0 or n == 0:
-        return heap_d, heap_s, sizes
-    with numba_threads(n_threads) as threads, _single_threaded_blas():
-        tile_q = int(query_block) if query_block else min(512, -(-m // threads))
-        tiles = -(-m // max(1, tile_q))
-        dense_topk_fused(q, d, np.ascontiguousarray(mask_ids, dtype=np.int64), np.ascontiguousarray(masks, dtype=np.uint8),
-                         heap_s, heap_d, sizes, np.int64(max(1, tile_q)), np.int64(max(1, int(doc_block))),
-                         np.int64(min(threads, tiles)))
-        heaps_sorted(heap_s, heap_d, sizes)
-    return heap_d, heap_s, sizes
-
-
-_BLAS_CONTROLLER: list[Any] = []
-
-
-def _single_threaded_blas() -> Any:
-    """Limit BLAS to one thread for the duration of a call (the Numba kernel's threads each
-    run their own products). The threadpoolctl controller is built once, on first use."""
-    if not _BLAS_CONTROLLER:
-        import scipy.linalg.cython_blas  # noqa: F401  (the BLAS that Numba's np.dot calls)
-        from threadpoolctl import ThreadpoolController
-
-        _BLAS_CONTROLLER.append(ThreadpoolController())
-    return _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas")
+    mask_ids = np.ascontiguousarray(mask_ids, dtype=np.int64)
+    masks = np.ascontiguousarray(masks, dtype=np.uint8)
+    if m and n and (masks.ndim != 2 or mask_ids.shape != (m,) or mask_ids.max() >= len(masks)
+                    or (mask_ids.max() >= 0 and masks.shape[1] != n)):
+        raise KolmValueError(f"mask_ids {mask_ids.shape} and masks {masks.shape} do not fit {m} queries x {n} docs")
+    return load("dense").dense_topk(q, d, k, mask_ids, masks, query_block=query_block, doc_block=doc_block,
+                                    n_threads=n_threads)
 
 
 class DenseRetriever:

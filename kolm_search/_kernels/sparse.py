@@ -1,0 +1,135 @@
+"""Sparse top-k: term-at-a-time scoring of a batch of queries over a term-major index (BM25).
+
+Inputs of :func:`sparse_topk`:
+
+- ``q_ptr`` int64 (n_q + 1,), ``q_terms`` int64 (nnz_q,), ``q_weights`` float32 (nnz_q,): query
+  q's terms and their weights are ``[q_ptr[q], q_ptr[q+1])`` (a repeated token is repeated);
+- ``t_ptr`` int64 (V + 1,), ``t_docs`` int32 (nnz,), ``t_w`` float32 (nnz,): the postings of
+  term t, documents ascending, each with its stored weight;
+- ``offsets`` float32 (n_q,): added to every candidate's score (the BM25L/BM25+ constants);
+- ``mask_ids`` int64 (n_q,), ``masks`` uint8 (n_masks, n_docs): the filter of each query
+  (-1: none).
+
+A document's score is ``sum(q_weight * t_w)`` over the query's postings that hold it, in
+query-term order, in float32; only documents holding at least one query term are candidates.
+Output rows are best first, equal scores by ascending document code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit, types
+
+from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
+from kolm_search._kernels.heap import heap_push, sort_heap, topk_rows_numpy
+from kolm_search._kernels.sig import f32, i64, ro, rw, u8
+
+__all__ = ["sparse_topk", "sparse_topk_numpy"]
+
+_SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(f32), ro(i64),
+                        ro(u8, 2), i64, i64, i64, rw(i64, 2), rw(f32, 2), rw(i64), i64, i64)
+
+
+@njit(_SIGNATURE, cache=True, nogil=True)
+def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k,
+                  dense_ratio, out_d, out_s, counts, q0, q1):  # pragma: no cover - compiled
+    acc = np.zeros(n_docs, np.float32)
+    stamp = np.full(n_docs, -1, np.int64)
+    hit = np.zeros(n_docs, np.uint8)
+    touched = np.empty(n_docs, np.int64)
+    hs = np.empty(k, np.float32)
+    hd = np.empty(k, np.int64)
+    for q in range(q0, q1):
+        m = mask_ids[q]
+        off = offsets[q]
+        size = 0
+        n_post = 0
+        for j in range(q_ptr[q], q_ptr[q + 1]):
+            t = q_terms[j]
+            n_post += t_ptr[t + 1] - t_ptr[t]
+        if n_post * dense_ratio > n_docs:  # many postings: accumulate densely, scan once
+            acc[:] = 0.0
+            hit[:] = 0
+            for j in range(q_ptr[q], q_ptr[q + 1]):
+                t = q_terms[j]
+                wq = q_weights[j]
+                for p in range(t_ptr[t], t_ptr[t + 1]):
+                    d = t_docs[p]
+                    acc[d] += wq * t_w[p]
+                    hit[d] = 1
+            for d in range(n_docs):
+                if hit[d] == 0:
+                    continue
+                s = acc[d] + off
+                if size == k and s < hs[0]:
+                    continue
+                if m >= 0 and masks[m, d] == 0:
+                    continue
+                size = heap_push(hs, hd, size, k, s, d)
+        else:  # few postings: track the touched documents (stale stamps are older than q)
+            nt = 0
+            for j in range(q_ptr[q], q_ptr[q + 1]):
+                t = q_terms[j]
+                wq = q_weights[j]
+                for p in range(t_ptr[t], t_ptr[t + 1]):
+                    d = t_docs[p]
+                    if stamp[d] != q:
+                        stamp[d] = q
+                        acc[d] = 0.0
+                        touched[nt] = d
+                        nt += 1
+                    acc[d] += wq * t_w[p]
+            for i in range(nt):
+                d = touched[i]
+                if m >= 0 and masks[m, d] == 0:
+                    continue
+                size = heap_push(hs, hd, size, k, acc[d] + off, d)
+        sort_heap(hs, hd, size)
+        for i in range(size):
+            out_s[q, i] = hs[i]
+            out_d[q, i] = hd[i]
+        counts[q] = size
+
+
+def sparse_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_weights: npt.NDArray[np.float32],
+                t_ptr: npt.NDArray[np.int64], t_docs: npt.NDArray[np.int32], t_w: npt.NDArray[np.float32],
+                offsets: npt.NDArray[np.float32], mask_ids: npt.NDArray[np.int64], masks: npt.NDArray[np.uint8],
+                n_docs: int, k: int, *, n_threads: int | None = None, dense_ratio: int = 16,
+                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    """Top-``k`` documents of every query: ``docs int64 (n_q, k), scores float32 (n_q, k),
+    counts int64 (n_q,)`` (row q's first ``counts[q]`` entries are valid, best first).
+
+    The caller guarantees the index layout (term ids below ``len(t_ptr) - 1``, pointers
+    monotone, documents below ``n_docs``, mask ids below ``len(masks)``). A query whose
+    postings exceed ``n_docs / dense_ratio`` accumulates densely and scans once.
+    """
+    n_q = len(q_ptr) - 1
+    out_d = np.full((n_q, k), -1, np.int64)
+    out_s = np.zeros((n_q, k), np.float32)
+    counts = np.zeros(n_q, np.int64)
+    c = np.ascontiguousarray
+    rows = np.arange(n_q + 1, dtype=np.int64)  # chunks of about equal query counts
+    threads = resolve_threads(n_threads) if n_q >= 16 else 1
+    run_chunks(_sparse_chunk, chunk_bounds(rows, threads), c(q_ptr, np.int64), c(q_terms, np.int64),
+               c(q_weights, np.float32), c(t_ptr, np.int64), c(t_docs, np.int32), c(t_w, np.float32),
+               c(offsets, np.float32), c(mask_ids, np.int64), c(masks, np.uint8), int(n_docs), int(k),
+               int(dense_ratio), out_d, out_s, counts)
+    return out_d, out_s, counts
+
+
+def sparse_topk_numpy(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k):
+    """Numpy twin of :func:`sparse_topk` (a dense score matrix; the test oracle)."""
+    n_q = len(q_ptr) - 1
+    scores = np.zeros((n_q, n_docs), np.float32)
+    hit = np.zeros((n_q, n_docs), bool)
+    for q in range(n_q):
+        for j in range(q_ptr[q], q_ptr[q + 1]):
+            t = q_terms[j]
+            sl = slice(t_ptr[t], t_ptr[t + 1])
+            np.add.at(scores[q], t_docs[sl], np.float32(q_weights[j]) * t_w[sl])
+            hit[q, t_docs[sl]] = True
+        scores[q] += offsets[q]
+        if mask_ids[q] >= 0:
+            hit[q] &= masks[mask_ids[q]].astype(bool)
+    return topk_rows_numpy(scores, hit, k)

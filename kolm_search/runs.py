@@ -1,0 +1,113 @@
+"""Runs and qrels: their columns, dtypes and validation, in one place.
+
+======  ============================  ==================================================
+table   columns                       dtypes and meaning
+======  ============================  ==================================================
+run     ``qid, doc_id, rank, score``  ids of any hashable type (categorical after
+                                      :func:`~kolm_search.io.read_run`), ``rank`` int64
+                                      zero-based (optional on input), ``score`` float64,
+                                      higher is better
+qrels   ``qid, doc_id, relevance``    ``relevance`` integer grades fitting int32, higher
+                                      is better (negative: judged, counts as unjudged)
+======  ============================  ==================================================
+
+Fusion, evaluation, the readers and writers and re-ranking all take their tables through
+:func:`as_run` and :func:`as_qrels`, which accept a DataFrame, an object with a ``.run`` or
+``.qrels`` DataFrame (``BatchResult``, ``Dataset``) or nested dicts ``{qid: {doc_id: value}}``,
+and raise :class:`~kolm_search.errors.FrameValidationError` naming the table, the column and
+the first bad row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from kolm_search.errors import FrameValidationError, KolmTypeError
+
+__all__ = ["QRELS_COLUMNS", "RUN_COLUMNS", "as_qrels", "as_run", "check_ids", "numeric_column", "relevance_column"]
+
+RUN_COLUMNS = ("qid", "doc_id", "rank", "score")
+QRELS_COLUMNS = ("qid", "doc_id", "relevance")
+_INT32 = np.iinfo(np.int32)
+
+
+def _from_nested(data: Mapping[Any, Any], value: str, what: str) -> pd.DataFrame:
+    rows: list[tuple[Any, Any, Any]] = []
+    for q, docs in data.items():
+        if not isinstance(docs, Mapping):
+            raise KolmTypeError(f"{what} as nested dicts needs {{qid: {{doc_id: {value}}}}}; "
+                                f"query {q!r} maps to {type(docs).__name__}")
+        rows.extend((q, d, v) for d, v in docs.items())
+    return pd.DataFrame(rows, columns=["qid", "doc_id", value])
+
+
+def _table(obj: Any, attr: str, value: str, what: str) -> pd.DataFrame:
+    inner = getattr(obj, attr, None)
+    if isinstance(inner, pd.DataFrame):
+        obj = inner
+    if isinstance(obj, Mapping):
+        obj = _from_nested(obj, value, what)
+    if not isinstance(obj, pd.DataFrame):
+        raise KolmTypeError(f"{what} must be a DataFrame with qid, doc_id, {value}; got {type(obj).__name__}")
+    missing = [c for c in ("qid", "doc_id", value) if c not in obj.columns]
+    if missing:
+        raise FrameValidationError(f"{what} lacks column(s) {missing}; has {list(obj.columns)}")
+    return obj
+
+
+def as_run(run: Any, *, what: str = "run") -> pd.DataFrame:
+    """The run as a DataFrame with ``qid, doc_id, score`` (``rank`` optional); not copied.
+
+    ``what`` names the run in errors (``"run 'bm25'"``).
+    """
+    return _table(run, "run", "score", what)
+
+
+def as_qrels(qrels: Any, *, what: str = "qrels") -> pd.DataFrame:
+    """Qrels as a DataFrame with ``qid, doc_id, relevance``; not copied."""
+    return _table(qrels, "qrels", "relevance", what)
+
+
+def numeric_column(table: pd.DataFrame, column: str, what: str, *, finite: bool = False) -> npt.NDArray[np.float64]:
+    """``table[column]`` as float64; a non-numeric or missing value (or, with ``finite``, an
+    infinite one) raises naming the row and the value. A float64 column is returned as a view."""
+    col = table[column]
+    if isinstance(col.dtype, np.dtype) and col.dtype == np.float64:
+        values = col.to_numpy()
+    else:
+        values = pd.to_numeric(col, errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    bad = ~np.isfinite(values) if finite else np.isnan(values)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        kind = "non-finite" if finite and not np.isnan(values[row]) else "non-numeric or missing"
+        raise FrameValidationError(f"{what} has a {kind} {column} at row {row}: {col.iloc[row]!r}")
+    return values
+
+
+def relevance_column(qrels: pd.DataFrame, what: str = "qrels") -> npt.NDArray[np.int64]:
+    """The grades as int64; each must be an integer within int32's range."""
+    col = qrels["relevance"]
+    values = pd.to_numeric(col, errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    if col.dtype.kind in "iu":  # exact check on integers (a float64 view rounds near 2**63)
+        ints = col.to_numpy()
+        bad = (ints < _INT32.min) | (ints > _INT32.max)
+    else:
+        bad = ~np.isfinite(values) | (np.mod(np.nan_to_num(values), 1) != 0) | (values < _INT32.min) | (values > _INT32.max)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise FrameValidationError(
+            f"{what} relevance must be integers within [{_INT32.min}, {_INT32.max}]; row {row} has {col.iloc[row]!r}")
+    return values.astype(np.int64)
+
+
+def check_ids(table: pd.DataFrame, what: str) -> None:
+    """Raise naming the row when ``qid`` or ``doc_id`` holds a missing value."""
+    for column in ("qid", "doc_id"):
+        na = table[column].isna().to_numpy()
+        if na.any():
+            raise FrameValidationError(f"{what} {column} has a missing value at row {int(np.flatnonzero(na)[0])}")
