@@ -159,18 +159,25 @@ def test_metrics_kernel_matches_numpy_twin(seed: int) -> None:
     kernels = load("metrics")
     rng = np.random.default_rng(seed)
     n_q = 40
+    n_docs = 60
     j_count = rng.integers(0, 12, n_q)
-    judged = [np.sort(rng.integers(-2, 5, c))[::-1] for c in j_count]
-    ranked = []  # each query retrieves some of its judged documents (any order) and unjudged ones
-    for grades in judged:
-        shown = rng.permutation(np.maximum(grades, -1))[: rng.integers(0, len(grades) + 1)]
-        ranked.append(rng.permutation(np.concatenate([shown, -np.ones(rng.integers(0, 20), np.int64)])))
-    r_count = np.array([len(r) for r in ranked])
-    r_rel, j_rel = np.concatenate(ranked).astype(np.int64), np.concatenate(judged).astype(np.int64)
-    ptr = lambda c: np.concatenate([[0], np.cumsum(c)])  # noqa: E731
+    judged_docs = [rng.choice(n_docs, c, replace=False) for c in j_count]
+    grades = [np.sort(rng.integers(-2, 5, c))[::-1] for c in j_count]
+    ranked = [rng.choice(n_docs, rng.integers(0, 30), replace=False) for _ in range(n_q)]
+    ptr = lambda parts: np.concatenate([[0], np.cumsum([len(x) for x in parts])])  # noqa: E731
+    flat = lambda parts: np.concatenate(parts).astype(np.int64)  # noqa: E731
+    args = (ptr(ranked), flat(ranked), ptr(judged_docs), flat(judged_docs), flat(grades))
+    kernel_args = (args[0], args[1], n_docs, args[1], *args[2:], n_docs)  # judged codes share the space
     mids = list(kernels.METRIC_IDS.values()) * 2
     cuts = [int(c) for c in rng.integers(1, 40, len(mids))]
     for level in (1, 2, 4):
-        got = kernels.evaluate_queries(ptr(r_count), r_rel, ptr(j_count), j_rel, mids, cuts, level, n_threads=3)
-        want = kernels.evaluate_queries_numpy(ptr(r_count), r_rel, ptr(j_count), j_rel, mids, cuts, level)
+        got, status = kernels.evaluate_queries(*kernel_args, mids, cuts, level, n_threads=3)
+        want = kernels.evaluate_queries_numpy(*args, mids, cuts, level)
+        assert not status.any()
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    for position in (1, 3, 5):  # a code outside its range is refused before the kernel reads it
+        bad = list(kernel_args)
+        bad[position] = bad[position].copy()
+        bad[position][0] = n_docs
+        with pytest.raises(ValueError, match="codes outside"):
+            kernels.evaluate_queries(*bad, mids, cuts, 1)

@@ -1,17 +1,20 @@
 """Evaluation kernel: trec_eval's measures of every query in one pass over its ranking.
 
-Input (built by :mod:`kolm_search.evaluation.metrics`, which does the ranking and the lookups):
+Input (built by :mod:`kolm_search.evaluation.metrics`, which ranks the run):
 
-- ``r_ptr`` int64 (n_q + 1,), ``r_rel`` int64 (n_run,): query q's retrieved documents in rank
-  order are ``r_rel[r_ptr[q]:r_ptr[q+1]]``, each given as its judged relevance, or -1 when it
-  is not judged (negative judgements count as not judged, as in trec_eval);
-- ``j_ptr`` int64 (n_q + 1,), ``j_rel`` int64 (n_qrels,): query q's judgements, sorted by
-  descending relevance;
+- ``r_ptr`` int64 (n_q + 1,): query q's retrieved documents, in rank order, are the rows
+  ``r_ptr[q]:r_ptr[q+1]`` of ``r_doc`` int64 (n_run,), codes below ``n_run_docs`` that tell the
+  documents of one query apart, and ``r_judged`` int64 (n_run,), each document's code among
+  the judged documents (below ``n_judged``) or -1;
+- ``j_ptr`` int64 (n_q + 1,), ``j_doc`` int64 (n_qrels,) (codes below ``n_judged``), ``j_rel``
+  int64 (n_qrels,): query q's judgements, sorted by descending relevance (negative grades count as not judged, as in
+  trec_eval; they still make the query one that has judgements);
 - ``metric_ids``, ``cutoffs`` int64 (m,): see :data:`METRIC_IDS`; ``level``: the minimum
   relevance counted as relevant.
 
-Output: ``values`` float64 (n_q, m). A query without retrieved documents or without
-judgements is left at zero (the caller decides whether it counts).
+Output: ``values`` float64 (n_q, m) and ``status`` int64 (n_q,): 0 evaluated (or left at
+zero when the query has no retrieved documents or no judgements: the caller decides whether
+it counts), 2 a document retrieved twice for the query, 3 a document judged twice.
 """
 
 from __future__ import annotations
@@ -30,12 +33,13 @@ METRIC_IDS = {
     "recall": 6, "Rprec": 7, "success": 8, "bpref": 9,
 }
 
-_SIGNATURE = types.void(ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), i64, rw(f64, 2), i64, i64)
+_SIGNATURE = types.void(ro(i64), ro(i64), i64, ro(i64), ro(i64), ro(i64), ro(i64), i64, ro(i64), ro(i64), i64,
+                        rw(f64, 2), rw(i64), i64, i64)
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
-def _evaluate_chunk(r_ptr, r_rel, j_ptr, j_rel, metric_ids, cutoffs, level, values, q0,
-                    q1):  # pragma: no cover - compiled
+def _evaluate_chunk(r_ptr, r_doc, n_run_docs, r_judged, j_ptr, j_doc, j_rel, n_judged, metric_ids, cutoffs, level,
+                    values, status, q0, q1):  # pragma: no cover - compiled
     max_k = 0
     for m in range(metric_ids.shape[0]):
         max_k = max(max_k, cutoffs[m])
@@ -48,10 +52,24 @@ def _evaluate_chunk(r_ptr, r_rel, j_ptr, j_rel, metric_ids, cutoffs, level, valu
     cum_dcg = np.zeros(width_r + 1, np.float64)
     cum_ap = np.zeros(width_r + 1, np.float64)
     ideal = np.zeros(max(width_j, max_k) + 1, np.float64)
+    rel_of = np.zeros(n_judged, np.int32)  # valid where judged[d] == q
+    judged = np.full(n_judged, -1, np.int32)
+    retrieved = np.full(n_run_docs, -1, np.int32)
     for q in range(q0, q1):
         s, n_r = r_ptr[q], r_ptr[q + 1] - r_ptr[q]
         js, n_j = j_ptr[q], j_ptr[q + 1] - j_ptr[q]
-        if n_r == 0 or n_j == 0:
+        for t in range(js, js + n_j):
+            d = j_doc[t]
+            if judged[d] == q:
+                status[q] = 3
+            judged[d] = q
+            rel_of[d] = max(j_rel[t], -1)
+        for t in range(s, s + n_r):
+            d = r_doc[t]
+            if retrieved[d] == q:
+                status[q] = 2
+            retrieved[d] = q
+        if n_r == 0 or n_j == 0 or status[q] != 0:
             continue
         num_rel = 0
         num_nonrel = 0
@@ -69,7 +87,8 @@ def _evaluate_chunk(r_ptr, r_rel, j_ptr, j_rel, metric_ids, cutoffs, level, valu
         bpref = 0.0
         nonrel_so_far = 0
         for i in range(n_r):
-            r = r_rel[s + i]
+            d = r_judged[s + i]
+            r = rel_of[d] if d >= 0 and judged[d] == q else -1
             is_rel = r >= level
             cum_rel[i + 1] = cum_rel[i] + (1 if is_rel else 0)
             cum_dcg[i + 1] = cum_dcg[i] + (r / np.log2(i + 2.0) if r > 0 else 0.0)
@@ -124,29 +143,42 @@ def _inputs(*arrays: npt.ArrayLike) -> list[npt.NDArray[np.int64]]:
     return [np.ascontiguousarray(a, dtype=np.int64) for a in arrays]
 
 
-def evaluate_queries(r_ptr: npt.ArrayLike, r_rel: npt.ArrayLike, j_ptr: npt.ArrayLike, j_rel: npt.ArrayLike,
+def evaluate_queries(r_ptr: npt.ArrayLike, r_doc: npt.ArrayLike, n_run_docs: int, r_judged: npt.ArrayLike,
+                     j_ptr: npt.ArrayLike, j_doc: npt.ArrayLike, j_rel: npt.ArrayLike, n_judged: int,
                      metric_ids: npt.ArrayLike, cutoffs: npt.ArrayLike, level: int, *,
-                     n_threads: int | None = None) -> npt.NDArray[np.float64]:
-    """Every query's measures, float64 (n_q, m) (see the module docstring).
-
-    The caller guarantees the layout: ``r_ptr``/``j_ptr`` start at 0, never decrease and end at
-    the lengths of ``r_rel``/``j_rel``, which hold relevance values as described above.
-    """
-    rp, rr, jp, jr, mids, cuts = _inputs(r_ptr, r_rel, j_ptr, j_rel, metric_ids, cutoffs)
+                     n_threads: int | None = None) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """Every query's measures ``values`` float64 (n_q, m) and ``status`` int64 (n_q,) (see the
+    module docstring). Pointers and codes are checked here: a bad layout raises ``ValueError``
+    before the kernel reads anything."""
+    rp, rd, rj, jp, jd, jr, mids, cuts = _inputs(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cutoffs)
     n_q = rp.shape[0] - 1
+    for ptr, rows in ((rp, len(rd)), (jp, len(jd))):
+        if ptr.shape[0] != n_q + 1 or ptr[0] != 0 or ptr[-1] != rows or np.any(np.diff(ptr) < 0):
+            raise ValueError(f"pointers do not describe {rows} rows of {n_q} queries")
+    for codes, low, bound, what in ((rd, 0, n_run_docs, "run"), (rj, -1, n_judged, "judged"), (jd, 0, n_judged, "qrels")):
+        if len(codes) and (codes.min() < low or codes.max() >= bound):
+            raise ValueError(f"{what} document codes outside [{low}, {bound})")
+    if rj.shape != rd.shape or jr.shape != jd.shape or n_q >= 2**31 or (len(jr) and np.abs(jr).max() >= 2**31):
+        raise ValueError("one judged code per retrieved row and one int32 grade per judgement are needed")
     values = np.zeros((n_q, mids.shape[0]), np.float64)
-    threads = resolve_threads(n_threads) if rr.shape[0] >= 50_000 else 1
-    run_chunks(_evaluate_chunk, chunk_bounds(rp, threads), rp, rr, jp, jr, mids, cuts, int(level), values)
-    return values
+    status = np.zeros(n_q, np.int64)
+    threads = resolve_threads(n_threads) if rd.shape[0] >= 50_000 else 1
+    run_chunks(_evaluate_chunk, chunk_bounds(rp, threads), rp, rd, max(int(n_run_docs), 1), rj, jp, jd, jr,
+               max(int(n_judged), 1), mids, cuts, int(level), values, status)
+    return values, status
 
 
-def evaluate_queries_numpy(r_ptr: npt.ArrayLike, r_rel: npt.ArrayLike, j_ptr: npt.ArrayLike, j_rel: npt.ArrayLike,
-                           metric_ids: npt.ArrayLike, cutoffs: npt.ArrayLike, level: int) -> npt.NDArray[np.float64]:
-    """Numpy twin of :func:`evaluate_queries` (the test oracle), from the measures' definitions."""
-    rp, rr, jp, jr, mids, cuts = _inputs(r_ptr, r_rel, j_ptr, j_rel, metric_ids, cutoffs)
+def evaluate_queries_numpy(r_ptr: npt.ArrayLike, r_judged: npt.ArrayLike, j_ptr: npt.ArrayLike, j_doc: npt.ArrayLike,
+                           j_rel: npt.ArrayLike, metric_ids: npt.ArrayLike, cutoffs: npt.ArrayLike,
+                           level: int) -> npt.NDArray[np.float64]:
+    """Numpy twin of :func:`evaluate_queries`' values (the test oracle), from the measures'
+    definitions (inputs without duplicates)."""
+    rp, rd, jp, jd, jr, mids, cuts = _inputs(r_ptr, r_judged, j_ptr, j_doc, j_rel, metric_ids, cutoffs)
     out = np.zeros((len(rp) - 1, len(mids)))
     for q in range(len(rp) - 1):
-        ranked, judged = rr[rp[q]:rp[q + 1]], jr[jp[q]:jp[q + 1]]
+        grades = dict(zip(jd[jp[q]:jp[q + 1]].tolist(), jr[jp[q]:jp[q + 1]].tolist(), strict=True))
+        ranked = np.array([max(grades.get(d, -1), -1) for d in rd[rp[q]:rp[q + 1]].tolist()], np.int64)
+        judged = jr[jp[q]:jp[q + 1]]
         if not len(ranked) or not len(judged):
             continue
         rel = ranked >= level

@@ -37,7 +37,7 @@ import pandas as pd
 
 from kolm_search import ids
 from kolm_search.errors import FrameValidationError, KolmTypeError, KolmValueError
-from kolm_search.runs import as_qrels, as_run, numeric_column, relevance_column
+from kolm_search.runs import as_qrels, as_run, check_ids, numeric_column, relevance_column
 
 __all__ = ["evaluate", "parse_metric", "ranking_order"]
 
@@ -76,36 +76,32 @@ def parse_metric(name: str) -> tuple[str, int]:
     )
 
 
-def _orderable(score32: npt.NDArray[np.float32]) -> npt.NDArray[np.uint64]:
-    """uint64 keys that sort like the float32 scores, descending (-0.0 equal to 0.0)."""
-    bits = (score32 + np.float32(0.0)).view(np.uint32).astype(np.uint64)
-    ascending = np.where(bits & np.uint64(0x80000000), ~bits & np.uint64(0xFFFFFFFF), bits | np.uint64(0x80000000))
-    return np.uint64(0xFFFFFFFF) - ascending
+def _descending_key(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32]) -> npt.NDArray[np.uint64]:
+    """uint64 keys ordering rows by query ascending, then float32 score descending (-0.0 and
+    0.0 equal, as trec_eval compares them)."""
+    bits = (score32 + np.float32(0.0)).view(np.uint32)
+    ascending = np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(0x80000000))
+    return (query.astype(np.uint64) << np.uint64(32)) | (~ascending).astype(np.uint64)
 
 
-def _duplicate(word: str, keys: npt.NDArray[np.int64], q_uniques: pd.Index, n_d: int) -> None:
-    dup = pd.Series(keys).duplicated().to_numpy()
-    q = q_uniques[int(keys[np.flatnonzero(dup)[0]] // n_d)]
-    raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
+def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32], doc_ids: pd.Series,
+                  ) -> npt.NDArray[np.int64]:
+    """Row order by query ascending, score descending (compared as float32), then document id
+    descending as a string (byte order): trec_eval's ranking.
 
-
-def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32],
-                  doc: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Row order by query ascending, score descending (as float32), then document code
-    descending: trec_eval's ranking when codes follow the ids' byte order.
-
-    One stable sort of a packed (query, score) key; rows tied on it, which are rare, are
-    reordered by document code among themselves.
+    One stable sort of a packed (query, score) key; only the rows tied on it, which are few,
+    have their ids read and compared.
     """
-    key = (query.astype(np.uint64) << np.uint64(32)) | _orderable(score32)
+    key = _descending_key(query, score32)
     order = np.argsort(key, kind="stable")
     ranked = key[order]
     tied = np.flatnonzero(ranked[1:] == ranked[:-1])
     if tied.size:
         rows = np.unique(np.concatenate([tied, tied + 1]))  # every position of a run of equal keys
         run = np.cumsum(np.concatenate([[0], ranked[rows[1:]] != ranked[rows[:-1]]]))  # equal keys are adjacent
-        sub = np.lexsort((-doc[order[rows]], run))
-        order[rows] = order[rows][sub]
+        names = [str(v) for v in doc_ids.iloc[order[rows]]]
+        by_name, _ = pd.factorize(pd.Index(names, dtype=object), sort=True)
+        order[rows] = order[rows][np.lexsort((-np.asarray(by_name), run))]
     return order
 
 
@@ -153,35 +149,30 @@ def evaluate(
     if missing not in ("ignore", "zero"):
         raise KolmValueError(f"missing must be 'ignore' or 'zero', got {missing!r}")
     run_df, qrels_df = as_run(run), as_qrels(qrels)
+    check_ids(run_df, "run")
+    check_ids(qrels_df, "qrels")
     score32 = numeric_column(run_df, "score", "run").astype(np.float32)
     rel = relevance_column(qrels_df)
     (run_q, qrels_q), q_uniques = ids.encode([run_df["qid"], qrels_df["qid"]], names=["run qid", "qrels qid"],
-                                             sort=True, as_str=True, n_threads=n_threads)
-    (run_d, qrels_d), d_uniques = ids.encode([run_df["doc_id"], qrels_df["doc_id"]],
-                                             names=["run doc_id", "qrels doc_id"], sort=True, as_str=True,
-                                             n_threads=n_threads)
-    n_q, n_d = len(q_uniques), max(len(d_uniques), 1)
-    order = ranking_order(run_q, score32, run_d)
-    run_key = run_q[order] * n_d + run_d[order]
-    if pd.Series(run_key).duplicated().any():
-        _duplicate("run", run_key, q_uniques, n_d)
-    by_key = np.argsort(qrels_q * n_d + qrels_d, kind="stable")
-    j_key = (qrels_q * n_d + qrels_d)[by_key]
-    if np.any(j_key[1:] == j_key[:-1]):
-        _duplicate("qrels", j_key, q_uniques, n_d)
-    pos = np.minimum(np.searchsorted(j_key, run_key), max(len(j_key) - 1, 0))
-    r_rel = np.full(len(run_key), -1, np.int64)
-    if len(j_key):
-        found = j_key[pos] == run_key
-        r_rel[found] = np.maximum(rel[by_key][pos[found]], -1)  # negative grades count as unjudged
+                                             sort=True, as_str=True)
+    (qrels_d,), judged = ids.encode([qrels_df["doc_id"]], names=["qrels doc_id"], as_str=True)
+    run_docs = ids.as_strings(run_df["doc_id"])
+    run_judged = ids.lookup(run_docs, judged)  # the run's documents among the judged ones, -1 if not
+    run_d, n_run_d = ids.codes_within_groups(run_docs, run_q, name="run doc_id")  # for duplicates
+    n_q = len(q_uniques)
+    order = ranking_order(run_q, score32, run_docs)
     j_order = np.lexsort((-rel, qrels_q))
     r_count = np.bincount(run_q, minlength=n_q)
     j_count = np.bincount(qrels_q, minlength=n_q)
-    r_ptr = np.concatenate([[0], np.cumsum(r_count)])
-    j_ptr = np.concatenate([[0], np.cumsum(j_count)])
     kernels = load("metrics")
-    values = kernels.evaluate_queries(r_ptr, r_rel, j_ptr, rel[j_order], [kernels.METRIC_IDS[m] for m, _ in parsed],
-                                      [k for _, k in parsed], int(relevance_level), n_threads=n_threads)
+    values, status = kernels.evaluate_queries(
+        np.concatenate([[0], np.cumsum(r_count)]), run_d[order], n_run_d, run_judged[order],
+        np.concatenate([[0], np.cumsum(j_count)]), qrels_d[j_order], rel[j_order], len(judged),
+        [kernels.METRIC_IDS[m] for m, _ in parsed], [k for _, k in parsed], int(relevance_level), n_threads=n_threads)
+    for code, word in ((2, "run"), (3, "qrels")):
+        if (status == code).any():
+            q = q_uniques[int(np.flatnonzero(status == code)[0])]
+            raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
     keep = (r_count > 0) & (j_count > 0)
     if missing == "zero":
         keep |= j_count > 0

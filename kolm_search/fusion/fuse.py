@@ -185,10 +185,8 @@ def fuse(runs: Sequence[Any] | Mapping[str, Any], method: Method = "rrf", k: flo
     has_rank = all("rank" in f.columns for f in frames)
     keys = [numeric_column(f, "rank", what) for f, what in zip(frames, whats, strict=True)] if has_rank \
         else [-s for s in scores]
-    q_codes, q_uniques = ids.encode([f["qid"] for f in frames], names=[f"{w_} qid" for w_ in whats], sort=True,
-                                    n_threads=n_threads)
-    d_codes, d_uniques = ids.encode([f["doc_id"] for f in frames], names=[f"{w_} doc_id" for w_ in whats],
-                                    n_threads=n_threads)
+    q_codes, q_uniques = ids.encode([f["qid"] for f in frames], names=[f"{w_} qid" for w_ in whats], sort=True)
+    d_codes, d_uniques = ids.encode([f["doc_id"] for f in frames], names=[f"{w_} doc_id" for w_ in whats])
     n_q = len(q_uniques)
     lists = np.repeat(np.arange(n_lists, dtype=np.int64), [len(f) for f in frames])
     block = np.concatenate(q_codes) * n_lists + lists
