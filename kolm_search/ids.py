@@ -18,6 +18,7 @@ Values that pandas keeps apart stay apart (``1`` and ``"1"``, ``b"x"`` and ``"x"
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -206,7 +207,6 @@ def lookup(values: Any, table: pd.Index) -> I64:
 
     A categorical column is looked up by its categories only.
     """
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     if isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
@@ -247,7 +247,7 @@ def codes_within_groups(values: Any, groups: I64, *, name: str = "ids") -> tuple
                                      [n]]))
     codes = np.empty(n, np.int64)
     offset = 0
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+    for a, b in itertools.pairwise(cuts):
         block, uniques = pd.factorize(series.iloc[a:b])
         codes[a:b] = np.asarray(block, dtype=np.int64) + offset
         offset += len(uniques)
