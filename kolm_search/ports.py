@@ -13,9 +13,12 @@ from typing import Any, Protocol, TypeVar, Union, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from kolm_search.doctable import DocumentTable
+from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest
 
 __all__ = [
+    "BatchRetriever",
     "CacheStore",
     "Deduplicator",
     "Embedder",
@@ -45,13 +48,33 @@ class QueryPlanner(Protocol):
 
 @runtime_checkable
 class Retriever(Protocol):
-    """Fetches candidates for ``context.plan`` (best first). Required.
+    r"""Fetches candidates for ``context.plan`` (best first). Required.
 
-    Built-in retrievers also offer ``retrieve_batch`` (a columnar fast path for many
-    queries); a retriever with only ``retrieve`` is called once per query.
+    Built-in retrievers are also :class:`BatchRetriever`\ s (a columnar path for many
+    queries); a retriever with only ``retrieve`` is called once per query in a batch.
     """
 
     def retrieve(self, context: SearchPipelineContext) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+
+@runtime_checkable
+class BatchRetriever(Protocol):
+    """A retriever with a columnar path: ``search_batch`` calls ``retrieve_batch`` once for a
+    whole batch instead of ``retrieve`` per query.
+
+    ``retrieve_batch`` gets every (expanded) query text of the batch with its owner row,
+    filters and embeddings (:class:`~kolm_search.frame.QueryBatch`) and returns one
+    :class:`~kolm_search.frame.CandidateFrame` of ``batch.n_queries`` queries whose document
+    codes are rows of ``table``, each query's list best first and at most ``batch.limit``
+    long. ``table`` may be ``None`` when the retriever cannot serve a batch (a composite whose
+    children do not share one table); ``retrieve`` is then used.
+    """
+
+    table: DocumentTable | None
+
+    def retrieve(self, context: SearchPipelineContext) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+    def retrieve_batch(self, batch: QueryBatch) -> MaybeAwaitable[CandidateFrame]: ...
 
 
 @runtime_checkable

@@ -108,7 +108,7 @@ def test_fallback_retriever_without_batch_path() -> None:
     tel = ListTelemetry()
     retriever = CompositeRetriever([ListRetriever(DOCS[:20]), ListRetriever(list(reversed(DOCS[:20])))])
     client = SearchClient({"planner": DefaultQueryPlanner(), "retriever": retriever, "telemetry": tel})
-    assert not retriever.supports_batch
+    assert retriever.table is None  # no shared table: the per-query path
     batch = client.search_batch(["a", "b"], limit=5, offset=2)
     singles = [client.search_sync({"query": q, "limit": 5, "offset": 2}) for q in ["a", "b"]]
     assert_same(batch, singles)

@@ -138,21 +138,21 @@ class CompositeRetriever:
 
     # -- columnar fast path --------------------------------------------------------------
     @property
-    def supports_batch(self) -> bool:
-        """True when every child has ``retrieve_batch`` over one shared document table."""
+    def table(self) -> Any:
+        """The document table that every child shares (same ids in the same order), or None
+        when a child has no ``retrieve_batch``/table or the tables differ: the batch path is
+        then off and ``retrieve`` is used per query."""
         tables = [getattr(r, "table", None) for r in self.retrievers]
         if not all(callable(getattr(r, "retrieve_batch", None)) for r in self.retrievers) or tables[0] is None:
-            return False
+            return None
         first = tables[0]
-        return all(t is first or (t is not None and len(t) == len(first) and (t.ids == first.ids).all()) for t in tables)
-
-    @property
-    def table(self) -> Any:
-        return getattr(self.retrievers[0], "table", None)
+        same = all(t is first or (t is not None and len(t) == len(first) and (t.ids == first.ids).all()) for t in tables)
+        return first if same else None
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Every child's batch frame, fused by (weighted) RRF in one kernel call."""
-        if not self.supports_batch:
+        table = self.table
+        if table is None:
             raise SearchError(_STAGE, "retrieve_batch needs children with retrieve_batch over one document table")
         frames: list[CandidateFrame] = []
         weights: list[float] = []
@@ -171,7 +171,7 @@ class CompositeRetriever:
             raise SearchError(_STAGE, f"all {len(self.retrievers)} retrievers failed; first error: {errors[0]}", cause=errors[0])
         stacked = CandidateFrame.concat(frames)
         return fuse_frame(stacked, method="rrf", k=self.k, weights=weights, limit=batch.limit,
-                          n_lists=len(frames), n_docs=max(len(self.table), 1))
+                          n_lists=len(frames), n_docs=max(len(table), 1))
 
     def __repr__(self) -> str:
         names = ", ".join(retriever_name(r) for r in self.retrievers)

@@ -1,0 +1,305 @@
+"""The stages of a search, written once: single search and batch search both run them.
+
+:data:`STAGE_ORDER` is the order; :class:`Stages` runs them over a list of pipeline contexts
+(one context for ``search``, many for ``search_batch``), every stage for every query before
+the next stage starts:
+
+planner -> (cache lookup, single search only) -> intent classifier -> embedder (one call for
+every expanded query of every query) -> retriever -> deduplicator -> reranker -> pagination
+-> synthesizer -> (cache write, telemetry: in :mod:`kolm_search.pipeline`).
+
+The retriever stage calls ``retrieve_batch`` once for the whole batch when the retriever is a
+:class:`~kolm_search.ports.BatchRetriever` and the caller asks for the columnar path, and the
+spec's ``retrieve(context)`` per query otherwise (concurrently). Candidates stay columnar
+(document-table codes) until a deduplicator, reranker or synthesizer needs documents, or the
+response is built. Any exception a port raises becomes ``SearchError(stage=...)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+import numpy as np
+import numpy.typing as npt
+
+from kolm_search._aio import resolve
+from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.errors import DEDUPLICATOR_STAGE, PIPELINE_STAGES, SearchError
+from kolm_search.frame import CandidateFrame, QueryBatch
+from kolm_search.ports import BatchRetriever
+from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest, as_documents
+
+__all__ = ["Candidates", "Outcome", "STAGE_ORDER", "Stages", "dedup_report", "embedding_matrix", "is_batch_retriever"]
+
+S = PIPELINE_STAGES
+STAGE_ORDER = (S.PLANNER, S.CACHE_GET, S.INTENT_CLASSIFIER, S.EMBEDDER, S.RETRIEVER, DEDUPLICATOR_STAGE, S.RERANKER,
+               "pagination", S.SYNTHESIZER, S.CACHE_SET, "telemetry")
+
+
+def is_batch_retriever(retriever: Any) -> TypeGuard[BatchRetriever]:
+    """True when ``retriever`` offers the columnar path (``retrieve_batch`` over a ``table``)."""
+    return isinstance(retriever, BatchRetriever) and getattr(retriever, "table", None) is not None
+
+
+def embedding_matrix(value: Any, n_expected: int, *, what: str) -> npt.NDArray[np.float32]:
+    """Check an embedder's output and return it as float32 of shape ``(n_expected, d)``.
+
+    A 1-D vector is accepted when ``n_expected == 1``. Raises ``SearchError(stage="embedder")``
+    on a count mismatch, ragged or empty rows, or NaN/inf values.
+    """
+    try:
+        mat = np.asarray(value, dtype=np.float32)
+    except (ValueError, TypeError) as exc:
+        raise SearchError(S.EMBEDDER, f"{what} returned rows of different dimensions or non-numbers: {exc}",
+                          cause=exc) from exc
+    if mat.ndim == 1 and n_expected == 1:
+        mat = mat[None, :]
+    if mat.ndim != 2:
+        raise SearchError(S.EMBEDDER, f"{what} must return a (n, d) matrix, got shape {mat.shape}")
+    if mat.shape[0] != n_expected:
+        raise SearchError(S.EMBEDDER, f"{what} returned {mat.shape[0]} embeddings for {n_expected} inputs")
+    if mat.shape[1] == 0:
+        raise SearchError(S.EMBEDDER, f"{what} returned empty vectors")
+    if not np.all(np.isfinite(mat)):
+        raise SearchError(S.EMBEDDER, f"{what} returned NaN or infinite values")
+    return mat
+
+
+def dedup_report(before: list[SearchDocument], after: list[SearchDocument], deduplicator: Any) -> dict[str, Any]:
+    """``{"kept": ids, "dropped": ids[, "pairs": (dropped, kept)]}`` for ``context.metadata``."""
+    kept = [d.id for d in after]
+    remaining: dict[str, int] = {}
+    for d in after:
+        remaining[d.id] = remaining.get(d.id, 0) + 1
+    dropped = []
+    for d in before:
+        if remaining.get(d.id, 0):
+            remaining[d.id] -= 1
+        else:
+            dropped.append(d.id)
+    report: dict[str, Any] = {"kept": kept, "dropped": dropped}
+    pairs = getattr(deduplicator, "last_dropped", None)
+    if isinstance(pairs, list):
+        report["pairs"] = list(pairs)
+    return report
+
+
+class Candidates:
+    """One query's ranked candidates: document-table codes and scores, or documents."""
+
+    __slots__ = ("_docs", "codes", "scores", "table")
+
+    def __init__(self, table: Any = None, codes: Any = None, scores: Any = None,
+                 docs: list[SearchDocument] | None = None) -> None:
+        self.table, self.codes, self.scores, self._docs = table, codes, scores, docs
+
+    def __len__(self) -> int:
+        return len(self._docs) if self._docs is not None else len(self.codes)
+
+    def docs(self) -> list[SearchDocument]:
+        if self._docs is None:
+            self._docs = self.table.documents(self.codes, self.scores)
+        return self._docs
+
+    def slice(self, start: int, stop: int) -> Candidates:
+        if self._docs is not None:
+            return Candidates(docs=self._docs[start:stop])
+        return Candidates(self.table, self.codes[start:stop], self.scores[start:stop])
+
+    def ids_scores(self) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.float64]]:
+        """Document ids (object) and scores (float64, NaN where a document has none)."""
+        if self._docs is None:
+            return self.table.ids[self.codes], np.asarray(self.scores, dtype=np.float64)
+        ids = np.array([d.id for d in self._docs], dtype=object)
+        return ids, np.array([np.nan if d.score is None else d.score for d in self._docs], dtype=np.float64)
+
+
+@dataclass
+class Outcome:
+    """What the stages produce for one query: its page, how many candidates survived
+    deduplication and re-ranking, and the synthesizer's answer."""
+
+    page: Candidates
+    total: int
+    answer: str | None
+
+
+class Stages:
+    """The stage runner over a pipeline's modules (see the module docstring)."""
+
+    def __init__(self, modules: SearchPipelineModules, options: SearchPipelineOptions) -> None:
+        self.modules = modules
+        self.options = options
+
+    async def call(self, stage: str, durations: dict[str, float], fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, awaited if needed, timed into ``durations[stage]``; an exception becomes
+        ``SearchError(stage)``."""
+        t0 = time.perf_counter()
+        try:
+            return await resolve(fn(*args))
+        except SearchError:
+            raise
+        except Exception as exc:
+            raise SearchError.wrap(stage, exc) from exc
+        finally:
+            durations[stage] = durations.get(stage, 0.0) + (time.perf_counter() - t0) * 1000.0
+
+    async def documents(self, stage: str, durations: dict[str, float], fn: Callable[..., Any],
+                        *args: Any) -> list[SearchDocument]:
+        """:meth:`call` for a port that returns documents, checked."""
+        raw = await self.call(stage, durations, fn, *args)
+        try:
+            return as_documents(raw, what=stage)
+        except (TypeError, ValueError) as exc:
+            raise SearchError(stage, str(exc), cause=exc) from exc
+
+    # -- the stages, in order ------------------------------------------------------------
+    async def plan(self, requests: list[SearchRequest], durations: dict[str, float]) -> list[QueryPlan]:
+        plans = await asyncio.gather(*(self.call(S.PLANNER, durations, self.modules.planner.plan, r)
+                                       for r in requests))
+        for plan in plans:
+            if not isinstance(plan, QueryPlan):
+                raise SearchError(S.PLANNER, f"planner must return a QueryPlan, got {type(plan).__name__}")
+        return list(plans)
+
+    async def execute(self, contexts: list[SearchPipelineContext], durations: dict[str, float], *,
+                      columnar: bool) -> list[Outcome]:
+        """Every stage after planning and caching, for every context."""
+        await self.classify(contexts, durations)
+        await self.embed(contexts, durations)
+        candidates = await self.retrieve(contexts, durations, columnar=columnar)
+        return list(await asyncio.gather(*(self.finish(c, cands, durations)
+                                           for c, cands in zip(contexts, candidates, strict=True))))
+
+    async def classify(self, contexts: list[SearchPipelineContext], durations: dict[str, float]) -> None:
+        classifier = self.modules.intent_classifier
+        if classifier is None:
+            return
+        intents = await asyncio.gather(*(self.call(S.INTENT_CLASSIFIER, durations, classifier.classify,
+                                                   c.plan.normalized_query) for c in contexts))
+        for context, intent in zip(contexts, intents, strict=True):
+            if intent is not None and not isinstance(intent, str):
+                raise SearchError(S.INTENT_CLASSIFIER, f"classify must return a str or None, got {intent!r}")
+            context.plan.intent = intent
+
+    async def embed(self, contexts: list[SearchPipelineContext], durations: dict[str, float]) -> None:
+        """One embedding call for every expanded query of every non-fulltext query: ``embed``
+        for a single text, ``embed_many`` (or concurrent ``embed`` calls) for several."""
+        rows = [c for c in contexts if c.plan.mode != "fulltext"]
+        embedder = self.modules.embedder
+        if not rows:
+            return
+        if embedder is None:
+            if any(c.plan.mode == "vector" for c in rows):
+                raise SearchError(S.EMBEDDER, "mode 'vector' needs an embedder, but none is configured")
+            return
+        texts = [q for c in rows for q in c.plan.expanded_queries]
+        t0 = time.perf_counter()
+        try:
+            many = getattr(embedder, "embed_many", None)
+            if len(texts) == 1:
+                mat = embedding_matrix(await resolve(embedder.embed(texts[0])), 1, what="embed")
+            elif callable(many):
+                mat = embedding_matrix(await resolve(many(texts)), len(texts), what="embed_many")
+            else:
+                vectors = await asyncio.gather(*(resolve(embedder.embed(t)) for t in texts))
+                mat = embedding_matrix([embedding_matrix(v, 1, what="embed")[0] for v in vectors], len(texts),
+                                       what="embed")
+        except SearchError:
+            raise
+        except Exception as exc:
+            raise SearchError.wrap(S.EMBEDDER, exc) from exc
+        finally:
+            durations[S.EMBEDDER] = durations.get(S.EMBEDDER, 0.0) + (time.perf_counter() - t0) * 1000.0
+        start = 0
+        for c in rows:
+            n = len(c.plan.expanded_queries)
+            block = mat[start:start + n]
+            start += n
+            c.embeddings = block[0]
+            c.expanded_embeddings = block if n > 1 else None
+
+    async def retrieve(self, contexts: list[SearchPipelineContext], durations: dict[str, float], *,
+                       columnar: bool) -> list[Candidates]:
+        retriever = self.modules.retriever
+        t0 = time.perf_counter()
+        try:
+            if columnar and is_batch_retriever(retriever):
+                out: list[Candidates] = [Candidates(docs=[]) for _ in contexts]
+                for mode in dict.fromkeys(c.plan.mode for c in contexts):  # one sub-batch per mode
+                    rows = [i for i, c in enumerate(contexts) if c.plan.mode == mode]
+                    for i, cands in zip(rows, await self._retrieve_batch(retriever, [contexts[i] for i in rows], mode),
+                                        strict=True):
+                        out[i] = cands
+                return out
+            return list(await asyncio.gather(*(self._retrieve_one(retriever, c) for c in contexts)))
+        finally:
+            durations[S.RETRIEVER] = durations.get(S.RETRIEVER, 0.0) + (time.perf_counter() - t0) * 1000.0
+
+    async def _retrieve_one(self, retriever: Any, context: SearchPipelineContext) -> Candidates:
+        try:
+            raw = await resolve(retriever.retrieve(context))
+            return Candidates(docs=as_documents(raw, what="retriever"))
+        except SearchError:
+            raise
+        except Exception as exc:
+            raise SearchError.wrap(S.RETRIEVER, exc) from exc
+
+    async def _retrieve_batch(self, retriever: BatchRetriever, contexts: list[SearchPipelineContext],
+                              mode: str) -> list[Candidates]:
+        texts: list[str] = []
+        owner: list[int] = []
+        emb_rows: list[npt.NDArray[np.float32]] = []
+        for j, c in enumerate(contexts):
+            queries = list(c.plan.expanded_queries) or [c.plan.normalized_query]
+            texts.extend(queries)
+            owner.extend([j] * len(queries))
+            if c.expanded_embeddings is not None:
+                emb_rows.append(c.expanded_embeddings)
+            elif c.embeddings is not None:
+                emb_rows.append(np.asarray(c.embeddings, dtype=np.float32)[None, :])
+        emb = np.concatenate(emb_rows) if emb_rows and sum(len(e) for e in emb_rows) == len(texts) else None
+        batch = QueryBatch(texts=texts, owner=np.asarray(owner, np.int64), n_queries=len(contexts),
+                           limit=max(c.plan.target_limit for c in contexts),
+                           filters=[dict(c.request.filters) for c in contexts], embeddings=emb, mode=mode)
+        try:
+            frame: CandidateFrame = await resolve(retriever.retrieve_batch(batch))
+        except SearchError:
+            raise
+        except Exception as exc:
+            raise SearchError.wrap(S.RETRIEVER, exc) from exc
+        if not isinstance(frame, CandidateFrame) or frame.n_queries != len(contexts):
+            raise SearchError(S.RETRIEVER, f"retrieve_batch must return a CandidateFrame of {len(contexts)} queries, "
+                                           f"got {frame!r}")
+        ptr = frame.ptr
+        return [Candidates(retriever.table, frame.doc[ptr[j]:min(ptr[j + 1], ptr[j] + c.plan.target_limit)],
+                           frame.score[ptr[j]:min(ptr[j + 1], ptr[j] + c.plan.target_limit)])
+                for j, c in enumerate(contexts)]
+
+    async def finish(self, context: SearchPipelineContext, cands: Candidates, durations: dict[str, float]) -> Outcome:
+        """Deduplicator, reranker, pagination and synthesizer for one query."""
+        m = self.modules
+        request = context.request
+        assert request.limit is not None
+        if m.deduplicator is None and m.reranker is None and m.synthesizer is None and cands._docs is None:
+            # nothing needs documents: the page stays columnar
+            return Outcome(cands.slice(request.offset, request.offset + request.limit), len(cands), None)
+        docs = cands.docs()
+        context.candidates = docs
+        if m.deduplicator is not None:
+            before = docs
+            docs = await self.documents(DEDUPLICATOR_STAGE, durations, m.deduplicator.deduplicate, list(docs))
+            context.metadata["deduplicator"] = dedup_report(before, docs, m.deduplicator)
+        if m.reranker is not None:
+            docs = await self.documents(S.RERANKER, durations, m.reranker.rerank, list(docs), context)
+        context.results = docs[request.offset:request.offset + request.limit]
+        if m.synthesizer is not None:
+            answer = await self.call(S.SYNTHESIZER, durations, m.synthesizer.synthesize, context)
+            if answer is not None and not isinstance(answer, str):
+                raise SearchError(S.SYNTHESIZER, f"synthesize must return a str or None, got {type(answer).__name__}")
+            context.answer = answer
+        return Outcome(Candidates(docs=context.results), len(docs), context.answer)
