@@ -13,8 +13,9 @@ import pandas as pd
 
 from kolm_search._aio import resolve, run_blocking
 from kolm_search.doctable import DocumentTable
-from kolm_search.errors import FrameValidationError, KolmValueError, SearchError
+from kolm_search.errors import KolmValueError, SearchError
 from kolm_search.planners import DefaultQueryPlanner
+from kolm_search.runs import as_run, check_ids, numeric_column
 from kolm_search.types import SearchPipelineContext, SearchRequest, as_documents
 
 __all__ = ["rerank_run"]
@@ -27,9 +28,8 @@ def _inputs(run: Any, corpus: Any, queries: Any) -> tuple[pd.DataFrame, Document
         from kolm_search.io import read_run
 
         run = read_run(run)
-    run = getattr(run, "run", run)
-    if not isinstance(run, pd.DataFrame) or not {"qid", "doc_id", "score"} <= set(run.columns):
-        raise FrameValidationError("run must be a DataFrame with qid, doc_id, score (or a TREC run path)")
+    run = as_run(run)
+    check_ids(run, "run")
     if queries is None and hasattr(corpus, "queries"):
         queries = corpus.queries
     if hasattr(corpus, "corpus"):
@@ -78,7 +78,7 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
         raise KolmValueError(f"top_k must be a positive int, got {top_k!r}")
     frame, table, texts = _inputs(run, corpus, queries)
     order_cols = ["rank"] if "rank" in frame.columns else []
-    frame = frame.assign(_neg=-pd.to_numeric(frame["score"]))
+    frame = frame.assign(_neg=-numeric_column(frame, "score", "run"))
     frame = frame.sort_values(["qid", *order_cols, "_neg"] if order_cols else ["qid", "_neg"], kind="stable")
     qids = list(dict.fromkeys(frame["qid"]))
     unknown = [q for q in qids if str(q) not in texts]

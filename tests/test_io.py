@@ -85,7 +85,9 @@ def test_run_round_trip_exact(tmp_path: Path, suffix: str) -> None:
                         "rank": [0, 1, 2, 0, 1], "score": rng.random(5) * 1e3 - 500})
     write_run(run, tmp_path / f"r{suffix}")
     back = read_run(tmp_path / f"r{suffix}")
-    pd.testing.assert_frame_equal(back.reset_index(drop=True), run, check_dtype=False)
+    assert all(isinstance(back[c].dtype, pd.CategoricalDtype) for c in ("qid", "doc_id"))  # coded once, here
+    pd.testing.assert_frame_equal(back.reset_index(drop=True).astype({"qid": str, "doc_id": str}), run,
+                                  check_dtype=False)
     assert back.score.tolist() == run.score.tolist()  # bit-exact
     write_run(back, tmp_path / f"again{suffix}")
     if suffix != ".parquet":
@@ -98,7 +100,9 @@ def test_run_round_trip_exact(tmp_path: Path, suffix: str) -> None:
 def test_qrels_round_trip(tmp_path: Path, suffix: str) -> None:
     qrels = pd.DataFrame({"qid": ["1", "1", "2"], "doc_id": ["a", "b", "a"], "relevance": [2, 0, -1]})
     write_qrels(qrels, tmp_path / f"q{suffix}")
-    pd.testing.assert_frame_equal(read_qrels(tmp_path / f"q{suffix}"), qrels, check_dtype=False)
+    back = read_qrels(tmp_path / f"q{suffix}")
+    assert all(isinstance(back[c].dtype, pd.CategoricalDtype) for c in ("qid", "doc_id"))
+    pd.testing.assert_frame_equal(back.astype({"qid": str, "doc_id": str}), qrels, check_dtype=False)
 
 
 @pytest.mark.parametrize(
@@ -214,3 +218,49 @@ def test_packaged_registry_has_the_issue_names() -> None:
     reg = beir_registry()
     for name in ("scifact", "nfcorpus", "fiqa", "arguana", "scidocs", "trec-covid"):
         assert reg[name]["url"].endswith(f"/{name}.zip") and len(reg[name]["md5"]) == 32
+
+
+def test_readers_keep_ids_as_written(tmp_path: Path) -> None:
+    """Ids are strings whatever they look like: "01" and "1" stay apart, "NA" and "nan" are ids."""
+    (tmp_path / "r.trec").write_text("01 Q0 NA 1 2.0 t\n1 Q0 nan 1 1.5 t\n1 Q0 007 2 1.0 t\n")
+    run = read_run(tmp_path / "r.trec")
+    assert run.qid.astype(str).tolist() == ["01", "1", "1"] and run.doc_id.astype(str).tolist() == ["NA", "nan", "007"]
+    (tmp_path / "q.txt").write_text("01 0 NA 1\n1 0 007 2\n")
+    qrels = read_qrels(tmp_path / "q.txt")
+    assert qrels.qid.astype(str).tolist() == ["01", "1"] and qrels.doc_id.astype(str).tolist() == ["NA", "007"]
+
+
+def test_readers_byte_order_mark_mixed_widths_and_bad_bytes(tmp_path: Path) -> None:
+    (tmp_path / "r.trec").write_bytes("\ufeffq1 Q0 a 1 1.0 t\n".encode())
+    assert read_run(tmp_path / "r.trec").qid.astype(str).tolist() == ["q1"]
+    (tmp_path / "q.tsv").write_bytes("\ufeffquery-id\tcorpus-id\tscore\nq1\ta\t1\n".encode())
+    assert read_qrels(tmp_path / "q.tsv").qid.astype(str).tolist() == ["q1"]
+    (tmp_path / "mixed.txt").write_text("q1 0 a 1\nq1 b 2\n")  # 4 and 3 fields in one file
+    assert read_qrels(tmp_path / "mixed.txt").doc_id.astype(str).tolist() == ["a", "b"]
+    (tmp_path / "bad.trec").write_bytes(b"q1 Q0 a 1 1.0 t\nq1 Q0 \xff 2 0.5 t\n")
+    with pytest.raises(FrameValidationError, match=r"bad.trec:2: not UTF-8"):
+        read_run(tmp_path / "bad.trec")
+    with gzip.open(tmp_path / "cut.trec.gz", "wt") as fh:
+        fh.write("q1 Q0 a 1 1.0 t\n" * 2000)
+    data = (tmp_path / "cut.trec.gz").read_bytes()
+    (tmp_path / "cut.trec.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(FrameValidationError, match="cut.trec.gz"):
+        read_run(tmp_path / "cut.trec.gz")
+    (tmp_path / "fake.trec.gz").write_text("not gzip at all\n")
+    with pytest.raises(FrameValidationError, match="fake.trec.gz"):
+        read_run(tmp_path / "fake.trec.gz")
+    (tmp_path / "big.txt").write_text("q1 0 a 3000000000\n")
+    with pytest.raises(FrameValidationError, match="int32"):
+        read_qrels(tmp_path / "big.txt")
+
+
+def test_parquet_inputs_are_checked(tmp_path: Path) -> None:
+    pd.DataFrame({"qid": ["1"], "doc_id": ["a"]}).to_parquet(tmp_path / "q.parquet")
+    with pytest.raises(FrameValidationError, match="relevance"):
+        read_qrels(tmp_path / "q.parquet")
+    pd.DataFrame({"qid": ["1"], "doc_id": ["a"], "score": [np.nan]}).to_parquet(tmp_path / "r.parquet")
+    with pytest.raises(FrameValidationError, match="score"):
+        read_run(tmp_path / "r.parquet")
+    (tmp_path / "x.parquet").write_text("not parquet")
+    with pytest.raises(FrameValidationError, match="x.parquet"):
+        read_run(tmp_path / "x.parquet")
