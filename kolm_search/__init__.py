@@ -1,9 +1,14 @@
 """kolm_search: build, run and measure search pipelines on a vectorised engine.
 
 The public contract is a Python port of the kolm-search reference (``SearchClient``,
-``SearchPipeline``, the ports, ``CompositeRetriever``, RRF); underneath, candidates travel
-as columnar arrays and fusion runs as one Numba kernel. Importing the package has no side
-effects and needs none of the optional extras.
+``SearchPipeline``, the ports, ``CompositeRetriever``, RRF); underneath, candidates travel as
+columnar arrays and fusion, top-k and metrics run as Numba kernels. Importing the package has
+no side effects, loads no numba (kernels compile on first use, once, cached on disk) and
+needs none of the optional extras.
+
+Here: what users call. Building blocks live in their modules: ``kolm_search.io`` (files,
+datasets), ``kolm_search.fusion`` (``fuse_frame``, normalisations), ``kolm_search.adapters``
+(a real implementation of every port), ``kolm_search.distributed`` (Dask).
 """
 
 from kolm_search import presets
@@ -15,6 +20,7 @@ from kolm_search.errors import (
     PIPELINE_STAGES,
     DownloadError,
     FrameValidationError,
+    KolmError,
     KolmTypeError,
     KolmValueError,
     SchemaIssue,
@@ -23,11 +29,12 @@ from kolm_search.errors import (
 )
 from kolm_search.evaluation import Experiment, compare, evaluate, optimize_fusion
 from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.fusion import fuse, fuse_frame, merge_with_rrf, rrf_score
-from kolm_search.io import Dataset, download_beir, load_beir, read_qrels, read_run, write_qrels, write_run
+from kolm_search.fusion import fuse, merge_with_rrf, rrf_score
+from kolm_search.io import Dataset, load_dataset, read_qrels, read_run, write_qrels, write_run
 from kolm_search.pipeline import SearchPipeline
 from kolm_search.planners import DefaultQueryPlanner, ExpandingQueryPlanner
 from kolm_search.ports import (
+    BatchRetriever,
     CacheStore,
     Deduplicator,
     Embedder,
@@ -60,6 +67,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BM25Retriever",
     "BatchResult",
+    "BatchRetriever",
     "CacheStore",
     "CandidateFrame",
     "CompositeRetriever",
@@ -74,6 +82,7 @@ __all__ = [
     "Experiment",
     "FrameValidationError",
     "IntentClassifier",
+    "KolmError",
     "KolmTypeError",
     "KolmValueError",
     "Logger",
@@ -103,11 +112,9 @@ __all__ = [
     "Tokenizer",
     "__version__",
     "compare",
-    "download_beir",
     "evaluate",
     "fuse",
-    "fuse_frame",
-    "load_beir",
+    "load_dataset",
     "merge_with_rrf",
     "optimize_fusion",
     "presets",

@@ -20,10 +20,10 @@ from kolm_search import (
 )
 
 EXPECTED_ALL = [
-    "Dataset", "DownloadError", "Experiment", "compare", "download_beir", "evaluate", "load_beir",
+    "Dataset", "DownloadError", "Experiment", "compare", "evaluate", "load_dataset",
     "optimize_fusion", "read_qrels", "read_run", "write_qrels", "write_run",
-    "BM25Retriever", "BatchResult", "CandidateFrame", "DenseRetriever", "DocumentTable", "QueryBatch",
-    "Tokenizer", "fuse", "fuse_frame", "presets",
+    "BM25Retriever", "BatchResult", "BatchRetriever", "CandidateFrame", "DenseRetriever", "DocumentTable",
+    "QueryBatch", "Tokenizer", "fuse", "presets", "KolmError",
     "CacheStore", "CompositeRetriever", "Deduplicator", "DefaultQueryPlanner", "Embedder",
     "ExpandingQueryPlanner", "FrameValidationError", "IntentClassifier", "KolmTypeError",
     "KolmValueError", "Logger", "PIPELINE_STAGES", "QueryExpander", "QueryPlan", "QueryPlanner",
@@ -83,7 +83,8 @@ def test_search_error_shape() -> None:
 def test_import_has_no_side_effects_and_no_optional_deps() -> None:
     code = (
         "import sys, kolm_search;"
-        "bad=[m for m in ('torch','dask','matplotlib','opentelemetry','sentence_transformers','pydantic') if m in sys.modules];"
+        "bad=[m for m in ('torch','dask','matplotlib','opentelemetry','sentence_transformers','pydantic','numba',"
+        "'onnxruntime','httpx') if m in sys.modules];"
         "print(bad)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -118,3 +119,17 @@ def test_protocols_runtime_checkable() -> None:
     import logging
 
     assert isinstance(logging.getLogger("x"), kolm_search.Logger)
+
+
+def test_kernels_compile_once_with_a_notice(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A kernel compiles on first use with a one-line notice, then loads from the disk cache silently."""
+    import os
+
+    code = ("import numpy as np, sys; from kolm_search._kernels import load; m = load('mmr');"
+            "print(m.mmr_select(np.ones(3), np.eye(3, dtype=np.float32), 0.5, 2).tolist())")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert first.stdout == second.stdout == "[0, 1]\n"
+    assert "compiling kernels (first run only)" in first.stderr
+    assert "compiling" not in second.stderr and any(tmp_path.rglob("*.nbi"))

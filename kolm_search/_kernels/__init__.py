@@ -38,7 +38,9 @@ def _notice() -> None:
     global _noticed
     if not _noticed:
         _noticed = True
-        print(_NOTICE, file=sys.stderr, flush=True)
+        from tqdm.auto import tqdm
+
+        tqdm.write(_NOTICE, file=sys.stderr)  # above any progress bar on the screen
 
 
 def load(name: str) -> ModuleType:
@@ -92,7 +94,8 @@ def chunk_bounds(ptr: npt.NDArray[np.int64], n_chunks: int) -> npt.NDArray[np.in
 
 def run_chunks(kernel: Callable[..., Any], bounds: npt.NDArray[np.int64], *args: Any) -> None:
     """Call ``kernel(*args, start, stop)`` for each chunk ``[bounds[i], bounds[i+1])``, on one
-    thread per chunk (the kernels release the GIL and write disjoint parts of their outputs)."""
+    thread per chunk (the kernels release the GIL and write disjoint parts of their outputs;
+    ``kernel`` may be a Python function that allocates a chunk's scratch and calls one)."""
     spans = [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a]
     if len(spans) <= 1:
         for a, b in spans:

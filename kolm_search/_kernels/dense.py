@@ -24,7 +24,7 @@ from kolm_search._kernels.sig import f32, i64, ro, rw, u8
 __all__ = ["dense_topk", "dense_topk_numpy"]
 
 _SIGNATURE = types.void(ro(f32, 2), ro(f32, 2), ro(i64), ro(u8, 2), rw(f32, 2), rw(i64, 2), rw(i64),
-                        i64, i64, i64, i64)
+                        i64, i64, rw(f32), i64, i64)
 
 
 @njit(cache=True, inline="always")
@@ -56,13 +56,13 @@ def _offer_row(row, bd, d0, m, masks, hs, hd, size, k):  # pragma: no cover - co
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
-def _dense_tiles(queries, docs, mask_ids, masks, heap_s, heap_d, sizes, tile_q, tile_d, t0,
+def _dense_tiles(queries, docs, mask_ids, masks, heap_s, heap_d, sizes, tile_q, tile_d, buf, t0,
                  t1):  # pragma: no cover - compiled
-    """Query tiles ``t0 <= t < t1`` against every document tile, heaps sorted at the end."""
+    """Query tiles ``t0 <= t < t1`` against every document tile, heaps sorted at the end;
+    ``buf`` (tile_q * tile_d,) holds one tile of scores."""
     m = queries.shape[0]
     n = docs.shape[0]
     k = heap_s.shape[1]
-    buf = np.empty(tile_q * tile_d, np.float32)
     for tq in range(t0, t1):
         q0 = tq * tile_q
         q1 = min(m, q0 + tile_q)
@@ -113,9 +113,14 @@ def dense_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
     tile_q = max(1, int(query_block) if query_block else min(512, -(-m // threads)))
     n_tiles = -(-m // tile_q)
     bounds = np.unique(np.linspace(0, n_tiles, min(threads, n_tiles) + 1).astype(np.int64))
+    tile_d = max(1, int(doc_block))
+
+    def chunk(t0: int, t1: int) -> None:
+        _dense_tiles(queries, docs, mask_ids, masks, heap_s, heap_d, sizes, tile_q, tile_d,
+                     np.empty(tile_q * tile_d, np.float32), t0, t1)
+
     with _single_threaded_blas():
-        run_chunks(_dense_tiles, bounds, queries, docs, mask_ids, masks, heap_s, heap_d, sizes, tile_q,
-                   max(1, int(doc_block)))
+        run_chunks(chunk, bounds)
     return heap_d, heap_s, sizes
 
 

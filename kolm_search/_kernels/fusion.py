@@ -30,22 +30,17 @@ _PARALLEL_ENTRIES = 50_000  # smaller batches run on the calling thread
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
-_SIGNATURE = types.void(ro(i64), ro(i64), ro(i64), ro(f64), i64, i64, types.boolean, i64,
-                        rw(i64), rw(f64), rw(i64), i64, i64)
+_SIGNATURE = types.void(ro(i64), ro(i64), ro(i64), ro(f64), i64, types.boolean, i64, rw(i64), rw(f64), rw(i64),
+                        rw(f64), rw(i64), rw(i64), rw(i64), rw(f64), i64, i64)
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
-def _fuse_chunk(ptr, lists, docs, contrib, n_docs, n_lists, mnz, limit, out_docs, out_scores, counts,
-                g0, g1):  # pragma: no cover - compiled
-    """Fuse queries ``g0 <= g < g1``; query g's list goes to ``out[ptr[g]:ptr[g]+counts[g]]``."""
-    acc = np.zeros(n_docs, np.float64)
-    held = np.zeros(n_docs, np.int64)  # lists of the current query holding the document
-    mark = np.full(n_docs, -1, np.int64)  # g * n_lists + list of the document's last entry
-    width = 1
-    for g in range(g0, g1):
-        width = max(width, ptr[g + 1] - ptr[g])
-    touched = np.empty(width, np.int64)
-    keys = np.empty(width, np.float64)
+def _fuse_chunk(ptr, lists, docs, contrib, n_lists, mnz, limit, out_docs, out_scores, counts, acc, held, mark,
+                touched, keys, g0, g1):  # pragma: no cover - compiled
+    """Fuse queries ``g0 <= g < g1``; query g's list goes to ``out[ptr[g]:ptr[g]+counts[g]]``.
+    Scratch: ``acc``, ``held`` (lists of the query holding the document) and ``mark``
+    (``g * n_lists + list`` of the document's last entry, -1 on entry) per document code;
+    ``touched`` and ``keys`` as long as the widest query."""
     for g in range(g0, g1):
         first = g * n_lists
         nt = 0
@@ -145,10 +140,15 @@ def fuse_groups(ptr: npt.ArrayLike, lists: npt.ArrayLike, docs: npt.ArrayLike, c
     out_docs = np.empty(n, np.int64)
     out_scores = np.empty(n, np.float64)
     counts = np.zeros(n_groups, np.int64)
+    width = int(np.diff(p).max(initial=0)) + 1
+
+    def chunk(g0: int, g1: int) -> None:
+        _fuse_chunk(p, li, dc, ct, n_lists, bool(mnz), lim, out_docs, out_scores, counts, np.zeros(n_codes),
+                    np.zeros(n_codes, np.int64), np.full(n_codes, -1, np.int64), np.empty(width, np.int64),
+                    np.empty(width), g0, g1)
+
     threads = resolve_threads(n_threads) if n >= _PARALLEL_ENTRIES else 1
-    kernel = _fuse_chunk
-    run_chunks(kernel, chunk_bounds(p, threads), p, li, dc, ct, n_codes, n_lists, bool(mnz), lim,
-               out_docs, out_scores, counts)
+    run_chunks(chunk, chunk_bounds(p, threads))
     out_ptr = np.zeros(n_groups + 1, np.int64)
     np.cumsum(counts, out=out_ptr[1:])
     total = int(out_ptr[-1])

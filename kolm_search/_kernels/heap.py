@@ -13,65 +13,61 @@ from numba import njit
 __all__ = ["heap_push", "sort_heap", "topk_rows_numpy"]
 
 
-@njit(cache=True, inline="always")
-def _worse(s1, d1, s2, d2):  # pragma: no cover - compiled
-    return s1 < s2 or (s1 == s2 and d1 > d2)
-
-
-@njit(cache=True, inline="always")
-def _swap(hs, hd, i, j):  # pragma: no cover - compiled
-    hs[i], hs[j] = hs[j], hs[i]
-    hd[i], hd[j] = hd[j], hd[i]
-
-
-@njit(cache=True, inline="always")
-def _sift_down(hs, hd, i, size):  # pragma: no cover - compiled
-    while True:
-        left = 2 * i + 1
-        if left >= size:
-            break
-        c = left
-        if left + 1 < size and _worse(hs[left + 1], hd[left + 1], hs[left], hd[left]):
-            c = left + 1
-        if _worse(hs[c], hd[c], hs[i], hd[i]):
-            _swap(hs, hd, i, c)
-            i = c
-        else:
-            break
-
-
-@njit(cache=True)
+@njit
 def heap_push(hs, hd, size, k, s, d):  # pragma: no cover - compiled
     """Offer ``(s, d)`` to the heap ``hs/hd[:size]`` of capacity ``k``; returns the new size."""
-    if size < k:
+    if size < k:  # grow: sift the new entry up from the last leaf
         i = size
-        hs[i] = s
-        hd[i] = d
+        size += 1
         while i > 0:
             p = (i - 1) >> 1
-            if _worse(hs[i], hd[i], hs[p], hd[p]):
-                _swap(hs, hd, i, p)
+            if s < hs[p] or (s == hs[p] and d > hd[p]):  # (s, d) worse than its parent
+                hs[i] = hs[p]
+                hd[i] = hd[p]
                 i = p
             else:
                 break
-        return size + 1
-    if not _worse(hs[0], hd[0], s, d):
-        return size
-    hs[0] = s
-    hd[0] = d
-    _sift_down(hs, hd, 0, size)
+    else:
+        if s < hs[0] or (s == hs[0] and d > hd[0]):  # not better than the worst kept
+            return size
+        i = _sift_down(hs, hd, size, s, d)
+    hs[i] = s
+    hd[i] = d
     return size
 
 
-@njit(cache=True)
+@njit
+def _sift_down(hs, hd, size, s, d):  # pragma: no cover - compiled
+    """Move the hole at the root down to where ``(s, d)`` belongs; returns that position."""
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            return i
+        if c + 1 < size and (hs[c + 1] < hs[c] or (hs[c + 1] == hs[c] and hd[c + 1] > hd[c])):
+            c += 1
+        if hs[c] < s or (hs[c] == s and hd[c] > d):
+            hs[i] = hs[c]
+            hd[i] = hd[c]
+            i = c
+        else:
+            return i
+
+
+@njit
 def sort_heap(hs, hd, size):  # pragma: no cover - compiled
     """Sort a heap built by :func:`heap_push` best first, in place (heap sort: the root, the
     worst kept, moves to the end repeatedly)."""
     end = size
     while end > 1:
         end -= 1
-        _swap(hs, hd, 0, end)
-        _sift_down(hs, hd, 0, end)
+        s = hs[end]
+        d = hd[end]
+        hs[end] = hs[0]
+        hd[end] = hd[0]
+        i = _sift_down(hs, hd, end, s, d)
+        hs[i] = s
+        hd[i] = d
 
 
 def topk_rows_numpy(scores: npt.NDArray[np.float32], valid: npt.NDArray[np.bool_], k: int,

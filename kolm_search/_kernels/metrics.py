@@ -33,28 +33,17 @@ METRIC_IDS = {
     "recall": 6, "Rprec": 7, "success": 8, "bpref": 9,
 }
 
-_SIGNATURE = types.void(ro(i64), ro(i64), i64, ro(i64), ro(i64), ro(i64), ro(i64), i64, ro(i64), ro(i64), i64,
-                        rw(f64, 2), rw(i64), i64, i64)
+_I32 = types.int32
+_SIGNATURE = types.void(ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), i64, ro(f64),
+                        rw(f64, 2), rw(i64), rw(i64), rw(f64), rw(f64), rw(f64), rw(_I32), rw(_I32), rw(_I32), i64, i64)
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
-def _evaluate_chunk(r_ptr, r_doc, n_run_docs, r_judged, j_ptr, j_doc, j_rel, n_judged, metric_ids, cutoffs, level,
-                    values, status, q0, q1):  # pragma: no cover - compiled
-    max_k = 0
-    for m in range(metric_ids.shape[0]):
-        max_k = max(max_k, cutoffs[m])
-    width_r = 1
-    width_j = 1
-    for q in range(q0, q1):
-        width_r = max(width_r, r_ptr[q + 1] - r_ptr[q])
-        width_j = max(width_j, j_ptr[q + 1] - j_ptr[q])
-    cum_rel = np.zeros(width_r + 1, np.int64)
-    cum_dcg = np.zeros(width_r + 1, np.float64)
-    cum_ap = np.zeros(width_r + 1, np.float64)
-    ideal = np.zeros(max(width_j, max_k) + 1, np.float64)
-    rel_of = np.zeros(n_judged, np.int32)  # valid where judged[d] == q
-    judged = np.full(n_judged, -1, np.int32)
-    retrieved = np.full(n_run_docs, -1, np.int32)
+def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cutoffs, level, log2, values, status,
+                    cum_rel, cum_dcg, cum_ap, ideal, rel_of, judged, retrieved, q0, q1):  # pragma: no cover - compiled
+    """Queries ``q0 <= q < q1``. ``log2[i] = log2(i + 2)`` for every rank; the rest after
+    ``status`` is this chunk's scratch: cumulative arrays (longest ranking + 1), the ideal
+    gains (most judgements or largest cutoff, + 1), and per-document marks (-1 on entry)."""
     for q in range(q0, q1):
         s, n_r = r_ptr[q], r_ptr[q + 1] - r_ptr[q]
         js, n_j = j_ptr[q], j_ptr[q + 1] - j_ptr[q]
@@ -81,7 +70,7 @@ def _evaluate_chunk(r_ptr, r_doc, n_run_docs, r_judged, j_ptr, j_doc, j_rel, n_j
             elif r >= 0:
                 num_nonrel += 1
             if r > 0:  # graded gains, best first
-                ideal[n_pos + 1] = ideal[n_pos] + r / np.log2(n_pos + 2.0)
+                ideal[n_pos + 1] = ideal[n_pos] + r / log2[n_pos]
                 n_pos += 1
         first_rel = 0
         bpref = 0.0
@@ -91,7 +80,7 @@ def _evaluate_chunk(r_ptr, r_doc, n_run_docs, r_judged, j_ptr, j_doc, j_rel, n_j
             r = rel_of[d] if d >= 0 and judged[d] == q else -1
             is_rel = r >= level
             cum_rel[i + 1] = cum_rel[i] + (1 if is_rel else 0)
-            cum_dcg[i + 1] = cum_dcg[i] + (r / np.log2(i + 2.0) if r > 0 else 0.0)
+            cum_dcg[i + 1] = cum_dcg[i] + (r / log2[i] if r > 0 else 0.0)
             cum_ap[i + 1] = cum_ap[i] + (cum_rel[i + 1] / (i + 1.0) if is_rel else 0.0)
             if is_rel and first_rel == 0:
                 first_rel = i + 1
@@ -162,9 +151,19 @@ def evaluate_queries(r_ptr: npt.ArrayLike, r_doc: npt.ArrayLike, n_run_docs: int
         raise ValueError("one judged code per retrieved row and one int32 grade per judgement are needed")
     values = np.zeros((n_q, mids.shape[0]), np.float64)
     status = np.zeros(n_q, np.int64)
+    r_len, j_len = np.diff(rp), np.diff(jp)
+    width = int(max(r_len.max(initial=0), j_len.max(initial=0), cuts.max(initial=0))) + 1
+    log2 = np.log2(np.arange(width, dtype=np.float64) + 2.0)
+    n_run_docs, n_judged = max(int(n_run_docs), 1), max(int(n_judged), 1)
+
+    def chunk(q0: int, q1: int) -> None:
+        _evaluate_chunk(rp, rd, rj, jp, jd, jr, mids, cuts, int(level), log2, values, status,
+                        np.zeros(width, np.int64), np.zeros(width), np.zeros(width), np.zeros(width),
+                        np.zeros(n_judged, np.int32), np.full(n_judged, -1, np.int32),
+                        np.full(n_run_docs, -1, np.int32), q0, q1)
+
     threads = resolve_threads(n_threads) if rd.shape[0] >= 50_000 else 1
-    run_chunks(_evaluate_chunk, chunk_bounds(rp, threads), rp, rd, max(int(n_run_docs), 1), rj, jp, jd, jr,
-               max(int(n_judged), 1), mids, cuts, int(level), values, status)
+    run_chunks(chunk, chunk_bounds(rp, threads))
     return values, status
 
 

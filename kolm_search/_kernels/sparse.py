@@ -12,7 +12,9 @@ Inputs of :func:`sparse_topk`:
 
 A document's score is ``sum(q_weight * t_w)`` over the query's postings that hold it, in
 query-term order, in float32; only documents holding at least one query term are candidates.
-Output rows are best first, equal scores by ascending document code.
+Output rows are best first, equal scores by ascending document code. Scratch arrays are
+allocated by the wrapper, one set per thread (allocations inside a kernel cost seconds of
+compile time).
 """
 
 from __future__ import annotations
@@ -28,62 +30,34 @@ from kolm_search._kernels.sig import f32, i64, ro, rw, u8
 __all__ = ["sparse_topk", "sparse_topk_numpy"]
 
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(f32), ro(i64),
-                        ro(u8, 2), i64, i64, i64, rw(i64, 2), rw(f32, 2), rw(i64), i64, i64)
+                        ro(u8, 2), i64, rw(i64, 2), rw(f32, 2), rw(i64), rw(f32), rw(i64), rw(i64), rw(f32), rw(i64),
+                        i64, i64)
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
-def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k,
-                  dense_ratio, out_d, out_s, counts, q0, q1):  # pragma: no cover - compiled
-    acc = np.zeros(n_docs, np.float32)
-    stamp = np.full(n_docs, -1, np.int64)
-    hit = np.zeros(n_docs, np.uint8)
-    touched = np.empty(n_docs, np.int64)
-    hs = np.empty(k, np.float32)
-    hd = np.empty(k, np.int64)
+def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_ids, masks, k, out_d, out_s, counts,
+                  acc, stamp, touched, hs, hd, q0, q1):  # pragma: no cover - compiled
+    """Queries ``q0 <= q < q1``; ``acc``, ``stamp`` (all < q0 on entry), ``touched`` (n_docs,)
+    and ``hs``, ``hd`` (k,) are this chunk's scratch."""
     for q in range(q0, q1):
         m = mask_ids[q]
         off = offsets[q]
-        size = 0
-        n_post = 0
+        nt = 0
         for j in range(q_ptr[q], q_ptr[q + 1]):
             t = q_terms[j]
-            n_post += t_ptr[t + 1] - t_ptr[t]
-        if n_post * dense_ratio > n_docs:  # many postings: accumulate densely, scan once
-            acc[:] = 0.0
-            hit[:] = 0
-            for j in range(q_ptr[q], q_ptr[q + 1]):
-                t = q_terms[j]
-                wq = q_weights[j]
-                for p in range(t_ptr[t], t_ptr[t + 1]):
-                    d = t_docs[p]
-                    acc[d] += wq * t_w[p]
-                    hit[d] = 1
-            for d in range(n_docs):
-                if hit[d] == 0:
-                    continue
-                s = acc[d] + off
-                if size == k and s < hs[0]:
-                    continue
-                if m >= 0 and masks[m, d] == 0:
-                    continue
-                size = heap_push(hs, hd, size, k, s, d)
-        else:  # few postings: track the touched documents (stale stamps are older than q)
-            nt = 0
-            for j in range(q_ptr[q], q_ptr[q + 1]):
-                t = q_terms[j]
-                wq = q_weights[j]
-                for p in range(t_ptr[t], t_ptr[t + 1]):
-                    d = t_docs[p]
-                    if stamp[d] != q:
-                        stamp[d] = q
-                        acc[d] = 0.0
-                        touched[nt] = d
-                        nt += 1
-                    acc[d] += wq * t_w[p]
-            for i in range(nt):
-                d = touched[i]
-                if m >= 0 and masks[m, d] == 0:
-                    continue
+            wq = q_weights[j]
+            for p in range(t_ptr[t], t_ptr[t + 1]):
+                d = t_docs[p]
+                if stamp[d] != q:  # first posting of d for this query
+                    stamp[d] = q
+                    acc[d] = 0.0
+                    touched[nt] = d
+                    nt += 1
+                acc[d] += wq * t_w[p]
+        size = 0
+        for i in range(nt):
+            d = touched[i]
+            if m < 0 or masks[m, d] != 0:
                 size = heap_push(hs, hd, size, k, acc[d] + off, d)
         sort_heap(hs, hd, size)
         for i in range(size):
@@ -95,26 +69,31 @@ def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_i
 def sparse_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_weights: npt.NDArray[np.float32],
                 t_ptr: npt.NDArray[np.int64], t_docs: npt.NDArray[np.int32], t_w: npt.NDArray[np.float32],
                 offsets: npt.NDArray[np.float32], mask_ids: npt.NDArray[np.int64], masks: npt.NDArray[np.uint8],
-                n_docs: int, k: int, *, n_threads: int | None = None, dense_ratio: int = 16,
+                n_docs: int, k: int, *, n_threads: int | None = None,
                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Top-``k`` documents of every query: ``docs int64 (n_q, k), scores float32 (n_q, k),
     counts int64 (n_q,)`` (row q's first ``counts[q]`` entries are valid, best first).
 
     The caller guarantees the index layout (term ids below ``len(t_ptr) - 1``, pointers
-    monotone, documents below ``n_docs``, mask ids below ``len(masks)``). A query whose
-    postings exceed ``n_docs / dense_ratio`` accumulates densely and scans once.
+    monotone, documents below ``n_docs``, mask ids below ``len(masks)``).
     """
+    c = np.ascontiguousarray
     n_q = len(q_ptr) - 1
     out_d = np.full((n_q, k), -1, np.int64)
     out_s = np.zeros((n_q, k), np.float32)
     counts = np.zeros(n_q, np.int64)
-    c = np.ascontiguousarray
-    rows = np.arange(n_q + 1, dtype=np.int64)  # chunks of about equal query counts
     threads = resolve_threads(n_threads) if n_q >= 16 else 1
-    run_chunks(_sparse_chunk, chunk_bounds(rows, threads), c(q_ptr, np.int64), c(q_terms, np.int64),
-               c(q_weights, np.float32), c(t_ptr, np.int64), c(t_docs, np.int32), c(t_w, np.float32),
-               c(offsets, np.float32), c(mask_ids, np.int64), c(masks, np.uint8), int(n_docs), int(k),
-               int(dense_ratio), out_d, out_s, counts)
+    bounds = chunk_bounds(np.arange(n_q + 1, dtype=np.int64), threads)  # chunks of about equal query counts
+    arrays = (c(q_ptr, np.int64), c(q_terms, np.int64), c(q_weights, np.float32), c(t_ptr, np.int64),
+              c(t_docs, np.int32), c(t_w, np.float32), c(offsets, np.float32), c(mask_ids, np.int64),
+              c(masks, np.uint8))
+
+    def chunk(q0: int, q1: int) -> None:
+        scratch = (np.zeros(n_docs, np.float32), np.full(n_docs, -1, np.int64), np.empty(n_docs, np.int64),
+                   np.empty(k, np.float32), np.empty(k, np.int64))
+        _sparse_chunk(*arrays, int(k), out_d, out_s, counts, *scratch, q0, q1)
+
+    run_chunks(chunk, bounds)
     return out_d, out_s, counts
 
 
