@@ -5,9 +5,10 @@ speak ``int64`` codes. :func:`encode` gives several columns one shared set of co
 
 - a categorical column hands over its own codes, no hashing at all (what :func:`read_run`,
   :func:`read_qrels` and :func:`load_beir` return);
-- all other columns are joined and hashed once by ``pandas.factorize``;
-- when several sets of distinct values result, they are unified by a factorize of the distinct
-  values rather than of the rows, and each column's codes remapped with one ``take``.
+- any other column is hashed once by ``pandas.factorize`` (only the first row of each run of
+  equal neighbours when the column comes in runs, as query ids do);
+- the columns' sets of distinct values are then unified by a factorize of those values rather
+  than of the rows, and each column's codes remapped with one ``take``.
 
 :func:`decode` maps codes back to ids (``Index.take``, or a categorical over the uniques).
 :func:`lookup` finds ids in a small table (pyarrow's ``index_in``), and
@@ -18,8 +19,8 @@ Values that pandas keeps apart stay apart (``1`` and ``"1"``, ``b"x"`` and ``"x"
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -41,27 +42,49 @@ def _uniques_index(uniques: Any) -> pd.Index:
     return pd.Index(uniques)
 
 
+def _run_starts(series: pd.Series) -> I64 | None:
+    """Rows where a run of equal neighbours starts (row 0 first), when runs are long enough
+    to be worth hashing only their first rows (query ids of a run file); else None."""
+    n = len(series)
+    if n < 4096:
+        return None
+    values = series.array
+    try:
+        differs = pd.array(values[1:] != values[:-1]).to_numpy(dtype=bool, na_value=True)
+    except (TypeError, ValueError):  # values that do not compare
+        return None
+    starts = np.flatnonzero(differs) + 1
+    if 4 * (len(starts) + 1) > n:
+        return None
+    return np.concatenate([[0], starts]).astype(np.int64)
+
+
 def column_codes(values: Any, *, name: str = "ids") -> tuple[I64, pd.Index]:
     """Codes ``int64 (n,)`` of one id column and its distinct values (``codes`` index them).
 
     A categorical column gives its own codes and categories; anything else goes through
-    ``pandas.factorize`` (codes in order of first appearance).
+    ``pandas.factorize`` (codes in order of first appearance), of the first row of each run of
+    equal neighbours only when the column comes in long runs (a query id column).
 
     Raises
     ------
     FrameValidationError
         A missing id (None, NaN, NA), naming ``name`` and the row.
     """
-    dtype = getattr(values, "dtype", None)
-    if isinstance(dtype, pd.CategoricalDtype):
+    if isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
         cat = values.cat if isinstance(values, pd.Series) else pd.Categorical(values)
         codes, uniques = np.asarray(cat.codes, dtype=np.int64), pd.Index(cat.categories)
     else:
+        series = _as_series(values)
+        starts = _run_starts(series)
+        heads = series if starts is None else series.iloc[starts]
         try:
-            raw_codes, raw_uniques = pd.factorize(values, use_na_sentinel=True)
+            raw_codes, raw_uniques = pd.factorize(heads, use_na_sentinel=True)
         except TypeError as exc:  # unhashable ids (lists, dicts)
             raise FrameValidationError(f"{name} holds values that cannot be ids: {exc}") from exc
         codes, uniques = np.asarray(raw_codes, dtype=np.int64), _uniques_index(raw_uniques)
+        if starts is not None:
+            codes = np.repeat(codes, np.diff(np.append(starts, len(series))))
     if codes.size and codes.min() < 0:
         row = int(np.flatnonzero(codes < 0)[0])
         raise FrameValidationError(f"{name} has a missing value at row {row}")
@@ -90,10 +113,9 @@ def encode(columns: Sequence[Any], *, names: Sequence[str] | None = None, sort: 
            as_str: bool = False) -> tuple[list[I64], pd.Index]:
     """One set of codes for several id columns.
 
-    Non-categorical columns are joined and hashed in one ``pandas.factorize`` (one pass over
-    their rows); categorical columns give their own codes. When more than one set of distinct
-    values results (categoricals, or ``as_str`` merging ``10`` and ``"10"``), the sets are
-    unified by a factorize of the distinct values and the codes remapped.
+    Each column is coded by :func:`column_codes` (a categorical's own codes, or one hash pass);
+    the columns' sets of distinct values are then unified by a factorize of those values (few
+    next to the rows) and each column's codes remapped with one ``take``.
 
     Parameters
     ----------
@@ -116,34 +138,16 @@ def encode(columns: Sequence[Any], *, names: Sequence[str] | None = None, sort: 
     names = list(names) if names is not None else [f"ids[{i}]" for i in range(len(columns))]
     if len(names) != len(columns):
         raise ValueError("one name per column")
-    codes: list[I64 | None] = [None] * len(columns)
-    sets: list[tuple[list[int], pd.Index]] = []  # (columns, their distinct values)
-    plain = [i for i, c in enumerate(columns) if not isinstance(getattr(c, "dtype", None), pd.CategoricalDtype)]
-    if plain:
-        parts = [_as_series(columns[i]) for i in plain]
-        joined = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-        try:
-            joint, uniques = column_codes(joined, name=names[plain[0]])
-        except FrameValidationError:
-            for i, part in zip(plain, parts, strict=True):  # name the column and row of the missing id
-                column_codes(part, name=names[i])
-            raise
-        start = 0
-        for i, part in zip(plain, parts, strict=True):
-            codes[i] = joint[start:start + len(part)]
-            start += len(part)
-        sets.append((plain, uniques))
-    for i, column in enumerate(columns):
-        if i not in plain:
-            codes[i], categories = column_codes(column, name=names[i])
-            sets.append(([i], categories))
+    parts = [column_codes(c, name=n) for c, n in zip(columns, names, strict=True)]
+    codes = [c for c, _ in parts]
+    sets = [([i], u) for i, (_, u) in enumerate(parts)]  # (columns, their distinct values)
     converted = False
     if as_str:
         as_strings = [(cols, _as_str(u)) for cols, u in sets]
         converted = any(new is not old for (_, new), (_, old) in zip(as_strings, sets, strict=True))
         sets = as_strings
     if len(sets) == 1 and not sort and not converted:  # converted strings may coincide ("10", 10)
-        return [c for c in codes if c is not None], sets[0][1]
+        return codes, sets[0][1]
     joint_uniques = sets[0][1].append([u for _, u in sets[1:]]) if len(sets) > 1 else sets[0][1]
     try:
         joint_codes, merged = pd.factorize(joint_uniques, sort=sort)
@@ -156,7 +160,7 @@ def encode(columns: Sequence[Any], *, names: Sequence[str] | None = None, sort: 
         for i in cols:
             codes[i] = remap[codes[i]]
         start += len(u)
-    return [c for c in codes if c is not None], _uniques_index(merged)
+    return codes, _uniques_index(merged)
 
 
 def decode(uniques: pd.Index, codes: npt.ArrayLike, *, categorical: bool = False) -> Any:
@@ -223,32 +227,94 @@ def lookup(values: Any, table: pd.Index) -> I64:
     return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def codes_within_groups(values: Any, groups: I64, *, name: str = "ids") -> tuple[I64, int]:
-    """Codes that tell ``values`` apart inside each group (a query), and their bound.
+def _block_layout(groups: Sequence[I64]) -> list[tuple[I64, I64]] | None:
+    """Per column, the group of each run of rows and where the run starts, when every group's
+    rows are contiguous in every column and all columns list their groups in one order;
+    else None."""
+    layout: list[tuple[I64, I64]] = []
+    order: dict[int, int] = {}
+    for g in groups:
+        starts = np.concatenate([[0], np.flatnonzero(g[1:] != g[:-1]) + 1]).astype(np.int64) if len(g) else g[:0]
+        heads = g[starts]
+        if len(np.unique(heads)) != len(heads):  # a group in two places
+            return None
+        for h in heads.tolist():
+            order.setdefault(h, len(order))
+        layout.append((heads, starts))
+    for heads, _ in layout:
+        rank = np.array([order[h] for h in heads.tolist()], np.int64)
+        if np.any(np.diff(rank) <= 0):  # another order than the first columns'
+            return None
+    return layout
 
-    Equal ids of one group get one code and different ids different codes; codes of different
-    groups may coincide or not. When each group's rows are contiguous (runs are written query
-    by query) the ids are hashed in blocks of whole groups, so every hash table stays small
-    and in cache; otherwise, and for categoricals, the codes are global.
+
+def codes_within_groups(columns: Sequence[Any], groups: Sequence[I64], *, names: Sequence[str] | None = None,
+                        n_threads: int | None = None) -> tuple[list[I64], int, pd.Index | None]:
+    """Codes that tell ids apart inside each group (a query), across several columns, their
+    bound, and the ids of the codes when they are global (else None).
+
+    ``groups[i]`` int64 (len(columns[i]),) gives each row's group. Inside one group, equal ids
+    of any column get one code and different ids different codes; codes of different groups
+    may coincide or not. When every group's rows are contiguous and all columns list the
+    groups in one order (runs written query by query from one topics file), the ids are
+    hashed in blocks of whole groups, blocks on parallel threads, so every hash table stays
+    small and in cache; otherwise the codes are :func:`encode`'s global ones.
     """
-    groups = np.asarray(groups, dtype=np.int64)
-    n = len(groups)
-    changes = np.flatnonzero(groups[1:] != groups[:-1]) + 1
-    categorical = isinstance(getattr(values, "dtype", None), pd.CategoricalDtype)
-    if categorical or n <= _BLOCK_ROWS or len(changes) + 1 != len(np.unique(groups)):
-        codes, uniques = column_codes(values, name=name)
-        return codes, len(uniques)
-    series = _as_series(values)
-    na = series.isna().to_numpy()
-    if na.any():
-        raise FrameValidationError(f"{name} has a missing value at row {int(np.flatnonzero(na)[0])}")
-    starts = np.concatenate([[0], changes])
-    cuts = np.unique(np.concatenate([starts[np.searchsorted(starts, np.arange(0, n, _BLOCK_ROWS), side="right") - 1],
-                                     [n]]))
-    codes = np.empty(n, np.int64)
+    from kolm_search._kernels import resolve_threads
+
+    names = list(names) if names is not None else [f"ids[{i}]" for i in range(len(columns))]
+    groups = [np.asarray(g, dtype=np.int64) for g in groups]
+    n = sum(len(g) for g in groups)
+    categorical = any(isinstance(getattr(c, "dtype", None), pd.CategoricalDtype) for c in columns)
+    layout = None if categorical or n <= 2 * _BLOCK_ROWS else _block_layout(groups)
+    if layout is None:
+        codes, uniques = encode(columns, names=names)
+        return codes, len(uniques), uniques
+    series = [_as_series(c) for c in columns]
+    for s_, name in zip(series, names, strict=True):
+        na = s_.isna().to_numpy()
+        if na.any():
+            raise FrameValidationError(f"{name} has a missing value at row {int(np.flatnonzero(na)[0])}")
+    # blocks of whole groups, in the shared order, of about _BLOCK_ROWS rows over all columns
+    order: dict[int, int] = {}
+    for heads, _ in layout:
+        for h in heads.tolist():
+            order.setdefault(h, len(order))
+    sizes = np.zeros(len(order), np.int64)
+    spans = []  # per column: (rank of each run, start, end)
+    for (heads, starts), g in zip(layout, groups, strict=True):
+        rank = np.array([order[h] for h in heads.tolist()], np.int64)
+        ends = np.append(starts[1:], len(g))
+        np.add.at(sizes, rank, ends - starts)
+        spans.append((rank, starts, ends))
+    block_of_rank = np.cumsum(sizes) // _BLOCK_ROWS
+    n_blocks = int(block_of_rank[-1]) + 1 if len(sizes) else 0
+    jobs = []  # per block: the row range of each column
+    for b in range(n_blocks):
+        ranges = []
+        for rank, starts, ends in spans:
+            inside = np.flatnonzero(block_of_rank[rank] == b)
+            ranges.append((int(starts[inside[0]]), int(ends[inside[-1]])) if len(inside) else (0, 0))
+        jobs.append(ranges)
+
+    def hash_block(ranges: list[tuple[int, int]]) -> tuple[I64, int]:
+        pieces = [s_.iloc[a:e] for s_, (a, e) in zip(series, ranges, strict=True) if e > a]
+        joined = pieces[0] if len(pieces) == 1 else pd.concat(pieces, ignore_index=True)
+        block_codes, uniques = pd.factorize(joined)
+        return np.asarray(block_codes, dtype=np.int64), len(uniques)
+
+    threads = min(len(jobs), resolve_threads(n_threads))
+    if threads > 1:
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kolm-ids") as pool:
+            hashed = list(pool.map(hash_block, jobs))
+    else:
+        hashed = [hash_block(job) for job in jobs]
+    out = [np.empty(len(g), np.int64) for g in groups]
     offset = 0
-    for a, b in itertools.pairwise(cuts):
-        block, uniques = pd.factorize(series.iloc[a:b])
-        codes[a:b] = np.asarray(block, dtype=np.int64) + offset
-        offset += len(uniques)
-    return codes, offset
+    for ranges, (block_codes, n_unique) in zip(jobs, hashed, strict=True):
+        at = 0
+        for column, (a, e) in enumerate(ranges):
+            out[column][a:e] = block_codes[at:at + e - a] + offset
+            at += e - a
+        offset += n_unique
+    return out, offset, None

@@ -159,3 +159,28 @@ def test_id_columns_of_every_kind_match_the_oracle(kind: str) -> None:
         np.testing.assert_allclose(sub.score, [v for _, v in items], rtol=1e-12)
     if kind == "category":
         assert isinstance(got.qid.dtype, pd.CategoricalDtype) and isinstance(got.doc_id.dtype, pd.CategoricalDtype)
+
+
+@pytest.mark.parametrize("layout", ["shared-order", "shuffled-run", "split-query"])
+def test_large_runs_hashed_in_blocks_equal_the_global_path(layout: str) -> None:
+    """Runs big enough to hash their documents in blocks of queries (when every run lists the
+    queries in one order, each query's rows together) fuse exactly as through global codes
+    (categorical ids take that path), and layouts that do not qualify fall back to it."""
+    rng = np.random.default_rng(11)
+    runs = []
+    for r in range(3):
+        n_q, depth = 150, 200
+        docs = rng.integers(0, 5000, (n_q, depth))
+        frame = pd.DataFrame({"qid": np.repeat([f"q{i}" for i in range(n_q)], depth),
+                              "doc_id": [f"d{d}" for d in docs.ravel()],
+                              "score": rng.random(n_q * depth).round(2)})
+        if layout == "shuffled-run" and r == 1:  # queries in another order in one run
+            frame = frame.iloc[np.argsort(rng.permutation(n_q).repeat(depth), kind="stable")]
+        if layout == "split-query" and r == 2:  # one query's rows in two places
+            frame = pd.concat([frame.iloc[100:], frame.iloc[:100]])
+        runs.append(frame.reset_index(drop=True))
+    for method, norm in (("rrf", None), ("combmnz", "min-max")):
+        got = fuse(runs, method=method, norm=norm, limit=50)
+        want = fuse([r.astype({"qid": "category", "doc_id": "category"}) for r in runs], method=method, norm=norm,
+                    limit=50)
+        pd.testing.assert_frame_equal(got.astype({"qid": str, "doc_id": str}), want.astype({"qid": str, "doc_id": str}))

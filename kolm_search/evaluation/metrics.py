@@ -158,7 +158,8 @@ def evaluate(
     (qrels_d,), judged = ids.encode([qrels_df["doc_id"]], names=["qrels doc_id"], as_str=True)
     run_docs = ids.as_strings(run_df["doc_id"])
     run_judged = ids.lookup(run_docs, judged)  # the run's documents among the judged ones, -1 if not
-    run_d, n_run_d = ids.codes_within_groups(run_docs, run_q, name="run doc_id")  # for duplicates
+    (run_d,), n_run_d, _ = ids.codes_within_groups([run_docs], [run_q], names=["run doc_id"],
+                                                n_threads=n_threads)  # to find duplicates
     n_q = len(q_uniques)
     order = ranking_order(run_q, score32, run_docs)
     j_order = np.lexsort((-rel, qrels_q))

@@ -136,15 +136,36 @@ def _named(runs: Sequence[Any] | Mapping[str, Any], weights: Any) -> tuple[list[
     return frames, names, weights
 
 
-def _entry_order(block: I64, key: F64) -> I64:
-    """Entries by (block, key ascending), ties in input order. Runs usually arrive with each
-    query's rows together and best first: a stable sort on the block alone then suffices,
-    and only when some block is out of order are both keys sorted."""
-    order = np.argsort(block, kind="stable")
-    b, k = block[order], key[order]
-    if np.any((k[1:] < k[:-1]) & (b[1:] == b[:-1])):
-        order = np.lexsort((key, block))
-    return order
+def _entry_order(q_codes: list[I64], keys: list[F64]) -> tuple[I64, I64]:
+    """Order of the runs' rows by (query, run, key ascending), ties in input order, and each
+    ordered row's block number ``query * n_runs + run``.
+
+    Runs usually list each query's rows together, best first: the order is then made from
+    the (query, run) segments of rows alone, sorted as segments, and only when a segment is
+    out of key order are all rows sorted.
+    """
+    n_lists = len(q_codes)
+    seg_block, seg_start, seg_len = [], [], []
+    offset = 0
+    for li, q in enumerate(q_codes):
+        starts = np.flatnonzero(np.diff(q, prepend=-1))
+        seg_block.append(q[starts] * n_lists + li)
+        seg_start.append(starts + offset)
+        seg_len.append(np.diff(np.append(starts, len(q))))
+        offset += len(q)
+    blocks, begin, length = (np.concatenate(x).astype(np.int64) for x in (seg_block, seg_start, seg_len))
+    by_segment = np.lexsort((begin, blocks))  # few: one per (query, run) in the usual layout
+    blocks, begin, length = blocks[by_segment], begin[by_segment], length[by_segment]
+    first = np.concatenate([[0], np.cumsum(length)[:-1]])
+    order = np.repeat(begin - first, length) + np.arange(offset)
+    block = np.repeat(blocks, length)
+    key = np.concatenate(keys)
+    ordered = key[order]
+    if np.any((ordered[1:] < ordered[:-1]) & (block[1:] == block[:-1])):
+        order = np.lexsort((key, np.concatenate(q_codes) * n_lists
+                            + np.repeat(np.arange(n_lists), [len(q) for q in q_codes])))
+        block = np.sort(block)  # the same blocks, now in the rows' order
+    return order, block
 
 
 def fuse(runs: Sequence[Any] | Mapping[str, Any], method: Method = "rrf", k: float = 60,
@@ -186,12 +207,11 @@ def fuse(runs: Sequence[Any] | Mapping[str, Any], method: Method = "rrf", k: flo
     keys = [numeric_column(f, "rank", what) for f, what in zip(frames, whats, strict=True)] if has_rank \
         else [-s for s in scores]
     q_codes, q_uniques = ids.encode([f["qid"] for f in frames], names=[f"{w_} qid" for w_ in whats], sort=True)
-    d_codes, d_uniques = ids.encode([f["doc_id"] for f in frames], names=[f"{w_} doc_id" for w_ in whats])
+    d_codes, n_codes, d_uniques = ids.codes_within_groups([f["doc_id"] for f in frames], q_codes,
+                                               names=[f"{w_} doc_id" for w_ in whats], n_threads=n_threads)
     n_q = len(q_uniques)
-    lists = np.repeat(np.arange(n_lists, dtype=np.int64), [len(f) for f in frames])
-    block = np.concatenate(q_codes) * n_lists + lists
-    order = _entry_order(block, np.concatenate(keys))
-    block, lists, docs = block[order], lists[order], np.concatenate(d_codes)[order]
+    order, block = _entry_order(q_codes, keys)
+    lists, docs = block % n_lists, np.concatenate(d_codes)[order]
     starts = np.flatnonzero(np.diff(block, prepend=-1))
     position = np.arange(len(block)) - np.repeat(starts, np.diff(np.append(starts, len(block))))
     ptr = np.zeros(n_q + 1, np.int64)
@@ -201,16 +221,23 @@ def fuse(runs: Sequence[Any] | Mapping[str, Any], method: Method = "rrf", k: flo
     if method != "rrf":
         score = np.concatenate(scores)[order]
         if norm is not None:  # a document repeated inside a block enters the statistics once
-            counted = ~pd.Series(block * max(len(d_uniques), 1) + docs).duplicated().to_numpy()
+            counted = ~pd.Series(block * max(n_codes, 1) + docs).duplicated().to_numpy()
     contrib = _contributions(method, k, w, lists, position, score, block, norm, counted)
-    out_ptr, out_docs, out_scores = _kernel()(ptr, lists, docs, contrib, len(d_uniques), mnz=method == "combmnz",
+    out_ptr, out_docs, out_scores = _kernel()(ptr, lists, docs, contrib, n_codes, mnz=method == "combmnz",
                                               limit=limit, n_threads=n_threads)
     counts = np.diff(out_ptr)
     rank = np.arange(len(out_docs), dtype=np.int64) - np.repeat(out_ptr[:-1], counts)
     categorical = [all(isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames) for c in ("qid", "doc_id")]
+    if d_uniques is not None:
+        doc_ids = ids.decode(d_uniques, out_docs, categorical=categorical[1])
+    else:  # codes tell documents apart within a query only: read each id from a row that has it
+        row_of = np.empty(n_codes, np.int64)
+        row_of[np.concatenate(d_codes)] = np.arange(sum(len(f) for f in frames))
+        joined = pd.concat([f["doc_id"] for f in frames], ignore_index=True) if len(frames) > 1 else frames[0]["doc_id"]
+        doc_ids = joined.take(row_of[out_docs]).array
     return pd.DataFrame({
         "qid": ids.decode(q_uniques, np.repeat(np.arange(n_q), counts), categorical=categorical[0]),
-        "doc_id": ids.decode(d_uniques, out_docs, categorical=categorical[1]),
+        "doc_id": doc_ids,
         "rank": rank,
         "score": out_scores,
     }, columns=list(RUN_COLUMNS), copy=False)
