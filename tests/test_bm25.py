@@ -60,7 +60,8 @@ def test_scores_equal_bm25s(method: str, seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("threads", [1, 3])
-def test_sparse_kernel_matches_numpy_twin(seed: int, threads: int) -> None:
+@pytest.mark.parametrize("dense_ratio", [0, 16, 10**9])  # always sparse, adaptive, always dense
+def test_sparse_kernel_matches_numpy_twin(seed: int, threads: int, dense_ratio: int) -> None:
     rng = np.random.default_rng(seed)
     n_docs, vocab = 60, 25
     t_docs_l, t_w_l, t_ptr = [], [], [0]
@@ -78,7 +79,7 @@ def test_sparse_kernel_matches_numpy_twin(seed: int, threads: int) -> None:
     weights = rng.choice([1.0, 0.5, 2.25], q_ptr[-1]).astype(np.float32)  # weighted query terms
     kernels = load("sparse")
     got = kernels.sparse_topk(q_ptr, q_terms, weights, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7,
-                              n_threads=threads)
+                              n_threads=threads, dense_ratio=dense_ratio)
     want = kernels.sparse_topk_numpy(q_ptr, q_terms, weights, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7)
     np.testing.assert_array_equal(got[2], want[2])
     for q in range(30):

@@ -30,35 +30,58 @@ from kolm_search._kernels.sig import f32, i64, ro, rw, u8
 __all__ = ["sparse_topk", "sparse_topk_numpy"]
 
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(f32), ro(i64),
-                        ro(u8, 2), i64, rw(i64, 2), rw(f32, 2), rw(i64), rw(f32), rw(i64), rw(i64), rw(f32), rw(i64),
-                        i64, i64)
+                        ro(u8, 2), i64, i64, rw(i64, 2), rw(f32, 2), rw(i64), rw(f32), rw(i64), rw(i64), rw(f32),
+                        rw(i64), i64, i64)
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
-def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_ids, masks, k, out_d, out_s, counts,
-                  acc, stamp, touched, hs, hd, q0, q1):  # pragma: no cover - compiled
+def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_ids, masks, k, dense_ratio, out_d,
+                  out_s, counts, acc, stamp, touched, hs, hd, q0, q1):  # pragma: no cover - compiled
     """Queries ``q0 <= q < q1``; ``acc``, ``stamp`` (all < q0 on entry), ``touched`` (n_docs,)
-    and ``hs``, ``hd`` (k,) are this chunk's scratch."""
+    and ``hs``, ``hd`` (k,) are this chunk's scratch. A query whose postings exceed
+    ``n_docs / dense_ratio`` accumulates into every document and scans them once; others
+    track the documents they touch."""
+    n_docs = acc.shape[0]
     for q in range(q0, q1):
         m = mask_ids[q]
         off = offsets[q]
-        nt = 0
+        n_post = 0
         for j in range(q_ptr[q], q_ptr[q + 1]):
-            t = q_terms[j]
-            wq = q_weights[j]
-            for p in range(t_ptr[t], t_ptr[t + 1]):
-                d = t_docs[p]
-                if stamp[d] != q:  # first posting of d for this query
-                    stamp[d] = q
-                    acc[d] = 0.0
-                    touched[nt] = d
-                    nt += 1
-                acc[d] += wq * t_w[p]
+            n_post += t_ptr[q_terms[j] + 1] - t_ptr[q_terms[j]]
         size = 0
-        for i in range(nt):
-            d = touched[i]
-            if m < 0 or masks[m, d] != 0:
-                size = heap_push(hs, hd, size, k, acc[d] + off, d)
+        if n_post * dense_ratio > n_docs:  # dense: accumulate into every document, scan once
+            for d in range(n_docs):
+                acc[d] = 0.0
+            for j in range(q_ptr[q], q_ptr[q + 1]):
+                t = q_terms[j]
+                wq = q_weights[j]
+                for p in range(t_ptr[t], t_ptr[t + 1]):
+                    d = t_docs[p]
+                    acc[d] += wq * t_w[p]
+                    stamp[d] = q
+            for d in range(n_docs):
+                if stamp[d] == q:
+                    s = acc[d] + off
+                    if (size < k or s >= hs[0]) and (m < 0 or masks[m, d] != 0):
+                        size = heap_push(hs, hd, size, k, s, d)
+        else:  # sparse: track the documents touched
+            nt = 0
+            for j in range(q_ptr[q], q_ptr[q + 1]):
+                t = q_terms[j]
+                wq = q_weights[j]
+                for p in range(t_ptr[t], t_ptr[t + 1]):
+                    d = t_docs[p]
+                    if stamp[d] != q:  # first posting of d for this query
+                        stamp[d] = q
+                        acc[d] = 0.0
+                        touched[nt] = d
+                        nt += 1
+                    acc[d] += wq * t_w[p]
+            for i in range(nt):
+                d = touched[i]
+                s = acc[d] + off
+                if (size < k or s >= hs[0]) and (m < 0 or masks[m, d] != 0):  # most stop at the worst kept
+                    size = heap_push(hs, hd, size, k, s, d)
         sort_heap(hs, hd, size)
         for i in range(size):
             out_s[q, i] = hs[i]
@@ -69,13 +92,14 @@ def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_i
 def sparse_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_weights: npt.NDArray[np.float32],
                 t_ptr: npt.NDArray[np.int64], t_docs: npt.NDArray[np.int32], t_w: npt.NDArray[np.float32],
                 offsets: npt.NDArray[np.float32], mask_ids: npt.NDArray[np.int64], masks: npt.NDArray[np.uint8],
-                n_docs: int, k: int, *, n_threads: int | None = None,
+                n_docs: int, k: int, *, n_threads: int | None = None, dense_ratio: int = 16,
                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Top-``k`` documents of every query: ``docs int64 (n_q, k), scores float32 (n_q, k),
     counts int64 (n_q,)`` (row q's first ``counts[q]`` entries are valid, best first).
 
     The caller guarantees the index layout (term ids below ``len(t_ptr) - 1``, pointers
-    monotone, documents below ``n_docs``, mask ids below ``len(masks)``).
+    monotone, documents below ``n_docs``, mask ids below ``len(masks)``). A query whose
+    postings exceed ``n_docs / dense_ratio`` takes the dense path (0: never; huge: always).
     """
     c = np.ascontiguousarray
     n_q = len(q_ptr) - 1
@@ -91,7 +115,7 @@ def sparse_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
     def chunk(q0: int, q1: int) -> None:
         scratch = (np.zeros(n_docs, np.float32), np.full(n_docs, -1, np.int64), np.empty(n_docs, np.int64),
                    np.empty(k, np.float32), np.empty(k, np.int64))
-        _sparse_chunk(*arrays, int(k), out_d, out_s, counts, *scratch, q0, q1)
+        _sparse_chunk(*arrays, int(k), int(dense_ratio), out_d, out_s, counts, *scratch, q0, q1)
 
     run_chunks(chunk, bounds)
     return out_d, out_s, counts
