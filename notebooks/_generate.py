@@ -15,19 +15,13 @@ def code(text):
 
 md("# kolm_search quickstart\n\nLoad a test collection, build BM25, dense and hybrid pipelines, evaluate them with "
    "trec_eval's exact semantics, compare with significance tests, and plot.\n\n"
-   "The collection is Cranfield from `../shared/data/cranfield` (set `KOLM_CRANFIELD` to elsewhere), or any BEIR "
-   "dataset by name (`load_dataset(\"scifact\")` downloads it once).")
-code("""import os
-from pathlib import Path
-
-import kolm_search as ks
+   "The collection is Cranfield, which ships with kolm_search; any BEIR folder or BEIR dataset name works too "
+   "(`load_dataset(\"scifact\")` downloads it once).")
+code("""import kolm_search as ks
 from kolm_search import presets
 from kolm_search.io import load_dataset
 
-data = Path(os.environ.get("KOLM_CRANFIELD", Path.cwd().parent.parent / "shared" / "data" / "cranfield"))
-if not data.exists():  # running from the repository root
-    data = Path.cwd().parent / "shared" / "data" / "cranfield"
-dataset = load_dataset(data)
+dataset = load_dataset("cranfield")
 dataset""")
 md("## Three pipelines\n\nThe dense side uses all-MiniLM-L6-v2 when the `embeddings` extra is installed, "
    "otherwise LSA (truncated SVD of TF-IDF), which needs no model download.")

@@ -264,3 +264,21 @@ def test_parquet_inputs_are_checked(tmp_path: Path) -> None:
     (tmp_path / "x.parquet").write_text("not parquet")
     with pytest.raises(FrameValidationError, match="x.parquet"):
         read_run(tmp_path / "x.parquet")
+
+
+def test_packaged_cranfield_and_path_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cranfield ships with the package: by name from any folder; a path that does not exist says so
+    and lists no dataset names; a file is not a dataset."""
+    monkeypatch.chdir(tmp_path)
+    ds = load_dataset("cranfield")
+    assert (len(ds.corpus), len(ds.queries), len(ds.qrels), ds.name) == (1400, 225, 1612, "cranfield")
+    assert set(ds.qrels.relevance) == {1, 2, 3, 4}
+    for missing in ("./cranfeld", "data/cranfeld", str(tmp_path / "nope"), "~/no-such-folder-kolm"):
+        with pytest.raises(KolmValueError, match="does not exist") as info:
+            load_dataset(missing)
+        assert "scifact" not in str(info.value)
+    (tmp_path / "file.jsonl").write_text("{}")
+    with pytest.raises(KolmValueError, match="is a file"):
+        load_dataset("file.jsonl")
+    with pytest.raises(KolmValueError, match="neither a BEIR folder.*cranfield.*scifact"):
+        load_dataset("cranfeld")

@@ -10,11 +10,10 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "01_quickstart.ip
 
 
 @pytest.mark.slow
-def test_quickstart_notebook_executes(cranfield_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_quickstart_notebook_executes() -> None:
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    monkeypatch.setenv("KOLM_CRANFIELD", str(cranfield_dir))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": str(NOTEBOOK.parent)}})

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pandas as pd
 
 from kolm_search.errors import FrameValidationError, KolmValueError
+from kolm_search.io._text import text_lines
 from kolm_search.io.trec import read_qrels
 
 __all__ = ["Dataset", "load_beir"]
@@ -43,12 +43,6 @@ class Dataset:
                 f"{len(self.qrels)} judgements)")
 
 
-def _open(path: Path) -> IO[str]:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("r", encoding="utf-8")
-
-
 def _find(root: Path, stem: str) -> Path:
     for candidate in (root / stem, root / f"{stem}.gz"):
         if candidate.exists():
@@ -57,17 +51,18 @@ def _find(root: Path, stem: str) -> Path:
 
 
 def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with _open(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise FrameValidationError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
-            if not isinstance(obj, dict) or "_id" not in obj:
-                raise FrameValidationError(f"{path}:{lineno}: expected an object with '_id'")
-            yield lineno, obj
+    for lineno, line in text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise FrameValidationError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
+        if not isinstance(obj, dict) or "_id" not in obj:
+            raise FrameValidationError(f"{path}:{lineno}: expected an object with '_id'")
+        if not isinstance(obj["_id"], (str, int)) or isinstance(obj["_id"], bool) or obj["_id"] == "":
+            raise FrameValidationError(f"{path}:{lineno}: '_id' must be a non-empty string or integer, got {obj['_id']!r}")
+        yield lineno, obj
 
 
 def _read_corpus(path: Path) -> pd.DataFrame:
@@ -112,9 +107,11 @@ def load_beir(path: str | Path, split: str = "test") -> Dataset:
     root = Path(path)
     if not root.is_dir():
         raise KolmValueError(f"BEIR folder {str(root)!r} does not exist")
-    qrels_path = root / "qrels" / f"{split}.tsv"
-    if not qrels_path.exists():
-        available = sorted(p.stem for p in (root / "qrels").glob("*.tsv")) if (root / "qrels").is_dir() else []
+    qrels_path = next((p for p in (root / "qrels" / f"{split}.tsv", root / "qrels" / f"{split}.tsv.gz") if p.is_file()),
+                      None)
+    if qrels_path is None:
+        found = (root / "qrels").glob("*.tsv*") if (root / "qrels").is_dir() else []
+        available = sorted({p.name.removesuffix(".gz").removesuffix(".tsv") for p in found})
         raise KolmValueError(f"{str(root)!r} has no qrels for split {split!r}; available: {available}")
     return Dataset(corpus=_read_corpus(_find(root, "corpus.jsonl")), queries=_read_queries(_find(root, "queries.jsonl")),
                    qrels=read_qrels(qrels_path), name=root.name)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -27,13 +26,13 @@ import numpy as np
 import pandas as pd
 
 from kolm_search.errors import FrameValidationError, KolmValueError
+from kolm_search.io._text import BROKEN, text_lines
 from kolm_search.runs import as_qrels, as_run, check_ids, numeric_column, relevance_column
 
 __all__ = ["read_qrels", "read_run", "write_qrels", "write_run"]
 
 _RUN_FIELDS = ["qid", "q0", "doc_id", "rank", "score", "tag"]
 _HEADERS = ("query-id", "qid", "query_id")
-_BROKEN = (OSError, EOFError, zlib.error, UnicodeDecodeError)  # gzip.BadGzipFile is an OSError
 
 
 def _open(path: Path, mode: str) -> IO[str]:
@@ -55,26 +54,11 @@ def _existing(path: str | Path, what: str) -> Path:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """``(line number, fields)`` of every non-blank line; decoding and gzip failures name the
-    file and the line."""
-    opener: Any = gzip.open if path.suffix == ".gz" else open
-    lineno = 0
-    try:
-        with opener(path, "rb") as fh:
-            for lineno, raw in enumerate(fh, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise FrameValidationError(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-                if lineno == 1:
-                    line = line.removeprefix("\ufeff")
-                fields = line.split()
-                if fields:
-                    yield lineno, fields
-    except FrameValidationError:
-        raise
-    except _BROKEN as exc:
-        raise FrameValidationError(f"{path}:{lineno + 1}: cannot read the file ({type(exc).__name__}: {exc})") from exc
+    """``(line number, fields)`` of every non-blank line."""
+    for lineno, line in text_lines(path):
+        fields = line.split()
+        if fields:
+            yield lineno, fields
 
 
 def _read_csv(path: Path, names: list[str], dtype: dict[str, Any], skip: int = 0) -> pd.DataFrame:
@@ -149,7 +133,7 @@ def read_run(path: str | Path) -> pd.DataFrame:
         try:
             raw = _read_csv(p, _RUN_FIELDS, dtypes)
             ok = not (raw["tag"] == "").any() and bool(np.isfinite(raw["score"].to_numpy()).all())
-        except (ValueError, pd.errors.ParserError, *_BROKEN):
+        except (ValueError, pd.errors.ParserError, *BROKEN):
             ok = False
         frame = _scan_run(p) if not ok else _categorical_ids(pd.DataFrame({
             "qid": raw["qid"], "doc_id": raw["doc_id"], "rank": raw["rank"].to_numpy() - 1, "score": raw["score"].to_numpy()}))
@@ -235,7 +219,7 @@ def read_qrels(path: str | Path) -> pd.DataFrame:
                 raw = _read_csv(p, names, dtypes, skip=first[0] if header else 0)
                 rel = raw["relevance"].to_numpy()
                 ok = width in (3, 4) and bool(((rel >= -2**31) & (rel < 2**31)).all())
-            except (ValueError, pd.errors.ParserError, *_BROKEN):
+            except (ValueError, pd.errors.ParserError, *BROKEN):
                 ok = False
             frame = _scan_qrels(p) if not ok else _categorical_ids(pd.DataFrame(
                 {"qid": raw["qid"], "doc_id": raw["doc_id"], "relevance": rel.astype(np.int64)}))
