@@ -1,6 +1,7 @@
 """search_batch of a hybrid preset vs a loop of single ``search`` calls, on Cranfield.
 
-Rerun: ``python benchmarks/bench_batch.py --cranfield ../shared/data/cranfield``. The dense side
+Rerun: ``python benchmarks/bench_batch.py`` (the packaged Cranfield; ``--dataset`` takes any BEIR
+folder or name). The dense side
 uses LSA (no model download) so the figure measures the pipeline, not a neural encoder.
 """
 
@@ -8,23 +9,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from pathlib import Path
 
 from _common import header, median_time, report
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--cranfield", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "cranfield")
+    ap.add_argument("--dataset", default="cranfield", help="a BEIR folder or dataset name (default: packaged Cranfield)")
     ap.add_argument("--limit", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     from kolm_search import presets
     from kolm_search.adapters import LSAEmbedder
     from kolm_search.doctable import DocumentTable
-    from kolm_search.io import load_beir
+    from kolm_search.io import load_dataset
 
-    ds = load_beir(args.cranfield)
+    ds = load_dataset(args.dataset)
     header(f"hybrid (BM25 + LSA-256, RRF k=60) on {ds}, top-{args.limit}")
     table = DocumentTable.from_frame(ds.corpus)
     client = presets.hybrid(table, LSAEmbedder(table.texts(), n_components=256))

@@ -1,16 +1,14 @@
 """BM25: kolm_search's batch retrieval vs bm25s (numba and numpy backends) and rank_bm25.
 
 Rerun: ``python benchmarks/bench_bm25.py --docs 200000 --queries 1000`` and
-``python benchmarks/bench_bm25.py --cranfield ../shared/data/cranfield``. Same tokens for
+``python benchmarks/bench_bm25.py --dataset cranfield`` (any BEIR folder or name). Same tokens for
 every library (kolm's tokenizer output is handed to the others); scores are checked equal.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -37,19 +35,21 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cranfield", type=Path, default=None, help="use Cranfield (title + text) instead of synthetic")
+    ap.add_argument("--dataset", default=None, help="a BEIR folder or name (title + text) instead of synthetic data")
     ap.add_argument("--rank-bm25-queries", type=int, default=20)
     args = ap.parse_args()
     import bm25s
 
     from kolm_search import BM25Retriever, Tokenizer
 
-    if args.cranfield:
-        rows = [json.loads(x) for x in (args.cranfield / "corpus.jsonl").read_text().splitlines() if x]
-        docs = [f"{r.get('title') or ''} {r['text']}".strip() for r in rows]
-        queries = [json.loads(x)["text"] for x in (args.cranfield / "queries.jsonl").read_text().splitlines() if x]
+    if args.dataset:
+        from kolm_search.io import load_dataset
+
+        ds = load_dataset(args.dataset)
+        docs = [f"{t or ''} {c}".strip() for t, c in zip(ds.corpus["title"], ds.corpus["content"], strict=True)]
+        queries = list(ds.queries["query"])
         tok = Tokenizer()
-        label = f"Cranfield ({len(docs)} docs, {len(queries)} queries)"
+        label = f"{ds.name} ({len(docs)} docs, {len(queries)} queries)"
     else:
         docs, queries = synthetic(args.docs, args.queries)
         tok = Tokenizer(stopwords=None, stemmer=None)
