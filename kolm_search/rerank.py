@@ -15,7 +15,7 @@ from kolm_search._aio import resolve, run_blocking
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError, SearchError
 from kolm_search.planners import DefaultQueryPlanner
-from kolm_search.runs import as_run, check_ids, numeric_column
+from kolm_search.runs import RUN_COLUMNS, as_run, check_ids, numeric_column
 from kolm_search.types import SearchPipelineContext, SearchRequest, as_documents
 
 __all__ = ["rerank_run"]
@@ -127,7 +127,7 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
             qs = qids[start:start + batch_size]
             parts.extend(run_blocking(chunk(qs)))
             bar.update(len(qs))
-    result = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["qid", "doc_id", "rank", "score"])
+    result = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(RUN_COLUMNS))
     result.attrs["missing"] = missing
     if missing:
         _log.warning("%d documents of the run are not in the corpus (kept unranked under the block), e.g. %r",

@@ -27,7 +27,15 @@ import pandas as pd
 
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.io._text import BROKEN, text_lines
-from kolm_search.runs import as_qrels, as_run, check_ids, numeric_column, relevance_column
+from kolm_search.runs import (
+    QRELS_COLUMNS,
+    RUN_COLUMNS,
+    as_qrels,
+    as_run,
+    check_ids,
+    numeric_column,
+    relevance_column,
+)
 
 __all__ = ["read_qrels", "read_run", "write_qrels", "write_run"]
 
@@ -84,7 +92,7 @@ def _scan_run(path: Path) -> pd.DataFrame:
         if not np.isfinite(score):
             raise FrameValidationError(f"{path}:{lineno}: score {parts[4]!r} is not finite")
         rows.append((parts[0], parts[2], int(parts[3]) - 1, score))
-    frame = pd.DataFrame(rows, columns=["qid", "doc_id", "rank", "score"]).astype({"rank": np.int64, "score": np.float64})
+    frame = pd.DataFrame(rows, columns=list(RUN_COLUMNS)).astype({"rank": np.int64, "score": np.float64})
     return _categorical_ids(frame)
 
 
@@ -187,7 +195,7 @@ def _scan_qrels(path: Path) -> pd.DataFrame:
         if not -2**31 <= rel < 2**31:
             raise FrameValidationError(f"{path}:{lineno}: relevance {parts[-1]} does not fit int32")
         rows.append((parts[0], parts[-2], rel))
-    frame = pd.DataFrame(rows, columns=["qid", "doc_id", "relevance"]).astype({"relevance": np.int64})
+    frame = pd.DataFrame(rows, columns=list(QRELS_COLUMNS)).astype({"relevance": np.int64})
     return _categorical_ids(frame)
 
 
