@@ -2,11 +2,11 @@
 
 Examples::
 
-    kolm-search eval ../shared/data/cranfield --pipeline bm25 --metrics ndcg@10,recall@100
+    kolm-search eval cranfield --pipeline bm25 --metrics ndcg@10,recall@100
     kolm-search eval scifact --pipeline hybrid --run-out runs/scifact-hybrid.trec
     kolm-search fuse a.trec b.trec --method rrf --k 60 -o fused.trec
     kolm-search compare a.trec b.trec --qrels qrels.tsv --test t
-    kolm-search rerank run.trec --dataset ../shared/data/cranfield --reranker mmr --model lsa -o reranked.trec
+    kolm-search rerank run.trec --dataset cranfield --reranker mmr -o reranked.trec
     kolm-search download scifact
 """
 
@@ -32,18 +32,20 @@ def _metrics(text: str) -> list[str]:
     return names
 
 
-def _build(pipeline: str, corpus: Any, model: str | None) -> Any:
+def _embedder(model: str, corpus: Any) -> Any:
+    from kolm_search.adapters import load_embedder
+    from kolm_search.doctable import DocumentTable
+
+    texts = DocumentTable.from_frame(corpus).texts() if model == "lsa" else None
+    return load_embedder(model, texts)
+
+
+def _build(pipeline: str, corpus: Any, model: str) -> Any:
     from kolm_search import presets
 
     if pipeline == "bm25":
         return presets.bm25(corpus)
-    from kolm_search.adapters import LSAEmbedder, SentenceTransformerEmbedder
-    from kolm_search.doctable import DocumentTable
-
-    if model == "lsa":
-        embedder: Any = LSAEmbedder(DocumentTable.from_frame(corpus).texts())
-    else:
-        embedder = SentenceTransformerEmbedder(model or "minilm")
+    embedder = _embedder(model, corpus)
     if pipeline == "dense":
         return presets.dense(corpus, embedder)
     return presets.hybrid(corpus, embedder)
@@ -104,13 +106,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_rerank(args: argparse.Namespace) -> int:
-    from kolm_search.adapters import (
-        CrossEncoderReranker,
-        LSAEmbedder,
-        MMRReranker,
-        SentenceTransformerEmbedder,
-    )
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.adapters import CrossEncoderReranker, MMRReranker
     from kolm_search.io import load_dataset, read_run, write_run
     from kolm_search.rerank import rerank_run
 
@@ -118,16 +114,13 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     run = read_run(args.run)
     reranker: Any
     if args.reranker == "cross-encoder":
-        if not args.model:
-            print("kolm-search rerank: error: --model is required for the cross-encoder", file=sys.stderr)
+        if args.model in (None, "auto"):
+            print("kolm-search rerank: error: --model FOLDER (a cross-encoder) is required for --reranker "
+                  "cross-encoder", file=sys.stderr)
             return 1
         reranker = CrossEncoderReranker(args.model)
     else:
-        if args.model == "lsa":
-            embedder: Any = LSAEmbedder(DocumentTable.from_frame(dataset.corpus).texts())
-        else:
-            embedder = SentenceTransformerEmbedder(args.model or "minilm")
-        reranker = MMRReranker(embedder, lambda_=args.mmr_lambda)
+        reranker = MMRReranker(_embedder(args.model or "auto", dataset.corpus), lambda_=args.mmr_lambda)
     out = rerank_run(run, dataset, reranker, top_k=args.top_k, progress=not args.quiet)
     write_run(out, args.output, tag=f"kolm_{args.reranker}")
     missing = out.attrs.get("missing", [])
@@ -145,60 +138,71 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kolm-search", description="Build, run and measure search pipelines.")
-    sub = parser.add_subparsers(dest="command", required=True)
+_MODEL_HELP = ("embedder: 'auto' (the default: packaged MiniLM on onnxruntime with the 'onnx' extra, else on "
+               "sentence-transformers with the 'embeddings' extra), 'minilm-onnx', 'minilm', 'lsa' (no model "
+               "needed) or a sentence-transformers model folder")
+_DATASET_HELP = "a BEIR folder, a packaged collection (cranfield) or a BEIR name downloaded on first use (e.g. scifact)"
 
-    p = sub.add_parser("eval", help="evaluate a preset pipeline on a BEIR dataset (folder or name)")
-    p.add_argument("dataset", help="a BEIR folder, or a BEIR name downloaded on first use (e.g. scifact)")
-    p.add_argument("--pipeline", choices=["bm25", "dense", "hybrid"], default="bm25")
-    p.add_argument("--metrics", default=DEFAULT_METRICS, help=f"comma-separated (default {DEFAULT_METRICS})")
+
+def build_parser() -> argparse.ArgumentParser:
+    from kolm_search import __version__
+
+    parser = argparse.ArgumentParser(prog="kolm-search", description="Build, run and measure search pipelines.",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"kolm-search {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{eval,fuse,compare,rerank,download}")
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+
+    p = sub.add_parser("eval", help="evaluate a preset pipeline on a dataset", formatter_class=fmt)
+    p.add_argument("dataset", help=_DATASET_HELP)
+    p.add_argument("--pipeline", choices=["bm25", "dense", "hybrid"], default="bm25", help="the preset to run")
+    p.add_argument("--metrics", default=DEFAULT_METRICS, help="comma-separated metric names")
     p.add_argument("--run-out", help="write the run here (TREC text; .gz or .parquet by extension)")
-    p.add_argument("--limit", type=int, default=100, help="documents retrieved per query (default 100)")
-    p.add_argument("--split", default="test")
-    p.add_argument("--model", help="dense/hybrid embedder: a sentence-transformers model folder, 'minilm' "
-                   "(packaged all-MiniLM-L6-v2, extra 'embeddings'; the default) or 'lsa' (no model needed)")
+    p.add_argument("--limit", type=int, default=100, help="documents retrieved per query")
+    p.add_argument("--split", default="test", help="qrels split of the dataset")
+    p.add_argument("--model", default="auto", help=_MODEL_HELP + " (dense and hybrid pipelines)")
     p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("fuse", help="fuse TREC runs")
-    p.add_argument("runs", nargs="+")
-    p.add_argument("--method", choices=["rrf", "combsum", "combmnz"], default="rrf")
-    p.add_argument("--k", type=float, default=60)
-    p.add_argument("--weights", help="comma-separated, one per run")
-    p.add_argument("--norm", choices=["min-max", "z-score"], default=None)
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("-o", "--output", required=True)
+    p = sub.add_parser("fuse", help="fuse TREC runs into one", formatter_class=fmt)
+    p.add_argument("runs", nargs="+", help="run files (TREC text, .gz or parquet)")
+    p.add_argument("--method", choices=["rrf", "combsum", "combmnz"], default="rrf", help="fusion method")
+    p.add_argument("--k", type=float, default=60, help="RRF constant")
+    p.add_argument("--weights", help="comma-separated weights, one per run")
+    p.add_argument("--norm", choices=["min-max", "z-score"], default=None, help="score normalisation (combsum/combmnz)")
+    p.add_argument("--limit", type=int, default=None, help="documents kept per query (default: all)")
+    p.add_argument("-o", "--output", required=True, help="the fused run (TREC text, .gz or parquet)")
     p.set_defaults(func=cmd_fuse)
 
-    p = sub.add_parser("compare", help="compare runs with significance tests")
-    p.add_argument("runs", nargs="+")
-    p.add_argument("--qrels", required=True)
-    p.add_argument("--metrics", default="ndcg@10,map")
+    p = sub.add_parser("compare", help="compare runs with significance tests", formatter_class=fmt)
+    p.add_argument("runs", nargs="+", help="run files; the first is the baseline unless --baseline says otherwise")
+    p.add_argument("--qrels", required=True, help="qrels file (TREC, BEIR tsv, .gz or parquet)")
+    p.add_argument("--metrics", default="ndcg@10,map", help="comma-separated metric names")
     p.add_argument("--baseline", help="file name of the baseline run (default: the first)")
-    p.add_argument("--test", choices=["t", "wilcoxon", "fisher", "bootstrap"], default="t")
-    p.add_argument("--correction", choices=["none", "bonferroni", "holm"], default="holm")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--test", choices=["t", "wilcoxon", "fisher", "bootstrap"], default="t", help="paired test")
+    p.add_argument("--correction", choices=["none", "bonferroni", "holm"], default="holm",
+                   help="multiple-testing correction")
+    p.add_argument("--seed", type=int, default=0, help="seed of the randomised tests (fisher, bootstrap)")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("rerank", help="re-rank each query's top-k of a run")
-    p.add_argument("run")
-    p.add_argument("--dataset", required=True, help="a BEIR folder or name (documents and query texts)")
-    p.add_argument("--reranker", choices=["cross-encoder", "mmr"], default="mmr")
-    p.add_argument("--model", help="cross-encoder folder; for mmr an embedder: model folder, 'minilm' or 'lsa'")
-    p.add_argument("--top-k", type=int, default=100)
-    p.add_argument("--mmr-lambda", type=float, default=0.7)
-    p.add_argument("--split", default="test")
-    p.add_argument("--cache-dir")
-    p.add_argument("--quiet", action="store_true")
-    p.add_argument("-o", "--output", required=True)
+    p = sub.add_parser("rerank", help="re-rank each query's top-k of a run", formatter_class=fmt)
+    p.add_argument("run", help="the run to re-rank (TREC text, .gz or parquet)")
+    p.add_argument("--dataset", required=True, help=_DATASET_HELP + "; gives documents and query texts")
+    p.add_argument("--reranker", choices=["cross-encoder", "mmr"], default="mmr", help="re-ranking method")
+    p.add_argument("--model", default="auto", help="for mmr, the " + _MODEL_HELP + "; for cross-encoder, a model folder")
+    p.add_argument("--top-k", type=int, default=100, help="documents re-ranked per query")
+    p.add_argument("--mmr-lambda", type=float, default=0.7, help="MMR trade-off: 1 keeps relevance, 0 maximises diversity")
+    p.add_argument("--split", default="test", help="qrels split of the dataset")
+    p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("-o", "--output", required=True, help="the re-ranked run (TREC text, .gz or parquet)")
     p.set_defaults(func=cmd_rerank)
 
-    p = sub.add_parser("download", help="download a BEIR dataset into the cache")
-    p.add_argument("name")
-    p.add_argument("--cache-dir")
-    p.add_argument("--quiet", action="store_true")
+    p = sub.add_parser("download", help="download a BEIR dataset into the cache", formatter_class=fmt)
+    p.add_argument("name", help="a BEIR dataset name (see kolm_search.io.beir_registry())")
+    p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_download)
     return parser
 

@@ -18,6 +18,7 @@ from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest
 
 __all__ = [
+    "BatchReranker",
     "BatchRetriever",
     "CacheStore",
     "Deduplicator",
@@ -105,6 +106,25 @@ class Reranker(Protocol):
     def rerank(
         self, docs: list[SearchDocument], context: SearchPipelineContext
     ) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+
+@runtime_checkable
+class BatchReranker(Protocol):
+    """A reranker that re-ranks many queries' candidates in one call (beyond the spec).
+
+    ``rerank_batch`` gets ``(docs, context)`` pairs and returns one re-ranked list per pair,
+    each a permutation of its documents; ``search_batch`` and
+    :func:`kolm_search.rerank.rerank_run` prefer it to ``rerank`` per query, so a model sees
+    every distinct document or pair of the batch once, in full batches.
+    """
+
+    def rerank(
+        self, docs: list[SearchDocument], context: SearchPipelineContext
+    ) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+    def rerank_batch(
+        self, items: Sequence[tuple[list[SearchDocument], SearchPipelineContext]]
+    ) -> MaybeAwaitable[Sequence[Sequence[SearchDocument]]]: ...
 
 
 @runtime_checkable

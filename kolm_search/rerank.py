@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from kolm_search._aio import resolve, run_blocking
@@ -16,7 +17,7 @@ from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError, SearchError
 from kolm_search.planners import DefaultQueryPlanner
 from kolm_search.runs import RUN_COLUMNS, as_run, check_ids, numeric_column
-from kolm_search.types import SearchPipelineContext, SearchRequest, as_documents
+from kolm_search.types import SearchDocument, SearchPipelineContext, SearchRequest, as_documents
 
 __all__ = ["rerank_run"]
 
@@ -45,7 +46,7 @@ def _inputs(run: Any, corpus: Any, queries: Any) -> tuple[pd.DataFrame, Document
     return run, table, texts
 
 
-def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_size: int = 64, *,
+def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_size: int = 1000, *,
                queries: Any = None, progress: bool = True) -> pd.DataFrame:
     """Re-rank the top ``top_k`` of every query of a run.
 
@@ -54,12 +55,15 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
     run : DataFrame ``qid, doc_id, score[, rank]``, BatchResult, or TREC run path
     corpus : Dataset, DataFrame ``id, content[, title]``, DocumentTable or documents
     reranker : Reranker
-        Any object with ``rerank(docs, context)`` (sync or async).
+        Any object with ``rerank(docs, context)`` (sync or async). A
+        :class:`~kolm_search.ports.BatchReranker` (``MMRReranker``, ``CrossEncoderReranker``)
+        gets each chunk of queries in one ``rerank_batch`` call, so its model sees every
+        distinct document (MMR) or pair (cross-encoder) of the chunk once, in full batches;
+        other rerankers are called per query, concurrently.
     top_k : int
         Documents re-ranked per query; those below keep their order under the block.
     batch_size : int
-        Queries per chunk: only one chunk's documents are materialised at a time; the
-        queries of a chunk are re-ranked concurrently.
+        Queries per chunk: only one chunk's documents are materialised at a time.
     queries : DataFrame ``qid, query`` or dict, optional
         Query texts (taken from ``corpus`` when it is a Dataset).
     progress : bool
@@ -89,7 +93,7 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
     missing: list[tuple[Any, str]] = []
     planner = DefaultQueryPlanner()
 
-    async def one(qid: Any) -> pd.DataFrame:
+    def prepare(qid: Any) -> tuple[list[SearchDocument], SearchPipelineContext, npt.NDArray[Any], npt.NDArray[Any]]:
         rows = groups[qid]
         ids = rows["doc_id"].astype(str).to_numpy()
         head, tail = ids[:top_k], ids[top_k:]
@@ -100,15 +104,16 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
         docs = table.documents(codes[present], rows["score"].to_numpy()[:top_k][present])
         req = SearchRequest(query=texts[str(qid)], limit=top_k)
         ctx = SearchPipelineContext(request=req, plan=planner.plan(req), started_at=0.0)
+        return docs, ctx, head[~present], tail
+
+    def assemble(qid: Any, docs: list[SearchDocument], raw_out: Any, absent: Any, tail: Any) -> pd.DataFrame:
         try:
-            out = as_documents(await resolve(reranker.rerank(list(docs), ctx)), what="reranker")
-        except SearchError:
-            raise
-        except Exception as exc:
+            out = as_documents(raw_out, what="reranker")
+        except (TypeError, ValueError) as exc:
             raise SearchError("reranker", f"query {qid!r}: {exc}", cause=exc) from exc
         if sorted(d.id for d in out) != sorted(d.id for d in docs):
             raise SearchError("reranker", f"query {qid!r}: the reranker must return the same documents it was given")
-        new_ids = [d.id for d in out] + list(head[~present]) + list(tail)
+        new_ids = [d.id for d in out] + list(absent) + list(tail)
         n = len(new_ids)
         scores = np.arange(n, 0, -1, dtype=np.float64)
         raw = [d.score for d in out]
@@ -119,8 +124,30 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
             scores[len(out):] = floor - np.arange(1, n - len(out) + 1)
         return pd.DataFrame({"qid": [qid] * n, "doc_id": new_ids, "rank": np.arange(n), "score": scores})
 
+    async def one(docs: list[SearchDocument], ctx: SearchPipelineContext, qid: Any) -> Any:
+        try:
+            return await resolve(reranker.rerank(list(docs), ctx))
+        except SearchError:
+            raise
+        except Exception as exc:
+            raise SearchError("reranker", f"query {qid!r}: {exc}", cause=exc) from exc
+
     async def chunk(qs: Sequence[Any]) -> list[pd.DataFrame]:
-        return list(await asyncio.gather(*(one(q) for q in qs)))
+        prepared = [prepare(q) for q in qs]
+        batch = getattr(reranker, "rerank_batch", None)
+        if callable(batch):
+            try:
+                outs = list(await resolve(batch([(list(d), c) for d, c, _, _ in prepared])))
+            except SearchError:
+                raise
+            except Exception as exc:
+                raise SearchError("reranker", f"rerank_batch of {len(qs)} queries: {exc}", cause=exc) from exc
+            if len(outs) != len(qs):
+                raise SearchError("reranker", f"rerank_batch returned {len(outs)} lists for {len(qs)} queries")
+        else:
+            outs = list(await asyncio.gather(*(one(d, c, q) for (d, c, _, _), q in zip(prepared, qs, strict=True))))
+        return [assemble(q, d, out, absent, tail)
+                for q, (d, _, absent, tail), out in zip(qs, prepared, outs, strict=True)]
 
     with tqdm(total=len(qids), desc="rerank", unit="q", disable=not progress, leave=False) as bar:
         for start in range(0, len(qids), batch_size):

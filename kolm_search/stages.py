@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -172,8 +172,7 @@ class Stages:
         await self.classify(contexts, durations)
         await self.embed(contexts, durations)
         candidates = await self.retrieve(contexts, durations, columnar=columnar)
-        return list(await asyncio.gather(*(self.finish(c, cands, durations)
-                                           for c, cands in zip(contexts, candidates, strict=True))))
+        return await self.finish(contexts, candidates, durations)
 
     async def classify(self, contexts: list[SearchPipelineContext], durations: dict[str, float]) -> None:
         classifier = self.modules.intent_classifier
@@ -280,25 +279,63 @@ class Stages:
                            frame.score[ptr[j]:min(ptr[j + 1], ptr[j] + c.plan.target_limit)])
                 for j, c in enumerate(contexts)]
 
-    async def finish(self, context: SearchPipelineContext, cands: Candidates, durations: dict[str, float]) -> Outcome:
-        """Deduplicator, reranker, pagination and synthesizer for one query."""
+    async def finish(self, contexts: list[SearchPipelineContext], candidates: list[Candidates],
+                     durations: dict[str, float]) -> list[Outcome]:
+        """Deduplicator (per query), reranker (one ``rerank_batch`` call for a batch when the
+        reranker has it, else per query), pagination and synthesizer (per query)."""
         m = self.modules
+        if m.deduplicator is None and m.reranker is None and m.synthesizer is None:
+            return [self._page(c, cands) for c, cands in zip(contexts, candidates, strict=True)]
+        lists = []
+        for context, cands in zip(contexts, candidates, strict=True):
+            context.candidates = cands.docs()
+            lists.append(context.candidates)
+        if m.deduplicator is not None:
+            lists = list(await asyncio.gather(*(self._deduplicate(c, docs, durations)
+                                                for c, docs in zip(contexts, lists, strict=True))))
+        if m.reranker is not None:
+            lists = await self._rerank(contexts, lists, durations)
+        return list(await asyncio.gather(*(self._synthesize(c, docs, durations)
+                                           for c, docs in zip(contexts, lists, strict=True))))
+
+    @staticmethod
+    def _page(context: SearchPipelineContext, cands: Candidates) -> Outcome:
         request = context.request
         assert request.limit is not None
-        if m.deduplicator is None and m.reranker is None and m.synthesizer is None and cands._docs is None:
-            # nothing needs documents: the page stays columnar
-            return Outcome(cands.slice(request.offset, request.offset + request.limit), len(cands), None)
-        docs = cands.docs()
-        context.candidates = docs
-        if m.deduplicator is not None:
-            before = docs
-            docs = await self.documents(DEDUPLICATOR_STAGE, durations, m.deduplicator.deduplicate, list(docs))
-            context.metadata["deduplicator"] = dedup_report(before, docs, m.deduplicator)
-        if m.reranker is not None:
-            docs = await self.documents(S.RERANKER, durations, m.reranker.rerank, list(docs), context)
+        return Outcome(cands.slice(request.offset, request.offset + request.limit), len(cands), None)
+
+    async def _deduplicate(self, context: SearchPipelineContext, docs: list[SearchDocument],
+                           durations: dict[str, float]) -> list[SearchDocument]:
+        deduplicator = self.modules.deduplicator
+        assert deduplicator is not None
+        kept = await self.documents(DEDUPLICATOR_STAGE, durations, deduplicator.deduplicate, list(docs))
+        context.metadata["deduplicator"] = dedup_report(docs, kept, deduplicator)
+        return kept
+
+    async def _rerank(self, contexts: list[SearchPipelineContext], lists: list[list[SearchDocument]],
+                      durations: dict[str, float]) -> list[list[SearchDocument]]:
+        reranker = self.modules.reranker
+        assert reranker is not None
+        batch = getattr(reranker, "rerank_batch", None)
+        if len(contexts) == 1 or not callable(batch):
+            return list(await asyncio.gather(*(self.documents(S.RERANKER, durations, reranker.rerank, list(docs), c)
+                                               for c, docs in zip(contexts, lists, strict=True))))
+        raw = await self.call(S.RERANKER, durations, batch, [(list(d), c) for d, c in zip(lists, contexts, strict=True)])
+        if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)) or len(raw) != len(lists):
+            raise SearchError(S.RERANKER, f"rerank_batch must return one list per query ({len(lists)}), got {raw!r:.80}")
+        try:
+            return [as_documents(r, what=S.RERANKER) for r in raw]
+        except (TypeError, ValueError) as exc:
+            raise SearchError(S.RERANKER, str(exc), cause=exc) from exc
+
+    async def _synthesize(self, context: SearchPipelineContext, docs: list[SearchDocument],
+                          durations: dict[str, float]) -> Outcome:
+        request = context.request
+        assert request.limit is not None
         context.results = docs[request.offset:request.offset + request.limit]
-        if m.synthesizer is not None:
-            answer = await self.call(S.SYNTHESIZER, durations, m.synthesizer.synthesize, context)
+        synthesizer = self.modules.synthesizer
+        if synthesizer is not None:
+            answer = await self.call(S.SYNTHESIZER, durations, synthesizer.synthesize, context)
             if answer is not None and not isinstance(answer, str):
                 raise SearchError(S.SYNTHESIZER, f"synthesize must return a str or None, got {type(answer).__name__}")
             context.answer = answer

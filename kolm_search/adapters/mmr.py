@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from kolm_search._aio import embed_batch, resolve
+from kolm_search._aio import embed_batch
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -37,26 +39,51 @@ class MMRReranker:
         self.lambda_ = float(lambda_)
         self.top_n = top_n
 
-    async def _embed(self, texts: list[str]) -> np.ndarray:
-        mat = await embed_batch(self.embedder, texts)
-        norms = np.linalg.norm(mat, axis=1, keepdims=True)
-        return (mat / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+    @staticmethod
+    def _text(doc: SearchDocument) -> str:
+        return f"{doc.title} {doc.content}" if doc.title else doc.content
 
-    async def rerank(self, docs: list[SearchDocument], context: SearchPipelineContext) -> list[SearchDocument]:
+    async def _embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        mat = np.asarray(await embed_batch(self.embedder, texts), dtype=np.float32)
+        if mat.ndim != 2 or mat.shape[0] != len(texts) or not np.all(np.isfinite(mat)):
+            raise KolmValueError(f"the embedder returned an invalid matrix of shape {mat.shape} for {len(texts)} texts")
+        norms = np.linalg.norm(mat, axis=1, keepdims=True)
+        return np.ascontiguousarray(mat / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+
+    async def rerank_batch(self, items: Sequence[tuple[list[SearchDocument], SearchPipelineContext]],
+                           ) -> list[list[SearchDocument]]:
+        """Re-rank many queries' candidates: every distinct document text and every query
+        without an embedding in its context is embedded once, in one ``embed_many`` call each
+        (an embedder that orders texts by length then pads little), and MMR runs per query on
+        rows of those matrices."""
         from kolm_search._kernels import load
 
-        if len(docs) < 2:
-            return list(docs)
-        emb = await self._embed([f"{d.title} {d.content}" if d.title else d.content for d in docs])
-        query = context.embeddings
-        if query is None:
-            query = np.asarray(await resolve(self.embedder.embed(context.plan.normalized_query)), dtype=np.float32)
-        q = np.asarray(query, dtype=np.float32)
-        q = q / (np.linalg.norm(q) or 1.0)
-        if q.shape[0] != emb.shape[1]:
-            raise KolmValueError(f"query embedding has dimension {q.shape[0]}, documents {emb.shape[1]}")
-        relevance = (emb @ q).astype(np.float64)
-        top = len(docs) if self.top_n is None else min(self.top_n, len(docs))
-        order = load("mmr").mmr_select(relevance, np.ascontiguousarray(emb), self.lambda_, top)
-        picked = set(order.tolist())
-        return [docs[i] for i in order] + [d for i, d in enumerate(docs) if i not in picked]
+        texts: dict[str, int] = {}
+        for docs, _ in items:
+            for d in docs:
+                texts.setdefault(self._text(d), len(texts))
+        doc_emb = await self._embed(list(texts)) if texts else np.zeros((0, 0), np.float32)
+        pending = [i for i, (docs, ctx) in enumerate(items) if len(docs) >= 2 and ctx.embeddings is None]
+        query_emb = await self._embed([items[i][1].plan.normalized_query for i in pending]) if pending else None
+        query_rows = {i: row for row, i in enumerate(pending)}
+        mmr = load("mmr").mmr_select
+        out: list[list[SearchDocument]] = []
+        for i, (docs, ctx) in enumerate(items):
+            if len(docs) < 2:
+                out.append(list(docs))
+                continue
+            q = np.asarray(ctx.embeddings if i not in query_rows else query_emb[query_rows[i]],  # type: ignore[index]
+                           dtype=np.float32)
+            q = q / (np.linalg.norm(q) or 1.0)
+            emb = doc_emb[[texts[self._text(d)] for d in docs]]
+            if q.shape != (emb.shape[1],):
+                raise KolmValueError(f"query embedding has shape {q.shape}, documents dimension {emb.shape[1]}")
+            top = len(docs) if self.top_n is None else min(self.top_n, len(docs))
+            order = mmr((emb @ q).astype(np.float64), emb, self.lambda_, top)
+            picked = set(order.tolist())
+            out.append([docs[j] for j in order] + [d for j, d in enumerate(docs) if j not in picked])
+        return out
+
+    async def rerank(self, docs: list[SearchDocument], context: SearchPipelineContext) -> list[SearchDocument]:
+        """The spec's port: :meth:`rerank_batch` of one query."""
+        return (await self.rerank_batch([(docs, context)]))[0]

