@@ -138,8 +138,8 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
-_MODEL_HELP = ("embedder: 'auto' (the default: packaged MiniLM on onnxruntime with the 'onnx' extra, else on "
-               "sentence-transformers with the 'embeddings' extra), 'minilm-onnx', 'minilm', 'lsa' (no model "
+_MODEL_HELP = ("embedder: 'auto' (the packaged MiniLM on sentence-transformers with the 'embeddings' extra, "
+               "else on onnxruntime with the 'onnx' extra, no torch), 'minilm', 'minilm-onnx', 'lsa' (no model "
                "needed) or a sentence-transformers model folder")
 _DATASET_HELP = "a BEIR folder, a packaged collection (cranfield) or a BEIR name downloaded on first use (e.g. scifact)"
 

@@ -23,24 +23,25 @@ from kolm_search.io import load_dataset
 
 dataset = load_dataset("cranfield")
 dataset""")
-md("## Three pipelines\n\nThe dense side uses all-MiniLM-L6-v2 when the `embeddings` extra is installed, "
-   "otherwise LSA (truncated SVD of TF-IDF), which needs no model download.")
+md("## Three pipelines\n\nThe dense side uses the packaged all-MiniLM-L6-v2 when the `embeddings` or `onnx` "
+   "extra is installed, otherwise LSA (truncated SVD of TF-IDF), which needs no model. The corpus is embedded "
+   "once and shared by the dense and hybrid pipelines.")
 code("""from kolm_search.adapters import LSAEmbedder
 from kolm_search.doctable import DocumentTable
 
+from kolm_search.adapters import load_embedder
+
 table = DocumentTable.from_frame(dataset.corpus)
 try:
-    from kolm_search.adapters import SentenceTransformerEmbedder
-    embedder = SentenceTransformerEmbedder("minilm")
+    embedder = load_embedder("auto")
 except ImportError:
     embedder = LSAEmbedder(table.texts(), n_components=256)
 print(embedder)
 
-doc_vectors = embedder.embed_many(table.texts())  # embed the corpus once, share it
 pipelines = {
     "bm25": presets.bm25(table),
-    "dense": presets.dense(table, embedder, embeddings=doc_vectors),
-    "hybrid": presets.hybrid(table, embedder, k=60, embeddings=doc_vectors),
+    "dense": presets.dense(table, embedder),
+    "hybrid": presets.hybrid(table, embedder, k=60),
 }""")
 md("## One search, then a whole batch")
 code("""# inside a notebook the event loop is running: await the async API (search_sync is for scripts)
@@ -64,13 +65,9 @@ qids = sorted(dataset.qrels.qid.unique())
 best = ks.optimize_fusion({"bm25": runs["bm25"], "dense": runs["dense"]}, dataset.qrels, "ndcg@10",
                           grid={"k": [10, 60], "weights": [[0.5, 0.5], [0.7, 0.3], [0.3, 0.7]]}, queries=qids[::2])
 best["k"], best["weights"], round(best["score"], 4)""")
-md("## Plot")
-code("""try:
-    import matplotlib
-    matplotlib.use("Agg")
-    fig = experiment.plot(["ndcg@10", "recall@100"])
-except ImportError:
-    print("install kolm-search[plot] for plots")""")
+md("## Plot\n\nNeeds matplotlib (extra `plot`).")
+code("""%matplotlib inline
+fig = experiment.plot(["ndcg@10", "recall@100"])""")
 nb["cells"] = cells
 nb["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
 nbf.write(nb, "notebooks/01_quickstart.ipynb")

