@@ -1,0 +1,1 @@
+"""Reliability suite: fuzzing, fault injection, concurrency (issue 16)."""
