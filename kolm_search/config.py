@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kolm_search.errors import KolmTypeError, KolmValueError
@@ -20,7 +22,11 @@ from kolm_search.ports import (
 )
 from kolm_search.types import SEARCH_MODES, SearchMode
 
-__all__ = ["SearchPipelineModules", "SearchPipelineOptions"]
+__all__ = ["SearchPipelineModules", "SearchPipelineOptions", "TIMED_STAGES"]
+
+#: Stage names that :attr:`SearchPipelineOptions.stage_timeouts` accepts (the stages that
+#: call a port; cache and telemetry have their own options).
+TIMED_STAGES = ("planner", "intent-classifier", "embedder", "retriever", "deduplicator", "reranker", "synthesizer")
 
 _PORT_METHODS = {
     "planner": "plan",
@@ -99,6 +105,33 @@ class SearchPipelineOptions:
         :class:`SchemaIssue` (empty when valid).
     max_query_length : int, optional
         Longer queries are rejected with ``SearchError(stage="client")``.
+    stage_timeout_seconds : float, optional
+        Deadline of every port-calling stage (planner, intent classifier, embedder,
+        retriever, deduplicator, reranker, synthesizer); ``None`` (default): no limit. A
+        stage still running at its deadline raises ``SearchError(stage, "... timed out
+        after Xs")``; the late call is abandoned, not awaited. The deadline covers the stage
+        as a whole: in ``search_batch``, all of the batch's calls to that port.
+    stage_timeouts : Mapping[str, float or None], default {}
+        Per-stage overrides of ``stage_timeout_seconds``, keyed by the names in
+        :data:`TIMED_STAGES` (``{"reranker": 2.0, "retriever": None}``).
+    cache_timeout_seconds : float, optional
+        Deadline of each ``cache.get`` / ``cache.set`` call (1.0). A late call is abandoned
+        with a warning and the search goes on (a miss; the response is not stored).
+        ``None``: no limit (the call is made inline, as before).
+    telemetry_timeout_seconds : float, optional
+        Deadline of each ``telemetry.track`` call (1.0); a late call is abandoned with a
+        warning, never failing the search. ``None``: no limit.
+
+    Notes
+    -----
+    How deadlines are enforced: an ``async`` port method runs as a task that is cancelled
+    and left behind at the deadline; a plain (sync) method runs on a daemon worker thread
+    (so even a call that never returns cannot block ``search_sync`` or interpreter exit)
+    and is abandoned at the deadline. Without a timeout a port is called inline, so the
+    default options cost normal searches nothing but the thread hop of a *sync* cache or
+    telemetry port. An ``async`` method that blocks the event loop itself (``time.sleep``
+    inside ``async def``) cannot be interrupted. A warning goes to ``logger``, or is a
+    ``RuntimeWarning`` when there is none; a logger that raises never fails a search.
     """
 
     default_limit: int = 10
@@ -108,6 +141,10 @@ class SearchPipelineOptions:
     input_schema: Any = None
     output_schema: Any = None
     max_query_length: int | None = None
+    stage_timeout_seconds: float | None = None
+    stage_timeouts: Mapping[str, float | None] = field(default_factory=dict)
+    cache_timeout_seconds: float | None = 1.0
+    telemetry_timeout_seconds: float | None = 1.0
 
     def __post_init__(self) -> None:
         if isinstance(self.default_limit, bool) or not isinstance(self.default_limit, int) or self.default_limit <= 0:
@@ -122,6 +159,22 @@ class SearchPipelineOptions:
             or self.max_query_length <= 0
         ):
             raise KolmValueError(f"max_query_length must be a positive int, got {self.max_query_length!r}")
+        for name in ("stage_timeout_seconds", "cache_timeout_seconds", "telemetry_timeout_seconds"):
+            _check_timeout(name, getattr(self, name))
+        if not isinstance(self.stage_timeouts, Mapping):
+            raise KolmTypeError(f"stage_timeouts must be a mapping of stage name to seconds, got "
+                                f"{type(self.stage_timeouts).__name__}")
+        for stage, seconds in self.stage_timeouts.items():
+            if stage not in TIMED_STAGES:
+                raise KolmValueError(f"stage_timeouts has unknown stage {stage!r}; known: {list(TIMED_STAGES)}")
+            _check_timeout(f"stage_timeouts[{stage!r}]", seconds)
+        self.stage_timeouts = dict(self.stage_timeouts)
+
+    def timeout_for(self, stage: str) -> float | None:
+        """Seconds allowed for ``stage`` (its override, else ``stage_timeout_seconds``)."""
+        if stage in self.stage_timeouts:
+            return self.stage_timeouts[stage]
+        return self.stage_timeout_seconds
 
     @classmethod
     def coerce(cls, options: Any) -> SearchPipelineOptions:
@@ -135,3 +188,10 @@ class SearchPipelineOptions:
         raise KolmTypeError(
             f"options must be SearchPipelineOptions or a dict, got {type(options).__name__}"
         )
+
+
+def _check_timeout(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise KolmValueError(f"{name} must be a positive finite number of seconds or None, got {value!r}")

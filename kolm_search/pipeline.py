@@ -8,14 +8,14 @@ becomes ``SearchError(stage=...)`` with the original as ``cause``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import replace
 from typing import Any
 
-from kolm_search._aio import log, resolve, run_blocking, run_sync
+from kolm_search._aio import log, run_blocking, run_sync, warn
+from kolm_search._deadlines import DeadlineExceeded, call_with_deadline
 from kolm_search.batch import BatchResult, parse_queries, run_frame
+from kolm_search.cachekey import NotCacheable, request_key
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.errors import PIPELINE_STAGES, SearchError
 from kolm_search.guards import coerce_request, resolve_request
@@ -37,21 +37,17 @@ SEARCH_BATCH_COMPLETED = "search.batch_completed"
 
 
 def cache_key(plan: QueryPlan, request: SearchRequest) -> str:
-    """Deterministic cache key from the normalised query, mode, limit, offset, filters, context."""
-    body = json.dumps(
-        {
-            "q": plan.normalized_query,
-            "mode": plan.mode,
-            "limit": request.limit,
-            "offset": request.offset,
-            "filters": request.filters,
-            "context": request.context,
-        },
-        sort_keys=True,
-        default=repr,
-        ensure_ascii=False,
-    )
-    return "kolm-search:v1:" + hashlib.sha256(body.encode("utf-8")).hexdigest()
+    """Content-addressed cache key of the normalised query, mode, limit, offset, filters and
+    context (see :mod:`kolm_search.cachekey`: types kept, arrays by dtype, shape and bytes).
+
+    Raises
+    ------
+    NotCacheable
+        (a ``KolmTypeError``) when a value has no faithful encoding (an arbitrary object):
+        such a request is searched without the cache.
+    """
+    return request_key(plan.normalized_query, plan.mode, request.limit, request.offset,
+                       request.filters, request.context)
 
 
 class SearchPipeline:
@@ -68,23 +64,54 @@ class SearchPipeline:
     def __init__(self, modules: SearchPipelineModules | dict[str, Any], options: SearchPipelineOptions | dict[str, Any] | None = None) -> None:
         self.modules = SearchPipelineModules.coerce(modules)
         self.options = SearchPipelineOptions.coerce(options)
+        self._unkeyable: set[str] = set()
 
     @property
     def stages(self) -> Stages:
         """The stage runner over the current modules and options."""
         return Stages(self.modules, self.options)
 
-    # -- cache and telemetry (never fail a search) ---------------------------------------
+    # -- cache and telemetry (bounded, never fail a search) ------------------------------
+    def _key(self, plan: QueryPlan, req: SearchRequest) -> str:
+        """The cache key, or ``""`` (do not cache) when there is no cache or a value of the
+        request cannot be keyed faithfully (one warning per value type and pipeline)."""
+        if self.modules.cache is None:
+            return ""
+        try:
+            return cache_key(plan, req)
+        except NotCacheable as exc:
+            if exc.type_name not in self._unkeyable:
+                self._unkeyable.add(exc.type_name)
+                warn(self.options.logger, "request not cached: a value has no faithful cache key "
+                     "(later requests with this type are not cached either, without a warning)", exc)
+            return ""
+
+    async def _bounded(self, stage: str, message: str, timeout: float | None, fn: Any,
+                       *args: Any) -> tuple[bool, Any]:
+        """``(True, value)`` of ``fn(*args)`` within ``timeout``; ``(False, None)`` and a warning
+        (``message`` with a ``SearchError(stage)`` payload) when it raises or is late (then it
+        is abandoned)."""
+        try:
+            return True, await call_with_deadline(fn, args, timeout)
+        except DeadlineExceeded as exc:
+            name = getattr(fn, "__name__", "call")
+            warn(self.options.logger, message, SearchError(stage, f"{name} timed out after {timeout:g}s (abandoned)",
+                                                           cause=exc))
+        except Exception as exc:
+            log(self.options.logger, "warning", message, SearchError.wrap(stage, exc))
+        return False, None
+
     async def _cache_get(self, key: str) -> SearchResponse | None:
         cache = self.modules.cache
         if cache is None:
             return None
+        ok, value = await self._bounded(S.CACHE_GET, "cache read failed; searching without cache",
+                                        self.options.cache_timeout_seconds, cache.get, key)
+        if not ok or value is None:
+            return None
+        if isinstance(value, SearchResponse):
+            return value
         try:
-            value = await resolve(cache.get(key))
-            if value is None:
-                return None
-            if isinstance(value, SearchResponse):
-                return value
             return SearchResponse.from_dict(value)
         except Exception as exc:
             log(self.options.logger, "warning", "cache read failed; searching without cache", SearchError.wrap(S.CACHE_GET, exc))
@@ -95,18 +122,19 @@ class SearchPipeline:
         if cache is None:
             return
         try:
-            await resolve(cache.set(key, response.to_dict(), self.options.cache_ttl_seconds))
+            body = response.to_dict()
         except Exception as exc:
             log(self.options.logger, "warning", "cache write failed", SearchError.wrap(S.CACHE_SET, exc))
+            return
+        await self._bounded(S.CACHE_SET, "cache write failed; response not stored", self.options.cache_timeout_seconds,
+                            cache.set, key, body, self.options.cache_ttl_seconds)
 
     async def _track(self, event: str, payload: dict[str, Any]) -> None:
         telemetry = self.modules.telemetry
         if telemetry is None:
             return
-        try:
-            await resolve(telemetry.track(event, payload))
-        except Exception as exc:
-            log(self.options.logger, "warning", "telemetry.track failed (ignored)", exc)
+        await self._bounded("telemetry", "telemetry.track failed (ignored)", self.options.telemetry_timeout_seconds,
+                            telemetry.track, event, payload)
 
     # -- the core --------------------------------------------------------------------------
     async def search(self, request: SearchRequest | dict[str, Any]) -> SearchResponse:
@@ -125,7 +153,7 @@ class SearchPipeline:
         durations: dict[str, float] = {}
         stages = self.stages
         (plan,) = await stages.plan([req], durations)
-        key = cache_key(plan, req) if self.modules.cache is not None else ""
+        key = self._key(plan, req)
         cached = await self._cache_get(key) if key else None
         if cached is not None:
             response = replace(cached, request=original, duration_ms=(time.perf_counter() - t_start) * 1000.0,

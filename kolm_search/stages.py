@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._aio import resolve
+from kolm_search._deadlines import DeadlineExceeded, call_with_deadline
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.errors import DEDUPLICATOR_STAGE, PIPELINE_STAGES, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
@@ -134,13 +135,28 @@ class Stages:
     def __init__(self, modules: SearchPipelineModules, options: SearchPipelineOptions) -> None:
         self.modules = modules
         self.options = options
+        self._deadlines: dict[str, float] = {}
+
+    async def port(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, awaited if needed, within the stage's deadline
+        (``options.timeout_for(stage)``, shared by every call of the stage in this run);
+        ``SearchError(stage, "... timed out after Xs")`` when it passes."""
+        timeout = self.options.timeout_for(stage)
+        if timeout is None:
+            return await resolve(fn(*args))
+        deadline = self._deadlines.setdefault(stage, asyncio.get_running_loop().time() + timeout)
+        try:
+            return await call_with_deadline(fn, args, timeout, deadline=deadline)
+        except DeadlineExceeded as exc:
+            name = getattr(fn, "__name__", type(fn).__name__)
+            raise SearchError(stage, f"{name} timed out after {timeout:g}s (call abandoned)", cause=exc) from exc
 
     async def call(self, stage: str, durations: dict[str, float], fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, awaited if needed, timed into ``durations[stage]``; an exception becomes
         ``SearchError(stage)``."""
         t0 = time.perf_counter()
         try:
-            return await resolve(fn(*args))
+            return await self.port(stage, fn, *args)
         except SearchError:
             raise
         except Exception as exc:
@@ -201,11 +217,11 @@ class Stages:
         try:
             many = getattr(embedder, "embed_many", None)
             if len(texts) == 1:
-                mat = embedding_matrix(await resolve(embedder.embed(texts[0])), 1, what="embed")
+                mat = embedding_matrix(await self.port(S.EMBEDDER, embedder.embed, texts[0]), 1, what="embed")
             elif callable(many):
-                mat = embedding_matrix(await resolve(many(texts)), len(texts), what="embed_many")
+                mat = embedding_matrix(await self.port(S.EMBEDDER, many, texts), len(texts), what="embed_many")
             else:
-                vectors = await asyncio.gather(*(resolve(embedder.embed(t)) for t in texts))
+                vectors = await asyncio.gather(*(self.port(S.EMBEDDER, embedder.embed, t) for t in texts))
                 mat = embedding_matrix([embedding_matrix(v, 1, what="embed")[0] for v in vectors], len(texts),
                                        what="embed")
         except SearchError:
@@ -241,7 +257,7 @@ class Stages:
 
     async def _retrieve_one(self, retriever: Any, context: SearchPipelineContext) -> Candidates:
         try:
-            raw = await resolve(retriever.retrieve(context))
+            raw = await self.port(S.RETRIEVER, retriever.retrieve, context)
             return Candidates(docs=as_documents(raw, what="retriever"))
         except SearchError:
             raise
@@ -266,7 +282,7 @@ class Stages:
                            limit=max(c.plan.target_limit for c in contexts),
                            filters=[dict(c.request.filters) for c in contexts], embeddings=emb, mode=mode)
         try:
-            frame: CandidateFrame = await resolve(retriever.retrieve_batch(batch))
+            frame: CandidateFrame = await self.port(S.RETRIEVER, retriever.retrieve_batch, batch)
         except SearchError:
             raise
         except Exception as exc:
