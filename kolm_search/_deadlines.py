@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -55,6 +56,10 @@ class DaemonPool:
 
     def __init__(self, max_workers: int = 8, max_threads: int = 64, idle_seconds: float = 30.0) -> None:
         self.max_workers, self.max_threads, self.idle_seconds = max_workers, max_threads, idle_seconds
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._idle = self._pending = self._workers = self._written_off = 0
@@ -68,6 +73,8 @@ class DaemonPool:
     def submit(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> _Job:
         """Queue ``fn(*args)``; start a worker when none is free (within the caps)."""
         job = _Job(fn, args)
+        if self._pid != os.getpid():  # a forked child inherits the counts but not the threads
+            self._reset()
         with self._lock:
             self._jobs.put(job)
             self._pending += 1
@@ -162,10 +169,21 @@ async def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], time
         return await _await_within(fn(*args), loop, end)
     job = DAEMON_POOL.submit(fn, args)
     fut = asyncio.wrap_future(job.future, loop=loop)
-    done, _ = await asyncio.wait({fut}, timeout=max(0.0, end - loop.time()))
-    if not done:
+    expired: list[bool] = []
+
+    def expire() -> None:
+        if not fut.done():
+            expired.append(True)
+            fut.cancel()  # also drops the job if no worker has started it
+
+    timer = loop.call_later(max(0.0, end - loop.time()), expire)
+    try:
+        value = await fut
+    except asyncio.CancelledError:
+        if not expired:
+            raise
         DAEMON_POOL.abandon(job)
-        fut.add_done_callback(_retrieve)
-        raise DeadlineExceeded
-    value = fut.result()
+        raise DeadlineExceeded from None
+    finally:
+        timer.cancel()
     return await _await_within(value, loop, end) if inspect.isawaitable(value) else value

@@ -129,7 +129,7 @@ class SearchPipelineOptions:
     (so even a call that never returns cannot block ``search_sync`` or interpreter exit)
     and is abandoned at the deadline. Without a timeout a port is called inline, so the
     default options cost normal searches nothing but the thread hop of a *sync* cache or
-    telemetry port. An ``async`` method that blocks the event loop itself (``time.sleep``
+    telemetry port (the built-in ``InMemoryCache``, which cannot block, is called inline). An ``async`` method that blocks the event loop itself (``time.sleep``
     inside ``async def``) cannot be interrupted. A warning goes to ``logger``, or is a
     ``RuntimeWarning`` when there is none; a logger that raises never fails a search.
     """

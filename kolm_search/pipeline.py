@@ -34,6 +34,13 @@ __all__ = ["SearchPipeline", "cache_key"]
 S = PIPELINE_STAGES
 SEARCH_COMPLETED = "search.completed"
 SEARCH_BATCH_COMPLETED = "search.batch_completed"
+#: Sync ports that cannot block (a lock-guarded dict): called inline, with no thread hop.
+_NEVER_BLOCKS = frozenset({("kolm_search.adapters.caches", "InMemoryCache")})
+
+
+def _bound(port: Any, seconds: float | None) -> float | None:
+    """The deadline for ``port``'s calls: ``seconds``, or ``None`` for a port that never blocks."""
+    return None if (type(port).__module__, type(port).__qualname__) in _NEVER_BLOCKS else seconds
 
 
 def cache_key(plan: QueryPlan, request: SearchRequest) -> str:
@@ -106,7 +113,7 @@ class SearchPipeline:
         if cache is None:
             return None
         ok, value = await self._bounded(S.CACHE_GET, "cache read failed; searching without cache",
-                                        self.options.cache_timeout_seconds, cache.get, key)
+                                        _bound(cache, self.options.cache_timeout_seconds), cache.get, key)
         if not ok or value is None:
             return None
         if isinstance(value, SearchResponse):
@@ -126,8 +133,9 @@ class SearchPipeline:
         except Exception as exc:
             log(self.options.logger, "warning", "cache write failed", SearchError.wrap(S.CACHE_SET, exc))
             return
-        await self._bounded(S.CACHE_SET, "cache write failed; response not stored", self.options.cache_timeout_seconds,
-                            cache.set, key, body, self.options.cache_ttl_seconds)
+        await self._bounded(S.CACHE_SET, "cache write failed; response not stored",
+                            _bound(cache, self.options.cache_timeout_seconds), cache.set, key, body,
+                            self.options.cache_ttl_seconds)
 
     async def _track(self, event: str, payload: dict[str, Any]) -> None:
         telemetry = self.modules.telemetry

@@ -374,3 +374,29 @@ async def test_call_with_deadline_handles_every_kind_of_callable() -> None:
         await call_with_deadline(ignores_cancel, (), TIMEOUT)
     assert time.perf_counter() - t0 < BOUND
 
+
+
+def _child_uses_pool(pool: DaemonPool, out: Any) -> None:
+    try:
+        out.put(pool.submit(lambda: 42, ()).future.result(timeout=5))
+    except Exception as exc:  # reported to the parent
+        out.put(repr(exc))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork only")
+def test_daemon_pool_works_in_a_forked_child() -> None:
+    import multiprocessing
+
+    pool = DaemonPool(max_workers=1, max_threads=2)
+    gate = threading.Event()
+    busy = pool.submit(gate.wait, (HANG,))  # the only worker is busy when the parent forks
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_child_uses_pool, args=(pool, out))
+    proc.start()
+    try:
+        assert out.get(timeout=30) == 42
+    finally:
+        proc.join(30)
+        gate.set()
+    assert busy.future.result(timeout=5) is True
