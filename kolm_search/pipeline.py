@@ -4,6 +4,12 @@ Both paths run :class:`kolm_search.stages.Stages` (stage order in
 :data:`~kolm_search.stages.STAGE_ORDER`); single search adds the response cache around it and
 both report to telemetry. Every port may be sync or async; any exception a port raises
 becomes ``SearchError(stage=...)`` with the original as ``cause``.
+
+Never failing a search: the response cache is keyed by content (:func:`cache_key`; a request
+holding a value with no faithful encoding is not cached); cache and telemetry calls are
+bounded by ``cache_timeout_seconds`` / ``telemetry_timeout_seconds`` (1 s by default) and a
+late, failing or garbage-returning call is abandoned with a warning; stages can be bounded by
+``stage_timeout_seconds`` / ``stage_timeouts`` (see :class:`SearchPipelineOptions`).
 """
 
 from __future__ import annotations
