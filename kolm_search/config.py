@@ -129,9 +129,15 @@ class SearchPipelineOptions:
     (so even a call that never returns cannot block ``search_sync`` or interpreter exit)
     and is abandoned at the deadline. Without a timeout a port is called inline, so the
     default options cost normal searches nothing but the thread hop of a *sync* cache or
-    telemetry port (the built-in ``InMemoryCache``, which cannot block, is called inline). An ``async`` method that blocks the event loop itself (``time.sleep``
-    inside ``async def``) cannot be interrupted. A warning goes to ``logger``, or is a
-    ``RuntimeWarning`` when there is none; a logger that raises never fails a search.
+    telemetry port (the built-in ``InMemoryCache``, which cannot block, is called inline).
+
+    Limits: an ``async`` method that blocks the event loop itself (``time.sleep`` inside
+    ``async def``) cannot be interrupted, nor can a sync dependency that an async port calls
+    inline (a blocking expander of ``ExpandingQueryPlanner``). A sync method under a
+    deadline must tolerate being called from a worker thread.
+
+    Warnings go to ``logger``, or become a ``RuntimeWarning`` when there is none; a logger
+    that raises never fails a search.
     """
 
     default_limit: int = 10
