@@ -1,7 +1,8 @@
 """Calling a port with a deadline, whether the port is sync or async.
 
-:func:`call_with_deadline` awaits ``fn(*args)`` for at most ``timeout`` seconds and raises
-:class:`TimeoutError` after that, *abandoning* the call rather than waiting for it:
+:func:`call_with_deadline` awaits ``fn(*args)`` for at most ``timeout`` seconds and returns
+the sentinel :data:`TIMED_OUT` after that (no port can return it, unlike a ``TimeoutError``
+it might raise), *abandoning* the call rather than waiting for it:
 
 - a coroutine function is started as a task; on timeout the task is cancelled and left
   behind (not awaited, so a coroutine that ignores cancellation cannot hold the caller);
@@ -24,11 +25,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DAEMON_POOL", "DaemonPool", "DeadlineExceeded", "call_with_deadline"]
+__all__ = ["DAEMON_POOL", "TIMED_OUT", "DaemonPool", "call_with_deadline"]
 
-
-class DeadlineExceeded(TimeoutError):
-    """A call was abandoned at its deadline (distinct from a ``TimeoutError`` the port raises)."""
+#: What :func:`call_with_deadline` returns for a call abandoned at its deadline.
+TIMED_OUT: Any = type("TimedOut", (), {"__repr__": lambda self: "TIMED_OUT"})()
 
 
 class _Job:
@@ -137,7 +137,7 @@ async def _await_within(awaitable: Any, loop: asyncio.AbstractEventLoop, deadlin
     if not done:
         task.cancel()
         task.add_done_callback(_retrieve)
-        raise DeadlineExceeded
+        return TIMED_OUT
     return task.result()
 
 
@@ -155,10 +155,11 @@ async def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], time
         An absolute ``loop.time()`` to use instead of ``now + timeout`` (a deadline shared
         by the calls of one stage).
 
-    Raises
-    ------
-    DeadlineExceeded
-        When the call has not returned by the deadline (it is abandoned, not awaited).
+    Returns
+    -------
+    Any
+        The call's value, or :data:`TIMED_OUT` when it has not returned by the deadline
+        (it is then abandoned, not awaited). What the call raises is raised.
     """
     if timeout is None and deadline is None:
         value = fn(*args)
@@ -183,7 +184,7 @@ async def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], time
         if not expired:
             raise
         DAEMON_POOL.abandon(job)
-        raise DeadlineExceeded from None
+        return TIMED_OUT
     finally:
         timer.cancel()
     return await _await_within(value, loop, end) if inspect.isawaitable(value) else value

@@ -15,7 +15,7 @@ Supported values: ``None``, ``bool``, ``int`` (any size), ``float`` (all NaNs al
 ``ZoneInfo``), ``Decimal``, ``UUID`` and pure paths. Anything else (an arbitrary object,
 whose ``repr`` may hold a memory address; a subclass of a builtin, which may carry state
 its value does not show; a cycle; nesting deeper than :data:`MAX_DEPTH`) raises
-:class:`NotCacheable`: the caller must not cache such a request rather than share a key.
+a ``KolmTypeError`` (see :func:`not_cacheable`): the caller must not cache such a request rather than share a key.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 
 from kolm_search.errors import KolmTypeError
 
-__all__ = ["MAX_DEPTH", "NotCacheable", "canonical_digest", "request_key"]
+__all__ = ["MAX_DEPTH", "canonical_digest", "not_cacheable", "request_key"]
 
 MAX_DEPTH = 100
 KEY_PREFIX = "kolm-search:v2:"
@@ -44,13 +44,9 @@ _NAN = struct.pack("<d", math.nan)
 _MAPPINGS = (dict, OrderedDict, defaultdict, types.MappingProxyType)
 
 
-class NotCacheable(KolmTypeError):
-    """A value has no faithful content encoding (``.path`` locates it, ``.type_name`` names it)."""
-
-    def __init__(self, path: str, value: Any, why: str = "has no faithful content encoding") -> None:
-        self.path = path
-        self.type_name = f"{type(value).__module__}.{type(value).__qualname__}"
-        super().__init__(f"{path or '<value>'}: {self.type_name} {why}")
+def not_cacheable(path: str, value: Any, why: str = "has no faithful content encoding") -> KolmTypeError:
+    """The error for a value that cannot be keyed: names where it is and its type."""
+    return KolmTypeError(f"{path or '<value>'}: {type(value).__module__}.{type(value).__qualname__} {why}")
 
 
 def _frame(tag: bytes, payload: bytes) -> bytes:
@@ -74,7 +70,7 @@ def _tz(tz: dt.tzinfo | None, path: str, value: Any) -> bytes:
     key = getattr(tz, "key", None)
     if type(tz).__module__ == "zoneinfo" and isinstance(key, str):
         return b"z" + key.encode("utf-8", "surrogatepass")
-    raise NotCacheable(path, value, f"has a time zone of type {type(tz).__name__} that cannot be keyed")
+    raise not_cacheable(path, value, f"has a time zone of type {type(tz).__name__} that cannot be keyed")
 
 
 class _Encoder:
@@ -119,13 +115,13 @@ class _Encoder:
         elif t in (list, tuple, set, frozenset) or t in _MAPPINGS:
             self.container(value, out, path, depth)
         else:
-            raise NotCacheable(path, value)
+            raise not_cacheable(path, value)
 
     def container(self, value: Any, out: list[bytes | memoryview], path: str, depth: int) -> None:
         if depth >= MAX_DEPTH:
-            raise NotCacheable(path, value, f"is nested deeper than {MAX_DEPTH} levels")
+            raise not_cacheable(path, value, f"is nested deeper than {MAX_DEPTH} levels")
         if id(value) in self.active:
-            raise NotCacheable(path, value, "contains itself")
+            raise not_cacheable(path, value, "contains itself")
         self.active.add(id(value))
         try:
             t = type(value)
@@ -178,7 +174,7 @@ def canonical_digest(value: Any) -> str:
 
     Raises
     ------
-    NotCacheable
+    KolmTypeError
         When ``value`` (or anything inside it) cannot be encoded faithfully.
     """
     out: list[bytes | memoryview] = []
@@ -194,7 +190,7 @@ def request_key(normalized_query: Any, mode: Any, limit: Any, offset: Any, filte
 
     Raises
     ------
-    NotCacheable
+    KolmTypeError
         When a field (typically a ``filters`` or ``context`` value) cannot be encoded
         faithfully; such a request must not be cached.
     """

@@ -19,11 +19,11 @@ from dataclasses import replace
 from typing import Any
 
 from kolm_search._aio import log, run_blocking, run_sync, warn
-from kolm_search._deadlines import DeadlineExceeded, call_with_deadline
+from kolm_search._deadlines import TIMED_OUT, call_with_deadline
 from kolm_search.batch import BatchResult, parse_queries, run_frame
-from kolm_search.cachekey import NotCacheable, request_key
+from kolm_search.cachekey import request_key
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.errors import PIPELINE_STAGES, SearchError
+from kolm_search.errors import PIPELINE_STAGES, KolmTypeError, SearchError
 from kolm_search.guards import coerce_request, resolve_request
 from kolm_search.stages import Stages
 from kolm_search.types import (
@@ -55,8 +55,8 @@ def cache_key(plan: QueryPlan, request: SearchRequest) -> str:
 
     Raises
     ------
-    NotCacheable
-        (a ``KolmTypeError``) when a value has no faithful encoding (an arbitrary object):
+    KolmTypeError
+        When a value has no faithful encoding (an arbitrary object):
         such a request is searched without the cache.
     """
     return request_key(plan.normalized_query, plan.mode, request.limit, request.offset,
@@ -87,16 +87,16 @@ class SearchPipeline:
     # -- cache and telemetry (bounded, never fail a search) ------------------------------
     def _key(self, plan: QueryPlan, req: SearchRequest) -> str:
         """The cache key, or ``""`` (do not cache) when there is no cache or a value of the
-        request cannot be keyed faithfully (one warning per value type and pipeline)."""
+        request cannot be keyed faithfully (one warning per distinct problem and pipeline)."""
         if self.modules.cache is None:
             return ""
         try:
             return cache_key(plan, req)
-        except NotCacheable as exc:
-            if exc.type_name not in self._unkeyable:
-                self._unkeyable.add(exc.type_name)
+        except KolmTypeError as exc:
+            if str(exc) not in self._unkeyable:
+                self._unkeyable.add(str(exc))
                 warn(self.options.logger, "request not cached: a value has no faithful cache key "
-                     "(later requests with this type are not cached either, without a warning)", exc)
+                     "(later such requests are not cached either, without a warning)", exc)
             return ""
 
     async def _bounded(self, stage: str, message: str, timeout: float | None, fn: Any,
@@ -105,14 +105,15 @@ class SearchPipeline:
         (``message`` with a ``SearchError(stage)`` payload) when it raises or is late (then it
         is abandoned)."""
         try:
-            return True, await call_with_deadline(fn, args, timeout)
-        except DeadlineExceeded as exc:
-            name = getattr(fn, "__name__", "call")
-            warn(self.options.logger, message, SearchError(stage, f"{name} timed out after {timeout:g}s (abandoned)",
-                                                           cause=exc))
+            value = await call_with_deadline(fn, args, timeout)
         except Exception as exc:
             log(self.options.logger, "warning", message, SearchError.wrap(stage, exc))
-        return False, None
+            return False, None
+        if value is TIMED_OUT:
+            name = getattr(fn, "__name__", "call")
+            warn(self.options.logger, message, SearchError(stage, f"{name} timed out after {timeout:g}s (abandoned)"))
+            return False, None
+        return True, value
 
     async def _cache_get(self, key: str) -> SearchResponse | None:
         cache = self.modules.cache

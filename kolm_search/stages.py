@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._aio import resolve
-from kolm_search._deadlines import DeadlineExceeded, call_with_deadline
+from kolm_search._deadlines import TIMED_OUT, call_with_deadline
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.errors import DEDUPLICATOR_STAGE, PIPELINE_STAGES, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
@@ -145,11 +145,11 @@ class Stages:
         if timeout is None:
             return await resolve(fn(*args))
         deadline = self._deadlines.setdefault(stage, asyncio.get_running_loop().time() + timeout)
-        try:
-            return await call_with_deadline(fn, args, timeout, deadline=deadline)
-        except DeadlineExceeded as exc:
+        value = await call_with_deadline(fn, args, timeout, deadline=deadline)
+        if value is TIMED_OUT:
             name = getattr(fn, "__name__", type(fn).__name__)
-            raise SearchError(stage, f"{name} timed out after {timeout:g}s (call abandoned)", cause=exc) from exc
+            raise SearchError(stage, f"{name} timed out after {timeout:g}s (call abandoned)")
+        return value
 
     async def call(self, stage: str, durations: dict[str, float], fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, awaited if needed, timed into ``durations[stage]``; an exception becomes

@@ -31,7 +31,7 @@ from kolm_search import (
     SearchPipeline,
     SearchPipelineOptions,
 )
-from kolm_search._deadlines import DaemonPool, call_with_deadline
+from kolm_search._deadlines import TIMED_OUT, DaemonPool, call_with_deadline
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.frame import CandidateFrame
@@ -368,11 +368,15 @@ async def test_call_with_deadline_handles_every_kind_of_callable() -> None:
             except asyncio.CancelledError:
                 stubborn_cancelled.append(True)
 
-    t0 = time.perf_counter()
-    with pytest.raises(TimeoutError):
-        await call_with_deadline(ignores_cancel, (), TIMEOUT)
-    assert time.perf_counter() - t0 < BOUND
+    def own_timeout() -> None:
+        raise TimeoutError("the port's own socket timeout")
 
+    t0 = time.perf_counter()
+    assert await call_with_deadline(ignores_cancel, (), TIMEOUT) is TIMED_OUT
+    assert await call_with_deadline(RELEASE.wait, (HANG,), TIMEOUT) is TIMED_OUT
+    assert time.perf_counter() - t0 < BOUND
+    with pytest.raises(TimeoutError, match="own socket"):  # a port's TimeoutError is its own error
+        await call_with_deadline(own_timeout, (), 1.0)
 
 
 def _child_uses_pool(pool: DaemonPool, out: Any) -> None:
