@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DAEMON_POOL", "TIMED_OUT", "DaemonPool", "call_with_deadline"]
+__all__ = ["DAEMON_POOL", "DaemonPool", "TIMED_OUT", "call_with_deadline"]
 
 #: What :func:`call_with_deadline` returns for a call abandoned at its deadline.
 TIMED_OUT: Any = type("TimedOut", (), {"__repr__": lambda self: "TIMED_OUT"})()
