@@ -7,7 +7,7 @@ per single search and is not used here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -76,19 +76,42 @@ class BatchResult:
         return len(self.qids)
 
 
+def _check_qids(qids: list[Any]) -> None:
+    """``SearchError(client)`` naming the row of a missing (None/NaN/NA) or unhashable qid, or a
+    duplicate."""
+    seen: dict[Any, int] = {}
+    for row, qid in enumerate(qids):
+        try:
+            hash(qid)
+        except TypeError as exc:
+            raise SearchError(S.CLIENT, f"queries DataFrame row {row}: qid {qid!r:.60} is not hashable "
+                                        f"({type(qid).__name__}); use str or int ids", cause=exc) from exc
+        if pd.api.types.is_scalar(qid) and pd.isna(qid):
+            raise SearchError(S.CLIENT, f"queries DataFrame row {row} has a missing qid ({qid!r}); every query needs an id")
+        if qid in seen:
+            raise SearchError(S.CLIENT, f"queries DataFrame has duplicate qid {qid!r} (rows {seen[qid]} and {row})")
+        seen[qid] = row
+
+
 def parse_queries(queries: Any, *, limit: int | None, offset: int, mode: str | None,
                   filters: dict[str, Any] | None) -> tuple[list[Any], list[SearchRequest]]:
-    """Query ids and requests from a list of str / SearchRequest / dict, or a DataFrame."""
+    """Query ids and requests from a list of str / SearchRequest / dict, or a DataFrame.
+
+    Raises ``SearchError(stage="client")`` naming the row or position: a DataFrame without
+    ``qid``/``query``, a missing, unhashable or duplicate qid, an item that is not a request,
+    ``filters`` that are not a dict. Each request's fields are checked later, as in single search.
+    """
+    if filters is not None and not isinstance(filters, Mapping):
+        raise SearchError(S.CLIENT, f"filters must be a dict, got {type(filters).__name__} {filters!r:.60}")
     defaults = {"limit": limit, "offset": offset, "mode": mode, "filters": dict(filters or {})}
     if isinstance(queries, pd.DataFrame):
         missing = [c for c in ("qid", "query") if c not in queries.columns]
         if missing:
             raise SearchError(S.CLIENT, f"queries DataFrame lacks column(s) {missing}; has {list(queries.columns)}")
-        if queries["qid"].duplicated().any():
-            dup = queries["qid"][queries["qid"].duplicated()].iloc[0]
-            raise SearchError(S.CLIENT, f"queries DataFrame has duplicate qid {dup!r}")
-        return list(queries["qid"]), [SearchRequest(query=q, **defaults) for q in queries["query"]]  # type: ignore[arg-type]
-    if isinstance(queries, (str, bytes)) or not isinstance(queries, Sequence):
+        qids = list(queries["qid"])
+        _check_qids(qids)
+        return qids, [SearchRequest(query=q, **defaults) for q in queries["query"]]  # type: ignore[arg-type]
+    if isinstance(queries, (str, bytes, Mapping)) or not isinstance(queries, Sequence):
         raise SearchError(S.CLIENT, f"queries must be a list or a DataFrame with qid and query, got {type(queries).__name__}")
     requests = []
     for i, q in enumerate(queries):
@@ -109,8 +132,12 @@ def run_frame(qids: list[Any], reqs: list[SearchRequest], pages: list[Candidates
     full ranking, so ``offset`` shows; documents without a score get ``1 / (rank + 1)``)."""
     counts = np.array([len(p) for p in pages], dtype=np.int64)
     n = int(counts.sum())
-    qid_col = np.repeat(np.asarray(qids, dtype=object), counts) if n else np.zeros(0, dtype=object)
-    offsets = np.array([r.offset for r in reqs], dtype=np.int64)
+    qid_arr = np.empty(len(qids), dtype=object)
+    for i, qid in enumerate(qids):  # element-wise: tuple qids stay tuples
+        qid_arr[i] = qid
+    qid_col = np.repeat(qid_arr, counts) if n else np.zeros(0, dtype=object)
+    # a page is empty unless offset < candidates <= n_docs: only non-empty pages need theirs
+    offsets = np.array([r.offset if len(p) else 0 for r, p in zip(reqs, pages, strict=True)], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else counts
     rank = np.arange(n) - np.repeat(starts, counts) + np.repeat(offsets, counts)
     parts = [p.ids_scores() for p in pages]

@@ -18,6 +18,7 @@ response is built. Any exception a port raises becomes ``SearchError(stage=...)`
 from __future__ import annotations
 
 import asyncio
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,11 +30,20 @@ import numpy.typing as npt
 from kolm_search._aio import resolve
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.errors import DEDUPLICATOR_STAGE, PIPELINE_STAGES, SearchError
+from kolm_search.filters import FilterError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.ports import BatchRetriever
-from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest, as_documents
+from kolm_search.types import (
+    SEARCH_MODES,
+    QueryPlan,
+    SearchDocument,
+    SearchPipelineContext,
+    SearchRequest,
+    as_documents,
+)
 
-__all__ = ["Candidates", "Outcome", "STAGE_ORDER", "Stages", "dedup_report", "embedding_matrix", "is_batch_retriever"]
+__all__ = ["Candidates", "Outcome", "STAGE_ORDER", "Stages", "check_plan", "dedup_report", "embedding_matrix",
+           "is_batch_retriever"]
 
 S = PIPELINE_STAGES
 STAGE_ORDER = (S.PLANNER, S.CACHE_GET, S.INTENT_CLASSIFIER, S.EMBEDDER, S.RETRIEVER, DEDUPLICATOR_STAGE, S.RERANKER,
@@ -67,6 +77,24 @@ def embedding_matrix(value: Any, n_expected: int, *, what: str) -> npt.NDArray[n
     if not np.all(np.isfinite(mat)):
         raise SearchError(S.EMBEDDER, f"{what} returned NaN or infinite values")
     return mat
+
+
+def check_plan(plan: Any) -> None:
+    """``SearchError(stage="planner")`` unless ``plan`` is a ``QueryPlan`` whose mode is known,
+    whose ``target_limit`` is a positive int and whose queries are strings (single and batch
+    search then read it alike)."""
+    if not isinstance(plan, QueryPlan):
+        raise SearchError(S.PLANNER, f"planner must return a QueryPlan, got {type(plan).__name__}")
+    target = plan.target_limit
+    if isinstance(target, bool) or not isinstance(target, numbers.Integral) or target < 1:
+        raise SearchError(S.PLANNER, f"planner returned target_limit {target!r}; expected a positive integer")
+    if plan.mode not in SEARCH_MODES:
+        raise SearchError(S.PLANNER, f"planner returned mode {plan.mode!r}; expected one of {list(SEARCH_MODES)}")
+    queries = plan.expanded_queries
+    if not isinstance(plan.normalized_query, str) or not isinstance(queries, list) or not queries or \
+            not all(isinstance(q, str) for q in queries):
+        raise SearchError(S.PLANNER, f"planner returned queries {plan.normalized_query!r}, {queries!r:.80}; "
+                                     "expected a string and a non-empty list of strings")
 
 
 def dedup_report(before: list[SearchDocument], after: list[SearchDocument], deduplicator: Any) -> dict[str, Any]:
@@ -162,8 +190,7 @@ class Stages:
         plans = await asyncio.gather(*(self.call(S.PLANNER, durations, self.modules.planner.plan, r)
                                        for r in requests))
         for plan in plans:
-            if not isinstance(plan, QueryPlan):
-                raise SearchError(S.PLANNER, f"planner must return a QueryPlan, got {type(plan).__name__}")
+            check_plan(plan)
         return list(plans)
 
     async def execute(self, contexts: list[SearchPipelineContext], durations: dict[str, float], *,
@@ -229,10 +256,18 @@ class Stages:
         try:
             if columnar and is_batch_retriever(retriever):
                 out: list[Candidates] = [Candidates(docs=[]) for _ in contexts]
-                for mode in dict.fromkeys(c.plan.mode for c in contexts):  # one sub-batch per mode
-                    rows = [i for i, c in enumerate(contexts) if c.plan.mode == mode]
-                    for i, cands in zip(rows, await self._retrieve_batch(retriever, [contexts[i] for i in rows], mode),
-                                        strict=True):
+                # one sub-batch per mode and target limit: each query's lists (expansions, a
+                # composite's children) are cut at its own limit before fusion, as in single search
+                for mode, target in dict.fromkeys((c.plan.mode, c.plan.target_limit) for c in contexts):
+                    rows = [i for i, c in enumerate(contexts) if (c.plan.mode, c.plan.target_limit) == (mode, target)]
+                    try:
+                        found = await self._retrieve_batch(retriever, [contexts[i] for i in rows], mode, target)
+                    except FilterError as exc:
+                        if len(contexts) == 1:
+                            raise
+                        raise FilterError(exc.stage, f"query {rows[exc.row]} (position in the batch): "
+                                          f"{exc.message[len(exc.stage) + 3:]}", exc.cause, row=rows[exc.row]) from exc
+                    for i, cands in zip(rows, found, strict=True):
                         out[i] = cands
                 return out
             return list(await asyncio.gather(*(self._retrieve_one(retriever, c) for c in contexts)))
@@ -249,7 +284,7 @@ class Stages:
             raise SearchError.wrap(S.RETRIEVER, exc) from exc
 
     async def _retrieve_batch(self, retriever: BatchRetriever, contexts: list[SearchPipelineContext],
-                              mode: str) -> list[Candidates]:
+                              mode: str, target: int) -> list[Candidates]:
         texts: list[str] = []
         owner: list[int] = []
         emb_rows: list[npt.NDArray[np.float32]] = []
@@ -262,8 +297,10 @@ class Stages:
             elif c.embeddings is not None:
                 emb_rows.append(np.asarray(c.embeddings, dtype=np.float32)[None, :])
         emb = np.concatenate(emb_rows) if emb_rows and sum(len(e) for e in emb_rows) == len(texts) else None
-        batch = QueryBatch(texts=texts, owner=np.asarray(owner, np.int64), n_queries=len(contexts),
-                           limit=max(c.plan.target_limit for c in contexts),
+        table = retriever.table
+        assert table is not None  # is_batch_retriever
+        limit = max(1, min(target, len(table)))  # no retriever returns more than the table
+        batch = QueryBatch(texts=texts, owner=np.asarray(owner, np.int64), n_queries=len(contexts), limit=limit,
                            filters=[dict(c.request.filters) for c in contexts], embeddings=emb, mode=mode)
         try:
             frame: CandidateFrame = await resolve(retriever.retrieve_batch(batch))
@@ -275,9 +312,9 @@ class Stages:
             raise SearchError(S.RETRIEVER, f"retrieve_batch must return a CandidateFrame of {len(contexts)} queries, "
                                            f"got {frame!r}")
         ptr = frame.ptr
-        return [Candidates(retriever.table, frame.doc[ptr[j]:min(ptr[j + 1], ptr[j] + c.plan.target_limit)],
-                           frame.score[ptr[j]:min(ptr[j + 1], ptr[j] + c.plan.target_limit)])
-                for j, c in enumerate(contexts)]
+        return [Candidates(table, frame.doc[ptr[j]:min(ptr[j + 1], ptr[j] + limit)],
+                           frame.score[ptr[j]:min(ptr[j + 1], ptr[j] + limit)])
+                for j in range(len(contexts))]
 
     async def finish(self, contexts: list[SearchPipelineContext], candidates: list[Candidates],
                      durations: dict[str, float]) -> list[Outcome]:

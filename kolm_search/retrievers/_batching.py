@@ -8,7 +8,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search.doctable import DocumentTable
-from kolm_search.errors import KolmValueError, SearchError
+from kolm_search.errors import PIPELINE_STAGES, KolmError
+from kolm_search.filters import FilterError, parse_filter
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import fuse_frame
 from kolm_search.types import SearchDocument, SearchPipelineContext
@@ -22,8 +23,9 @@ class BatchRetriever(Protocol):
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame: ...
 
 
-def batch_from_context(context: SearchPipelineContext) -> QueryBatch:
-    """A batch of one from a pipeline context (expanded queries and embeddings included)."""
+def batch_from_context(context: SearchPipelineContext, n_docs: int | None = None) -> QueryBatch:
+    """A batch of one from a pipeline context (expanded queries and embeddings included); its
+    limit is the plan's ``target_limit``, capped at ``n_docs`` (at least 1)."""
     plan = context.plan
     texts = list(plan.expanded_queries) or [plan.normalized_query]
     emb = context.expanded_embeddings
@@ -32,34 +34,38 @@ def batch_from_context(context: SearchPipelineContext) -> QueryBatch:
     if emb is not None and emb.shape[0] != len(texts):
         emb = None  # not one row per text: a dense retriever embeds the texts itself
     return QueryBatch(texts=texts, owner=np.zeros(len(texts), np.int64), n_queries=1,
-                      limit=int(plan.target_limit), filters=[dict(context.request.filters or {})],
+                      limit=max(1, min(int(plan.target_limit), n_docs if n_docs is not None else int(plan.target_limit))),
+                      filters=[dict(context.request.filters or {})],
                       embeddings=emb, mode=plan.mode)
 
 
 def retrieve_single(retriever: BatchRetriever, context: SearchPipelineContext) -> list[SearchDocument]:
     """The spec's ``retrieve(context)`` on top of ``retrieve_batch``."""
-    frame = retriever.retrieve_batch(batch_from_context(context))
+    frame = retriever.retrieve_batch(batch_from_context(context, len(retriever.table)))
     return retriever.table.documents(frame.doc, frame.score)
 
 
 def filter_masks(table: DocumentTable, filters: list[dict[str, Any]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
-    """Per-query mask ids (-1: unfiltered) and the distinct masks (n_masks, n_docs) uint8."""
+    """Per-query mask ids (-1: unfiltered) and the distinct masks (n_masks, n_docs) uint8.
+
+    Each distinct filter (by its parsed tree) is compiled once per call. A bad filter raises
+    :class:`~kolm_search.filters.FilterError` (stage ``retriever``) naming the field and
+    operator, its ``row`` the query's row in ``filters``.
+    """
     ids = np.full(len(filters), -1, np.int64)
     masks: list[npt.NDArray[np.bool_]] = []
-    seen: dict[str, int] = {}
+    seen: dict[Any, int] = {}
     for i, f in enumerate(filters):
         if not f:
             continue
-        key = repr(sorted((k, repr(v)) for k, v in f.items()))
-        if key not in seen:
-            try:
-                mask = table.filter_mask(f)
-            except KolmValueError as exc:
-                raise SearchError("retriever", str(exc), cause=exc) from exc
-            assert mask is not None
-            seen[key] = len(masks)
-            masks.append(mask)
-        ids[i] = seen[key]
+        try:
+            tree = parse_filter(f)
+            if tree not in seen:
+                seen[tree] = len(masks)
+                masks.append(table.compile(tree))
+        except KolmError as exc:
+            raise FilterError(PIPELINE_STAGES.RETRIEVER, str(exc), cause=exc, row=i) from exc
+        ids[i] = seen[tree]
     stacked = np.stack(masks).astype(np.uint8) if masks else np.ones((1, 1), np.uint8)
     return ids, stacked
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from kolm_search._aio import log, resolve
 from kolm_search.errors import PIPELINE_STAGES, KolmTypeError, KolmValueError, SearchError
+from kolm_search.filters import FilterError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
 from kolm_search.ports import Logger, Retriever
@@ -162,6 +163,9 @@ class CompositeRetriever:
                 frames.append(child.retrieve_batch(batch))  # type: ignore[attr-defined]
                 weights.append(1.0 if self.weights is None else self.weights[index])
             except Exception as exc:
+                if isinstance(exc, FilterError):  # the query's filter is bad: fails every child alike
+                    raise FilterError(_STAGE, f"retrievers[{index}] ({retriever_name(child)}) failed: {exc}", exc,
+                                      row=exc.row) from exc
                 if self.strategy == "fail-fast":
                     raise SearchError(_STAGE, f"retrievers[{index}] ({retriever_name(child)}) failed: {exc}", cause=exc) from exc
                 errors.append(exc)
