@@ -15,7 +15,8 @@ Grammar (``filters`` of a request; every clause of a dict must hold)::
 metadata key (``metadata.<key>`` reaches a key shadowed by a field). Semantics follow MongoDB:
 
 - A document's *elements* for a field are its value, or the items of a list value (tags);
-  ``None`` and NaN count as missing. A condition on a list matches when any element does.
+  a value (or item) ``None`` or NaN is missing. A condition on a list matches when any element
+  does; ``$exists`` asks whether the value is present (an empty list is).
 - ``$eq``/``$in`` compare numbers by value (``2000 == 2000.0``), keep booleans, strings and
   numbers apart, and compare dicts (or other values) by their sorted JSON. ``None`` as an
   operand matches a missing field. ``$ne``/``$nin``/``$not`` are negations, so they match
@@ -225,7 +226,7 @@ class FieldColumn:
     ----------
     name : str
     present : bool (n,)
-        Documents with at least one element.
+        Documents that have the field (not ``None``/NaN; an empty list is present).
     parts : dict kind -> _Part
         The elements of each kind (bool, number, string, other): owner int64 (e,) and values
         object (e,).
@@ -245,11 +246,11 @@ class FieldColumn:
         vals: dict[int, list[Any]] = {}
         present = np.zeros(len(values), bool)
         for i, value in enumerate(values):
+            present[i] = not _missing(value)
             for item in _elements(value):
                 kind, canon = _canon(item)
                 owners.setdefault(kind, []).append(i)
                 vals.setdefault(kind, []).append(canon)
-                present[i] = True
         parts = {}
         for kind, items in vals.items():
             arr = np.empty(len(items), dtype=object)

@@ -108,6 +108,9 @@ class CompositeRetriever:
                 task.cancel()
             if pending:  # let the cancellations land before returning or raising
                 await asyncio.gather(*pending, return_exceptions=True)
+            for task in tasks:  # a second failure in the same round is not reported: mark it seen
+                if task.done() and not task.cancelled():
+                    task.exception()
         return [task.result() for task in tasks]
 
     async def _best_effort(
