@@ -46,7 +46,7 @@ import pandas as pd
 
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
 
-__all__ = ["FIELD_OPERATORS", "LOGICAL_OPERATORS", "FieldColumn", "FilterError", "compile_filter", "parse_filter"]
+__all__ = ["FIELD_OPERATORS", "FieldColumn", "FilterError", "LOGICAL_OPERATORS", "compile_filter", "parse_filter"]
 
 FIELD_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$not")
 LOGICAL_OPERATORS = ("$and", "$or", "$nor", "$not")

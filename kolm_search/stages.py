@@ -220,8 +220,10 @@ class Stages:
         if not rows:
             return
         if embedder is None:
-            if any(c.plan.mode == "vector" for c in rows):
-                raise SearchError(S.EMBEDDER, "mode 'vector' needs an embedder, but none is configured")
+            vector = [i for i, c in enumerate(contexts) if c.plan.mode == "vector"]
+            if vector:
+                where = f"query {vector[0]} (position in the batch): " if len(contexts) > 1 else ""
+                raise SearchError(S.EMBEDDER, f"{where}mode 'vector' needs an embedder, but none is configured")
             return
         texts = [q for c in rows for q in c.plan.expanded_queries]
         t0 = time.perf_counter()
