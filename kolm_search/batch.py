@@ -76,21 +76,32 @@ class BatchResult:
         return len(self.qids)
 
 
-def _check_qids(qids: list[Any]) -> None:
+def _check_qids(qids: pd.Series) -> None:
     """``SearchError(client)`` naming the row of a missing (None/NaN/NA) or unhashable qid, or a
     duplicate."""
-    seen: dict[Any, int] = {}
-    for row, qid in enumerate(qids):
-        try:
-            hash(qid)
-        except TypeError as exc:
-            raise SearchError(S.CLIENT, f"queries DataFrame row {row}: qid {qid!r:.60} is not hashable "
-                                        f"({type(qid).__name__}); use str or int ids", cause=exc) from exc
-        if pd.api.types.is_scalar(qid) and pd.isna(qid):
-            raise SearchError(S.CLIENT, f"queries DataFrame row {row} has a missing qid ({qid!r}); every query needs an id")
-        if qid in seen:
-            raise SearchError(S.CLIENT, f"queries DataFrame has duplicate qid {qid!r} (rows {seen[qid]} and {row})")
-        seen[qid] = row
+    missing = qids.isna().to_numpy()
+    if missing.any():
+        row = int(np.argmax(missing))
+        raise SearchError(S.CLIENT, f"queries DataFrame row {row} has a missing qid ({qids.iloc[row]!r}); "
+                                    "every query needs an id")
+    if qids.dtype == object:  # typed columns (int, str, ...) hold hashable values only
+        for row, qid in enumerate(qids):
+            if not _hashable(qid):
+                raise SearchError(S.CLIENT, f"queries DataFrame row {row}: qid {qid!r:.60} is not hashable "
+                                            f"({type(qid).__name__}); use str or int ids")
+    dup = qids.duplicated().to_numpy()
+    if dup.any():
+        row = int(np.argmax(dup))
+        first = next(i for i, q in enumerate(qids) if q == qids.iloc[row])
+        raise SearchError(S.CLIENT, f"queries DataFrame has duplicate qid {qids.iloc[row]!r} (rows {first} and {row})")
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def parse_queries(queries: Any, *, limit: int | None, offset: int, mode: str | None,
@@ -108,9 +119,8 @@ def parse_queries(queries: Any, *, limit: int | None, offset: int, mode: str | N
         missing = [c for c in ("qid", "query") if c not in queries.columns]
         if missing:
             raise SearchError(S.CLIENT, f"queries DataFrame lacks column(s) {missing}; has {list(queries.columns)}")
-        qids = list(queries["qid"])
-        _check_qids(qids)
-        return qids, [SearchRequest(query=q, **defaults) for q in queries["query"]]  # type: ignore[arg-type]
+        _check_qids(queries["qid"])
+        return list(queries["qid"]), [SearchRequest(query=q, **defaults) for q in queries["query"]]  # type: ignore[arg-type]
     if isinstance(queries, (str, bytes, Mapping)) or not isinstance(queries, Sequence):
         raise SearchError(S.CLIENT, f"queries must be a list or a DataFrame with qid and query, got {type(queries).__name__}")
     requests = []

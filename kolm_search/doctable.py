@@ -75,6 +75,8 @@ class DocumentTable:
         self.ids: npt.NDArray[np.object_] = ids.to_numpy(dtype=object)
         self._index = pd.Index(self.ids)
         self._columns: dict[str, FieldColumn] = {}
+        #: the last batch's filter trees, mask ids and masks (see retrievers._batching.filter_masks)
+        self.last_masks: tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.uint8]] | None = None
 
     # -- constructors ------------------------------------------------------------------
     @classmethod

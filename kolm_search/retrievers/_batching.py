@@ -16,6 +16,8 @@ from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["BatchRetriever", "batch_from_context", "filter_masks", "frame_from_topk", "fuse_expansions"]
 
+_KEEP_BYTES = 64 << 20  # a table keeps its last batch's masks up to this size
+
 
 class BatchRetriever(Protocol):
     table: DocumentTable
@@ -48,25 +50,41 @@ def retrieve_single(retriever: BatchRetriever, context: SearchPipelineContext) -
 def filter_masks(table: DocumentTable, filters: list[dict[str, Any]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
     """Per-query mask ids (-1: unfiltered) and the distinct masks (n_masks, n_docs) uint8.
 
-    Each distinct filter (by its parsed tree) is compiled once per call. A bad filter raises
-    :class:`~kolm_search.filters.FilterError` (stage ``retriever``) naming the field and
-    operator, its ``row`` the query's row in ``filters``.
+    Each distinct filter (by its parsed tree) is compiled once per call, and the table keeps
+    the last call's masks (up to 64 MB): the children of a composite, which get the same batch,
+    compile once.
+    A bad filter raises :class:`~kolm_search.filters.FilterError` (stage ``retriever``) naming
+    the field and operator, its ``row`` the query's row in ``filters``.
     """
+    if not any(filters):
+        return np.full(len(filters), -1, np.int64), np.ones((1, 1), np.uint8)
+    trees: list[Any] = []
+    for i, f in enumerate(filters):
+        try:
+            trees.append(parse_filter(f) if f else None)
+        except KolmError as exc:
+            raise FilterError(PIPELINE_STAGES.RETRIEVER, str(exc), cause=exc, row=i) from exc
+    key = tuple(trees)
+    last = table.last_masks
+    if last is not None and last[0] == key:
+        return last[1], last[2]
     ids = np.full(len(filters), -1, np.int64)
     masks: list[npt.NDArray[np.bool_]] = []
     seen: dict[Any, int] = {}
-    for i, f in enumerate(filters):
-        if not f:
+    for i, tree in enumerate(trees):
+        if tree is None:
             continue
-        try:
-            tree = parse_filter(f)
-            if tree not in seen:
-                seen[tree] = len(masks)
+        if tree not in seen:
+            try:
                 masks.append(table.compile(tree))
-        except KolmError as exc:
-            raise FilterError(PIPELINE_STAGES.RETRIEVER, str(exc), cause=exc, row=i) from exc
+            except KolmError as exc:
+                raise FilterError(PIPELINE_STAGES.RETRIEVER, str(exc), cause=exc, row=i) from exc
+            seen[tree] = len(masks) - 1
         ids[i] = seen[tree]
     stacked = np.stack(masks).astype(np.uint8) if masks else np.ones((1, 1), np.uint8)
+    ids.flags.writeable = stacked.flags.writeable = False
+    if stacked.nbytes <= _KEEP_BYTES:
+        table.last_masks = (key, ids, stacked)
     return ids, stacked
 
 
