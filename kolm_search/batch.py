@@ -25,7 +25,7 @@ from kolm_search.types import (
     SearchResponseMetadata,
 )
 
-__all__ = ["BatchResult", "parse_queries", "run_frame"]
+__all__ = ["BatchResult", "parse_queries", "raw_requests", "run_frame"]
 
 S = PIPELINE_STAGES
 
@@ -135,6 +135,24 @@ def parse_queries(queries: Any, *, limit: int | None, offset: int, mode: str | N
         requests.append(replace(req, limit=req.limit if req.limit is not None else limit,
                                 mode=req.mode if req.mode is not None else mode))  # type: ignore[arg-type]
     return list(range(len(requests))), requests
+
+
+def raw_requests(queries: Any, *, limit: int | None, offset: Any, mode: Any, filters: Any) -> list[dict[str, Any]]:
+    """Each query as the dict single search would get (what an ``input_schema`` checks): a
+    request's own fields, the keywords it falls back to, and for strings and DataFrame rows the
+    keywords given (``offset`` when not 0). Call after :func:`parse_queries` accepted ``queries``."""
+    given = {k: v for k, v in (("limit", limit), ("mode", mode), ("filters", filters)) if v is not None}
+    if offset != 0:
+        given["offset"] = offset
+    texts = list(queries["query"]) if isinstance(queries, pd.DataFrame) else list(queries)
+    out = []
+    for q in texts:
+        if isinstance(q, str) or isinstance(queries, pd.DataFrame):
+            out.append({"query": q, **given})
+            continue
+        raw = q.to_dict() if isinstance(q, SearchRequest) else dict(q)
+        out.append(raw | {k: given[k] for k in ("limit", "mode") if k in given and raw.get(k) is None})
+    return out
 
 
 def run_frame(qids: list[Any], reqs: list[SearchRequest], pages: list[Candidates]) -> pd.DataFrame:

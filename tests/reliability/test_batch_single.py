@@ -23,6 +23,8 @@ from kolm_search import (
     DefaultQueryPlanner,
     ExpandingQueryPlanner,
     QueryPlan,
+    SchemaIssue,
+    SchemaValidationError,
     SearchClient,
     SearchDocument,
     SearchError,
@@ -259,3 +261,32 @@ def test_array_tuple_and_set_filter_values_mean_membership(kind: str) -> None:
         req = {"query": "w1 w2", "limit": 8, "filters": {"bucket": values}}
         assert [d.id for d in client.search_sync(req).results] == [d.id for d in want.results]
         assert_page(client.search_batch([req, {"query": "w3", "filters": {"bucket": values}}]), 0, want)
+
+
+def test_schemas_check_what_single_search_checks() -> None:
+    """A strict input schema sees each query as single search would (no added keys); an output
+    schema is checked on every response; the issue's path starts with the query's id."""
+    def strict_input(req: dict[str, Any]) -> list[SchemaIssue]:
+        extra = sorted(set(req) - {"query", "limit"})
+        issues = [SchemaIssue(f"unexpected {extra}", [])] if extra else []
+        return issues + ([SchemaIssue("limit above 5", ["limit"])] if (req.get("limit") or 0) > 5 else [])
+
+    def few_results(resp: dict[str, Any]) -> list[SchemaIssue]:
+        return [SchemaIssue("too many", ["results"])] if len(resp["results"]) > 3 else []
+
+    base = CLIENTS[("bm25", False)].modules
+    client = SearchClient(base, {"input_schema": strict_input, "output_schema": few_results, "default_mode": "fulltext"})
+    assert len(client.search_sync({"query": "w1", "limit": 3}).results) == 3
+    assert len(client.search_batch(["w1", {"query": "w2"}], limit=3).run) == 6
+    for request, target, path in (({"query": "w1", "limit": 9}, "input", ["limit"]), ({"query": "w1", "offset": 1}, "input", []),
+                                  ({"query": "w1", "limit": 4}, "output", ["results"])):
+        with pytest.raises(SchemaValidationError) as single:
+            client.search_sync(request)
+        with pytest.raises(SchemaValidationError) as batch:
+            client.search_batch([{"query": "w2", "limit": 2}, request])
+        assert single.value.target == batch.value.target == target
+        assert [list(i.path) for i in single.value.issues] == [path]
+        assert [list(i.path) for i in batch.value.issues] == [[1, *path]]
+    with pytest.raises(SchemaValidationError) as info:
+        client.search_batch(pd.DataFrame({"qid": ["a", "b"], "query": ["w1", "w2"]}), limit=9)
+    assert list(info.value.issues[0].path) == ["a", "limit"]
