@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,12 +46,22 @@ import pandas as pd
 
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
 
-__all__ = ["FIELD_OPERATORS", "FieldColumn", "FilterError", "LOGICAL_OPERATORS", "compile_filter", "parse_filter"]
+__all__ = ["FIELD_OPERATORS", "FieldColumn", "FilterError", "LOGICAL_OPERATORS", "MAX_DEPTH", "compile_filter",
+           "parse_filter"]
 
 FIELD_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$not")
 LOGICAL_OPERATORS = ("$and", "$or", "$nor", "$not")
 _RANGE = {"$gt": np.greater, "$gte": np.greater_equal, "$lt": np.less, "$lte": np.less_equal}
-_SEQUENCES = (list, tuple, set, frozenset, range, np.ndarray, pd.Series, pd.Index)
+MAX_DEPTH = 64  # nesting of $and / $or / $nor / $not
+
+
+def _is_values(value: Any) -> bool:
+    """A list, tuple, set, 1-D array, Series ...: any collection but a string, bytes or dict."""
+    if isinstance(value, np.ndarray):
+        return value.ndim > 0
+    return isinstance(value, Collection) and not isinstance(value, (str, bytes, bytearray, Mapping, pd.DataFrame))
+
+
 _BOOL, _NUM, _STR, _JSON = 0, 1, 2, 3
 _KIND_NAMES = ("bool", "number", "string", "other")
 _EXACT = 2.0**53  # integers below this compare exactly as float64
@@ -116,14 +126,14 @@ def _operand(field: str, op: str, value: Any) -> Canon | None:
         return None
     if isinstance(value, (float, np.floating)) and math.isnan(value):
         raise KolmValueError(f"{_where(field, op)}: NaN never equals anything; use $exists for missing values")
-    if isinstance(value, (*_SEQUENCES, bytes)) or not isinstance(value, (str, numbers.Real, bool, np.bool_, Mapping)):
+    if _is_values(value) or not isinstance(value, (str, numbers.Real, bool, np.bool_, Mapping)):
         raise KolmTypeError(f"{_where(field, op)}: expected a single value (str, number, bool, None or dict), "
                             f"got {type(value).__name__} {value!r:.60}")
     return _canon(value)
 
 
 def _operands(field: str, op: str, value: Any) -> frozenset[Canon | None]:
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, _SEQUENCES):
+    if not _is_values(value):
         raise KolmTypeError(f"{_where(field, op)}: expected a list, tuple, set or array of values, "
                             f"got {type(value).__name__} {value!r:.60}")
     if isinstance(value, np.ndarray) and value.ndim != 1:
@@ -132,22 +142,24 @@ def _operands(field: str, op: str, value: Any) -> frozenset[Canon | None]:
     return frozenset(_operand(field, op, v) for v in items)
 
 
-def _condition(field: str, cond: Any) -> Node:
+def _condition(field: str, cond: Any, depth: int = 0) -> Node:
     """The node of ``field: cond``."""
+    if depth > MAX_DEPTH:
+        raise KolmValueError(f"filter on field {field!r} is nested deeper than {MAX_DEPTH} levels")
     if isinstance(cond, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in cond):
         bad = [k for k in cond if not (isinstance(k, str) and k.startswith("$"))]
         if bad:
             raise KolmValueError(f"filter on field {field!r} mixes operators and plain keys {bad!r}; "
                                  f"write an equality on a dict as {{'$eq': {{...}}}}")
-        return ("and", tuple(_operator(field, op, arg) for op, arg in cond.items()))
+        return ("and", tuple(_operator(field, op, arg, depth) for op, arg in cond.items()))
     if isinstance(cond, Mapping) and not cond:
         raise KolmValueError(f"filter on field {field!r} has an empty condition {{}}")
-    if isinstance(cond, _SEQUENCES) and not (isinstance(cond, np.ndarray) and cond.ndim == 0):
+    if _is_values(cond):
         return ("in", field, _operands(field, "$in", cond))
     return ("eq", field, _operand(field, "$eq", cond))
 
 
-def _operator(field: str, op: str, arg: Any) -> Node:
+def _operator(field: str, op: str, arg: Any, depth: int) -> Node:
     if op in ("$eq", "$ne"):
         node: Node = ("eq", field, _operand(field, op, arg))
         return ("not", node) if op == "$ne" else node
@@ -170,18 +182,21 @@ def _operator(field: str, op: str, arg: Any) -> Node:
     if op == "$not":
         if not isinstance(arg, Mapping) or not arg or not all(isinstance(k, str) and k.startswith("$") for k in arg):
             raise KolmTypeError(f"{_where(field, op)}: expected a dict of operators such as {{'$gt': 1}}, got {arg!r:.60}")
-        return ("not", _condition(field, arg))
+        return ("not", _condition(field, arg, depth + 1))
     raise KolmValueError(f"{_where(field, op)}: unknown operator; supported: {', '.join(FIELD_OPERATORS)}")
 
 
-def parse_filter(filters: Mapping[str, Any]) -> Node:
+def parse_filter(filters: Mapping[str, Any], depth: int = 0) -> Node:
     """Validate ``filters`` and return its hashable syntax tree (table-independent checks).
 
     Raises
     ------
     KolmValueError, KolmTypeError
-        Naming the field and operator: unknown operator, operand of the wrong type, NaN.
+        Naming the field and operator: unknown operator, operand of the wrong type, NaN,
+        nesting deeper than :data:`MAX_DEPTH`.
     """
+    if depth > MAX_DEPTH:
+        raise KolmValueError(f"filter is nested deeper than {MAX_DEPTH} levels")
     if not isinstance(filters, Mapping):
         raise KolmTypeError(f"a filter must be a dict, got {type(filters).__name__} {filters!r:.60}")
     nodes: list[Node] = []
@@ -189,18 +204,18 @@ def parse_filter(filters: Mapping[str, Any]) -> Node:
         if not isinstance(key, str):
             raise KolmTypeError(f"filter field names must be strings, got {type(key).__name__} {key!r}")
         if key in ("$and", "$or", "$nor"):
-            if isinstance(cond, (str, bytes, Mapping)) or not isinstance(cond, _SEQUENCES) or len(cond) == 0:
+            if not _is_values(cond) or len(cond) == 0:
                 raise KolmTypeError(f"filter operator {key!r} takes a non-empty list of filters, got {cond!r:.60}")
             items: list[Any] = list(cond)
-            parts = tuple(parse_filter(c) for c in items)
+            parts = tuple(parse_filter(c, depth + 1) for c in items)
             node: Node = ("and", parts) if key == "$and" else ("or", parts)
             nodes.append(("not", node) if key == "$nor" else node)
         elif key == "$not":
-            nodes.append(("not", parse_filter(cond)))
+            nodes.append(("not", parse_filter(cond, depth + 1)))
         elif key.startswith("$"):
             raise KolmValueError(f"unknown filter operator {key!r}; at the top level: {', '.join(LOGICAL_OPERATORS)}")
         else:
-            nodes.append(_condition(key, cond))
+            nodes.append(_condition(key, cond, depth + 1))
     if not nodes:
         return ("all",)
     return nodes[0] if len(nodes) == 1 else ("and", tuple(nodes))

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -340,6 +341,27 @@ def test_errors_name_field_and_operator(f: dict[Any, Any], error: type[Exception
     with pytest.raises(error, match=match):
         DocumentTable.from_documents(DOCS).filter_mask(f)
     assert oracle(f, DOCS) is None
+
+
+def test_deep_nesting_is_a_clear_error_and_any_collection_means_membership() -> None:
+    table = DocumentTable.from_documents(DOCS)
+    deep: dict[str, Any] = {"lang": "en"}
+    for _ in range(5000):
+        deep = {"$not": deep}
+    with pytest.raises(KolmValueError, match="nested deeper than 64"):
+        table.filter_mask(deep)
+    field_deep: dict[str, Any] = {"$gt": 1}
+    for _ in range(5000):
+        field_deep = {"$not": field_deep}
+    with pytest.raises(KolmValueError, match="'year' is nested deeper"):
+        table.filter_mask({"year": field_deep})
+    ok: dict[str, Any] = {"lang": "en"}
+    for _ in range(30):
+        ok = {"$not": {"$not": ok}}
+    assert list(table.filter_mask(ok)) == [True, False, False, False]  # type: ignore[arg-type]
+    for values in ({"en": 1}.keys(), pd.Series(["en"]), pd.Index(["en", "xx"])):
+        assert list(table.filter_mask({"lang": values})) == [True, False, False, False]  # type: ignore[arg-type]
+    assert list(table.filter_mask({"year": range(1999, 2002)})) == [True, True, False, False]  # type: ignore[arg-type]
 
 
 def test_parse_is_table_free_and_hashable() -> None:
