@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
+from kolm_search.errors import FilterError, KolmTypeError, KolmValueError
 
 __all__ = ["FIELD_OPERATORS", "FieldColumn", "FilterError", "LOGICAL_OPERATORS", "MAX_DEPTH", "compile_filter",
            "parse_filter"]
@@ -68,16 +68,6 @@ _EXACT = 2.0**53  # integers below this compare exactly as float64
 
 Canon = tuple[int, Any]
 Node = tuple[Any, ...]
-
-
-class FilterError(SearchError):
-    """A retriever could not apply one query's filter (unknown field or operator, operand of
-    the wrong type); ``row`` is that query's row in its :class:`~kolm_search.frame.QueryBatch`
-    (the stage runner turns it into the query's position in the batch)."""
-
-    def __init__(self, stage: str, message: str, cause: BaseException | None = None, *, row: int = 0) -> None:
-        super().__init__(stage, message, cause)
-        self.row = row
 
 
 # -- values ----------------------------------------------------------------------------
