@@ -258,12 +258,17 @@ class Stages:
         try:
             if columnar and is_batch_retriever(retriever):
                 out: list[Candidates] = [Candidates(docs=[]) for _ in contexts]
-                # one sub-batch per mode and target limit: each query's lists (expansions, a
-                # composite's children) are cut at its own limit before fusion, as in single search
-                for mode, target in dict.fromkeys((c.plan.mode, c.plan.target_limit) for c in contexts):
-                    rows = [i for i, c in enumerate(contexts) if (c.plan.mode, c.plan.target_limit) == (mode, target)]
+                # one sub-batch per mode, and per target limit where lists are fused (expansions, a
+                # composite's children): each query's lists are then cut at its own limit before
+                # fusion, as in single search; unfused lists are cut after, which is the same
+                children = isinstance(getattr(retriever, "retrievers", None), list)
+                keys = [(c.plan.mode, c.plan.target_limit if children or len(c.plan.expanded_queries) > 1 else None)
+                        for c in contexts]
+                for key in dict.fromkeys(keys):
+                    rows = [i for i, k in enumerate(keys) if k == key]
+                    target = max(contexts[i].plan.target_limit for i in rows)
                     try:
-                        found = await self._retrieve_batch(retriever, [contexts[i] for i in rows], mode, target)
+                        found = await self._retrieve_batch(retriever, [contexts[i] for i in rows], key[0], target)
                     except FilterError as exc:
                         if len(contexts) == 1:
                             raise
@@ -314,9 +319,8 @@ class Stages:
             raise SearchError(S.RETRIEVER, f"retrieve_batch must return a CandidateFrame of {len(contexts)} queries, "
                                            f"got {frame!r}")
         ptr = frame.ptr
-        return [Candidates(table, frame.doc[ptr[j]:min(ptr[j + 1], ptr[j] + limit)],
-                           frame.score[ptr[j]:min(ptr[j + 1], ptr[j] + limit)])
-                for j in range(len(contexts))]
+        cut = [min(int(ptr[j + 1]), int(ptr[j]) + c.plan.target_limit) for j, c in enumerate(contexts)]
+        return [Candidates(table, frame.doc[ptr[j]:cut[j]], frame.score[ptr[j]:cut[j]]) for j in range(len(contexts))]
 
     async def finish(self, contexts: list[SearchPipelineContext], candidates: list[Candidates],
                      durations: dict[str, float]) -> list[Outcome]:
