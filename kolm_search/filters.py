@@ -6,8 +6,9 @@ Grammar (``filters`` of a request; every clause of a dict must hold)::
     clause    := field: condition
                | "$and": [filter, ...]  |  "$or": [filter, ...]  |  "$nor": [filter, ...]
                | "$not": filter
-    condition := value                              same as {"$eq": value}
-               | list / tuple / set / ndarray       same as {"$in": values}
+    condition := value                              same as {"$eq": value} (a dict without
+                                                    "$" keys too: equality of dicts)
+               | list / tuple / set / 1-D array ... same as {"$in": values}
                | {operator: operand, ...}           all operators
     operator  := $eq $ne $in $nin $gt $gte $lt $lte $exists | "$not": {operator: operand, ...}
 
@@ -26,7 +27,7 @@ metadata key (``metadata.<key>`` reaches a key shadowed by a field). Semantics f
 - ``$exists`` takes a bool.
 
 Anything else (an unknown field or operator, an operand of the wrong type, a NaN operand, an
-empty ``$and``) raises :class:`KolmValueError` / :class:`KolmTypeError` naming the field
+empty ``$and``, nesting deeper than :data:`MAX_DEPTH`) raises :class:`KolmValueError` / :class:`KolmTypeError` naming the field
 and the operator. Compilation is vectorised per field: each field's elements are laid out
 once per table (:class:`FieldColumn`), each operator is one numpy/pandas operation over them.
 """

@@ -29,8 +29,7 @@ import numpy.typing as npt
 
 from kolm_search._aio import resolve
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.errors import DEDUPLICATOR_STAGE, PIPELINE_STAGES, SearchError
-from kolm_search.filters import FilterError
+from kolm_search.errors import DEDUPLICATOR_STAGE, PIPELINE_STAGES, FilterError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.ports import BatchRetriever
 from kolm_search.types import (

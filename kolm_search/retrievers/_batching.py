@@ -8,8 +8,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search.doctable import DocumentTable
-from kolm_search.errors import PIPELINE_STAGES, KolmError
-from kolm_search.filters import FilterError, parse_filter
+from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmError
+from kolm_search.filters import parse_filter
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import fuse_frame
 from kolm_search.types import SearchDocument, SearchPipelineContext

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from kolm_search._aio import log, resolve
-from kolm_search.errors import PIPELINE_STAGES, KolmTypeError, KolmValueError, SearchError
-from kolm_search.filters import FilterError
+from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
 from kolm_search.ports import Logger, Retriever
