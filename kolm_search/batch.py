@@ -7,7 +7,7 @@ per single search and is not used here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,7 +25,7 @@ from kolm_search.types import (
     SearchResponseMetadata,
 )
 
-__all__ = ["BatchResult", "parse_queries", "run_frame"]
+__all__ = ["BatchResult", "parse_queries", "raw_requests", "run_frame"]
 
 S = PIPELINE_STAGES
 
@@ -76,19 +76,52 @@ class BatchResult:
         return len(self.qids)
 
 
+def _check_qids(qids: pd.Series) -> None:
+    """``SearchError(client)`` naming the row of a missing (None/NaN/NA) or unhashable qid, or a
+    duplicate."""
+    missing = qids.isna().to_numpy()
+    if missing.any():
+        row = int(np.argmax(missing))
+        raise SearchError(S.CLIENT, f"queries DataFrame row {row} has a missing qid ({qids.iloc[row]!r}); "
+                                    "every query needs an id")
+    if qids.dtype == object:  # typed columns (int, str, ...) hold hashable values only
+        for row, qid in enumerate(qids):
+            if not _hashable(qid):
+                raise SearchError(S.CLIENT, f"queries DataFrame row {row}: qid {qid!r:.60} is not hashable "
+                                            f"({type(qid).__name__}); use str or int ids")
+    dup = qids.duplicated().to_numpy()
+    if dup.any():
+        row = int(np.argmax(dup))
+        first = next(i for i, q in enumerate(qids) if q == qids.iloc[row])
+        raise SearchError(S.CLIENT, f"queries DataFrame has duplicate qid {qids.iloc[row]!r} (rows {first} and {row})")
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
 def parse_queries(queries: Any, *, limit: int | None, offset: int, mode: str | None,
                   filters: dict[str, Any] | None) -> tuple[list[Any], list[SearchRequest]]:
-    """Query ids and requests from a list of str / SearchRequest / dict, or a DataFrame."""
+    """Query ids and requests from a list of str / SearchRequest / dict, or a DataFrame.
+
+    Raises ``SearchError(stage="client")`` naming the row or position: a DataFrame without
+    ``qid``/``query``, a missing, unhashable or duplicate qid, an item that is not a request,
+    ``filters`` that are not a dict. Each request's fields are checked later, as in single search.
+    """
+    if filters is not None and not isinstance(filters, Mapping):
+        raise SearchError(S.CLIENT, f"filters must be a dict, got {type(filters).__name__} {filters!r:.60}")
     defaults = {"limit": limit, "offset": offset, "mode": mode, "filters": dict(filters or {})}
     if isinstance(queries, pd.DataFrame):
         missing = [c for c in ("qid", "query") if c not in queries.columns]
         if missing:
             raise SearchError(S.CLIENT, f"queries DataFrame lacks column(s) {missing}; has {list(queries.columns)}")
-        if queries["qid"].duplicated().any():
-            dup = queries["qid"][queries["qid"].duplicated()].iloc[0]
-            raise SearchError(S.CLIENT, f"queries DataFrame has duplicate qid {dup!r}")
+        _check_qids(queries["qid"])
         return list(queries["qid"]), [SearchRequest(query=q, **defaults) for q in queries["query"]]  # type: ignore[arg-type]
-    if isinstance(queries, (str, bytes)) or not isinstance(queries, Sequence):
+    if isinstance(queries, (str, bytes, Mapping)) or not isinstance(queries, Sequence):
         raise SearchError(S.CLIENT, f"queries must be a list or a DataFrame with qid and query, got {type(queries).__name__}")
     requests = []
     for i, q in enumerate(queries):
@@ -104,13 +137,35 @@ def parse_queries(queries: Any, *, limit: int | None, offset: int, mode: str | N
     return list(range(len(requests))), requests
 
 
+def raw_requests(queries: Any, *, limit: int | None, offset: Any, mode: Any, filters: Any) -> list[dict[str, Any]]:
+    """Each query as the dict single search would get (what an ``input_schema`` checks): a
+    request's own fields, the keywords it falls back to, and for strings and DataFrame rows the
+    keywords given (``offset`` when not 0). Call after :func:`parse_queries` accepted ``queries``."""
+    given = {k: v for k, v in (("limit", limit), ("mode", mode), ("filters", filters)) if v is not None}
+    if offset != 0:
+        given["offset"] = offset
+    texts = list(queries["query"]) if isinstance(queries, pd.DataFrame) else list(queries)
+    out = []
+    for q in texts:
+        if isinstance(q, str) or isinstance(queries, pd.DataFrame):
+            out.append({"query": q, **given})
+            continue
+        raw = q.to_dict() if isinstance(q, SearchRequest) else dict(q)
+        out.append(raw | {k: given[k] for k in ("limit", "mode") if k in given and raw.get(k) is None})
+    return out
+
+
 def run_frame(qids: list[Any], reqs: list[SearchRequest], pages: list[Candidates]) -> pd.DataFrame:
     """The run ``qid, doc_id, rank, score`` of each query's page (``rank`` counts from the
     full ranking, so ``offset`` shows; documents without a score get ``1 / (rank + 1)``)."""
     counts = np.array([len(p) for p in pages], dtype=np.int64)
     n = int(counts.sum())
-    qid_col = np.repeat(np.asarray(qids, dtype=object), counts) if n else np.zeros(0, dtype=object)
-    offsets = np.array([r.offset for r in reqs], dtype=np.int64)
+    qid_arr = np.empty(len(qids), dtype=object)
+    for i, qid in enumerate(qids):  # element-wise: tuple qids stay tuples
+        qid_arr[i] = qid
+    qid_col = np.repeat(qid_arr, counts) if n else np.zeros(0, dtype=object)
+    # a page is empty unless offset < candidates <= n_docs: only non-empty pages need theirs
+    offsets = np.array([r.offset if len(p) else 0 for r, p in zip(reqs, pages, strict=True)], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else counts
     rank = np.arange(n) - np.repeat(starts, counts) + np.repeat(offsets, counts)
     parts = [p.ids_scores() for p in pages]

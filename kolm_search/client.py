@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from kolm_search._aio import run_blocking, run_sync
-from kolm_search.batch import BatchResult
+from kolm_search.batch import BatchResult, parse_queries, raw_requests
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.guards import coerce_request
 from kolm_search.pipeline import SearchPipeline
-from kolm_search.schema import validate_with_schema
+from kolm_search.schema import validate_each, validate_with_schema
 from kolm_search.types import SearchRequest, SearchResponse
 
 __all__ = ["SearchClient"]
@@ -60,14 +60,17 @@ class SearchClient:
 
     async def search_batch_async(self, queries: Any, *, limit: int | None = None, offset: int = 0,
                                  mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
-        """Async :meth:`search_batch` (input schema checked per request)."""
-        if self.options.input_schema is not None:
-            from kolm_search.batch import parse_queries
-
-            _, reqs = parse_queries(queries, limit=limit, offset=offset, mode=mode, filters=filters)
-            for req in reqs:
-                validate_with_schema(self.options.input_schema, req.to_dict(), "input")
-        return await self.pipeline.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters)
+        """Async :meth:`search_batch`; ``input_schema`` and ``output_schema`` check each query's
+        request and response as :meth:`search` does (an issue's path starts with the qid)."""
+        if self.options.input_schema is not None:  # what single search would check, per query
+            qids, _ = parse_queries(queries, limit=limit, offset=offset, mode=mode, filters=filters)
+            raw = raw_requests(queries, limit=limit, offset=offset, mode=mode, filters=filters)
+            validate_each(self.options.input_schema, zip(qids, raw, strict=True), "input")
+        result = await self.pipeline.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters)
+        if self.options.output_schema is not None:  # builds the responses that single search checks
+            validate_each(self.options.output_schema, ((q, r.to_dict()) for q, r in zip(result.qids, result.responses,
+                                                                                          strict=True)), "output")
+        return result
 
     def search_batch(self, queries: Any, *, limit: int | None = None, offset: int = 0,
                      mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:

@@ -10,7 +10,7 @@ content    str          text
 title      str or None
 source     str or None
 tags       list or None
-metadata   dict or None arbitrary metadata; filters match its keys
+metadata   dict or None arbitrary metadata; filters match its keys (kolm_search.filters)
 =========  ===========  =====================================================
 
 Everything below the edge speaks codes (``int64`` row positions), never string ids.
@@ -19,7 +19,6 @@ Everything below the edge speaks codes (``int64`` row positions), never string i
 from __future__ import annotations
 
 import json
-import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import KolmTypeError, KolmValueError
+from kolm_search.filters import FieldColumn, compile_filter, parse_filter
 from kolm_search.types import SearchDocument
 
 __all__ = ["DOCUMENT_FIELDS", "DocumentTable"]
@@ -74,7 +74,9 @@ class DocumentTable:
         self.frame: pd.DataFrame = frame[list(DOCUMENT_FIELDS)]
         self.ids: npt.NDArray[np.object_] = ids.to_numpy(dtype=object)
         self._index = pd.Index(self.ids)
-        self._meta_cache: dict[str, npt.NDArray[np.object_]] = {}
+        self._columns: dict[str, FieldColumn] = {}
+        #: the last batch's filter trees, mask ids and masks (see retrievers._batching.filter_masks)
+        self.last_masks: tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.uint8]] | None = None
 
     # -- constructors ------------------------------------------------------------------
     @classmethod
@@ -136,40 +138,44 @@ class DocumentTable:
             ))
         return out
 
-    # -- filters -----------------------------------------------------------------------
-    def _field_values(self, name: str) -> npt.NDArray[np.object_]:
+    # -- filters (grammar and semantics: kolm_search.filters) ----------------------------
+    def field_values(self, name: str) -> list[Any]:
+        """One value per document of field ``name``: a document field, else a metadata key
+        (``metadata.<key>`` names a metadata key explicitly); ``None`` where absent.
+
+        Raises ``KolmValueError`` when no document has the field.
+        """
         if name in DOCUMENT_FIELDS and name != "metadata":
-            return self.frame[name].to_numpy(dtype=object)
-        if name not in self._meta_cache:
-            metas = self.frame["metadata"].tolist()
-            if not any(isinstance(m, Mapping) and name in m for m in metas):
-                fields = sorted(set(DOCUMENT_FIELDS) - {"metadata"} | {k for m in metas if isinstance(m, Mapping) for k in m})
-                raise KolmValueError(f"unknown filter field {name!r}; known fields: {fields[:20]}")
-            self._meta_cache[name] = np.array([m.get(name) if isinstance(m, Mapping) else None for m in metas], dtype=object)
-        return self._meta_cache[name]
+            return self.frame[name].tolist()
+        key = name[len("metadata."):] if name.startswith("metadata.") else name
+        metas = self.frame["metadata"].tolist()
+        if not any(isinstance(m, Mapping) and key in m for m in metas):
+            fields = sorted(set(DOCUMENT_FIELDS) - {"metadata"} | {k for m in metas if isinstance(m, Mapping) for k in m})
+            raise KolmValueError(f"unknown filter field {name!r}; known fields: {fields[:20]}")
+        return [m.get(key) if isinstance(m, Mapping) else None for m in metas]
+
+    def field_column(self, name: str) -> FieldColumn:
+        """The elements of field ``name`` laid out for filtering (built once, then cached)."""
+        column = self._columns.get(name)
+        if column is None:
+            column = self._columns[name] = FieldColumn.build(name, self.field_values(name), self.ids)
+        return column
 
     def filter_mask(self, filters: Mapping[str, Any] | None) -> npt.NDArray[np.bool_] | None:
-        """Boolean mask (n_docs,) of the documents matching every filter; ``None`` for no filter.
+        """Boolean mask (n_docs,) of the documents matching ``filters``; ``None`` for no filter.
 
-        A scalar value means equality, a list means membership. On list-valued fields
-        (``tags``, list metadata) a document matches when any of its values matches.
-        Raises ``KolmValueError`` for an unknown field.
+        ``filters`` follows :mod:`kolm_search.filters` (MongoDB-style operators; a bare value
+        means ``$eq``, a list ``$in``; on list fields such as ``tags`` any element may match).
+        Raises ``KolmValueError``/``KolmTypeError`` naming the field and operator for an
+        unknown field or operator or an operand of the wrong type.
         """
         if not filters:
             return None
-        mask = np.ones(len(self), dtype=bool)
-        for name, wanted in filters.items():
-            values = self._field_values(name)
-            allowed = list(wanted) if isinstance(wanted, (list, tuple, set, frozenset)) else [wanted]
-            allowed_set = {_canon(a) for a in allowed}
+        return self.compile(parse_filter(filters))
 
-            def hit(v: Any, allowed_set: set[tuple[str, Any]] = allowed_set) -> bool:
-                if isinstance(v, (list, tuple)):
-                    return any(_canon(x) in allowed_set for x in v)
-                return v is not None and _canon(v) in allowed_set
-
-            mask &= np.fromiter((hit(v) for v in values), dtype=bool, count=len(values))
-        return mask
+    def compile(self, tree: Any) -> npt.NDArray[np.bool_]:
+        """The mask (n_docs,) of a filter tree from :func:`kolm_search.filters.parse_filter`."""
+        return compile_filter(tree, self.field_column, len(self))
 
     # -- persistence (parquet, no pickle) ----------------------------------------------
     def save(self, path: str | Path) -> None:
@@ -197,17 +203,6 @@ class DocumentTable:
 
     def __repr__(self) -> str:
         return f"DocumentTable({len(self)} documents)"
-
-
-def _canon(v: Any) -> tuple[str, Any]:
-    """Comparable form of a filter value: numbers by value (2000 == 2000.0), bools apart."""
-    if isinstance(v, (bool, np.bool_)):
-        return ("b", bool(v))
-    if isinstance(v, numbers.Real):
-        return ("n", float(v))
-    if isinstance(v, str):
-        return ("s", v)
-    return ("j", json.dumps(v, sort_keys=True, default=str))
 
 
 def _is_missing(v: Any) -> bool:

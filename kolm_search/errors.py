@@ -7,6 +7,7 @@ type" it keeps the matching builtin as a second base (``except ValueError`` keep
     Exception
      +-- KolmError                        anything kolm_search raises on purpose
           +-- SearchError                 a named pipeline stage failed (.stage, .cause)
+          |    +-- FilterError            a query's filter cannot be applied (.row in its batch)
           +-- SchemaValidationError       an input/output schema rejected a request or response
           +-- KolmValueError (ValueError) bad argument or data; the message names field and value
           |    +-- FrameValidationError   a candidate frame, run or qrels breaks its schema
@@ -29,6 +30,7 @@ __all__ = [
     "DEDUPLICATOR_STAGE",
     "DistributedError",
     "DownloadError",
+    "FilterError",
     "FrameValidationError",
     "KolmError",
     "KolmTypeError",
@@ -136,6 +138,16 @@ class SearchError(KolmError):
             return exc
         detail = str(exc) or type(exc).__name__
         return cls(stage, f"{type(exc).__name__}: {detail}", cause=exc)
+
+
+class FilterError(SearchError):
+    """A retriever could not apply one query's filter (unknown field or operator, operand of
+    the wrong type); ``row`` is that query's row in its ``QueryBatch`` (the stage runner turns
+    it into the query's position in the batch)."""
+
+    def __init__(self, stage: str, message: str, cause: BaseException | None = None, *, row: int = 0) -> None:
+        super().__init__(stage, message, cause)
+        self.row = row
 
 
 @dataclass(frozen=True)

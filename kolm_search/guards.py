@@ -14,6 +14,7 @@ from kolm_search.types import SEARCH_MODES, SearchRequest
 __all__ = ["coerce_request", "resolve_request"]
 
 _STAGE = PIPELINE_STAGES.CLIENT
+_INT64_MAX = 2**63 - 1
 
 
 def coerce_request(request: Any) -> SearchRequest:
@@ -36,7 +37,8 @@ def resolve_request(request: SearchRequest, options: SearchPipelineOptions) -> S
     SearchError
         ``stage="client"``, the message naming the field and value, for an empty or
         whitespace-only query, a query over ``max_query_length``, a ``limit`` that is not a
-        positive int, an ``offset`` that is not a non-negative int, an unknown ``mode``, or
+        positive int, an ``offset`` that is not a non-negative int (either above ``2**63 - 1``),
+        an unknown ``mode``, or
         ``filters``/``context`` that are not dicts.
     """
     query = request.query
@@ -55,6 +57,9 @@ def resolve_request(request: SearchRequest, options: SearchPipelineOptions) -> S
     offset = request.offset
     if not _is_int(offset) or offset < 0:
         raise SearchError(_STAGE, f"offset must be a non-negative integer, got {offset!r}")
+    for name, value in (("limit", limit), ("offset", offset)):  # ranks and counts are int64
+        if value > _INT64_MAX:
+            raise SearchError(_STAGE, f"{name} must be at most 2**63 - 1, got {value!r}")
     mode = options.default_mode if request.mode is None else request.mode
     if mode not in SEARCH_MODES:
         raise SearchError(_STAGE, f"mode must be one of {list(SEARCH_MODES)}, got {request.mode!r}")

@@ -11,12 +11,12 @@ pydantic is duck-typed, never imported here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from kolm_search.errors import KolmTypeError, SchemaIssue, SchemaValidationError
 
-__all__ = ["validate_with_schema"]
+__all__ = ["validate_each", "validate_with_schema"]
 
 
 def _pydantic_issues(exc: Exception) -> list[SchemaIssue] | None:
@@ -67,3 +67,15 @@ def validate_with_schema(schema: Any, value: dict[str, Any], target: Literal["in
     ]
     if issues:
         raise SchemaValidationError(target, issues)
+
+
+def validate_each(schema: Any, values: Iterable[tuple[Any, dict[str, Any]]], target: Literal["input", "output"]) -> None:
+    """:func:`validate_with_schema` for each ``(qid, value)`` of a batch; the first failure is
+    raised with every issue's path starting with the query's id."""
+    if schema is None:
+        return
+    for qid, value in values:
+        try:
+            validate_with_schema(schema, value, target)
+        except SchemaValidationError as exc:
+            raise SchemaValidationError(target, [SchemaIssue(i.message, (qid, *i.path)) for i in exc.issues]) from exc

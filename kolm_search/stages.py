@@ -18,6 +18,7 @@ response is built. Any exception a port raises becomes ``SearchError(stage=...)`
 from __future__ import annotations
 
 import asyncio
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,12 +30,20 @@ import numpy.typing as npt
 from kolm_search._aio import resolve
 from kolm_search._deadlines import TIMED_OUT, call_with_deadline
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.errors import DEDUPLICATOR_STAGE, PIPELINE_STAGES, SearchError
+from kolm_search.errors import DEDUPLICATOR_STAGE, PIPELINE_STAGES, FilterError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.ports import BatchRetriever
-from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest, as_documents
+from kolm_search.types import (
+    SEARCH_MODES,
+    QueryPlan,
+    SearchDocument,
+    SearchPipelineContext,
+    SearchRequest,
+    as_documents,
+)
 
-__all__ = ["Candidates", "Outcome", "STAGE_ORDER", "Stages", "dedup_report", "embedding_matrix", "is_batch_retriever"]
+__all__ = ["Candidates", "Outcome", "STAGE_ORDER", "Stages", "check_plan", "dedup_report", "embedding_matrix",
+           "is_batch_retriever"]
 
 S = PIPELINE_STAGES
 STAGE_ORDER = (S.PLANNER, S.CACHE_GET, S.INTENT_CLASSIFIER, S.EMBEDDER, S.RETRIEVER, DEDUPLICATOR_STAGE, S.RERANKER,
@@ -68,6 +77,24 @@ def embedding_matrix(value: Any, n_expected: int, *, what: str) -> npt.NDArray[n
     if not np.all(np.isfinite(mat)):
         raise SearchError(S.EMBEDDER, f"{what} returned NaN or infinite values")
     return mat
+
+
+def check_plan(plan: Any) -> None:
+    """``SearchError(stage="planner")`` unless ``plan`` is a ``QueryPlan`` whose mode is known,
+    whose ``target_limit`` is a positive int and whose queries are strings (single and batch
+    search then read it alike)."""
+    if not isinstance(plan, QueryPlan):
+        raise SearchError(S.PLANNER, f"planner must return a QueryPlan, got {type(plan).__name__}")
+    target = plan.target_limit
+    if isinstance(target, bool) or not isinstance(target, numbers.Integral) or target < 1:
+        raise SearchError(S.PLANNER, f"planner returned target_limit {target!r}; expected a positive integer")
+    if plan.mode not in SEARCH_MODES:
+        raise SearchError(S.PLANNER, f"planner returned mode {plan.mode!r}; expected one of {list(SEARCH_MODES)}")
+    queries = plan.expanded_queries
+    if not isinstance(plan.normalized_query, str) or not isinstance(queries, list) or not queries or \
+            not all(isinstance(q, str) for q in queries):
+        raise SearchError(S.PLANNER, f"planner returned queries {plan.normalized_query!r}, {queries!r:.80}; "
+                                     "expected a string and a non-empty list of strings")
 
 
 def dedup_report(before: list[SearchDocument], after: list[SearchDocument], deduplicator: Any) -> dict[str, Any]:
@@ -178,8 +205,7 @@ class Stages:
         plans = await asyncio.gather(*(self.call(S.PLANNER, durations, self.modules.planner.plan, r)
                                        for r in requests))
         for plan in plans:
-            if not isinstance(plan, QueryPlan):
-                raise SearchError(S.PLANNER, f"planner must return a QueryPlan, got {type(plan).__name__}")
+            check_plan(plan)
         return list(plans)
 
     async def execute(self, contexts: list[SearchPipelineContext], durations: dict[str, float], *,
@@ -209,8 +235,10 @@ class Stages:
         if not rows:
             return
         if embedder is None:
-            if any(c.plan.mode == "vector" for c in rows):
-                raise SearchError(S.EMBEDDER, "mode 'vector' needs an embedder, but none is configured")
+            vector = [i for i, c in enumerate(contexts) if c.plan.mode == "vector"]
+            if vector:
+                where = f"query {vector[0]} (position in the batch): " if len(contexts) > 1 else ""
+                raise SearchError(S.EMBEDDER, f"{where}mode 'vector' needs an embedder, but none is configured")
             return
         texts = [q for c in rows for q in c.plan.expanded_queries]
         t0 = time.perf_counter()
@@ -245,10 +273,23 @@ class Stages:
         try:
             if columnar and is_batch_retriever(retriever):
                 out: list[Candidates] = [Candidates(docs=[]) for _ in contexts]
-                for mode in dict.fromkeys(c.plan.mode for c in contexts):  # one sub-batch per mode
-                    rows = [i for i, c in enumerate(contexts) if c.plan.mode == mode]
-                    for i, cands in zip(rows, await self._retrieve_batch(retriever, [contexts[i] for i in rows], mode),
-                                        strict=True):
+                # one sub-batch per mode, and per target limit where lists are fused (expansions, a
+                # composite's children): each query's lists are then cut at its own limit before
+                # fusion, as in single search; unfused lists are cut after, which is the same
+                children = isinstance(getattr(retriever, "retrievers", None), list)
+                keys = [(c.plan.mode, c.plan.target_limit if children or len(c.plan.expanded_queries) > 1 else None)
+                        for c in contexts]
+                for key in dict.fromkeys(keys):
+                    rows = [i for i, k in enumerate(keys) if k == key]
+                    target = max(contexts[i].plan.target_limit for i in rows)
+                    try:
+                        found = await self._retrieve_batch(retriever, [contexts[i] for i in rows], key[0], target)
+                    except FilterError as exc:
+                        if len(contexts) == 1:
+                            raise
+                        raise FilterError(exc.stage, f"query {rows[exc.row]} (position in the batch): "
+                                          f"{exc.message[len(exc.stage) + 3:]}", exc.cause, row=rows[exc.row]) from exc
+                    for i, cands in zip(rows, found, strict=True):
                         out[i] = cands
                 return out
             return list(await asyncio.gather(*(self._retrieve_one(retriever, c) for c in contexts)))
@@ -265,7 +306,7 @@ class Stages:
             raise SearchError.wrap(S.RETRIEVER, exc) from exc
 
     async def _retrieve_batch(self, retriever: BatchRetriever, contexts: list[SearchPipelineContext],
-                              mode: str) -> list[Candidates]:
+                              mode: str, target: int) -> list[Candidates]:
         texts: list[str] = []
         owner: list[int] = []
         emb_rows: list[npt.NDArray[np.float32]] = []
@@ -278,8 +319,10 @@ class Stages:
             elif c.embeddings is not None:
                 emb_rows.append(np.asarray(c.embeddings, dtype=np.float32)[None, :])
         emb = np.concatenate(emb_rows) if emb_rows and sum(len(e) for e in emb_rows) == len(texts) else None
-        batch = QueryBatch(texts=texts, owner=np.asarray(owner, np.int64), n_queries=len(contexts),
-                           limit=max(c.plan.target_limit for c in contexts),
+        table = retriever.table
+        assert table is not None  # is_batch_retriever
+        limit = max(1, min(target, len(table)))  # no retriever returns more than the table
+        batch = QueryBatch(texts=texts, owner=np.asarray(owner, np.int64), n_queries=len(contexts), limit=limit,
                            filters=[dict(c.request.filters) for c in contexts], embeddings=emb, mode=mode)
         try:
             frame: CandidateFrame = await self.port(S.RETRIEVER, retriever.retrieve_batch, batch)
@@ -296,9 +339,8 @@ class Stages:
             raise SearchError(S.RETRIEVER, f"retrieve_batch returned document codes beyond its table "
                                            f"({n_docs} rows) or non-numeric or NaN scores")
         ptr = frame.ptr
-        return [Candidates(retriever.table, frame.doc[ptr[j]:min(ptr[j + 1], ptr[j] + c.plan.target_limit)],
-                           frame.score[ptr[j]:min(ptr[j + 1], ptr[j] + c.plan.target_limit)])
-                for j, c in enumerate(contexts)]
+        cut = [min(int(ptr[j + 1]), int(ptr[j]) + c.plan.target_limit) for j, c in enumerate(contexts)]
+        return [Candidates(table, frame.doc[ptr[j]:cut[j]], frame.score[ptr[j]:cut[j]]) for j in range(len(contexts))]
 
     async def finish(self, contexts: list[SearchPipelineContext], candidates: list[Candidates],
                      durations: dict[str, float]) -> list[Outcome]:

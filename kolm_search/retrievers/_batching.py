@@ -8,12 +8,15 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search.doctable import DocumentTable
-from kolm_search.errors import KolmValueError, SearchError
+from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmError
+from kolm_search.filters import parse_filter
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import fuse_frame
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["BatchRetriever", "batch_from_context", "filter_masks", "frame_from_topk", "fuse_expansions"]
+
+_KEEP_BYTES = 64 << 20  # a table keeps its last batch's masks up to this size
 
 
 class BatchRetriever(Protocol):
@@ -22,8 +25,9 @@ class BatchRetriever(Protocol):
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame: ...
 
 
-def batch_from_context(context: SearchPipelineContext) -> QueryBatch:
-    """A batch of one from a pipeline context (expanded queries and embeddings included)."""
+def batch_from_context(context: SearchPipelineContext, n_docs: int | None = None) -> QueryBatch:
+    """A batch of one from a pipeline context (expanded queries and embeddings included); its
+    limit is the plan's ``target_limit``, capped at ``n_docs`` (at least 1)."""
     plan = context.plan
     texts = list(plan.expanded_queries) or [plan.normalized_query]
     emb = context.expanded_embeddings
@@ -32,35 +36,55 @@ def batch_from_context(context: SearchPipelineContext) -> QueryBatch:
     if emb is not None and emb.shape[0] != len(texts):
         emb = None  # not one row per text: a dense retriever embeds the texts itself
     return QueryBatch(texts=texts, owner=np.zeros(len(texts), np.int64), n_queries=1,
-                      limit=int(plan.target_limit), filters=[dict(context.request.filters or {})],
+                      limit=max(1, min(int(plan.target_limit), n_docs if n_docs is not None else int(plan.target_limit))),
+                      filters=[dict(context.request.filters or {})],
                       embeddings=emb, mode=plan.mode)
 
 
 def retrieve_single(retriever: BatchRetriever, context: SearchPipelineContext) -> list[SearchDocument]:
     """The spec's ``retrieve(context)`` on top of ``retrieve_batch``."""
-    frame = retriever.retrieve_batch(batch_from_context(context))
+    frame = retriever.retrieve_batch(batch_from_context(context, len(retriever.table)))
     return retriever.table.documents(frame.doc, frame.score)
 
 
 def filter_masks(table: DocumentTable, filters: list[dict[str, Any]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
-    """Per-query mask ids (-1: unfiltered) and the distinct masks (n_masks, n_docs) uint8."""
+    """Per-query mask ids (-1: unfiltered) and the distinct masks (n_masks, n_docs) uint8.
+
+    Each distinct filter (by its parsed tree) is compiled once per call, and the table keeps
+    the last call's masks (up to 64 MB): the children of a composite, which get the same batch,
+    compile once.
+    A bad filter raises :class:`~kolm_search.filters.FilterError` (stage ``retriever``) naming
+    the field and operator, its ``row`` the query's row in ``filters``.
+    """
+    if not any(filters):
+        return np.full(len(filters), -1, np.int64), np.ones((1, 1), np.uint8)
+    trees: list[Any] = []
+    for i, f in enumerate(filters):
+        try:
+            trees.append(parse_filter(f) if f else None)
+        except KolmError as exc:
+            raise FilterError(PIPELINE_STAGES.RETRIEVER, str(exc), cause=exc, row=i) from exc
+    key = tuple(trees)
+    last = table.last_masks
+    if last is not None and last[0] == key:
+        return last[1], last[2]
     ids = np.full(len(filters), -1, np.int64)
     masks: list[npt.NDArray[np.bool_]] = []
-    seen: dict[str, int] = {}
-    for i, f in enumerate(filters):
-        if not f:
+    seen: dict[Any, int] = {}
+    for i, tree in enumerate(trees):
+        if tree is None:
             continue
-        key = repr(sorted((k, repr(v)) for k, v in f.items()))
-        if key not in seen:
+        if tree not in seen:
             try:
-                mask = table.filter_mask(f)
-            except KolmValueError as exc:
-                raise SearchError("retriever", str(exc), cause=exc) from exc
-            assert mask is not None
-            seen[key] = len(masks)
-            masks.append(mask)
-        ids[i] = seen[key]
+                masks.append(table.compile(tree))
+            except KolmError as exc:
+                raise FilterError(PIPELINE_STAGES.RETRIEVER, str(exc), cause=exc, row=i) from exc
+            seen[tree] = len(masks) - 1
+        ids[i] = seen[tree]
     stacked = np.stack(masks).astype(np.uint8) if masks else np.ones((1, 1), np.uint8)
+    ids.flags.writeable = stacked.flags.writeable = False
+    if stacked.nbytes <= _KEEP_BYTES:
+        table.last_masks = (key, ids, stacked)
     return ids, stacked
 
 

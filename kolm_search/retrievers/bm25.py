@@ -81,10 +81,14 @@ def _tfc(method: str, tf: npt.NDArray[np.float64], norm: npt.NDArray[np.float64]
 
 
 def _reduce_offsets(values: npt.NDArray[np.float32], q_ptr: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-    """Per-query sums of the non-occurrence constants of its (known) tokens, in float32."""
-    m = len(q_ptr) - 1
-    sums = np.add.reduceat(values, q_ptr[:-1]) if len(values) else np.zeros(m, np.float32)
-    return np.where(np.diff(q_ptr) > 0, sums[:m] if len(values) else sums, 0).astype(np.float32)
+    """Per-query sums of the non-occurrence constants of its (known) tokens, in float32.
+
+    ``values`` float32 (nnz,), ``q_ptr`` int64 (m + 1,); a query without a known token (at any
+    position, the last included) sums to 0.
+    """
+    padded = np.append(np.asarray(values, np.float32), np.float32(0))  # every start < len(padded)
+    sums = np.add.reduceat(padded, q_ptr[:-1]) if len(q_ptr) > 1 else np.zeros(0, np.float32)
+    return np.where(np.diff(q_ptr) > 0, sums, 0).astype(np.float32)
 
 
 def query_offsets(stats: CollectionStats, texts: Sequence[str], tokenizer: Tokenizer, method: str, k1: float,
@@ -250,9 +254,9 @@ class BM25Retriever:
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""
+        mask_ids, masks = text_masks(batch, self.table)  # a bad filter fails in every mode
         if batch.mode == "vector" or len(self.table) == 0:
             return CandidateFrame.empty(batch.n_queries)
-        mask_ids, masks = text_masks(batch, self.table)
         docs, scores, counts = self.score_texts(batch.texts, batch.limit, mask_ids, masks)
         return fuse_expansions(frame_from_topk(docs, scores, counts), batch, k=self.fusion_k, n_docs=len(self.table))
 

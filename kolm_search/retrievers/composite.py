@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from kolm_search._aio import log, resolve
-from kolm_search.errors import PIPELINE_STAGES, KolmTypeError, KolmValueError, SearchError
+from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
 from kolm_search.ports import Logger, Retriever
@@ -107,6 +107,9 @@ class CompositeRetriever:
                 task.cancel()
             if pending:  # let the cancellations land before returning or raising
                 await asyncio.gather(*pending, return_exceptions=True)
+            for task in tasks:  # a second failure in the same round is not reported: mark it seen
+                if task.done() and not task.cancelled():
+                    task.exception()
         return [task.result() for task in tasks]
 
     async def _best_effort(
@@ -162,6 +165,9 @@ class CompositeRetriever:
                 frames.append(child.retrieve_batch(batch))  # type: ignore[attr-defined]
                 weights.append(1.0 if self.weights is None else self.weights[index])
             except Exception as exc:
+                if isinstance(exc, FilterError):  # the query's filter is bad: fails every child alike
+                    raise FilterError(_STAGE, f"retrievers[{index}] ({retriever_name(child)}) failed: {exc}", exc,
+                                      row=exc.row) from exc
                 if self.strategy == "fail-fast":
                     raise SearchError(_STAGE, f"retrievers[{index}] ({retriever_name(child)}) failed: {exc}", cause=exc) from exc
                 errors.append(exc)

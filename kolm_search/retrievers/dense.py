@@ -194,6 +194,7 @@ class DenseRetriever:
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""
+        mask_ids, masks = text_masks(batch, self.table)  # a bad filter fails in every mode
         if batch.mode == "fulltext" or len(self.table) == 0:
             return CandidateFrame.empty(batch.n_queries)
         vectors = batch.embeddings
@@ -201,7 +202,6 @@ class DenseRetriever:
             if self.embedder is None:
                 raise SearchError("retriever", "DenseRetriever got no query embeddings and has no embedder")
             vectors = embed_texts(self.embedder, batch.texts)
-        mask_ids, masks = text_masks(batch, self.table)
         docs, scores, counts = self.search_vectors(vectors, batch.limit, mask_ids, masks)
         return fuse_expansions(frame_from_topk(docs, scores, counts), batch, k=self.fusion_k, n_docs=len(self.table))
 
