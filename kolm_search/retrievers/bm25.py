@@ -36,8 +36,16 @@ from kolm_search._kernels import load
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
+from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
-from kolm_search.retrievers._persist import load_arrays, read_manifest, save_arrays, write_manifest
+from kolm_search.retrievers._persist import (
+    load_array,
+    load_table,
+    read_json,
+    read_manifest,
+    save_arrays,
+    write_manifest,
+)
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.text import Tokenizer
 from kolm_search.types import SearchDocument, SearchPipelineContext
@@ -54,6 +62,9 @@ BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 Method = Literal["lucene", "robertson", "atire", "bm25l", "bm25+"]
 _FORMAT = "kolm-search/bm25"
 _VERSION = 1
+_ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # saved arrays: kind, dtype written
+    "t_ptr": ("int", np.int64), "t_docs": ("int", np.int32), "t_w": ("float", np.float32),
+    "nonocc": ("float", np.float32), "doc_len": ("int", np.int64)}
 
 
 def _idf(method: str, df: npt.NDArray[np.float64], n: int) -> npt.NDArray[np.float64]:
@@ -270,30 +281,27 @@ class BM25Retriever:
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         self.table.save(root / "documents.parquet")
-        save_arrays(root, {"t_ptr": self.t_ptr, "t_docs": self.t_docs, "t_w": self.t_w,
-                           "nonocc": self.nonocc, "doc_len": self.doc_len})
+        save_arrays(root, {name: np.asarray(getattr(self, name)).astype(dtype, copy=False)
+                           for name, (_, dtype) in _ARRAYS.items()})
         (root / "vocab.json").write_text(json.dumps(self.vocab, ensure_ascii=False), encoding="utf-8")
         write_manifest(root, _FORMAT, _VERSION, self.config(), n_docs=len(self.table))
 
     @classmethod
     def load(cls, path: str | Path, *, mmap: bool = True, n_threads: int | None = None) -> BM25Retriever:
-        """Load an index written by :meth:`save` (arrays memory-mapped by default)."""
+        """Load an index written by :meth:`save` (arrays memory-mapped by default).
+
+        Every file is checked before any search can read it (manifest keys and types, array
+        dtypes, shapes, pointers, document rows, finite weights): a damaged index raises
+        ``KolmValueError`` naming the file and the key or position, never a crash.
+        """
         root = Path(path)
-        manifest = read_manifest(root, _FORMAT, _VERSION)
-        arrays = load_arrays(root, ("t_ptr", "t_docs", "t_w", "nonocc", "doc_len"), mmap=mmap)
-        try:
-            vocab = json.loads((root / "vocab.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise KolmValueError(f"BM25 index {str(root)!r}: cannot read vocab.json: {exc}") from exc
-        table = DocumentTable.load(root / "documents.parquet")
-        n_docs = manifest["n_docs"]
-        ok = (len(table) == n_docs and len(arrays["t_ptr"]) == len(vocab) + 1
-              and int(arrays["t_ptr"][-1]) == len(arrays["t_docs"]) == len(arrays["t_w"])
-              and len(arrays["nonocc"]) == len(vocab) and len(arrays["doc_len"]) == n_docs)
-        if not ok or (len(arrays["t_docs"]) and int(np.max(arrays["t_docs"])) >= n_docs):
-            raise KolmValueError(f"BM25 index {str(root)!r} is inconsistent (mismatched array sizes); rebuild it")
-        cfg = dict(manifest["config"])
-        cfg["tokenizer"] = Tokenizer.from_config(cfg["tokenizer"])
+        manifest = read_manifest(root, _FORMAT, _VERSION, ("n_docs",))
+        cfg = check.bm25_config(root / "manifest.json", manifest["config"], BM25_METHODS)
+        n_docs = check.integer(root / "manifest.json", "n_docs", manifest["n_docs"])
+        vocab = check.vocabulary(root / "vocab.json", read_json(root / "vocab.json"))
+        arrays = {name: load_array(root / f"{name}.npy", kind, 1, mmap=mmap) for name, (kind, _) in _ARRAYS.items()}
+        arrays = check.bm25_arrays(root, arrays, len(vocab), n_docs, cfg["method"])
+        table = load_table(root / "documents.parquet", n_docs)
         return cls(table, **cfg, n_threads=n_threads, _arrays=arrays, _vocab=vocab)
 
     def __repr__(self) -> str:

@@ -19,8 +19,9 @@ from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.ports import Embedder
+from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
-from kolm_search.retrievers._persist import load_arrays, read_manifest, save_arrays, write_manifest
+from kolm_search.retrievers._persist import load_array, load_table, read_manifest, save_arrays, write_manifest
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["DenseRetriever", "corpus_embeddings", "embed_texts", "exact_topk"]
@@ -221,18 +222,23 @@ class DenseRetriever:
     @classmethod
     def load(cls, path: str | Path, embedder: Embedder | None = None, *, mmap: bool = True,
              n_threads: int | None = None) -> DenseRetriever:
-        """Load a retriever written by :meth:`save` (embeddings memory-mapped by default)."""
+        """Load a retriever written by :meth:`save` (embeddings memory-mapped by default).
+
+        Every file is checked first (manifest keys and types, a known metric, the embeddings'
+        dtype, shape and finiteness): a damaged index raises ``KolmValueError`` naming the file
+        and the key or position.
+        """
         root = Path(path)
-        manifest = read_manifest(root, _FORMAT, _VERSION)
-        emb = load_arrays(root, ("embeddings",), mmap=mmap)["embeddings"]
-        table = DocumentTable.load(root / "documents.parquet")
-        if emb.ndim != 2 or emb.shape != (manifest["n_docs"], manifest["dim"]) or len(table) != manifest["n_docs"]:
-            raise KolmValueError(f"dense index {str(root)!r} is inconsistent: embeddings {emb.shape}, "
-                                 f"{len(table)} documents, manifest {manifest['n_docs']}x{manifest['dim']}")
+        manifest = read_manifest(root, _FORMAT, _VERSION, ("n_docs", "dim"))
+        cfg = check.dense_config(root / "manifest.json", manifest["config"])
+        n_docs = check.integer(root / "manifest.json", "n_docs", manifest["n_docs"])
+        dim = check.integer(root / "manifest.json", "dim", manifest["dim"], 0, 1 << 20)
+        path_emb = root / "embeddings.npy"
+        emb = check.dense_embeddings(path_emb, load_array(path_emb, "float", 2, mmap=mmap), n_docs, dim, cfg["metric"])
+        table = load_table(root / "documents.parquet", n_docs)
         self = cls.__new__(cls)
         self.table, self.embedder = table, embedder
-        cfg = manifest["config"]
-        self.metric, self.fields, self.fusion_k = cfg["metric"], tuple(cfg["fields"]), float(cfg["fusion_k"])
+        self.metric, self.fields, self.fusion_k = cfg["metric"], tuple(cfg["fields"]), cfg["fusion_k"]
         self.n_threads = n_threads
         self.embeddings = emb
         return self
