@@ -5,7 +5,8 @@ the invariants the search kernels rely on (vectorised numpy, a few passes over e
 
 - ``t_ptr`` int (V + 1,): starts at 0, never decreases, ends at ``len(t_docs)``;
 - ``t_docs`` int (nnz,): document rows in ``[0, n_docs)``, strictly ascending within a term;
-- ``t_w`` float (nnz,), ``nonocc`` float (V,): finite (``nonocc`` zero unless BM25L/BM25+);
+- ``t_w`` float (nnz,), ``nonocc`` float (V,): finite and non-negative, as every BM25 variant
+  stores them (``nonocc`` zero unless BM25L/BM25+);
 - ``doc_len`` int (n_docs,): non-negative;
 - ``embeddings`` float (n_docs, dim): finite; unit (or zero) rows for the cosine metric.
 
@@ -140,7 +141,7 @@ def _first(bad: npt.NDArray[np.bool_]) -> int:
     return int(np.flatnonzero(bad)[0])
 
 
-def _finite(path: Path, arr: np.ndarray) -> npt.NDArray[np.float32]:
+def _finite(path: Path, arr: np.ndarray, *, non_negative: bool = False) -> npt.NDArray[np.float32]:
     """``arr`` as float32, all finite (NaN and infinities, including overflow of the cast, refused)."""
     with np.errstate(over="ignore", invalid="ignore"):
         out = arr.astype(np.float32, copy=False)
@@ -148,6 +149,9 @@ def _finite(path: Path, arr: np.ndarray) -> npt.NDArray[np.float32]:
         pos = np.unravel_index(_first(~np.isfinite(out).ravel()), out.shape)
         where = ", ".join(str(int(p)) for p in pos)
         raise KolmValueError(f"{path}: value at position {where} is {arr[pos].item()!r}; values must be finite")
+    if non_negative and out.size and out.min() < 0:
+        neg = _first(out.ravel() < 0)
+        raise KolmValueError(f"{path}: value at position {neg} is {out.ravel()[neg].item()!r}; values must be >= 0")
     return out
 
 
@@ -197,13 +201,13 @@ def bm25_arrays(root: Path, arrays: dict[str, np.ndarray], n_vocab: int, n_docs:
         if not ok.all():
             pos = _first(~ok) + 1
             raise KolmValueError(f"{p['t_docs']}: document rows not ascending within a term at position {pos}")
-    nonocc = _finite(p["nonocc"], arrays["nonocc"])
+    nonocc = _finite(p["nonocc"], arrays["nonocc"], non_negative=True)
     if method not in ("bm25l", "bm25+") and nonocc.size and (nonocc.min() != 0 or nonocc.max() != 0):
         raise KolmValueError(f"{p['nonocc']}: must be all zero for method {method!r}")
     doc_len = arrays["doc_len"]
     if doc_len.size and int(doc_len.min()) < 0:
         raise KolmValueError(f"{p['doc_len']}: negative document length at position {_first(doc_len < 0)}")
-    return {"t_ptr": t_ptr, "t_docs": t_docs, "t_w": _finite(p["t_w"], arrays["t_w"]), "nonocc": nonocc,
+    return {"t_ptr": t_ptr, "t_docs": t_docs, "t_w": _finite(p["t_w"], arrays["t_w"], non_negative=True), "nonocc": nonocc,
             "doc_len": doc_len.astype(np.int64, copy=False)}
 
 
@@ -212,12 +216,19 @@ def dense_embeddings(path: Path, emb: np.ndarray, n_docs: int, dim: int, metric:
     if emb.shape != (n_docs, dim):
         raise KolmValueError(f"{path}: has shape {emb.shape}, expected ({n_docs}, {dim}) "
                              f"(manifest.json keys 'n_docs', 'dim')")
-    out = _finite(path, emb)
-    if metric == "cosine" and out.size:
-        sq = np.einsum("ij,ij->i", out, out, dtype=np.float64)
-        bad = (np.abs(sq - 1.0) > 1e-3) & (sq != 0)
-        if bad.any():
-            row = _first(bad)
-            raise KolmValueError(f"{path}: row {row} has norm {math.sqrt(sq[row]):.6g}; "
-                                 f"a cosine index holds unit (or zero) rows")
+    if metric != "cosine":
+        return _finite(path, emb)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = emb.astype(np.float32, copy=False)
+        sq = np.einsum("ij,ij->i", out, out)  # one pass; NaN, infinities and overflow all fail below
+    ok = (np.abs(sq - 1.0) <= 1e-3) | (sq == 0)
+    if not ok.all():
+        row = _first(~ok)
+        values = np.asarray(emb[row], dtype=np.float64)
+        if not np.isfinite(values).all():
+            col = _first(~np.isfinite(values))
+            raise KolmValueError(f"{path}: value at position {row}, {col} is {values[col].item()!r}; "
+                                 f"values must be finite")
+        raise KolmValueError(f"{path}: row {row} has norm {math.sqrt(float(sq[row])):.6g}; "
+                             f"a cosine index holds unit (or zero) rows")
     return out

@@ -161,6 +161,8 @@ class BM25Retriever:
                 raise KolmValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not 0 <= b <= 1:
             raise KolmValueError(f"b must lie in [0, 1], got {b!r}")
+        if k1 == 0 and (method == "bm25+" or (method == "bm25l" and delta == 0)):  # weight(tf=0) is 0/0
+            raise KolmValueError(f"method {method!r} needs k1 > 0{' or delta > 0' if method == 'bm25l' else ''}")
         self.table = documents if isinstance(documents, DocumentTable) else _as_table(documents)
         self.method: Method = method
         self.k1, self.b, self.delta = float(k1), float(b), float(delta)
@@ -199,17 +201,29 @@ class BM25Retriever:
             except KeyError as exc:
                 raise KolmValueError(f"collection stats lack token {exc.args[0]!r} of this shard") from exc
             n_coll, avgdl = int(stats.n_docs), float(stats.avgdl)
+            if n_vocab and df.max() > n_coll:
+                t = int(np.argmax(df))
+                raise KolmValueError(f"collection stats give token {postings.vocab[t]!r} document frequency "
+                                     f"{df[t]:g} above their n_docs {n_coll}")
         p_term, p_doc = postings.p_term, postings.p_doc
-        idf32 = _idf(self.method, df, n_coll).astype(np.float32)
-        norm: npt.NDArray[np.float64] = 1.0 - self.b + self.b * lengths[p_doc].astype(np.float64) / (avgdl or 1.0)
-        w = idf32[p_term].astype(np.float64) * _tfc(self.method, postings.tf.astype(np.float64), norm, self.k1, self.delta)
-        del norm
-        if self.method in ("bm25l", "bm25+"):
-            nonocc = (_idf(self.method, df, n_coll) * _tfc(self.method, np.zeros(1), 1.0, self.k1, self.delta)).astype(np.float32)
-            w -= nonocc[p_term].astype(np.float64)
-        else:
-            nonocc = np.zeros(n_vocab, np.float32)
-        self._set_arrays({"t_ptr": postings.t_ptr, "t_docs": p_doc, "t_w": w.astype(np.float32),
+        with np.errstate(divide="ignore", invalid="ignore"):  # non-finite weights are refused below
+            idf32 = _idf(self.method, df, n_coll).astype(np.float32)
+            norm: npt.NDArray[np.float64] = 1.0 - self.b + self.b * lengths[p_doc].astype(np.float64) / (avgdl or 1.0)
+            w = idf32[p_term].astype(np.float64) * _tfc(self.method, postings.tf.astype(np.float64), norm, self.k1, self.delta)
+            del norm
+            if self.method in ("bm25l", "bm25+"):
+                nonocc = (_idf(self.method, df, n_coll) * _tfc(self.method, np.zeros(1), 1.0, self.k1, self.delta)).astype(np.float32)
+                w -= nonocc[p_term].astype(np.float64)
+            else:
+                nonocc = np.zeros(n_vocab, np.float32)
+        t_w = np.maximum(w, 0.0).astype(np.float32)  # BM25L/BM25+ differences: no float rounding below 0
+        for arr, term_of in ((nonocc, None), (t_w, p_term)):
+            bad = np.flatnonzero(~np.isfinite(arr))
+            if len(bad):
+                t = int(bad[0] if term_of is None else term_of[bad[0]])
+                raise KolmValueError(f"BM25 ({self.method}) weight of token {postings.vocab[t]!r} is not finite "
+                                     f"(document frequency {df[t]:g} of {n_coll} documents)")
+        self._set_arrays({"t_ptr": postings.t_ptr, "t_docs": p_doc, "t_w": t_w,
                           "nonocc": nonocc, "doc_len": lengths}, postings.vocab)
 
     def _set_arrays(self, arrays: Mapping[str, Any], vocab: list[str]) -> None:
