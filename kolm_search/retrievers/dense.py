@@ -32,8 +32,18 @@ _VERSION = 1
 
 
 def _normalise(mat: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    return (mat / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+    """Rows scaled to unit L2 norm (zero rows stay zero), float32 (n, d).
+
+    Each row is first divided by its largest magnitude, so squares neither overflow (rows
+    beyond 1e19) nor underflow (rows below 1e-19): every non-zero row comes out unit.
+    """
+    mat = np.asarray(mat, dtype=np.float32)
+    if mat.size == 0:
+        return mat.copy()
+    scale = np.max(np.abs(mat), axis=1, keepdims=True)
+    out = mat / np.where(scale > 0, scale, np.float32(1))
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return (out / np.where(norms > 0, norms, np.float32(1))).astype(np.float32, copy=False)
 
 
 async def _embed_async(embedder: Any, texts: list[str], batch_size: int) -> npt.NDArray[np.float32]:
