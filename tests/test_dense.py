@@ -100,6 +100,9 @@ def test_errors() -> None:
         DenseRetriever(docs)
     with pytest.raises(KolmValueError, match="shape"):
         DenseRetriever(docs, embeddings=np.zeros((2, 3)))
+    for bad in (-1, float("nan"), "60", True):
+        with pytest.raises(KolmValueError, match="fusion_k must be a finite number >= 0"):
+            DenseRetriever(docs, embeddings=np.zeros((1, 3)), fusion_k=bad)  # type: ignore[arg-type]
     with pytest.raises(KolmValueError, match="NaN"):
         DenseRetriever(docs, embeddings=np.array([[np.nan, 1.0]]))
     with pytest.raises(KolmValueError, match="metric"):

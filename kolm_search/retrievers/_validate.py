@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search.doctable import DOCUMENT_FIELDS
 from kolm_search.errors import KolmValueError
 from kolm_search.text import Tokenizer
 
@@ -75,8 +74,9 @@ def _choice(path: Path, key: str, value: Any, options: Collection[Any]) -> Any:
 
 
 def _fields(path: Path, key: str, value: Any) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v in DOCUMENT_FIELDS for v in value):
-        raise _bad(path, key, f"a list of document fields {list(DOCUMENT_FIELDS)}", value)
+    """Names of the fields indexed: strings (metadata after load; nothing reads them then)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _bad(path, key, "a list of field names", value)
     return value
 
 

@@ -517,7 +517,7 @@ def _set(body: dict[str, Any], key: str, value: Any) -> None:
     ("format", "kolm-search/dense", "expected 'kolm-search/bm25'"), ("config", [], "must be an object"),
     ("config.tokenizer.lowercase", "yes", "must be true or false"), ("config.tokenizer.pattern", "(", "regex"),
     ("config.tokenizer.stemmer", "klingon", "stemmer"), ("config.tokenizer.stopwords", [1], "list of strings"),
-    ("config.fields", ["body"], "document fields"), ("config.surplus", 1, "unknown key"),
+    ("config.fields", "content", "list of field names"), ("config.fields", [1], "list of field names"), ("config.surplus", 1, "unknown key"),
     ("config.tokenizer.surplus", 1, "unknown key"), ("surplus", 1, "unknown key")])
 def test_mistyped_manifest_key(pristine: dict[str, Path], tmp_path: Path, key: str, value: Any, what: str) -> None:
     d = _copy(pristine, "bm25plus", tmp_path)
