@@ -138,7 +138,7 @@ def load_table(path: Path, n_docs: int) -> DocumentTable:
         table = DocumentTable.load(path)
     except Exception as exc:  # pyarrow, JSON and table-schema errors alike
         detail = str(exc) if isinstance(exc, KolmValueError) else f"{type(exc).__name__}: {exc}"
-        raise KolmValueError(f"{path}: invalid document table: {detail.replace(repr(str(path)), 'it')}") from exc
+        raise KolmValueError(f"{path}: invalid document table: {detail.replace(' ' + repr(str(path)), '')}") from exc
     if len(table) != n_docs:
         raise KolmValueError(f"{path}: holds {len(table)} documents; manifest.json key 'n_docs' says {n_docs}")
     return table
