@@ -1,4 +1,5 @@
-"""Index persistence without pickle: one ``.npy`` per array plus JSON files, read defensively.
+"""Index persistence without pickle: one ``.npy`` per array plus JSON files, each written
+atomically (temporary file, then rename) and read defensively.
 
 Reading trusts no file: a missing or non-regular file, bytes that are not UTF-8 JSON, a
 ``.npy`` header whose shape and dtype do not account for exactly the bytes on disk, or an
@@ -10,8 +11,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import stat
-from collections.abc import Collection, Mapping
+import threading
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,20 +25,48 @@ import numpy.lib.format as npy_format
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 
-__all__ = ["load_array", "load_table", "read_json", "read_manifest", "save_arrays", "write_manifest"]
+__all__ = ["load_array", "load_table", "read_json", "read_manifest", "replacing", "save_arrays", "save_json",
+           "save_table", "write_manifest"]
 
 Kind = Literal["int", "float"]
 _KINDS: dict[str, str] = {"int": "iu", "float": "f"}
 
 
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary sibling of ``path`` to write; on success it replaces ``path`` atomically.
+
+    Readers never see a half-written file, and a process that memory-mapped the old file
+    keeps reading it intact (overwriting a mapped file in place could shrink it under the
+    mapping: SIGBUS).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def save_arrays(root: Path, arrays: Mapping[str, np.ndarray]) -> None:
     for name, arr in arrays.items():
-        np.save(root / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
+        with replacing(root / f"{name}.npy") as tmp, tmp.open("wb") as fp:
+            np.save(fp, np.ascontiguousarray(arr), allow_pickle=False)
+
+
+def save_json(path: Path, value: Any, **kwargs: Any) -> None:
+    with replacing(path) as tmp:
+        tmp.write_text(json.dumps(value, **kwargs), encoding="utf-8")
+
+
+def save_table(table: DocumentTable, path: Path) -> None:
+    with replacing(path) as tmp:
+        table.save(tmp)
 
 
 def write_manifest(root: Path, fmt: str, version: int, config: Mapping[str, Any], **extra: Any) -> None:
-    body = {"format": fmt, "version": version, "config": dict(config), **extra}
-    (root / "manifest.json").write_text(json.dumps(body, indent=2), encoding="utf-8")
+    """Written last by every ``save``: a reader sees the old manifest until every array is in place."""
+    save_json(root / "manifest.json", {"format": fmt, "version": version, "config": dict(config), **extra}, indent=2)
 
 
 def _regular_size(path: Path) -> int:

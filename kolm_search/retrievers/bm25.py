@@ -23,7 +23,6 @@ rounding for the same tokens.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +43,8 @@ from kolm_search.retrievers._persist import (
     read_json,
     read_manifest,
     save_arrays,
+    save_json,
+    save_table,
     write_manifest,
 )
 from kolm_search.retrievers.postings import CollectionStats, Postings
@@ -294,10 +295,10 @@ class BM25Retriever:
         """Write the index to directory ``path`` (npy arrays, JSON, parquet; no pickle)."""
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
-        self.table.save(root / "documents.parquet")
+        save_table(self.table, root / "documents.parquet")
         save_arrays(root, {name: np.asarray(getattr(self, name)).astype(dtype, copy=False)
                            for name, (_, dtype) in _ARRAYS.items()})
-        (root / "vocab.json").write_text(json.dumps(self.vocab, ensure_ascii=False), encoding="utf-8")
+        save_json(root / "vocab.json", self.vocab, ensure_ascii=False)
         write_manifest(root, _FORMAT, _VERSION, self.config(), n_docs=len(self.table))
 
     @classmethod

@@ -21,7 +21,14 @@ from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.ports import Embedder
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
-from kolm_search.retrievers._persist import load_array, load_table, read_manifest, save_arrays, write_manifest
+from kolm_search.retrievers._persist import (
+    load_array,
+    load_table,
+    read_manifest,
+    save_arrays,
+    save_table,
+    write_manifest,
+)
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["DenseRetriever", "corpus_embeddings", "embed_texts", "exact_topk"]
@@ -227,7 +234,7 @@ class DenseRetriever:
         """Write to directory ``path`` (embeddings.npy, documents.parquet, manifest.json)."""
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
-        self.table.save(root / "documents.parquet")
+        save_table(self.table, root / "documents.parquet")
         save_arrays(root, {"embeddings": self.embeddings})
         write_manifest(root, _FORMAT, _VERSION, {"metric": self.metric, "fields": list(self.fields),
                                                  "fusion_k": self.fusion_k}, n_docs=len(self.table), dim=self.dim)

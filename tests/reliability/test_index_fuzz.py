@@ -555,3 +555,38 @@ def test_npy_header_must_match_the_file_and_nothing_is_unpickled(pristine: dict[
     with pytest.raises(KolmValueError, match=r"t_docs\.npy: header declares int32 \(\d+,\) \(\d+ bytes\) but the file holds \d+ data bytes"):
         BM25Retriever.load(d, mmap=mmap)
     assert calls and not any(calls)  # numpy was only ever asked with allow_pickle=False
+
+
+SAVE_OVER_MAPPED = """
+import sys
+import numpy as np
+import pandas as pd
+from kolm_search import BM25Retriever, Tokenizer
+from kolm_search.retrievers.dense import DenseRetriever
+path, kind = sys.argv[1], sys.argv[2]
+cls = BM25Retriever if kind == "bm25" else DenseRetriever
+old = cls.load(path, mmap=True)
+q = ["w1 w2", "w3"] if kind == "bm25" else np.ones((2, 8), np.float32)
+search = old.score_texts if kind == "bm25" else old.search_vectors
+before = [a.tolist() for a in search(q, 5)]
+small = pd.DataFrame({"id": ["a"], "content": ["w1"]})  # another, much smaller index saved over it
+if kind == "bm25":
+    BM25Retriever(small, tokenizer=Tokenizer(stemmer=None)).save(path)
+else:
+    DenseRetriever(small, embeddings=np.ones((1, 8), np.float32)).save(path)
+assert [a.tolist() for a in search(q, 5)] == before, "the mapped index changed under its reader"
+assert len(cls.load(path).table) == 1
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("name", ["bm25plus", "cosine"])
+def test_saving_over_a_mapped_index_leaves_its_reader_intact(pristine: dict[str, Path], tmp_path: Path,
+                                                             name: str) -> None:
+    """``save`` replaces files atomically: a process that memory-mapped the old index keeps
+    searching it (writing in place shrank the mapped files under it: SIGBUS)."""
+    d = _copy(pristine, name, tmp_path)
+    proc = subprocess.run([sys.executable, "-c", SAVE_OVER_MAPPED, str(d), KIND[name]], cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-2000:])
+    assert not [p for p in d.iterdir() if p.name.endswith(".tmp")]  # no temporary file left behind
