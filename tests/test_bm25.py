@@ -173,7 +173,7 @@ def test_index_from_postings_equals_index_from_texts(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kwargs, match", [({"method": "bm26"}, "method"), ({"k1": -1}, "k1"), ({"b": 2}, "b must"),
                                            ({"k1": float("nan")}, "k1"),
-                                           ({"fusion_k": -1}, "fusion_k"), ({"fusion_k": float("inf")}, "fusion_k"),
+                                           ({"fusion_k": -1}, "fusion_k"), ({"k1": 10**400}, "k1"), ({"fusion_k": float("inf")}, "fusion_k"),
                                            ({"method": "bm25+", "k1": 0}, "'bm25\\+' needs k1 > 0"),
                                            ({"method": "bm25l", "k1": 0, "delta": 0}, "'bm25l' needs k1 > 0 or delta > 0")])
 def test_bad_parameters(kwargs: dict[str, object], match: str) -> None:

@@ -26,7 +26,8 @@ import numpy.typing as npt
 from kolm_search.errors import KolmValueError
 from kolm_search.text import Tokenizer
 
-__all__ = ["bm25_arrays", "bm25_config", "check_keys", "dense_config", "dense_embeddings", "integer", "vocabulary"]
+__all__ = ["bm25_arrays", "bm25_config", "check_keys", "dense_config", "dense_embeddings", "finite_real", "integer",
+           "number", "vocabulary"]
 
 MAX_DOCS = int(np.iinfo(np.int32).max)
 _BM25_KEYS = ("method", "k1", "b", "delta", "tokenizer", "fields", "fusion_k")
@@ -54,10 +55,19 @@ def check_keys(path: Path, prefix: str, obj: Any, known: Collection[str]) -> dic
 
 def number(path: Path, key: str, value: Any, lo: float = 0.0, hi: float = math.inf) -> float:
     """A finite JSON number in ``[lo, hi]`` as float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not lo <= value <= hi:
+    if not finite_real(value) or not lo <= value <= hi:
         raise _bad(path, key, f"a finite number in [{lo:g}, {hi:g}]", value)
     return float(value)
+
+
+def finite_real(value: Any) -> bool:
+    """``value`` is an int or float (not bool) that is finite as a float (10**400 is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def integer(path: Path, key: str, value: Any, lo: int = 0, hi: int = MAX_DOCS) -> int:

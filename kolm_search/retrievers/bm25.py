@@ -158,7 +158,7 @@ class BM25Retriever:
         if method not in BM25_METHODS:
             raise KolmValueError(f"method must be one of {BM25_METHODS}, got {method!r}")
         for name, value in (("k1", k1), ("b", b), ("delta", delta), ("fusion_k", fusion_k)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value) or value < 0:
+            if not check.finite_real(value) or value < 0:
                 raise KolmValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not 0 <= b <= 1:
             raise KolmValueError(f"b must lie in [0, 1], got {b!r}")

@@ -172,8 +172,7 @@ class DenseRetriever:
                  batch_size: int = 4096, n_threads: int | None = None) -> None:
         if metric not in ("cosine", "ip"):
             raise KolmValueError(f"metric must be 'cosine' or 'ip', got {metric!r}")
-        if isinstance(fusion_k, bool) or not isinstance(fusion_k, (int, float)) or not np.isfinite(fusion_k) \
-                or fusion_k < 0:
+        if not check.finite_real(fusion_k) or fusion_k < 0:
             raise KolmValueError(f"fusion_k must be a finite number >= 0, got {fusion_k!r}")
         if isinstance(documents, DocumentTable):
             self.table = documents

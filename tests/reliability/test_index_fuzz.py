@@ -152,7 +152,7 @@ def manifest_key(d: Path, rng: np.random.Generator) -> str | None:
     elif how == "rename":
         parent[path[-1] + "_"] = parent.pop(path[-1])
     else:
-        parent[path[-1]] = _pick(rng, [None, "x", -1, 0, 1, 2, 0.5, 1e308, 2**70, True, [], {}, float("nan"),
+        parent[path[-1]] = _pick(rng, [None, "x", -1, 0, 1, 2, 0.5, 1e308, 2**70, 10**400, True, [], {}, float("nan"),
                                        float("inf"), "ip", "cosine", "l2", "english", "bm25l", ["w1"], [1],
                                        N_DOCS - 1, N_DOCS + 1, "(", "klingon", parent[path[-1]]])
     f.write_text(json.dumps(body))

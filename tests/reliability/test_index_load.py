@@ -164,7 +164,7 @@ def _set(body: dict[str, Any], key: str, value: Any) -> None:
 
 
 @pytest.mark.parametrize("key, value, what", [
-    ("config.k1", "x", "must be a finite number"), ("config.b", 2, r"must be a finite number in \[0, 1\]"),
+    ("config.k1", "x", "must be a finite number"), ("config.k1", 10**400, "must be a finite number"), ("config.b", 2, r"must be a finite number in \[0, 1\]"),
     ("config.delta", None, "must be a finite number"), ("config.fusion_k", float("nan"), "must be a finite number"),
     ("config.method", "bm26", "must be one of"), ("n_docs", 40.0, "must be an integer"),
     ("n_docs", True, "must be an integer"), ("version", True, "this kolm_search reads 1"),
