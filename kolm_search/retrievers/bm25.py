@@ -23,7 +23,6 @@ rounding for the same tokens.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -36,8 +35,18 @@ from kolm_search._kernels import load
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
+from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
-from kolm_search.retrievers._persist import load_arrays, read_manifest, save_arrays, write_manifest
+from kolm_search.retrievers._persist import (
+    load_array,
+    load_table,
+    read_json,
+    read_manifest,
+    save_arrays,
+    save_json,
+    save_table,
+    write_manifest,
+)
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.text import Tokenizer
 from kolm_search.types import SearchDocument, SearchPipelineContext
@@ -54,6 +63,9 @@ BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 Method = Literal["lucene", "robertson", "atire", "bm25l", "bm25+"]
 _FORMAT = "kolm-search/bm25"
 _VERSION = 1
+_ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # saved arrays: kind, dtype written
+    "t_ptr": ("int", np.int64), "t_docs": ("int", np.int32), "t_w": ("float", np.float32),
+    "nonocc": ("float", np.float32), "doc_len": ("int", np.int64)}
 
 
 def _idf(method: str, df: npt.NDArray[np.float64], n: int) -> npt.NDArray[np.float64]:
@@ -149,11 +161,13 @@ class BM25Retriever:
                  postings: Postings | None = None, _arrays: Mapping[str, Any] | None = None, _vocab: list[str] | None = None) -> None:
         if method not in BM25_METHODS:
             raise KolmValueError(f"method must be one of {BM25_METHODS}, got {method!r}")
-        for name, value in (("k1", k1), ("b", b), ("delta", delta)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value) or value < 0:
+        for name, value in (("k1", k1), ("b", b), ("delta", delta), ("fusion_k", fusion_k)):
+            if not check.finite_real(value) or value < 0:
                 raise KolmValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not 0 <= b <= 1:
             raise KolmValueError(f"b must lie in [0, 1], got {b!r}")
+        if k1 == 0 and (method == "bm25+" or (method == "bm25l" and delta == 0)):  # weight(tf=0) is 0/0
+            raise KolmValueError(f"method {method!r} needs k1 > 0{' or delta > 0' if method == 'bm25l' else ''}")
         self.table = documents if isinstance(documents, DocumentTable) else _as_table(documents)
         self.method: Method = method
         self.k1, self.b, self.delta = float(k1), float(b), float(delta)
@@ -192,17 +206,29 @@ class BM25Retriever:
             except KeyError as exc:
                 raise KolmValueError(f"collection stats lack token {exc.args[0]!r} of this shard") from exc
             n_coll, avgdl = int(stats.n_docs), float(stats.avgdl)
+            if n_vocab and df.max() > n_coll:
+                t = int(np.argmax(df))
+                raise KolmValueError(f"collection stats give token {postings.vocab[t]!r} document frequency "
+                                     f"{df[t]:g} above their n_docs {n_coll}")
         p_term, p_doc = postings.p_term, postings.p_doc
-        idf32 = _idf(self.method, df, n_coll).astype(np.float32)
-        norm: npt.NDArray[np.float64] = 1.0 - self.b + self.b * lengths[p_doc].astype(np.float64) / (avgdl or 1.0)
-        w = idf32[p_term].astype(np.float64) * _tfc(self.method, postings.tf.astype(np.float64), norm, self.k1, self.delta)
-        del norm
-        if self.method in ("bm25l", "bm25+"):
-            nonocc = (_idf(self.method, df, n_coll) * _tfc(self.method, np.zeros(1), 1.0, self.k1, self.delta)).astype(np.float32)
-            w -= nonocc[p_term].astype(np.float64)
-        else:
-            nonocc = np.zeros(n_vocab, np.float32)
-        self._set_arrays({"t_ptr": postings.t_ptr, "t_docs": p_doc, "t_w": w.astype(np.float32),
+        with np.errstate(divide="ignore", invalid="ignore"):  # non-finite weights are refused below
+            idf32 = _idf(self.method, df, n_coll).astype(np.float32)
+            norm: npt.NDArray[np.float64] = 1.0 - self.b + self.b * lengths[p_doc].astype(np.float64) / (avgdl or 1.0)
+            w = idf32[p_term].astype(np.float64) * _tfc(self.method, postings.tf.astype(np.float64), norm, self.k1, self.delta)
+            del norm
+            if self.method in ("bm25l", "bm25+"):
+                nonocc = (_idf(self.method, df, n_coll) * _tfc(self.method, np.zeros(1), 1.0, self.k1, self.delta)).astype(np.float32)
+                w -= nonocc[p_term].astype(np.float64)
+            else:
+                nonocc = np.zeros(n_vocab, np.float32)
+        t_w = np.maximum(w, 0.0).astype(np.float32)  # BM25L/BM25+ differences: no float rounding below 0
+        for arr, term_of in ((nonocc, None), (t_w, p_term)):
+            bad = np.flatnonzero(~np.isfinite(arr))
+            if len(bad):
+                t = int(bad[0] if term_of is None else term_of[bad[0]])
+                raise KolmValueError(f"BM25 ({self.method}) weight of token {postings.vocab[t]!r} is not finite "
+                                     f"(document frequency {df[t]:g} of {n_coll} documents)")
+        self._set_arrays({"t_ptr": postings.t_ptr, "t_docs": p_doc, "t_w": t_w,
                           "nonocc": nonocc, "doc_len": lengths}, postings.vocab)
 
     def _set_arrays(self, arrays: Mapping[str, Any], vocab: list[str]) -> None:
@@ -273,31 +299,28 @@ class BM25Retriever:
         """Write the index to directory ``path`` (npy arrays, JSON, parquet; no pickle)."""
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
-        self.table.save(root / "documents.parquet")
-        save_arrays(root, {"t_ptr": self.t_ptr, "t_docs": self.t_docs, "t_w": self.t_w,
-                           "nonocc": self.nonocc, "doc_len": self.doc_len})
-        (root / "vocab.json").write_text(json.dumps(self.vocab, ensure_ascii=False), encoding="utf-8")
+        save_table(self.table, root / "documents.parquet")
+        save_arrays(root, {name: np.asarray(getattr(self, name)).astype(dtype, copy=False)
+                           for name, (_, dtype) in _ARRAYS.items()})
+        save_json(root / "vocab.json", self.vocab, ensure_ascii=False)
         write_manifest(root, _FORMAT, _VERSION, self.config(), n_docs=len(self.table))
 
     @classmethod
     def load(cls, path: str | Path, *, mmap: bool = True, n_threads: int | None = None) -> BM25Retriever:
-        """Load an index written by :meth:`save` (arrays memory-mapped by default)."""
+        """Load an index written by :meth:`save` (arrays memory-mapped by default).
+
+        Every file is checked before any search can read it (manifest keys and types, array
+        dtypes, shapes, pointers, document rows, finite weights): a damaged index raises
+        ``KolmValueError`` naming the file and the key or position, never a crash.
+        """
         root = Path(path)
-        manifest = read_manifest(root, _FORMAT, _VERSION)
-        arrays = load_arrays(root, ("t_ptr", "t_docs", "t_w", "nonocc", "doc_len"), mmap=mmap)
-        try:
-            vocab = json.loads((root / "vocab.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise KolmValueError(f"BM25 index {str(root)!r}: cannot read vocab.json: {exc}") from exc
-        table = DocumentTable.load(root / "documents.parquet")
-        n_docs = manifest["n_docs"]
-        ok = (len(table) == n_docs and len(arrays["t_ptr"]) == len(vocab) + 1
-              and int(arrays["t_ptr"][-1]) == len(arrays["t_docs"]) == len(arrays["t_w"])
-              and len(arrays["nonocc"]) == len(vocab) and len(arrays["doc_len"]) == n_docs)
-        if not ok or (len(arrays["t_docs"]) and int(np.max(arrays["t_docs"])) >= n_docs):
-            raise KolmValueError(f"BM25 index {str(root)!r} is inconsistent (mismatched array sizes); rebuild it")
-        cfg = dict(manifest["config"])
-        cfg["tokenizer"] = Tokenizer.from_config(cfg["tokenizer"])
+        manifest = read_manifest(root, _FORMAT, _VERSION, ("n_docs",))
+        cfg = check.bm25_config(root / "manifest.json", manifest["config"], BM25_METHODS)
+        n_docs = check.integer(root / "manifest.json", "n_docs", manifest["n_docs"])
+        vocab = check.vocabulary(root / "vocab.json", read_json(root / "vocab.json"))
+        arrays = {name: load_array(root / f"{name}.npy", kind, 1, mmap=mmap) for name, (kind, _) in _ARRAYS.items()}
+        arrays = check.bm25_arrays(root, arrays, len(vocab), n_docs, cfg["method"])
+        table = load_table(root / "documents.parquet", n_docs)
         return cls(table, **cfg, n_threads=n_threads, _arrays=arrays, _vocab=vocab)
 
     def __repr__(self) -> str:

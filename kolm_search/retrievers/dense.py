@@ -19,8 +19,16 @@ from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.ports import Embedder
+from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
-from kolm_search.retrievers._persist import load_arrays, read_manifest, save_arrays, write_manifest
+from kolm_search.retrievers._persist import (
+    load_array,
+    load_table,
+    read_manifest,
+    save_arrays,
+    save_table,
+    write_manifest,
+)
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["DenseRetriever", "corpus_embeddings", "embed_texts", "exact_topk"]
@@ -31,8 +39,18 @@ _VERSION = 1
 
 
 def _normalise(mat: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    return (mat / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+    """Rows scaled to unit L2 norm (zero rows stay zero), float32 (n, d).
+
+    Each row is first divided by its largest magnitude, so squares neither overflow (rows
+    beyond 1e19) nor underflow (rows below 1e-19): every non-zero row comes out unit.
+    """
+    mat = np.asarray(mat, dtype=np.float32)
+    if mat.size == 0:
+        return mat.copy()
+    scale = np.max(np.abs(mat), axis=1, keepdims=True)
+    out = mat / np.where(scale > 0, scale, np.float32(1))
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return (out / np.where(norms > 0, norms, np.float32(1))).astype(np.float32, copy=False)
 
 
 async def _embed_async(embedder: Any, texts: list[str], batch_size: int) -> npt.NDArray[np.float32]:
@@ -154,6 +172,8 @@ class DenseRetriever:
                  batch_size: int = 4096, n_threads: int | None = None) -> None:
         if metric not in ("cosine", "ip"):
             raise KolmValueError(f"metric must be 'cosine' or 'ip', got {metric!r}")
+        if not check.finite_real(fusion_k) or fusion_k < 0:
+            raise KolmValueError(f"fusion_k must be a finite number >= 0, got {fusion_k!r}")
         if isinstance(documents, DocumentTable):
             self.table = documents
         elif isinstance(documents, pd.DataFrame):
@@ -213,7 +233,7 @@ class DenseRetriever:
         """Write to directory ``path`` (embeddings.npy, documents.parquet, manifest.json)."""
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
-        self.table.save(root / "documents.parquet")
+        save_table(self.table, root / "documents.parquet")
         save_arrays(root, {"embeddings": self.embeddings})
         write_manifest(root, _FORMAT, _VERSION, {"metric": self.metric, "fields": list(self.fields),
                                                  "fusion_k": self.fusion_k}, n_docs=len(self.table), dim=self.dim)
@@ -221,18 +241,23 @@ class DenseRetriever:
     @classmethod
     def load(cls, path: str | Path, embedder: Embedder | None = None, *, mmap: bool = True,
              n_threads: int | None = None) -> DenseRetriever:
-        """Load a retriever written by :meth:`save` (embeddings memory-mapped by default)."""
+        """Load a retriever written by :meth:`save` (embeddings memory-mapped by default).
+
+        Every file is checked first (manifest keys and types, a known metric, the embeddings'
+        dtype, shape and finiteness): a damaged index raises ``KolmValueError`` naming the file
+        and the key or position.
+        """
         root = Path(path)
-        manifest = read_manifest(root, _FORMAT, _VERSION)
-        emb = load_arrays(root, ("embeddings",), mmap=mmap)["embeddings"]
-        table = DocumentTable.load(root / "documents.parquet")
-        if emb.ndim != 2 or emb.shape != (manifest["n_docs"], manifest["dim"]) or len(table) != manifest["n_docs"]:
-            raise KolmValueError(f"dense index {str(root)!r} is inconsistent: embeddings {emb.shape}, "
-                                 f"{len(table)} documents, manifest {manifest['n_docs']}x{manifest['dim']}")
+        manifest = read_manifest(root, _FORMAT, _VERSION, ("n_docs", "dim"))
+        cfg = check.dense_config(root / "manifest.json", manifest["config"])
+        n_docs = check.integer(root / "manifest.json", "n_docs", manifest["n_docs"])
+        dim = check.integer(root / "manifest.json", "dim", manifest["dim"], 0, 1 << 20)
+        path_emb = root / "embeddings.npy"
+        emb = check.dense_embeddings(path_emb, load_array(path_emb, "float", 2, mmap=mmap), n_docs, dim, cfg["metric"])
+        table = load_table(root / "documents.parquet", n_docs)
         self = cls.__new__(cls)
         self.table, self.embedder = table, embedder
-        cfg = manifest["config"]
-        self.metric, self.fields, self.fusion_k = cfg["metric"], tuple(cfg["fields"]), float(cfg["fusion_k"])
+        self.metric, self.fields, self.fusion_k = cfg["metric"], tuple(cfg["fields"]), cfg["fusion_k"]
         self.n_threads = n_threads
         self.embeddings = emb
         return self

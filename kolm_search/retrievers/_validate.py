@@ -1,0 +1,244 @@
+"""Checks of a saved index's contents, so that no kernel reads out of bounds whatever the files say.
+
+Manifest values are checked by key (type, range, known choices; no unknown key), arrays by
+the invariants the search kernels rely on (vectorised numpy, a few passes over each array):
+
+- ``t_ptr`` int (V + 1,): starts at 0, never decreases, ends at ``len(t_docs)``;
+- ``t_docs`` int (nnz,): document rows in ``[0, n_docs)``, strictly ascending within a term;
+- ``t_w`` float (nnz,), ``nonocc`` float (V,): finite and non-negative, as every BM25 variant
+  stores them (``nonocc`` zero unless BM25L/BM25+);
+- ``doc_len`` int (n_docs,): non-negative;
+- ``embeddings`` float (n_docs, dim): finite; unit (or zero) rows for the cosine metric.
+
+Every problem is a :class:`KolmValueError` naming the file and the key or array position.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kolm_search.errors import KolmValueError
+from kolm_search.text import Tokenizer
+
+__all__ = ["bm25_arrays", "bm25_config", "check_keys", "dense_config", "dense_embeddings", "finite_real", "integer",
+           "number", "vocabulary"]
+
+MAX_DOCS = int(np.iinfo(np.int32).max)
+_BM25_KEYS = ("method", "k1", "b", "delta", "tokenizer", "fields", "fusion_k")
+_TOKENIZER_KEYS = ("lowercase", "pattern", "stopwords", "stemmer")
+_DENSE_KEYS = ("metric", "fields", "fusion_k")
+
+
+def _bad(path: Path, key: str, what: str, value: Any) -> KolmValueError:
+    shown = repr(value)
+    return KolmValueError(f"{path}: key {key!r} must be {what}, got {shown[:80]}{'...' if len(shown) > 80 else ''}")
+
+
+def check_keys(path: Path, prefix: str, obj: Any, known: Collection[str]) -> dict[str, Any]:
+    """``obj`` as a dict holding exactly the keys ``known`` (named ``prefix.key`` in errors)."""
+    if not isinstance(obj, dict):
+        raise _bad(path, prefix, "an object", obj)
+    for key in known:
+        if key not in obj:
+            raise KolmValueError(f"{path}: key {prefix + '.' + key!r} is missing")
+    unknown = sorted(str(k) for k in set(obj) - set(known))
+    if unknown:
+        raise KolmValueError(f"{path}: unknown key {prefix + '.' + unknown[0]!r}")
+    return obj
+
+
+def number(path: Path, key: str, value: Any, lo: float = 0.0, hi: float = math.inf) -> float:
+    """A finite JSON number in ``[lo, hi]`` as float."""
+    if not finite_real(value) or not lo <= value <= hi:
+        raise _bad(path, key, f"a finite number in [{lo:g}, {hi:g}]", value)
+    return float(value)
+
+
+def finite_real(value: Any) -> bool:
+    """``value`` is an int or float (not bool) that is finite as a float (10**400 is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def integer(path: Path, key: str, value: Any, lo: int = 0, hi: int = MAX_DOCS) -> int:
+    """A JSON integer in ``[lo, hi]``."""
+    if type(value) is not int or not lo <= value <= hi:
+        raise _bad(path, key, f"an integer in [{lo}, {hi}]", value)
+    return value
+
+
+def _choice(path: Path, key: str, value: Any, options: Collection[Any]) -> Any:
+    if not isinstance(value, str) or value not in options:
+        raise _bad(path, key, f"one of {sorted(options)}", value)
+    return value
+
+
+def _fields(path: Path, key: str, value: Any) -> list[str]:
+    """Names of the fields indexed: strings (metadata after load; nothing reads them then)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _bad(path, key, "a list of field names", value)
+    return value
+
+
+def _tokenizer(path: Path, value: Any) -> Tokenizer:
+    cfg = check_keys(path, "config.tokenizer", value, _TOKENIZER_KEYS)
+    if not isinstance(cfg["lowercase"], bool):
+        raise _bad(path, "config.tokenizer.lowercase", "true or false", cfg["lowercase"])
+    if not isinstance(cfg["pattern"], str):
+        raise _bad(path, "config.tokenizer.pattern", "a regular expression string", cfg["pattern"])
+    stop = cfg["stopwords"]
+    if not (stop is None or isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(w, str) for w in stop))):
+        raise _bad(path, "config.tokenizer.stopwords", "null, 'english' or a list of strings", stop)
+    if not (cfg["stemmer"] is None or isinstance(cfg["stemmer"], str)):
+        raise _bad(path, "config.tokenizer.stemmer", "null or a Snowball language name", cfg["stemmer"])
+    try:
+        return Tokenizer.from_config(cfg)
+    except KolmValueError as exc:
+        raise KolmValueError(f"{path}: key 'config.tokenizer': {exc}") from exc
+
+
+def bm25_config(path: Path, value: Any, methods: Collection[str]) -> dict[str, Any]:
+    """The BM25 manifest's ``config`` as keyword arguments of ``BM25Retriever`` (tokenizer built)."""
+    cfg = check_keys(path, "config", value, _BM25_KEYS)
+    return {"method": _choice(path, "config.method", cfg["method"], methods),
+            "k1": number(path, "config.k1", cfg["k1"]), "b": number(path, "config.b", cfg["b"], 0.0, 1.0),
+            "delta": number(path, "config.delta", cfg["delta"]), "tokenizer": _tokenizer(path, cfg["tokenizer"]),
+            "fields": _fields(path, "config.fields", cfg["fields"]),
+            "fusion_k": number(path, "config.fusion_k", cfg["fusion_k"])}
+
+
+def dense_config(path: Path, value: Any) -> dict[str, Any]:
+    """The dense manifest's ``config``: ``metric``, ``fields``, ``fusion_k``."""
+    cfg = check_keys(path, "config", value, _DENSE_KEYS)
+    return {"metric": _choice(path, "config.metric", cfg["metric"], ("cosine", "ip")),
+            "fields": _fields(path, "config.fields", cfg["fields"]),
+            "fusion_k": number(path, "config.fusion_k", cfg["fusion_k"])}
+
+
+def vocabulary(path: Path, value: Any) -> list[str]:
+    """``vocab.json``: a list of distinct strings."""
+    if not isinstance(value, list):
+        raise KolmValueError(f"{path}: must hold a JSON list of terms, got {type(value).__name__}")
+    for i, term in enumerate(value):
+        if not isinstance(term, str):
+            raise KolmValueError(f"{path}: entry {i} must be a string, got {term!r}")
+    if len(set(value)) != len(value):
+        seen: set[str] = set()
+        for term in value:
+            if term in seen:
+                raise KolmValueError(f"{path}: term {term!r} appears twice")
+            seen.add(term)
+    return value
+
+
+# -- arrays --------------------------------------------------------------------------------
+def _length(path: Path, arr: np.ndarray, n: int, why: str) -> None:
+    if arr.shape[0] != n:
+        raise KolmValueError(f"{path}: has {arr.shape[0]} entries, expected {n} ({why})")
+
+
+def _first(bad: npt.NDArray[np.bool_]) -> int:
+    return int(np.flatnonzero(bad)[0])
+
+
+def _finite(path: Path, arr: np.ndarray, *, non_negative: bool = False) -> npt.NDArray[np.float32]:
+    """``arr`` as float32, all finite (NaN and infinities, including overflow of the cast, refused)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(np.float32, copy=False)
+    if out.size and not (np.isfinite(out.min()) and np.isfinite(out.max())):  # NaN propagates through min
+        pos = np.unravel_index(_first(~np.isfinite(out).ravel()), out.shape)
+        where = ", ".join(str(int(p)) for p in pos)
+        raise KolmValueError(f"{path}: value at position {where} is {arr[pos].item()!r}; values must be finite")
+    if non_negative and out.size and out.min() < 0:
+        neg = _first(out.ravel() < 0)
+        raise KolmValueError(f"{path}: value at position {neg} is {out.ravel()[neg].item()!r}; values must be >= 0")
+    return out
+
+
+def _in_range(path: Path, arr: np.ndarray, n: int, what: str) -> None:
+    """Every value of the integer array ``arr`` lies in ``[0, n)``."""
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= n):
+        pos = _first((arr < 0) | (arr >= n))
+        raise KolmValueError(f"{path}: {what} {int(arr[pos])} at position {pos} lies outside [0, {n})")
+
+
+def pointers(path: Path, ptr: np.ndarray, n_entries: int) -> npt.NDArray[np.int64]:
+    """A CSR pointer array: starts at 0, never decreases, ends at ``n_entries``."""
+    if ptr.shape[0] == 0 or int(ptr[0]) != 0:
+        raise KolmValueError(f"{path}: pointers must start at 0, got {ptr[:1].tolist()}")
+    low, top = int(ptr.min()), int(ptr.max())
+    if low < 0 or top > n_entries:
+        pos = int(np.argmin(ptr)) if low < 0 else int(np.argmax(ptr))
+        raise KolmValueError(f"{path}: pointer {int(ptr[pos])} at position {pos} lies outside "
+                             f"[0, {n_entries}] (the postings' length)")
+    steps = np.diff(ptr.astype(np.int64, copy=False))  # values in [0, n_entries]: no overflow
+    if steps.size and steps.min() < 0:
+        pos = _first(steps < 0) + 1
+        raise KolmValueError(f"{path}: pointers decrease at position {pos} "
+                             f"({int(ptr[pos])} after {int(ptr[pos - 1])})")
+    if int(ptr[-1]) != n_entries:
+        raise KolmValueError(f"{path}: pointers end at {int(ptr[-1])}, expected {n_entries} (the postings' length)")
+    return ptr.astype(np.int64, copy=False)
+
+
+def bm25_arrays(root: Path, arrays: dict[str, np.ndarray], n_vocab: int, n_docs: int, method: str,
+                ) -> dict[str, np.ndarray]:
+    """The BM25 index arrays, checked and in the kernels' dtypes (no copy when already so)."""
+    p = {name: root / f"{name}.npy" for name in arrays}
+    _length(p["t_ptr"], arrays["t_ptr"], n_vocab + 1, "one more than the terms in vocab.json")
+    nnz = arrays["t_docs"].shape[0]
+    _length(p["t_w"], arrays["t_w"], nnz, "one weight per posting: t_docs.npy has as many")
+    _length(p["nonocc"], arrays["nonocc"], n_vocab, "one per term of vocab.json")
+    _length(p["doc_len"], arrays["doc_len"], n_docs, "one per document, manifest.json key 'n_docs'")
+    t_ptr = pointers(p["t_ptr"], arrays["t_ptr"], nnz)
+    t_docs = arrays["t_docs"]
+    _in_range(p["t_docs"], t_docs, n_docs, "document row")
+    t_docs = t_docs.astype(np.int32, copy=False)
+    if nnz > 1:  # documents strictly ascending within each term's postings
+        ok = np.diff(t_docs) > 0
+        starts = t_ptr[1:-1]
+        ok[starts[(starts > 0) & (starts < nnz)] - 1] = True
+        if not ok.all():
+            pos = _first(~ok) + 1
+            raise KolmValueError(f"{p['t_docs']}: document rows not ascending within a term at position {pos}")
+    nonocc = _finite(p["nonocc"], arrays["nonocc"], non_negative=True)
+    if method not in ("bm25l", "bm25+") and nonocc.size and (nonocc.min() != 0 or nonocc.max() != 0):
+        raise KolmValueError(f"{p['nonocc']}: must be all zero for method {method!r}")
+    doc_len = arrays["doc_len"]
+    if doc_len.size and int(doc_len.min()) < 0:
+        raise KolmValueError(f"{p['doc_len']}: negative document length at position {_first(doc_len < 0)}")
+    return {"t_ptr": t_ptr, "t_docs": t_docs, "t_w": _finite(p["t_w"], arrays["t_w"], non_negative=True), "nonocc": nonocc,
+            "doc_len": doc_len.astype(np.int64, copy=False)}
+
+
+def dense_embeddings(path: Path, emb: np.ndarray, n_docs: int, dim: int, metric: str) -> npt.NDArray[np.float32]:
+    """Document embeddings float32 (n_docs, dim), finite; unit or zero rows for ``"cosine"``."""
+    if emb.shape != (n_docs, dim):
+        raise KolmValueError(f"{path}: has shape {emb.shape}, expected ({n_docs}, {dim}) "
+                             f"(manifest.json keys 'n_docs', 'dim')")
+    if metric != "cosine":
+        return _finite(path, emb)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = emb.astype(np.float32, copy=False)
+        sq = np.einsum("ij,ij->i", out, out)  # one pass; NaN, infinities and overflow all fail below
+    ok = (np.abs(sq - 1.0) <= 1e-3) | (sq == 0)
+    if not ok.all():
+        row = _first(~ok)
+        values = np.asarray(emb[row], dtype=np.float64)
+        if not np.isfinite(values).all():
+            col = _first(~np.isfinite(values))
+            raise KolmValueError(f"{path}: value at position {row}, {col} is {values[col].item()!r}; "
+                                 f"values must be finite")
+        raise KolmValueError(f"{path}: row {row} has norm {math.sqrt(float(sq[row])):.6g}; "
+                             f"a cosine index holds unit (or zero) rows")
+    return out

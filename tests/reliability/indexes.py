@@ -1,0 +1,97 @@
+"""Shared by the index reliability tests: small saved indexes, and a runner that loads and
+searches many of them in child processes (:mod:`tests.reliability.index_child`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kolm_search import BM25Retriever, Tokenizer
+from kolm_search.retrievers.dense import DenseRetriever
+from tests.conftest import synthetic_corpus
+
+ROOT = Path(__file__).resolve().parents[2]
+N_DOCS, DIM, K = 40, 8, 7
+QUERIES = ["w1 w2", "", "zz", "w3", "w5 w5 w9 w0", "w7 w11 w13 w2"]  # a last query without terms: h16-batch
+FILES = ("manifest.json", "vocab.json", "documents.parquet", "t_ptr.npy", "t_docs.npy", "t_w.npy", "nonocc.npy",
+         "doc_len.npy", "embeddings.npy")
+KIND = {"bm25plus": "bm25", "lucene": "bm25", "cosine": "dense", "ip": "dense"}
+
+
+def build_indexes(root: Path) -> dict[str, Path]:
+    """BM25+ and Lucene BM25 indexes, cosine and inner-product dense indexes, saved under ``root``."""
+    texts = synthetic_corpus(N_DOCS, 30, 0)
+    frame = pd.DataFrame({"id": [f"d{i}" for i in range(N_DOCS)], "content": texts,
+                          "title": [f"title w{i % 7}" for i in range(N_DOCS)],
+                          "source": [f"s{i % 3}" for i in range(N_DOCS)], "year": list(range(N_DOCS))})
+    BM25Retriever(frame, method="bm25+", tokenizer=Tokenizer(stopwords=["w0"])).save(root / "bm25plus")
+    BM25Retriever(frame, method="lucene", tokenizer=Tokenizer(stemmer=None), fields=("content",)).save(root / "lucene")
+    emb = np.random.default_rng(0).standard_normal((N_DOCS, DIM)).astype(np.float32)
+    emb[3] = 0  # a zero row
+    DenseRetriever(frame, embeddings=emb).save(root / "cosine")
+    DenseRetriever(frame, embeddings=emb, metric="ip").save(root / "ip")
+    return {name: root / name for name in KIND}
+
+
+def case(path: Path, kind: str) -> dict[str, Any]:
+    vectors = np.random.default_rng(1).standard_normal((4, DIM)).round(3).tolist()
+    return {"kind": kind, "dir": str(path), "queries": QUERIES, "vectors": vectors, "k": K}
+
+
+def _pump(stream: Any, out: queue.Queue[str | None]) -> None:
+    for line in stream:
+        out.put(line)
+    out.put(None)
+
+
+def run_cases(cases: list[dict[str, Any]], *, first_deadline: float = 120.0, deadline: float = 20.0,
+              ) -> list[dict[str, Any]]:
+    """One record per case from child processes; a crash or hang is the record of its case."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    records: list[dict[str, Any]] = []
+    while len(records) < len(cases):
+        proc = subprocess.Popen([sys.executable, "-m", "tests.reliability.index_child"], cwd=ROOT, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines: queue.Queue[str | None] = queue.Queue()
+        errors: list[str] = []
+        threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+        threading.Thread(target=errors.extend, args=(proc.stderr,), daemon=True).start()
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(cases[len(records):]))
+        proc.stdin.close()
+        wait = first_deadline
+        while len(records) < len(cases):
+            try:
+                line = lines.get(timeout=wait)
+            except queue.Empty:
+                proc.kill()
+                records.append({"status": "hang", "error": f"no answer within {wait:g} s"})
+                break
+            if line is None:
+                rc = proc.wait(timeout=30)
+                records.append({"status": "crash", "error": f"child exited with {rc}: {''.join(errors)[-3000:]}"})
+                break
+            records.append(json.loads(line))
+            wait = deadline
+        proc.wait(timeout=30)
+        if len(records) == len(cases) and proc.returncode != 0:
+            records[-1] = {"status": "crash", "error": f"child exited with {proc.returncode}"}
+    return records
+
+
+def key_paths(obj: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.append((*prefix, k))
+            out.extend(key_paths(v, (*prefix, k)))
+    return out

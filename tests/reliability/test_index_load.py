@@ -1,0 +1,246 @@
+"""Saved indexes: one test per defect class of issue 16 (item 4), each asserting the exact error
+type and a message naming the file and the key, array or position; and atomic saves.
+
+On the code before the fix these loaded and then crashed (a pointer past the postings: SIGSEGV in
+the search kernel), answered wrongly (negative or unordered document rows, NaN weights or
+embeddings, an unknown metric) or raised bare ``KeyError``/``TypeError``/``JSONDecodeError``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kolm_search import BM25Retriever, KolmValueError
+from kolm_search.retrievers.dense import DenseRetriever
+from tests.reliability.indexes import KIND, N_DOCS, ROOT, build_indexes, case, key_paths, run_cases
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build_indexes(tmp_path_factory.mktemp("pristine"))
+
+
+def _copy(pristine: dict[str, Path], name: str, tmp_path: Path) -> Path:
+    d = tmp_path / name
+    shutil.copytree(pristine[name], d)
+    return d
+
+
+def _edit_npy(path: Path, edit: Callable[[np.ndarray], Any]) -> None:
+    a = np.load(path).copy()
+    edit(a)
+    np.save(path, a)
+
+
+def _edit_json(path: Path, edit: Callable[[Any], Any]) -> None:
+    body = json.loads(path.read_text())
+    edit(body)
+    path.write_text(json.dumps(body))
+
+
+def _load(d: Path, **kwargs: Any) -> Any:
+    return (DenseRetriever if (d / "embeddings.npy").exists() else BM25Retriever).load(d, **kwargs)
+
+
+def test_altered_pointers_never_reach_the_kernel(pristine: dict[str, Path], tmp_path: Path) -> None:
+    """Today's SIGSEGV (a pointer past the postings, every size check passing) and its relatives,
+    loaded and searched in a child process: each is a clear error at load."""
+    edits: list[Callable[[np.ndarray], Any]] = [
+        lambda a: a.__setitem__(5, 10**12), lambda a: a.__setitem__(5, -(10**12)),
+        lambda a: a.__setitem__(5, a[-1]), lambda a: a.__setitem__(0, 3)]
+    dirs = []
+    for i, edit in enumerate(edits):
+        d = tmp_path / f"p{i}"
+        shutil.copytree(pristine["bm25plus"], d)
+        _edit_npy(d / "t_ptr.npy", edit)
+        dirs.append(d)
+    d = tmp_path / "docs"
+    shutil.copytree(pristine["bm25plus"], d)
+    _edit_npy(d / "t_docs.npy", lambda a: a.__setitem__(0, -(2**31)))
+    dirs.append(d)
+    records = run_cases([case(d, "bm25") for d in dirs])
+    assert [r["status"] for r in records] == ["kolm"] * len(dirs), records
+    assert all(r["type"] == "KolmValueError" and ("t_ptr.npy" in r["error"] or "t_docs.npy" in r["error"])
+               for r in records), records
+
+
+def test_decreasing_pointers(pristine: dict[str, Path], tmp_path: Path) -> None:
+    d = _copy(pristine, "bm25plus", tmp_path)
+    _edit_npy(d / "t_ptr.npy", lambda a: a.__setitem__([5, 6], a[[6, 5]]))  # in range, ends intact
+    with pytest.raises(KolmValueError, match=r"t_ptr\.npy: pointers decrease at position 6 "):
+        BM25Retriever.load(d)
+
+
+@pytest.mark.parametrize("value", [-1, -(2**31), N_DOCS, 2**31 - 1])
+def test_document_ids_out_of_range(pristine: dict[str, Path], tmp_path: Path, value: int) -> None:
+    d = _copy(pristine, "lucene", tmp_path)
+    _edit_npy(d / "t_docs.npy", lambda a: a.__setitem__(9, value))
+    with pytest.raises(KolmValueError, match=rf"t_docs\.npy: document row {value} at position 9 lies outside \[0, {N_DOCS}\)"):
+        BM25Retriever.load(d)
+
+
+def test_unordered_document_ids_within_a_term(pristine: dict[str, Path], tmp_path: Path) -> None:
+    d = _copy(pristine, "lucene", tmp_path)
+    _edit_npy(d / "t_docs.npy", lambda a: a.__setitem__(2, a[1]))  # a duplicate within term 0 (df >= 3)
+    with pytest.raises(KolmValueError, match=r"t_docs\.npy: document rows not ascending within a term at position 2"):
+        BM25Retriever.load(d)
+
+
+@pytest.mark.parametrize("name, value, shown", [("t_w", np.nan, "nan"), ("t_w", -np.inf, "-inf"),
+                                                 ("nonocc", np.inf, "inf"), ("t_w", -1.0, "-1.0")])
+def test_non_finite_or_negative_weights(pristine: dict[str, Path], tmp_path: Path, name: str, value: float,
+                                        shown: str) -> None:
+    d = _copy(pristine, "bm25plus", tmp_path)
+    _edit_npy(d / f"{name}.npy", lambda a: a.__setitem__(3, value))
+    with pytest.raises(KolmValueError, match=rf"{name}\.npy: value at position 3 is {shown}; values must be"):
+        BM25Retriever.load(d)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "ip"])
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite_embeddings(pristine: dict[str, Path], tmp_path: Path, metric: str, value: float) -> None:
+    d = _copy(pristine, metric, tmp_path)
+    _edit_npy(d / "embeddings.npy", lambda a: a.__setitem__((2, 5), value))
+    with pytest.raises(KolmValueError, match=rf"embeddings\.npy: value at position 2, 5 is {value}; values must be finite"):
+        DenseRetriever.load(d)
+
+
+def test_cosine_index_rows_must_be_unit(pristine: dict[str, Path], tmp_path: Path) -> None:
+    d = _copy(pristine, "cosine", tmp_path)
+    _edit_npy(d / "embeddings.npy", lambda a: a.__setitem__((4, 0), 1e30))
+    with pytest.raises(KolmValueError, match=r"embeddings\.npy: row 4 has norm .* unit \(or zero\) rows"):
+        DenseRetriever.load(d)
+
+
+def test_unknown_metric(pristine: dict[str, Path], tmp_path: Path) -> None:
+    d = _copy(pristine, "cosine", tmp_path)
+    _edit_json(d / "manifest.json", lambda m: m["config"].__setitem__("metric", "l2"))
+    with pytest.raises(KolmValueError, match=r"manifest\.json: key 'config\.metric' must be one of \['cosine', 'ip'\], got 'l2'"):
+        DenseRetriever.load(d)
+
+
+BM25_KEYS = ["format", "version", "config", "n_docs", "config.method", "config.k1", "config.b", "config.delta",
+             "config.tokenizer", "config.fields", "config.fusion_k", "config.tokenizer.lowercase",
+             "config.tokenizer.pattern", "config.tokenizer.stopwords", "config.tokenizer.stemmer"]
+DENSE_KEYS = ["format", "version", "config", "n_docs", "dim", "config.metric", "config.fields", "config.fusion_k"]
+
+
+def test_key_lists_cover_the_manifests(pristine: dict[str, Path]) -> None:
+    for name, keys in (("bm25plus", BM25_KEYS), ("cosine", DENSE_KEYS)):
+        body = json.loads((pristine[name] / "manifest.json").read_text())
+        assert sorted(".".join(p) for p in key_paths(body)) == sorted(keys)
+
+
+def _drop(body: dict[str, Any], key: str) -> None:
+    *parents, last = key.split(".")
+    for p in parents:
+        body = body[p]
+    del body[last]
+
+
+@pytest.mark.parametrize("name, key", [("bm25plus", k) for k in BM25_KEYS] + [("cosine", k) for k in DENSE_KEYS])
+def test_missing_manifest_key(pristine: dict[str, Path], tmp_path: Path, name: str, key: str) -> None:
+    d = _copy(pristine, name, tmp_path)
+    _edit_json(d / "manifest.json", lambda m: _drop(m, key))
+    with pytest.raises(KolmValueError, match=rf"manifest\.json: key '{key}' is missing"):
+        _load(d)
+
+
+def _set(body: dict[str, Any], key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    for p in parents:
+        body = body[p]
+    body[last] = value
+
+
+@pytest.mark.parametrize("key, value, what", [
+    ("config.k1", "x", "must be a finite number"), ("config.k1", 10**400, "must be a finite number"), ("config.b", 2, r"must be a finite number in \[0, 1\]"),
+    ("config.delta", None, "must be a finite number"), ("config.fusion_k", float("nan"), "must be a finite number"),
+    ("config.method", "bm26", "must be one of"), ("n_docs", 40.0, "must be an integer"),
+    ("n_docs", True, "must be an integer"), ("version", True, "this kolm_search reads 1"),
+    ("format", "kolm-search/dense", "expected 'kolm-search/bm25'"), ("config", [], "must be an object"),
+    ("config.tokenizer.lowercase", "yes", "must be true or false"), ("config.tokenizer.pattern", "(", "regex"),
+    ("config.tokenizer.stemmer", "klingon", "stemmer"), ("config.tokenizer.stopwords", [1], "list of strings"),
+    ("config.fields", "content", "list of field names"), ("config.fields", [1], "list of field names"), ("config.surplus", 1, "unknown key"),
+    ("config.tokenizer.surplus", 1, "unknown key"), ("surplus", 1, "unknown key")])
+def test_mistyped_manifest_key(pristine: dict[str, Path], tmp_path: Path, key: str, value: Any, what: str) -> None:
+    d = _copy(pristine, "bm25plus", tmp_path)
+    _edit_json(d / "manifest.json", lambda m: _set(m, key, value))
+    named = "key 'config.tokenizer'" if key in ("config.tokenizer.pattern", "config.tokenizer.stemmer") else f"key '{key}'"
+    with pytest.raises(KolmValueError, match=rf"manifest\.json: .*{what}") as info:
+        BM25Retriever.load(d)
+    assert named in str(info.value)
+
+
+@pytest.mark.parametrize("file", ["manifest.json", "vocab.json"])
+@pytest.mark.parametrize("content", [b"{", b"[1, 2", b"\xff\xfe{}", b"[" * 100_000, b""])
+def test_bad_json(pristine: dict[str, Path], tmp_path: Path, file: str, content: bytes) -> None:
+    d = _copy(pristine, "bm25plus", tmp_path)
+    (d / file).write_bytes(content)
+    with pytest.raises(KolmValueError, match=rf"{file}: (invalid JSON|cannot read)"):
+        BM25Retriever.load(d)
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+def test_npy_header_must_match_the_file_and_nothing_is_unpickled(pristine: dict[str, Path], tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch, mmap: bool) -> None:
+    calls: list[Any] = []
+    real = np.load
+    monkeypatch.setattr(np, "load", lambda *a, **kw: calls.append(kw.get("allow_pickle")) or real(*a, **kw))
+    d = _copy(pristine, "lucene", tmp_path)
+    np.save(d / "t_w.npy", np.load(d / "t_w.npy").astype(object), allow_pickle=True)
+    with pytest.raises(KolmValueError, match=r"t_w\.npy: dtype object is not a plain float dtype"):
+        BM25Retriever.load(d, mmap=mmap)
+    a = np.load(pristine["lucene"] / "t_docs.npy")
+    with (d / "t_docs.npy").open("wb") as fp:  # a header claiming 1000 times the data on disk
+        np.lib.format.write_array_header_1_0(fp, {"descr": np.lib.format.dtype_to_descr(a.dtype),
+                                                  "fortran_order": False, "shape": (len(a) * 1000,)})
+        fp.write(a.tobytes())
+    with pytest.raises(KolmValueError, match=r"t_docs\.npy: header declares int32 \(\d+,\) \(\d+ bytes\) but the file holds \d+ data bytes"):
+        BM25Retriever.load(d, mmap=mmap)
+    assert calls and not any(calls)  # numpy was only ever asked with allow_pickle=False
+
+
+SAVE_OVER_MAPPED = """
+import sys
+import numpy as np
+import pandas as pd
+from kolm_search import BM25Retriever, Tokenizer
+from kolm_search.retrievers.dense import DenseRetriever
+path, kind = sys.argv[1], sys.argv[2]
+cls = BM25Retriever if kind == "bm25" else DenseRetriever
+old = cls.load(path, mmap=True)
+q = ["w1 w2", "w3"] if kind == "bm25" else np.ones((2, 8), np.float32)
+search = old.score_texts if kind == "bm25" else old.search_vectors
+before = [a.tolist() for a in search(q, 5)]
+small = pd.DataFrame({"id": ["a"], "content": ["w1"]})  # another, much smaller index saved over it
+if kind == "bm25":
+    BM25Retriever(small, tokenizer=Tokenizer(stemmer=None)).save(path)
+else:
+    DenseRetriever(small, embeddings=np.ones((1, 8), np.float32)).save(path)
+assert [a.tolist() for a in search(q, 5)] == before, "the mapped index changed under its reader"
+assert len(cls.load(path).table) == 1
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("name", ["bm25plus", "cosine"])
+def test_saving_over_a_mapped_index_leaves_its_reader_intact(pristine: dict[str, Path], tmp_path: Path,
+                                                             name: str) -> None:
+    """``save`` replaces files atomically: a process that memory-mapped the old index keeps
+    searching it (writing in place shrank the mapped files under it: SIGBUS)."""
+    d = _copy(pristine, name, tmp_path)
+    proc = subprocess.run([sys.executable, "-c", SAVE_OVER_MAPPED, str(d), KIND[name]], cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-2000:])
+    assert not [p for p in d.iterdir() if p.name.endswith(".tmp")]  # no temporary file left behind
