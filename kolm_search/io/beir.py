@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,13 @@ def _find(root: Path, stem: str) -> Path:
     raise KolmValueError(f"{str(root)!r} is not a BEIR folder: {stem}[.gz] is missing")
 
 
-def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _jsonl(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of every non-blank line; ``_id`` checked, and ``fields`` that
+    hold strings checked to be Unicode text (JSON's ``\\ud800`` escapes can write a lone
+    surrogate, which no UTF-8 consumer can take)."""
     for lineno, line in text_lines(path):
         if not line.strip():
             continue
@@ -58,21 +65,35 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise FrameValidationError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
+        except (ValueError, RecursionError) as exc:  # a number past the int digits limit, nesting too deep
+            raise FrameValidationError(f"{path}:{lineno}: invalid JSON ({type(exc).__name__}: {exc})") from exc
         if not isinstance(obj, dict) or "_id" not in obj:
             raise FrameValidationError(f"{path}:{lineno}: expected an object with '_id'")
         if not isinstance(obj["_id"], (str, int)) or isinstance(obj["_id"], bool) or obj["_id"] == "":
             raise FrameValidationError(f"{path}:{lineno}: '_id' must be a non-empty string or integer, got {obj['_id']!r}")
+        if _SURROGATE_ESCAPE.search(line):
+            for name in ("_id", *fields):
+                value = obj.get(name)
+                if not isinstance(value, str):
+                    continue
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise FrameValidationError(f"{path}:{lineno}: {name!r} holds a lone surrogate "
+                                               f"({value[exc.start]!a}), not Unicode text") from exc
         yield lineno, obj
 
 
 def _read_corpus(path: Path) -> pd.DataFrame:
     ids, titles, texts, extra = [], [], [], []
-    for lineno, obj in _jsonl(path):
-        text = obj.get("text")
+    for lineno, obj in _jsonl(path, ("text", "title")):
+        text, title = obj.get("text"), obj.get("title")
         if not isinstance(text, str):
             raise FrameValidationError(f"{path}:{lineno}: document {obj['_id']!r} has no string 'text'")
+        if title is not None and not isinstance(title, str):
+            raise FrameValidationError(f"{path}:{lineno}: document {obj['_id']!r} has a 'title' that is not a string")
         ids.append(str(obj["_id"]))
-        titles.append(obj.get("title") or None)
+        titles.append(title or None)
         texts.append(text)
         meta = obj.get("metadata")
         extra.append(meta if isinstance(meta, dict) and meta else None)
@@ -87,7 +108,7 @@ def _read_corpus(path: Path) -> pd.DataFrame:
 
 def _read_queries(path: Path) -> pd.DataFrame:
     rows = []
-    for lineno, obj in _jsonl(path):
+    for lineno, obj in _jsonl(path, ("text",)):
         if not isinstance(obj.get("text"), str):
             raise FrameValidationError(f"{path}:{lineno}: query {obj['_id']!r} has no string 'text'")
         rows.append((str(obj["_id"]), obj["text"]))
