@@ -96,7 +96,7 @@ def _read_csv(path: Path, names: list[str], dtype: dict[str, Any], skip: int = 0
     """The file by pandas' C reader, with one more column than ``names`` that must stay empty
     (pandas would otherwise turn a surplus leading field into the index)."""
     frame = pd.read_csv(path, sep=r"\s+", header=None, names=[*names, "_extra"], dtype={**dtype, "_extra": str},
-                        skiprows=skip, engine="c", na_filter=False, quoting=csv.QUOTE_NONE, encoding="utf-8-sig",
+                        skiprows=skip, engine="c", na_filter=False, quoting=csv.QUOTE_NONE, encoding="utf-8",
                         compression="infer", skip_blank_lines=True, index_col=False)
     if (frame["_extra"] != "").any():
         raise ValueError("a line has more fields than expected")
@@ -246,8 +246,8 @@ def _scan_qrels(path: Path) -> pd.DataFrame:
     """The qrels read line by line (the slow path; 3 and 4 fields may mix): raises naming the
     first malformed line."""
     rows = []
-    for lineno, parts in _lines(path):
-        if lineno == 1 and parts[0] in _HEADERS:
+    for at, (lineno, parts) in enumerate(_lines(path)):
+        if at == 0 and lineno == 1 and parts[0] in _HEADERS:  # a header is the file's first line
             continue
         if len(parts) not in (3, 4):
             raise FrameValidationError(

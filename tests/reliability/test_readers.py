@@ -179,3 +179,22 @@ def test_every_reader_error_is_a_kolm_error(tmp_path: Path) -> None:
                  lambda: load_beir(tmp_path / "nope")):
         with pytest.raises(KolmError):
             call()
+
+
+@pytest.mark.parametrize("body", [
+    b"\xef\xbb\xbf\xef\xbb\xbfq Q0 a 1 1 t\n",  # two marks: one is dropped, the second is part of the id
+    b"q Q0 a\xc2\xa0b 1 1 t\n",  # a no-break space is not a separator
+    b"q Q0 a\x0bb 1 1 t\n",  # nor a vertical tab
+    b"q Q0 a 1 1 t\rq Q0 b 2 0.5 t\n",  # a lone \r ends a line
+    b"  q\tQ0 a 1 1 t \n\n \t\n",  # leading and trailing blanks, blank lines
+    b"q Q0 a 1.0 +1 t\nq Q0 b 2e0 -.5 t\n",  # integral decimals as ranks
+])
+def test_fast_and_line_by_line_paths_agree(tmp_path: Path, body: bytes) -> None:
+    """pandas' C reader and the line-by-line reader (used when the first fails) read one format."""
+    from kolm_search.io.trec import _scan_run
+
+    (tmp_path / "r.trec").write_bytes(body)
+    fast = read_run(tmp_path / "r.trec")
+    slow = _scan_run(tmp_path / "r.trec")
+    pd.testing.assert_frame_equal(fast.astype({"qid": object, "doc_id": object}),
+                                  slow.astype({"qid": object, "doc_id": object}))
