@@ -11,7 +11,8 @@ naming both paths, and an empty table takes its place; ``on_corrupt="raise"`` ra
 A connection is opened per operation (safe across threads and processes); SQLite's busy
 timeout bounds every wait for another writer, and a wait past it is a
 :class:`~kolm_search.errors.SearchError` of the caller's stage naming the file, never a bare
-``database is locked``.
+``database is locked``; any other SQLite failure (a folder where the file should be, a full
+disk) is a :class:`~kolm_search.errors.KolmValueError` naming the file.
 """
 
 from __future__ import annotations
@@ -51,10 +52,12 @@ class SqliteTable:
     timeout : float
         Seconds to wait for another connection's lock before failing.
     logger : Logger port
+    stage : str
+        The pipeline stage a lock timeout names while opening (``cache.set``, ``embedder``).
     """
 
     def __init__(self, path: Path, *, name: str, columns: list[tuple[str, str]], create: str, what: str,
-                 on_corrupt: OnCorrupt, timeout: float, logger: Any) -> None:
+                 on_corrupt: OnCorrupt, timeout: float, logger: Any, stage: str) -> None:
         if on_corrupt not in ("rebuild", "raise"):
             raise KolmValueError(f"on_corrupt must be 'rebuild' or 'raise', got {on_corrupt!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e6:
@@ -62,7 +65,7 @@ class SqliteTable:
         self.path, self.name, self.columns, self.create = path, name, columns, create
         self.what, self.on_corrupt, self.timeout, self.logger = what, on_corrupt, float(timeout), logger
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.run(lambda db: None, stage="open")
+        self.run(lambda db: None, stage=stage, check=True)
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
@@ -82,18 +85,20 @@ class SqliteTable:
             return f"table {self.name!r} has columns {found}, expected {self.columns}"
         return None
 
-    def run(self, operation: Callable[[sqlite3.Connection], T], *, stage: str) -> T:
+    def run(self, operation: Callable[[sqlite3.Connection], T], *, stage: str, check: bool = False) -> T:
         """``operation(connection)`` on a fresh connection to a file that holds the table.
 
         A file deleted meanwhile is recreated and the operation retried once; a corrupt file is
         moved aside and rebuilt (then retried once), or raised under ``on_corrupt="raise"``; a
-        lock held past ``timeout`` raises :class:`SearchError` of ``stage``.
+        lock held past ``timeout`` raises :class:`SearchError` of ``stage``; any other SQLite
+        failure raises :class:`KolmValueError` naming the file. ``check`` checks the table's
+        columns first (else only after a failure).
         """
         for attempt in range(3):
             db: sqlite3.Connection | None = None
             try:
                 db = self._connect()
-                problem = self._problem(db) if attempt or stage == "open" else None
+                problem = self._problem(db) if attempt or check else None
                 if problem is None:
                     return operation(db)
             except sqlite3.OperationalError as exc:
@@ -107,7 +112,7 @@ class SqliteTable:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
                     continue
                 if "no such column" not in text and "has no column" not in text:
-                    raise SearchError(stage, f"{self.what} {str(self.path)!r}: {text}", cause=exc) from exc
+                    raise KolmValueError(f"{self.what} {str(self.path)!r} cannot be used: {text}") from exc
                 problem = f"wrong schema ({text})"
             except sqlite3.DatabaseError as exc:  # not a database, malformed image, ...
                 problem = f"{type(exc).__name__}: {exc}"

@@ -57,7 +57,8 @@ class CachedEmbedder:
             self.path, name="emb", columns=[("key", "TEXT"), ("dim", "INTEGER"), ("vec", "BLOB"), ("digest", "BLOB")],
             create="CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, dim INTEGER NOT NULL, vec BLOB NOT NULL, "
                    "digest BLOB NOT NULL)",
-            what="embedding cache", on_corrupt=on_corrupt, timeout=timeout, logger=self.logger)
+            what="embedding cache", on_corrupt=on_corrupt, timeout=timeout, logger=self.logger,
+            stage=PIPELINE_STAGES.EMBEDDER)
 
     def _key(self, text: str) -> str:
         return hashlib.sha256(f"{self.model_id}\x00{text}".encode("utf-8", "surrogatepass")).hexdigest()

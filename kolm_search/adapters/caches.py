@@ -99,7 +99,8 @@ class SqliteCache:
         self._table = SqliteTable(
             self.path, name="cache", columns=[("key", "TEXT"), ("value", "TEXT"), ("expires", "REAL")],
             create="CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value TEXT NOT NULL, expires REAL)",
-            what="cache file", on_corrupt=on_corrupt, timeout=timeout, logger=self.logger)
+            what="cache file", on_corrupt=on_corrupt, timeout=timeout, logger=self.logger,
+            stage=PIPELINE_STAGES.CACHE_SET)
 
     def get(self, key: str) -> Any | None:
         def read(db: sqlite3.Connection) -> Any | None:

@@ -127,6 +127,10 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
         SqliteCache(tmp_path / "c.sqlite", on_corrupt="ignore")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="timeout"):
         SqliteCache(tmp_path / "c.sqlite", timeout=0)
+    (tmp_path / "folder.sqlite").mkdir()  # a folder where the file should be: named, not a bare sqlite3 error
+    for kind in ("cache", "embedder"):
+        with pytest.raises(KolmValueError, match="folder.sqlite"):
+            open_store(kind, tmp_path / "folder.sqlite")
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
