@@ -198,3 +198,39 @@ def test_fast_and_line_by_line_paths_agree(tmp_path: Path, body: bytes) -> None:
     slow = _scan_run(tmp_path / "r.trec")
     pd.testing.assert_frame_equal(fast.astype({"qid": object, "doc_id": object}),
                                   slow.astype({"qid": object, "doc_id": object}))
+
+
+def test_beir_folder_in_parquet_reads_as_the_jsonl_one(tmp_path: Path) -> None:
+    text = load_beir(beir(tmp_path / "text", CORPUS, QUERIES, QRELS))
+    root = tmp_path / "pq"
+    (root / "qrels").mkdir(parents=True)
+    pd.DataFrame({"_id": ["d1", "d2"], "title": ["T", None], "text": ["one", "two"]}).to_parquet(root / "corpus.parquet")
+    pd.DataFrame({"_id": ["q1"], "text": ["first"]}).to_parquet(root / "queries.parquet")
+    pd.DataFrame({"qid": ["q1"], "doc_id": ["d1"], "relevance": [2]}).to_parquet(root / "qrels" / "test.parquet")
+    pq = load_beir(root)
+    pd.testing.assert_frame_equal(pq.corpus, text.corpus, check_dtype=False)
+    pd.testing.assert_frame_equal(pq.queries, text.queries, check_dtype=False)
+    pd.testing.assert_frame_equal(pq.qrels.astype(str), text.qrels.astype(str))
+
+
+@pytest.mark.parametrize("which, columns, match", [
+    ("corpus", {"_id": ["d1"], "title": ["T"]}, r"lacks column\(s\) \['text'\]"),
+    ("corpus", {"_id": [1.5], "text": ["x"]}, "'_id' row 0"),
+    ("corpus", {"_id": [""], "text": ["x"]}, "'_id' row 0"),
+    ("corpus", {"_id": [b"d"], "text": ["x"]}, "'_id' row 0"),
+    ("corpus", {"_id": ["d1", "d2"], "text": ["x", None]}, "'text' row 1"),
+    ("corpus", {"_id": ["d1"], "text": ["x"], "title": [5]}, "'title' row 0"),
+    ("corpus", {"_id": ["d1", "d1"], "text": ["x", "y"]}, "duplicate document id 'd1'"),
+    ("queries", {"_id": [1, 1], "text": ["x", "y"]}, "duplicate query id '1'"),
+    ("queries", {"_id": ["q"], "text": [3]}, "'text' row 0"),
+])
+def test_beir_parquet_columns_are_checked(tmp_path: Path, which: str, columns: dict, match: str) -> None:
+    root = beir(tmp_path / "b", CORPUS, QUERIES, QRELS)
+    (root / f"{which}.jsonl").unlink()
+    pd.DataFrame(columns).to_parquet(root / f"{which}.parquet")
+    with pytest.raises(FrameValidationError, match=match) as info:
+        load_beir(root)
+    assert f"{which}.parquet" in str(info.value)
+    (root / f"{which}.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(FrameValidationError, match=f"{which}.parquet"):
+        load_beir(root)
