@@ -31,7 +31,7 @@ import pandas as pd
 
 from kolm_search.errors import FrameValidationError
 
-__all__ = ["as_column", "as_strings", "codes_within_groups", "column_codes", "decode", "encode", "lookup"]
+__all__ = ["as_column", "as_strings", "codes_within_groups", "column_codes", "decode", "encode", "lookup", "str_id"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -93,7 +93,7 @@ def column_codes(values: Any, *, name: str = "ids") -> tuple[I64, pd.Index]:
     return codes, uniques
 
 
-def _str_id(value: Any) -> str:
+def str_id(value: Any) -> str:
     """One id as a string (``str(v)``); bytes are refused: ``str(b"x")`` is ``"b'x'"``,
     which is neither ``"x"`` nor what the file said."""
     if isinstance(value, str):
@@ -110,7 +110,7 @@ def _as_str(uniques: pd.Index) -> pd.Index:
         return uniques
     if uniques.dtype == object and pd.api.types.infer_dtype(uniques, skipna=False) == "string":
         return uniques
-    return pd.Index([_str_id(v) for v in uniques], dtype=object)
+    return pd.Index([str_id(v) for v in uniques], dtype=object)
 
 
 def _joined(indexes: Sequence[pd.Index]) -> pd.Index:
@@ -227,7 +227,7 @@ def _strings(values: Any) -> Any:
         if pd.isna(arr).any():  # missing ids stay missing: the caller reports them
             return None
         if pd.api.types.infer_dtype(arr, skipna=False) != "string":
-            arr = np.array([_str_id(v) for v in arr], dtype=object)
+            arr = np.array([str_id(v) for v in arr], dtype=object)
         return pa.array(arr, type=pa.large_string())
     except (pa.ArrowException, UnicodeError):
         return None
@@ -260,8 +260,8 @@ def lookup(values: Any, table: pd.Index) -> I64:
         return np.where(codes >= 0, per_category[codes], -1) if len(per_category) else np.full(len(codes), -1)
     arr, keys = _strings(values), _strings(table)
     if arr is None or keys is None:  # strings pyarrow cannot hold: pandas' object hashing
-        objects = pd.Index([_str_id(v) for v in table], dtype=object)
-        wanted = pd.Index([_str_id(v) for v in np.asarray(values, dtype=object)], dtype=object)
+        objects = pd.Index([str_id(v) for v in table], dtype=object)
+        wanted = pd.Index([str_id(v) for v in np.asarray(values, dtype=object)], dtype=object)
         return np.asarray(objects.get_indexer(wanted), dtype=np.int64)
     found = pc.index_in(arr, value_set=keys.cast(arr.type))
     return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)

@@ -28,6 +28,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import FrameValidationError, KolmValueError
+from kolm_search.ids import str_id
 from kolm_search.io._text import BROKEN, text_lines
 from kolm_search.runs import (
     QRELS_COLUMNS,
@@ -226,20 +227,53 @@ def write_run(run: Any, path: str | Path, tag: str = "kolm_search") -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     if _is_parquet(p):
-        df.to_parquet(p, index=False)
+        _to_parquet(df, p)
         return
-    if any(c.isspace() for c in tag) or not tag:
+    if not isinstance(tag, str) or not tag or any(c.isspace() for c in tag) or not tag.isprintable():
         raise KolmValueError(f"run tag must be one word, got {tag!r}")
     score = numeric_column(df, "score", "run", finite=True)
     if "rank" in df.columns:
-        rank = numeric_column(df, "rank", "run", finite=True).astype(np.int64) + 1
+        rank = _rank_column(df, "run") + 1
     else:
         rank = df.groupby("qid", sort=False, observed=True).cumcount().to_numpy(np.int64) + 1
+    qids, docs = _text_ids(df, "run")  # checked before the file is opened: no half-written file
     with _open(p, "w") as fh:
-        for q, d, r, s in zip(df["qid"].astype(str), df["doc_id"].astype(str), rank, score, strict=True):
-            if not q or not d or any(ch.isspace() for ch in q + d):
-                raise FrameValidationError(f"ids must be non-empty and without white space: qid {q!r}, doc_id {d!r}")
-            fh.write(f"{q} Q0 {d} {int(r)} {float(s)!r} {tag}\n")
+        for q, d, r, s in zip(qids, docs, rank.tolist(), score.tolist(), strict=True):
+            fh.write(f"{q} Q0 {d} {r} {s!r} {tag}\n")
+
+
+def _is_header(fields: list[str]) -> bool:
+    """BEIR's ``query-id corpus-id score``: a first line whose first field names the column and
+    whose last is not a grade (a query called ``qid`` with a grade is a judgement)."""
+    return fields[0] in _HEADERS and _integer(fields[-1]) is None
+
+
+def _text_ids(df: pd.DataFrame, what: str) -> tuple[list[str], list[str]]:
+    """The ids as they will be written: strings, non-empty, without white space, UTF-8, not
+    starting with a byte-order mark; bytes are refused (``str(b"x")`` is not ``x``)."""
+    out = []
+    for column in ("qid", "doc_id"):
+        values = [str_id(v) for v in df[column].astype(object).tolist()]
+        for row, v in enumerate(values):
+            if not v or any(ch.isspace() for ch in v) or v.startswith("\ufeff"):
+                raise FrameValidationError(f"{what} {column} at row {row} is {v!r}; ids must be non-empty, "
+                                           "without white space and not start with a byte-order mark")
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise FrameValidationError(f"{what} {column} at row {row} is {v!r}, not UTF-8 text") from exc
+        out.append(values)
+    return out[0], out[1]
+
+
+def _to_parquet(df: pd.DataFrame, path: Path) -> None:
+    import pyarrow as pa
+
+    try:
+        df.to_parquet(path, index=False)
+    except (pa.ArrowException, UnicodeError, TypeError, ValueError) as exc:
+        path.unlink(missing_ok=True)
+        raise FrameValidationError(f"{path}: cannot write the table as parquet ({type(exc).__name__}: {exc})") from exc
 
 
 def _scan_qrels(path: Path) -> pd.DataFrame:
@@ -247,7 +281,7 @@ def _scan_qrels(path: Path) -> pd.DataFrame:
     first malformed line."""
     rows = []
     for at, (lineno, parts) in enumerate(_lines(path)):
-        if at == 0 and lineno == 1 and parts[0] in _HEADERS:  # a header is the file's first line
+        if at == 0 and lineno == 1 and _is_header(parts):
             continue
         if len(parts) not in (3, 4):
             raise FrameValidationError(
@@ -283,7 +317,7 @@ def read_qrels(path: str | Path) -> pd.DataFrame:
         if first is None:
             frame = _scan_qrels(p)
         else:
-            header = first[0] == 1 and first[1][0] in _HEADERS
+            header = first[0] == 1 and _is_header(first[1])
             width = len(first[1]) if not header else 3
             names = ["qid", "iteration", "doc_id", "relevance"] if width == 4 else ["qid", "doc_id", "relevance"]
             dtypes = {"qid": str, "iteration": str, "doc_id": str, "relevance": np.int64}
@@ -308,11 +342,10 @@ def write_qrels(qrels: Any, path: str | Path) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     if _is_parquet(p):
-        df.to_parquet(p, index=False)
+        _to_parquet(df, p)
         return
     rel = relevance_column(df)
+    qids, docs = _text_ids(df, "qrels")
     with _open(p, "w") as fh:
-        for q, d, r in zip(df["qid"].astype(str), df["doc_id"].astype(str), rel, strict=True):
-            if not q or not d or any(ch.isspace() for ch in q + d):
-                raise FrameValidationError(f"ids must be non-empty and without white space: qid {q!r}, doc_id {d!r}")
-            fh.write(f"{q} 0 {d} {int(r)}\n")
+        for q, d, r in zip(qids, docs, rel.tolist(), strict=True):
+            fh.write(f"{q} 0 {d} {r}\n")

@@ -88,12 +88,17 @@ def ref_fields(data: bytes, gz: bool) -> list[tuple[int, list[str]]]:
 DECIMAL = re.compile(r"[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|inf|infinity|nan)", re.IGNORECASE | re.ASCII)
 
 
-def ref_int(text: str, n: int, low: int, high: int) -> int:
+def integer_or_none(text: str) -> int | None:
     if re.fullmatch(r"[+-]?[0-9]+", text):
-        value = int(text)
-    elif DECIMAL.fullmatch(text) and np.isfinite(float(text)) and float(text) == int(float(text)):
-        value = int(float(text))
-    else:
+        return int(text)
+    if DECIMAL.fullmatch(text) and np.isfinite(float(text)) and float(text) == int(float(text)):
+        return int(float(text))
+    return None
+
+
+def ref_int(text: str, n: int, low: int, high: int) -> int:
+    value = integer_or_none(text)
+    if value is None:
         raise RefError(f"{text!r} is not an integer", n)
     if not low <= value <= high:
         raise RefError(f"{text} out of range", n)
@@ -121,7 +126,7 @@ def ref_run(data: bytes, gz: bool) -> list[tuple[Any, ...]]:
 def ref_qrels(data: bytes, gz: bool) -> list[tuple[Any, ...]]:
     rows = []
     for at, (n, f) in enumerate(ref_fields(data, gz)):
-        if at == 0 and n == 1 and f[0] in ("query-id", "qid", "query_id"):
+        if at == 0 and n == 1 and f[0] in ("query-id", "qid", "query_id") and integer_or_none(f[-1]) is None:
             continue
         if len(f) not in (3, 4):
             raise RefError("fields", n)
@@ -158,7 +163,8 @@ def ref_jsonl(data: bytes, gz: bool, corpus: bool) -> list[tuple[Any, ...]]:
 
 
 # ---------------------------------------------------------------- valid files and mutations
-ID = st.text(st.sampled_from(list("abcXYZ019_-.#\"'é€\u00a0\x0b\x0c\u2028\U0001f600")), min_size=1, max_size=6)
+ID = st.one_of(st.text(st.sampled_from(list("abcXYZ019_-.#\"'é€\u00a0\x0b\x0c\u2028\U0001f600")), min_size=1,
+                      max_size=6), st.sampled_from(["query-id", "qid", "query_id"]))
 def rarely(bad: st.SearchStrategy[Any], good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     """``good`` nine times in ten (a file of several rows is then often valid), else ``bad``."""
     return st.integers(0, 9).flatmap(lambda i: bad if i == 0 else good)
