@@ -96,6 +96,7 @@ class SqliteTable:
         """
         for attempt in range(3):
             db: sqlite3.Connection | None = None
+            seen = self._identity()
             try:
                 db = self._connect()
                 problem = self._problem(db) if attempt or check else None
@@ -121,14 +122,22 @@ class SqliteTable:
                     db.close()
             if attempt == 2:
                 break
-            self._set_aside(problem)
+            self._set_aside(problem, seen)
         raise KolmValueError(f"{self.what} {str(self.path)!r} stays unusable after being rebuilt")
 
-    def _set_aside(self, problem: str) -> None:
+    def _identity(self) -> tuple[int, int] | None:
+        """The file's (device, inode), None when absent: a rebuilt file is another inode."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _set_aside(self, problem: str, seen: tuple[int, int] | None) -> None:
         if self.on_corrupt == "raise":
             raise KolmValueError(f"{self.what} {str(self.path)!r} is not a usable SQLite {self.name!r} table "
                                  f"({problem}); move or delete it, or pass on_corrupt='rebuild'")
-        if self._healthy():  # another process rebuilt it meanwhile: keep its file
+        if seen is None or self._identity() != seen:  # another process set it aside meanwhile: keep its new file
             return
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}-{time.monotonic_ns() % 10**9}"
         aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
@@ -139,15 +148,3 @@ class SqliteTable:
                 pass
         log(self.logger, "warning", f"{self.what} {str(self.path)!r} was not usable ({problem}); "
                                     f"moved to {str(aside)!r} and rebuilt empty")
-
-    def _healthy(self) -> bool:
-        try:
-            db = self._connect()
-            try:
-                info = db.execute(f"PRAGMA table_info({self.name})").fetchall()
-                return [(str(r[1]), str(r[2]).upper()) for r in info] == [(n, t.upper()) for n, t in self.columns]
-            finally:
-                if db is not None:
-                    db.close()
-        except sqlite3.Error:
-            return False
