@@ -330,7 +330,9 @@ def test_in_memory_cache_under_8_threads_keeps_lru_bound_and_ttl() -> None:
 
 
 # ---------------------------------------------------------------- two processes, one file each
-def cache_worker(path: str, me: int, n: int) -> None:
+def cache_worker(path: str, me: int, n: int, barrier: Any = None) -> None:
+    if barrier is not None:  # both open the file at the same moment
+        barrier.wait(timeout=60)
     cache = SqliteCache(path, timeout=30)
     for j in range(n):
         cache.set(f"p{me}-{j}", {"p": me, "j": j})
@@ -370,3 +372,24 @@ def test_two_processes_share_one_file(tmp_path: Path, worker: Callable[[str, int
         texts = [f"text {k}" for k in range(n // 2 * 3)]
         np.testing.assert_allclose(store.embed_many(texts), np.array([inner.vector(t) for t in texts]), rtol=1e-6)
         assert inner.calls == []  # every vector written by one of the two processes is there
+
+
+def test_two_processes_opening_one_corrupt_file_set_it_aside_once(tmp_path: Path) -> None:
+    """Both find the file corrupt; one moves it aside, the other keeps the rebuilt file: nothing
+    either writes afterwards is lost."""
+    path = tmp_path / "shared.sqlite"
+    path.write_bytes(np.random.default_rng(5).bytes(8192))
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=cache_worker, args=(str(path), me, 40, barrier)) for me in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert len(list(tmp_path.glob("shared.sqlite.corrupt-*"))) == 1
+    cache = SqliteCache(path)
+    assert all(cache.get(f"p{me}-{j}") == {"p": me, "j": j} for me in (0, 1) for j in range(40))
