@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import numbers
 import sqlite3
 import threading
 import time
@@ -16,6 +18,16 @@ from kolm_search.adapters._sqlite import OnCorrupt, SqliteTable
 from kolm_search.errors import PIPELINE_STAGES, KolmValueError
 
 __all__ = ["InMemoryCache", "SqliteCache"]
+
+
+def _ttl(value: Any) -> float | None:
+    """A TTL in seconds (None: no expiry); NaN, bools and non-numbers are refused (a NaN expiry
+    would never compare as reached)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(float(value)):
+        raise KolmValueError(f"ttl_seconds must be a number of seconds or None, got {value!r}")
+    return float(value)
 
 
 class InMemoryCache:
@@ -37,7 +49,7 @@ class InMemoryCache:
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise KolmValueError(f"max_entries must be a positive int, got {max_entries!r}")
         self.max_entries = max_entries
-        self.ttl_seconds = ttl_seconds
+        self.ttl_seconds = _ttl(ttl_seconds)
         self._clock = clock
         self._data: OrderedDict[str, tuple[float | None, Any]] = OrderedDict()
         self._lock = threading.Lock()
@@ -55,8 +67,8 @@ class InMemoryCache:
             return value
 
     def set(self, key: str, value: Any, ttl_seconds: float | None = None) -> None:
-        ttl = self.ttl_seconds if ttl_seconds is None else ttl_seconds
-        expires = None if ttl is None else self._clock() + float(ttl)
+        ttl = self.ttl_seconds if ttl_seconds is None else _ttl(ttl_seconds)
+        expires = None if ttl is None else self._clock() + ttl
         with self._lock:
             self._data[key] = (expires, value)
             self._data.move_to_end(key)
@@ -94,7 +106,7 @@ class SqliteCache:
     def __init__(self, path: str | Path, ttl_seconds: float | None = None, *, logger: Any = None,
                  on_corrupt: OnCorrupt = "rebuild", timeout: float = 30.0) -> None:
         self.path = Path(path)
-        self.ttl_seconds = ttl_seconds
+        self.ttl_seconds = _ttl(ttl_seconds)
         self.logger = logger or logging.getLogger("kolm_search.cache")
         self._table = SqliteTable(
             self.path, name="cache", columns=[("key", "TEXT"), ("value", "TEXT"), ("expires", "REAL")],
@@ -123,9 +135,9 @@ class SqliteCache:
         return self._table.run(read, stage=PIPELINE_STAGES.CACHE_GET)
 
     def set(self, key: str, value: Any, ttl_seconds: float | None = None) -> None:
-        ttl = self.ttl_seconds if ttl_seconds is None else ttl_seconds
+        ttl = self.ttl_seconds if ttl_seconds is None else _ttl(ttl_seconds)
         body = json.dumps(value, allow_nan=False)  # ASCII: a lone surrogate is escaped, not unencodable
-        row = (key, body, None if ttl is None else time.time() + float(ttl))
+        row = (key, body, None if ttl is None else time.time() + ttl)
         self._table.run(lambda db: db.execute("INSERT OR REPLACE INTO cache (key, value, expires) VALUES (?, ?, ?)",
                                               row), stage=PIPELINE_STAGES.CACHE_SET)
 

@@ -393,3 +393,17 @@ def test_two_processes_opening_one_corrupt_file_set_it_aside_once(tmp_path: Path
     assert len(list(tmp_path.glob("shared.sqlite.corrupt-*"))) == 1
     cache = SqliteCache(path)
     assert all(cache.get(f"p{me}-{j}") == {"p": me, "j": j} for me in (0, 1) for j in range(40))
+
+
+@pytest.mark.parametrize("make", [lambda p: InMemoryCache(), lambda p: SqliteCache(p / "c.sqlite")])
+def test_ttl_must_be_a_number(tmp_path: Path, make: Callable[[Path], Any]) -> None:
+    """A NaN TTL never compares as reached: the entry would live forever. Refused instead."""
+    cache = make(tmp_path)
+    for bad in (float("nan"), "10", True):
+        with pytest.raises(KolmValueError, match="ttl_seconds"):
+            cache.set("k", 1, ttl_seconds=bad)
+    cache.set("forever", 1, ttl_seconds=float("inf"))
+    cache.set("gone", 1, ttl_seconds=-1)
+    assert cache.get("forever") == 1 and cache.get("gone") is None
+    with pytest.raises(KolmValueError, match="ttl_seconds"):
+        InMemoryCache(ttl_seconds=float("nan"))

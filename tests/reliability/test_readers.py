@@ -273,3 +273,15 @@ def test_written_files_read_back_exactly_or_are_refused(tmp_path: Path, rows: li
     want = [(str(q), str(d), *v) for q, d, *v in frame[["qid", "doc_id", *value]].itertuples(index=False, name=None)]
     got = list(zip(back.qid.astype(object), back.doc_id.astype(object), *(back[c].tolist() for c in value), strict=True))
     assert got == want
+
+
+@pytest.mark.parametrize("grades", [np.array([2**63 - 1, 1], np.int64), np.array([-(2**63), 1], np.int64),
+                                    np.array([2**64 - 1, 1], np.uint64), np.array([2**70, 1], dtype=object),
+                                    np.array([9.3e18, 1.0]), np.array([2**31, 1], np.int64)])
+def test_grades_near_int64_limits_are_refused_never_scored_as_non_relevant(grades: np.ndarray) -> None:
+    run = pd.DataFrame({"qid": ["q", "q"], "doc_id": ["a", "b"], "score": [2.0, 1.0]})
+    qrels = pd.DataFrame({"qid": ["q", "q"], "doc_id": ["a", "b"], "relevance": grades})
+    for _ in range(2):  # and the next call fails the same way (no SystemError afterwards)
+        with pytest.raises(FrameValidationError, match="relevance .*row 0"):
+            evaluate(run, qrels, ["P@1", "ndcg@10"])
+    assert evaluate(run, qrels.assign(relevance=[1, 0]), ["P@1"]) == {"P@1": 1.0}
