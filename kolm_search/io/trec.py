@@ -170,7 +170,8 @@ def read_run(path: str | Path) -> pd.DataFrame:
         dtypes = {"qid": str, "q0": str, "doc_id": str, "rank": np.int64, "score": np.float64, "tag": str}
         try:
             raw = _read_csv(p, _RUN_FIELDS, dtypes)
-            ok = not (raw["tag"] == "").any() and bool(np.isfinite(raw["score"].to_numpy()).all())
+            ok = (not (raw["tag"] == "").any() and bool(np.isfinite(raw["score"].to_numpy()).all())
+                  and bool((raw["rank"].to_numpy() > np.iinfo(np.int64).min).all()))  # rank - 1 must fit
         except (ValueError, OverflowError, pd.errors.ParserError, *BROKEN):
             ok = False
         frame = _scan_run(p) if not ok else _categorical_ids(pd.DataFrame({

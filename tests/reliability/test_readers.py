@@ -285,3 +285,11 @@ def test_grades_near_int64_limits_are_refused_never_scored_as_non_relevant(grade
         with pytest.raises(FrameValidationError, match="relevance .*row 0"):
             evaluate(run, qrels, ["P@1", "ndcg@10"])
     assert evaluate(run, qrels.assign(relevance=[1, 0]), ["P@1"]) == {"P@1": 1.0}
+
+
+def test_rank_at_int64_minimum_is_refused_not_wrapped(tmp_path: Path) -> None:
+    (tmp_path / "r.trec").write_text("q Q0 a -9223372036854775808 1.0 t\n")  # minus one wrapped to int64's maximum
+    with pytest.raises(FrameValidationError, match=r"r.trec:1: rank .* int64"):
+        read_run(tmp_path / "r.trec")
+    (tmp_path / "r.trec").write_text("q Q0 a -9223372036854775807 1.0 t\n")
+    assert read_run(tmp_path / "r.trec")["rank"].tolist() == [-(2**63)]

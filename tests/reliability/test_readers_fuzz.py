@@ -173,7 +173,7 @@ def rarely(bad: st.SearchStrategy[Any], good: st.SearchStrategy[Any]) -> st.Sear
 NUMBER = rarely(st.sampled_from(["0x1", "1_0", "\u0661", "nan", "inf", "1e", "--1", "1e999"]),
                 st.one_of(st.integers(-5, 2**40).map(str), st.floats(allow_nan=False, allow_infinity=False).map(repr),
                           st.sampled_from(["1.0", "+3", "-0", ".5", "5.", "1e3", "007"])))
-RANK = rarely(st.sampled_from(["1.5", "0x1", "1_0", "\u0661", "inf", "99999999999999999999"]),
+RANK = rarely(st.sampled_from(["1.5", "0x1", "1_0", "\u0661", "inf", "99999999999999999999", "-9223372036854775808"]),
               st.one_of(st.integers(-5, 2**40).map(str), st.integers(1, 1000).map(str),
                         st.sampled_from(["1.0", "+3", "1e3"])))
 GRADE = rarely(NUMBER, st.integers(-3, 5).map(str))
