@@ -13,8 +13,10 @@ speak ``int64`` codes. :func:`encode` gives several columns one shared set of co
 :func:`decode` maps codes back to ids (``Index.take``, or a categorical over the uniques).
 :func:`lookup` finds ids in a small table (pyarrow's ``index_in``), and
 :func:`codes_within_groups` codes ids that only need to be told apart inside their query.
-Values that pandas keeps apart stay apart (``1`` and ``"1"``, ``b"x"`` and ``"x"``) unless
-``as_str`` asks for ids compared as strings, as trec_eval compares them.
+Values that pandas keeps apart stay apart (``1`` and ``"1"``, ``b"x"`` and ``"x"``, lone
+surrogates such as ``"\\ud800"``, which pyarrow cannot hold) unless ``as_str`` asks for ids
+compared as strings, as trec_eval compares them; then bytes are refused (``str(b"x")`` is
+``"b'x'"``, not ``"x"``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import pandas as pd
 
 from kolm_search.errors import FrameValidationError
 
-__all__ = ["as_strings", "codes_within_groups", "column_codes", "decode", "encode", "lookup"]
+__all__ = ["as_column", "as_strings", "codes_within_groups", "column_codes", "decode", "encode", "lookup", "str_id"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -91,22 +93,47 @@ def column_codes(values: Any, *, name: str = "ids") -> tuple[I64, pd.Index]:
     return codes, uniques
 
 
+def str_id(value: Any) -> str:
+    """One id as a string (``str(v)``); bytes are refused: ``str(b"x")`` is ``"b'x'"``,
+    which is neither ``"x"`` nor what the file said."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview, np.bytes_)):
+        raise FrameValidationError(f"ids compared as strings cannot be bytes ({bytes(value)!r}); "
+                                   "decode them to str first")
+    return str(value)
+
+
 def _as_str(uniques: pd.Index) -> pd.Index:
     """The distinct values as strings (``str(v)``); a string column is kept as it is."""
     if isinstance(uniques.dtype, pd.StringDtype):
         return uniques
     if uniques.dtype == object and pd.api.types.infer_dtype(uniques, skipna=False) == "string":
         return uniques
-    return pd.Index([v if isinstance(v, str) else str(v) for v in uniques], dtype=object)
+    return pd.Index([str_id(v) for v in uniques], dtype=object)
+
+
+def _joined(indexes: Sequence[pd.Index]) -> pd.Index:
+    """The indexes end to end; object values stay object (``Index.append`` would infer an Arrow
+    string dtype, which cannot hold lone surrogates)."""
+    if len(indexes) == 1:
+        return indexes[0]
+    if all(u.dtype != object for u in indexes):
+        return indexes[0].append(list(indexes[1:]))
+    return pd.Index(np.concatenate([np.asarray(u, dtype=object) for u in indexes]), dtype=object)
 
 
 def _as_series(values: Any) -> pd.Series:
     if isinstance(values, pd.Series):
         return values.reset_index(drop=True)
     if isinstance(values, pd.Index):
-        return pd.Series(values.array)
-    arr = np.asarray(values) if not isinstance(values, np.ndarray) else values
-    return pd.Series(arr, dtype=object if arr.dtype == object else None)
+        return pd.Series(values.array, dtype=object if values.dtype == object else None)
+    try:  # pandas' inference keeps mixed values apart (np.asarray would turn b"x" and 1 into str)
+        if isinstance(values, np.ndarray):
+            return pd.Series(values, dtype=object if values.dtype == object else None)
+        return pd.Series(values)
+    except UnicodeError:  # strings that the Arrow string dtype cannot hold (lone surrogates)
+        return pd.Series(np.asarray(values, dtype=object), dtype=object)
 
 
 def encode(columns: Sequence[Any], *, names: Sequence[str] | None = None, sort: bool = False,
@@ -148,7 +175,7 @@ def encode(columns: Sequence[Any], *, names: Sequence[str] | None = None, sort: 
         sets = as_strings
     if len(sets) == 1 and not sort and not converted:  # converted strings may coincide ("10", 10)
         return codes, sets[0][1]
-    joint_uniques = sets[0][1].append([u for _, u in sets[1:]]) if len(sets) > 1 else sets[0][1]
+    joint_uniques = _joined([u for _, u in sets])
     try:
         joint_codes, merged = pd.factorize(joint_uniques, sort=sort)
     except TypeError as exc:  # ids of types that do not order (sort=True)
@@ -169,7 +196,20 @@ def decode(uniques: pd.Index, codes: npt.ArrayLike, *, categorical: bool = False
     codes = np.asarray(codes, dtype=np.int64)
     if categorical:
         return pd.Categorical.from_codes(codes, categories=uniques)
-    return uniques.take(codes).array
+    return as_column(uniques.take(codes).array)
+
+
+def as_column(values: Any) -> Any:
+    """``values`` (an array of ids) ready to be a DataFrame column: object values get the dtype
+    pandas would infer, or stay object where that dtype cannot hold them (a column of strings
+    with lone surrogates, which the Arrow string dtype refuses)."""
+    if not pd.api.types.is_object_dtype(getattr(values, "dtype", None)):
+        return values
+    try:
+        column = pd.Series(np.asarray(values, dtype=object), copy=False)
+    except UnicodeError:
+        column = pd.Series(np.asarray(values, dtype=object), dtype=object, copy=False)
+    return column if column.dtype == object else column.array  # a DataFrame would infer again
 
 
 _BLOCK_ROWS = 1 << 15
@@ -187,7 +227,7 @@ def _strings(values: Any) -> Any:
         if pd.isna(arr).any():  # missing ids stay missing: the caller reports them
             return None
         if pd.api.types.infer_dtype(arr, skipna=False) != "string":
-            arr = np.array([v if isinstance(v, str) else str(v) for v in arr], dtype=object)
+            arr = np.array([str_id(v) for v in arr], dtype=object)
         return pa.array(arr, type=pa.large_string())
     except (pa.ArrowException, UnicodeError):
         return None
@@ -220,9 +260,9 @@ def lookup(values: Any, table: pd.Index) -> I64:
         return np.where(codes >= 0, per_category[codes], -1) if len(per_category) else np.full(len(codes), -1)
     arr, keys = _strings(values), _strings(table)
     if arr is None or keys is None:  # strings pyarrow cannot hold: pandas' object hashing
-        objects = pd.Index([v if isinstance(v, str) else str(v) for v in table], dtype=object)
-        return np.asarray(objects.get_indexer(pd.Index(np.asarray(values, dtype=object), dtype=object).map(str)),
-                          dtype=np.int64)
+        objects = pd.Index([str_id(v) for v in table], dtype=object)
+        wanted = pd.Index([str_id(v) for v in np.asarray(values, dtype=object)], dtype=object)
+        return np.asarray(objects.get_indexer(wanted), dtype=np.int64)
     found = pc.index_in(arr, value_set=keys.cast(arr.type))
     return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
 

@@ -93,7 +93,7 @@ def relevance_column(qrels: pd.DataFrame, what: str = "qrels") -> npt.NDArray[np
     """The grades as int64; each must be an integer within int32's range."""
     col = qrels["relevance"]
     values = pd.to_numeric(col, errors="coerce").to_numpy(np.float64, na_value=np.nan)
-    if col.dtype.kind in "iu":  # exact check on integers (a float64 view rounds near 2**63)
+    if isinstance(col.dtype, np.dtype) and col.dtype.kind in "iu":  # exact (float64 rounds near 2**63); no NA here
         ints = col.to_numpy()
         bad = (ints < _INT32.min) | (ints > _INT32.max)
     else:

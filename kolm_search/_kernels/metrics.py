@@ -147,7 +147,7 @@ def evaluate_queries(r_ptr: npt.ArrayLike, r_doc: npt.ArrayLike, n_run_docs: int
     for codes, low, bound, what in ((rd, 0, n_run_docs, "run"), (rj, -1, n_judged, "judged"), (jd, 0, n_judged, "qrels")):
         if len(codes) and (codes.min() < low or codes.max() >= bound):
             raise ValueError(f"{what} document codes outside [{low}, {bound})")
-    if rj.shape != rd.shape or jr.shape != jd.shape or n_q >= 2**31 or (len(jr) and np.abs(jr).max() >= 2**31):
+    if rj.shape != rd.shape or jr.shape != jd.shape or n_q >= 2**31 or (len(jr) and (jr.min() < -2**31 or jr.max() >= 2**31)):
         raise ValueError("one judged code per retrieved row and one int32 grade per judgement are needed")
     values = np.zeros((n_q, mids.shape[0]), np.float64)
     status = np.zeros(n_q, np.int64)

@@ -13,6 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._aio import embed_batch, log, run_blocking
+from kolm_search.adapters._sqlite import OnCorrupt, SqliteTable
+from kolm_search.errors import PIPELINE_STAGES
 
 __all__ = ["CachedEmbedder"]
 
@@ -20,9 +22,15 @@ __all__ = ["CachedEmbedder"]
 class CachedEmbedder:
     """Wraps an embedder so re-running an experiment re-embeds nothing.
 
-    Vectors are stored in a SQLite file as raw float32 bytes (never pickled), keyed by
-    ``sha256(model_id, text)``; SQLite makes concurrent writers (threads, processes) safe.
-    An entry of the wrong size is recomputed with a warning.
+    Vectors are stored in a SQLite file as raw float32 bytes (never pickled) with their
+    dimension and a keyed BLAKE2b digest, keyed by ``sha256(model_id, text)``; SQLite makes
+    concurrent writers (threads, processes) safe. An entry that fails its checks (size,
+    digest, finite values, the dimension of the other vectors) is recomputed with a warning,
+    never returned. A file that is not this store (corrupt, truncated, another database, an
+    older layout) is moved aside to ``<name>.corrupt-<timestamp>`` with a warning and rebuilt,
+    or raises :class:`~kolm_search.errors.KolmValueError` naming it under
+    ``on_corrupt="raise"``; a file deleted while in use is recreated; a lock held by another
+    writer past ``timeout`` raises :class:`~kolm_search.errors.SearchError` (``embedder``).
 
     Parameters
     ----------
@@ -32,24 +40,77 @@ class CachedEmbedder:
     model_id : str, optional
         Identity of the model (default: ``inner.model_id``, else ``repr(inner)``); a different
         model never reads another's vectors.
+    on_corrupt : {"rebuild", "raise"}, default "rebuild"
+    timeout : float, default 60
+        Seconds to wait for another connection's lock.
     """
 
-    def __init__(self, inner: Any, path: str | Path, *, model_id: str | None = None, logger: Any = None) -> None:
+    def __init__(self, inner: Any, path: str | Path, *, model_id: str | None = None, logger: Any = None,
+                 on_corrupt: OnCorrupt = "rebuild", timeout: float = 60.0) -> None:
         self.inner = inner
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.model_id = model_id or str(getattr(inner, "model_id", repr(inner)))
         self.logger = logger or logging.getLogger("kolm_search.cache")
         self.hits = 0
         self.misses = 0
-        with self._connect() as db:
-            db.execute("CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, dim INTEGER NOT NULL, vec BLOB NOT NULL)")
-
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        self._table = SqliteTable(
+            self.path, name="emb", columns=[("key", "TEXT"), ("dim", "INTEGER"), ("vec", "BLOB"), ("digest", "BLOB")],
+            create="CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, dim INTEGER NOT NULL, vec BLOB NOT NULL, "
+                   "digest BLOB NOT NULL)",
+            what="embedding cache", on_corrupt=on_corrupt, timeout=timeout, logger=self.logger,
+            stage=PIPELINE_STAGES.EMBEDDER)
 
     def _key(self, text: str) -> str:
-        return hashlib.sha256(f"{self.model_id}\x00{text}".encode()).hexdigest()
+        return hashlib.sha256(f"{self.model_id}\x00{text}".encode("utf-8", "surrogatepass")).hexdigest()
+
+    @staticmethod
+    def _digest(key: str, dim: int, blob: bytes) -> bytes:
+        digest = hashlib.blake2b(f"{key}:{dim}:".encode(), digest_size=16)
+        digest.update(blob)
+        return digest.digest()
+
+    def _vector(self, key: str, dim: Any, blob: Any, digest: Any) -> npt.NDArray[np.float32] | None:
+        """The stored vector float32 (dim,), or None (with a warning) when the row fails a check."""
+        ok = (isinstance(dim, int) and dim > 0 and isinstance(blob, bytes) and len(blob) == 4 * dim
+              and isinstance(digest, bytes) and digest == self._digest(key, dim, blob))
+        vec = np.frombuffer(blob, dtype="<f4").astype(np.float32) if ok else None
+        if vec is None or not np.all(np.isfinite(vec)):
+            log(self.logger, "warning", f"corrupt cached embedding {key[:12]}… in {str(self.path)!r} recomputed")
+            return None
+        return vec
+
+    def _read(self, keys: list[str]) -> dict[str, npt.NDArray[np.float32]]:
+        def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            rows: list[tuple[Any, ...]] = []
+            for start in range(0, len(keys), 500):
+                chunk = keys[start:start + 500]
+                rows.extend(db.execute(f"SELECT key, dim, vec, digest FROM emb WHERE key IN "
+                                       f"({','.join('?' * len(chunk))})", chunk))
+            return rows
+
+        found = {}
+        for key, dim, blob, digest in self._table.run(read, stage=PIPELINE_STAGES.EMBEDDER):
+            vec = self._vector(key, dim, blob, digest)
+            if vec is not None:
+                found[key] = vec
+        return found
+
+    def _write(self, rows: list[tuple[str, npt.NDArray[np.float32]]]) -> None:
+        records = []
+        for key, vec in rows:
+            blob = np.ascontiguousarray(vec, dtype="<f4").tobytes()
+            records.append((key, int(vec.size), blob, self._digest(key, int(vec.size), blob)))
+
+        def write(db: sqlite3.Connection) -> None:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany("INSERT OR REPLACE INTO emb (key, dim, vec, digest) VALUES (?, ?, ?, ?)", records)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+        self._table.run(write, stage=PIPELINE_STAGES.EMBEDDER)
 
     async def _compute(self, texts: list[str]) -> npt.NDArray[np.float32]:
         result: npt.NDArray[np.float32] = await embed_batch(self.inner, texts)
@@ -59,36 +120,25 @@ class CachedEmbedder:
         """Embeddings of ``texts`` (float32 (n, d)), computing only the missing ones."""
         texts = list(texts)
         keys = [self._key(t) for t in texts]
-        found: dict[str, npt.NDArray[np.float32]] = {}
-        db = self._connect()
-        try:
-            for start in range(0, len(keys), 500):
-                chunk = list(dict.fromkeys(keys[start:start + 500]))
-                rows = db.execute(f"SELECT key, dim, vec FROM emb WHERE key IN ({','.join('?' * len(chunk))})", chunk)
-                for key, dim, blob in rows:
-                    ok_size = isinstance(blob, bytes) and len(blob) == 4 * int(dim) and dim > 0
-                    vec = np.frombuffer(blob, dtype=np.float32) if ok_size else np.zeros(0, np.float32)
-                    if not ok_size or not np.all(np.isfinite(vec)):
-                        log(self.logger, "warning", f"corrupt cached embedding {key[:12]}… recomputed")
-                        continue
-                    found[key] = vec
-            todo = [i for i, k in enumerate(keys) if k not in found]
-            first_of: dict[str, int] = {}
-            for i in todo:
-                first_of.setdefault(keys[i], i)
-            if first_of:
-                idx = list(first_of.values())
-                fresh = await self._compute([texts[i] for i in idx])
-                db.execute("BEGIN")
-                for i, vec in zip(idx, fresh, strict=True):
-                    db.execute("INSERT OR REPLACE INTO emb (key, dim, vec) VALUES (?, ?, ?)",
-                               (keys[i], int(vec.size), np.ascontiguousarray(vec, dtype=np.float32).tobytes()))
-                    found[keys[i]] = vec
-                db.execute("COMMIT")
-            self.hits += len(texts) - len(todo)
-            self.misses += len(todo)
-        finally:
-            db.close()
+        found = self._read(list(dict.fromkeys(keys)))
+        first_of: dict[str, int] = {}
+        for i, k in enumerate(keys):
+            if k not in found:
+                first_of.setdefault(k, i)
+        if first_of:
+            idx = list(first_of.values())
+            fresh = np.asarray(await self._compute([texts[i] for i in idx]), dtype=np.float32)
+            self._write([(keys[i], vec) for i, vec in zip(idx, fresh, strict=True)])
+            found.update((keys[i], vec) for i, vec in zip(idx, fresh, strict=True))
+        if len({v.shape for v in found.values()}) > 1:  # stored by another version of the model
+            log(self.logger, "warning", f"cached embeddings in {str(self.path)!r} differ in dimension; recomputed")
+            fresh = np.asarray(await self._compute(list(dict.fromkeys(texts))), dtype=np.float32)
+            found = dict(zip([self._key(t) for t in dict.fromkeys(texts)], fresh, strict=True))
+            self._write(list(found.items()))
+            first_of = dict.fromkeys(keys, 0)
+        misses = sum(1 for k in keys if k in first_of)
+        self.hits += len(keys) - misses
+        self.misses += misses
         return np.stack([found[k] for k in keys]) if keys else np.zeros((0, 0), np.float32)
 
     def embed_many(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import numbers
 import sqlite3
 import threading
 import time
@@ -12,9 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from kolm_search._aio import log
-from kolm_search.errors import KolmValueError
+from kolm_search.adapters._sqlite import OnCorrupt, SqliteTable
+from kolm_search.errors import PIPELINE_STAGES, KolmValueError
 
 __all__ = ["InMemoryCache", "SqliteCache"]
+
+
+def _ttl(value: Any) -> float | None:
+    """A TTL in seconds (None: no expiry); NaN, bools and non-numbers are refused (a NaN expiry
+    would never compare as reached)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(float(value)):
+        raise KolmValueError(f"ttl_seconds must be a number of seconds or None, got {value!r}")
+    return float(value)
 
 
 class InMemoryCache:
@@ -36,7 +49,7 @@ class InMemoryCache:
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise KolmValueError(f"max_entries must be a positive int, got {max_entries!r}")
         self.max_entries = max_entries
-        self.ttl_seconds = ttl_seconds
+        self.ttl_seconds = _ttl(ttl_seconds)
         self._clock = clock
         self._data: OrderedDict[str, tuple[float | None, Any]] = OrderedDict()
         self._lock = threading.Lock()
@@ -54,8 +67,8 @@ class InMemoryCache:
             return value
 
     def set(self, key: str, value: Any, ttl_seconds: float | None = None) -> None:
-        ttl = self.ttl_seconds if ttl_seconds is None else ttl_seconds
-        expires = None if ttl is None else self._clock() + float(ttl)
+        ttl = self.ttl_seconds if ttl_seconds is None else _ttl(ttl_seconds)
+        expires = None if ttl is None else self._clock() + ttl
         with self._lock:
             self._data[key] = (expires, value)
             self._data.move_to_end(key)
@@ -70,7 +83,14 @@ class SqliteCache:
     """Persistent cache in a SQLite file: JSON values, TTL, survives restarts.
 
     A connection per operation keeps it safe under concurrent writers (threads or
-    processes); a row that does not decode is treated as a miss, logged, and deleted.
+    processes). Values are JSON text (never pickled); a row that does not decode, or whose
+    expiry is not a number, is treated as a miss, logged, and deleted. A file that is not this
+    cache's SQLite table (corrupt, truncated, another database) is moved aside to
+    ``<name>.corrupt-<timestamp>`` with a warning and rebuilt empty, or raises
+    :class:`~kolm_search.errors.KolmValueError` naming it under ``on_corrupt="raise"``; a file
+    deleted while in use is recreated. A lock held by another writer for more than
+    ``timeout`` seconds raises :class:`~kolm_search.errors.SearchError` (``cache.get`` or
+    ``cache.set``) naming the file.
 
     Parameters
     ----------
@@ -78,47 +98,48 @@ class SqliteCache:
     ttl_seconds : float, optional
         Default TTL when ``set`` gives none.
     logger : Logger, optional
+    on_corrupt : {"rebuild", "raise"}, default "rebuild"
+    timeout : float, default 30
+        Seconds to wait for another connection's lock.
     """
 
-    def __init__(self, path: str | Path, ttl_seconds: float | None = None, *, logger: Any = None) -> None:
+    def __init__(self, path: str | Path, ttl_seconds: float | None = None, *, logger: Any = None,
+                 on_corrupt: OnCorrupt = "rebuild", timeout: float = 30.0) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.ttl_seconds = ttl_seconds
+        self.ttl_seconds = _ttl(ttl_seconds)
         self.logger = logger or logging.getLogger("kolm_search.cache")
-        with self._connect() as db:
-            db.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value TEXT NOT NULL, expires REAL)")
-
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self._table = SqliteTable(
+            self.path, name="cache", columns=[("key", "TEXT"), ("value", "TEXT"), ("expires", "REAL")],
+            create="CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value TEXT NOT NULL, expires REAL)",
+            what="cache file", on_corrupt=on_corrupt, timeout=timeout, logger=self.logger,
+            stage=PIPELINE_STAGES.CACHE_SET)
 
     def get(self, key: str) -> Any | None:
-        db = self._connect()
-        try:
+        def read(db: sqlite3.Connection) -> Any | None:
             row = db.execute("SELECT value, expires FROM cache WHERE key = ?", (key,)).fetchone()
             if row is None:
                 return None
             value, expires = row
-            if expires is not None and time.time() >= expires:
-                db.execute("DELETE FROM cache WHERE key = ?", (key,))
-                return None
             try:
+                if expires is not None and not isinstance(expires, (int, float)):
+                    raise TypeError(f"expiry {expires!r} is not a number")
+                if expires is not None and time.time() >= expires:
+                    db.execute("DELETE FROM cache WHERE key = ?", (key,))
+                    return None
                 return json.loads(value)
-            except (TypeError, ValueError) as exc:
-                log(self.logger, "warning", f"corrupt cache row {key!r} ignored and removed", exc)
+            except (TypeError, ValueError, RecursionError) as exc:
+                log(self.logger, "warning", f"corrupt row {key!r} of {self} ignored and removed", exc)
                 db.execute("DELETE FROM cache WHERE key = ?", (key,))
                 return None
-        finally:
-            db.close()
+
+        return self._table.run(read, stage=PIPELINE_STAGES.CACHE_GET)
 
     def set(self, key: str, value: Any, ttl_seconds: float | None = None) -> None:
-        ttl = self.ttl_seconds if ttl_seconds is None else ttl_seconds
-        body = json.dumps(value, ensure_ascii=False, allow_nan=False)
-        db = self._connect()
-        try:
-            db.execute("INSERT OR REPLACE INTO cache (key, value, expires) VALUES (?, ?, ?)",
-                       (key, body, None if ttl is None else time.time() + float(ttl)))
-        finally:
-            db.close()
+        ttl = self.ttl_seconds if ttl_seconds is None else _ttl(ttl_seconds)
+        body = json.dumps(value, allow_nan=False)  # ASCII: a lone surrogate is escaped, not unencodable
+        row = (key, body, None if ttl is None else time.time() + ttl)
+        self._table.run(lambda db: db.execute("INSERT OR REPLACE INTO cache (key, value, expires) VALUES (?, ?, ?)",
+                                              row), stage=PIPELINE_STAGES.CACHE_SET)
 
     def __repr__(self) -> str:
         return f"SqliteCache({str(self.path)!r})"

@@ -178,7 +178,7 @@ def evaluate(
     if missing == "zero":
         keep |= j_count > 0
     table = pd.DataFrame(values[keep], columns=names)
-    table.insert(0, "qid", np.asarray(q_uniques, dtype=object)[keep])
+    table.insert(0, "qid", ids.decode(q_uniques, np.flatnonzero(keep)))
     if per_query:
         return table
     if table.empty:

@@ -234,7 +234,7 @@ def fuse(runs: Sequence[Any] | Mapping[str, Any], method: Method = "rrf", k: flo
         row_of = np.empty(n_codes, np.int64)
         row_of[np.concatenate(d_codes)] = np.arange(sum(len(f) for f in frames))
         joined = pd.concat([f["doc_id"] for f in frames], ignore_index=True) if len(frames) > 1 else frames[0]["doc_id"]
-        doc_ids = joined.take(row_of[out_docs]).array
+        doc_ids = ids.as_column(joined.take(row_of[out_docs]).array)
     return pd.DataFrame({
         "qid": ids.decode(q_uniques, np.repeat(np.arange(n_q), counts), categorical=categorical[0]),
         "doc_id": doc_ids,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from kolm_search.errors import FrameValidationError, KolmValueError
@@ -44,13 +46,52 @@ class Dataset:
 
 
 def _find(root: Path, stem: str) -> Path:
-    for candidate in (root / stem, root / f"{stem}.gz"):
+    parquet = root / f"{stem.removesuffix('.jsonl')}.parquet"
+    for candidate in (root / stem, root / f"{stem}.gz", parquet):
         if candidate.exists():
             return candidate
-    raise KolmValueError(f"{str(root)!r} is not a BEIR folder: {stem}[.gz] is missing")
+    raise KolmValueError(f"{str(root)!r} is not a BEIR folder: {stem}[.gz] (or {parquet.name}) is missing")
 
 
-def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _cell_ok(value: Any, column: str, nullable: bool) -> bool:
+    if column == "_id":
+        return (isinstance(value, str) and value != "") or (
+            isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)))
+    return isinstance(value, str) or (nullable and value is None)
+
+
+def _parquet(path: Path, text_columns: tuple[str, ...], optional: tuple[str, ...]) -> pd.DataFrame:
+    """``_id`` (strings or integers, as str) and ``text_columns`` (strings) of a parquet file,
+    plus ``optional`` string columns (missing values allowed) when present; every problem is a
+    FrameValidationError naming the file, the column and the row."""
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises many kinds for a file that is not parquet
+        raise FrameValidationError(f"{path}: cannot read it as parquet ({type(exc).__name__}: {exc})") from exc
+    missing = [c for c in ("_id", *text_columns) if c not in frame.columns]
+    if missing:
+        raise FrameValidationError(f"{path}: lacks column(s) {missing}; has {list(frame.columns)}")
+    out = {}
+    for column in ("_id", *text_columns, *(c for c in optional if c in frame.columns)):
+        values = frame[column].astype(object).tolist()
+        if column in optional:  # a missing title (None, NaN, NA) is None
+            values = [None if not isinstance(v, str) and pd.api.types.is_scalar(v) and pd.isna(v) else v
+                      for v in values]
+        bad = next((i for i, v in enumerate(values) if not _cell_ok(v, column, column in optional)), None)
+        if bad is not None:
+            raise FrameValidationError(f"{path}: column {column!r} row {bad} holds {values[bad]!r}; expected "
+                                       + ("a non-empty string or an integer" if column == "_id" else "a string"))
+        out[column] = [str(v) for v in values] if column == "_id" else values
+    return pd.DataFrame(out)
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _jsonl(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of every non-blank line; ``_id`` checked, and ``fields`` that
+    hold strings checked to be Unicode text (JSON's ``\\ud800`` escapes can write a lone
+    surrogate, which no UTF-8 consumer can take)."""
     for lineno, line in text_lines(path):
         if not line.strip():
             continue
@@ -58,60 +99,86 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise FrameValidationError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
+        except (ValueError, RecursionError) as exc:  # a number past the int digits limit, nesting too deep
+            raise FrameValidationError(f"{path}:{lineno}: invalid JSON ({type(exc).__name__}: {exc})") from exc
         if not isinstance(obj, dict) or "_id" not in obj:
             raise FrameValidationError(f"{path}:{lineno}: expected an object with '_id'")
         if not isinstance(obj["_id"], (str, int)) or isinstance(obj["_id"], bool) or obj["_id"] == "":
             raise FrameValidationError(f"{path}:{lineno}: '_id' must be a non-empty string or integer, got {obj['_id']!r}")
+        if _SURROGATE_ESCAPE.search(line):
+            for name in ("_id", *fields):
+                value = obj.get(name)
+                if not isinstance(value, str):
+                    continue
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise FrameValidationError(f"{path}:{lineno}: {name!r} holds a lone surrogate "
+                                               f"({value[exc.start]!a}), not Unicode text") from exc
         yield lineno, obj
 
 
 def _read_corpus(path: Path) -> pd.DataFrame:
+    if path.suffix == ".parquet":
+        table = _parquet(path, ("text",), ("title",))
+        corpus = pd.DataFrame({"id": table["_id"], "title": table["title"].map(lambda t: t or None)
+                               if "title" in table.columns else None, "content": table["text"]})
+        return _unique(corpus, "id", path, "document")
     ids, titles, texts, extra = [], [], [], []
-    for lineno, obj in _jsonl(path):
-        text = obj.get("text")
+    for lineno, obj in _jsonl(path, ("text", "title")):
+        text, title = obj.get("text"), obj.get("title")
         if not isinstance(text, str):
             raise FrameValidationError(f"{path}:{lineno}: document {obj['_id']!r} has no string 'text'")
+        if title is not None and not isinstance(title, str):
+            raise FrameValidationError(f"{path}:{lineno}: document {obj['_id']!r} has a 'title' that is not a string")
         ids.append(str(obj["_id"]))
-        titles.append(obj.get("title") or None)
+        titles.append(title or None)
         texts.append(text)
         meta = obj.get("metadata")
         extra.append(meta if isinstance(meta, dict) and meta else None)
     corpus = pd.DataFrame({"id": ids, "title": titles, "content": texts})
     if any(m is not None for m in extra):
         corpus["metadata"] = extra
-    dup = corpus["id"].duplicated()
+    return _unique(corpus, "id", path, "document")
+
+
+def _unique(frame: pd.DataFrame, column: str, path: Path, what: str) -> pd.DataFrame:
+    dup = frame[column].duplicated()
     if dup.any():
-        raise FrameValidationError(f"{path}: duplicate document id {corpus['id'][dup].iloc[0]!r}")
-    return corpus
+        raise FrameValidationError(f"{path}: duplicate {what} id {frame[column][dup].iloc[0]!r}")
+    return frame
 
 
 def _read_queries(path: Path) -> pd.DataFrame:
+    if path.suffix == ".parquet":
+        table = _parquet(path, ("text",), ())
+        return _unique(pd.DataFrame({"qid": table["_id"], "query": table["text"]}), "qid", path, "query")
     rows = []
-    for lineno, obj in _jsonl(path):
+    for lineno, obj in _jsonl(path, ("text",)):
         if not isinstance(obj.get("text"), str):
             raise FrameValidationError(f"{path}:{lineno}: query {obj['_id']!r} has no string 'text'")
         rows.append((str(obj["_id"]), obj["text"]))
-    queries = pd.DataFrame(rows, columns=["qid", "query"])
-    dup = queries["qid"].duplicated()
-    if dup.any():
-        raise FrameValidationError(f"{path}: duplicate query id {queries['qid'][dup].iloc[0]!r}")
-    return queries
+    return _unique(pd.DataFrame(rows, columns=["qid", "query"]), "qid", path, "query")
 
 
 def load_beir(path: str | Path, split: str = "test") -> Dataset:
     """Read a BEIR folder into a :class:`Dataset`.
 
-    Raises ``KolmValueError``/``FrameValidationError`` naming the file and line for a missing
-    file, malformed JSON or TSV, duplicate ids, or a non-integer relevance.
+    ``corpus.parquet``, ``queries.parquet`` (columns ``_id``, ``text``, and ``title`` for the
+    corpus; Hugging Face's BEIR layout) and ``qrels/<split>.parquet`` are read in place of the
+    text files when those are absent. Raises ``KolmValueError``/``FrameValidationError`` naming
+    the file (and the line, or the column and row) for a missing file, malformed JSON, TSV or
+    parquet, duplicate ids, or a non-integer relevance.
     """
     root = Path(path)
     if not root.is_dir():
         raise KolmValueError(f"BEIR folder {str(root)!r} does not exist")
-    qrels_path = next((p for p in (root / "qrels" / f"{split}.tsv", root / "qrels" / f"{split}.tsv.gz") if p.is_file()),
-                      None)
+    qrels_path = next((p for p in (root / "qrels" / f"{split}{ext}" for ext in (".tsv", ".tsv.gz", ".parquet"))
+                       if p.is_file()), None)
     if qrels_path is None:
-        found = (root / "qrels").glob("*.tsv*") if (root / "qrels").is_dir() else []
-        available = sorted({p.name.removesuffix(".gz").removesuffix(".tsv") for p in found})
+        found = [p for p in (root / "qrels").glob("*") if p.name.endswith((".tsv", ".tsv.gz", ".parquet"))] \
+            if (root / "qrels").is_dir() else []
+        available = sorted({p.name.removesuffix(".gz").removesuffix(".tsv").removesuffix(".parquet") for p in found})
         raise KolmValueError(f"{str(root)!r} has no qrels for split {split!r}; available: {available}")
     return Dataset(corpus=_read_corpus(_find(root, "corpus.jsonl")), queries=_read_queries(_find(root, "queries.jsonl")),
                    qrels=read_qrels(qrels_path), name=root.name)

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import csv
 import gzip
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import FrameValidationError, KolmValueError
+from kolm_search.ids import str_id
 from kolm_search.io._text import BROKEN, text_lines
 from kolm_search.runs import (
     QRELS_COLUMNS,
@@ -61,18 +64,44 @@ def _existing(path: str | Path, what: str) -> Path:
     return p
 
 
+_SPACE = re.compile(r"[ \t]+")  # fields are separated by spaces and tabs only, as pandas' C reader does
+_LINE_END = re.compile(r"\r\n?|\n")  # and lines end at \n, \r\n or a lone \r
+_INTEGER = re.compile(r"[+-]?[0-9]+")  # ASCII digits: no "1_0", no other scripts' digits
+_NUMBER = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
+
+
 def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
     """``(line number, fields)`` of every non-blank line."""
     for lineno, line in text_lines(path):
-        fields = line.split()
-        if fields:
-            yield lineno, fields
+        for piece in _LINE_END.split(line):
+            fields = _SPACE.split(piece.strip(" \t"))
+            if fields != [""]:
+                yield lineno, fields
+
+
+def _number(text: str) -> float | None:
+    """A decimal number as pandas' C reader reads one (``1``, ``-.5e3``, ``inf``; ``nan`` too), else None."""
+    return float(text) if _NUMBER.fullmatch(text) else None
+
+
+def _integer(text: str) -> int | None:
+    """An integer as pandas' C reader reads one into int64 (``+1``, ``01``, and integral
+    decimals such as ``1.0`` or ``1e3``), else None."""
+    if _INTEGER.fullmatch(text):
+        return int(text)
+    value = _number(text)
+    return int(value) if value is not None and np.isfinite(value) and value == int(value) else None
 
 
 def _read_csv(path: Path, names: list[str], dtype: dict[str, Any], skip: int = 0) -> pd.DataFrame:
-    return pd.read_csv(path, sep=r"\s+", header=None, names=names, dtype=dtype, skiprows=skip, engine="c",
-                       na_filter=False, quoting=csv.QUOTE_NONE, encoding="utf-8-sig", compression="infer",
-                       skip_blank_lines=True)
+    """The file by pandas' C reader, with one more column than ``names`` that must stay empty
+    (pandas would otherwise turn a surplus leading field into the index)."""
+    frame = pd.read_csv(path, sep=r"\s+", header=None, names=[*names, "_extra"], dtype={**dtype, "_extra": str},
+                        skiprows=skip, engine="c", na_filter=False, quoting=csv.QUOTE_NONE, encoding="utf-8",
+                        compression="infer", skip_blank_lines=True, index_col=False)
+    if (frame["_extra"] != "").any():
+        raise ValueError("a line has more fields than expected")
+    return frame
 
 
 def _scan_run(path: Path) -> pd.DataFrame:
@@ -81,17 +110,17 @@ def _scan_run(path: Path) -> pd.DataFrame:
     for lineno, parts in _lines(path):
         if len(parts) != 6:
             raise FrameValidationError(f"{path}:{lineno}: expected 6 fields 'qid Q0 doc rank score tag', got {len(parts)}")
-        try:
-            int(parts[3])
-        except ValueError as exc:
-            raise FrameValidationError(f"{path}:{lineno}: rank {parts[3]!r} is not an integer") from exc
-        try:
-            score = float(parts[4])
-        except ValueError as exc:
-            raise FrameValidationError(f"{path}:{lineno}: score {parts[4]!r} is not a number") from exc
+        rank = _integer(parts[3])
+        if rank is None:
+            raise FrameValidationError(f"{path}:{lineno}: rank {parts[3]!r} is not an integer")
+        if not -2**63 < rank < 2**63:
+            raise FrameValidationError(f"{path}:{lineno}: rank {parts[3]} does not fit int64")
+        score = _number(parts[4])
+        if score is None:
+            raise FrameValidationError(f"{path}:{lineno}: score {parts[4]!r} is not a number")
         if not np.isfinite(score):
             raise FrameValidationError(f"{path}:{lineno}: score {parts[4]!r} is not finite")
-        rows.append((parts[0], parts[2], int(parts[3]) - 1, score))
+        rows.append((parts[0], parts[2], rank - 1, score))
     frame = pd.DataFrame(rows, columns=list(RUN_COLUMNS)).astype({"rank": np.int64, "score": np.float64})
     return _categorical_ids(frame)
 
@@ -129,24 +158,61 @@ def read_run(path: str | Path) -> pd.DataFrame:
     """
     p = _existing(path, "run")
     if _is_parquet(p):
+        what = f"run {str(p)!r}"
         frame = _read_parquet(p, "run")
-        as_run(frame, what=f"run {str(p)!r}")
-        check_ids(frame, f"run {str(p)!r}")
-        frame["score"] = numeric_column(frame, "score", f"run {str(p)!r}", finite=True)
+        as_run(frame, what=what)
+        _check_parquet_columns(frame, what, ("score", "rank"))
+        frame["score"] = numeric_column(frame, "score", what, finite=True)
         if "rank" in frame.columns:
-            frame["rank"] = numeric_column(frame, "rank", f"run {str(p)!r}", finite=True).astype(np.int64)
+            frame["rank"] = _rank_column(frame, what)
         frame = _categorical_ids(frame)
     else:
         dtypes = {"qid": str, "q0": str, "doc_id": str, "rank": np.int64, "score": np.float64, "tag": str}
         try:
             raw = _read_csv(p, _RUN_FIELDS, dtypes)
-            ok = not (raw["tag"] == "").any() and bool(np.isfinite(raw["score"].to_numpy()).all())
-        except (ValueError, pd.errors.ParserError, *BROKEN):
+            ok = (not (raw["tag"] == "").any() and bool(np.isfinite(raw["score"].to_numpy()).all())
+                  and bool((raw["rank"].to_numpy() > np.iinfo(np.int64).min).all()))  # rank - 1 must fit
+        except (ValueError, OverflowError, pd.errors.ParserError, *BROKEN):
             ok = False
         frame = _scan_run(p) if not ok else _categorical_ids(pd.DataFrame({
             "qid": raw["qid"], "doc_id": raw["doc_id"], "rank": raw["rank"].to_numpy() - 1, "score": raw["score"].to_numpy()}))
     _no_duplicates(frame, p, "document")
     return frame
+
+
+def _check_parquet_columns(frame: pd.DataFrame, what: str, numbers: tuple[str, ...]) -> None:
+    """Ids must be strings or integers (a categorical of them too) and present; ``numbers``
+    (those present) of a numeric dtype other than bool. Raises FrameValidationError naming
+    the column and its dtype."""
+    for column in ("qid", "doc_id"):
+        col = frame[column]
+        values = col.cat.categories if isinstance(col.dtype, pd.CategoricalDtype) else col
+        kind = pd.api.types.infer_dtype(values, skipna=True)
+        if kind not in ("string", "integer", "empty"):
+            raise FrameValidationError(f"{what} column {column} holds {kind} values ({col.dtype}); "
+                                       "ids must be strings or integers")
+    check_ids(frame, what)
+    for column in numbers:
+        if column in frame.columns:
+            dtype = frame[column].dtype
+            if not pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype):
+                raise FrameValidationError(f"{what} column {column} has dtype {dtype}; expected numbers")
+
+
+def _rank_column(frame: pd.DataFrame, what: str) -> npt.NDArray[np.int64]:
+    """The ``rank`` column as int64: integral values within int64, else an error naming the row."""
+    col = frame["rank"]
+    if isinstance(col.dtype, np.dtype) and col.dtype.kind in "iu":
+        ints = col.to_numpy()
+        bad = ints > np.iinfo(np.int64).max if col.dtype == np.uint64 else np.zeros(len(ints), bool)
+    else:
+        values = numeric_column(frame, "rank", what, finite=True)
+        bad = (np.mod(values, 1) != 0) | (np.abs(values) >= 2.0**63)
+        ints = np.where(bad, 0, values)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise FrameValidationError(f"{what} rank must be integers within int64; row {row} has {col.iloc[row]!r}")
+    return ints.astype(np.int64)
 
 
 def _read_parquet(path: Path, what: str) -> pd.DataFrame:
@@ -162,36 +228,68 @@ def write_run(run: Any, path: str | Path, tag: str = "kolm_search") -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     if _is_parquet(p):
-        df.to_parquet(p, index=False)
+        _to_parquet(df, p)
         return
-    if any(c.isspace() for c in tag) or not tag:
+    if not isinstance(tag, str) or not tag or any(c.isspace() for c in tag) or not tag.isprintable():
         raise KolmValueError(f"run tag must be one word, got {tag!r}")
     score = numeric_column(df, "score", "run", finite=True)
     if "rank" in df.columns:
-        rank = numeric_column(df, "rank", "run", finite=True).astype(np.int64) + 1
+        rank = _rank_column(df, "run") + 1
     else:
         rank = df.groupby("qid", sort=False, observed=True).cumcount().to_numpy(np.int64) + 1
+    qids, docs = _text_ids(df, "run")  # checked before the file is opened: no half-written file
     with _open(p, "w") as fh:
-        for q, d, r, s in zip(df["qid"].astype(str), df["doc_id"].astype(str), rank, score, strict=True):
-            if not q or not d or any(ch.isspace() for ch in q + d):
-                raise FrameValidationError(f"ids must be non-empty and without white space: qid {q!r}, doc_id {d!r}")
-            fh.write(f"{q} Q0 {d} {int(r)} {float(s)!r} {tag}\n")
+        for q, d, r, s in zip(qids, docs, rank.tolist(), score.tolist(), strict=True):
+            fh.write(f"{q} Q0 {d} {r} {s!r} {tag}\n")
+
+
+def _is_header(fields: list[str]) -> bool:
+    """BEIR's ``query-id corpus-id score``: a first line whose first field names the column and
+    whose last is not a grade (a query called ``qid`` with a grade is a judgement)."""
+    return fields[0] in _HEADERS and _integer(fields[-1]) is None
+
+
+def _text_ids(df: pd.DataFrame, what: str) -> tuple[list[str], list[str]]:
+    """The ids as they will be written: strings, non-empty, without white space, UTF-8, not
+    starting with a byte-order mark; bytes are refused (``str(b"x")`` is not ``x``)."""
+    out = []
+    for column in ("qid", "doc_id"):
+        values = [str_id(v) for v in df[column].astype(object).tolist()]
+        for row, v in enumerate(values):
+            if not v or any(ch.isspace() for ch in v) or v.startswith("\ufeff"):
+                raise FrameValidationError(f"{what} {column} at row {row} is {v!r}; ids must be non-empty, "
+                                           "without white space and not start with a byte-order mark")
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise FrameValidationError(f"{what} {column} at row {row} is {v!r}, not UTF-8 text") from exc
+        out.append(values)
+    return out[0], out[1]
+
+
+def _to_parquet(df: pd.DataFrame, path: Path) -> None:
+    import pyarrow as pa
+
+    try:
+        df.to_parquet(path, index=False)
+    except (pa.ArrowException, UnicodeError, TypeError, ValueError) as exc:
+        path.unlink(missing_ok=True)
+        raise FrameValidationError(f"{path}: cannot write the table as parquet ({type(exc).__name__}: {exc})") from exc
 
 
 def _scan_qrels(path: Path) -> pd.DataFrame:
     """The qrels read line by line (the slow path; 3 and 4 fields may mix): raises naming the
     first malformed line."""
     rows = []
-    for lineno, parts in _lines(path):
-        if lineno == 1 and parts[0] in _HEADERS:
+    for at, (lineno, parts) in enumerate(_lines(path)):
+        if at == 0 and lineno == 1 and _is_header(parts):
             continue
         if len(parts) not in (3, 4):
             raise FrameValidationError(
                 f"{path}:{lineno}: expected 3 or 4 fields ('qid doc rel' or 'qid iter doc rel'), got {len(parts)}")
-        try:
-            rel = int(parts[-1])
-        except ValueError as exc:
-            raise FrameValidationError(f"{path}:{lineno}: relevance {parts[-1]!r} is not an integer") from exc
+        rel = _integer(parts[-1])
+        if rel is None:
+            raise FrameValidationError(f"{path}:{lineno}: relevance {parts[-1]!r} is not an integer")
         if not -2**31 <= rel < 2**31:
             raise FrameValidationError(f"{path}:{lineno}: relevance {parts[-1]} does not fit int32")
         rows.append((parts[0], parts[-2], rel))
@@ -209,17 +307,18 @@ def read_qrels(path: str | Path) -> pd.DataFrame:
     """
     p = _existing(path, "qrels")
     if _is_parquet(p):
+        what = f"qrels {str(p)!r}"
         frame = _read_parquet(p, "qrels")
-        as_qrels(frame, what=f"qrels {str(p)!r}")
-        check_ids(frame, f"qrels {str(p)!r}")
-        frame["relevance"] = relevance_column(frame, f"qrels {str(p)!r}")
+        as_qrels(frame, what=what)
+        _check_parquet_columns(frame, what, ("relevance",))
+        frame["relevance"] = relevance_column(frame, what)
         frame = _categorical_ids(frame)
     else:
         first = next(_lines(p), None)
         if first is None:
             frame = _scan_qrels(p)
         else:
-            header = first[0] == 1 and first[1][0] in _HEADERS
+            header = first[0] == 1 and _is_header(first[1])
             width = len(first[1]) if not header else 3
             names = ["qid", "iteration", "doc_id", "relevance"] if width == 4 else ["qid", "doc_id", "relevance"]
             dtypes = {"qid": str, "iteration": str, "doc_id": str, "relevance": np.int64}
@@ -227,7 +326,7 @@ def read_qrels(path: str | Path) -> pd.DataFrame:
                 raw = _read_csv(p, names, dtypes, skip=first[0] if header else 0)
                 rel = raw["relevance"].to_numpy()
                 ok = width in (3, 4) and bool(((rel >= -2**31) & (rel < 2**31)).all())
-            except (ValueError, pd.errors.ParserError, *BROKEN):
+            except (ValueError, OverflowError, pd.errors.ParserError, *BROKEN):
                 ok = False
             frame = _scan_qrels(p) if not ok else _categorical_ids(pd.DataFrame(
                 {"qid": raw["qid"], "doc_id": raw["doc_id"], "relevance": rel.astype(np.int64)}))
@@ -244,11 +343,10 @@ def write_qrels(qrels: Any, path: str | Path) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     if _is_parquet(p):
-        df.to_parquet(p, index=False)
+        _to_parquet(df, p)
         return
     rel = relevance_column(df)
+    qids, docs = _text_ids(df, "qrels")
     with _open(p, "w") as fh:
-        for q, d, r in zip(df["qid"].astype(str), df["doc_id"].astype(str), rel, strict=True):
-            if not q or not d or any(ch.isspace() for ch in q + d):
-                raise FrameValidationError(f"ids must be non-empty and without white space: qid {q!r}, doc_id {d!r}")
-            fh.write(f"{q} 0 {d} {int(r)}\n")
+        for q, d, r in zip(qids, docs, rel.tolist(), strict=True):
+            fh.write(f"{q} 0 {d} {r}\n")
