@@ -38,7 +38,7 @@ import math
 import re
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +84,26 @@ def _parse_retry_after(value: str | None) -> float | None:
             return None
         seconds = when.timestamp() - time.time()
     return None if math.isnan(seconds) else max(0.0, seconds)
+
+
+def _run(coro: Coroutine[Any, Any, str]) -> str:
+    """Run ``coro`` in a new event loop; unlike :func:`asyncio.run`, closing the loop does not
+    wait for a name lookup still blocked in the executor after the deadline gave up on it."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
 
 
 class OpenAICompatibleClient:
@@ -167,9 +187,9 @@ class OpenAICompatibleClient:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.chat(messages, **params))
+            return _run(self.chat(messages, **params))
         with ThreadPoolExecutor(1, thread_name_prefix="kolm-llm") as pool:  # called inside a running loop
-            return pool.submit(asyncio.run, self.chat(messages, **params)).result()
+            return pool.submit(_run, self.chat(messages, **params)).result()
 
     async def chat(self, messages: list[dict[str, str]], **params: Any) -> str:
         """Send ``messages``; return the first choice's content.

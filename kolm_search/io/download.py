@@ -127,8 +127,10 @@ def download_beir(name: str, cache_dir: str | Path | None = None, *, registry: d
     try:
         if _complete(target) and not force:  # another caller finished it while we waited
             return target
+        mine = re.compile(rf"\.{re.escape(name)}\.tmp-[0-9a-f]{{32}}\.(?:zip|unpack|old)")
         for stale in beir_root.glob(f".{name}.tmp-*"):  # left by a killed process
-            _remove(stale)
+            if mine.fullmatch(stale.name):
+                _remove(stale)
         return _fetch_and_install(name, entry, beir_root, target, timeout=timeout, progress=progress,
                                   cap=int(max_unpacked_bytes), deadline=time.monotonic() + max_seconds)
     finally:

@@ -160,6 +160,36 @@ def test_redirect_to_another_origin_never_gets_the_key(servers, status: int, whe
     assert other.requests == []  # the other origin never saw a request, let alone the key
 
 
+@pytest.fixture(scope="module")
+def redirecting() -> Iterator[tuple[RawServer, RawServer, list[tuple[int, str]]]]:
+    """``first`` answers every request with ``redirect[0]``; ``other`` is another origin."""
+    redirect: list[tuple[int, str]] = [(307, "/")]
+    other = RawServer(lambda conn, req: conn.sendall(ok("stolen")))
+    first = RawServer(lambda conn, req: conn.sendall(reply(redirect[0][0], b"", {"Location": redirect[0][1]})))
+    yield first, other, redirect
+    first.close()
+    other.close()
+
+
+header_text = st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=20)
+
+
+@settings(max_examples=40, deadline=None)
+@given(status=st.sampled_from([301, 302, 303, 307, 308]),
+       prefix=st.sampled_from(["", "/", "//", "http://", "https://", "http://127.0.0.1:{other}/",
+                               "http://localhost:{first}/", "http://x@127.0.0.1:{first}", "HTTP://127.0.0.1:{first}/",
+                               "http://127.0.0.1:{first}/", "http://[::1", "../../"]),
+       rest=header_text)
+def test_any_location_is_refused_or_same_origin(redirecting, status: int, prefix: str, rest: str) -> None:  # type: ignore[no-untyped-def]
+    """Whatever the Location, the request goes to the configured origin only; the outcome is an
+    LLMRequestError (the redirect is refused, or same-origin hops run out) and no other server is hit."""
+    first, other, redirect = redirecting
+    redirect[0] = (status, prefix.format(first=first.port, other=other.port) + rest)
+    first.requests.clear()
+    fails(client(first.url(), max_retries=0))
+    assert other.requests == [] and 1 <= len(first.requests) <= 6
+
+
 def test_same_origin_307_308_followed_others_refused(servers) -> None:  # type: ignore[no-untyped-def]
     def handler(conn: socket.socket, req: Request) -> None:
         if req.path == "/v1/chat/completions":
@@ -237,6 +267,25 @@ async def test_async_chat_has_the_same_deadline(servers) -> None:  # type: ignor
     with pytest.raises(LLMRequestError, match="timed out"):
         client(server.url(), timeout=0.3, max_retries=0).chat_sync(MESSAGES)
     assert time.monotonic() - t0 < 1.0
+
+
+def test_hung_name_lookup_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resolver that hangs: the attempt ends at its deadline and chat_sync returns then,
+    without waiting for the lookup thread."""
+    real = socket.getaddrinfo
+
+    def slow(host, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if host in ("hang.invalid", b"hang.invalid"):
+            time.sleep(3)
+            raise socket.gaierror("gave up")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    t0 = time.monotonic()
+    with pytest.raises(LLMRequestError, match="timed out.*hang.invalid"):
+        OpenAICompatibleClient("http://hang.invalid:8000/v1", "m", api_key=KEY, max_retries=0,
+                               timeout=0.5).chat_sync(MESSAGES)
+    assert time.monotonic() - t0 < 1.5
 
 
 def test_retry_after_over_the_cap_fails_fast(servers) -> None:  # type: ignore[no-untyped-def]
