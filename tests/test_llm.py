@@ -163,6 +163,18 @@ def test_bad_options_are_clear_errors(kwargs: dict, match: str) -> None:
         OpenAICompatibleClient(**args)
 
 
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"api_key": "sk-hidden\r\nX-Evil: 1"}, KolmValueError, "api_key"), ({"api_key": "sk-hidden\u00e9"}, KolmValueError, "api_key"),
+    ({"extra_headers": {"X-Key": "hid\nhidden"}}, KolmValueError, "X-Key"), ({"extra_headers": {"X-Key": 5}}, TypeError, "X-Key"),
+])
+def test_header_values_that_cannot_be_sent(kwargs: dict, error: type, match: str) -> None:
+    """Refused at construction, the value never shown (a key with a trailing newline is stripped)."""
+    with pytest.raises(error, match=match) as info:
+        OpenAICompatibleClient("http://127.0.0.1:8000/v1", "m", **kwargs)
+    assert "hidden" not in str(info.value)
+    assert OpenAICompatibleClient("http://127.0.0.1:8000/v1", "m", api_key=" sk-x\n").api_key == "sk-x"
+
+
 def test_repr_hides_the_key_and_header_values() -> None:
     c = OpenAICompatibleClient("http://u:pw-secret@127.0.0.1:8000/v1", "m", api_key="sk-hidden",
                                extra_headers={"X-Key": "hdr-secret"})

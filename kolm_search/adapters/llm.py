@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kolm_search.adapters._extras import require
-from kolm_search.errors import KolmValueError, LLMRequestError
+from kolm_search.errors import KolmTypeError, KolmValueError, LLMRequestError
 from kolm_search.types import SearchPipelineContext
 
 __all__ = ["LLMRequestError", "OpenAICompatibleClient", "OpenAICompatibleExpander", "OpenAICompatibleSynthesizer"]
@@ -106,6 +106,17 @@ def _run(coro: Coroutine[Any, Any, str]) -> str:
             loop.close()
 
 
+def _header_value(name: str, value: object) -> str:
+    """``value`` stripped; a clear error (the value not shown: it may be a secret) unless it is
+    printable ASCII that can go in an HTTP header."""
+    if not isinstance(value, str):
+        raise KolmTypeError(f"{name} must be a str, got {type(value).__name__}")
+    text = value.strip()
+    if not text or not all(32 <= ord(c) < 127 for c in text):
+        raise KolmValueError(f"{name} must be non-empty printable ASCII without line breaks (value not shown)")
+    return text
+
+
 class OpenAICompatibleClient:
     """Minimal chat-completions client (see the module docstring for its guarantees).
 
@@ -142,7 +153,7 @@ class OpenAICompatibleClient:
         self.url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/chat/completions",
                                             parts.query, ""))
         self.model = model
-        self.api_key = api_key
+        self.api_key = _header_value("api_key", api_key) if api_key else api_key
         for name, value in (("timeout", timeout), ("backoff", backoff), ("max_retry_after", max_retry_after)):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise KolmValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -156,7 +167,8 @@ class OpenAICompatibleClient:
         self.backoff = float(backoff)
         self.max_retry_after = float(max_retry_after)
         self.max_response_bytes = int(max_response_bytes)
-        self.extra_headers = dict(extra_headers or {})
+        self.extra_headers = {_header_value("extra_headers key", k): _header_value(f"extra_headers[{k!r}]", v)
+                              for k, v in (extra_headers or {}).items()}
         self._ssl_context: Any = None
 
     def __repr__(self) -> str:

@@ -296,6 +296,11 @@ def test_bad_names_and_entries(tmp_path: Path) -> None:
             download_beir(name, tmp_path, registry={name: {"url": "http://127.0.0.1:9/x.zip"}})
     with pytest.raises(KolmValueError, match="'url'"):
         download_beir("mini", tmp_path, registry={"mini": {"md5": "x"}})
+    good = {"mini": {"url": "http://127.0.0.1:9/x.zip"}}
+    for option, value in (("timeout", 0), ("max_seconds", -1), ("max_seconds", float("nan")),
+                          ("max_unpacked_bytes", 0), ("max_seconds", float("inf"))):
+        with pytest.raises(KolmValueError, match=option):
+            download_beir("mini", tmp_path, registry=good, **{option: value})
     assert not (tmp_path / "evil").exists()
 
 
