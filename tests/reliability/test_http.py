@@ -211,7 +211,7 @@ def test_same_origin_307_308_followed_others_refused(servers) -> None:  # type: 
     fails(OpenAICompatibleClient(server.url() + "/x", "m", api_key=KEY), "HTTP 302 redirecting to")
     t0 = time.monotonic()
     fails(OpenAICompatibleClient(server.url() + "/loop", "m", api_key=KEY), "more than 5 redirects")
-    assert time.monotonic() - t0 < 2 and len(server.requests) == 1 + 6
+    assert time.monotonic() - t0 < 3 and len(server.requests) == 1 + 6
 
 
 def test_key_never_in_messages_repr_or_logs(servers, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
@@ -260,13 +260,13 @@ async def test_async_chat_has_the_same_deadline(servers) -> None:  # type: ignor
     t0 = time.monotonic()
     with pytest.raises(LLMRequestError, match="timed out"):
         await client(server.url(), timeout=0.5, max_retries=0).chat(MESSAGES)
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 2.5  # the drip lasts 5 s
     # chat_sync called from inside a running loop runs on its own thread, same deadline
     asyncio.get_running_loop()
     t0 = time.monotonic()
     with pytest.raises(LLMRequestError, match="timed out"):
         client(server.url(), timeout=0.3, max_retries=0).chat_sync(MESSAGES)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 2.5
 
 
 def test_hung_name_lookup_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -285,19 +285,19 @@ def test_hung_name_lookup_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(LLMRequestError, match="timed out.*hang.invalid"):
         OpenAICompatibleClient("http://hang.invalid:8000/v1", "m", api_key=KEY, max_retries=0,
                                timeout=0.5).chat_sync(MESSAGES)
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 2.5  # the lookup hangs 3 s
 
 
 def test_retry_after_over_the_cap_fails_fast(servers) -> None:  # type: ignore[no-untyped-def]
     server = servers(lambda conn, req: conn.sendall(reply(429, "slow down", {"Retry-After": "3600"})))
     t0 = time.monotonic()
     exc = fails(client(server.url(), max_retry_after=1.0), "retry after 3600s.*max_retry_after=1s")
-    assert time.monotonic() - t0 < 1.0 and len(server.requests) == 1
+    assert time.monotonic() - t0 < 2.5 and len(server.requests) == 1  # did not wait, did not retry
     assert "HTTP 429" in str(exc)
 
 
-@pytest.mark.parametrize("value, low, high", [("0.3", 0.3, 1.5), ("junk", 0.0, 1.0), ("-5", 0.0, 1.0),
-                                              ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0, 1.0)])
+@pytest.mark.parametrize("value, low, high", [("0.3", 0.3, 3.0), ("junk", 0.0, 2.5), ("-5", 0.0, 2.5),
+                                              ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0, 2.5)])
 def test_retry_after_honoured_within_the_cap(servers, value: str, low: float, high: float) -> None:  # type: ignore[no-untyped-def]
     answers = iter([reply(503, "busy", {"Retry-After": value}), ok("later")])
     server = servers(lambda conn, req: conn.sendall(next(answers)))
@@ -401,7 +401,7 @@ def test_huge_bodies_stop_at_the_cap(servers) -> None:  # type: ignore[no-untype
 
     t0 = time.monotonic()
     fails(client(servers(announce).url(), max_response_bytes=cap, timeout=5), "announces 10000000000 bytes")
-    assert time.monotonic() - t0 < 1.5  # failed on the header, did not wait for the body
+    assert time.monotonic() - t0 < 2.5  # failed on the header, did not wait 3 s for the body
 
     def stream(conn: socket.socket, req: Request) -> None:  # no length: read until close
         conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + big)
