@@ -4,14 +4,10 @@ archive bombs, unsafe members, disk errors, deadlines, killed downloaders, and 4
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import http.server
 import io
 import json
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -20,7 +16,6 @@ import threading
 import time
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import filelock
@@ -31,6 +26,7 @@ from hypothesis import strategies as st
 
 from kolm_search.errors import DownloadError, KolmValueError
 from kolm_search.io import download_beir, load_beir
+from tests.reliability._servers import Site, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,70 +52,6 @@ def dataset(n_docs: int = 50, pad: int = 0) -> bytes:
 
 
 GOOD = dataset()
-
-
-@dataclass
-class Site:
-    """What the server serves: ``files[path]``; ``cut[path] = (position, reset)`` stops early,
-    ``slow`` seconds between 4 KiB chunks, ``no_length`` paths are sent without Content-Length."""
-
-    files: dict[str, bytes] = field(default_factory=dict)
-    cut: dict[str, tuple[int, bool]] = field(default_factory=dict)
-    no_length: set[str] = field(default_factory=set)
-    slow: float = 0.0
-    hits: list[str] = field(default_factory=list)
-    base: str = ""
-
-    def registry(self, path: str, body: bytes | None = None, md5: str | None = "auto") -> dict[str, dict[str, str]]:
-        entry = {"url": self.base + path, "folder": "mini"}
-        if md5 is not None:
-            entry["md5"] = hashlib.md5(body if body is not None else self.files[path]).hexdigest() if md5 == "auto" else md5
-        return {"mini": entry}
-
-
-@contextlib.contextmanager
-def serve() -> Iterator[Site]:
-    state = Site()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            state.hits.append(self.path)
-            body = state.files.get(self.path)
-            if body is None:
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            self.send_response(200)
-            if self.path not in state.no_length:
-                self.send_header("Content-Length", str(len(body)))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            position, rst = state.cut.get(self.path, (len(body), False))
-            try:
-                for start in range(0, position, 4096):
-                    self.wfile.write(body[start:min(start + 4096, position)])
-                    time.sleep(state.slow)
-                if rst:
-                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    self.connection.close()
-            except OSError:
-                pass
-            self.close_connection = True
-
-        def log_message(self, *args: object) -> None:
-            return
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    state.base = f"http://127.0.0.1:{httpd.server_address[1]}"
-    try:
-        yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 @pytest.fixture()

@@ -11,12 +11,9 @@ import gzip
 import json
 import logging
 import socket
-import struct
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given, settings
@@ -26,91 +23,10 @@ pytest.importorskip("httpx", reason="extra 'llm' not installed")
 
 from kolm_search.adapters import OpenAICompatibleClient
 from kolm_search.errors import KolmValueError, LLMRequestError
+from tests.reliability._servers import Handler, RawServer, Request, ok, reply, reset
 
 KEY = "sk-SECRET-0123456789abcdef"
 MESSAGES = [{"role": "user", "content": "hi"}]
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-Handler = Callable[[socket.socket, Request], None]
-
-
-@dataclass
-class RawServer:
-    """A server on 127.0.0.1 answering each request with ``handler(conn, request)``."""
-
-    handler: Handler
-    requests: list[Request] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def url(self, host: str = "127.0.0.1") -> str:
-        return f"http://{host}:{self.port}"
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        conn.settimeout(5)
-        try:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            head, _, body = data.partition(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            method, path, _ = lines[0].split(" ", 2)
-            headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
-            while len(body) < int(headers.get("content-length", 0)):
-                body += conn.recv(65536)
-            request = Request(method, path, headers, body)
-            self.requests.append(request)
-            self.handler(conn, request)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        self.sock.close()
-
-
-def reply(status: int, body: bytes | str | object, headers: dict[str, str] | None = None) -> bytes:
-    data = body if isinstance(body, bytes) else (body if isinstance(body, str) else json.dumps(body)).encode()
-    head = {"Content-Length": str(len(data)), "Connection": "close", **(headers or {})}
-    lines = [f"HTTP/1.1 {status} X"] + [f"{k}: {v}" for k, v in head.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + data
-
-
-def ok(text: str = "hello") -> bytes:
-    return reply(200, {"choices": [{"message": {"role": "assistant", "content": text}}]})
-
-
-def reset(conn: socket.socket) -> None:
-    """Close with RST instead of FIN."""
-    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 @pytest.fixture()
