@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+pytest.importorskip("httpx", reason="extra 'llm' not installed")
+
 from kolm_search import DefaultQueryPlanner, ExpandingQueryPlanner, SearchClient, SearchError
 from kolm_search.adapters import (
     LLMRequestError,
@@ -17,6 +19,7 @@ from kolm_search.adapters import (
     OpenAICompatibleExpander,
     OpenAICompatibleSynthesizer,
 )
+from kolm_search.errors import KolmValueError
 from tests.fakes import ListLogger, ListRetriever
 
 
@@ -139,3 +142,43 @@ async def test_expander_and_graceful_degradation(server) -> None:  # type: ignor
                              "retriever": ListRetriever()})
     resp = await degraded.search({"query": "x"})
     assert resp.plan.expanded_queries == ["x"] and logger.warnings()
+
+
+def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "httpx", None)  # import httpx now raises ImportError
+    with pytest.raises(ImportError, match=r"kolm-search\[llm\]"):
+        OpenAICompatibleClient("http://127.0.0.1:9/v1", "m").chat_sync([])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"base_url": "127.0.0.1:8000/v1"}, "base_url"), ({"base_url": "file:///etc/passwd"}, "base_url"),
+    ({"timeout": 0}, "timeout"), ({"timeout": float("nan")}, "timeout"), ({"max_retries": -1}, "max_retries"),
+    ({"max_retry_after": -1}, "max_retry_after"), ({"max_response_bytes": 0}, "max_response_bytes"),
+])
+def test_bad_options_are_clear_errors(kwargs: dict, match: str) -> None:
+    args = {"base_url": "http://127.0.0.1:8000/v1", "model": "m", **kwargs}
+    with pytest.raises(KolmValueError, match=match):
+        OpenAICompatibleClient(**args)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"api_key": "sk-hidden\r\nX-Evil: 1"}, KolmValueError, "api_key"), ({"api_key": "sk-hidden\u00e9"}, KolmValueError, "api_key"),
+    ({"extra_headers": {"X-Key": "hid\nhidden"}}, KolmValueError, "X-Key"), ({"extra_headers": {"X-Key": 5}}, TypeError, "X-Key"),
+])
+def test_header_values_that_cannot_be_sent(kwargs: dict, error: type, match: str) -> None:
+    """Refused at construction, the value never shown (a key with a trailing newline is stripped)."""
+    with pytest.raises(error, match=match) as info:
+        OpenAICompatibleClient("http://127.0.0.1:8000/v1", "m", **kwargs)
+    assert "hidden" not in str(info.value)
+    assert OpenAICompatibleClient("http://127.0.0.1:8000/v1", "m", api_key=" sk-x\n").api_key == "sk-x"
+
+
+def test_repr_hides_the_key_and_header_values() -> None:
+    c = OpenAICompatibleClient("http://u:pw-secret@127.0.0.1:8000/v1", "m", api_key="sk-hidden",
+                               extra_headers={"X-Key": "hdr-secret"})
+    shown = repr(c)
+    assert "sk-hidden" not in shown and "pw-secret" not in shown and "hdr-secret" not in shown
+    assert "127.0.0.1:8000/v1/chat/completions" in shown and "X-Key" in shown
+    assert c.url == "http://127.0.0.1:8000/v1/chat/completions"  # user info is sent as basic auth instead

@@ -1,9 +1,29 @@
 """OpenAI-compatible chat-completions adapters: a synthesizer and a query expander.
 
 Works with any server speaking ``POST {base_url}/chat/completions`` (OpenAI, vLLM, llama.cpp,
-Ollama's compatible endpoint, ...). Standard library HTTP on a worker thread, a timeout per
-attempt, retries with exponential backoff on 429 and 5xx (honouring a numeric
-``Retry-After``) and on timeouts; anything else fails at once with :class:`LLMRequestError`.
+Ollama's compatible endpoint, ...). HTTP is `httpx <https://www.python-httpx.org>`_ (extra
+``llm``: ``pip install 'kolm-search[llm]'``), natively async; :meth:`OpenAICompatibleClient.chat_sync`
+runs the same code in its own event loop.
+
+What the client guarantees:
+
+- **Credentials stay with their origin.** Redirects are not followed, except a ``307``/``308``
+  to the same scheme, host and port (at most 5 hops); any other redirect is an
+  :class:`LLMRequestError` naming the location, so the ``Authorization`` header and the
+  ``extra_headers`` never reach another host. The api key never appears in an error message,
+  a ``repr`` or a log line (user:password in ``base_url`` is sent as basic auth, never logged).
+- **A total deadline per attempt.** ``timeout`` bounds the whole attempt (connect, send,
+  headers, body, same-origin redirects), not each read: a server dripping a byte every half
+  second fails at ``timeout``.
+- **Bounded replies.** A ``Content-Length`` above ``max_response_bytes`` fails before the body
+  is read; a longer streamed body is cut at the cap (decoded bytes, so a gzip bomb is bounded too).
+- **Bounded waits.** Retries (``max_retries``) after a 429, a 5xx, a timeout or a connection
+  that broke mid-reply, with exponential backoff; a ``Retry-After`` (seconds or HTTP date) is
+  honoured up to ``max_retry_after`` seconds; a longer one fails at once, without waiting.
+- **One error type.** Every failure (status, refused or reset connection, TLS, timeout, a body
+  shorter than its ``Content-Length``, invalid JSON, a reply of the wrong shape) is an
+  :class:`LLMRequestError` naming the URL (without its user info or query).
+
 In a pipeline a failing synthesizer surfaces as ``SearchError(stage="synthesizer")`` and a
 failing expander makes :class:`~kolm_search.planners.ExpandingQueryPlanner` fall back to the
 primary query.
@@ -12,99 +32,279 @@ primary query.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
+import math
 import re
-import socket
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Mapping
+import urllib.parse
+from collections.abc import Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from kolm_search.errors import LLMRequestError
+from kolm_search.adapters._extras import require
+from kolm_search.errors import KolmTypeError, KolmValueError, LLMRequestError
 from kolm_search.types import SearchPipelineContext
 
 __all__ = ["LLMRequestError", "OpenAICompatibleClient", "OpenAICompatibleExpander", "OpenAICompatibleSynthesizer"]
 
+_MAX_HOPS = 5
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """What one attempt got: a status and body, or (``status == -1``) a transport failure worth a retry."""
+
+    status: int
+    shown: str
+    body: bytes = b""
+    retry_after: float | None = None
+    broken: str = ""
+
+
+def _origin(url: Any) -> tuple[str, str, int | None]:
+    default = {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host, url.port or default
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (number or HTTP date); None if unusable."""
+    if not value:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - time.time()
+    return None if math.isnan(seconds) else max(0.0, seconds)
+
+
+def _run(coro: Coroutine[Any, Any, str]) -> str:
+    """Run ``coro`` in a new event loop; unlike :func:`asyncio.run`, closing the loop does not
+    wait for a name lookup still blocked in the executor after the deadline gave up on it."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+def _header_value(name: str, value: object) -> str:
+    """``value`` stripped; a clear error (the value not shown: it may be a secret) unless it is
+    printable ASCII that can go in an HTTP header."""
+    if not isinstance(value, str):
+        raise KolmTypeError(f"{name} must be a str, got {type(value).__name__}")
+    text = value.strip()
+    if not text or not all(32 <= ord(c) < 127 for c in text):
+        raise KolmValueError(f"{name} must be non-empty printable ASCII without line breaks (value not shown)")
+    return text
+
 
 class OpenAICompatibleClient:
-    """Minimal chat-completions client.
+    """Minimal chat-completions client (see the module docstring for its guarantees).
 
     Parameters
     ----------
     base_url : str
-        E.g. ``"https://api.openai.com/v1"`` or ``"http://127.0.0.1:8000/v1"``.
+        E.g. ``"https://api.openai.com/v1"`` or ``"http://127.0.0.1:8000/v1"`` (http or https).
     model : str
     api_key : str, optional
-        Sent as ``Authorization: Bearer ...``.
+        Sent as ``Authorization: Bearer ...``, only to ``base_url``'s origin.
     timeout : float, default 30
-        Seconds per attempt.
+        Seconds for a whole attempt (connect, request, reply), not per read.
     max_retries : int, default 3
-        Extra attempts after a 429, a 5xx or a timeout.
+        Extra attempts after a 429, a 5xx, a timeout or a connection broken mid-reply.
     backoff : float, default 0.5
         First wait in seconds, doubled each retry.
+    extra_headers : mapping, optional
+        Sent with every request (same origin only, like the key); values never shown in ``repr``.
+    max_retry_after : float, default 30
+        Longest ``Retry-After`` honoured, in seconds; a server asking for more fails at once.
+    max_response_bytes : int, default 16 MiB
+        Largest reply body read (after content decoding).
     """
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, *, timeout: float = 30.0,
-                 max_retries: int = 3, backoff: float = 0.5, extra_headers: Mapping[str, str] | None = None) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
+                 max_retries: int = 3, backoff: float = 0.5, extra_headers: Mapping[str, str] | None = None,
+                 max_retry_after: float = 30.0, max_response_bytes: int = 16 << 20) -> None:
+        parts = urllib.parse.urlsplit(str(base_url).strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise KolmValueError(f"base_url must be an http(s) URL with a host, got {self._clean(base_url)!r}")
+        self._auth = (urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")) \
+            if parts.username or parts.password else None
+        netloc = parts.netloc.rpartition("@")[2]
+        self.url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/chat/completions",
+                                            parts.query, ""))
         self.model = model
-        self.api_key = api_key
+        self.api_key = _header_value("api_key", api_key) if api_key else api_key
+        for name, value in (("timeout", timeout), ("backoff", backoff), ("max_retry_after", max_retry_after)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise KolmValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if timeout <= 0:
+            raise KolmValueError(f"timeout must be > 0, got {timeout!r}")
+        if int(max_retries) < 0 or int(max_response_bytes) < 1:
+            raise KolmValueError(f"max_retries must be >= 0 and max_response_bytes >= 1, got "
+                                 f"{max_retries!r}, {max_response_bytes!r}")
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
         self.backoff = float(backoff)
-        self.extra_headers = dict(extra_headers or {})
+        self.max_retry_after = float(max_retry_after)
+        self.max_response_bytes = int(max_response_bytes)
+        self.extra_headers = {_header_value("extra_headers key", k): _header_value(f"extra_headers[{k!r}]", v)
+                              for k, v in (extra_headers or {}).items()}
+        self._ssl_context: Any = None
 
-    def _post(self, body: bytes) -> tuple[int, bytes, Mapping[str, str]]:
-        headers = {"Content-Type": "application/json", **self.extra_headers}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+    def __repr__(self) -> str:
+        key = "None" if self.api_key is None else "'***'"
+        return (f"{type(self).__name__}(url={self._clean(self.url)!r}, model={self.model!r}, api_key={key}, "
+                f"timeout={self.timeout:g}, max_retries={self.max_retries}, extra_headers={sorted(self.extra_headers)})")
+
+    @staticmethod
+    def _clean(url: object) -> str:
+        """``url`` without user info, query or fragment (safe to show)."""
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return resp.status, resp.read(), dict(resp.headers)
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read() if exc.fp else b"", dict(exc.headers or {})
+            parts = urllib.parse.urlsplit(str(url))
+            return urllib.parse.urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+        except ValueError:
+            return "<invalid URL>"
+
+    def _redact(self, text: str) -> str:
+        for secret in (self.api_key, *(self._auth or ())):
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+    def _error(self, message: str) -> LLMRequestError:
+        return LLMRequestError(self._redact(message))
 
     def chat_sync(self, messages: list[dict[str, str]], **params: Any) -> str:
-        """Send ``messages``; return the first choice's content."""
-        body = json.dumps({"model": self.model, "messages": messages, **params}).encode("utf-8")
-        delay = self.backoff
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            try:
-                status, raw, headers = self._post(body)
-            except TimeoutError as exc:
-                status, raw, headers, last = -1, b"", {}, f"timed out after {self.timeout:g}s ({exc})"
-            except urllib.error.URLError as exc:
-                if isinstance(exc.reason, (TimeoutError, socket.timeout)):
-                    status, raw, headers, last = -1, b"", {}, f"timed out after {self.timeout:g}s"
-                else:
-                    raise LLMRequestError(f"cannot reach {self.url}: {exc.reason}") from exc
-            if status == 200:
-                try:
-                    content = json.loads(raw)["choices"][0]["message"]["content"]
-                except (ValueError, KeyError, IndexError, TypeError) as exc:
-                    raise LLMRequestError(f"malformed reply from {self.url}: {raw[:200]!r}") from exc
-                if not isinstance(content, str):
-                    raise LLMRequestError(f"malformed reply from {self.url}: content is {type(content).__name__}")
-                return content
-            if status != -1:
-                last = f"HTTP {status}: {raw[:200].decode('utf-8', 'replace')}"
-            retriable = status == -1 or status == 429 or status >= 500
-            if not retriable or attempt == self.max_retries:
-                break
-            wait = delay
-            retry_after = {k.lower(): v for k, v in headers.items()}.get("retry-after")
-            if retry_after and retry_after.replace(".", "", 1).isdigit():
-                wait = max(wait, float(retry_after))
-            time.sleep(wait)
-            delay *= 2
-        raise LLMRequestError(f"chat completion failed after {attempt + 1} attempt(s): {last}")
+        """Send ``messages``; return the first choice's content (blocking)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return _run(self.chat(messages, **params))
+        with ThreadPoolExecutor(1, thread_name_prefix="kolm-llm") as pool:  # called inside a running loop
+            return pool.submit(_run, self.chat(messages, **params)).result()
 
     async def chat(self, messages: list[dict[str, str]], **params: Any) -> str:
-        """Async :meth:`chat_sync` (runs on a worker thread)."""
-        return await asyncio.to_thread(self.chat_sync, messages, **params)
+        """Send ``messages``; return the first choice's content.
+
+        Raises
+        ------
+        LLMRequestError
+            Any failure, after the retries described in the module docstring.
+        """
+        httpx = require("httpx", "llm")
+        try:
+            body = json.dumps({"model": self.model, "messages": messages, **params}).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise self._error(f"request to {self._clean(self.url)} is not JSON-serialisable: {exc}") from None
+        headers = {"Content-Type": "application/json", "Accept": "application/json", **self.extra_headers}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        delay = self.backoff
+        auth = None if self.api_key else self._auth  # the api key wins over user:password in base_url
+        if self._ssl_context is None:  # built once: loading the CA bundle takes ~0.1 s
+            self._ssl_context = httpx.create_ssl_context()
+        async with httpx.AsyncClient(follow_redirects=False, auth=auth, timeout=self.timeout,
+                                     verify=self._ssl_context) as http:
+            for attempt in range(self.max_retries + 1):
+                try:
+                    async with asyncio.timeout(self.timeout):
+                        reply = await self._attempt(httpx, http, body, headers)
+                except TimeoutError:
+                    shown = self._clean(self.url)
+                    reply = _Reply(-1, shown, broken=f"timed out: no complete reply from {shown} within {self.timeout:g}s")
+                status = reply.status
+                if status == 200:
+                    return self._content(reply.body, reply.shown)
+                last = reply.broken or f"HTTP {status} from {reply.shown}: {reply.body[:200].decode('utf-8', 'replace')}"
+                if not (status == -1 or status == 429 or status >= 500) or attempt == self.max_retries:
+                    break
+                wait = delay
+                if reply.retry_after is not None:
+                    if reply.retry_after > self.max_retry_after:
+                        raise self._error(f"{last}; the server asks to retry after {reply.retry_after:g}s, more "
+                                          f"than max_retry_after={self.max_retry_after:g}s: not waiting")
+                    wait = max(wait, reply.retry_after)
+                await asyncio.sleep(wait)
+                delay *= 2
+        raise self._error(f"chat completion failed after {attempt + 1} attempt(s): {last}")
+
+    async def _attempt(self, httpx: Any, http: Any, body: bytes,
+                       headers: dict[str, str]) -> _Reply:
+        """One attempt: POST, following same-origin 307/308 only; a failure not worth a retry
+        raises :class:`LLMRequestError`."""
+        url = httpx.URL(self.url)
+        for _hop in range(_MAX_HOPS + 1):
+            shown = self._clean(url)
+            try:
+                async with http.stream("POST", url, content=body, headers=headers) as resp:
+                    status = resp.status_code
+                    if resp.has_redirect_location:
+                        target = url.join(resp.headers["location"])
+                        if status in (307, 308) and _origin(target) == _origin(url):
+                            url = target
+                            continue
+                        raise self._error(f"{shown} answered HTTP {status} redirecting to {self._clean(target)}; "
+                                          "not followed (only 307/308 to the same origin are, so credentials "
+                                          "never leave it): set base_url to the final address")
+                    raw = await self._read(resp, shown)
+                    return _Reply(status, shown, raw, _parse_retry_after(resp.headers.get("retry-after")))
+            except LLMRequestError:
+                raise
+            except httpx.TimeoutException as exc:
+                return _Reply(-1, shown, broken=f"timed out after {self.timeout:g}s talking to {shown} "
+                                                f"({type(exc).__name__})")
+            except (httpx.ConnectError, httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+                raise self._error(f"cannot reach {shown}: {type(exc).__name__}: {exc}") from exc
+            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
+                return _Reply(-1, shown, broken=f"connection to {shown} broke: {type(exc).__name__}: {exc}")
+            except (httpx.HTTPError, httpx.StreamError, OSError, ValueError) as exc:
+                raise self._error(f"request to {shown} failed: {type(exc).__name__}: {exc}") from exc
+        raise self._error(f"more than {_MAX_HOPS} redirects from {self._clean(self.url)}")
+
+    async def _read(self, resp: Any, shown: str) -> bytes:
+        """The reply body, at most ``max_response_bytes`` (checked on the header, then while reading)."""
+        cap = self.max_response_bytes
+        length = resp.headers.get("content-length", "").strip()
+        if length.isdigit() and int(length) > cap:
+            raise self._error(f"reply from {shown} announces {int(length)} bytes, more than "
+                              f"max_response_bytes={cap}")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in resp.aiter_bytes():
+            size += len(chunk)
+            if size > cap:
+                raise self._error(f"reply from {shown} is longer than max_response_bytes={cap}")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _content(self, raw: bytes, shown: str) -> str:
+        try:
+            content = json.loads(raw)["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError) as exc:
+            raise self._error(f"malformed reply from {shown} ({type(exc).__name__}): {raw[:200]!r}") from None
+        if not isinstance(content, str):
+            raise self._error(f"malformed reply from {shown}: content is {type(content).__name__}, not str")
+        return content
 
 
 class OpenAICompatibleSynthesizer:

@@ -2,27 +2,50 @@
 
 The registry (names, URLs, md5 checksums published by BEIR) is ``kolm_search/data/beir.json``.
 A download streams to a temporary file, is verified, unpacked into a temporary folder with
-every member checked to stay inside it, and only then moved into the cache in one rename.
-Any failure removes the temporary files and raises :class:`~kolm_search.errors.DownloadError`.
+every member checked to stay inside it (no ``..``, no absolute path, no symbolic link), and
+only then moved into the cache in one rename. Any failure removes the temporary files and
+raises :class:`~kolm_search.errors.DownloadError` naming the dataset, the URL or the file.
+
+Concurrent callers (threads or processes) downloading one dataset into one cache take turns
+on a file lock (``<cache>/.locks/beir-<name>.lock``, the ``filelock`` package): the first
+fetches, the others wait for it (at most ``max_seconds``) and then reuse its result.
+Temporaries left by a killed process are removed by the next holder of the lock.
+
+Archive bombs are refused: the unpacked size is capped (``max_unpacked_bytes``, checked on
+the sizes the archive declares and again on the bytes actually written), and so is the
+compression ratio of every member above 16 MiB (:data:`MAX_MEMBER_RATIO`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
+import re
 import shutil
-import tempfile
+import time
 import urllib.error
 import urllib.request
+import uuid
 import zipfile
+import zlib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kolm_search.errors import DownloadError, KolmValueError
+import filelock
+
+from kolm_search.errors import DownloadError, KolmTypeError, KolmValueError
 
 __all__ = ["beir_registry", "default_cache_dir", "download_beir"]
+
+MAX_MEMBER_RATIO = 200
+"""Largest unpacked/compressed ratio of an archive member over :data:`RATIO_FLOOR` bytes."""
+RATIO_FLOOR = 16 << 20
+MAX_MEMBERS = 100_000
+_CHUNK = 1 << 20
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 def default_cache_dir() -> Path:
@@ -37,20 +60,9 @@ def beir_registry() -> dict[str, dict[str, str]]:
     return datasets
 
 
-def _safe_extract(archive: zipfile.ZipFile, target: Path) -> None:
-    root = target.resolve()
-    for info in archive.infolist():
-        dest = (root / info.filename).resolve()
-        if dest != root and root not in dest.parents:
-            raise DownloadError(f"archive member {info.filename!r} would escape the target folder")
-        mode = info.external_attr >> 16
-        if mode and (mode & 0o170000) == 0o120000:
-            raise DownloadError(f"archive member {info.filename!r} is a symbolic link")
-    archive.extractall(root)
-
-
 def download_beir(name: str, cache_dir: str | Path | None = None, *, registry: dict[str, dict[str, str]] | None = None,
-                  timeout: float = 60.0, progress: bool = True, force: bool = False) -> Path:
+                  timeout: float = 60.0, progress: bool = True, force: bool = False,
+                  max_unpacked_bytes: int = 20 << 30, max_seconds: float = 3 * 3600.0) -> Path:
     """Fetch the BEIR dataset ``name`` into the cache and return its folder.
 
     Parameters
@@ -60,69 +72,212 @@ def download_beir(name: str, cache_dir: str | Path | None = None, *, registry: d
     cache_dir : path, optional
         Default :func:`default_cache_dir`; datasets go to ``<cache>/beir/<name>``.
     registry : dict, optional
-        Overrides the packaged registry (``{name: {"url", "md5", "folder"}}``).
-    timeout : float
-        Seconds per network operation.
+        Overrides the packaged registry (``{name: {"url", "md5", "folder"}}``; ``md5`` may be
+        left out to skip the checksum).
+    timeout : float, default 60
+        Seconds per network operation (connect, each read).
     progress : bool
         Show a progress bar (tqdm).
     force : bool
         Download again even when cached.
+    max_unpacked_bytes : int, default 20 GiB
+        Largest download and largest unpacked archive (total of its members).
+    max_seconds : float, default 3 hours
+        Deadline for the whole fetch and unpack; also the longest wait for another caller
+        that is downloading the same dataset into the same cache.
 
     Raises
     ------
     KolmValueError
-        Unknown name.
+        Unknown or unsafe name, or a registry entry without a ``url``.
     DownloadError
-        Network failure, checksum mismatch, bad or unsafe archive. No partial dataset stays.
+        Network failure (HTTP status, refused, reset or cut connection, timeout), checksum
+        mismatch, bad, unsafe or oversized archive, disk error, lock wait over the deadline.
+        No partial dataset stays.
     """
     reg = registry if registry is not None else beir_registry()
+    if not isinstance(name, str):
+        raise KolmTypeError(f"name must be a str, got {type(name).__name__}")
     if name not in reg:
         raise KolmValueError(f"unknown BEIR dataset {name!r}; known: {sorted(reg)}")
+    if not _NAME.match(name) or ".." in name:
+        raise KolmValueError(f"BEIR dataset name {name!r} is not a plain folder name")
     entry = reg[name]
+    if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
+        raise KolmValueError(f"registry entry {name!r} has no 'url' string: {entry!r}")
+    for option, value in (("timeout", timeout), ("max_seconds", max_seconds), ("max_unpacked_bytes", max_unpacked_bytes)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+            raise KolmValueError(f"{option} must be a finite number > 0, got {value!r}")
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     beir_root = root / "beir"
     target = beir_root / name
-    if (target / ".complete").exists() and not force:
+    if _complete(target) and not force:
         return target
-    beir_root.mkdir(parents=True, exist_ok=True)
-    fd, tmp_zip_name = tempfile.mkstemp(prefix=f".{name}-", suffix=".zip.part", dir=beir_root)
-    tmp_zip = Path(tmp_zip_name)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{name}-", suffix=".unpack", dir=beir_root))
+    lock_path = root / ".locks" / f"beir-{name}.lock"
     try:
-        digest = hashlib.md5(usedforsecurity=False)
-        try:
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(entry["url"], timeout=timeout) as resp:
-                total = int(resp.headers.get("Content-Length") or 0)
-                bar = _bar(total, name, progress)
-                while True:
-                    chunk = resp.read(1 << 20)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    digest.update(chunk)
-                    bar.update(len(chunk))
-                bar.close()
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
-            raise DownloadError(f"downloading {name!r} from {entry['url']} failed: {exc}") from exc
-        if digest.hexdigest() != entry["md5"]:
-            raise DownloadError(f"checksum mismatch for {name!r}: md5 {digest.hexdigest()} != expected {entry['md5']}")
-        try:
-            with zipfile.ZipFile(tmp_zip) as archive:
-                _safe_extract(archive, tmp_dir)
-        except zipfile.BadZipFile as exc:
-            raise DownloadError(f"{name!r}: the download is not a valid zip archive: {exc}") from exc
+        beir_root.mkdir(parents=True, exist_ok=True)
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DownloadError(f"cannot create the cache folders under {root}: {exc}") from exc
+    lock = filelock.FileLock(str(lock_path), timeout=max_seconds)
+    try:
+        lock.acquire()
+    except filelock.Timeout as exc:
+        raise DownloadError(f"waited {max_seconds:g}s for another download of {name!r} into {beir_root} "
+                            f"(lock {lock_path}); try again later") from exc
+    except OSError as exc:
+        raise DownloadError(f"cannot take the lock {lock_path} for {name!r}: {exc}") from exc
+    try:
+        if _complete(target) and not force:  # another caller finished it while we waited
+            return target
+        mine = re.compile(rf"\.{re.escape(name)}\.tmp-[0-9a-f]{{32}}\.(?:zip|unpack|old)")
+        for stale in beir_root.glob(f".{name}.tmp-*"):  # left by a killed process
+            if mine.fullmatch(stale.name):
+                _remove(stale)
+        return _fetch_and_install(name, entry, beir_root, target, timeout=timeout, progress=progress,
+                                  cap=int(max_unpacked_bytes), deadline=time.monotonic() + max_seconds)
+    finally:
+        lock.release()
+
+
+def _complete(target: Path) -> bool:
+    return (target / ".complete").is_file()
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _fetch_and_install(name: str, entry: dict[str, str], beir_root: Path, target: Path, *, timeout: float,
+                       progress: bool, cap: int, deadline: float) -> Path:
+    """Fetch, verify and unpack into temporaries, then rename into ``target`` (lock held)."""
+    stem = f".{name}.tmp-{uuid.uuid4().hex}"
+    tmp_zip, tmp_dir, old = (beir_root / f"{stem}.{kind}" for kind in ("zip", "unpack", "old"))
+    try:
+        md5 = _fetch(name, entry["url"], tmp_zip, timeout=timeout, progress=progress, cap=cap, deadline=deadline)
+        expected = entry.get("md5")
+        if expected and md5 != expected:
+            raise DownloadError(f"checksum mismatch for {name!r} from {entry['url']}: md5 {md5} != expected {expected}")
+        _unpack(name, tmp_zip, tmp_dir, cap=cap, deadline=deadline)
         inner = tmp_dir / entry.get("folder", name)
         source = inner if inner.is_dir() else tmp_dir
         if not any(source.glob("corpus.jsonl*")):
-            raise DownloadError(f"{name!r}: the archive holds no corpus.jsonl")
-        (source / ".complete").write_text(entry["md5"], encoding="utf-8")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(source, target)
+            raise DownloadError(f"{name!r}: the archive from {entry['url']} holds no corpus.jsonl")
+        try:
+            (source / ".complete").write_text(md5, encoding="utf-8")
+            if target.exists() or target.is_symlink():
+                os.replace(target, old)
+            os.replace(source, target)
+        except OSError as exc:
+            raise DownloadError(f"{name!r}: cannot move the unpacked dataset into {target}: {exc}") from exc
         return target
     finally:
-        tmp_zip.unlink(missing_ok=True)
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+        for path in (tmp_zip, tmp_dir, old):
+            _remove(path)
+
+
+def _fetch(name: str, url: str, dest: Path, *, timeout: float, progress: bool, cap: int, deadline: float) -> str:
+    """Stream ``url`` into ``dest``; return its md5. Every failure is a DownloadError."""
+    digest = hashlib.md5(usedforsecurity=False)
+    size = 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            length = (resp.headers.get("Content-Length") or "").strip()
+            total = int(length) if length.isdigit() else 0
+            if total > cap:
+                raise DownloadError(f"{name!r}: {url} announces {total} bytes, more than max_unpacked_bytes={cap}")
+            bar = _bar(total, name, progress)
+            try:
+                with _open_for_write(dest) as out:
+                    while chunk := resp.read1(_CHUNK):
+                        size += len(chunk)
+                        if size > cap:
+                            raise DownloadError(f"{name!r}: {url} sent more than max_unpacked_bytes={cap} bytes")
+                        if time.monotonic() > deadline:
+                            raise DownloadError(f"{name!r}: downloading {url} took longer than max_seconds")
+                        _write(out, chunk, dest)
+                        digest.update(chunk)
+                        bar.update(len(chunk))
+            finally:
+                bar.close()
+            if total and size != total:
+                raise DownloadError(f"{name!r}: the download from {url} was cut: {size} of {total} bytes")
+    except DownloadError:
+        raise
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        detail = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else \
+            f"{type(exc).__name__}: {exc}"
+        raise DownloadError(f"downloading {name!r} from {url} failed after {size} bytes: {detail}") from exc
+    return digest.hexdigest()
+
+
+def _open_for_write(path: Path) -> Any:
+    try:
+        return open(path, "xb")
+    except OSError as exc:
+        raise DownloadError(f"cannot create {path}: {exc}") from exc
+
+
+def _write(out: Any, data: bytes, path: Path) -> None:
+    try:
+        out.write(data)
+    except OSError as exc:
+        raise DownloadError(f"writing {path} failed: {exc}") from exc
+
+
+def _unpack(name: str, archive_path: Path, target: Path, *, cap: int, deadline: float) -> None:
+    """Unpack the zip into ``target`` (created), refusing unsafe members and bombs."""
+    try:
+        with zipfile.ZipFile(archive_path) as archive:
+            members = archive.infolist()
+            _check_members(name, members, target.resolve(), cap)
+            target.mkdir()
+            written = 0
+            for info in members:
+                dest = target / info.filename
+                if info.is_dir():
+                    dest.mkdir(parents=True, exist_ok=True)
+                    continue
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(info) as src, _open_for_write(dest) as out:
+                    while chunk := src.read(_CHUNK):
+                        written += len(chunk)
+                        if written > cap:
+                            raise DownloadError(f"{name!r}: the archive unpacks to more than "
+                                                f"max_unpacked_bytes={cap} bytes")
+                        _write(out, chunk, dest)
+                if time.monotonic() > deadline:
+                    raise DownloadError(f"{name!r}: unpacking took longer than max_seconds")
+    except DownloadError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
+            ValueError) as exc:
+        raise DownloadError(f"{name!r}: the download is not a valid zip archive ({archive_path.name}): "
+                            f"{type(exc).__name__}: {exc}") from exc
+    except OSError as exc:
+        raise DownloadError(f"{name!r}: unpacking into {target} failed: {exc}") from exc
+
+
+def _check_members(name: str, members: list[zipfile.ZipInfo], root: Path, cap: int) -> None:
+    if len(members) > MAX_MEMBERS:
+        raise DownloadError(f"{name!r}: the archive has {len(members)} members, more than {MAX_MEMBERS}")
+    declared = sum(info.file_size for info in members)
+    if declared > cap:
+        raise DownloadError(f"{name!r}: the archive would unpack to {declared} bytes, more than "
+                            f"max_unpacked_bytes={cap}")
+    for info in members:
+        dest = (root / info.filename).resolve()
+        if root not in dest.parents and not (dest == root and info.is_dir()):
+            raise DownloadError(f"{name!r}: archive member {info.filename!r} would escape the target folder")
+        mode = info.external_attr >> 16
+        if mode and (mode & 0o170000) == 0o120000:
+            raise DownloadError(f"{name!r}: archive member {info.filename!r} is a symbolic link")
+        if info.file_size > RATIO_FLOOR and info.file_size > MAX_MEMBER_RATIO * max(info.compress_size, 1):
+            raise DownloadError(f"{name!r}: archive member {info.filename!r} unpacks {info.file_size} bytes from "
+                                f"{info.compress_size} (ratio over {MAX_MEMBER_RATIO}): refused as an archive bomb")
 
 
 def _bar(total: int, name: str, enabled: bool) -> Any:
