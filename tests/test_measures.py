@@ -48,12 +48,17 @@ def trec_order(run: pd.DataFrame) -> pd.DataFrame:
 
 
 def oracle(measures: list[str], run: pd.DataFrame, qrels: pd.DataFrame) -> dict[tuple[str, str], float]:
-    """ir_measures' value of every (query of the qrels, measure)."""
+    """ir_measures' value of every (query of the qrels, measure). Measures with judged_only or
+    gains go in calls of their own: ir_measures 0.4.3 puts NumRet and nDCG in whichever
+    pytrec_eval call comes first (in set order), which may rank judged documents only or remap gains."""
     r = pd.DataFrame({"query_id": run["qid"].astype(str), "doc_id": run["doc_id"].astype(str), "score": run["score"]})
     q = pd.DataFrame({"query_id": qrels["qid"].astype(str), "doc_id": qrels["doc_id"].astype(str),
                       "relevance": qrels["relevance"].astype(int)})
-    return {(m.query_id, str(m.measure)): float(m.value)
-            for m in irm.iter_calc([irm.parse_measure(x) for x in measures], q, r)}
+    groups: dict[str, list[str]] = {}
+    for x in measures:
+        groups.setdefault("judged_only" if "judged_only" in x else "gains" if "gains" in x else "", []).append(x)
+    return {(m.query_id, str(m.measure)): float(m.value) for group in groups.values()
+            for m in irm.iter_calc([irm.parse_measure(x) for x in group], q, r)}
 
 
 def assert_matches(run: pd.DataFrame, qrels: pd.DataFrame, names: list[str], given: pd.DataFrame, tol: float) -> None:

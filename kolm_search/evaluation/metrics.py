@@ -138,9 +138,10 @@ def _through_ir_measures(specs: list[tuple[int, MeasureSpec]], q_uniques: pd.Ind
     row = {q: i for i, q in enumerate(qid.tolist())}
     unique = list({repr(m): m for m in measures}.values())
     try:
-        for metric in irm.iter_calc(unique, qrels, run):
-            if metric.query_id in row:
-                values[row[metric.query_id], columns[repr(metric.measure)]] = metric.value
+        for measure in unique:  # one at a time: ir_measures 0.4.3 may put NumRet or nDCG in another's -J call
+            for metric in irm.iter_calc([measure], qrels, run):
+                if metric.query_id in row:
+                    values[row[metric.query_id], columns[repr(metric.measure)]] = metric.value
     except Exception as exc:  # ir_measures' providers raise anything; name the measures and the cause
         names = ", ".join(s.key for _, s in specs)
         raise KolmValueError(f"ir_measures could not compute {names}: {type(exc).__name__}: {exc}") from exc
