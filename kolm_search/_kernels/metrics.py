@@ -23,7 +23,8 @@ Beyond trec_eval: ``judged`` (share of the top k that is judged, any grade), ``r
 (reciprocal rank within the top k), ``err_cut`` (gdeval's ERR@k: stop probability
 ``(2**g - 1) / 16`` for grade ``g`` in 0..4), ``rbp`` (rank-biased precision
 ``(1 - p) * sum p**i`` over relevant ranks i, from 0), and the counts ``num_ret``,
-``num_rel_ret``, ``num_rel``.
+``num_rel_ret``, ``num_rel``; ``infAP`` is trec_eval's (a judgement below 0 marks a pooled but
+unjudged document).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ __all__ = ["METRIC_IDS", "evaluate_queries", "evaluate_queries_numpy"]
 METRIC_IDS = {
     "ndcg_cut": 0, "ndcg": 1, "map": 2, "map_cut": 3, "recip_rank": 4, "P": 5,
     "recall": 6, "Rprec": 7, "success": 8, "bpref": 9, "judged": 10, "num_ret": 11,
-    "num_rel_ret": 12, "num_rel": 13, "recip_rank_cut": 14, "err_cut": 15, "rbp": 16,
+    "num_rel_ret": 12, "num_rel": 13, "recip_rank_cut": 14, "err_cut": 15, "rbp": 16, "infAP": 17,
 }
+_INFAP_EPSILON = 0.00001  # trec_eval's INFAP_EPSILON
 
 _I32 = types.int32
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64),
@@ -81,7 +83,7 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
         level = -1
         flag = -1
         n_e = num_rel = num_nonrel = first_rel = 0
-        bpref = 0.0
+        bpref = inf_ap = 0.0
         for m in range(metric_ids.shape[0]):
             if levels[m] != level or flags[m] != flag:  # rank the query's documents for this level and flag
                 level, flag = levels[m], flags[m]
@@ -94,8 +96,9 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                         num_nonrel += 1
                 n_e = 0
                 first_rel = 0
-                bpref = 0.0
+                bpref = inf_ap = 0.0
                 nonrel_so_far = 0
+                pool_unjudged = 0
                 for i in range(n_r):
                     d = r_judged[s + i]
                     known = d >= 0 and judged[d] == q
@@ -111,6 +114,16 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                     n_e += 1
                     if is_rel and first_rel == 0:
                         first_rel = n_e
+                    if known and r < 0:
+                        pool_unjudged += 1
+                    elif is_rel:  # trec_eval's infAP term at rank n_e - 1 (from 0)
+                        if n_e == 1:
+                            inf_ap += 1.0
+                        else:
+                            fj = n_e - 1.0
+                            above = cum_rel[n_e] - 1
+                            inf_ap += 1.0 / n_e + (fj / n_e) * ((above + nonrel_so_far + pool_unjudged) / fj) * (
+                                (above + _INFAP_EPSILON) / (above + nonrel_so_far + 2 * _INFAP_EPSILON))
                     if r >= 0:
                         if r < level:
                             nonrel_so_far += 1
@@ -170,6 +183,9 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                     stop = (2.0 ** max(grade_at[i], 0) - 1.0) / 16.0
                     v += stop * decay / (i + 1)
                     decay *= 1.0 - stop
+            elif mid == 17:  # infAP
+                if num_rel > 0:
+                    v = inf_ap / num_rel
             elif mid == 16:  # rbp
                 p = params[m]
                 weight = 1.0 - p
@@ -232,7 +248,7 @@ def evaluate_queries(r_ptr: npt.ArrayLike, r_doc: npt.ArrayLike, n_run_docs: int
     return values, status
 
 
-_WHOLE = (1, 2, 4, 7, 9, 11, 12, 13)  # measures of the whole ranking: their cutoff is not read
+_WHOLE = (1, 2, 4, 7, 9, 11, 12, 13, 17)  # measures of the whole ranking: their cutoff is not read
 
 
 def _measure_numpy(mid: int, k: int, level: int, p: float, grades: npt.NDArray[np.int64], known: npt.NDArray[np.bool_],
@@ -273,6 +289,14 @@ def _measure_numpy(mid: int, k: int, level: int, p: float, grades: npt.NDArray[n
         return float(known[:kk].mean()) if kk else 0.0
     if mid in (11, 13):
         return float(n if mid == 11 else num_rel)
+    if mid == 17:
+        total = 0.0
+        for j in np.flatnonzero(rel).tolist():
+            above, nonrel = int(rel[:j].sum()), int(((grades[:j] >= 0) & ~rel[:j]).sum())
+            unjudged = int((known[:j] & (grades[:j] < 0)).sum())
+            total += 1.0 if j == 0 else 1.0 / (j + 1) + (j / (j + 1)) * ((above + nonrel + unjudged) / j) * (
+                (above + _INFAP_EPSILON) / (above + nonrel + 2 * _INFAP_EPSILON))
+        return total / num_rel if num_rel else 0.0
     stop = (2.0 ** np.maximum(grades[:kk], 0) - 1.0) / 16.0
     if mid == 15:
         decay = np.concatenate([[1.0], np.cumprod(1.0 - stop)[:-1]])

@@ -4,11 +4,11 @@ A name is read, in this order, as
 
 1. ir_measures syntax ``Name(param=value, ...)@cutoff`` (measure names case-insensitive):
    ``nDCG``, ``AP``/``MAP``, ``RR``/``MRR``, ``P``/``Precision``, ``R``/``Recall``, ``Rprec``,
-   ``Bpref``, ``Success``, ``Judged``, ``NumRet``, ``NumRel``, ``NumRelRet``, ``ERR``, ``RBP``,
+   ``Bpref``, ``Success``, ``Judged``, ``NumRet``, ``NumRel``, ``NumRelRet``, ``ERR``, ``RBP``, ``infAP``,
    with the parameters ir_measures gives them (``rel``, ``judged_only``, ``gains``, ``p``);
 2. a trec_eval or kolm_search spelling: ``ndcg_cut_10``, ``P_5``, ``map_cut.5``, ``recip_rank``,
    ``r-precision``, ``hit_rate@10``, ``num_rel_ret``, ...; a ranx ``-lN`` suffix sets ``rel``;
-3. any other measure ir_measures knows (``infAP``, ``nDCG(dcg='exp-log2')@10``, ``SetF``,
+3. any other measure ir_measures knows (``nDCG(dcg='exp-log2')@10``, ``SetF``, ``IPrec``,
    ...), computed through ir_measures itself (extra ``measures``).
 
 ``ir_measures`` Measure objects are read like their ``str()``, which is also their key in the
@@ -32,14 +32,14 @@ _CANONICAL = {n.lower(): c for n, c in [
     ("nDCG", "nDCG"), ("AP", "AP"), ("MAP", "AP"), ("RR", "RR"), ("MRR", "RR"), ("P", "P"), ("Precision", "P"),
     ("R", "R"), ("Recall", "R"), ("Rprec", "Rprec"), ("Bpref", "Bpref"), ("Success", "Success"),
     ("Judged", "Judged"), ("NumRet", "NumRet"), ("NumRel", "NumRel"), ("NumRelRet", "NumRelRet"), ("ERR", "ERR"),
-    ("RBP", "RBP")]}
+    ("RBP", "RBP"), ("infAP", "infAP")]}
 # ir_measures' parameters of each measure; those marked * need a value
 _PARAMS = {
     "nDCG": {"cutoff", "dcg", "gains", "judged_only"}, "AP": {"cutoff", "rel", "judged_only"},
     "RR": {"cutoff", "rel", "judged_only"}, "P": {"cutoff*", "rel", "judged_only"},
     "R": {"cutoff*", "rel", "judged_only"}, "Rprec": {"rel", "judged_only"}, "Bpref": {"rel"},
     "Success": {"cutoff*", "rel", "judged_only"}, "Judged": {"cutoff"}, "NumRet": {"rel"}, "NumRel": {"rel"},
-    "NumRelRet": {"rel"}, "ERR": {"cutoff*"}, "RBP": {"cutoff", "p", "rel*"},
+    "NumRelRet": {"rel"}, "ERR": {"cutoff*"}, "RBP": {"cutoff", "p", "rel*"}, "infAP": {"rel"},
 }
 _LEGACY_CUT = {"ndcg_cut": "ndcg_cut", "ndcg": "ndcg_cut", "map_cut": "map_cut", "map": "map_cut", "p": "P",
                "precision": "P", "recall": "recall", "success": "success", "hit_rate": "success",
@@ -155,7 +155,7 @@ def _native(key: str, measure: str, params: dict[str, Any]) -> MeasureSpec | Non
             "RR": "recip_rank_cut" if cutoff else "recip_rank", "P": "P", "R": "recall", "Rprec": "Rprec",
             "Bpref": "bpref", "Success": "success", "Judged": "judged", "NumRel": "num_rel",
             "NumRet": "num_ret" if rel is None else "num_rel_ret", "NumRelRet": "num_rel_ret", "ERR": "err_cut",
-            "RBP": "rbp"}[measure]
+            "RBP": "rbp", "infAP": "infAP"}[measure]
     return MeasureSpec(key, kind, cutoff, rel, jo, gains, float(params.get("p", 0.8)), kind in _SUMMED)
 
 

@@ -20,6 +20,7 @@ ir_measures             trec_eval / ours       meaning
 ``NumRel``              ``num_rel``            relevant documents judged (summed)
 ``ERR@k``                                      gdeval's expected reciprocal rank (grades 0..4)
 ``RBP(p=.8,rel=1)``                            rank-biased precision, binary relevance
+``infAP``               ``infAP``              trec_eval's inferred AP (grade < 0: pooled, unjudged)
 ======================  =====================  ==================================================
 
 ``rel=`` sets the relevance level of one measure (``P(rel=2)@5`` beside ``P@5``; default the
@@ -166,7 +167,7 @@ def evaluate(
     metrics : str, ir_measures Measure, or a list of them
         ir_measures names (``nDCG@10``, ``AP``, ``RR@10``, ``P(rel=2)@5``, ``R@100``, ``Rprec``,
         ``Bpref``, ``Success@10``, ``Judged@10``, ``NumRet``, ``NumRel``, ``NumRelRet``,
-        ``ERR@10``, ``RBP(p=0.8,rel=1)``, parameters ``rel``, ``judged_only``, ``gains``) or
+        ``ERR@10``, ``RBP(p=0.8,rel=1)``, ``infAP``, parameters ``rel``, ``judged_only``, ``gains``) or
         objects, trec_eval names (``ndcg_cut_10``, ``P_5``, ``map``, ``recip_rank``, ...) and
         ``ndcg@10, map@k, mrr, precision@k, recall@k, r-precision, hit_rate@k, success@k``;
         any other ir_measures measure goes through ir_measures (extra ``measures``). ``hits@k``
