@@ -106,6 +106,23 @@ def test_random_runs_match_ir_measures(rrows: list, qrows: list) -> None:
     assert_all_match(run, qrels)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_larger_random_runs_match_ir_measures(seed: int) -> None:
+    """40 queries of up to 30 documents from 50, grades -1..4 (-1: pooled but unjudged, for
+    infAP), half the scores tied, some queries without a relevant document or missing from the run."""
+    rng = np.random.default_rng(seed)
+    runs, judgements = [], []
+    for q in range(40):
+        if q % 7 != 3:  # missing from the run
+            picked = rng.choice(50, int(rng.integers(1, 31)), replace=False)
+            runs += [(str(q), f"d{d}", float(rng.integers(0, 8)) if d % 2 else float(rng.random())) for d in picked]
+        grades = rng.integers(-1, 5, 15) if q % 5 else rng.integers(0, 1, 15)  # q % 5 == 0: nothing relevant
+        judgements += [(str(q), f"d{d}", int(g)) for d, g in zip(rng.choice(50, 15, replace=False), grades, strict=True)]
+    qrels = pd.DataFrame(judgements, columns=["qid", "doc_id", "relevance"])
+    assert_all_match(pd.DataFrame(runs, columns=["qid", "doc_id", "score"]),
+                     qrels[qrels.groupby("qid")["relevance"].transform("max") >= 0])
+
+
 def test_cranfield_bm25_matches_ir_measures(cranfield: dict[str, pd.DataFrame]) -> None:
     from kolm_search import presets
 
