@@ -292,11 +292,11 @@ def _measure_numpy(mid: int, k: int, level: int, p: float, grades: npt.NDArray[n
     if mid == 17:
         total = 0.0
         for j in np.flatnonzero(rel).tolist():
-            above, nonrel = int(rel[:j].sum()), int(((grades[:j] >= 0) & ~rel[:j]).sum())
+            above, below = int(rel[:j].sum()), int(((grades[:j] >= 0) & ~rel[:j]).sum())  # relevant, not, above j
             unjudged = int((known[:j] & (grades[:j] < 0)).sum())
-            total += 1.0 if j == 0 else 1.0 / (j + 1) + (j / (j + 1)) * ((above + nonrel + unjudged) / j) * (
-                (above + _INFAP_EPSILON) / (above + nonrel + 2 * _INFAP_EPSILON))
-        return total / num_rel if num_rel else 0.0
+            total += 1.0 if j == 0 else 1.0 / (j + 1) + (j / (j + 1)) * ((above + below + unjudged) / j) * (
+                (above + _INFAP_EPSILON) / (above + below + 2 * _INFAP_EPSILON))
+        return float(total / num_rel) if num_rel else 0.0
     stop = (2.0 ** np.maximum(grades[:kk], 0) - 1.0) / 16.0
     if mid == 15:
         decay = np.concatenate([[1.0], np.cumprod(1.0 - stop)[:-1]])
