@@ -199,6 +199,19 @@ def test_bad_names_are_refused_naming_the_metric(name: str, match: str) -> None:
     assert repr(name) in str(info.value)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=30), st.from_regex(r"\s?(P\(\d?\)@\d|P_\d|num_ret|map)\s?", fullmatch=True), st.from_regex(r"[A-Za-z_]{1,9}(\((rel|p|judged_only|gains|cutoff)=[-0-9.TrueFals{}:,]{0,9}\))?"
+                                                    r"([@_.][-0-9]{0,25})?(-l[0-9]{1,3})?", fullmatch=True)))
+def test_any_text_is_a_measure_or_a_named_error(text: str) -> None:
+    try:
+        spec = parse_measure(text)
+    except KolmValueError as exc:
+        assert repr(text) in str(exc)
+        return
+    assert spec.key == text and (spec.kind or spec.external is not None)  # keyed by the name as given
+    assert 0 <= spec.cutoff < 2**31 and (spec.rel is None or 1 <= spec.rel < 2**31)
+
+
 def test_other_inputs() -> None:
     run = pd.DataFrame({"qid": ["1"], "doc_id": ["a"], "score": [1.0]})
     qrels = pd.DataFrame({"qid": ["1"], "doc_id": ["a"], "relevance": [5]})

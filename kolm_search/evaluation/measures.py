@@ -100,24 +100,24 @@ def metric_list(metrics: Any) -> list[Any]:
 def _literal(node: ast.expr, name: str) -> Any:
     try:
         return ast.literal_eval(node)
-    except ValueError:
+    except (ValueError, TypeError, SyntaxError, RecursionError):
         raise KolmValueError(f"metric {name!r}: parameter values must be literals") from None
 
 
-def _split(text: str) -> tuple[str, dict[str, Any]] | None:
+def _split(text: str, name: str) -> tuple[str, dict[str, Any]] | None:
     """``"P(rel=2)@5"`` -> ``("P", {"rel": 2, "cutoff": 5})``; None if not in that syntax."""
     try:
         node: ast.expr = ast.parse(text, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # not that syntax (or NUL bytes, deep nesting)
         return None
     params: dict[str, Any] = {}
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
-        params["cutoff"] = _literal(node.right, text)
+        params["cutoff"] = _literal(node.right, name)
         node = node.left
     if isinstance(node, ast.Call):
         if node.args or any(k.arg is None for k in node.keywords):
-            raise KolmValueError(f"metric {text!r}: parameters must be named, as in P(rel=2)@5")
-        params.update({str(k.arg): _literal(k.value, text) for k in node.keywords})
+            raise KolmValueError(f"metric {name!r}: parameters must be named, as in P(rel=2)@5")
+        params.update({str(k.arg): _literal(k.value, name) for k in node.keywords})
         node = node.func
     return (node.id, params) if isinstance(node, ast.Name) else None
 
@@ -132,8 +132,8 @@ def _check(name: str, measure: str, params: dict[str, Any]) -> None:
             raise KolmValueError(f"metric {name!r}: {measure} needs {need}")
     for p in ("cutoff", "rel"):
         v = params.get(p)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise KolmValueError(f"metric {name!r}: {p} must be an integer >= 1, got {v!r}")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31):
+            raise KolmValueError(f"metric {name!r}: {p} must be an integer >= 1 (and < 2**31), got {v!r}")
     if not isinstance(params.get("judged_only", False), bool):
         raise KolmValueError(f"metric {name!r}: judged_only must be True or False")
     p = params.get("p", 0.8)
@@ -168,13 +168,13 @@ def _external(key: str, measure: Any) -> MeasureSpec:
     return MeasureSpec(key, "", summed=summed, external=measure)
 
 
-def _legacy(name: str) -> MeasureSpec | None:
-    key = name.strip().lower()
+def _legacy(text: str, name: str) -> MeasureSpec | None:
+    key = text.lower()
     rel = None
     suffix = re.fullmatch(r"(.+)-l(\d+)", key)  # ranx: "ndcg@10-l2" is relevance level 2
     if suffix:
         key, rel = suffix.group(1), int(suffix.group(2))
-        if rel < 1:
+        if not 1 <= rel < 2**31:
             raise KolmValueError(f"metric {name!r}: the relevance level must be an integer >= 1")
     if key in _LEGACY:
         kind = _LEGACY[key]
@@ -182,8 +182,8 @@ def _legacy(name: str) -> MeasureSpec | None:
     match = re.fullmatch(r"([a-z_\-]+?)(?:@|_|\.)(\d+)", key)
     if match and match.group(1) in _LEGACY_CUT:
         k = int(match.group(2))
-        if k <= 0:
-            raise KolmValueError(f"metric {name!r}: the cutoff must be a positive integer")
+        if not 1 <= k < 2**31:
+            raise KolmValueError(f"metric {name!r}: the cutoff must be a positive integer (below 2**31)")
         return MeasureSpec(name, _LEGACY_CUT[match.group(1)], k, rel)
     return None
 
@@ -209,12 +209,12 @@ def parse_measure(metric: Any) -> MeasureSpec:
         raise KolmValueError(_HITS.format(name=metric))
     if re.fullmatch(r"rbp(?:@|\.)\d+", text):
         raise KolmValueError(_RBP_DOT.format(name=metric))
-    split = _split(text)
+    split = _split(text, metric)
     if split is not None and split[0].lower() in _CANONICAL:
         measure = _CANONICAL[split[0].lower()]
         _check(metric, measure, split[1])
         return _native(metric, measure, split[1]) or _external(metric, text)
-    spec = _legacy(text)
+    spec = _legacy(text, metric)
     if spec is not None:
         return spec
     try:
@@ -224,7 +224,7 @@ def parse_measure(metric: Any) -> MeasureSpec:
     else:
         try:
             return _external(metric, ir_measures.parse_measure(text))
-        except (ValueError, NameError, TypeError, AssertionError):
+        except Exception:  # anything ir_measures cannot parse is an unknown name here
             pass
     raise KolmValueError(
         f"unknown metric {metric!r}; use ir_measures names (nDCG@10, AP, RR@10, P(rel=2)@5, R@100, Rprec, Bpref, "
