@@ -175,6 +175,13 @@ def test_metrics_kernel_matches_numpy_twin(seed: int) -> None:
         want = kernels.evaluate_queries_numpy(*args, mids, cuts, level)
         assert not status.any()
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    # per-measure levels, judged-only rankings, RBP persistence and whole-ranking cutoffs (0), in any order
+    mids = mids * 2
+    cuts = [int(c) if m not in (0, 5, 6, 8, 15) or c else 1 for m, c in zip(mids, rng.integers(0, 40, len(mids)), strict=True)]
+    levels, flags, params = rng.integers(1, 4, len(mids)), rng.integers(0, 2, len(mids)), rng.random(len(mids))
+    got, status = kernels.evaluate_queries(*kernel_args, mids, cuts, levels, flags, params, n_threads=2)
+    want = kernels.evaluate_queries_numpy(*args, mids, cuts, levels, flags, params)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
     for position in (1, 3, 5):  # a code outside its range is refused before the kernel reads it
         bad = list(kernel_args)
         bad[position] = bad[position].copy()

@@ -26,6 +26,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import KolmValueError
+from kolm_search.evaluation.measures import metric_key, metric_list
 from kolm_search.evaluation.metrics import evaluate
 from kolm_search.runs import as_qrels, as_run
 
@@ -90,25 +91,28 @@ def _correct(p: npt.NDArray[np.float64], correction: str) -> npt.NDArray[np.floa
     raise KolmValueError(f"correction must be 'none', 'bonferroni' or 'holm', got {correction!r}")
 
 
-def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str], *,
+def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any, *,
                     relevance_level: int = 1) -> dict[str, pd.DataFrame]:
-    """Per-query scores of every run on a common query set: ``{metric: DataFrame qid x run}``."""
+    """Per-query scores of every run on a common query set: ``{metric: DataFrame qid x run}``
+    (metrics as in :func:`~kolm_search.evaluate`, keyed likewise)."""
+    metrics = metric_list(metrics)
+    keys = [metric_key(m) for m in metrics]
     qrels_df = as_qrels(qrels)
     frames = {name: as_run(run, what=f"run {name!r}") for name, run in runs.items()}
     judged = set(qrels_df["qid"].astype(str))
     answered = set().union(*(set(f["qid"].astype(str)) for f in frames.values())) & judged
     qids = sorted(answered)
-    out = {m: pd.DataFrame(index=pd.Index(qids, name="qid")) for m in metrics}
+    out = {m: pd.DataFrame(index=pd.Index(qids, name="qid")) for m in keys}
     for name, frame in frames.items():
-        table = evaluate(frame, qrels_df, list(metrics), per_query=True, relevance_level=relevance_level)
+        table = evaluate(frame, qrels_df, metrics, per_query=True, relevance_level=relevance_level)
         assert isinstance(table, pd.DataFrame)
         table = table.set_index(table["qid"].astype(str))
-        for m in metrics:
+        for m in keys:
             out[m][name] = table[m].reindex(qids).fillna(0.0).to_numpy()
     return out
 
 
-def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str] | str = ("ndcg@10",), baseline: str | None = None,
+def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any = ("ndcg@10",), baseline: str | None = None,
             test: Test = "t", correction: Literal["none", "bonferroni", "holm"] = "holm", *, alpha: float = 0.05,
             n_resamples: int = 10_000, seed: int | np.random.Generator | None = 0,
             relevance_level: int = 1) -> pd.DataFrame:
@@ -118,7 +122,8 @@ def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str] | str = 
     ----------
     runs : dict name -> run DataFrame (or BatchResult)
     qrels : DataFrame ``qid, doc_id, relevance``
-    metrics : list of str
+    metrics : list of str or ir_measures measures
+        As in :func:`~kolm_search.evaluate`; rows are keyed by the name given (an object by its ``str()``).
     baseline : str, optional
         Name of the baseline run (default: the first).
     test : {"t", "wilcoxon", "fisher", "bootstrap"}
@@ -138,7 +143,7 @@ def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str] | str = 
     """
     if not runs:
         raise KolmValueError("compare needs at least one run")
-    metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+    measures = metric_list(metrics)
     if test not in TESTS:
         raise KolmValueError(f"test must be one of {TESTS}, got {test!r}")
     names = list(runs)
@@ -146,9 +151,9 @@ def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str] | str = 
     if base not in runs:
         raise KolmValueError(f"baseline {base!r} is not one of the runs {names}")
     rng = _rng(seed)
-    tables = per_query_table(runs, qrels, metrics, relevance_level=relevance_level)
+    tables = per_query_table(runs, qrels, measures, relevance_level=relevance_level)
     rows = []
-    for metric in metrics:
+    for metric in (metric_key(m) for m in measures):
         t = tables[metric]
         b = t[base].to_numpy()
         others = [n for n in names if n != base]

@@ -1,33 +1,45 @@
-"""``evaluate``: trec_eval's measures over run and qrels DataFrames, in one kernel pass.
+"""``evaluate``: trec_eval's measures (and ir_measures') over run and qrels DataFrames, in one kernel pass.
 
-Metric names (case-insensitive; trec_eval spellings accepted too):
+Metric names (see :mod:`kolm_search.evaluation.measures`): ir_measures names and objects,
+trec_eval and kolm_search spellings, all case-insensitive. Computed natively:
 
-================  =================  ======================================================
-name              trec_eval          meaning
-================  =================  ======================================================
-``ndcg@k``        ``ndcg_cut_k``     nDCG at k, graded gains (the relevance level)
-``ndcg``          ``ndcg``           nDCG over the whole ranking
-``map``           ``map``            mean average precision
-``map@k``         ``map_cut_k``      AP over the top k, divided by the number relevant
-``mrr``           ``recip_rank``     reciprocal rank of the first relevant document
-``precision@k``   ``P_k``            relevant in the top k, over k
-``recall@k``      ``recall_k``       relevant in the top k, over the number relevant
-``r-precision``   ``Rprec``          precision at R = number relevant
-``hit_rate@k``    ``success_k``      1 when a relevant document is in the top k
-``bpref``         ``bpref``          binary preference (Buckley & Voorhees, SIGIR 2004)
-================  =================  ======================================================
+======================  =====================  ==================================================
+ir_measures             trec_eval / ours       meaning
+======================  =====================  ==================================================
+``nDCG@k``, ``nDCG``    ``ndcg_cut_k``         nDCG, graded gains (the grades, or ``gains=``)
+``AP``, ``AP@k``        ``map``, ``map@k``     average precision (over the top k, / number relevant)
+``RR``, ``RR@k``        ``mrr``, ``mrr@k``     reciprocal rank of the first relevant document
+``P@k``                 ``P_k``, precision@k   relevant in the top k, over k
+``R@k``                 ``recall@k``           relevant in the top k, over the number relevant
+``Rprec``               ``r-precision``        precision at R = number relevant
+``Success@k``           ``hit_rate@k``         1 when a relevant document is in the top k
+``Bpref``               ``bpref``              binary preference (Buckley & Voorhees, SIGIR 2004)
+``Judged@k``            ``judged@k``           share of the top k (or all) that is judged
+``NumRet``              ``num_ret``            documents retrieved (summed over queries)
+``NumRelRet``           ``num_rel_ret``        relevant documents retrieved (summed)
+``NumRel``              ``num_rel``            relevant documents judged (summed)
+``ERR@k``                                      gdeval's expected reciprocal rank (grades 0..4)
+``RBP(p=.8,rel=1)``                            rank-biased precision, binary relevance
+``infAP``               ``infAP``              trec_eval's inferred AP (grade < 0: pooled, unjudged)
+======================  =====================  ==================================================
 
-Exactly trec_eval's semantics (the test oracle is pytrec_eval): documents ranked by score
-compared as float32, descending, ties by document id descending (byte order; the run's own
-``rank`` column is ignored); relevant means ``relevance >= relevance_level``; duplicate
+``rel=`` sets the relevance level of one measure (``P(rel=2)@5`` beside ``P@5``; default the
+call's ``relevance_level``), ``judged_only=True`` ranks only judged documents (trec_eval
+``-J``), ``gains={grade: gain}`` remaps nDCG's gains. Any other ir_measures measure is
+computed by ir_measures (extra ``measures``) on the same ranking. ``hits@k`` is refused (it
+means the number of relevant documents in ranx); use ``success@k``.
+
+Exactly trec_eval's semantics (the test oracles are pytrec_eval and ir_measures): documents
+ranked by score compared as float32, descending, ties by document id descending (byte order;
+the run's own ``rank`` column is ignored) -- one ranking for every measure, also those that
+ir_measures computes with other tools; relevant means ``relevance >= rel``; duplicate
 documents for one query are an error; a query is evaluated when it is in both the run and
 the qrels, and queries of the qrels missing from the run are skipped (``missing="ignore"``,
-trec_eval's default) or count as zero (``missing="zero"``, trec_eval ``-c``).
+trec_eval's default) or count as zero (``missing="zero"``, trec_eval ``-c``, ir_measures).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -36,44 +48,23 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search import ids
-from kolm_search.errors import FrameValidationError, KolmTypeError, KolmValueError
+from kolm_search.errors import FrameValidationError, KolmValueError
+from kolm_search.evaluation.measures import MeasureSpec, metric_list, parse_measure
 from kolm_search.runs import as_qrels, as_run, check_ids, numeric_column, relevance_column
 
 __all__ = ["evaluate", "parse_metric", "ranking_order"]
 
-_ALIASES = {
-    "ndcg_cut": "ndcg_cut", "ndcg": "ndcg_cut",
-    "map_cut": "map_cut", "map": "map_cut",
-    "p": "P", "precision": "P",
-    "recall": "recall",
-    "success": "success", "hit_rate": "success", "hitrate": "success", "hits": "success",
-}
-_PLAIN = {
-    "ndcg": "ndcg", "map": "map", "mrr": "recip_rank", "recip_rank": "recip_rank",
-    "r-precision": "Rprec", "rprec": "Rprec", "r_precision": "Rprec", "bpref": "bpref",
-}
+_ANY_LEVEL = {"ndcg", "ndcg_cut", "judged", "num_ret", "err_cut"}  # measures that do not read the level
 
 
-def parse_metric(name: str) -> tuple[str, int]:
-    """``"ndcg@10"`` -> ``("ndcg_cut", 10)``; ``"mrr"`` -> ``("recip_rank", 0)``.
+def parse_metric(name: Any) -> tuple[str, int]:
+    """``"ndcg@10"`` -> ``("ndcg_cut", 10)``; ``"mrr"`` -> ``("recip_rank", 0)``; a measure
+    only ir_measures computes -> ``("", 0)``. See :func:`~kolm_search.evaluation.measures.parse_measure`.
 
     Raises ``KolmValueError`` naming the metric for anything unknown.
     """
-    if not isinstance(name, str):
-        raise KolmTypeError(f"metric names must be strings, got {name!r}")
-    key = name.strip().lower()
-    if key in _PLAIN:
-        return _PLAIN[key], 0
-    match = re.fullmatch(r"([a-z_\-]+?)(?:@|_|\.)(\d+)", key)
-    if match and match.group(1) in _ALIASES:
-        k = int(match.group(2))
-        if k <= 0:
-            raise KolmValueError(f"metric {name!r}: the cutoff must be a positive integer")
-        return _ALIASES[match.group(1)], k
-    raise KolmValueError(
-        f"unknown metric {name!r}; use ndcg@k, ndcg, map, map@k, mrr, precision@k, recall@k, "
-        "r-precision, hit_rate@k or bpref"
-    )
+    spec = parse_measure(name)
+    return spec.kind, spec.cutoff
 
 
 def _descending_key(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32]) -> npt.NDArray[np.uint64]:
@@ -105,10 +96,62 @@ def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32]
     return order
 
 
+def _kernel_group(kernels: Any, specs: list[tuple[int, MeasureSpec]], level: int, r_args: tuple[Any, ...],
+                  qrels_q: npt.NDArray[np.int64], qrels_d: npt.NDArray[np.int64], rel: npt.NDArray[np.int64],
+                  n_judged: int, values: npt.NDArray[np.float64], n_threads: int | None) -> npt.NDArray[np.int64]:
+    """Fill ``values[:, column]`` of ``specs`` (column, spec) sharing one grade mapping; returns status."""
+    gains = specs[0][1].gains if specs else None
+    if gains is not None:
+        rel = pd.Series(rel).replace(dict(gains)).to_numpy(np.int64)
+    j_order = np.lexsort((-rel, qrels_q))
+    j_count = np.bincount(qrels_q, minlength=len(r_args[0]) - 1)
+    levels = [level if s.kind in _ANY_LEVEL or s.rel is None else s.rel for _, s in specs]
+    order = sorted(range(len(specs)), key=lambda i: (specs[i][1].judged_only, levels[i]))  # one pass per level
+    chosen = [specs[i][1] for i in order]
+    got, status = kernels.evaluate_queries(
+        *r_args, np.concatenate([[0], np.cumsum(j_count)]), qrels_d[j_order], rel[j_order], n_judged,
+        [kernels.METRIC_IDS[m.kind] for m in chosen], [m.cutoff for m in chosen], [levels[i] for i in order],
+        [int(m.judged_only) for m in chosen], [m.p for m in chosen], n_threads=n_threads)
+    for j, i in enumerate(order):
+        values[:, specs[i][0]] = got[:, j]
+    return np.asarray(status)
+
+
+def _through_ir_measures(specs: list[tuple[int, MeasureSpec]], q_uniques: pd.Index, run_q: npt.NDArray[np.int64],
+                         run_docs: pd.Series, qrels_q: npt.NDArray[np.int64], qrels_docs: pd.Index,
+                         rel: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> None:
+    """Fill ``values[:, column]`` of measures only ir_measures computes, from the run ranked by
+    :func:`ranking_order` (``run_q``, ``run_docs`` in rank order): its scores are replaced by
+    descending ranks, so every tool behind ir_measures sees trec_eval's ranking."""
+    from kolm_search.adapters._extras import require
+
+    irm = require("ir_measures", "measures")
+    measures = [irm.parse_measure(s.external) if isinstance(s.external, str) else s.external for _, s in specs]
+    columns: dict[str, list[int]] = {}
+    for (col, _), m in zip(specs, measures, strict=True):
+        columns.setdefault(repr(m), []).append(col)
+    starts = np.concatenate([[0], np.cumsum(np.bincount(run_q, minlength=len(q_uniques)))])
+    depth = np.arange(len(run_q)) - starts[run_q]
+    qid = np.asarray(q_uniques, dtype=object)
+    run = pd.DataFrame({"query_id": qid[run_q], "doc_id": np.asarray(run_docs, dtype=object),
+                        "score": (starts[run_q + 1] - starts[run_q] - depth).astype(np.float64)})
+    qrels = pd.DataFrame({"query_id": qid[qrels_q], "doc_id": np.asarray(qrels_docs, dtype=object), "relevance": rel})
+    row = {q: i for i, q in enumerate(qid.tolist())}
+    unique = list({repr(m): m for m in measures}.values())
+    try:
+        for measure in unique:  # one at a time: ir_measures 0.4.3 may put NumRet or nDCG in another's -J call
+            for metric in irm.iter_calc([measure], qrels, run):
+                if metric.query_id in row:
+                    values[row[metric.query_id], columns[repr(metric.measure)]] = metric.value
+    except Exception as exc:  # ir_measures' providers raise anything; name the measures and the cause
+        names = ", ".join(s.key for _, s in specs)
+        raise KolmValueError(f"ir_measures could not compute {names}: {type(exc).__name__}: {exc}") from exc
+
+
 def evaluate(
     run: Any,
     qrels: Any,
-    metrics: Sequence[str] | str = ("ndcg@10",),
+    metrics: Sequence[Any] | str | Any = ("ndcg@10",),
     per_query: bool = False,
     *,
     relevance_level: int = 1,
@@ -121,13 +164,20 @@ def evaluate(
     ----------
     run : DataFrame ``qid, doc_id, score`` (or a BatchResult, or ``{qid: {doc: score}}``)
     qrels : DataFrame ``qid, doc_id, relevance`` (or a Dataset, or ``{qid: {doc: rel}}``)
-    metrics : str or list of str
-        See the module docstring.
+    metrics : str, ir_measures Measure, or a list of them
+        ir_measures names (``nDCG@10``, ``AP``, ``RR@10``, ``P(rel=2)@5``, ``R@100``, ``Rprec``,
+        ``Bpref``, ``Success@10``, ``Judged@10``, ``NumRet``, ``NumRel``, ``NumRelRet``,
+        ``ERR@10``, ``RBP(p=0.8,rel=1)``, ``infAP``, parameters ``rel``, ``judged_only``, ``gains``) or
+        objects, trec_eval names (``ndcg_cut_10``, ``P_5``, ``map``, ``recip_rank``, ...) and
+        ``ndcg@10, map@k, mrr, precision@k, recall@k, r-precision, hit_rate@k, success@k``;
+        any other ir_measures measure goes through ir_measures (extra ``measures``). ``hits@k``
+        is refused (ranx counts relevant documents with it). See the module docstring.
     per_query : bool
         Return a DataFrame with one row per evaluated query (``qid`` plus one column per
         metric) instead of the dict of means.
     relevance_level : int, default 1
-        Minimum relevance counted as relevant by binary measures (nDCG uses graded gains).
+        Minimum relevance counted as relevant by binary measures that have no ``rel=`` of
+        their own (nDCG uses graded gains).
     missing : {"ignore", "zero"}
         Queries of the qrels absent from the run: skipped, or scored zero.
     n_threads : int, optional
@@ -136,14 +186,15 @@ def evaluate(
     Returns
     -------
     dict of str to float, or DataFrame
+        Keyed by each metric as given (an ir_measures object by its ``str()``); the counts
+        ``NumRet``, ``NumRel``, ``NumRelRet`` are summed over queries, the rest averaged.
         Query ids are compared, and returned, as strings, in sorted order.
     """
     from kolm_search._kernels import load
 
-    names = [metrics] if isinstance(metrics, str) else list(metrics)
-    if not names:
-        raise KolmValueError("metrics must name at least one metric")
-    parsed = [parse_metric(m) for m in names]
+    names = metric_list(metrics)
+    specs = [parse_measure(m) for m in names]
+    keys = [s.key for s in specs]
     if isinstance(relevance_level, bool) or not isinstance(relevance_level, (int, np.integer)) or relevance_level < 1:
         raise KolmValueError(f"relevance_level must be an integer >= 1, got {relevance_level!r}")
     if missing not in ("ignore", "zero"):
@@ -153,6 +204,9 @@ def evaluate(
     check_ids(qrels_df, "qrels")
     score32 = numeric_column(run_df, "score", "run").astype(np.float32)
     rel = relevance_column(qrels_df)
+    if any(s.kind == "err_cut" for s in specs) and len(rel) and rel.max() > 4:
+        raise KolmValueError(f"ERR@k (gdeval's, as ir_measures computes it) takes grades up to 4; the qrels have "
+                             f"grade {int(rel.max())}")
     (run_q, qrels_q), q_uniques = ids.encode([run_df["qid"], qrels_df["qid"]], names=["run qid", "qrels qid"],
                                              sort=True, as_str=True)
     (qrels_d,), judged = ids.encode([qrels_df["doc_id"]], names=["qrels doc_id"], as_str=True)
@@ -162,25 +216,34 @@ def evaluate(
                                                 n_threads=n_threads)  # to find duplicates
     n_q = len(q_uniques)
     order = ranking_order(run_q, score32, run_docs)
-    j_order = np.lexsort((-rel, qrels_q))
     r_count = np.bincount(run_q, minlength=n_q)
     j_count = np.bincount(qrels_q, minlength=n_q)
     kernels = load("metrics")
-    values, status = kernels.evaluate_queries(
-        np.concatenate([[0], np.cumsum(r_count)]), run_d[order], n_run_d, run_judged[order],
-        np.concatenate([[0], np.cumsum(j_count)]), qrels_d[j_order], rel[j_order], len(judged),
-        [kernels.METRIC_IDS[m] for m, _ in parsed], [k for _, k in parsed], int(relevance_level), n_threads=n_threads)
-    for code, word in ((2, "run"), (3, "qrels")):
-        if (status == code).any():
-            q = q_uniques[int(np.flatnonzero(status == code)[0])]
-            raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
+    r_args = (np.concatenate([[0], np.cumsum(r_count)]), run_d[order], n_run_d, run_judged[order])
+    values = np.zeros((n_q, len(specs)))
+    groups: dict[Any, list[tuple[int, MeasureSpec]]] = {None: []}
+    for col, spec in enumerate(specs):
+        if spec.kind:
+            groups.setdefault(spec.gains, []).append((col, spec))
+    for group in groups.values():  # the first (no gain mapping) also checks for duplicates
+        status = _kernel_group(kernels, group, int(relevance_level), r_args, qrels_q, qrels_d, rel, len(judged),
+                               values, n_threads)
+        for code, word in ((2, "run"), (3, "qrels")):
+            if (status == code).any():
+                q = q_uniques[int(np.flatnonzero(status == code)[0])]
+                raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
+    external = [(col, spec) for col, spec in enumerate(specs) if not spec.kind]
+    if external:
+        _through_ir_measures(external, q_uniques, run_q[order], run_docs.iloc[order], qrels_q,
+                             judged[qrels_d], rel, values)
     keep = (r_count > 0) & (j_count > 0)
     if missing == "zero":
         keep |= j_count > 0
-    table = pd.DataFrame(values[keep], columns=names)
+    table = pd.DataFrame(values[keep], columns=keys)
     table.insert(0, "qid", ids.decode(q_uniques, np.flatnonzero(keep)))
     if per_query:
         return table
+    summed = {s.key for s in specs if s.summed}
     if table.empty:
-        return {name: float("nan") for name in names}
-    return {name: float(table[name].mean()) for name in names}
+        return {key: 0.0 if key in summed else float("nan") for key in keys}
+    return {key: float(table[key].sum() if key in summed else table[key].mean()) for key in keys}

@@ -1,0 +1,234 @@
+"""Measure names: ir_measures syntax and objects, trec_eval and ranx spellings, one spec each.
+
+A name is read, in this order, as
+
+1. ir_measures syntax ``Name(param=value, ...)@cutoff`` (measure names case-insensitive):
+   ``nDCG``, ``AP``/``MAP``, ``RR``/``MRR``, ``P``/``Precision``, ``R``/``Recall``, ``Rprec``,
+   ``Bpref``, ``Success``, ``Judged``, ``NumRet``, ``NumRel``, ``NumRelRet``, ``ERR``, ``RBP``, ``infAP``,
+   with the parameters ir_measures gives them (``rel``, ``judged_only``, ``gains``, ``p``);
+2. a trec_eval or kolm_search spelling: ``ndcg_cut_10``, ``P_5``, ``map_cut.5``, ``recip_rank``,
+   ``r-precision``, ``hit_rate@10``, ``num_rel_ret``, ...; a ranx ``-lN`` suffix sets ``rel``;
+3. any other measure ir_measures knows (``nDCG(dcg='exp-log2')@10``, ``SetF``, ``IPrec``,
+   ...), computed through ir_measures itself (extra ``measures``).
+
+``ir_measures`` Measure objects are read like their ``str()``, which is also their key in the
+results. Names that mean something else in ranx are refused with both meanings: ``hits@k``
+(ranx: the number of relevant documents in the top k; kolm_search once: ``success@k``) and
+``rbp.95``/``rbp@95`` (ranx: persistence 0.95; ir_measures: cutoff 95).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from kolm_search.errors import KolmTypeError, KolmValueError
+
+__all__ = ["MeasureSpec", "metric_key", "metric_list", "parse_measure"]
+
+_CANONICAL = {n.lower(): c for n, c in [
+    ("nDCG", "nDCG"), ("AP", "AP"), ("MAP", "AP"), ("RR", "RR"), ("MRR", "RR"), ("P", "P"), ("Precision", "P"),
+    ("R", "R"), ("Recall", "R"), ("Rprec", "Rprec"), ("Bpref", "Bpref"), ("Success", "Success"),
+    ("Judged", "Judged"), ("NumRet", "NumRet"), ("NumRel", "NumRel"), ("NumRelRet", "NumRelRet"), ("ERR", "ERR"),
+    ("RBP", "RBP"), ("infAP", "infAP")]}
+# ir_measures' parameters of each measure; those marked * need a value
+_PARAMS = {
+    "nDCG": {"cutoff", "dcg", "gains", "judged_only"}, "AP": {"cutoff", "rel", "judged_only"},
+    "RR": {"cutoff", "rel", "judged_only"}, "P": {"cutoff*", "rel", "judged_only"},
+    "R": {"cutoff*", "rel", "judged_only"}, "Rprec": {"rel", "judged_only"}, "Bpref": {"rel"},
+    "Success": {"cutoff*", "rel", "judged_only"}, "Judged": {"cutoff"}, "NumRet": {"rel"}, "NumRel": {"rel"},
+    "NumRelRet": {"rel"}, "ERR": {"cutoff*"}, "RBP": {"cutoff", "p", "rel*"}, "infAP": {"rel"},
+}
+_LEGACY_CUT = {"ndcg_cut": "ndcg_cut", "ndcg": "ndcg_cut", "map_cut": "map_cut", "map": "map_cut", "p": "P",
+               "precision": "P", "recall": "recall", "success": "success", "hit_rate": "success",
+               "hitrate": "success", "mrr": "recip_rank_cut", "recip_rank": "recip_rank_cut", "judged": "judged"}
+_LEGACY = {"ndcg": "ndcg", "map": "map", "mrr": "recip_rank", "recip_rank": "recip_rank", "r-precision": "Rprec",
+           "rprec": "Rprec", "r_precision": "Rprec", "bpref": "bpref", "num_ret": "num_ret", "num_rel": "num_rel",
+           "num_rel_ret": "num_rel_ret"}
+_SUMMED = {"num_ret", "num_rel", "num_rel_ret"}
+_HITS = ("{name!r} is refused: ranx's hits@k is the number of relevant documents in the top k, kolm_search's "
+         "was the share of queries with one (now success@k, ir_measures' Success@k); for ranx's meaning use "
+         "P@k times k")
+_RBP_DOT = ("{name!r} is refused: in ranx rbp.95 / rbp@95 is RBP with persistence 0.95, in ir_measures RBP@95 "
+            "is RBP cut at rank 95; write RBP(p=0.95,rel=1) (or RBP(p=0.8,rel=1)@95)")
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    """One measure, resolved.
+
+    ``kind`` is a key of the metrics kernel's ``METRIC_IDS``, or ``""`` for a measure computed
+    through ir_measures (``external``); ``cutoff`` 0 is the whole ranking; ``rel`` None is the
+    call's ``relevance_level``; ``summed``: aggregated by sum (the counts, as ir_measures does).
+    """
+
+    key: str
+    kind: str
+    cutoff: int = 0
+    rel: int | None = None
+    judged_only: bool = False
+    gains: tuple[tuple[int, int], ...] | None = None
+    p: float = 0.8
+    summed: bool = False
+    external: Any = None
+
+
+def metric_key(metric: Any) -> str:
+    """The key of ``metric`` in results: the string as given, or an ir_measures object's ``str()``."""
+    return metric if isinstance(metric, str) else str(metric)
+
+
+def _is_ir_measure(obj: Any) -> bool:
+    return type(obj).__module__.startswith("ir_measures") and hasattr(obj, "NAME") and hasattr(obj, "params")
+
+
+def metric_list(metrics: Any) -> list[Any]:
+    """One metric (a name or an ir_measures object) or an iterable of them, as a list; a key
+    given twice is refused."""
+    out = [metrics] if isinstance(metrics, str) or _is_ir_measure(metrics) else list(metrics)
+    if not out:
+        raise KolmValueError("metrics must name at least one metric")
+    keys = [metric_key(m) for m in out]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise KolmValueError(f"metric {key!r} is given twice")
+    return out
+
+
+def _literal(node: ast.expr, name: str) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, RecursionError):
+        raise KolmValueError(f"metric {name!r}: parameter values must be literals") from None
+
+
+def _split(text: str, name: str) -> tuple[str, dict[str, Any]] | None:
+    """``"P(rel=2)@5"`` -> ``("P", {"rel": 2, "cutoff": 5})``; None if not in that syntax."""
+    try:
+        node: ast.expr = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # not that syntax (or NUL bytes, deep nesting)
+        return None
+    params: dict[str, Any] = {}
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+        params["cutoff"] = _literal(node.right, name)
+        node = node.left
+    if isinstance(node, ast.Call):
+        if node.args or any(k.arg is None for k in node.keywords):
+            raise KolmValueError(f"metric {name!r}: parameters must be named, as in P(rel=2)@5")
+        params.update({str(k.arg): _literal(k.value, name) for k in node.keywords})
+        node = node.func
+    return (node.id, params) if isinstance(node, ast.Name) else None
+
+
+def _check(name: str, measure: str, params: dict[str, Any]) -> None:
+    allowed = {p.rstrip("*") for p in _PARAMS[measure]}
+    for p in sorted(params.keys() - allowed):
+        raise KolmValueError(f"metric {name!r}: {measure} has no parameter {p!r} (it takes {sorted(allowed)})")
+    for p in _PARAMS[measure]:
+        if p.endswith("*") and p[:-1] not in params:
+            need = "a cutoff, as in " + measure + "@10" if p == "cutoff*" else f"{p[:-1]}=, as in RBP(p=0.8,rel=1)"
+            raise KolmValueError(f"metric {name!r}: {measure} needs {need}")
+    for p in ("cutoff", "rel"):
+        v = params.get(p)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31):
+            raise KolmValueError(f"metric {name!r}: {p} must be an integer >= 1 (and < 2**31), got {v!r}")
+    if not isinstance(params.get("judged_only", False), bool):
+        raise KolmValueError(f"metric {name!r}: judged_only must be True or False")
+    p = params.get("p", 0.8)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p < 1.0:
+        raise KolmValueError(f"metric {name!r}: p must be a number in (0, 1), got {p!r}")
+    gains = params.get("gains", {})
+    if not isinstance(gains, dict) or not all(type(k) is int and type(v) is int for k, v in gains.items()):
+        raise KolmValueError(f"metric {name!r}: gains must map integer grades to integer gains")
+
+
+def _native(key: str, measure: str, params: dict[str, Any]) -> MeasureSpec | None:
+    """The kernel's spec of a checked ir_measures measure, or None if only ir_measures has it."""
+    if params.get("dcg", "log2") != "log2":
+        return None
+    cutoff, rel = int(params.get("cutoff", 0)), params.get("rel")
+    jo = bool(params.get("judged_only", False))
+    gains = tuple(sorted(params["gains"].items())) if params.get("gains") else None
+    kind = {"nDCG": "ndcg_cut" if cutoff else "ndcg", "AP": "map_cut" if cutoff else "map",
+            "RR": "recip_rank_cut" if cutoff else "recip_rank", "P": "P", "R": "recall", "Rprec": "Rprec",
+            "Bpref": "bpref", "Success": "success", "Judged": "judged", "NumRel": "num_rel",
+            "NumRet": "num_ret" if rel is None else "num_rel_ret", "NumRelRet": "num_rel_ret", "ERR": "err_cut",
+            "RBP": "rbp", "infAP": "infAP"}[measure]
+    return MeasureSpec(key, kind, cutoff, rel, jo, gains, float(params.get("p", 0.8)), kind in _SUMMED)
+
+
+def _external(key: str, measure: Any) -> MeasureSpec:
+    summed = False
+    if _is_ir_measure(measure):
+        from ir_measures.measures.base import SumAgg
+
+        summed = isinstance(measure.aggregator(), SumAgg)
+    return MeasureSpec(key, "", summed=summed, external=measure)
+
+
+def _legacy(text: str, name: str) -> MeasureSpec | None:
+    key = text.lower()
+    rel = None
+    suffix = re.fullmatch(r"(.+)-l(\d+)", key)  # ranx: "ndcg@10-l2" is relevance level 2
+    if suffix:
+        key, rel = suffix.group(1), int(suffix.group(2))
+        if not 1 <= rel < 2**31:
+            raise KolmValueError(f"metric {name!r}: the relevance level must be an integer >= 1")
+    if key in _LEGACY:
+        kind = _LEGACY[key]
+        return MeasureSpec(name, kind, 0, rel, summed=kind in _SUMMED)
+    match = re.fullmatch(r"([a-z_\-]+?)(?:@|_|\.)(\d+)", key)
+    if match and match.group(1) in _LEGACY_CUT:
+        k = int(match.group(2))
+        if not 1 <= k < 2**31:
+            raise KolmValueError(f"metric {name!r}: the cutoff must be a positive integer (below 2**31)")
+        return MeasureSpec(name, _LEGACY_CUT[match.group(1)], k, rel)
+    return None
+
+
+def parse_measure(metric: Any) -> MeasureSpec:
+    """Resolve one metric name or ir_measures Measure object (see the module docstring).
+
+    Raises ``KolmValueError`` naming the metric for anything unknown, a missing or unknown
+    parameter, or a name that means something else in ranx; ``KolmTypeError`` for an object
+    that is neither a string nor an ir_measures measure.
+    """
+    if _is_ir_measure(metric):
+        measure = _CANONICAL.get(str(metric.NAME).lower())
+        params = dict(metric.params)
+        if measure is None:
+            return _external(str(metric), metric)
+        _check(str(metric), measure, params)
+        return _native(str(metric), measure, params) or _external(str(metric), metric)
+    if not isinstance(metric, str):
+        raise KolmTypeError(f"metrics must be names (str) or ir_measures measures, got {metric!r}")
+    text = metric.strip()
+    if re.fullmatch(r"(?i)hits(?:(?:@|_|\.)\d+)?(?:-l\d+)?", text):
+        raise KolmValueError(_HITS.format(name=metric))
+    if re.fullmatch(r"rbp(?:@|\.)\d+", text):
+        raise KolmValueError(_RBP_DOT.format(name=metric))
+    split = _split(text, metric)
+    if split is not None and split[0].lower() in _CANONICAL:
+        measure = _CANONICAL[split[0].lower()]
+        _check(metric, measure, split[1])
+        return _native(metric, measure, split[1]) or _external(metric, text)
+    spec = _legacy(text, metric)
+    if spec is not None:
+        return spec
+    try:
+        import ir_measures
+    except ImportError:
+        pass
+    else:
+        try:
+            return _external(metric, ir_measures.parse_measure(text))
+        except Exception:  # anything ir_measures cannot parse is an unknown name here
+            pass
+    raise KolmValueError(
+        f"unknown metric {metric!r}; use ir_measures names (nDCG@10, AP, RR@10, P(rel=2)@5, R@100, Rprec, Bpref, "
+        "Success@10, Judged@10, NumRet, NumRel, NumRelRet, ERR@10, RBP(p=0.8,rel=1)) or trec_eval ones (ndcg_cut_10, "
+        "map, recip_rank, P_5, recall_100, success_10, bpref); other ir_measures measures need the 'measures' "
+        "extra (pip install 'kolm-search[measures]')"
+    )
