@@ -130,7 +130,7 @@ def read_run(path: str | Path) -> pd.DataFrame:
     p = _existing(path, "run")
     if _is_parquet(p):
         frame = _read_parquet(p, "run")
-        as_run(frame, what=f"run {str(p)!r}")
+        frame = as_run(frame, what=f"run {str(p)!r}")
         check_ids(frame, f"run {str(p)!r}")
         frame["score"] = numeric_column(frame, "score", f"run {str(p)!r}", finite=True)
         if "rank" in frame.columns:
@@ -210,7 +210,7 @@ def read_qrels(path: str | Path) -> pd.DataFrame:
     p = _existing(path, "qrels")
     if _is_parquet(p):
         frame = _read_parquet(p, "qrels")
-        as_qrels(frame, what=f"qrels {str(p)!r}")
+        frame = as_qrels(frame, what=f"qrels {str(p)!r}")
         check_ids(frame, f"qrels {str(p)!r}")
         frame["relevance"] = relevance_column(frame, f"qrels {str(p)!r}")
         frame = _categorical_ids(frame)
