@@ -5,7 +5,7 @@ Examples::
     kolm-search eval cranfield --pipeline bm25 --metrics ndcg@10,recall@100
     kolm-search eval scifact --pipeline hybrid --run-out runs/scifact-hybrid.trec
     kolm-search fuse a.trec b.trec --method rrf --k 60 -o fused.trec
-    kolm-search compare a.trec b.trec --qrels qrels.tsv --test t
+    kolm-search compare a.trec b.trec --qrels qrels.tsv --test t --format latex
     kolm-search rerank run.trec --dataset cranfield --reranker mmr -o reranked.trec
     kolm-search download scifact
 """
@@ -97,11 +97,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     metrics = _metrics(args.metrics)
     runs = {Path(p).name: read_run(p) for p in args.runs}
     table = compare(runs, read_qrels(args.qrels), metrics, baseline=args.baseline, test=args.test,
-                    correction=args.correction, seed=args.seed)
-    import pandas as pd
+                    correction=args.correction, seed=args.seed, alpha=args.alpha)
+    if args.format == "markdown":
+        print(table.to_markdown(), end="")
+    elif args.format == "latex":
+        print(table.to_latex(), end="")
+    elif args.format == "csv":
+        print(table.to_csv(index=False), end="")
+    else:
+        import pandas as pd
 
-    with pd.option_context("display.width", 200, "display.max_columns", 50):
-        print(table.to_string())
+        with pd.option_context("display.width", 200, "display.max_columns", 50):
+            print(table.to_string())
     return 0
 
 
@@ -183,7 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test", choices=["t", "wilcoxon", "fisher", "bootstrap"], default="t", help="paired test")
     p.add_argument("--correction", choices=["none", "bonferroni", "holm"], default="holm",
                    help="multiple-testing correction")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level on the corrected p-values")
     p.add_argument("--seed", type=int, default=0, help="seed of the randomised tests (fisher, bootstrap)")
+    p.add_argument("--format", choices=["table", "markdown", "latex", "csv"], default="table",
+                   help="output: the full frame as text, a Markdown or LaTeX (booktabs) report of the means with "
+                        "the best in bold and significance marks, or the frame as CSV")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("rerank", help="re-rank each query's top-k of a run", formatter_class=fmt)

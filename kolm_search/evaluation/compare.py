@@ -27,6 +27,7 @@ import pandas as pd
 
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.metrics import evaluate
+from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.runs import as_qrels, as_run
 
 __all__ = ["TESTS", "compare", "paired_test", "per_query_table"]
@@ -111,7 +112,7 @@ def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str],
 def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str] | str = ("ndcg@10",), baseline: str | None = None,
             test: Test = "t", correction: Literal["none", "bonferroni", "holm"] = "holm", *, alpha: float = 0.05,
             n_resamples: int = 10_000, seed: int | np.random.Generator | None = 0,
-            relevance_level: int = 1) -> pd.DataFrame:
+            relevance_level: int = 1) -> ComparisonTable:
     """Means, deltas, p-values and wins/ties/losses of every run against a baseline.
 
     Parameters
@@ -132,9 +133,12 @@ def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str] | str = 
 
     Returns
     -------
-    DataFrame
-        One row per (run, metric): ``run, metric, mean, delta, p_value, p_adjusted,
-        significant, wins, ties, losses`` (the baseline's row has ``delta`` 0 and no p-value).
+    ComparisonTable
+        A DataFrame, one row per (run, metric): ``run, metric, mean, delta, p_value,
+        p_adjusted, significant, wins, ties, losses`` (the baseline's row has ``delta`` 0 and
+        no p-value); ``.to_markdown()`` and ``.to_latex()`` render the report (best value in
+        bold, significance marks, a caption naming the test and the correction; see
+        :mod:`kolm_search.evaluation.report`).
     """
     if not runs:
         raise KolmValueError("compare needs at least one run")
@@ -163,4 +167,7 @@ def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str] | str = 
                          "p_value": float(p), "p_adjusted": float(pa), "significant": bool(pa < alpha),
                          "wins": int((d > 1e-12).sum()), "ties": int((np.abs(d) <= 1e-12).sum()),
                          "losses": int((d < -1e-12).sum())})
-    return pd.DataFrame(rows)
+    table = ComparisonTable(rows)
+    table.attrs["compare"] = {"baseline": base, "test": test, "correction": correction, "alpha": alpha,
+                              "n_resamples": n_resamples, "n_queries": len(tables[metrics[0]]) if metrics else 0}
+    return table
