@@ -61,6 +61,7 @@ def _print_table(rows: dict[str, dict[str, float]], metrics: Sequence[str]) -> N
 def cmd_eval(args: argparse.Namespace) -> int:
     from kolm_search.evaluation import evaluate
     from kolm_search.evaluation.runner import run_queries
+    from kolm_search.evaluation.self_hits import drop_self_hits
     from kolm_search.io import load_dataset, write_run
 
     metrics = _metrics(args.metrics)
@@ -68,8 +69,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     queries = dataset.judged_queries()
     print(f"{dataset}; evaluating {len(queries)} judged queries", file=sys.stderr)
     client = _build(args.pipeline, dataset.corpus, args.model)
-    run = run_queries(client, queries, limit=args.limit, progress=not args.quiet, desc=args.pipeline)
-    scores = evaluate(run, dataset.qrels, metrics)
+    drop = {"auto": dataset.drop_self_hits, "drop": True, "keep": False}[args.self_hits]
+    run = run_queries(client, queries, limit=args.limit + int(drop), progress=not args.quiet, desc=args.pipeline)
+    if drop:
+        run, n = drop_self_hits(run, args.limit)
+        why = "as BEIR's evaluation does" if args.self_hits == "auto" else "--self-hits drop"
+        print(f"dropped {n} self-hits (documents whose id is the query's) from the run before scoring, {why}; "
+              f"searched {args.limit + 1} per query and kept the {args.limit} best others "
+              f"(--self-hits keep to keep them)", file=sys.stderr)
+    scores = evaluate(run, dataset.qrels, metrics, drop_self_hits=False)
     assert isinstance(scores, dict)
     _print_table({f"{dataset.name}/{args.pipeline}": scores}, metrics)
     if args.run_out:
@@ -169,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", help="qrels split of the dataset")
     p.add_argument("--model", default="auto", help=_MODEL_HELP + " (dense and hybrid pipelines)")
     p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
+    p.add_argument("--self-hits", choices=["auto", "drop", "keep"], default="auto",
+                   help="documents whose id is the query's: 'auto' drops them where BEIR's evaluation does (BEIR "
+                        "datasets; it matters for arguana and quora), 'drop' always, 'keep' never")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)
 

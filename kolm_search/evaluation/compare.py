@@ -28,6 +28,7 @@ import pandas as pd
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.metrics import evaluate
 from kolm_search.evaluation.report import ComparisonTable
+from kolm_search.evaluation.self_hits import wants_self_hits_dropped
 from kolm_search.runs import as_qrels, as_run
 
 __all__ = ["TESTS", "compare", "paired_test", "per_query_table"]
@@ -92,7 +93,7 @@ def _correct(p: npt.NDArray[np.float64], correction: str) -> npt.NDArray[np.floa
 
 
 def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str], *,
-                    relevance_level: int = 1) -> dict[str, pd.DataFrame]:
+                    relevance_level: int = 1, drop_self_hits: bool | None = None) -> dict[str, pd.DataFrame]:
     """Per-query scores of every run on a common query set: ``{metric: DataFrame qid x run}``."""
     qrels_df = as_qrels(qrels)
     frames = {name: as_run(run, what=f"run {name!r}") for name, run in runs.items()}
@@ -101,7 +102,8 @@ def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str],
     qids = sorted(answered)
     out = {m: pd.DataFrame(index=pd.Index(qids, name="qid")) for m in metrics}
     for name, frame in frames.items():
-        table = evaluate(frame, qrels_df, list(metrics), per_query=True, relevance_level=relevance_level)
+        table = evaluate(frame, qrels_df, list(metrics), per_query=True, relevance_level=relevance_level,
+                         drop_self_hits=drop_self_hits)
         assert isinstance(table, pd.DataFrame)
         table = table.set_index(table["qid"].astype(str))
         for m in metrics:
@@ -112,7 +114,7 @@ def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str],
 def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str] | str = ("ndcg@10",), baseline: str | None = None,
             test: Test = "t", correction: Literal["none", "bonferroni", "holm"] = "holm", *, alpha: float = 0.05,
             n_resamples: int = 10_000, seed: int | np.random.Generator | None = 0,
-            relevance_level: int = 1) -> ComparisonTable:
+            relevance_level: int = 1, drop_self_hits: bool | None = None) -> ComparisonTable:
     """Means, deltas, p-values and wins/ties/losses of every run against a baseline.
 
     Parameters
@@ -130,6 +132,8 @@ def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str] | str = 
         Resamples of the randomised tests.
     seed : int or numpy.random.Generator
         Makes the randomised tests reproducible.
+    drop_self_hits : bool, optional
+        As in :func:`evaluate` (None: the qrels' flag, on for BEIR datasets).
 
     Returns
     -------
@@ -150,7 +154,7 @@ def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str] | str = 
     if base not in runs:
         raise KolmValueError(f"baseline {base!r} is not one of the runs {names}")
     rng = _rng(seed)
-    tables = per_query_table(runs, qrels, metrics, relevance_level=relevance_level)
+    tables = per_query_table(runs, qrels, metrics, relevance_level=relevance_level, drop_self_hits=drop_self_hits)
     rows = []
     for metric in metrics:
         t = tables[metric]
@@ -169,5 +173,6 @@ def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[str] | str = 
                          "losses": int((d < -1e-12).sum())})
     table = ComparisonTable(rows)
     table.attrs["compare"] = {"baseline": base, "test": test, "correction": correction, "alpha": alpha,
-                              "n_resamples": n_resamples, "n_queries": len(tables[metrics[0]]) if metrics else 0}
+                              "n_resamples": n_resamples, "n_queries": len(tables[metrics[0]]) if metrics else 0,
+                              "self_hits_dropped": wants_self_hits_dropped(as_qrels(qrels), drop_self_hits)}
     return table

@@ -61,7 +61,7 @@ def _write(text: str, buf: Any) -> str:
 
 def _settings(table: pd.DataFrame, given: dict[str, Any]) -> dict[str, Any]:
     """The compare settings: the table's ``attrs["compare"]`` overridden by ``given``."""
-    known = {"baseline", "test", "correction", "alpha", "n_resamples", "n_queries"}
+    known = {"baseline", "test", "correction", "alpha", "n_resamples", "n_queries", "self_hits_dropped"}
     unknown = set(given) - known
     if unknown:
         raise KolmValueError(f"unknown report setting(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -108,14 +108,17 @@ def _caption(settings: dict[str, Any], marks: set[str], caption: str | None) -> 
              f"{correction}, p < {settings['alpha']:g}")
     if marks:
         text += "; " + ", ".join(f"{m} significantly {'higher' if m == '†' else 'lower'}" for m in sorted(marks))
-    return text + "."
+    text += "."
+    if settings.get("self_hits_dropped"):
+        text += " Documents whose id is the query's were removed from the runs before scoring, as BEIR does."
+    return text
 
 
 def to_markdown(table: pd.DataFrame, *, digits: int = 4, caption: str | None = None, **settings: Any) -> str:
     """Markdown (GitHub/pandoc pipe table, caption as pandoc's ``Table:`` paragraph).
 
     ``settings`` (``baseline``, ``test``, ``correction``, ``alpha``, ``n_resamples``,
-    ``n_queries``) override those :func:`compare` stored in ``table.attrs``.
+    ``n_queries``, ``self_hits_dropped``) override those :func:`compare` stored in ``table.attrs``.
     """
     conf = _settings(table, settings)
     runs, metrics, cells = _grid(table, digits)
