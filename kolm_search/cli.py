@@ -156,7 +156,8 @@ def cmd_download(args: argparse.Namespace) -> int:
 _MODEL_HELP = ("embedder: 'auto' (the packaged MiniLM on sentence-transformers with the 'embeddings' extra, "
                "else on onnxruntime with the 'onnx' extra, no torch), 'minilm', 'minilm-onnx', 'lsa' (no model "
                "needed) or a sentence-transformers model folder")
-_DATASET_HELP = "a BEIR folder, a packaged collection (cranfield) or a BEIR name downloaded on first use (e.g. scifact)"
+_DATASET_HELP = ("a BEIR folder, a packaged collection (cranfield), a BEIR name downloaded on first use (e.g. scifact) "
+                 "or an ir_datasets id (irds:beir/arguana, extra irds)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", default=DEFAULT_METRICS, help="comma-separated metric names")
     p.add_argument("--run-out", help="write the run here (TREC text; .gz or .parquet by extension)")
     p.add_argument("--limit", type=int, default=100, help="documents retrieved per query")
-    p.add_argument("--split", default="test", help="qrels split of the dataset")
+    p.add_argument("--split", default=None, help="qrels split: of a BEIR folder (default test), or appended to an "
+                   "ir_datasets id")
     p.add_argument("--model", default="auto", help=_MODEL_HELP + " (dense and hybrid pipelines)")
     p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
     p.add_argument("--self-hits", choices=["auto", "drop", "keep"], default="auto",
@@ -215,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="auto", help="for mmr, the " + _MODEL_HELP + "; for cross-encoder, a model folder")
     p.add_argument("--top-k", type=int, default=100, help="documents re-ranked per query")
     p.add_argument("--mmr-lambda", type=float, default=0.7, help="MMR trade-off: 1 keeps relevance, 0 maximises diversity")
-    p.add_argument("--split", default="test", help="qrels split of the dataset")
+    p.add_argument("--split", default=None, help="qrels split: of a BEIR folder (default test), or appended to an "
+                   "ir_datasets id")
     p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("-o", "--output", required=True, help="the re-ranked run (TREC text, .gz or parquet)")

@@ -14,7 +14,7 @@ from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.io._text import text_lines
 from kolm_search.io.trec import read_qrels
 
-__all__ = ["SELF_HITS_ATTR", "Dataset", "load_beir"]
+__all__ = ["Dataset", "SELF_HITS_ATTR", "load_beir"]
 
 SELF_HITS_ATTR = "drop_self_hits"
 """Key in a qrels frame's ``attrs`` saying documents whose id is the query's are dropped from
