@@ -5,7 +5,7 @@ Examples::
     kolm-search eval cranfield --pipeline bm25 --metrics ndcg@10,recall@100
     kolm-search eval scifact --pipeline hybrid --run-out runs/scifact-hybrid.trec
     kolm-search fuse a.trec b.trec --method rrf --k 60 -o fused.trec
-    kolm-search compare a.trec b.trec --qrels qrels.tsv --test t
+    kolm-search compare a.trec b.trec --qrels qrels.tsv --test t --format latex
     kolm-search rerank run.trec --dataset cranfield --reranker mmr -o reranked.trec
     kolm-search download scifact
 """
@@ -61,6 +61,7 @@ def _print_table(rows: dict[str, dict[str, float]], metrics: Sequence[str]) -> N
 def cmd_eval(args: argparse.Namespace) -> int:
     from kolm_search.evaluation import evaluate
     from kolm_search.evaluation.runner import run_queries
+    from kolm_search.evaluation.self_hits import drop_self_hits
     from kolm_search.io import load_dataset, write_run
 
     metrics = _metrics(args.metrics)
@@ -68,8 +69,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     queries = dataset.judged_queries()
     print(f"{dataset}; evaluating {len(queries)} judged queries", file=sys.stderr)
     client = _build(args.pipeline, dataset.corpus, args.model)
-    run = run_queries(client, queries, limit=args.limit, progress=not args.quiet, desc=args.pipeline)
-    scores = evaluate(run, dataset.qrels, metrics)
+    drop = {"auto": dataset.drop_self_hits, "drop": True, "keep": False}[args.self_hits]
+    run = run_queries(client, queries, limit=args.limit + int(drop), progress=not args.quiet, desc=args.pipeline)
+    if drop:
+        run, n = drop_self_hits(run, args.limit)
+        why = "as BEIR's evaluation does" if args.self_hits == "auto" else "--self-hits drop"
+        print(f"dropped {n} self-hits (documents whose id is the query's) from the run before scoring, {why}; "
+              f"searched {args.limit + 1} per query and kept the {args.limit} best others "
+              f"(--self-hits keep to keep them)", file=sys.stderr)
+    scores = evaluate(run, dataset.qrels, metrics, drop_self_hits=False)
     assert isinstance(scores, dict)
     _print_table({f"{dataset.name}/{args.pipeline}": scores}, metrics)
     if args.run_out:
@@ -97,11 +105,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     metrics = _metrics(args.metrics)
     runs = {Path(p).name: read_run(p) for p in args.runs}
     table = compare(runs, read_qrels(args.qrels), metrics, baseline=args.baseline, test=args.test,
-                    correction=args.correction, seed=args.seed)
-    import pandas as pd
+                    correction=args.correction, seed=args.seed, alpha=args.alpha)
+    if args.format == "markdown":
+        print(table.to_markdown(), end="")
+    elif args.format == "latex":
+        print(table.to_latex(), end="")
+    elif args.format == "csv":
+        print(table.to_csv(index=False), end="")
+    else:
+        import pandas as pd
 
-    with pd.option_context("display.width", 200, "display.max_columns", 50):
-        print(table.to_string())
+        with pd.option_context("display.width", 200, "display.max_columns", 50):
+            print(table.to_string())
     return 0
 
 
@@ -141,7 +156,8 @@ def cmd_download(args: argparse.Namespace) -> int:
 _MODEL_HELP = ("embedder: 'auto' (the packaged MiniLM on sentence-transformers with the 'embeddings' extra, "
                "else on onnxruntime with the 'onnx' extra, no torch), 'minilm', 'minilm-onnx', 'lsa' (no model "
                "needed) or a sentence-transformers model folder")
-_DATASET_HELP = "a BEIR folder, a packaged collection (cranfield) or a BEIR name downloaded on first use (e.g. scifact)"
+_DATASET_HELP = ("a BEIR folder, a packaged collection (cranfield), a BEIR name downloaded on first use (e.g. scifact) "
+                 "or an ir_datasets id (irds:beir/arguana, extra irds)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,9 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", default=DEFAULT_METRICS, help="comma-separated metric names")
     p.add_argument("--run-out", help="write the run here (TREC text; .gz or .parquet by extension)")
     p.add_argument("--limit", type=int, default=100, help="documents retrieved per query")
-    p.add_argument("--split", default="test", help="qrels split of the dataset")
+    p.add_argument("--split", default=None, help="qrels split: of a BEIR folder (default test), or appended to an "
+                   "ir_datasets id")
     p.add_argument("--model", default="auto", help=_MODEL_HELP + " (dense and hybrid pipelines)")
     p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
+    p.add_argument("--self-hits", choices=["auto", "drop", "keep"], default="auto",
+                   help="documents whose id is the query's: 'auto' drops them where BEIR's evaluation does (BEIR "
+                        "datasets; it matters for arguana and quora), 'drop' always, 'keep' never")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)
 
@@ -183,7 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test", choices=["t", "wilcoxon", "fisher", "bootstrap"], default="t", help="paired test")
     p.add_argument("--correction", choices=["none", "bonferroni", "holm"], default="holm",
                    help="multiple-testing correction")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level on the corrected p-values")
     p.add_argument("--seed", type=int, default=0, help="seed of the randomised tests (fisher, bootstrap)")
+    p.add_argument("--format", choices=["table", "markdown", "latex", "csv"], default="table",
+                   help="output: the full frame as text, a Markdown or LaTeX (booktabs) report of the means with "
+                        "the best in bold and significance marks, or the frame as CSV")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("rerank", help="re-rank each query's top-k of a run", formatter_class=fmt)
@@ -193,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="auto", help="for mmr, the " + _MODEL_HELP + "; for cross-encoder, a model folder")
     p.add_argument("--top-k", type=int, default=100, help="documents re-ranked per query")
     p.add_argument("--mmr-lambda", type=float, default=0.7, help="MMR trade-off: 1 keeps relevance, 0 maximises diversity")
-    p.add_argument("--split", default="test", help="qrels split of the dataset")
+    p.add_argument("--split", default=None, help="qrels split: of a BEIR folder (default test), or appended to an "
+                   "ir_datasets id")
     p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("-o", "--output", required=True, help="the re-ranked run (TREC text, .gz or parquet)")

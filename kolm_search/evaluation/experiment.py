@@ -12,7 +12,10 @@ import pandas as pd
 
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.compare import compare, per_query_table
+from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.runner import run_queries
+from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
+from kolm_search.runs import as_qrels
 
 __all__ = ["Experiment"]
 
@@ -34,6 +37,10 @@ class Experiment:
         Runs are cached there as parquet (``<dataset>__<pipeline>.parquet``) and reused.
     progress : bool
         Progress bars while searching.
+    drop_self_hits : bool, optional
+        Drop documents whose id is the query's, as BEIR does: each pipeline searches
+        ``limit + 1`` and keeps the ``limit`` best others. None follows the dataset's
+        ``drop_self_hits`` (on for BEIR datasets; see :mod:`kolm_search.evaluation.self_hits`).
 
     Example
     -------
@@ -44,7 +51,8 @@ class Experiment:
     def __init__(self, pipelines: Mapping[str, Any], dataset: Any, metrics: Sequence[str] = ("ndcg@10", "recall@100"), *,
                  limit: int = 100, baseline: str | None = None, test: Literal["t", "wilcoxon", "fisher", "bootstrap"] = "t",
                  correction: Literal["none", "bonferroni", "holm"] = "holm", seed: int = 0,
-                 cache_dir: str | Path | None = None, progress: bool = True) -> None:
+                 cache_dir: str | Path | None = None, progress: bool = True,
+                 drop_self_hits: bool | None = None) -> None:
         if not pipelines:
             raise KolmValueError("Experiment needs at least one pipeline")
         for name, client in pipelines.items():
@@ -60,12 +68,14 @@ class Experiment:
         self.seed = seed
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self.progress = progress
+        self.drop_self_hits = wants_self_hits_dropped(as_qrels(dataset), drop_self_hits)
         self.runs: dict[str, pd.DataFrame] = {}
 
     def _cache_path(self, name: str) -> Path | None:
         if self.cache_dir is None:
             return None
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{getattr(self.dataset, 'name', 'dataset')}__{name}__k{self.limit}")
+        tail = "__noself" if self.drop_self_hits else ""
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{getattr(self.dataset, 'name', 'dataset')}__{name}__k{self.limit}{tail}")
         return self.cache_dir / f"{safe}.parquet"
 
     def run_pipelines(self) -> dict[str, pd.DataFrame]:
@@ -78,23 +88,28 @@ class Experiment:
             if path is not None and path.exists():
                 self.runs[name] = pd.read_parquet(path)
                 continue
-            run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name)
+            if self.drop_self_hits:
+                run = run_queries(client, queries, limit=self.limit + 1, progress=self.progress, desc=name)
+                run, _ = drop_self_hits(run, self.limit)
+            else:
+                run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 run.to_parquet(path, index=False)
             self.runs[name] = run
         return self.runs
 
-    def run(self) -> pd.DataFrame:
-        """Search (or reuse cached runs) and return the :func:`compare` table."""
+    def run(self) -> ComparisonTable:
+        """Search (or reuse cached runs) and return the :func:`compare` table (``.to_latex()``,
+        ``.to_markdown()`` render it)."""
         self.run_pipelines()
         return compare(self.runs, self.dataset.qrels, self.metrics, baseline=self.baseline, test=self.test,
-                       correction=self.correction, seed=self.seed)
+                       correction=self.correction, seed=self.seed, drop_self_hits=self.drop_self_hits)
 
     def per_query(self) -> dict[str, pd.DataFrame]:
         """``{metric: DataFrame qid x pipeline}`` of per-query scores."""
         self.run_pipelines()
-        return per_query_table(self.runs, self.dataset.qrels, self.metrics)
+        return per_query_table(self.runs, self.dataset.qrels, self.metrics, drop_self_hits=self.drop_self_hits)
 
     def plot(self, metrics: Sequence[str] | None = None, *, n_boot: int = 2000) -> Any:
         """Bars of each metric with 95% bootstrap intervals, and per-query deltas vs the baseline.

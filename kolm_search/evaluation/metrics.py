@@ -48,8 +48,9 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search import ids
-from kolm_search.errors import FrameValidationError, KolmValueError
+from kolm_search.errors import FrameValidationError, KolmTypeError, KolmValueError
 from kolm_search.evaluation.measures import MeasureSpec, metric_list, parse_measure
+from kolm_search.evaluation.self_hits import self_hit_mask, wants_self_hits_dropped
 from kolm_search.runs import as_qrels, as_run, check_ids, numeric_column, relevance_column
 
 __all__ = ["evaluate", "parse_metric", "ranking_order"]
@@ -157,6 +158,7 @@ def evaluate(
     relevance_level: int = 1,
     missing: Literal["ignore", "zero"] = "ignore",
     n_threads: int | None = None,
+    drop_self_hits: bool | None = None,
 ) -> dict[str, float] | pd.DataFrame:
     """Evaluate a run against qrels with trec_eval's semantics.
 
@@ -182,6 +184,10 @@ def evaluate(
         Queries of the qrels absent from the run: skipped, or scored zero.
     n_threads : int, optional
         Threads for this call (default: the usable cores).
+    drop_self_hits : bool, optional
+        Drop the run's documents whose id equals the query id before scoring (BEIR's
+        evaluation); None follows the qrels' flag (on for BEIR datasets, see
+        :mod:`kolm_search.evaluation.self_hits`).
 
     Returns
     -------
@@ -200,6 +206,13 @@ def evaluate(
     if missing not in ("ignore", "zero"):
         raise KolmValueError(f"missing must be 'ignore' or 'zero', got {missing!r}")
     run_df, qrels_df = as_run(run), as_qrels(qrels)
+    emptied: list[str] = []  # queries whose run held only self-hits: scored 0, as BEIR's pytrec_eval call does
+    if wants_self_hits_dropped(qrels_df, drop_self_hits):
+        hits = self_hit_mask(run_df)
+        if hits.any():
+            before = set(run_df["qid"].astype(str))
+            run_df = run_df[~hits]
+            emptied = sorted(before - set(run_df["qid"].astype(str)))
     check_ids(run_df, "run")
     check_ids(qrels_df, "qrels")
     score32 = numeric_column(run_df, "score", "run").astype(np.float32)
@@ -239,6 +252,8 @@ def evaluate(
     keep = (r_count > 0) & (j_count > 0)
     if missing == "zero":
         keep |= j_count > 0
+    if emptied:
+        keep |= np.isin(np.asarray(q_uniques, dtype=object), emptied) & (j_count > 0)
     table = pd.DataFrame(values[keep], columns=keys)
     table.insert(0, "qid", ids.decode(q_uniques, np.flatnonzero(keep)))
     if per_query:

@@ -11,7 +11,7 @@ import pandas as pd
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.metrics import evaluate, parse_metric
 from kolm_search.fusion import FUSION_METHODS, fuse
-from kolm_search.runs import as_run
+from kolm_search.runs import as_qrels, as_run
 
 __all__ = ["optimize_fusion"]
 
@@ -66,11 +66,11 @@ def optimize_fusion(runs: Mapping[str, Any] | Sequence[Any], qrels: Any, metric:
     frames = [as_run(runs[n], what=f"run {n!r}") for n in names] if isinstance(runs, Mapping) else [as_run(r) for r in runs]
     if len(frames) < 2:
         raise KolmValueError("optimize_fusion needs at least two runs")
-    qrels_df = qrels
+    qrels_df = as_qrels(qrels)
     if queries is not None:
         keep = {str(q) for q in queries}
         frames = [f[f["qid"].astype(str).isin(keep)] for f in frames]
-        qrels_df = qrels[qrels["qid"].astype(str).isin(keep)]
+        qrels_df = qrels_df[qrels_df["qid"].astype(str).isin(keep)]
     grid = dict(grid or {})
     ks = list(grid.get("k", DEFAULT_K if method == "rrf" else (60,)))
     weights = [tuple(float(x) for x in w) for w in grid.get("weights", _weight_grid(len(frames)))]

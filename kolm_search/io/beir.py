@@ -16,7 +16,11 @@ from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.io._text import text_lines
 from kolm_search.io.trec import read_qrels
 
-__all__ = ["Dataset", "load_beir"]
+__all__ = ["Dataset", "SELF_HITS_ATTR", "load_beir"]
+
+SELF_HITS_ATTR = "drop_self_hits"
+"""Key in a qrels frame's ``attrs`` saying documents whose id is the query's are dropped from
+runs before scoring (BEIR's ``ignore_identical_ids``); see :attr:`Dataset.drop_self_hits`."""
 
 
 @dataclass
@@ -29,6 +33,13 @@ class Dataset:
     queries : DataFrame ``qid, query``
     qrels : DataFrame ``qid, doc_id, relevance`` (int)
     name : str
+    drop_self_hits : bool
+        Whether evaluation drops, from a run, the documents whose id equals the query id before
+        scoring, as BEIR's evaluation does (``EvaluateRetrieval.evaluate`` with its default
+        ``ignore_identical_ids=True``). On for BEIR's datasets (loaded by name, from a folder
+        named like one, or as ``irds:beir/...``), where it matters for ArguAna and Quora, whose
+        queries are documents of the corpus; off otherwise. Stored in ``qrels.attrs``, so it
+        travels with the qrels frame: ``evaluate(run, ds.qrels)`` applies it too.
     """
 
     corpus: pd.DataFrame
@@ -36,13 +47,21 @@ class Dataset:
     qrels: pd.DataFrame
     name: str = ""
 
+    @property
+    def drop_self_hits(self) -> bool:
+        return bool(self.qrels.attrs.get(SELF_HITS_ATTR, False))
+
+    @drop_self_hits.setter
+    def drop_self_hits(self, value: bool) -> None:
+        self.qrels.attrs[SELF_HITS_ATTR] = bool(value)
+
     def judged_queries(self) -> pd.DataFrame:
         """The queries that have at least one judgement (what BEIR evaluates)."""
         return self.queries[self.queries["qid"].isin(set(self.qrels["qid"]))].reset_index(drop=True)
 
     def __repr__(self) -> str:
         return (f"Dataset({self.name!r}: {len(self.corpus)} documents, {len(self.queries)} queries, "
-                f"{len(self.qrels)} judgements)")
+                f"{len(self.qrels)} judgements{', self-hits dropped' if self.drop_self_hits else ''})")
 
 
 def _find(root: Path, stem: str) -> Path:
@@ -162,7 +181,8 @@ def _read_queries(path: Path) -> pd.DataFrame:
 
 
 def load_beir(path: str | Path, split: str = "test") -> Dataset:
-    """Read a BEIR folder into a :class:`Dataset`.
+    """Read a BEIR folder into a :class:`Dataset` (``drop_self_hits`` on when the folder is
+    named like a BEIR dataset of the download registry, e.g. ``arguana``).
 
     ``corpus.parquet``, ``queries.parquet`` (columns ``_id``, ``text``, and ``title`` for the
     corpus; Hugging Face's BEIR layout) and ``qrels/<split>.parquet`` are read in place of the
@@ -180,5 +200,14 @@ def load_beir(path: str | Path, split: str = "test") -> Dataset:
             if (root / "qrels").is_dir() else []
         available = sorted({p.name.removesuffix(".gz").removesuffix(".tsv").removesuffix(".parquet") for p in found})
         raise KolmValueError(f"{str(root)!r} has no qrels for split {split!r}; available: {available}")
-    return Dataset(corpus=_read_corpus(_find(root, "corpus.jsonl")), queries=_read_queries(_find(root, "queries.jsonl")),
-                   qrels=read_qrels(qrels_path), name=root.name)
+    dataset = Dataset(corpus=_read_corpus(_find(root, "corpus.jsonl")), queries=_read_queries(_find(root, "queries.jsonl")),
+                      qrels=read_qrels(qrels_path), name=root.name)
+    dataset.drop_self_hits = _is_beir_name(root.name)
+    return dataset
+
+
+def _is_beir_name(name: str) -> bool:
+    """A BEIR dataset (its evaluation drops self-hits): a name of the download registry."""
+    from kolm_search.io.download import beir_registry
+
+    return name.lower() in beir_registry()

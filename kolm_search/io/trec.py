@@ -160,7 +160,7 @@ def read_run(path: str | Path) -> pd.DataFrame:
     if _is_parquet(p):
         what = f"run {str(p)!r}"
         frame = _read_parquet(p, "run")
-        as_run(frame, what=what)
+        frame = as_run(frame, what=what)
         _check_parquet_columns(frame, what, ("score", "rank"))
         frame["score"] = numeric_column(frame, "score", what, finite=True)
         if "rank" in frame.columns:
@@ -309,7 +309,7 @@ def read_qrels(path: str | Path) -> pd.DataFrame:
     if _is_parquet(p):
         what = f"qrels {str(p)!r}"
         frame = _read_parquet(p, "qrels")
-        as_qrels(frame, what=what)
+        frame = as_qrels(frame, what=what)
         _check_parquet_columns(frame, what, ("relevance",))
         frame["relevance"] = relevance_column(frame, what)
         frame = _categorical_ids(frame)

@@ -1,0 +1,169 @@
+"""Tables for papers and notes: :func:`compare`'s result as Markdown or LaTeX (booktabs).
+
+One row per run, one column per metric, the mean in each cell; the best value of each metric
+in bold (every run tied with it at the printed precision); a significant difference from the
+baseline marked ``†`` (higher) or ``‡`` (lower), read from the ``significant`` and ``delta``
+columns; a caption naming the test, the correction, alpha and the number of queries. Written
+by hand (no jinja2, no tabulate), so nothing optional is needed at call time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from kolm_search.errors import KolmValueError
+
+__all__ = ["ComparisonTable", "to_latex", "to_markdown"]
+
+TEST_NAMES = {"t": "paired t-test", "wilcoxon": "Wilcoxon signed-rank test",
+              "fisher": "Fisher's randomisation test", "bootstrap": "paired bootstrap test"}
+CORRECTION_NAMES = {"none": "no correction for multiple testing", "bonferroni": "Bonferroni correction",
+                    "holm": "Holm-Bonferroni correction"}
+_COLUMNS = ("run", "metric", "mean", "delta", "significant")
+_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+class ComparisonTable(pd.DataFrame):
+    """:func:`~kolm_search.evaluation.compare`'s DataFrame, with :meth:`to_markdown` and
+    :meth:`to_latex` rendering the report (the test, correction and baseline ride in
+    ``.attrs["compare"]``). Any frame derived from it (a selection, a copy) is a plain DataFrame;
+    :func:`to_markdown` and :func:`to_latex` of this module take those too."""
+
+    @property
+    def _constructor(self) -> type[pd.DataFrame]:
+        return pd.DataFrame
+
+    def to_markdown(self, buf: Any = None, *, digits: int = 4, caption: str | None = None,
+                    **settings: Any) -> str:
+        """The report as a Markdown table with a pandoc ``Table:`` caption (see the module)."""
+        return _write(to_markdown(self, digits=digits, caption=caption, **settings), buf)
+
+    def to_latex(self, buf: Any = None, *, digits: int = 4, caption: str | None = None,
+                 label: str | None = None, **settings: Any) -> str:
+        """The report as a LaTeX ``table`` with booktabs rules (``\\usepackage{booktabs}``)."""
+        return _write(to_latex(self, digits=digits, caption=caption, label=label, **settings), buf)
+
+
+def _write(text: str, buf: Any) -> str:
+    if buf is not None:
+        if hasattr(buf, "write"):
+            buf.write(text)
+        else:
+            from pathlib import Path
+
+            Path(buf).write_text(text, encoding="utf-8")
+    return text
+
+
+def _settings(table: pd.DataFrame, given: dict[str, Any]) -> dict[str, Any]:
+    """The compare settings: the table's ``attrs["compare"]`` overridden by ``given``."""
+    known = {"baseline", "test", "correction", "alpha", "n_resamples", "n_queries", "self_hits_dropped"}
+    unknown = set(given) - known
+    if unknown:
+        raise KolmValueError(f"unknown report setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    settings = {**dict(table.attrs.get("compare", {})), **{k: v for k, v in given.items() if v is not None}}
+    missing = [k for k in ("baseline", "test", "correction", "alpha") if k not in settings]
+    if missing:
+        raise KolmValueError(f"the table does not say its {missing} (it is not compare()'s result); pass them")
+    return settings
+
+
+def _grid(table: pd.DataFrame, digits: int) -> tuple[list[str], list[str], dict[tuple[str, str], tuple[str, bool, str]]]:
+    """Runs, metrics and ``{(run, metric): (value text, bold, mark)}``."""
+    missing = [c for c in _COLUMNS if c not in table.columns]
+    if missing:
+        raise KolmValueError(f"a report needs compare()'s columns; missing {missing}, has {list(table.columns)}")
+    if isinstance(digits, bool) or not isinstance(digits, int) or not 0 <= digits <= 15:
+        raise KolmValueError(f"digits must be an integer in [0, 15], got {digits!r}")
+    runs = list(dict.fromkeys(table["run"].astype(str)))
+    metrics = list(dict.fromkeys(table["metric"].astype(str)))
+    cells: dict[tuple[str, str], tuple[str, bool, str]] = {}
+    for metric in metrics:
+        rows = table[table["metric"].astype(str) == metric]
+        rounded = {str(r.run): round(float(r.mean), digits) for r in rows.itertuples(index=False)}
+        finite = [v for v in rounded.values() if math.isfinite(v)]
+        best = max(finite) if finite and len(rounded) > 1 else None
+        for r in rows.itertuples(index=False):
+            mean = float(r.mean)
+            text = f"{mean:.{digits}f}" if math.isfinite(mean) else "n/a"
+            mark = ("†" if float(r.delta) > 0 else "‡") if bool(r.significant) else ""
+            cells[(str(r.run), metric)] = (text, best is not None and rounded[str(r.run)] == best, mark)
+    return runs, metrics, cells
+
+
+def _caption(settings: dict[str, Any], marks: set[str], caption: str | None) -> str:
+    if caption is not None:
+        return caption
+    test = TEST_NAMES.get(settings["test"], str(settings["test"]))
+    if settings["test"] in ("fisher", "bootstrap") and settings.get("n_resamples"):
+        test += f" with {int(settings['n_resamples']):,} resamples"
+    correction = CORRECTION_NAMES.get(settings["correction"], str(settings["correction"]))
+    n = settings.get("n_queries")
+    text = f"Mean over {n} queries; best" if n is not None else "Means; best"
+    text += (f" per metric in bold. Significance against the baseline {settings['baseline']}: two-sided {test}, "
+             f"{correction}, p < {settings['alpha']:g}")
+    if marks:
+        text += "; " + ", ".join(f"{m} significantly {'higher' if m == '†' else 'lower'}" for m in sorted(marks))
+    text += "."
+    if settings.get("self_hits_dropped"):
+        text += " Documents whose id is the query's were removed from the runs before scoring, as BEIR does."
+    return text
+
+
+def to_markdown(table: pd.DataFrame, *, digits: int = 4, caption: str | None = None, **settings: Any) -> str:
+    """Markdown (GitHub/pandoc pipe table, caption as pandoc's ``Table:`` paragraph).
+
+    ``settings`` (``baseline``, ``test``, ``correction``, ``alpha``, ``n_resamples``,
+    ``n_queries``, ``self_hits_dropped``) override those :func:`compare` stored in ``table.attrs``.
+    """
+    conf = _settings(table, settings)
+    runs, metrics, cells = _grid(table, digits)
+
+    def esc(text: str) -> str:
+        return "".join("\\" + c if c in "\\|*_`[]<>" else c for c in text)
+
+    lines = ["| Run | " + " | ".join(esc(m) for m in metrics) + " |", "|:--|" + "--:|" * len(metrics)]
+    for run in runs:
+        name = esc(run) + (" (baseline)" if run == str(conf["baseline"]) else "")
+        parts = []
+        for metric in metrics:
+            text, bold, mark = cells.get((run, metric), ("", False, ""))
+            parts.append((f"**{text}**" if bold else text) + mark)
+        lines.append(f"| {name} | " + " | ".join(parts) + " |")
+    marks = {m for _, _, m in cells.values() if m}
+    return "\n".join(lines) + "\n\nTable: " + _caption(conf, marks, caption) + "\n"
+
+
+def to_latex(table: pd.DataFrame, *, digits: int = 4, caption: str | None = None, label: str | None = None,
+             **settings: Any) -> str:
+    """A LaTeX ``table`` environment: booktabs rules (``\\usepackage{booktabs}``), best value
+    ``\\textbf``, marks ``$^\\dagger$`` (higher) and ``$^\\ddagger$`` (lower), the caption
+    naming the test and the correction. Run and metric names are escaped."""
+    conf = _settings(table, settings)
+    runs, metrics, cells = _grid(table, digits)
+
+    def esc(text: str) -> str:
+        return "".join(_LATEX_ESCAPES.get(c, c) for c in text)
+
+    marks = {m for _, _, m in cells.values() if m}
+    lines = [r"\begin{table}[t]", r"  \centering",
+             r"  \caption{" + esc(_caption(conf, marks, caption)).replace(" < ", " $<$ ").replace("†", r"$^\dagger$")
+             .replace("‡", r"$^\ddagger$") + "}"]
+    if label:
+        lines.append(r"  \label{" + label + "}")
+    lines += [r"  \begin{tabular}{l" + "r" * len(metrics) + "}", r"    \toprule",
+              "    Run & " + " & ".join(esc(m) for m in metrics) + r" \\", r"    \midrule"]
+    for run in runs:
+        name = esc(run) + (" (baseline)" if run == str(conf["baseline"]) else "")
+        parts = []
+        for metric in metrics:
+            text, bold, mark = cells.get((run, metric), ("", False, ""))
+            tex = {"†": r"$^\dagger$", "‡": r"$^\ddagger$", "": ""}[mark]
+            parts.append((r"\textbf{" + text + "}" if bold else text) + tex)
+        lines.append(f"    {name} & " + " & ".join(parts) + r" \\")
+    lines += [r"    \bottomrule", r"  \end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
