@@ -280,3 +280,15 @@ def test_kernel_scaling_is_checked(kernel) -> None:
                        ({"presence": [1.0, np.nan]}, "presence")):
         with pytest.raises(KolmValueError, match=match):
             kernel.fuse_groups(*args, **bad)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("span", [7, 10**9])
+def test_first_in_block_matches_twin(kernel, seed: int, span: int) -> None:
+    """Repeats inside a block found as pandas' duplicated finds them, dense or sparse codes."""
+    rng = np.random.default_rng(seed)
+    block = np.sort(rng.integers(0, 30, 400))
+    docs = rng.choice(rng.integers(0, span, 9), 400)
+    np.testing.assert_array_equal(kernel.first_in_block(block, docs), kernel.first_in_block_numpy(block, docs))
+    with pytest.raises(KolmValueError, match="non-negative"):
+        kernel.first_in_block([0, 0], [-1, 2])

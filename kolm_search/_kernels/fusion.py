@@ -24,10 +24,10 @@ import numpy.typing as npt
 from numba import njit, types
 
 from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
-from kolm_search._kernels.sig import f64, i64, ro, rw
+from kolm_search._kernels.sig import f64, i64, ro, rw, u8
 from kolm_search.errors import KolmValueError
 
-__all__ = ["fuse_groups", "fuse_groups_numpy"]
+__all__ = ["first_in_block", "first_in_block_numpy", "fuse_groups", "fuse_groups_numpy"]
 
 _PARALLEL_ENTRIES = 50_000  # smaller batches run on the calling thread
 I64 = npt.NDArray[np.int64]
@@ -79,6 +79,48 @@ def _fuse_chunk(ptr, lists, docs, contrib, presence, scale, param, limit, out_do
             out_docs[base + i] = touched[j]
             out_scores[base + i] = -keys[j]
         counts[g] = m
+
+
+@njit(types.void(ro(i64), ro(i64), rw(i64), rw(u8)), cache=True, nogil=True)
+def _first_in_block(block, docs, mark, out):  # pragma: no cover - compiled
+    """``out[i] = 1`` where entry i is its document's first in its block (blocks contiguous);
+    ``mark`` (-1 on entry) holds each document's last block."""
+    for i in range(docs.shape[0]):
+        d = docs[i]
+        if mark[d] == block[i]:
+            out[i] = 0
+        else:
+            mark[d] = block[i]
+            out[i] = 1
+
+
+def first_in_block(block: npt.ArrayLike, docs: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+    """bool (n,): whether each entry is the first of its document inside its block.
+
+    ``block`` int64 (n,) numbers the blocks (equal numbers contiguous); ``docs`` int64 (n,)
+    non-negative document codes.
+    """
+    b = np.ascontiguousarray(block, dtype=np.int64)
+    d = np.ascontiguousarray(docs, dtype=np.int64)
+    if d.shape != b.shape or d.ndim != 1:
+        raise KolmValueError(f"block and docs must be 1-D of one length, got {b.shape}, {d.shape}")
+    if len(d) == 0:
+        return np.ones(0, bool)
+    if d.min() < 0:
+        raise KolmValueError(f"document codes must be non-negative, got {d.min()}")
+    if int(d.max()) >= max(4 * len(d), 1 << 16):  # a sparse code range: renumber the codes in use
+        d = np.ascontiguousarray(np.unique(d, return_inverse=True)[1].reshape(-1), dtype=np.int64)
+    out = np.empty(len(d), np.uint8)
+    _first_in_block(b, d, np.full(int(d.max()) + 1, -1, np.int64), out)
+    return out.view(bool)
+
+
+def first_in_block_numpy(block: npt.ArrayLike, docs: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+    """Twin of :func:`first_in_block` (the test oracle): pandas' ``duplicated``."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"b": np.asarray(block, np.int64), "d": np.asarray(docs, np.int64)})
+    return ~frame.duplicated().to_numpy()
 
 
 def _checked(ptr: npt.ArrayLike, lists: npt.ArrayLike, docs: npt.ArrayLike, contrib: npt.ArrayLike,

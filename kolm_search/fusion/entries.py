@@ -38,8 +38,11 @@ def pair_codes(a: I64, b: I64) -> I64:
 
 def first_in_block(ptr: I64, lists: I64, docs: I64, n_lists: int) -> Bools:
     """bool (n,): whether each entry is its document's first in its (query, list) block."""
+    from kolm_search._kernels import load
+
     query = np.repeat(np.arange(len(ptr) - 1, dtype=np.int64), np.diff(ptr))
-    return ~pd.Series(pair_codes(query * n_lists + lists, docs)).duplicated().to_numpy()
+    first: Bools = load("fusion").first_in_block(query * n_lists + lists, docs)
+    return first
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,10 +75,12 @@ class Entries:
 
     @classmethod
     def build(cls, ptr: I64, lists: I64, docs: I64, score: F64, n_lists: int, n_docs: int,
-              rel: Bools | None = None, rank: I64 | None = None) -> Entries:
+              rel: Bools | None = None, rank: I64 | None = None, first: Bools | None = None) -> Entries:
         """Entries from arrays in block order; a document repeated in a block keeps its first
-        entry, and ranks (``rank``, else positions in the block) are those of the input."""
-        first = first_in_block(ptr, lists, docs, n_lists)
+        entry (``first``: :func:`first_in_block`, computed when not given), and ranks
+        (``rank``, else positions in the block) are those of the input."""
+        if first is None:
+            first = first_in_block(ptr, lists, docs, n_lists)
         if first.all():
             return cls(ptr, lists, docs, score, n_lists, n_docs, rel, rank)
         query = np.repeat(np.arange(len(ptr) - 1, dtype=np.int64), np.diff(ptr))

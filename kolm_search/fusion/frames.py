@@ -221,8 +221,9 @@ def prepare_runs(runs: Sequence[Any] | Mapping[str, Any], *, n_threads: int | No
     ptr = np.zeros(n_q + 1, np.int64)
     np.cumsum(np.bincount(block // n_lists, minlength=n_q), out=ptr[1:])
     lists, docs = block % n_lists, np.concatenate(d_codes)[order]
-    entries = Entries.build(ptr, lists, docs, np.concatenate(scores)[order], n_lists, max(n_codes, 1))
-    rows = order[first_in_block(ptr, lists, docs, n_lists)]
+    first = first_in_block(ptr, lists, docs, n_lists)
+    entries = Entries.build(ptr, lists, docs, np.concatenate(scores)[order], n_lists, max(n_codes, 1), first=first)
+    rows = order[first]
     categorical = tuple(all(isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames) for c in ("qid", "doc_id"))
     prepared = PreparedRuns(entries, frames, names, rows, q_uniques, d_uniques, d_codes,
                             (categorical[0], categorical[1]))
