@@ -197,3 +197,29 @@ def test_fuse_frame_equals_fuse(method: str, norm: str | None) -> None:
     assert got.query.tolist() == want.qid.tolist()
     assert got.doc.tolist() == want.doc_id.tolist()
     np.testing.assert_allclose(got.score, want.score, rtol=1e-12)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_on_empty_and_single_runs(method: str) -> None:
+    empty = pd.DataFrame({"qid": pd.Series([], dtype=str), "doc_id": pd.Series([], dtype=str),
+                          "score": pd.Series([], dtype=float)})
+    one = pd.DataFrame({"qid": ["q"], "doc_id": ["a"], "score": [1.0]})
+    params = {**PARAMS.get(method, {})}
+    for key in ("probs", "log_odds", "map_scores"):
+        if key in params:
+            params[key] = params[key][:2]
+    for norm in [None, *NORMALIZATIONS]:
+        assert fuse([empty, empty], method=method, norm=norm, params=params).empty
+        got = fuse([one, empty], method=method, norm=norm, params=params)
+        assert got.doc_id.tolist() == ["a"] and np.isfinite(got.score).all()
+
+
+def test_non_finite_scores_are_refused_where_read() -> None:
+    inf = pd.DataFrame({"qid": ["q", "q"], "doc_id": ["a", "b"], "score": [np.inf, 1.0]})
+    for method, norm in (("sum", None), ("rrf", "min-max"), ("max", None), ("segfuse", None)):
+        params = PARAMS.get(method, {})
+        if method == "segfuse":
+            params = {"probs": params["probs"][:1]}
+        with pytest.raises(KolmValueError, match="must be finite"):
+            fuse([inf], method=method, norm=norm, params=params)
+    assert fuse([inf], method="rrf").doc_id.tolist() == ["a", "b"]  # ranks only

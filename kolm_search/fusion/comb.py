@@ -48,6 +48,8 @@ def rank_candidates(query: I64, docs: I64, score: F64, n_queries: int,
 
 def comb_stat(entries: Entries, stat: str, limit: int | None) -> tuple[I64, I64, F64]:
     """Fuse by the minimum, maximum or median (``stat``) of each document's scores."""
+    if len(entries) == 0:
+        return np.zeros(entries.n_queries + 1, np.int64), np.zeros(0, np.int64), np.zeros(0)
     code = pair_codes(entries.query, entries.docs)  # candidates in first-appearance order
     n_cand = int(code.max()) + 1 if len(code) else 0
     order = np.lexsort((entries.score, code))

@@ -228,10 +228,12 @@ def fuse_entries(entries: Entries, method: str, norm: Norm, params: Mapping[str,
     ``params`` as :func:`check_params` returns them. Returns ``out_ptr, docs, scores`` as
     :func:`kolm_search._kernels.fusion.fuse_groups` does (ties by first appearance)."""
     spec = METHODS[method]
+    reads = spec.kind == "comb" or spec.value is _score or method == "segfuse"
+    if (reads or norm not in (None, "rank", "borda")) and not np.all(np.isfinite(entries.score)):
+        bad = entries.score[~np.isfinite(entries.score)][0]
+        raise KolmValueError(f"method {method!r} with norm {norm!r} reads the scores, which must be finite; got {bad}")
     e = apply_norm(entries, norm)
     if spec.kind == "comb":
-        if not np.all(np.isfinite(e.score)):
-            raise KolmValueError("fusion needs finite scores: a non-finite score or normalised score was met")
         return comb.comb_stat(e, method, limit)
     if spec.kind == "condorcet":
         return voting.condorcet(e, params["weights"], limit, n_threads)
