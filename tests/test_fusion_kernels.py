@@ -17,6 +17,7 @@ from kolm_search.fusion import fuse_frame
 from kolm_search.fusion.entries import Entries
 from kolm_search.fusion.methods import METHODS
 from kolm_search.fusion.normalize import NORMALIZATIONS, apply_norm
+from kolm_search.fusion.voting import complete_lists
 
 
 def random_lists(rng: np.random.Generator, n_groups: int, n_lists: int, depth: int, n_docs: int):
@@ -156,7 +157,7 @@ def test_borda_completion_keeps_relevance_and_orders_missing_last() -> None:
     # query 0: list 0 = [5, 7], list 1 = [7, 9]; query 1: list 1 = [2]
     e = Entries(np.array([0, 4, 5]), np.array([0, 0, 1, 1, 1]), np.array([5, 7, 7, 9, 2]),
                 np.array([2.0, 1.0, 3.0, 0.0, 1.0]), 2, 10, rel=np.array([True, False, False, True, False]))
-    full, present, n_ranked, n_cand = e.with_candidates()
+    full, present, n_ranked, n_cand = complete_lists(e)
     got = list(zip(full.query.tolist(), full.lists.tolist(), full.docs.tolist(), full.rel.tolist(), present.tolist(),
                    n_ranked.tolist(), n_cand.tolist(), strict=True))
     assert got == [(0, 0, 5, True, True, 2, 3), (0, 0, 7, False, True, 2, 3), (0, 0, 9, True, False, 2, 3),

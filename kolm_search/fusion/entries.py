@@ -115,6 +115,11 @@ class Entries:
         return np.arange(len(self), dtype=np.int64) - np.repeat(starts, sizes), np.repeat(sizes, sizes)
 
     @property
+    def slot(self) -> I64:
+        """Position of each entry among its block's entries, int64 (n,)."""
+        return self._layout[0]
+
+    @property
     def position(self) -> I64:
         """Zero-based rank of each entry in its block, int64 (n,): ``rank`` if set, else the
         entry's position among the block's entries."""
@@ -134,59 +139,3 @@ class Entries:
         order = np.lexsort((key, self.block))
         return replace(self, lists=self.lists[order], docs=self.docs[order], score=self.score[order],
                        rel=None if self.rel is None else self.rel[order], rank=None)
-
-    def with_candidates(self, fill: float = 0.0) -> tuple[Entries, Bools, I64, I64]:
-        """Every block completed with the query's candidates it lacks (documents of its other
-        lists), appended after its own entries in the query's first-appearance order; ranks
-        become positions.
-
-        Returns
-        -------
-        entries : Entries
-            The completed blocks; the added entries score ``fill``.
-        present : bool (m,)
-            Whether each entry was in the block before.
-        n_ranked : int64 (m,)
-            Number of entries the entry's block had before.
-        n_candidates : int64 (m,)
-            Number of candidates of the entry's query.
-        """
-        n_q, n_l = self.n_queries, self.n_lists
-        query = self.query
-        cand_code = pair_codes(query, self.docs)
-        first = np.zeros(len(self), bool)
-        first[np.unique(cand_code, return_index=True)[1]] = True
-        cand_docs = self.docs[first]
-        n_cand = np.bincount(query[first], minlength=n_q)
-        cand_start = np.concatenate([[0], np.cumsum(n_cand)[:-1]]).astype(np.int64)
-        grid_size = n_cand * n_l
-        grid_start = np.concatenate([[0], np.cumsum(grid_size)[:-1]]).astype(np.int64)
-        total = int(grid_size.sum())
-        grid_q = np.repeat(np.arange(n_q, dtype=np.int64), grid_size)
-        within = np.arange(total, dtype=np.int64) - grid_start[grid_q]
-        grid_l = within // np.maximum(n_cand[grid_q], 1)
-        grid_c = cand_start[grid_q] + within % np.maximum(n_cand[grid_q], 1)
-        held = np.zeros(total, bool)
-        held[grid_start[query] + self.lists * n_cand[query] + cand_code - cand_start[query]] = True
-        missing = ~held
-        blocks = np.bincount(self.block, minlength=n_q * n_l)
-        m_block = grid_q[missing] * n_l + grid_l[missing]
-        m_rank = np.arange(int(missing.sum()), dtype=np.int64)
-        if len(m_rank):
-            starts = np.flatnonzero(np.diff(m_block, prepend=-1))
-            m_rank = m_rank - np.repeat(starts, np.diff(np.append(starts, len(m_block))))
-        m_pos = blocks[m_block] + m_rank
-        pos = np.concatenate([self._layout[0], m_pos])
-        blk = np.concatenate([self.block, m_block])
-        order = np.lexsort((pos, blk))
-        lists = np.concatenate([self.lists, grid_l[missing]])[order]
-        docs = np.concatenate([self.docs, cand_docs[grid_c[missing]]])[order]
-        score = np.concatenate([self.score, np.full(len(m_block), fill)])[order]
-        rel = None
-        if self.rel is not None:
-            rel = np.concatenate([self.rel, self.rel[first][grid_c[missing]]])[order]
-        present = np.concatenate([np.ones(len(self), bool), np.zeros(len(m_block), bool)])[order]
-        ptr = np.zeros(n_q + 1, np.int64)
-        np.cumsum(grid_size, out=ptr[1:])
-        out = Entries(ptr, lists, docs, score, n_l, self.n_docs, rel)
-        return out, present, blocks[blk[order]], n_cand[out.query]

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from kolm_search.errors import KolmValueError
 from kolm_search.fusion.entries import Entries
+from kolm_search.fusion.voting import complete_lists
 
 __all__ = ["NORMALIZATIONS", "Norm", "apply_norm", "canonical_norm", "normalize"]
 
@@ -86,7 +87,7 @@ def apply_norm(entries: Entries, norm: Norm) -> Entries:
     if name is None:
         return entries
     if name == "borda":
-        full, present, n_ranked, n_cand = entries.with_candidates()
+        full, present, n_ranked, n_cand = complete_lists(entries)
         c = n_cand.astype(np.float64)
         score = np.where(present, 1.0 - full.position / c, 0.5 - (n_ranked - 1.0) / (2.0 * c))
         return full.with_score(score)
