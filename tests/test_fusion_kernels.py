@@ -224,3 +224,23 @@ def test_non_finite_scores_are_refused_where_read() -> None:
         with pytest.raises(KolmValueError, match="must be finite"):
             fuse([inf], method=method, norm=norm, params=params)
     assert fuse([inf], method="rrf").doc_id.tolist() == ["a", "b"]  # ranks only
+
+
+def test_aliases_and_parameter_conflicts() -> None:
+    rng = np.random.default_rng(9)
+    runs = [pd.DataFrame({"qid": rng.choice(["a", "b"], 20), "doc_id": rng.choice(list("uvwxyz"), 20),
+                          "score": rng.random(20)}) for _ in range(3)]
+    for alias, name, norm_alias, norm in (("combsum", "sum", "z-score", "zmuv"), ("combmnz", "mnz", "min_max", "min-max"),
+                                          ("wsum", "wsum", "min_max_inverted", "min-max-inverted")):
+        pd.testing.assert_frame_equal(fuse(runs, method=alias, norm=norm_alias), fuse(runs, method=name, norm=norm))
+    pd.testing.assert_frame_equal(fuse(runs, k=7), fuse(runs, params={"k": 7}))
+    pd.testing.assert_frame_equal(fuse({"x": runs[0], "y": runs[1]}, method="wsum", weights={"y": 2.0}),
+                                  fuse(runs[:2], method="wsum", params={"weights": [1.0, 2.0]}))
+    with pytest.raises(KolmValueError, match="k given twice"):
+        fuse(runs, k=1, params={"k": 2})
+    with pytest.raises(KolmValueError, match="weights given twice"):
+        fuse(runs, weights=[1, 1, 1], params={"weights": [1, 1, 1]})
+    with pytest.raises(KolmValueError, match="sigma"):
+        fuse(runs, method="logn_isr", params={"sigma": 2.0})
+    with pytest.raises(KolmValueError, match="one table per run"):
+        fuse(runs, method="posfuse", params={"probs": [[0.5]]})

@@ -61,13 +61,15 @@ def resolve(method: str, norm: Norm, params: Mapping[str, Any] | None, n_lists: 
             raise KolmValueError(f"weights name unknown runs {sorted(unknown)}")
         merged["weights"] = [float(by_name.get(n, 1.0)) for n in names]
     if k is not None and "k" in METHODS[name].params:
-        merged.setdefault("k", k)
+        if "k" in merged:
+            raise KolmValueError("k given twice (argument and params)")
+        merged["k"] = k
     if "weights" in merged and merged["weights"] is None:
         del merged["weights"]
     return name, norm_name, check_params(name, merged, n_lists, extra=extra)
 
 
-def fuse_frame(frame: CandidateFrame, *, method: str = "rrf", k: float = 60, weights: Sequence[float] | None = None,
+def fuse_frame(frame: CandidateFrame, *, method: str = "rrf", k: float | None = None, weights: Sequence[float] | None = None,
                norm: Norm = None, limit: int | None = None, n_lists: int | None = None, n_docs: int | None = None,
                n_threads: int | None = None, params: Mapping[str, Any] | None = None) -> CandidateFrame:
     """Fuse the lists of every query of ``frame`` into one ranked list per query.
@@ -230,7 +232,7 @@ def prepare_runs(runs: Sequence[Any] | Mapping[str, Any], *, n_threads: int | No
     return prepared, weight_list
 
 
-def fuse(runs: Sequence[Any] | Mapping[str, Any], method: str = "rrf", k: float = 60,
+def fuse(runs: Sequence[Any] | Mapping[str, Any], method: str = "rrf", k: float | None = None,
          weights: Sequence[float] | Mapping[str, float] | None = None, norm: Norm = None, limit: int | None = None,
          *, params: Mapping[str, Any] | None = None, n_threads: int | None = None) -> pd.DataFrame:
     """Fuse runs (DataFrames ``qid, doc_id, score[, rank]``) into one run.
@@ -245,8 +247,8 @@ def fuse(runs: Sequence[Any] | Mapping[str, Any], method: str = "rrf", k: float 
         A name of :data:`~kolm_search.fusion.FUSION_METHODS`: ranx's (``"sum"``, ``"mnz"``,
         ``"rrf"``, ``"bordafuse"``, ``"condorcet"``, ``"probfuse"``, ...; see the README's
         table) or ``"combsum"``/``"combmnz"``.
-    k : float, default 60
-        RRF constant (``params["k"]`` too).
+    k : float, optional
+        RRF constant (or ``params["k"]``; 60 when neither is given).
     weights : list or dict of float, optional
         One weight per run (by position, or by name for a dict of runs); all ones by default.
         They multiply each run's values (weighted MNZ: make up the run count; Condorcet:
