@@ -1,10 +1,13 @@
-"""RRF fusion: kolm_search.fuse vs ranx (Run building counted), and the fusion kernel vs pandas.
+"""RRF fusion: kolm_search.fuse vs ranx (Run building counted), and the fusion kernel vs pandas;
+one score method (CombMNZ after min-max) against ranx too.
 
 Rerun: ``python benchmarks/bench_fuse.py`` (3 runs x 1,000 queries x 1,000 documents; ranx
 needs object columns and several GB). Rows:
 
 - ``fuse`` from DataFrames with ``str`` ids, with object ids, and with ids as ``read_run``
   returns them (categoricals), against ranx ``Run.from_df`` + ``fuse``, all in this process;
+- CombMNZ after min-max (``fuse(method="mnz", norm="min-max")``, categorical ids) against
+  ranx's ``fuse`` on the same, Runs already built;
 - the kernel on coded arrays (``_kernels.fusion.fuse_groups``) against the same fusion
   written with pandas and numpy only (a groupby sum and a stable sort), the reason the
   kernel exists.
@@ -98,6 +101,11 @@ def main() -> None:
         rows.append({"what": "ranx Run.from_df + fuse (rrf)", "seconds": total, "build": f"{t_build:.2f} s",
                      "kolm_str": f"{total / t_str:.1f}x", "kolm_object": f"{total / t_obj:.1f}x",
                      "kolm_categorical": f"{total / t_cat:.1f}x"})
+        t_mnz, _ = median_time(lambda: fuse(cat_runs, method="mnz", norm="min-max"), args.repeat)
+        t_ranx_mnz, _ = median_time(lambda: ranx_fuse(runs=built, norm="min-max", method="mnz"), 1, 0)
+        rows.append({"what": "kolm fuse mnz + min-max, categorical ids", "seconds": t_mnz})
+        rows.append({"what": "ranx fuse mnz + min-max (Runs built)", "seconds": t_ranx_mnz,
+                     "kolm_speedup": f"{t_ranx_mnz / t_mnz:.1f}x"})
     report(rows)
 
 

@@ -28,8 +28,9 @@ from kolm_search.errors import (
     SearchError,
 )
 from kolm_search.evaluation import Experiment, compare, evaluate, optimize_fusion
+from kolm_search.evaluation.optimize import fit_fusion
 from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.fusion import fuse, merge_with_rrf, rrf_score
+from kolm_search.fusion import FittedFusion, fuse, merge_with_rrf, rrf_score
 from kolm_search.io import Dataset, load_dataset, read_qrels, read_run, write_qrels, write_run
 from kolm_search.pipeline import SearchPipeline
 from kolm_search.planners import DefaultQueryPlanner, ExpandingQueryPlanner
@@ -80,6 +81,7 @@ __all__ = [
     "Embedder",
     "ExpandingQueryPlanner",
     "Experiment",
+    "FittedFusion",
     "FrameValidationError",
     "IntentClassifier",
     "KolmError",
@@ -113,6 +115,7 @@ __all__ = [
     "__version__",
     "compare",
     "evaluate",
+    "fit_fusion",
     "fuse",
     "load_dataset",
     "merge_with_rrf",

@@ -26,12 +26,10 @@ def oracle(runs: list[pd.DataFrame], method: str, k: float, weights: list[float]
                 sub = sub.sort_values("rank", kind="stable").reset_index(drop=True)
             sub = sub.drop_duplicates("doc_id").reset_index(drop=False)  # keep best (first) position
             s = sub.score.to_numpy(float)
-            if norm == "min-max":
-                span = s.max() - s.min() if len(s) else 0
-                s = (s - s.min()) / span if span > 0 else np.ones_like(s)
-            elif norm == "z-score":
-                sd = s.std() if len(s) else 0
-                s = (s - s.mean()) / sd if sd > 0 else np.zeros_like(s)
+            if norm == "min-max" and len(s):  # ranx's guard: a constant list maps to 0
+                s = (s - s.min()) / max(s.max() - s.min(), 1e-9)
+            elif norm == "z-score" and len(s):
+                s = (s - s.mean()) / max(s.std(), 1e-9)
             for (_, row), sc in zip(sub.iterrows(), s, strict=True):
                 c = w / (k + row["index"] + 1) if method == "rrf" else w * sc
                 acc[row.doc_id] = acc.get(row.doc_id, 0.0) + c
@@ -83,8 +81,12 @@ def test_errors() -> None:
         fuse([good.assign(score=["oops"])])
     with pytest.raises(KolmValueError, match="method"):
         fuse([good], method="borda")  # type: ignore[arg-type]
-    with pytest.raises(KolmValueError, match="norm applies"):
-        fuse([good], norm="min-max")
+    with pytest.raises(KolmValueError, match="norm must"):
+        fuse([good], norm="l2")
+    with pytest.raises(KolmValueError, match="needs params"):
+        fuse([good, good], method="gmnz")
+    with pytest.raises(KolmValueError, match="takes no parameter"):
+        fuse([good, good], method="max", weights=[1.0, 2.0])
     with pytest.raises(KolmValueError, match="weights"):
         fuse([good, good], weights=[1.0])
     with pytest.raises(KolmValueError, match="unknown runs"):

@@ -256,3 +256,39 @@ def test_kernel_wrapper_validates(kernel, bad: dict, match: str) -> None:
 def test_kernel_lists_may_decrease_across_queries(kernel) -> None:
     """List ids restart in each query: only a decrease inside one query is an error."""
     assert_twin(kernel, [0, 2, 3], [0, 1, 0], [0, 1, 1], [1.0, 1.0, 1.0], 3)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("scale", [{"power": -1.0}, {"power": 0.5}, {"power": 0.7}, {"log_offset": 0.0},
+                                   {"log_offset": 0.3}, {"power": 1.0, "presence": [0.2, 0.5, 0.3]},
+                                   {"presence": [2.0, 0.0, 1.0], "power": 1.0}])
+def test_kernel_scaling_by_presence_matches_twin(chunked, seed: int, scale: dict) -> None:
+    """Sums scaled by the (weighted) number of lists holding each document, as the twin does."""
+    rng = np.random.default_rng(seed)
+    ptr, li, dc, ct = random_groups(rng, n_groups=40, n_lists=3, depth=20, n_docs=30)
+    for threads, limit in ((1, None), (3, 4)):
+        got = chunked.fuse_groups(ptr, li, dc, ct, 30, limit=limit, n_threads=threads, **scale)
+        want = chunked.fuse_groups_numpy(ptr, li, dc, ct, limit=limit, **scale)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_kernel_scaling_is_checked(kernel) -> None:
+    args = ([0, 2], [0, 1], [0, 1], [1.0, 0.5], 5)
+    for bad, match in (({"mnz": True, "power": 2.0}, "one of"), ({"power": -1.0, "presence": [1.0, 0.0]}, "power"),
+                       ({"log_offset": -1.0}, "log_offset"), ({"presence": [1.0]}, "presence"),
+                       ({"presence": [1.0, np.nan]}, "presence")):
+        with pytest.raises(KolmValueError, match=match):
+            kernel.fuse_groups(*args, **bad)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("span", [7, 10**9])
+def test_first_in_block_matches_twin(kernel, seed: int, span: int) -> None:
+    """Repeats inside a block found as pandas' duplicated finds them, dense or sparse codes."""
+    rng = np.random.default_rng(seed)
+    block = np.sort(rng.integers(0, 30, 400))
+    docs = rng.choice(rng.integers(0, span, 9), 400)
+    np.testing.assert_array_equal(kernel.first_in_block(block, docs), kernel.first_in_block_numpy(block, docs))
+    with pytest.raises(KolmValueError, match="non-negative"):
+        kernel.first_in_block([0, 0], [-1, 2])

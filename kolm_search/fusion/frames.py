@@ -1,21 +1,17 @@
 """Fusion of run DataFrames (:func:`fuse`) and of candidate frames (:func:`fuse_frame`).
 
-Methods, each a weighted sum of per-entry contributions computed by the fusion kernel
-(:mod:`kolm_search._kernels.fusion`) for every query of the batch in one call:
-
-- ``"rrf"``: ``w_l / (k + rank + 1)`` with zero-based ranks (Cormack et al., SIGIR 2009);
-- ``"combsum"``: ``w_l * norm(score)``; ``"combmnz"``: the CombSUM sum times the number of
-  lists holding the document (Fox & Shaw, TREC-2 1994); ``norm`` as in
-  :mod:`kolm_search.fusion.normalize`.
-
-Inside a query, a document repeated in one list counts once, at its best rank; fused lists
-are ordered by descending score, ties by first appearance (list order, then rank).
+Any method of :mod:`kolm_search.fusion.methods` (ranx's 25 names, plus ``"combsum"`` and
+``"combmnz"``) after any normalisation of :mod:`kolm_search.fusion.normalize`, every query
+of the batch at once. Inside a query, a document repeated in one list counts once, at its
+best rank; fused lists are ordered by descending score, ties by first appearance (list
+order, then rank).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,24 +20,15 @@ import pandas as pd
 from kolm_search import ids
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.frame import CandidateFrame
-from kolm_search.fusion.normalize import Norm, normalize
-from kolm_search.fusion.rrf import check_k, check_weights
+from kolm_search.fusion.entries import Entries, first_in_block
+from kolm_search.fusion.methods import METHODS, canonical_method, check_params, fuse_entries
+from kolm_search.fusion.normalize import Norm, canonical_norm
 from kolm_search.runs import RUN_COLUMNS, as_run, numeric_column
 
-__all__ = ["FUSION_METHODS", "fuse", "fuse_frame"]
+__all__ = ["PreparedRuns", "fuse", "fuse_frame", "prepare_runs", "resolve"]
 
-FUSION_METHODS = ("rrf", "combsum", "combmnz")
-Method = Literal["rrf", "combsum", "combmnz"]
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
-
-
-def _check_method(method: str, norm: Norm) -> None:
-    if method not in FUSION_METHODS:
-        raise KolmValueError(f"method must be one of {FUSION_METHODS}, got {method!r}")
-    if method == "rrf" and norm is not None:
-        raise KolmValueError("norm applies to score fusion (combsum/combmnz), not to rrf")
-    normalize(np.zeros(0), np.zeros(0, np.int64), norm)  # rejects an unknown norm
 
 
 def _check_limit(limit: Any) -> None:
@@ -49,44 +36,51 @@ def _check_limit(limit: Any) -> None:
         raise KolmValueError(f"limit must be a non-negative integer, got {limit!r}")
 
 
-def _contributions(method: str, k: float, w: F64, lists: I64, rank: npt.NDArray[Any], score: F64 | None,
-                   block: I64, norm: Norm, counted: npt.NDArray[np.bool_] | None = None) -> F64:
-    """Each entry's contribution: ``w / (k + rank + 1)`` for RRF, ``w * norm(score)`` else.
+def resolve(method: str, norm: Norm, params: Mapping[str, Any] | None, n_lists: int, *, k: float | None = None,
+            weights: Any = None, names: Sequence[str] | None = None,
+            extra: tuple[str, ...] = ()) -> tuple[str, str | None, dict[str, Any]]:
+    """The canonical method and norm names and the checked parameters of a fusion call.
 
-    ``block`` numbers the (query, list) blocks; ``counted`` marks the entries that enter the
-    normalisation statistics (repeats of a document inside a block do not).
+    ``k`` and ``weights`` given outside ``params`` join them (``k`` only where the method
+    takes it); weights by run name need ``names``.
     """
-    if method == "rrf":
-        return w[lists] / np.add(rank, check_k(k) + 1.0, dtype=np.float64)
-    assert score is not None
-    if not np.all(np.isfinite(score)):
-        raise KolmValueError("scores must be finite for score fusion")
-    if norm is not None and counted is not None and not counted.all():
-        normed = np.zeros(len(score))
-        normed[counted] = normalize(score[counted], block[counted], norm)
-    else:
-        normed = normalize(score, block, norm)
-    return w[lists] * normed
+    name, norm_name = canonical_method(method), canonical_norm(norm)
+    if params is not None and not isinstance(params, Mapping):
+        raise KolmTypeError(f"params must be a dict, got {type(params).__name__}")
+    merged = dict(params or {})
+    if weights is not None:
+        if "weights" in merged:
+            raise KolmValueError("weights given twice (argument and params)")
+        merged["weights"] = weights
+    if isinstance(merged.get("weights"), Mapping):
+        if names is None:
+            raise KolmTypeError("weights by name need runs given as a dict")
+        by_name = {str(n): v for n, v in merged["weights"].items()}
+        unknown = set(by_name) - set(names)
+        if unknown:
+            raise KolmValueError(f"weights name unknown runs {sorted(unknown)}")
+        merged["weights"] = [float(by_name.get(n, 1.0)) for n in names]
+    if k is not None and "k" in METHODS[name].params:
+        if "k" in merged:
+            raise KolmValueError("k given twice (argument and params)")
+        merged["k"] = k
+    if "weights" in merged and merged["weights"] is None:
+        del merged["weights"]
+    return name, norm_name, check_params(name, merged, n_lists, extra=extra)
 
 
-def _kernel() -> Any:
-    from kolm_search._kernels import load
-
-    return load("fusion").fuse_groups
-
-
-def fuse_frame(frame: CandidateFrame, *, method: Method = "rrf", k: float = 60, weights: Sequence[float] | None = None,
+def fuse_frame(frame: CandidateFrame, *, method: str = "rrf", k: float | None = None, weights: Sequence[float] | None = None,
                norm: Norm = None, limit: int | None = None, n_lists: int | None = None, n_docs: int | None = None,
-               n_threads: int | None = None) -> CandidateFrame:
+               n_threads: int | None = None, params: Mapping[str, Any] | None = None) -> CandidateFrame:
     """Fuse the lists of every query of ``frame`` into one ranked list per query.
 
     Parameters
     ----------
     frame : CandidateFrame
-        Entries sorted by (query, list_id, rank); ``list_id`` None means one list. RRF uses
-        the frame's ``rank``; score methods its ``score``.
-    method, k, weights, norm
-        See the module docstring; ``weights`` has one entry per list id.
+        Entries sorted by (query, list_id, rank); ``list_id`` None means one list. Lists are
+        read in that order; scores feed the score-based methods and normalisations.
+    method, k, weights, norm, params
+        As for :func:`fuse`; ``weights`` has one entry per list id.
     limit : int, optional
         Keep the best ``limit`` per query.
     n_lists, n_docs : int, optional
@@ -99,17 +93,14 @@ def fuse_frame(frame: CandidateFrame, *, method: Method = "rrf", k: float = 60, 
     CandidateFrame
         One list per query (no ``list_id``), float64 fused scores.
     """
-    _check_method(method, norm)
     _check_limit(limit)
     lists = np.zeros(len(frame), np.int64) if frame.list_id is None else frame.list_id.astype(np.int64)
     nl = int(n_lists if n_lists is not None else (lists.max() + 1 if len(lists) else 1))
-    w = check_weights(weights, nl)
-    ptr = frame.ptr
+    name, norm_name, checked = resolve(method, norm, params, nl, k=k, weights=weights)
     nd = int(n_docs if n_docs is not None else (frame.doc.max() + 1 if len(frame) else 1))
-    block = frame.query.astype(np.int64) * nl + lists
-    contrib = _contributions(method, k, w, lists, frame.rank, frame.score.astype(np.float64), block, norm)
-    out_ptr, docs, scores = _kernel()(ptr, lists, frame.doc, contrib, nd, mnz=method == "combmnz", limit=limit,
-                                      n_threads=n_threads)
+    entries = Entries.build(frame.ptr, lists, frame.doc.astype(np.int64), frame.score.astype(np.float64), nl, nd,
+                            rank=frame.rank.astype(np.int64))
+    out_ptr, docs, scores = fuse_entries(entries, name, norm_name, checked, limit, n_threads)
     return CandidateFrame.from_ptr(out_ptr, docs, scores)
 
 
@@ -168,25 +159,109 @@ def _entry_order(q_codes: list[I64], keys: list[F64]) -> tuple[I64, I64]:
     return order, block
 
 
-def fuse(runs: Sequence[Any] | Mapping[str, Any], method: Method = "rrf", k: float = 60,
+@dataclass(frozen=True, eq=False)
+class PreparedRuns:
+    """Runs read once into :class:`Entries` (ids coded), to fuse them many times.
+
+    ``rows`` gives each entry's row in the runs' rows laid end to end; ``frames`` and
+    ``names`` are the runs as given (checked) and their names.
+    """
+
+    entries: Entries
+    frames: list[pd.DataFrame]
+    names: list[str]
+    rows: I64
+    q_uniques: pd.Index
+    d_uniques: pd.Index | None
+    d_codes: list[I64]
+    categorical: tuple[bool, bool]
+
+    def fuse(self, method: str, norm: Norm, params: Mapping[str, Any], limit: int | None = None,
+             n_threads: int | None = None) -> pd.DataFrame:
+        """The fused run (``qid, doc_id, rank, score``) of ``method`` (canonical name) after
+        ``norm``, ``params`` as :func:`resolve` returns them."""
+        out_ptr, out_docs, out_scores = fuse_entries(self.entries, method, norm, params, limit, n_threads)
+        return self.to_run(out_ptr, out_docs, out_scores)
+
+    def to_run(self, out_ptr: I64, out_docs: I64, out_scores: F64) -> pd.DataFrame:
+        """Fused lists (CSR by query, document codes) as a run DataFrame."""
+        counts = np.diff(out_ptr)
+        n_q = len(self.q_uniques)
+        rank = np.arange(len(out_docs), dtype=np.int64) - np.repeat(out_ptr[:-1], counts)
+        if self.d_uniques is not None:
+            doc_ids = ids.decode(self.d_uniques, out_docs, categorical=self.categorical[1])
+        else:  # codes tell documents apart within a query only: read each id from a row that has it
+            row_of = np.empty(self.entries.n_docs, np.int64)
+            row_of[np.concatenate(self.d_codes)] = np.arange(sum(len(f) for f in self.frames))
+            joined = pd.concat([f["doc_id"] for f in self.frames], ignore_index=True) if len(self.frames) > 1 \
+                else self.frames[0]["doc_id"]
+            doc_ids = ids.as_column(joined.take(row_of[out_docs]).array)
+        return pd.DataFrame({
+            "qid": ids.decode(self.q_uniques, np.repeat(np.arange(n_q), counts), categorical=self.categorical[0]),
+            "doc_id": doc_ids,
+            "rank": rank,
+            "score": out_scores,
+        }, columns=list(RUN_COLUMNS), copy=False)
+
+
+def prepare_runs(runs: Sequence[Any] | Mapping[str, Any], *, n_threads: int | None = None,
+                 weights: Any = None) -> tuple[PreparedRuns, Any]:
+    """Read runs (see :func:`fuse`) into :class:`PreparedRuns`; returns it and ``weights``
+    as a list (by name for a dict of runs)."""
+    frames, names, weight_list = _named(runs, weights)
+    n_lists = len(frames)
+    whats = [f"run {n!r}" for n in names]
+    scores = [numeric_column(f, "score", what) for f, what in zip(frames, whats, strict=True)]
+    has_rank = all("rank" in f.columns for f in frames)
+    keys = [numeric_column(f, "rank", what) for f, what in zip(frames, whats, strict=True)] if has_rank \
+        else [-s for s in scores]
+    q_codes, q_uniques = ids.encode([f["qid"] for f in frames], names=[f"{w_} qid" for w_ in whats], sort=True)
+    d_codes, n_codes, d_uniques = ids.codes_within_groups([f["doc_id"] for f in frames], q_codes,
+                                                          names=[f"{w_} doc_id" for w_ in whats], n_threads=n_threads)
+    n_q = len(q_uniques)
+    order, block = _entry_order(q_codes, keys)
+    ptr = np.zeros(n_q + 1, np.int64)
+    np.cumsum(np.bincount(block // n_lists, minlength=n_q), out=ptr[1:])
+    lists, docs = block % n_lists, np.concatenate(d_codes)[order]
+    first = first_in_block(ptr, lists, docs, n_lists)
+    entries = Entries.build(ptr, lists, docs, np.concatenate(scores)[order], n_lists, max(n_codes, 1), first=first)
+    rows = order[first]
+    categorical = tuple(all(isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames) for c in ("qid", "doc_id"))
+    prepared = PreparedRuns(entries, frames, names, rows, q_uniques, d_uniques, d_codes,
+                            (categorical[0], categorical[1]))
+    return prepared, weight_list
+
+
+def fuse(runs: Sequence[Any] | Mapping[str, Any], method: str = "rrf", k: float | None = None,
          weights: Sequence[float] | Mapping[str, float] | None = None, norm: Norm = None, limit: int | None = None,
-         *, n_threads: int | None = None) -> pd.DataFrame:
+         *, params: Mapping[str, Any] | None = None, n_threads: int | None = None) -> pd.DataFrame:
     """Fuse runs (DataFrames ``qid, doc_id, score[, rank]``) into one run.
 
     Parameters
     ----------
     runs : list of runs, or dict name -> run
         DataFrames, ``BatchResult``s or nested dicts. When some run has no ``rank`` column,
-        every run is ordered by ``score`` (descending; ties keep input order).
-    method : {"rrf", "combsum", "combmnz"}
-    k : float, default 60
-        RRF constant.
+        every run is ordered by ``score`` (descending; ties keep input order). A query
+        missing from a run is an empty list there.
+    method : str, default "rrf"
+        A name of :data:`~kolm_search.fusion.FUSION_METHODS`: ranx's (``"sum"``, ``"mnz"``,
+        ``"rrf"``, ``"bordafuse"``, ``"condorcet"``, ``"probfuse"``, ...; see the README's
+        table) or ``"combsum"``/``"combmnz"``.
+    k : float, optional
+        RRF constant (or ``params["k"]``; 60 when neither is given).
     weights : list or dict of float, optional
-        One weight per run (by position, or by name for a dict of runs).
-    norm : {"min-max", "z-score", None}
-        Score normalisation for combsum/combmnz.
+        One weight per run (by position, or by name for a dict of runs); all ones by default.
+        They multiply each run's values (weighted MNZ: make up the run count; Condorcet:
+        weigh the votes); min, max and med take none.
+    norm : str, optional
+        A name of :data:`~kolm_search.fusion.NORMALIZATIONS` (or an alias: ``"min_max"``,
+        ``"z-score"``, ...); None (the default, unlike ranx's ``"min-max"``) keeps the scores.
     limit : int, optional
         Keep the best ``limit`` documents per query.
+    params : dict, optional
+        The method's parameters as ranx names them: ``k``, ``gamma``, ``phi``, ``sigma``,
+        ``weights``, ``w``, and the trained tables ``probs``, ``log_odds``, ``map_scores``
+        (see ``fit_fusion``).
     n_threads : int, optional
         Threads for this call (default: the usable cores).
 
@@ -196,48 +271,10 @@ def fuse(runs: Sequence[Any] | Mapping[str, Any], method: Method = "rrf", k: flo
         ``qid, doc_id, rank, score`` sorted by qid then rank (zero-based); ids keep their
         dtype (categorical ids in, categorical out).
     """
-    _check_method(method, norm)
     _check_limit(limit)
-    frames, names, weight_list = _named(runs, weights)
-    n_lists = len(frames)
-    w = check_weights(weight_list, n_lists)
-    whats = [f"run {n!r}" for n in names]
-    scores = [numeric_column(f, "score", what) for f, what in zip(frames, whats, strict=True)]
-    has_rank = all("rank" in f.columns for f in frames)
-    keys = [numeric_column(f, "rank", what) for f, what in zip(frames, whats, strict=True)] if has_rank \
-        else [-s for s in scores]
-    q_codes, q_uniques = ids.encode([f["qid"] for f in frames], names=[f"{w_} qid" for w_ in whats], sort=True)
-    d_codes, n_codes, d_uniques = ids.codes_within_groups([f["doc_id"] for f in frames], q_codes,
-                                               names=[f"{w_} doc_id" for w_ in whats], n_threads=n_threads)
-    n_q = len(q_uniques)
-    order, block = _entry_order(q_codes, keys)
-    lists, docs = block % n_lists, np.concatenate(d_codes)[order]
-    starts = np.flatnonzero(np.diff(block, prepend=-1))
-    position = np.arange(len(block)) - np.repeat(starts, np.diff(np.append(starts, len(block))))
-    ptr = np.zeros(n_q + 1, np.int64)
-    np.cumsum(np.bincount(block // n_lists, minlength=n_q), out=ptr[1:])
-    counted = None
-    score = None
-    if method != "rrf":
-        score = np.concatenate(scores)[order]
-        if norm is not None:  # a document repeated inside a block enters the statistics once
-            counted = ~pd.Series(block * max(n_codes, 1) + docs).duplicated().to_numpy()
-    contrib = _contributions(method, k, w, lists, position, score, block, norm, counted)
-    out_ptr, out_docs, out_scores = _kernel()(ptr, lists, docs, contrib, n_codes, mnz=method == "combmnz",
-                                              limit=limit, n_threads=n_threads)
-    counts = np.diff(out_ptr)
-    rank = np.arange(len(out_docs), dtype=np.int64) - np.repeat(out_ptr[:-1], counts)
-    categorical = [all(isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames) for c in ("qid", "doc_id")]
-    if d_uniques is not None:
-        doc_ids = ids.decode(d_uniques, out_docs, categorical=categorical[1])
-    else:  # codes tell documents apart within a query only: read each id from a row that has it
-        row_of = np.empty(n_codes, np.int64)
-        row_of[np.concatenate(d_codes)] = np.arange(sum(len(f) for f in frames))
-        joined = pd.concat([f["doc_id"] for f in frames], ignore_index=True) if len(frames) > 1 else frames[0]["doc_id"]
-        doc_ids = ids.as_column(joined.take(row_of[out_docs]).array)
-    return pd.DataFrame({
-        "qid": ids.decode(q_uniques, np.repeat(np.arange(n_q), counts), categorical=categorical[0]),
-        "doc_id": doc_ids,
-        "rank": rank,
-        "score": out_scores,
-    }, columns=list(RUN_COLUMNS), copy=False)
+    canonical_method(method)
+    canonical_norm(norm)
+    prepared, weight_list = prepare_runs(runs, n_threads=n_threads, weights=weights)
+    name, norm_name, checked = resolve(method, norm, params, len(prepared.frames), k=k, weights=weight_list,
+                                       names=prepared.names)
+    return prepared.fuse(name, norm_name, checked, limit, n_threads)
