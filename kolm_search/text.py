@@ -2,7 +2,9 @@
 
 Defaults follow the common BM25 set-up (and bm25s's defaults, so scores can be compared
 token for token): lowercase, tokens of two or more word characters (``(?u)\\b\\w\\w+\\b``),
-Lucene's English stop set, Snowball English stemming via PyStemmer. Everything is
+Lucene's English stop set, Snowball English stemming via PyStemmer. ``language=`` switches
+stopwords and stemmer together to any Snowball language (:mod:`kolm_search.languages`); runs
+of Chinese, Japanese or Korean characters always become character bigrams. Everything is
 configurable and the configuration round-trips through JSON (for saved indexes).
 """
 
@@ -14,14 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kolm_search.errors import KolmValueError
+from kolm_search.languages import (
+    ENGLISH_STOPWORDS,
+    cjk_tokens,
+    fold_width,
+    has_cjk,
+    normalize_language,
+    stopwords_for,
+)
 
 __all__ = ["ENGLISH_STOPWORDS", "Tokenizer"]
-
-# Lucene's EnglishAnalyzer default stop set (33 words).
-ENGLISH_STOPWORDS: frozenset[str] = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their "
-    "then there these they this to was will with".split()
-)
 
 _DEFAULT_PATTERN = r"(?u)\b\w\w+\b"
 
@@ -34,23 +38,39 @@ class Tokenizer:
     ----------
     lowercase : bool, default True
     pattern : str, default ``(?u)\\b\\w\\w+\\b``
-        Regular expression whose matches are the tokens.
-    stopwords : "english", None, or a collection of str
-        Tokens removed before stemming (``"english"``: :data:`ENGLISH_STOPWORDS`).
-    stemmer : str or None, default "english"
-        A Snowball language name for PyStemmer; ``None`` disables stemming.
+        Regular expression whose matches are the tokens (outside runs of CJK characters,
+        which become overlapping character bigrams, as Lucene's ``CJKAnalyzer`` makes them).
+    stopwords : "auto", a language, None, or a collection of str
+        Tokens removed before stemming. ``"auto"``: the list of ``language``; a language name
+        or code (``"english"``, ``"fr"``): that language's list; ``None``: none.
+    stemmer : "auto", a language, or None
+        A Snowball language for PyStemmer; ``"auto"``: ``language``'s stemmer (none for CJK);
+        ``None`` disables stemming.
+    language : str, default "english"
+        Any Snowball language of PyStemmer by name or ISO 639-1 code, or ``"cjk"``
+        (``"zh"``, ``"ja"``, ``"ko"``). Recorded in saved indexes.
+
+    Examples
+    --------
+    >>> Tokenizer(language="fr")("Les chercheurs cherchaient des réponses")
+    ['chercheur', 'cherch', 'répons']
+    >>> Tokenizer(language="ja")("東京タワーに行く")
+    ['東京', '京タ', 'タワ', 'ワー', 'ーに', 'に行', '行く']
     """
 
     lowercase: bool = True
     pattern: str = _DEFAULT_PATTERN
-    stopwords: str | Sequence[str] | frozenset[str] | None = "english"
-    stemmer: str | None = "english"
+    stopwords: str | Sequence[str] | frozenset[str] | None = "auto"
+    stemmer: str | None = "auto"
+    language: str = "english"
     _regex: Any = field(default=None, init=False, repr=False, compare=False)
     _stop: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
     _stem: Any = field(default=None, init=False, repr=False, compare=False)
+    _stem_name: str | None = field(default=None, init=False, repr=False, compare=False)
     _stem_cache: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self.language = normalize_language(self.language)
         try:
             self._regex = re.compile(self.pattern)
         except re.error as exc:
@@ -58,28 +78,38 @@ class Tokenizer:
         if self.stopwords is None:
             self._stop = frozenset()
         elif isinstance(self.stopwords, str):
-            if self.stopwords not in ("english", "en"):
-                raise KolmValueError(f"unknown stopword list {self.stopwords!r}; use 'english', None or a list")
-            self._stop = ENGLISH_STOPWORDS
+            name = self.language if self.stopwords == "auto" else self.stopwords
+            try:
+                self._stop = stopwords_for(name)
+            except KolmValueError as exc:
+                raise KolmValueError(f"unknown stopword list {self.stopwords!r}: {exc}; "
+                                     "use 'auto', a language, None or a list of words") from exc
         else:
-            self._stop = frozenset(w.lower() if self.lowercase else w for w in self.stopwords)
-        if self.stemmer is not None:
+            self._stop = frozenset(fold_width(w).lower() if self.lowercase else fold_width(w) for w in self.stopwords)
+        stemmer = self.stemmer
+        if stemmer == "auto":
+            stemmer = None if self.language == "cjk" else self.language
+        if stemmer is not None:
             import Stemmer  # PyStemmer
 
             try:
-                self._stem = Stemmer.Stemmer(self.stemmer)
-            except KeyError as exc:
+                self._stem_name = normalize_language(stemmer)
+                self._stem = Stemmer.Stemmer(self._stem_name)
+            except (KeyError, KolmValueError) as exc:
                 raise KolmValueError(
-                    f"unknown stemmer language {self.stemmer!r}; choose from {Stemmer.algorithms()}"
+                    f"unknown stemmer language {stemmer!r}; choose from {Stemmer.algorithms()}"
                 ) from exc
 
     def __call__(self, text: str) -> list[str]:
         """Tokens of one text, in order (repeats kept)."""
         if not isinstance(text, str):
             raise KolmValueError(f"Tokenizer expects str, got {type(text).__name__}")
-        if self.lowercase:
-            text = text.lower()
-        tokens = self._regex.findall(text)
+        if not text.isascii():
+            text = fold_width(text)
+        if has_cjk(text):
+            tokens = cjk_tokens(text.lower() if self.lowercase else text, self._regex.findall)
+        else:
+            tokens = self._regex.findall(text.lower() if self.lowercase else text)
         if self._stop:
             stop = self._stop
             tokens = [t for t in tokens if t not in stop]
@@ -97,11 +127,17 @@ class Tokenizer:
         return [self(t) for t in texts]
 
     def to_config(self) -> dict[str, Any]:
-        """JSON-ready configuration (stopwords as a sorted list when custom)."""
-        stop: Any = self.stopwords
-        if not isinstance(stop, (str, type(None))):
-            stop = sorted(self._stop)
-        return {"lowercase": self.lowercase, "pattern": self.pattern, "stopwords": stop, "stemmer": self.stemmer}
+        """JSON-ready configuration: the language, and the stopwords as the list itself.
+
+        The words are written out (not a list's name) for every list but Lucene's English set,
+        so a saved index tokenises queries as it did when built, whatever version of
+        ``stopwordsiso`` is installed later.
+        """
+        stop: Any = sorted(self._stop) if self._stop != ENGLISH_STOPWORDS else "english"
+        if not self._stop:
+            stop = None
+        return {"lowercase": self.lowercase, "pattern": self.pattern, "stopwords": stop, "stemmer": self._stem_name,
+                "language": self.language}
 
     def __getstate__(self) -> dict[str, Any]:
         # the compiled stemmer cannot be pickled: travel as configuration, rebuild on arrival
