@@ -48,7 +48,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search import ids
-from kolm_search.errors import FrameValidationError, KolmTypeError, KolmValueError
+from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.evaluation.measures import MeasureSpec, metric_list, parse_measure
 from kolm_search.evaluation.self_hits import self_hit_mask, wants_self_hits_dropped
 from kolm_search.runs import as_qrels, as_run, check_ids, numeric_column, relevance_column
