@@ -23,10 +23,19 @@ __all__ = ["main"]
 DEFAULT_METRICS = "ndcg@10,recall@100,map,mrr"
 
 
+def _unsupervised_methods() -> list[str]:
+    from kolm_search.fusion.methods import FUSION_METHODS, METHODS, canonical_method
+
+    return [m for m in FUSION_METHODS if not METHODS[canonical_method(m)].supervised]
+
+
 def _metrics(text: str) -> list[str]:
+    import re
+
     from kolm_search.evaluation.metrics import parse_metric
 
-    names = [m.strip() for m in text.split(",") if m.strip()]
+    # commas inside parentheses belong to a measure's parameters: RBP(p=0.5,rel=2)
+    names = [m.strip() for m in re.split(r",(?![^()]*\))", text) if m.strip()]
     for name in names:
         parse_metric(name)
     return names
@@ -162,6 +171,7 @@ _DATASET_HELP = ("a BEIR folder, a packaged collection (cranfield), a BEIR name 
 
 def build_parser() -> argparse.ArgumentParser:
     from kolm_search import __version__
+    from kolm_search.fusion.normalize import NORMALIZATIONS
 
     parser = argparse.ArgumentParser(prog="kolm-search", description="Build, run and measure search pipelines.",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -187,10 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fuse", help="fuse TREC runs into one", formatter_class=fmt)
     p.add_argument("runs", nargs="+", help="run files (TREC text, .gz or parquet)")
-    p.add_argument("--method", choices=["rrf", "combsum", "combmnz"], default="rrf", help="fusion method")
-    p.add_argument("--k", type=float, default=60, help="RRF constant")
+    p.add_argument("--method", choices=_unsupervised_methods(), default="rrf",
+                   help="fusion method (the trained ones need qrels: use fit_fusion in Python)")
+    p.add_argument("--k", type=float, default=None, help="RRF constant (60 when not given)")
     p.add_argument("--weights", help="comma-separated weights, one per run")
-    p.add_argument("--norm", choices=["min-max", "z-score"], default=None, help="score normalisation (combsum/combmnz)")
+    p.add_argument("--norm", choices=[*NORMALIZATIONS, "z-score"], default=None, help="score normalisation")
     p.add_argument("--limit", type=int, default=None, help="documents kept per query (default: all)")
     p.add_argument("-o", "--output", required=True, help="the fused run (TREC text, .gz or parquet)")
     p.set_defaults(func=cmd_fuse)
