@@ -15,7 +15,7 @@ Fusion, evaluation, the readers and writers and re-ranking all take their tables
 :func:`as_run` and :func:`as_qrels`, which accept a DataFrame, an object with a ``.run`` or
 ``.qrels`` DataFrame (``BatchResult``, ``Dataset``), nested dicts ``{qid: {doc_id: value}}``
 and the frames and objects of PyTerrier, ir_measures/ir_datasets, ranx, polars and pyarrow
-(:mod:`kolm_search.interop` maps their column names to these), and raise
+(:mod:`kolm_search.peer_tables` maps their column names to these), and raise
 :class:`~kolm_search.errors.FrameValidationError` naming the table, the column and the first
 bad row.
 """
@@ -29,7 +29,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import FrameValidationError
-from kolm_search.interop import table_of
+from kolm_search.peer_tables import table_of
 
 __all__ = ["QRELS_COLUMNS", "RUN_COLUMNS", "as_qrels", "as_run", "check_ids", "numeric_column", "relevance_column"]
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search.adapters._extras import require
+from kolm_search._extras import require
 
 __all__ = ["SentenceTransformerEmbedder", "packaged_minilm_path"]
 

@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from kolm_search.adapters._extras import require
+from kolm_search._extras import require
 from kolm_search.errors import KolmTypeError, KolmValueError, LLMRequestError
 from kolm_search.types import SearchPipelineContext
 

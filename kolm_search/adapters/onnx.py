@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search.adapters._extras import require
+from kolm_search._extras import require
 from kolm_search.errors import KolmValueError
 
 __all__ = ["MINILM_ONNX_SHA256", "MINILM_TOKENIZER_SHA256", "OnnxEmbedder", "packaged_minilm_onnx"]

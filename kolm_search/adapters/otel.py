@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kolm_search.adapters._extras import require
+from kolm_search._extras import require
 
 __all__ = ["OpenTelemetryTelemetry"]
 

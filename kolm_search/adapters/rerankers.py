@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from kolm_search._aio import resolve
-from kolm_search.adapters._extras import require
+from kolm_search._extras import require
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kolm_search.adapters._extras import require
+from kolm_search._extras import require
 from kolm_search.errors import DistributedError, KolmValueError
 
 __all__ = ["DistributedError", "evaluate", "rerank_run", "search_batch", "ship"]

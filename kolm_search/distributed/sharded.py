@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search.adapters._extras import require
+from kolm_search._extras import require
 from kolm_search.distributed.query_parallel import _gather
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError

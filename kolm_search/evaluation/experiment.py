@@ -116,7 +116,7 @@ class Experiment:
 
         Needs matplotlib (extra ``plot``). Returns the Figure.
         """
-        from kolm_search.adapters._extras import require
+        from kolm_search._extras import require
 
         plt = require("matplotlib.pyplot", "plot")
         metrics = list(metrics or self.metrics)

@@ -124,7 +124,7 @@ def _through_ir_measures(specs: list[tuple[int, MeasureSpec]], q_uniques: pd.Ind
     """Fill ``values[:, column]`` of measures only ir_measures computes, from the run ranked by
     :func:`ranking_order` (``run_q``, ``run_docs`` in rank order): its scores are replaced by
     descending ranks, so every tool behind ir_measures sees trec_eval's ranking."""
-    from kolm_search.adapters._extras import require
+    from kolm_search._extras import require
 
     irm = require("ir_measures", "measures")
     measures = [irm.parse_measure(s.external) if isinstance(s.external, str) else s.external for _, s in specs]

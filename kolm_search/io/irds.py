@@ -33,7 +33,7 @@ _SKIPPED_FIELDS = {"doc_id", "text", "title", "marked_up_doc"}
 
 
 def _irds() -> Any:
-    from kolm_search.adapters._extras import require
+    from kolm_search._extras import require
 
     return require("ir_datasets", "irds")
 

@@ -40,14 +40,16 @@ def _bad(path: Path, key: str, what: str, value: Any) -> KolmValueError:
     return KolmValueError(f"{path}: key {key!r} must be {what}, got {shown[:80]}{'...' if len(shown) > 80 else ''}")
 
 
-def check_keys(path: Path, prefix: str, obj: Any, known: Collection[str]) -> dict[str, Any]:
-    """``obj`` as a dict holding exactly the keys ``known`` (named ``prefix.key`` in errors)."""
+def check_keys(path: Path, prefix: str, obj: Any, known: Collection[str],
+               optional: Collection[str] = ()) -> dict[str, Any]:
+    """``obj`` as a dict holding the keys ``known``, perhaps ``optional``, no other (named
+    ``prefix.key`` in errors)."""
     if not isinstance(obj, dict):
         raise _bad(path, prefix, "an object", obj)
     for key in known:
         if key not in obj:
             raise KolmValueError(f"{path}: key {prefix + '.' + key!r} is missing")
-    unknown = sorted(str(k) for k in set(obj) - set(known))
+    unknown = sorted(str(k) for k in set(obj) - set(known) - set(optional))
     if unknown:
         raise KolmValueError(f"{path}: unknown key {prefix + '.' + unknown[0]!r}")
     return obj
@@ -91,7 +93,9 @@ def _fields(path: Path, key: str, value: Any) -> list[str]:
 
 
 def _tokenizer(path: Path, value: Any) -> Tokenizer:
-    cfg = check_keys(path, "config.tokenizer", value, _TOKENIZER_KEYS)
+    cfg = check_keys(path, "config.tokenizer", value, _TOKENIZER_KEYS, optional=("language",))  # language: since 0.2
+    if not isinstance(cfg.get("language", ""), str):
+        raise _bad(path, "config.tokenizer.language", "a language name", cfg["language"])
     if not isinstance(cfg["lowercase"], bool):
         raise _bad(path, "config.tokenizer.lowercase", "true or false", cfg["lowercase"])
     if not isinstance(cfg["pattern"], str):

@@ -136,9 +136,21 @@ DENSE_KEYS = ["format", "version", "config", "n_docs", "dim", "config.metric", "
 
 
 def test_key_lists_cover_the_manifests(pristine: dict[str, Path]) -> None:
-    for name, keys in (("bm25plus", BM25_KEYS), ("cosine", DENSE_KEYS)):
+    for name, keys in (("bm25plus", [*BM25_KEYS, "config.tokenizer.language"]), ("cosine", DENSE_KEYS)):
         body = json.loads((pristine[name] / "manifest.json").read_text())
         assert sorted(".".join(p) for p in key_paths(body)) == sorted(keys)
+
+
+def test_an_index_saved_before_languages_loads_as_english(pristine: dict[str, Path], tmp_path: Path) -> None:
+    d = _copy(pristine, "bm25plus", tmp_path)
+    body = json.loads((d / "manifest.json").read_text())
+    del body["config"]["tokenizer"]["language"]
+    (d / "manifest.json").write_text(json.dumps(body))
+    assert BM25Retriever.load(d).tokenizer.to_config()["language"] == "english"
+    body["config"]["tokenizer"]["language"] = 7
+    (d / "manifest.json").write_text(json.dumps(body))
+    with pytest.raises(KolmValueError, match="config.tokenizer.language"):
+        BM25Retriever.load(d)
 
 
 def _drop(body: dict[str, Any], key: str) -> None:
