@@ -137,3 +137,17 @@ def test_errors_name_the_problem() -> None:
         fit_fusion(runs, qrels, "borda")
     with pytest.raises(KolmValueError, match="train them with fit_fusion"):
         fuse(runs, method="posfuse")
+
+
+def test_optimize_fusion_takes_an_ir_measures_object() -> None:
+    ir_measures = pytest.importorskip("ir_measures")
+
+    rng = np.random.default_rng(3)
+    runs = [pd.DataFrame({"qid": np.repeat(["q1", "q2", "q3"], 6),
+                          "doc_id": [f"d{i}" for _ in range(3) for i in rng.permutation(6)],
+                          "score": rng.random(18)}) for _ in range(2)]
+    qrels = pd.DataFrame({"qid": ["q1", "q2", "q3"], "doc_id": ["d1", "d2", "d5"], "relevance": [1, 2, 1]})
+    by_object = optimize_fusion(runs, qrels, ir_measures.nDCG @ 5, grid={"k": [1, 10, 60]})
+    by_name = optimize_fusion(runs, qrels, "ndcg@5", grid={"k": [1, 10, 60]})
+    assert by_object["score"] == by_name["score"] and by_object["params"] == by_name["params"]
+    assert "nDCG@5" in by_object["trials"].columns

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from kolm_search.errors import KolmValueError
+from kolm_search.evaluation.measures import metric_key
 from kolm_search.evaluation.metrics import evaluate, parse_metric
 from kolm_search.fusion.fitted import FittedFusion, judge, train_tables
 from kolm_search.fusion.frames import prepare_runs, resolve
@@ -157,6 +158,7 @@ def _search(runs: Mapping[str, Any] | Sequence[Any], qrels: Any, method: str, no
             params: Mapping[str, Any] | None, grid: Mapping[str, Sequence[Any]] | None, metric: str,
             queries: Sequence[Any] | None, relevance_level: int,
             always_score: bool) -> tuple[FittedFusion, pd.DataFrame, dict[str, Any]]:
+    column = metric_key(metric)  # an ir_measures object is keyed by its str()
     name, norm_name = canonical_method(method), canonical_norm(norm)
     if isinstance(runs, Mapping):
         frames: Any = {str(n): as_run(r, what=f"run {n!r}") for n, r in runs.items()}
@@ -195,14 +197,14 @@ def _search(runs: Mapping[str, Any] | Sequence[Any], qrels: Any, method: str, no
             fused = prepared.fuse(name, norm_name, checked)
             result = evaluate(fused, qrels_df, [metric])
             assert isinstance(result, dict)
-            score = float(result[metric])
-        rows.append({**point, metric: score})
+            score = float(result[column])
+        rows.append({**point, column: score})
         fitted.append(FittedFusion(name, norm_name, _plain(checked), tuple(prepared.names), score))
-    trials = pd.DataFrame(rows, columns=[*axes, metric])
-    scores = trials[metric].to_numpy(float)
+    trials = pd.DataFrame(rows, columns=[*axes, column])
+    scores = trials[column].to_numpy(float)
     best = int(np.argmax(np.where(np.isnan(scores), -np.inf, scores))) if len(axes) else 0
     if len(axes):
-        trials = trials.sort_values(metric, ascending=False, kind="stable").reset_index(drop=True)
+        trials = trials.sort_values(column, ascending=False, kind="stable").reset_index(drop=True)
     return fitted[best], trials, {k: rows[best][k] for k in axes}
 
 
