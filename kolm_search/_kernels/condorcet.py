@@ -135,7 +135,7 @@ def condorcet_groups(ptr: npt.ArrayLike, lists: npt.ArrayLike, docs: npt.ArrayLi
     out_scores : float64 (m,)
         Query g's list ``out_docs[out_ptr[g]:out_ptr[g+1]]``, best first, scored ``n - i``.
     """
-    from kolm_search._kernels.fusion import _checked
+    from kolm_search._kernels.fusion import _checked, _limit, _renumbered
 
     w = np.ascontiguousarray(weights, dtype=np.float64)
     p, li, dc, _ = _checked(ptr, lists, docs, np.zeros(len(np.asarray(docs))), int(n_docs))
@@ -144,15 +144,8 @@ def condorcet_groups(ptr: npt.ArrayLike, lists: npt.ArrayLike, docs: npt.ArrayLi
     n, n_groups = dc.shape[0], p.shape[0] - 1
     if n and li.max() >= w.shape[0]:
         raise KolmValueError(f"list ids must lie in [0, {w.shape[0]}), got {li.max()}")
-    lim = -1 if limit is None else int(limit)
-    if limit is not None and lim < 0:
-        raise KolmValueError(f"limit must be a non-negative integer, got {limit!r}")
-    uniques: I64 | None = None
-    n_codes = max(int(n_docs), 1)
-    if n_codes > max(4 * n, 1 << 16):  # a sparse code range: renumber the codes in use
-        uniques, inverse = np.unique(dc, return_inverse=True)
-        dc = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
-        n_codes = max(len(uniques), 1)
+    lim = _limit(limit)
+    dc, n_codes, uniques = _renumbered(dc, int(n_docs))
     out_docs = np.empty(n, np.int64)
     out_scores = np.empty(n, np.float64)
     counts = np.zeros(n_groups, np.int64)

@@ -123,6 +123,23 @@ def first_in_block_numpy(block: npt.ArrayLike, docs: npt.ArrayLike) -> npt.NDArr
     return ~frame.duplicated().to_numpy()
 
 
+def _limit(limit: int | None) -> int:
+    """``limit`` as the kernels take it (-1: no limit), checked."""
+    lim = -1 if limit is None else int(limit)
+    if limit is not None and lim < 0:
+        raise KolmValueError(f"limit must be a non-negative integer, got {limit!r}")
+    return lim
+
+
+def _renumbered(dc: I64, n_docs: int) -> tuple[I64, int, I64 | None]:
+    """Document codes, their range, and the codes in use when a sparse range was renumbered."""
+    n_codes = max(n_docs, 1)
+    if n_codes > max(4 * dc.shape[0], 1 << 16):  # a sparse code range: renumber the codes in use
+        uniques, inverse = np.unique(dc, return_inverse=True)
+        return np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64), max(len(uniques), 1), uniques
+    return dc, n_codes, None
+
+
 def _checked(ptr: npt.ArrayLike, lists: npt.ArrayLike, docs: npt.ArrayLike, contrib: npt.ArrayLike,
              n_docs: int) -> tuple[I64, I64, I64, F64]:
     p = np.ascontiguousarray(ptr, dtype=np.int64)
@@ -208,17 +225,10 @@ def fuse_groups(ptr: npt.ArrayLike, lists: npt.ArrayLike, docs: npt.ArrayLike, c
         Query g's fused list is ``out_docs[out_ptr[g]:out_ptr[g+1]]``, best first.
     """
     p, li, dc, ct = _checked(ptr, lists, docs, contrib, int(n_docs))
-    lim = -1 if limit is None else int(limit)
-    if limit is not None and lim < 0:
-        raise KolmValueError(f"limit must be a non-negative integer, got {limit!r}")
+    lim = _limit(limit)
     n, n_groups = dc.shape[0], p.shape[0] - 1
     pres, scale, param = _scaling(mnz, power, log_offset, presence, int(li.max()) + 1 if n else 1)
-    uniques: I64 | None = None
-    n_codes = max(int(n_docs), 1)
-    if n_codes > max(4 * n, 1 << 16):  # a sparse code range: renumber the codes in use
-        uniques, inverse = np.unique(dc, return_inverse=True)
-        dc = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
-        n_codes = max(len(uniques), 1)
+    dc, n_codes, uniques = _renumbered(dc, int(n_docs))
     out_docs = np.empty(n, np.int64)
     out_scores = np.empty(n, np.float64)
     counts = np.zeros(n_groups, np.int64)
