@@ -6,7 +6,8 @@ import numbers
 import re
 from typing import Any
 
-from kolm_search._aio import log, resolve
+from kolm_search._aio import log
+from kolm_search._deadlines import TIMED_OUT, call_with_deadline
 from kolm_search.errors import KolmValueError
 from kolm_search.ports import Logger, QueryExpander
 from kolm_search.types import QueryPlan, SearchRequest
@@ -56,14 +57,20 @@ class ExpandingQueryPlanner:
     max_queries : int, default 4
         Maximum total queries in ``expanded_queries``, primary query included.
     logger : Logger, optional
-        Receives a warning when the expander fails or returns nothing.
+        Receives a warning when the expander fails, times out or returns nothing.
+    timeout_seconds : float or None, default 30
+        Time allowed for one expansion; a late expander is abandoned (a warning) and the
+        primary query used alone. A synchronous expander then runs on a worker thread, so
+        one that blocks cannot hold the event loop (nor a stage deadline); ``None``: inline,
+        no limit.
 
     The primary query stays at index 0; expansions are normalised, deduplicated against
     each other and the primary, and capped. A failing or empty expander degrades to the
     primary query alone (degraded relevance beats a failed search).
     """
 
-    def __init__(self, expander: QueryExpander, max_queries: int = 4, logger: Logger | None = None) -> None:
+    def __init__(self, expander: QueryExpander, max_queries: int = 4, logger: Logger | None = None,
+                 timeout_seconds: float | None = 30.0) -> None:
         if not callable(getattr(expander, "expand", None)):
             raise KolmValueError(f"expander must have an 'expand' method, got {type(expander).__name__}")
         if isinstance(max_queries, bool) or not isinstance(max_queries, numbers.Integral) or max_queries < 1:
@@ -71,14 +78,22 @@ class ExpandingQueryPlanner:
         self.expander: QueryExpander = expander
         self.max_queries: int = int(max_queries)
         self.logger: Logger | None = logger
+        if timeout_seconds is not None and (isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, numbers.Real)
+                                            or not 0 < float(timeout_seconds) < float("inf")):
+            raise KolmValueError(f"timeout_seconds must be a positive number or None, got {timeout_seconds!r}")
+        self.timeout_seconds: float | None = None if timeout_seconds is None else float(timeout_seconds)
 
     async def plan(self, request: SearchRequest) -> QueryPlan:
         plan = _base_plan(request)
         primary = plan.normalized_query
         try:
-            raw: Any = await resolve(self.expander.expand(primary))
+            raw: Any = await call_with_deadline(self.expander.expand, (primary,), self.timeout_seconds)
         except Exception as exc:  # degrade, never fail the search
             log(self.logger, "warning", "query expansion failed; using the primary query alone", exc)
+            return plan
+        if raw is TIMED_OUT:
+            log(self.logger, "warning", f"query expansion timed out after {self.timeout_seconds:g}s; "
+                "using the primary query alone", {"query": primary})
             return plan
         if raw is None or isinstance(raw, str):
             raw = [] if raw is None else [raw]

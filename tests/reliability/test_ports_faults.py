@@ -26,6 +26,7 @@ import pytest
 from kolm_search import (
     DefaultQueryPlanner,
     ExpandingQueryPlanner,
+    SearchClient,
     SearchDocument,
     SearchError,
     SearchPipeline,
@@ -188,10 +189,7 @@ def test_port_hangs(port: str, behaviour: str, mode: str) -> None:
     _, methods, stage, attrs = PORTS[port]
     logger = ListLogger()
     if port == "expander":
-        if behaviour == "hangs_sync":
-            pytest.skip("ExpandingQueryPlanner.plan is async and calls a sync expander inline: a blocking "
-                        "expander blocks the event loop itself, which no deadline can interrupt")
-        stage = "planner"  # the planner stage's deadline covers its expander
+        stage = "planner"  # the planner stage's deadline covers its expander (run on a worker thread)
     elapsed = expect(port, mode, modules_with(port, faulty(methods, behaviour, **attrs)), stage=stage,
                      match=f"timed out after {TIMEOUT:g}s", logger=logger)
     assert elapsed < BOUND
@@ -400,3 +398,22 @@ def test_daemon_pool_works_in_a_forked_child() -> None:
         proc.join(30)
         gate.set()
     assert busy.future.result(timeout=5) is True
+
+
+@pytest.mark.parametrize("behaviour", ["hangs_sync", "hangs_async"])
+def test_a_hung_expander_degrades_to_the_primary_query_within_its_own_timeout(behaviour: str) -> None:
+
+    _, methods, _, attrs = PORTS["expander"]
+    logger = ListLogger()
+    planner = ExpandingQueryPlanner(faulty(methods, behaviour, **attrs), logger=logger, timeout_seconds=TIMEOUT)
+    mods = modules_with("planner", planner)
+    client = SearchClient(mods, {"default_mode": "fulltext"})
+    plain = SearchClient(healthy(), {"default_mode": "fulltext"})
+    t0 = time.perf_counter()
+    got = client.search_sync({"query": "alpha"})
+    assert time.perf_counter() - t0 < BOUND
+    assert [d.id for d in got.results] == [d.id for d in plain.search_sync({"query": "alpha"}).results]
+    assert got.plan.expanded_queries in (None, ["alpha"])
+    assert any("timed out" in str(r) for r in logger.warnings())
+    with pytest.raises(KolmValueError, match="timeout_seconds"):
+        ExpandingQueryPlanner(planner.expander, timeout_seconds=0)
