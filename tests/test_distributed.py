@@ -131,6 +131,11 @@ def test_distributed_evaluate_and_rerank(dask_client: Any, cranfield: dict[str, 
     local = evaluate(run, cranfield["qrels"], metrics)
     remote = kd.evaluate(run, cranfield["qrels"], metrics, dask_client=dask_client, npartitions=4)
     assert remote == pytest.approx(local, abs=1e-12)
+    ir_measures = pytest.importorskip("ir_measures")
+    measures = [ir_measures.nDCG @ 10, "NumRelRet", "P(rel=2)@5"]
+    local = evaluate(run, cranfield["qrels"], measures)
+    remote = kd.evaluate(run, cranfield["qrels"], measures, dask_client=dask_client, npartitions=4)
+    assert remote == pytest.approx(local, abs=1e-9) and remote["NumRelRet"] > 100  # summed, not averaged
     reranker = FusionReranker(["original", _length_scorer], weights=[1.0, 0.5])
     dataset = {"corpus": cranfield["corpus"], "queries": cranfield["queries"]}
     want = rerank_run(run, dataset["corpus"], reranker, top_k=10, queries=dataset["queries"], progress=False)

@@ -138,24 +138,33 @@ def _eval_part(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str], kwarg
     return table
 
 
-def evaluate(run: pd.DataFrame, qrels: pd.DataFrame, metrics: Sequence[str], *, dask_client: Any,
+def evaluate(run: pd.DataFrame, qrels: pd.DataFrame, metrics: Sequence[Any] | Any, *, dask_client: Any,
              npartitions: int | None = None, per_query: bool = False, **kwargs: Any) -> dict[str, float] | pd.DataFrame:
     """:func:`kolm_search.evaluate` over query partitions; exact (per-query scores, then means)."""
+    from kolm_search.evaluation.measures import metric_list, parse_measure
+    from kolm_search.runs import as_qrels, as_run
+
     require("distributed", "dask")
-    metrics = list(metrics)
+    metrics = metric_list(metrics)
+    specs = [parse_measure(m) for m in metrics]  # names and ir_measures objects, checked before shipping
+    keys = [s.key for s in specs]
+    summed = {s.key for s in specs if s.summed}  # NumRet, NumRel, NumRelRet add up over queries
+    run, qrels = as_run(run), as_qrels(qrels)
     run = run.assign(qid=run["qid"].astype(str))
     qrels = qrels.assign(qid=qrels["qid"].astype(str))
     parts = _partitions(run, _default_parts(dask_client, npartitions), by="qid")
     futures = []
     for part in parts:
         keep = set(part["qid"])
-        futures.append(dask_client.submit(_eval_part, part, qrels[qrels["qid"].isin(keep)], metrics, dict(kwargs), pure=False))
+        futures.append(dask_client.submit(_eval_part, part, qrels[qrels["qid"].isin(keep)], keys, dict(kwargs), pure=False))
     tables = [t for t in _gather(dask_client, futures, "evaluation partition") if len(t)]
     table = pd.concat(tables, ignore_index=True).sort_values("qid", kind="stable").reset_index(drop=True) if tables else \
-        pd.DataFrame(columns=["qid", *metrics])
+        pd.DataFrame(columns=["qid", *keys])
     if per_query:
         return table
-    return {m: float(table[m].mean()) if len(table) else float("nan") for m in metrics}
+    if not len(table):
+        return {k: 0.0 if k in summed else float("nan") for k in keys}
+    return {k: float(table[k].sum() if k in summed else table[k].mean()) for k in keys}
 
 
 def _rerank_part(run: pd.DataFrame, corpus: Any, reranker: Any, kwargs: dict[str, Any]) -> pd.DataFrame:
