@@ -76,10 +76,12 @@ class SqliteTable:
         info = db.execute(f"PRAGMA table_info({self.name})").fetchall()
         if not info:
             others = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-            if others:
+            if others and self.name not in others:
                 return f"it holds tables {others[:5]} but no {self.name!r}"
+            # a new file, or another connection created the table after our first read: CREATE
+            # ... IF NOT EXISTS takes the write lock (a no-op if it is there now), then read again
             db.execute(self.create)
-            return None
+            info = db.execute(f"PRAGMA table_info({self.name})").fetchall()
         found = [(str(r[1]), str(r[2]).upper()) for r in info]
         if found != [(n, t.upper()) for n, t in self.columns]:
             return f"table {self.name!r} has columns {found}, expected {self.columns}"

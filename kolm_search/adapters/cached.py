@@ -107,7 +107,10 @@ class CachedEmbedder:
                 db.executemany("INSERT OR REPLACE INTO emb (key, dim, vec, digest) VALUES (?, ?, ?, ?)", records)
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:  # SQLite rolled back already: keep the original error
+                    pass
                 raise
 
         self._table.run(write, stage=PIPELINE_STAGES.EMBEDDER)

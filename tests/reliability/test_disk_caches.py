@@ -407,3 +407,32 @@ def test_ttl_must_be_a_number(tmp_path: Path, make: Callable[[Path], Any]) -> No
     assert cache.get("forever") == 1 and cache.get("gone") is None
     with pytest.raises(KolmValueError, match="ttl_seconds"):
         InMemoryCache(ttl_seconds=float("nan"))
+
+
+@pytest.mark.parametrize("store", ["cache", "embeddings"])
+def test_threads_creating_one_new_store_never_set_it_aside(tmp_path: Path, store: str) -> None:
+    """A connection that reads the schema just before another creates the table must not take
+    the new file for a corrupt one (it did: 'holds tables ['emb'] but no 'emb'', data lost)."""
+    from kolm_search.adapters import CachedEmbedder, SqliteCache
+    from tests.fakes import BatchHashEmbedder
+
+    for rep in range(20):
+        folder = tmp_path / str(rep)
+        errors: list[BaseException] = []
+
+        def work(i: int, folder: Path = folder, errors: list[BaseException] = errors) -> None:
+            try:
+                if store == "cache":
+                    SqliteCache(folder / "c.sqlite").set(f"k{i}", {"v": i}, 60)
+                else:
+                    CachedEmbedder(BatchHashEmbedder(), folder / "e.sqlite", model_id="m").embed_many([f"t{i}"])
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert [p.name for p in folder.iterdir() if ".corrupt-" in p.name] == []
