@@ -163,6 +163,10 @@ class QueryBatch:
         One embedding per text (vector/hybrid mode).
     mode : str
         The batch's search mode.
+    metadata : list of dict, (n_queries,), optional
+        Per batch query, a dict a retriever may annotate (e.g. the expanded query of
+        pseudo-relevance feedback); the pipeline passes each query's ``plan.metadata``, so the
+        annotations show in ``SearchResponse.plan`` and ``BatchResult.plans``.
     """
 
     texts: list[str]
@@ -172,6 +176,7 @@ class QueryBatch:
     filters: list[dict[str, Any]]
     embeddings: npt.NDArray[np.float32] | None = None
     mode: str = "hybrid"
+    metadata: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self.owner = np.asarray(self.owner, dtype=np.int64)
@@ -183,6 +188,8 @@ class QueryBatch:
             raise FrameValidationError(f"filters must have one dict per query ({self.n_queries}), got {len(self.filters)}")
         if self.embeddings is not None and self.embeddings.shape[0] != len(self.texts):
             raise FrameValidationError(f"embeddings must have one row per text, got {self.embeddings.shape}")
+        if self.metadata is not None and len(self.metadata) != self.n_queries:
+            raise FrameValidationError(f"metadata must have one dict per query ({self.n_queries}), got {len(self.metadata)}")
 
     @property
     def single(self) -> bool:

@@ -323,7 +323,8 @@ class Stages:
         assert table is not None  # is_batch_retriever
         limit = max(1, min(target, len(table)))  # no retriever returns more than the table
         batch = QueryBatch(texts=texts, owner=np.asarray(owner, np.int64), n_queries=len(contexts), limit=limit,
-                           filters=[dict(c.request.filters) for c in contexts], embeddings=emb, mode=mode)
+                           filters=[dict(c.request.filters) for c in contexts], embeddings=emb, mode=mode,
+                           metadata=[c.plan.metadata for c in contexts])
         try:
             frame: CandidateFrame = await self.port(S.RETRIEVER, retriever.retrieve_batch, batch)
         except SearchError:

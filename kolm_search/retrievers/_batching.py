@@ -38,7 +38,7 @@ def batch_from_context(context: SearchPipelineContext, n_docs: int | None = None
     return QueryBatch(texts=texts, owner=np.zeros(len(texts), np.int64), n_queries=1,
                       limit=max(1, min(int(plan.target_limit), n_docs if n_docs is not None else int(plan.target_limit))),
                       filters=[dict(context.request.filters or {})],
-                      embeddings=emb, mode=plan.mode)
+                      embeddings=emb, mode=plan.mode, metadata=[plan.metadata])
 
 
 def retrieve_single(retriever: BatchRetriever, context: SearchPipelineContext) -> list[SearchDocument]:

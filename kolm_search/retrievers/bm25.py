@@ -48,6 +48,7 @@ from kolm_search.retrievers._persist import (
     write_manifest,
 )
 from kolm_search.retrievers.postings import CollectionStats, Postings
+from kolm_search.retrievers.weighted import check_weighted, encode_weighted
 from kolm_search.text import Tokenizer
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -264,19 +265,34 @@ class BM25Retriever:
 
     def score_encoded(self, q_ptr: npt.NDArray[np.int64], q_ids: npt.NDArray[np.int64], k: int,
                       mask_ids: npt.NDArray[np.int64] | None = None, masks: npt.NDArray[np.uint8] | None = None,
-                      *, offsets: npt.ArrayLike | None = None,
+                      *, offsets: npt.ArrayLike | None = None, weights: npt.NDArray[np.float32] | None = None,
                       ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """:meth:`score_texts` on token ids from :meth:`encode` (CSR ``q_ptr``, ``q_ids``)."""
+        """:meth:`score_texts` on token ids from :meth:`encode` (CSR ``q_ptr``, ``q_ids``);
+        ``weights`` float32 (nnz,) per token (default 1, checked by :meth:`score_weighted`)."""
         m = len(q_ptr) - 1
+        weights = np.ones(len(q_ids), np.float32) if weights is None else np.asarray(weights, np.float32)
         if offsets is None:
-            offsets = _reduce_offsets(self.nonocc[q_ids], q_ptr)
+            offsets = _reduce_offsets(self.nonocc[q_ids] * weights, q_ptr)
         offsets = np.ascontiguousarray(offsets, dtype=np.float32)
         if mask_ids is None or masks is None:
             mask_ids, masks = np.full(m, -1, np.int64), np.ones((1, 1), np.uint8)
         k = max(1, min(int(k), len(self.table)))
-        weights = np.ones(len(q_ids), np.float32)  # every token occurrence counts once
         return load("sparse").sparse_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, offsets,
                                           mask_ids, masks, len(self.table), k, n_threads=self.n_threads)
+
+    def score_weighted(self, q_ptr: npt.ArrayLike, q_ids: npt.ArrayLike, q_weights: npt.ArrayLike, k: int,
+                       mask_ids: npt.NDArray[np.int64] | None = None, masks: npt.NDArray[np.uint8] | None = None,
+                       ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Top-``k`` of weighted queries in CSR form (term ids, float32 weights): a document
+        scores ``sum w * bm25(term, doc)`` (:mod:`~kolm_search.retrievers.weighted`)."""
+        ptr, ids, w = check_weighted(q_ptr, q_ids, q_weights, len(self.vocab), self.vocab)
+        return self.score_encoded(ptr, ids, k, mask_ids, masks, weights=w)
+
+    def score_terms(self, queries: Sequence[Mapping[str, float]], k: int, mask_ids: npt.NDArray[np.int64] | None = None,
+                    masks: npt.NDArray[np.uint8] | None = None,
+                    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """:meth:`score_weighted` of queries given as analysed term -> weight (unknown terms dropped)."""
+        return self.score_weighted(*encode_weighted(self._vocab_index, queries), k, mask_ids, masks)
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""

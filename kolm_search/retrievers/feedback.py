@@ -1,0 +1,219 @@
+"""``FeedbackRetriever``: BM25 with pseudo-relevance feedback (RM3, Bo1, KL) as weighted queries.
+
+Per batch: one kernel call retrieves the feedback documents of every query, the expansion
+weights are computed for all queries at once (:mod:`kolm_search.retrievers.prf_weights`, on
+vocabulary ids: expansion terms are never turned back into text), and one kernel call runs
+the weighted queries (``sum w * bm25(term, doc)``). Filters apply to both passes.
+
+The expanded query is visible: :meth:`FeedbackRetriever.expand` /
+:meth:`FeedbackRetriever.expanded_queries` return it, and a search writes it to the plan's
+metadata, ``response.plan.metadata["feedback"]`` (single search) and
+``result.plans[i].metadata["feedback"]`` (``search_batch``)::
+
+    {"model": "rm3", "expanded": [{"term": weight, ...}, ...]}  # one dict per planned query
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import scipy.sparse as sp
+
+from kolm_search.errors import KolmTypeError, KolmValueError
+from kolm_search.frame import CandidateFrame, QueryBatch
+from kolm_search.retrievers import _validate as check
+from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
+from kolm_search.retrievers.bm25 import BM25Retriever
+from kolm_search.retrievers.postings import Postings
+from kolm_search.retrievers.prf_weights import (
+    bo1_weights,
+    dfr_expand,
+    feedback_counts,
+    kl_weights,
+    rm3_expand,
+    rm3_weights,
+)
+from kolm_search.types import SearchDocument, SearchPipelineContext
+
+__all__ = ["FEEDBACK_MODELS", "FeedbackRetriever"]
+
+FEEDBACK_MODELS = ("rm3", "bo1", "kl")
+Model = Literal["rm3", "bo1", "kl"]
+_DEFAULT_DOCS = {"rm3": 10, "bo1": 3, "kl": 3}  # Anserini fbDocs; Terrier expansion.documents
+_ELIGIBLE = re.compile(r"[^\W_]{2,20}")  # Anserini: 2-20 chars of [a-z0-9] (here any letter or digit)
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise KolmValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+class FeedbackRetriever:
+    """BM25 with pseudo-relevance feedback: RM3 (Anserini), Bo1 or KL (Terrier).
+
+    Parameters
+    ----------
+    bm25 : BM25Retriever
+        First- and second-pass retriever (its tokenizer, fields and BM25 variant).
+    model : {"rm3", "bo1", "kl"}, default "rm3"
+    fb_docs : int, optional
+        Feedback documents per query (default 10 for RM3, 3 for Bo1/KL).
+    fb_terms : int, default 10
+        Expansion terms kept.
+    original_weight : float, default 0.5
+        RM3 only: weight of the original query in the interpolation.
+    max_df_ratio : float, default 0.1
+        RM3 only: terms in more than this share of the documents are never feedback terms.
+    postings : Postings, optional
+        Counted postings of the table's rows; by default the table is re-tokenised with the
+        retriever's tokenizer once, on first use, to get document term frequencies (the BM25
+        index stores only weights).
+
+    Notes
+    -----
+    Formulas: :mod:`kolm_search.retrievers.prf_weights`. Collection statistics are those of
+    this index (a shard uses its own). The term counts are cached and rebuilt when the BM25
+    index is rebuilt.
+    """
+
+    name = "feedback"
+
+    def __init__(self, bm25: BM25Retriever, model: Model = "rm3", *, fb_docs: int | None = None,
+                 fb_terms: int = 10, original_weight: float | None = None, max_df_ratio: float | None = None,
+                 postings: Postings | None = None) -> None:
+        if not isinstance(bm25, BM25Retriever):
+            raise KolmTypeError(f"bm25 must be a BM25Retriever, got {type(bm25).__name__}")
+        if model not in FEEDBACK_MODELS:
+            raise KolmValueError(f"model must be one of {FEEDBACK_MODELS}, got {model!r}")
+        for name, value in (("original_weight", original_weight), ("max_df_ratio", max_df_ratio)):
+            if value is not None and model != "rm3":
+                raise KolmValueError(f"{name} applies to model 'rm3' only, got {name}={value!r} with model {model!r}")
+        ow = 0.5 if original_weight is None else original_weight
+        if not check.finite_real(ow) or not 0 <= ow <= 1:
+            raise KolmValueError(f"original_weight must be a number in [0, 1], got {original_weight!r}")
+        ratio = 0.1 if max_df_ratio is None else max_df_ratio
+        if not check.finite_real(ratio) or not 0 < ratio <= 1:
+            raise KolmValueError(f"max_df_ratio must be a number in (0, 1], got {max_df_ratio!r}")
+        self.bm25 = bm25
+        self.model: Model = model
+        self.fb_docs = _count("fb_docs", _DEFAULT_DOCS[model] if fb_docs is None else fb_docs)
+        self.fb_terms = _count("fb_terms", fb_terms)
+        self.original_weight = float(ow)
+        self.max_df_ratio = float(ratio)
+        self._postings = postings
+        self._cache: tuple[Any, ...] | None = None
+        self.table = bm25.table  # the document table (read by the pipeline's columnar path)
+
+    # -- collection term counts (built once) --------------------------------------------
+    def _counts(self) -> tuple[sp.csr_matrix, npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+        """Document term counts int32 CSR (n_docs, V), collection frequencies float64 (V,),
+        RM3-eligible terms bool (V,)."""
+        bm25 = self.bm25
+        key = (id(bm25.t_ptr), len(bm25.table), len(bm25.vocab))
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1], self._cache[2], self._cache[3]
+        post = self._postings
+        if post is None or post.n_docs != len(bm25.table):
+            post = Postings.from_tokens(bm25.tokenizer(t) for t in bm25.table.texts(bm25.fields))
+        ids = np.array([bm25._vocab_index.get(t, -1) for t in post.vocab], dtype=np.int64)
+        if (ids < 0).any() or not np.array_equal(post.lengths, np.asarray(bm25.doc_len)):
+            raise KolmValueError("FeedbackRetriever: the documents counted with the BM25 tokenizer do not match the "
+                                 "BM25 index (other terms or lengths); pass the index's postings=")
+        n_docs, n_terms = len(bm25.table), len(bm25.vocab)
+        tf = sp.csr_matrix((post.tf, (post.p_doc, ids[post.p_term])), shape=(n_docs, n_terms), dtype=np.int32)
+        coll_freq = np.bincount(ids[post.p_term], weights=post.tf, minlength=n_terms)
+        df = np.diff(np.asarray(bm25.t_ptr))
+        eligible = np.array([_ELIGIBLE.fullmatch(t) is not None for t in bm25.vocab], dtype=bool)
+        eligible &= df <= self.max_df_ratio * n_docs
+        self._cache = (key, tf, coll_freq, eligible)
+        return tf, coll_freq.astype(np.float64), eligible
+
+    # -- expansion ---------------------------------------------------------------------
+    def _expand(self, texts: Sequence[str], mask_ids: npt.NDArray[np.int64] | None = None,
+                masks: npt.NDArray[np.uint8] | None = None) -> sp.csr_matrix:
+        """Expanded weighted queries, float64 CSR (len(texts), V)."""
+        bm25 = self.bm25
+        tf, coll_freq, eligible = self._counts()
+        m, n_terms = len(texts), len(bm25.vocab)
+        q_ptr, q_ids = bm25.encode(texts)
+        query_tf = sp.csr_matrix((np.ones(len(q_ids)), q_ids, q_ptr), shape=(m, n_terms))
+        if len(bm25.table) == 0 or m == 0:
+            return sp.csr_matrix((m, n_terms))
+        docs, scores, counts = bm25.score_encoded(q_ptr, q_ids, self.fb_docs, mask_ids, masks)
+        keep = np.arange(docs.shape[1])[None, :] < counts[:, None]
+        fb_docs, owner = docs[keep], np.nonzero(keep)[0]
+        fb_tf = tf[fb_docs]
+        if self.model == "rm3":
+            rm = rm3_weights(fb_tf, owner, scores[keep], m, fb_terms=self.fb_terms, eligible=eligible)
+            return rm3_expand(query_tf, rm, self.original_weight)
+        tfx, df, n_fb = feedback_counts(fb_tf, owner, m)
+        fb_len = np.bincount(owner, weights=np.asarray(bm25.doc_len, dtype=np.float64)[fb_docs], minlength=m)
+        n_docs, coll_len = len(bm25.table), int(np.asarray(bm25.doc_len).sum())
+        if self.model == "bo1":
+            weights = bo1_weights(tfx, coll_freq, n_docs)
+        else:
+            weights = kl_weights(tfx, fb_len, coll_freq, coll_len)
+        return dfr_expand(query_tf, weights, tfx, df, n_fb, model=self.model, fb_terms=self.fb_terms,
+                          n_docs=n_docs, coll_len=coll_len, fb_len=fb_len)
+
+    def _as_dicts(self, expanded: sp.csr_matrix) -> list[dict[str, float]]:
+        vocab, out = self.bm25.vocab, []
+        for i in range(expanded.shape[0]):
+            lo, hi = expanded.indptr[i], expanded.indptr[i + 1]
+            ids, w = expanded.indices[lo:hi], expanded.data[lo:hi]
+            order = np.lexsort((ids, -w))
+            out.append({vocab[int(ids[j])]: float(w[j]) for j in order})
+        return out
+
+    def expand(self, texts: Sequence[str]) -> list[dict[str, float]]:
+        """The expanded query of each text: analysed term -> weight, heaviest first."""
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise KolmTypeError("texts must be a sequence of str")
+        return self._as_dicts(self._expand(list(texts)))
+
+    def expanded_queries(self, queries: Sequence[str] | pd.DataFrame) -> pd.DataFrame:
+        """The expanded queries as a DataFrame ``qid, term, weight`` (heaviest first per query);
+        ``queries`` a list of str (qid = position) or a DataFrame with ``qid`` and ``query``."""
+        if isinstance(queries, pd.DataFrame):
+            missing = [c for c in ("qid", "query") if c not in queries.columns]
+            if missing:
+                raise KolmValueError(f"queries DataFrame lacks column(s) {missing}; has {list(queries.columns)}")
+            qids, texts = list(queries["qid"]), list(queries["query"])
+        else:
+            qids, texts = list(range(len(queries))), list(queries)
+        rows = [(qid, term, w) for qid, d in zip(qids, self.expand(texts), strict=True) for term, w in d.items()]
+        return pd.DataFrame(rows, columns=["qid", "term", "weight"])
+
+    # -- retrieval ---------------------------------------------------------------------
+    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
+        """Candidates of every query of ``batch`` from its expanded weighted queries (several
+        planned queries of one batch query fused by RRF, as :class:`BM25Retriever` does)."""
+        bm25 = self.bm25
+        mask_ids, masks = text_masks(batch, bm25.table)
+        if batch.mode == "vector" or len(bm25.table) == 0:
+            return CandidateFrame.empty(batch.n_queries)
+        expanded = self._expand(batch.texts, mask_ids, masks)
+        docs, scores, counts = bm25.score_weighted(expanded.indptr, expanded.indices, expanded.data, batch.limit,
+                                                   mask_ids, masks)
+        if batch.metadata is not None:
+            per_text = self._as_dicts(expanded)
+            for q, md in enumerate(batch.metadata):
+                if isinstance(md, dict):
+                    mine = [per_text[i] for i in np.flatnonzero(batch.owner == q)]
+                    md["feedback"] = {"model": self.model, "expanded": mine}
+        return fuse_expansions(frame_from_topk(docs, scores, counts), batch, k=bm25.fusion_k, n_docs=len(bm25.table))
+
+    def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
+        """The spec's port: candidates for one query, best first."""
+        return retrieve_single(self, context)
+
+    def __repr__(self) -> str:
+        extra = f", original_weight={self.original_weight:g}" if self.model == "rm3" else ""
+        return (f"FeedbackRetriever({self.model}, fb_docs={self.fb_docs}, fb_terms={self.fb_terms}{extra}, "
+                f"{self.bm25!r})")
