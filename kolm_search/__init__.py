@@ -51,6 +51,7 @@ from kolm_search.ports import (
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
+from kolm_search.retrievers.feedback import FeedbackRetriever
 from kolm_search.text import Tokenizer
 from kolm_search.types import (
     QueryPlan,
@@ -81,6 +82,7 @@ __all__ = [
     "Embedder",
     "ExpandingQueryPlanner",
     "Experiment",
+    "FeedbackRetriever",
     "FittedFusion",
     "FrameValidationError",
     "IntentClassifier",

@@ -13,11 +13,13 @@ from typing import Any
 from kolm_search.client import SearchClient
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.doctable import DocumentTable
+from kolm_search.errors import KolmValueError
 from kolm_search.planners import DefaultQueryPlanner
 from kolm_search.ports import Embedder, QueryPlanner
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
+from kolm_search.retrievers.feedback import FeedbackRetriever
 
 __all__ = ["bm25", "dense", "hybrid"]
 
@@ -40,9 +42,20 @@ def _options(options: SearchPipelineOptions | dict[str, Any] | None, mode: str) 
 
 
 def bm25(documents: Any, *, planner: QueryPlanner | None = None,
-         options: SearchPipelineOptions | dict[str, Any] | None = None, **bm25_kwargs: Any) -> SearchClient:
-    """A BM25 client (default mode ``"fulltext"``); ``bm25_kwargs`` go to :class:`BM25Retriever`."""
-    retriever = BM25Retriever(_table(documents), **bm25_kwargs)
+         options: SearchPipelineOptions | dict[str, Any] | None = None, feedback: Any = None,
+         feedback_kwargs: dict[str, Any] | None = None, **bm25_kwargs: Any) -> SearchClient:
+    """A BM25 client (default mode ``"fulltext"``); ``bm25_kwargs`` go to :class:`BM25Retriever`.
+
+    ``feedback`` (``"rm3"``, ``"bo1"`` or ``"kl"``) adds pseudo-relevance feedback: the
+    retriever is then a :class:`FeedbackRetriever` (``feedback_kwargs``: ``fb_docs``,
+    ``fb_terms``, ...) around the BM25 one.
+    """
+    sparse = BM25Retriever(_table(documents), **bm25_kwargs)
+    retriever: BM25Retriever | FeedbackRetriever = sparse
+    if feedback is not None:
+        retriever = FeedbackRetriever(sparse, feedback, **(feedback_kwargs or {}))
+    elif feedback_kwargs:
+        raise KolmValueError(f"feedback_kwargs {sorted(feedback_kwargs)} need feedback='rm3', 'bo1' or 'kl'")
     return SearchClient(SearchPipelineModules(planner=planner or DefaultQueryPlanner(), retriever=retriever),
                         _options(options, "fulltext"))
 

@@ -356,3 +356,16 @@ def test_each_model_improves_bm25_on_cranfield(cranfield: dict[str, pd.DataFrame
 
 def _client_for(bm25: BM25Retriever) -> SearchClient:
     return SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=bm25), {"default_mode": "fulltext"})
+
+
+def test_preset_wraps_bm25_in_feedback() -> None:
+    from kolm_search import presets
+
+    docs = [SearchDocument(id=f"d{i}", content=t) for i, t in enumerate(synthetic_corpus(60, 20, seed=9))]
+    client = presets.bm25(docs, feedback="kl", feedback_kwargs={"fb_terms": 4}, k1=1.2)
+    fr = client.modules.retriever
+    assert isinstance(fr, FeedbackRetriever) and fr.model == "kl" and fr.fb_terms == 4 and fr.bm25.k1 == 1.2
+    response = client.search_sync({"query": "w1 w2", "limit": 5})
+    assert response.plan.metadata["feedback"]["expanded"] == fr.expand(["w1 w2"])
+    with pytest.raises(KolmValueError, match="need feedback="):
+        presets.bm25(docs, feedback_kwargs={"fb_terms": 4})

@@ -20,6 +20,11 @@ class RM3Expander:
     :class:`~kolm_search.planners.ExpandingQueryPlanner` fuses the original and the expanded
     query by RRF.
 
+    This is a text-level approximation kept for planners: the appended terms are stems that
+    the tokenizer stems again, a term counts by presence, and the lists are fused by RRF.
+    RM3 as Anserini defines it (term frequencies, interpolation with the original query,
+    weighted query terms) is :class:`~kolm_search.retrievers.feedback.FeedbackRetriever`.
+
     Parameters
     ----------
     bm25 : BM25Retriever

@@ -1,0 +1,58 @@
+"""BM25 vs BM25 + pseudo-relevance feedback (RM3, Bo1, KL) on Cranfield: effectiveness and time.
+
+Rerun: ``python benchmarks/bench_feedback.py`` (the packaged Cranfield; ``--dataset`` takes any
+BEIR folder or name). Every run is ``search_batch`` of all queries, top-1000, one BM25 index
+(Lucene variant, ``--k1``/``--b``) shared by the four pipelines; the feedback pipelines keep
+their defaults (RM3: Anserini's 10 documents, 10 terms, original weight 0.5; Bo1/KL: Terrier's
+3 documents, 10 terms). The time column is the median ``search_batch`` time per query, after a
+warm-up call that also counts the collection's term frequencies once (shown apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from _common import header, median_time
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--dataset", default="cranfield", help="a BEIR folder or dataset name (default: packaged Cranfield)")
+    ap.add_argument("--k1", type=float, default=1.5)
+    ap.add_argument("--b", type=float, default=0.75)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    from kolm_search import FeedbackRetriever, evaluate
+    from kolm_search.client import SearchClient
+    from kolm_search.config import SearchPipelineModules
+    from kolm_search.io import load_dataset
+    from kolm_search.planners import DefaultQueryPlanner
+    from kolm_search.retrievers import BM25Retriever
+
+    ds = load_dataset(args.dataset)
+    header(f"BM25 (k1={args.k1:g}, b={args.b:g}) and pseudo-relevance feedback on {ds}, top-1000")
+    bm25 = BM25Retriever(ds.corpus, k1=args.k1, b=args.b)
+    queries, qrels = ds.queries, ds.qrels
+    metrics = ["map", "recall@100", "ndcg@10"]
+    print("| pipeline | MAP | Recall@100 | nDCG@10 | ms / query (batch) | first call: term counts |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    base_ms = None
+    for name in ("bm25", "rm3", "bo1", "kl"):
+        retriever = bm25 if name == "bm25" else FeedbackRetriever(bm25, name)  # type: ignore[arg-type]
+        client = SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=retriever),
+                              {"default_mode": "fulltext"})
+        t0 = time.perf_counter()
+        client.search_batch(queries.head(2), limit=1000)  # warm-up: kernels, term counts
+        first = time.perf_counter() - t0
+        seconds, run = median_time(lambda c=client: c.search_batch(queries, limit=1000), args.repeat, warmup=0)
+        scores = evaluate(run, qrels, metrics)
+        ms = 1000.0 * seconds / len(queries)
+        base_ms = base_ms or ms
+        label = "BM25" if name == "bm25" else f"+ {name.upper() if name != 'bo1' else 'Bo1'}"
+        print(f"| {label} | {scores['map']:.4f} | {scores['recall@100']:.4f} | {scores['ndcg@10']:.4f} | "
+              f"{ms:.2f} ({ms / base_ms:.1f}x) | {'' if name == 'bm25' else f'{first:.2f} s'} |")
+
+
+if __name__ == "__main__":
+    main()
