@@ -332,13 +332,21 @@ def test_bad_parameters_are_named() -> None:
     assert FeedbackRetriever(ret).fb_docs == 10 and FeedbackRetriever(ret, "kl").fb_docs == 3
 
 
-def test_counts_must_match_the_index() -> None:
+def test_counts_must_match_the_index_and_follow_a_rebuild() -> None:
     from kolm_search.retrievers.postings import Postings
 
-    ret = _retriever(["alpha beta", "beta gamma"])
-    wrong = Postings.from_tokens([["alpha"], ["beta", "delta"]])
+    ret = _retriever(["alpha beta", "beta gamma", "gamma delta alpha"])
+    wrong = Postings.from_tokens([["alpha"], ["beta", "delta"], ["gamma"]])
     with pytest.raises(KolmValueError, match="do not match the BM25 index"):
         FeedbackRetriever(ret, postings=wrong).expand(["beta"])
+    fr = FeedbackRetriever(ret, "bo1", fb_docs=1)
+    before = fr.expand(["alpha"])
+    assert FeedbackRetriever(ret, "kl")._counts()[0] is fr._counts()[0]  # counted once per index
+    ret.index_tokens([["gamma", "delta"], ["beta"], ["alpha", "alpha", "beta"]])  # a rebuilt index, other terms
+    with pytest.raises(KolmValueError, match="do not match the BM25 index"):
+        fr.expand(["alpha"])  # never stale counts: the table no longer gives these tokens
+    ret.index_tokens([ret.tokenizer(t) for t in ret.table.texts(ret.fields)])
+    assert fr.expand(["alpha"]) == before
 
 
 # -- effectiveness -----------------------------------------------------------------------

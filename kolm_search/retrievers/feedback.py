@@ -16,6 +16,7 @@ metadata, ``response.plan.metadata["feedback"]`` (single search) and
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -54,6 +55,32 @@ def _count(name: str, value: Any) -> int:
     return int(value)
 
 
+_SHARED: weakref.WeakKeyDictionary[BM25Retriever, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+
+def _term_counts(bm25: BM25Retriever, postings: Postings | None,
+                 ) -> tuple[sp.csr_matrix, npt.NDArray[np.float64]]:
+    """Term counts of ``bm25``'s documents, int32 CSR (n_docs, V), and collection frequencies
+    float64 (V,), shared by every feedback retriever of that index until it is rebuilt."""
+    current = (len(bm25.table), len(bm25.vocab))
+    hit = _SHARED.get(bm25)
+    if hit is not None and hit[0] is bm25.t_ptr and hit[1] == current:
+        return hit[2], hit[3]
+    post = postings
+    if post is None or post.n_docs != len(bm25.table):  # stale after the index grew: count again
+        post = Postings.from_tokens(bm25.tokenizer(t) for t in bm25.table.texts(bm25.fields))
+    ids = np.array([bm25._vocab_index.get(t, -1) for t in post.vocab], dtype=np.int64)
+    if (ids < 0).any() or not np.array_equal(post.lengths, np.asarray(bm25.doc_len)):
+        raise KolmValueError("FeedbackRetriever: the documents counted with the BM25 tokenizer do not match the "
+                             "BM25 index (other terms or lengths); pass the index's postings=")
+    n_docs, n_terms = current
+    terms = ids[post.p_term]
+    tf = sp.csr_matrix((post.tf, (post.p_doc, terms)), shape=(n_docs, n_terms), dtype=np.int32)
+    coll_freq = np.bincount(terms, weights=post.tf, minlength=n_terms).astype(np.float64)
+    _SHARED[bm25] = (bm25.t_ptr, current, tf, coll_freq)
+    return tf, coll_freq
+
+
 class FeedbackRetriever:
     """BM25 with pseudo-relevance feedback: RM3 (Anserini), Bo1 or KL (Terrier).
 
@@ -78,8 +105,8 @@ class FeedbackRetriever:
     Notes
     -----
     Formulas: :mod:`kolm_search.retrievers.prf_weights`. Collection statistics are those of
-    this index (a shard uses its own). The term counts are cached and rebuilt when the BM25
-    index is rebuilt.
+    this index (a shard uses its own). The term counts are shared by the feedback retrievers
+    of one index and counted again when the index is rebuilt.
     """
 
     name = "feedback"
@@ -110,29 +137,20 @@ class FeedbackRetriever:
         self._cache: tuple[Any, ...] | None = None
         self.table = bm25.table  # the document table (read by the pipeline's columnar path)
 
-    # -- collection term counts (built once) --------------------------------------------
+    # -- collection term counts (built once per index) ------------------------------------
     def _counts(self) -> tuple[sp.csr_matrix, npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
         """Document term counts int32 CSR (n_docs, V), collection frequencies float64 (V,),
         RM3-eligible terms bool (V,)."""
         bm25 = self.bm25
-        key = (id(bm25.t_ptr), len(bm25.table), len(bm25.vocab))
-        if self._cache is not None and self._cache[0] == key:
-            return self._cache[1], self._cache[2], self._cache[3]
-        post = self._postings
-        if post is None or post.n_docs != len(bm25.table):
-            post = Postings.from_tokens(bm25.tokenizer(t) for t in bm25.table.texts(bm25.fields))
-        ids = np.array([bm25._vocab_index.get(t, -1) for t in post.vocab], dtype=np.int64)
-        if (ids < 0).any() or not np.array_equal(post.lengths, np.asarray(bm25.doc_len)):
-            raise KolmValueError("FeedbackRetriever: the documents counted with the BM25 tokenizer do not match the "
-                                 "BM25 index (other terms or lengths); pass the index's postings=")
-        n_docs, n_terms = len(bm25.table), len(bm25.vocab)
-        tf = sp.csr_matrix((post.tf, (post.p_doc, ids[post.p_term])), shape=(n_docs, n_terms), dtype=np.int32)
-        coll_freq = np.bincount(ids[post.p_term], weights=post.tf, minlength=n_terms)
+        current = (len(bm25.table), len(bm25.vocab))
+        if self._cache is not None and self._cache[0] is bm25.t_ptr and self._cache[1] == current:
+            return self._cache[2], self._cache[3], self._cache[4]
+        tf, coll_freq = _term_counts(bm25, self._postings)
         df = np.diff(np.asarray(bm25.t_ptr))
         eligible = np.array([_ELIGIBLE.fullmatch(t) is not None for t in bm25.vocab], dtype=bool)
-        eligible &= df <= self.max_df_ratio * n_docs
-        self._cache = (key, tf, coll_freq, eligible)
-        return tf, coll_freq.astype(np.float64), eligible
+        eligible &= df <= self.max_df_ratio * len(bm25.table)
+        self._cache = (bm25.t_ptr, current, tf, coll_freq, eligible)
+        return tf, coll_freq, eligible
 
     # -- expansion ---------------------------------------------------------------------
     def _expand(self, texts: Sequence[str], mask_ids: npt.NDArray[np.int64] | None = None,

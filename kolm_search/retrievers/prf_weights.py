@@ -5,6 +5,8 @@ feedback documents (one row per document, ``owner`` giving its query) and each q
 term counts. Outputs are weighted queries, one CSR row per query (term id -> weight), ready for
 :meth:`~kolm_search.retrievers.bm25.BM25Retriever.score_weighted`. Ties in every top-``k``
 selection go to the smaller term id (Anserini's and Terrier's hash order is not reproducible).
+A query is its indexed terms: a term the index lacks can match nothing and is left out of the
+query's normalisation and term count (Anserini and Terrier keep it there).
 
 RM3 (Abdul-Jaleel et al., TREC 2004), as Anserini's ``Rm3Reranker`` (fbDocs 10, fbTerms 10,
 originalQueryWeight 0.5):
