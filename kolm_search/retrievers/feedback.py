@@ -221,10 +221,10 @@ class FeedbackRetriever:
                                                    mask_ids, masks)
         if batch.metadata is not None:
             per_text = self._as_dicts(expanded)
+            bounds = np.searchsorted(batch.owner, np.arange(batch.n_queries + 1))  # owner is non-decreasing
             for q, md in enumerate(batch.metadata):
                 if isinstance(md, dict):
-                    mine = [per_text[i] for i in np.flatnonzero(batch.owner == q)]
-                    md["feedback"] = {"model": self.model, "expanded": mine}
+                    md["feedback"] = {"model": self.model, "expanded": per_text[bounds[q]:bounds[q + 1]]}
         return fuse_expansions(frame_from_topk(docs, scores, counts), batch, k=bm25.fusion_k, n_docs=len(bm25.table))
 
     def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
