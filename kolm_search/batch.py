@@ -72,6 +72,19 @@ class BatchResult:
             self._responses = out
         return self._responses
 
+    def expanded_queries(self) -> pd.DataFrame:
+        """The weighted queries of pseudo-relevance feedback (``plan.metadata["feedback"]``, see
+        :class:`~kolm_search.retrievers.feedback.FeedbackRetriever`): ``qid, text, term, weight``,
+        ``text`` the position among the query's planned texts (0: the primary). No rows for a
+        query searched without feedback."""
+        rows: list[tuple[Any, int, str, float]] = []
+        for qid, plan in zip(self.qids, self.plans, strict=True):
+            feedback = plan.metadata.get("feedback") if isinstance(plan.metadata, dict) else None
+            if isinstance(feedback, dict):
+                for i, weights in enumerate(feedback.get("expanded", [])):
+                    rows.extend((qid, i, term, float(w)) for term, w in weights.items())
+        return pd.DataFrame(rows, columns=["qid", "text", "term", "weight"])
+
     def __len__(self) -> int:
         return len(self.qids)
 

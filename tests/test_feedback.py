@@ -284,6 +284,12 @@ def test_batch_equals_single_and_shows_the_expanded_query(model: str) -> None:
     frame = fr.expanded_queries(pd.DataFrame({"qid": ["a", "b"], "query": queries[:2]}))
     assert list(frame.columns) == ["qid", "term", "weight"]
     assert dict(zip(frame[frame.qid == "b"].term, frame[frame.qid == "b"].weight, strict=True)) == expanded[1]
+    shown = batch.expanded_queries()
+    assert list(shown.columns) == ["qid", "text", "term", "weight"] and set(shown.text) == {0}
+    for i in range(len(queries)):
+        mine = shown[shown.qid == i]
+        assert dict(zip(mine.term, mine.weight, strict=True)) == expanded[i]
+    assert len(_client_for(ret).search_batch(queries, limit=5).expanded_queries()) == 0  # no feedback, no rows
     assert single.to_dict()["plan"]["metadata"]["feedback"]["model"] == model  # JSON-ready (caches)
 
 
@@ -297,6 +303,20 @@ def test_expansions_of_one_query_are_fused_and_each_shown() -> None:
     assert len(frame) == 10 and frame.n_queries == 1
     assert len(fr.retrieve_batch(QueryBatch(texts=["w1"], owner=[0], n_queries=1, limit=5, filters=[{}],
                                             mode="vector"))) == 0
+
+
+def test_feedback_inside_a_composite_shows_its_query() -> None:
+    from kolm_search import CompositeRetriever
+
+    ret = _retriever(synthetic_corpus(80, 30, seed=6))
+    fr = FeedbackRetriever(ret, "rm3", max_df_ratio=0.5)
+    client = SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=CompositeRetriever([fr, ret])),
+                          {"default_mode": "fulltext"})
+    batch = client.search_batch(["w4 w9", "w2"], limit=10)
+    single = client.search_sync({"query": "w4 w9", "limit": 10})
+    assert batch.plans[0].metadata["feedback"]["expanded"] == single.plan.metadata["feedback"]["expanded"] \
+        == fr.expand(["w4 w9"])
+    assert batch.run[batch.run.qid == 0].doc_id.tolist() == [d.id for d in single.results]
 
 
 def test_feedback_documents_respect_the_filter() -> None:
