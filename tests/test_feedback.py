@@ -242,6 +242,17 @@ def test_bo1_and_kl_match_plain_python_terrier(corpus: tuple[list[str], str], mo
 
 
 @SETTINGS
+@given(corpora(), st.lists(st.lists(st.sampled_from([*WORDS, "unknownword"]), max_size=4), min_size=1, max_size=6),
+       st.sampled_from(["rm3", "bo1", "kl"]))
+def test_a_batch_expands_each_query_as_alone(corpus: tuple[list[str], str], queries: list[list[str]],
+                                             model: str) -> None:
+    docs, _ = corpus
+    fr = FeedbackRetriever(_retriever(docs), model, fb_docs=2, fb_terms=3)  # type: ignore[arg-type]
+    texts = [" ".join(q) for q in queries]
+    assert fr.expand(texts) == [fr.expand([t])[0] for t in texts]
+
+
+@SETTINGS
 @given(st.lists(st.lists(st.integers(0, 3), max_size=6), min_size=1, max_size=5), st.integers(0, 4))
 def test_row_topk_is_a_sorted_cut(rows: list[list[int]], k: int) -> None:
     import scipy.sparse as sp
