@@ -54,6 +54,8 @@ def _build(pipeline: str, corpus: Any, model: str) -> Any:
 
     if pipeline == "bm25":
         return presets.bm25(corpus)
+    if pipeline.startswith("bm25-"):  # bm25-rm3, bm25-bo1, bm25-kl: pseudo-relevance feedback
+        return presets.bm25(corpus, feedback=pipeline[len("bm25-"):])
     embedder = _embedder(model, corpus)
     if pipeline == "dense":
         return presets.dense(corpus, embedder)
@@ -181,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="evaluate a preset pipeline on a dataset", formatter_class=fmt)
     p.add_argument("dataset", help=_DATASET_HELP)
-    p.add_argument("--pipeline", choices=["bm25", "dense", "hybrid"], default="bm25", help="the preset to run")
+    p.add_argument("--pipeline", choices=["bm25", "bm25-rm3", "bm25-bo1", "bm25-kl", "dense", "hybrid"], default="bm25",
+                   help="the preset to run (bm25-rm3/-bo1/-kl: BM25 with pseudo-relevance feedback)")
     p.add_argument("--metrics", default=DEFAULT_METRICS, help="comma-separated metric names")
     p.add_argument("--run-out", help="write the run here (TREC text; .gz or .parquet by extension)")
     p.add_argument("--limit", type=int, default=100, help="documents retrieved per query")

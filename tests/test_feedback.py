@@ -408,3 +408,11 @@ def test_preset_wraps_bm25_in_feedback() -> None:
     assert response.plan.metadata["feedback"]["expanded"] == fr.expand(["w1 w2"])
     with pytest.raises(KolmValueError, match="need feedback="):
         presets.bm25(docs, feedback_kwargs={"fb_terms": 4})
+
+
+def test_cli_eval_runs_the_feedback_pipelines(cranfield_dir: object, capsys: pytest.CaptureFixture[str]) -> None:
+    from kolm_search.cli import main
+
+    assert main(["eval", str(cranfield_dir), "--pipeline", "bm25-bo1", "--metrics", "map", "--limit", "1000",
+                 "--quiet"]) == 0
+    assert "cranfield/bm25-bo1" in (out := capsys.readouterr().out) and "0.3366" in out  # benchmarks/README.md
