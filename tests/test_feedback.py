@@ -1,8 +1,8 @@
-"""Weighted BM25 queries and pseudo-relevance feedback (RM3, Bo1, KL) against plain-Python oracles.
+"""Pseudo-relevance feedback (RM3, Bo1, KL) against plain-Python oracles, in the pipeline, on Cranfield.
 
 The oracles below are written from the formulas (Anserini's ``Rm3Reranker``, Terrier's
-``DFRBagExpansionTerms`` with ``Bo1``/``KL``, the BM25 variants' table), with dicts and loops,
-independently of the numpy code; ties go to the smaller term id, as documented.
+``DFRBagExpansionTerms`` with ``Bo1``/``KL``), with dicts and loops, independently of the numpy
+code; ties go to the smaller term id, as documented. Weighted BM25 itself: test_weighted_bm25.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kolm_search import evaluate
@@ -27,55 +27,7 @@ from kolm_search.retrievers import BM25Retriever, FeedbackRetriever
 from kolm_search.retrievers.prf_weights import row_topk
 from kolm_search.types import SearchDocument
 from tests.conftest import synthetic_corpus
-
-WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "iota", "kappa", "x1", "y22", "foo_bar",
-         "supercalifragilisticexpialidocious"]
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@st.composite
-def corpora(draw: st.DrawFn) -> tuple[list[str], str]:
-    n = draw(st.integers(2, 14))
-    docs = [" ".join(draw(st.lists(st.sampled_from(WORDS), max_size=12))) for _ in range(n)]
-    query = " ".join(draw(st.lists(st.sampled_from([*WORDS, "unknownword"]), min_size=1, max_size=4)))
-    return docs, query
-
-
-def _retriever(docs: list[str], **kwargs: object) -> BM25Retriever:
-    return BM25Retriever([SearchDocument(id=f"d{i}", content=t) for i, t in enumerate(docs)], **kwargs)  # type: ignore[arg-type]
-
-
-# -- oracles ---------------------------------------------------------------------------
-def bm25_oracle(tokens: list[list[str]], query: dict[str, float], method: str, k1: float, b: float,
-                delta: float) -> dict[int, float]:
-    """Score of every document holding a positive-weight query term: sum w * idf * tf part."""
-    n = len(tokens)
-    avgdl = sum(len(t) for t in tokens) / n or 1.0
-    df = Counter(t for toks in tokens for t in set(toks))
-    out: dict[int, float] = {}
-    for d, toks in enumerate(tokens):
-        if not any(w > 0 and t in toks for t, w in query.items()):
-            continue
-        tf_d, norm, score = Counter(toks), 1 - b + b * len(toks) / avgdl, 0.0
-        for t, w in query.items():
-            if t not in df or w == 0:
-                continue
-            f, tf = df[t], tf_d[t]
-            idf = {"robertson": math.log(max(1.0, (n - f + 0.5) / (f + 0.5))),
-                   "lucene": math.log(1 + (n - f + 0.5) / (f + 0.5)), "atire": math.log(n / f),
-                   "bm25l": math.log((n + 1) / (f + 0.5)), "bm25+": math.log((n + 1) / f)}[method]
-            if method in ("robertson", "lucene"):
-                part = tf / (k1 * norm + tf)
-            elif method == "atire":
-                part = (k1 + 1) * tf / (tf + k1 * norm)
-            elif method == "bm25l":
-                c = tf / norm
-                part = (k1 + 1) * (c + delta) / (k1 + c + delta)
-            else:
-                part = (k1 + 1) * tf / (k1 * norm + tf) + delta
-            score += w * idf * part
-        out[d] = score
-    return out
+from tests.test_weighted_bm25 import SETTINGS, WORDS, corpora, make_retriever
 
 
 def _eligible(term: str, df: int, n_docs: int, ratio: float) -> bool:
@@ -140,72 +92,6 @@ def _assert_same_weights(got: dict[str, float], want: dict[str, float]) -> None:
         assert got[t] == pytest.approx(want[t], rel=1e-9, abs=1e-12), t
 
 
-# -- weighted BM25 ---------------------------------------------------------------------
-@SETTINGS
-@given(corpora(), st.sampled_from(["lucene", "robertson", "atire", "bm25l", "bm25+"]),
-       st.lists(st.floats(0, 5, allow_nan=False), min_size=4, max_size=4))
-def test_weighted_bm25_equals_plain_sum_of_weighted_term_scores(corpus: tuple[list[str], str], method: str,
-                                                                 weights: list[float]) -> None:
-    docs, _ = corpus
-    ret = _retriever(docs, method=method)
-    tokens = [ret.tokenizer(t) for t in ret.table.texts(ret.fields)]
-    terms = [ret.tokenizer(w)[0] for w in WORDS[:3]] + ["unknownword"]
-    query = dict(zip(terms, weights, strict=True))
-    d, s, c = ret.score_terms([query], len(docs))
-    as_float32 = {t: float(np.float32(w)) for t, w in query.items()}  # the kernel's precision
-    want = bm25_oracle(tokens, as_float32, method, ret.k1, ret.b, ret.delta)
-    got = dict(zip(d[0, :c[0]].tolist(), s[0, :c[0]].tolist(), strict=True))
-    assert set(got) == set(want)
-    for doc, score in want.items():
-        assert got[doc] == pytest.approx(score, rel=1e-4, abs=1e-4)
-    assert np.all(np.diff(s[0, :c[0]]) <= 0)
-
-
-@SETTINGS
-@given(corpora())
-def test_unit_weights_score_exactly_like_the_text(corpus: tuple[list[str], str]) -> None:
-    docs, query = corpus
-    ret = _retriever(docs, method="bm25+")
-    ptr, ids = ret.encode([query])
-    text = ret.score_texts([query], 5)
-    weighted = ret.score_weighted(ptr, ids, np.ones(len(ids)), 5)
-    for a, b in zip(text, weighted, strict=True):
-        np.testing.assert_array_equal(a, b)
-    repeats = Counter(ret.vocab[i] for i in ids)  # a repeated token is a weight of its count
-    np.testing.assert_allclose(ret.score_terms([dict(repeats)], 5)[1], text[1], rtol=1e-6)
-
-
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, 1e39])
-def test_bad_weights_name_the_query_and_term(bad: float) -> None:
-    ret = _retriever(["alpha beta", "beta gamma"])
-    with pytest.raises(KolmValueError, match=r"weighted query 1: term 'beta'"):
-        ret.score_weighted([0, 1, 2], [0, 1], [1.0, bad], 2)
-    if bad != 1e39:  # a Python float that overflows float32 only fails in CSR form
-        with pytest.raises(KolmValueError, match=r"weighted query 1: term 'beta' has weight"):
-            ret.score_terms([{"alpha": 1.0}, {"beta": bad}], 2)
-
-
-def test_weighted_query_input_errors() -> None:
-    ret = _retriever(["alpha beta", "beta gamma"])
-    with pytest.raises(KolmTypeError, match="weighted query 0 must be a mapping"):
-        ret.score_terms(["alpha"], 2)  # type: ignore[list-item]
-    with pytest.raises(KolmTypeError, match="sequence of mappings"):
-        ret.score_terms({"alpha": 1.0}, 2)  # type: ignore[arg-type]
-    with pytest.raises(KolmTypeError, match="term 3 is not a string"):
-        ret.score_terms([{3: 1.0}], 2)  # type: ignore[dict-item]
-    with pytest.raises(KolmValueError, match="term 'alpha' has weight True"):
-        ret.score_terms([{"alpha": True}], 2)
-    with pytest.raises(KolmValueError, match="outside the vocabulary"):
-        ret.score_weighted([0, 1], [99], [1.0], 2)
-    with pytest.raises(KolmValueError, match="q_ptr must start at 0"):
-        ret.score_weighted([0, 2], [0], [1.0], 2)
-    with pytest.raises(KolmValueError, match="one weight per term id"):
-        ret.score_weighted([0, 1], [0], [1.0, 2.0], 2)
-    # zero weights and unknown terms are dropped: nothing matches
-    d, s, c = ret.score_terms([{"alpha": 0.0, "nothere": 2.0}, {}], 2)
-    assert c.tolist() == [0, 0]
-
-
 # -- expansion oracles -----------------------------------------------------------------
 @SETTINGS
 @given(corpora(), st.integers(1, 4), st.integers(1, 6), st.sampled_from([0.0, 0.3, 0.5, 1.0]),
@@ -213,7 +99,7 @@ def test_weighted_query_input_errors() -> None:
 def test_rm3_matches_the_plain_python_relevance_model(corpus: tuple[list[str], str], fb_docs: int, fb_terms: int,
                                                       weight: float, ratio: float) -> None:
     docs, query = corpus
-    ret = _retriever(docs)
+    ret = make_retriever(docs)
     fr = FeedbackRetriever(ret, "rm3", fb_docs=fb_docs, fb_terms=fb_terms, original_weight=weight,
                            max_df_ratio=ratio)
     tokens = [ret.tokenizer(t) for t in ret.table.texts(ret.fields)]
@@ -230,7 +116,7 @@ def test_rm3_matches_the_plain_python_relevance_model(corpus: tuple[list[str], s
 def test_bo1_and_kl_match_plain_python_terrier(corpus: tuple[list[str], str], model: str, fb_docs: int,
                                                fb_terms: int) -> None:
     docs, query = corpus
-    ret = _retriever(docs)
+    ret = make_retriever(docs)
     fr = FeedbackRetriever(ret, model, fb_docs=fb_docs, fb_terms=fb_terms)  # type: ignore[arg-type]
     tokens = [ret.tokenizer(t) for t in ret.table.texts(ret.fields)]
     cf = Counter(t for toks in tokens for t in toks)
@@ -247,7 +133,7 @@ def test_bo1_and_kl_match_plain_python_terrier(corpus: tuple[list[str], str], mo
 def test_a_batch_expands_each_query_as_alone(corpus: tuple[list[str], str], queries: list[list[str]],
                                              model: str) -> None:
     docs, _ = corpus
-    fr = FeedbackRetriever(_retriever(docs), model, fb_docs=2, fb_terms=3)  # type: ignore[arg-type]
+    fr = FeedbackRetriever(make_retriever(docs), model, fb_docs=2, fb_terms=3)  # type: ignore[arg-type]
     texts = [" ".join(q) for q in queries]
     assert fr.expand(texts) == [fr.expand([t])[0] for t in texts]
 
@@ -276,7 +162,7 @@ def _client(fr: FeedbackRetriever) -> SearchClient:
 @pytest.mark.parametrize("model", ["rm3", "bo1", "kl"])
 def test_batch_equals_single_and_shows_the_expanded_query(model: str) -> None:
     docs = synthetic_corpus(150, 40, seed=3)
-    ret = _retriever(docs)
+    ret = make_retriever(docs)
     fr = FeedbackRetriever(ret, model)  # type: ignore[arg-type]
     client = _client(fr)
     queries = ["w1 w7", "w3 w12 w20", "w0", "nothinghere", "w5 w5 w9"]
@@ -305,7 +191,7 @@ def test_batch_equals_single_and_shows_the_expanded_query(model: str) -> None:
 
 
 def test_expansions_of_one_query_are_fused_and_each_shown() -> None:
-    ret = _retriever(synthetic_corpus(80, 30, seed=5))
+    ret = make_retriever(synthetic_corpus(80, 30, seed=5))
     fr = FeedbackRetriever(ret, "bo1")
     meta: dict[str, object] = {}
     frame = fr.retrieve_batch(QueryBatch(texts=["w1", "w2 w3"], owner=[0, 0], n_queries=1, limit=10, filters=[{}],
@@ -319,7 +205,7 @@ def test_expansions_of_one_query_are_fused_and_each_shown() -> None:
 def test_feedback_inside_a_composite_shows_its_query() -> None:
     from kolm_search import CompositeRetriever
 
-    ret = _retriever(synthetic_corpus(80, 30, seed=6))
+    ret = make_retriever(synthetic_corpus(80, 30, seed=6))
     fr = FeedbackRetriever(ret, "rm3", max_df_ratio=0.5)
     client = SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=CompositeRetriever([fr, ret])),
                           {"default_mode": "fulltext"})
@@ -345,7 +231,7 @@ def test_feedback_documents_respect_the_filter() -> None:
 
 
 def test_bad_parameters_are_named() -> None:
-    ret = _retriever(["alpha beta", "beta gamma"])
+    ret = make_retriever(["alpha beta", "beta gamma"])
     cases = [({"model": "rm4"}, "model must be one of"), ({"fb_docs": 0}, "fb_docs must be an integer"),
              ({"fb_docs": True}, "fb_docs must be"), ({"fb_terms": 2.5}, "fb_terms must be"),
              ({"original_weight": 1.5}, "original_weight must be"),
@@ -366,7 +252,7 @@ def test_bad_parameters_are_named() -> None:
 def test_counts_must_match_the_index_and_follow_a_rebuild() -> None:
     from kolm_search.retrievers.postings import Postings
 
-    ret = _retriever(["alpha beta", "beta gamma", "gamma delta alpha"])
+    ret = make_retriever(["alpha beta", "beta gamma", "gamma delta alpha"])
     wrong = Postings.from_tokens([["alpha"], ["beta", "delta"], ["gamma"]])
     with pytest.raises(KolmValueError, match="do not match the BM25 index"):
         FeedbackRetriever(ret, postings=wrong).expand(["beta"])
