@@ -49,6 +49,13 @@ def _bound(port: Any, seconds: float | None) -> float | None:
     return None if (type(port).__module__, type(port).__qualname__) in _NEVER_BLOCKS else seconds
 
 
+def _feedback(plan: QueryPlan) -> dict[str, Any] | None:
+    """The plan's pseudo-relevance feedback report (``plan.metadata["feedback"]``), if any."""
+    meta = plan.metadata
+    found = meta.get("feedback") if isinstance(meta, dict) else None
+    return found if isinstance(found, dict) else None
+
+
 def cache_key(plan: QueryPlan, request: SearchRequest) -> str:
     """Content-addressed cache key of the normalised query, mode, limit, offset, filters and
     context (see :mod:`kolm_search.cachekey`: types kept, arrays by dtype, shape and bytes).
@@ -172,7 +179,8 @@ class SearchPipeline:
         cached = await self._cache_get(key) if key else None
         if cached is not None:
             response = replace(cached, request=original, duration_ms=(time.perf_counter() - t_start) * 1000.0,
-                               metadata=SearchResponseMetadata(result_count=len(cached.results), cache_hit=True))
+                               metadata=SearchResponseMetadata(result_count=len(cached.results), cache_hit=True,
+                                                               feedback=_feedback(cached.plan)))
             await self._track(SEARCH_COMPLETED, self._payload(response, durations))
             return response
         context = SearchPipelineContext(request=req, plan=plan, started_at=started_at)
@@ -185,7 +193,7 @@ class SearchPipeline:
             pagination=SearchPagination(offset=req.offset, limit=req.limit, total_candidates=outcome.total),
             answer=outcome.answer,
             duration_ms=(time.perf_counter() - t_start) * 1000.0,
-            metadata=SearchResponseMetadata(result_count=len(results), cache_hit=False),
+            metadata=SearchResponseMetadata(result_count=len(results), cache_hit=False, feedback=_feedback(plan)),
         )
         if key:
             await self._cache_set(key, response)

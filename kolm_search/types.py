@@ -162,10 +162,17 @@ class SearchPagination:
 
 @dataclass
 class SearchResponseMetadata:
-    """Library-owned metadata attached to every response."""
+    """Library-owned metadata attached to every response.
+
+    ``feedback`` (an extension of the spec) is the expanded weighted query of
+    pseudo-relevance feedback, ``{"model": ..., "expanded": [{term: weight}, ...]}`` with one
+    dict per planned query, when a :class:`~kolm_search.retrievers.feedback.FeedbackRetriever`
+    searched; otherwise ``None``.
+    """
 
     result_count: int
     cache_hit: bool = False
+    feedback: dict[str, Any] | None = None
 
 
 @dataclass

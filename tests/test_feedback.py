@@ -174,6 +174,7 @@ def test_batch_equals_single_and_shows_the_expanded_query(model: str) -> None:
         np.testing.assert_allclose([d.score for d in single.results], batch.run[batch.run.qid == i].score, rtol=1e-6)
         for meta in (single.plan.metadata, batch.plans[i].metadata):
             assert meta["feedback"] == {"model": model, "expanded": [expanded[i]]}
+        assert single.metadata is not None and single.metadata.feedback == {"model": model, "expanded": [expanded[i]]}
         # the second pass is exactly BM25 on the visible weighted query
         d, s, c = ret.score_terms([expanded[i]], 20)
         assert ret.table.ids[d[0, :c[0]]].tolist() == [x.id for x in single.results]
@@ -302,3 +303,19 @@ def test_cli_eval_runs_the_feedback_pipelines(cranfield_dir: object, capsys: pyt
     assert main(["eval", str(cranfield_dir), "--pipeline", "bm25-bo1", "--metrics", "map", "--limit", "1000",
                  "--quiet"]) == 0
     assert "cranfield/bm25-bo1" in (out := capsys.readouterr().out) and "0.3366" in out  # benchmarks/README.md
+
+
+def test_response_metadata_shows_the_expanded_query_on_cache_hits_too() -> None:
+    from kolm_search.adapters import InMemoryCache
+
+    ret = make_retriever(synthetic_corpus(100, 30, seed=9))
+    fr = FeedbackRetriever(ret, "rm3")
+    client = SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=fr, cache=InMemoryCache()),
+                          {"default_mode": "fulltext"})
+    first = client.search_sync({"query": "w1 w4", "limit": 10})
+    again = client.search_sync({"query": "w1 w4", "limit": 10})
+    assert again.metadata is not None and again.metadata.cache_hit
+    assert first.metadata is not None and first.metadata.feedback == {"model": "rm3", "expanded": fr.expand(["w1 w4"])}
+    assert again.metadata.feedback == first.metadata.feedback
+    plain = _client_for(ret).search_sync({"query": "w1 w4", "limit": 10})
+    assert plain.metadata is not None and plain.metadata.feedback is None
