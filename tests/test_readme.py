@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,12 +42,16 @@ def test_readme_cli_line_lists_every_subcommand() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(_blocks("python"))))
-def test_readme_python_block_runs(index: int, tmp_path: Path) -> None:
+def test_readme_python_block_runs(index: int, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     code = _blocks("python")[index]
     for extra in re.findall(r"^# extra: (\w+)", code, flags=re.M):
         for module in EXTRA_MODULES[extra]:
             if importlib.util.find_spec(module) is None:
                 pytest.skip(f"block {index} needs the extra {extra!r}")
+    if 'CachedEmbedder(load_embedder("auto"), "cache/embeddings.sqlite")' in code:
+        # as on a second run: the test session already embedded Cranfield with this model (conftest)
+        (tmp_path / "cache").mkdir()
+        shutil.copy(request.getfixturevalue("cranfield_onnx_store"), tmp_path / "cache" / "embeddings.sqlite")
     script = tmp_path / f"readme_block_{index}.py"
     script.write_text(code, encoding="utf-8")
     env = {**os.environ, "KOLM_SEARCH_CACHE": str(tmp_path / "cache" / "datasets")}
