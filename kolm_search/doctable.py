@@ -181,8 +181,8 @@ class DocumentTable:
     def save(self, path: str | Path) -> None:
         """Write to a parquet file (tags and metadata as JSON text)."""
         df = self.frame.copy()
-        df["tags"] = df["tags"].map(lambda v: None if v is None else json.dumps(list(v)))
-        df["metadata"] = df["metadata"].map(lambda v: None if v is None else json.dumps(v, default=str))
+        df["tags"] = df["tags"].map(lambda v: None if v is None else json.dumps(list(v), default=_json_value))
+        df["metadata"] = df["metadata"].map(lambda v: None if v is None else json.dumps(v, default=_json_value))
         df.to_parquet(path, index=False)
 
     @classmethod
@@ -203,6 +203,16 @@ class DocumentTable:
 
     def __repr__(self) -> str:
         return f"DocumentTable({len(self)} documents)"
+
+
+def _json_value(v: Any) -> Any:
+    """A value JSON cannot write: numpy scalars and arrays as the Python values they hold (a
+    filter matches them alike before and after a save), anything else as its text."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return str(v)
 
 
 def _is_missing(v: Any) -> bool:

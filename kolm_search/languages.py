@@ -47,8 +47,11 @@ _CODES: dict[str, str | None] = {
 _BY_CODE = {code: name for name, code in _CODES.items() if code and name not in ("porter", "dutch_porter")}
 CJK_LANGUAGES: frozenset[str] = frozenset({"cjk", "chinese", "japanese", "korean", "zh", "ja", "ko"})
 
-# Han (with extensions and compatibility ideographs), Hiragana, Katakana, Hangul, bopomofo.
-_CJK_CLASS = (r"\u2e80-\u2fdf\u3005\u3007\u3021-\u3029\u3038-\u303b\u3040-\u30ff\u3100-\u312f"
+# Han (with extensions and compatibility ideographs), Hiragana, Katakana, Hangul (syllables and
+# jamo: NFKC turns compatibility jamo such as "ㅋ" into conjoining ones), bopomofo. Not the katakana
+# middle dot U+30FB: punctuation, a word break for Lucene's StandardTokenizer ("ジョン・スミス").
+_CJK_CLASS = (r"\u1100-\u11ff\u2e80-\u2fdf\u3005\u3007\u3021-\u3029\u3038-\u303b\u3040-\u30fa\u30fc-\u30ff"
+              r"\u3100-\u312f"
               r"\u3131-\u318f\u31a0-\u31bf\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f"
               r"\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f")
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
