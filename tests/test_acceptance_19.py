@@ -113,3 +113,74 @@ def test_bm25_index_with_numpy_metadata_filters_after_a_round_trip(tmp_path: Pat
     for r in (ret, back):
         mask = r.table.filter_mask({"year": {"$gt": 2001}})
         assert mask is not None and mask.tolist() == [False, True, True]
+
+
+# -- fusion ---------------------------------------------------------------------------------
+def test_fuse_frame_with_too_few_lists_is_a_clear_error() -> None:
+    from kolm_search.errors import KolmValueError
+    from kolm_search.frame import CandidateFrame
+    from kolm_search.fusion import fuse_frame
+
+    stacked = CandidateFrame.concat([CandidateFrame.from_ptr([0, 3], [5, 6, 7], [3.0, 2.0, 1.0]),
+                                     CandidateFrame.from_ptr([0, 2], [6, 8], [1.0, 0.5])])
+    for method in ("sum", "rrf", "condorcet", "bordafuse", "max"):
+        with pytest.raises(KolmValueError, match=r"list ids must lie in \[0, n_lists=1\)"):
+            fuse_frame(stacked, method=method, n_lists=1)
+    assert len(fuse_frame(stacked, method="sum", n_lists=3)) == 4  # an extra empty list is fine
+
+
+def _two_runs() -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+    rng = np.random.default_rng(5)
+    runs = {name: pd.DataFrame({"qid": np.repeat([f"q{i}" for i in range(4)], 6),
+                                "doc_id": [f"d{i}" for _ in range(4) for i in rng.permutation(6)],
+                                "score": rng.random(24)}) for name in ("bm25", "dense")}
+    qrels = pd.DataFrame({"qid": ["q0", "q1", "q2", "q3"], "doc_id": ["d1", "d2", "d5", "d0"],
+                          "relevance": [1, 2, 1, 1]})
+    return runs, qrels
+
+
+def test_optimize_fusion_takes_weight_vectors_by_run_name() -> None:
+    """Weights by run name work in fuse, params and fit_fusion: in a grid too, equal to the
+    same vectors in run order."""
+    from kolm_search import optimize_fusion
+
+    runs, qrels = _two_runs()
+    by_name = optimize_fusion(runs, qrels, "ndcg@5", method="wsum", norm="min-max",
+                              grid={"weights": [{"bm25": 0.3, "dense": 0.7}, {"dense": 0.0}]})
+    by_order = optimize_fusion(runs, qrels, "ndcg@5", method="wsum", norm="min-max",
+                               grid={"weights": [[0.3, 0.7], [1.0, 0.0]]})
+    assert by_name["params"] == by_order["params"] and by_name["score"] == by_order["score"]
+    assert by_name["trials"]["weights"].tolist() == by_order["trials"]["weights"].tolist()
+
+
+@pytest.mark.parametrize("grid, match", [
+    ({"weights": [{"sparse": 1.0}]}, "unknown runs"),
+    ({"weights": ["ab"]}, "not a vector"),
+    ({"weights": [[1, "x"]]}, "not a vector of numbers"),
+    ({"k": 10}, r"grid\['k'\] must be a list"),
+    ({"k": "10"}, r"grid\['k'\] must be a list"),
+])
+def test_bad_grids_are_clear_errors(grid: dict[str, Any], match: str) -> None:
+    from kolm_search import optimize_fusion
+    from kolm_search.errors import KolmValueError
+
+    runs, qrels = _two_runs()
+    with pytest.raises(KolmValueError, match=match):
+        optimize_fusion(runs, qrels, method="rrf", grid=grid)
+
+
+@pytest.mark.parametrize("method", ["wsum", "rrf", "probfuse", "bayesfuse", "sum"])
+def test_qrels_of_other_queries_are_an_error_not_a_nan_score(method: str) -> None:
+    """ranx asserts that qrels and runs share their queries; a fit on qrels judging none of the
+    runs' queries would train empty tables and pick a grid point by NaN scores."""
+    from kolm_search import fit_fusion, optimize_fusion
+    from kolm_search.errors import KolmValueError
+
+    runs, qrels = _two_runs()
+    other = qrels.assign(qid="elsewhere")
+    with pytest.raises(KolmValueError, match="judge no query of the runs"):
+        optimize_fusion(runs, other, method=method)
+    if method != "sum":  # sum has nothing to train nor search
+        with pytest.raises(KolmValueError, match="judge no query of the runs"):
+            fit_fusion(runs, other, method)
+    assert np.isfinite(optimize_fusion(runs, qrels, method=method)["score"])
