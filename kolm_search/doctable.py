@@ -28,7 +28,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.filters import FieldColumn, compile_filter, parse_filter
+from kolm_search.filters import FieldColumn, compile_filter, date_text, parse_filter
 from kolm_search.types import SearchDocument
 
 __all__ = ["DOCUMENT_FIELDS", "DocumentTable"]
@@ -206,8 +206,14 @@ class DocumentTable:
 
 
 def _json_value(v: Any) -> Any:
-    """A value JSON cannot write: numpy scalars and arrays as the Python values they hold (a
-    filter matches them alike before and after a save), anything else as its text."""
+    """A value JSON cannot write: numpy scalars and arrays as the Python values they hold, dates
+    as the text filters compare (so a filter matches them alike before and after a save),
+    anything else as its text."""
+    if v is pd.NaT or (isinstance(v, np.datetime64) and np.isnat(v)):
+        return None  # missing, as filters see it
+    text = date_text(v)
+    if text is not None:
+        return text
     if isinstance(v, np.generic):
         return v.item()
     if isinstance(v, np.ndarray):

@@ -184,3 +184,32 @@ def test_qrels_of_other_queries_are_an_error_not_a_nan_score(method: str) -> Non
         with pytest.raises(KolmValueError, match="judge no query of the runs"):
             fit_fusion(runs, other, method)
     assert np.isfinite(optimize_fusion(runs, qrels, method=method)["score"])
+
+
+# -- filters: dates and timestamps --------------------------------------------------------------
+def test_date_metadata_filters_alike_before_and_after_a_save(tmp_path: Path) -> None:
+    """A DataFrame's datetime column becomes Timestamp metadata; a saved table keeps it as text.
+    Filters on it (ISO strings or date operands) give the pandas answer on both."""
+    import datetime
+
+    rng = np.random.default_rng(11)
+    stamps = pd.to_datetime("2020-01-01") + pd.to_timedelta(rng.integers(0, 900, 30), unit="D")
+    stamps = stamps.where(rng.random(30) > 0.2)  # some NaT: missing
+    frame = pd.DataFrame({"id": [f"d{i}" for i in range(30)], "content": ["x"] * 30, "published": stamps})
+    table = DocumentTable.from_frame(frame)
+    table.save(tmp_path / "t.parquet")
+    back = DocumentTable.load(tmp_path / "t.parquet")
+    pub = frame.published
+    cases: list[tuple[dict[str, Any], pd.Series]] = [
+        ({"published": {"$gte": "2021-03"}}, pub >= "2021-03-01"),
+        ({"published": {"$lt": datetime.date(2020, 7, 1)}}, pub < "2020-07-01"),
+        ({"published": {"$gt": pd.Timestamp("2021-01-01")}, "$not": {"published": {"$gt": "2022"}}},
+         (pub > "2021-01-01") & ~(pub > "2022-01-01")),
+        ({"published": {"$exists": False}}, pub.isna()),
+        ({"published": {"$in": [stamps[3], np.datetime64(stamps[5])]}}, pub.isin([stamps[3], stamps[5]])),
+    ]
+    for f, want in cases:
+        for t in (table, back):
+            mask = t.filter_mask(f)
+            assert mask is not None
+            np.testing.assert_array_equal(mask, want.to_numpy(bool), err_msg=f"{f} {t is back}")
