@@ -63,7 +63,8 @@ def normalize_language(language: str) -> str:
     Parameters
     ----------
     language : str
-        A name (``"French"``), an ISO 639-1 code (``"fr"``), or a CJK name or code.
+        A name (``"French"``), an ISO 639-1 code (``"fr"``) or a BCP 47 tag starting with one
+        (``"pt-BR"``, ``"zh-Hans"``), or a CJK name or code.
 
     Raises
     ------
@@ -73,12 +74,13 @@ def normalize_language(language: str) -> str:
     if not isinstance(language, str):
         raise KolmValueError(f"language must be a str, got {type(language).__name__}")
     key = language.strip().lower().replace("-", "_")
-    if key in CJK_LANGUAGES:
-        return "cjk"
-    if key in _CODES:
-        return key
-    if key in _BY_CODE:
-        return _BY_CODE[key]
+    for candidate in (key, key.split("_")[0]):  # a BCP 47 tag ("pt-BR", "zh-Hans") by its language
+        if candidate in CJK_LANGUAGES:
+            return "cjk"
+        if candidate in _CODES:
+            return candidate
+        if candidate in _BY_CODE:
+            return _BY_CODE[candidate]
     known = ", ".join([*sorted(_CODES), "cjk"])
     raise KolmValueError(f"unknown language {language!r}; known: {known} (or their ISO 639-1 codes)")
 

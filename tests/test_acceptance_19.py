@@ -213,3 +213,20 @@ def test_date_metadata_filters_alike_before_and_after_a_save(tmp_path: Path) -> 
             mask = t.filter_mask(f)
             assert mask is not None
             np.testing.assert_array_equal(mask, want.to_numpy(bool), err_msg=f"{f} {t is back}")
+
+
+# -- languages: codes as applications write them -------------------------------------------------
+@pytest.mark.parametrize("tag, name", [("pt-BR", "portuguese"), ("en_US", "english"), ("zh-Hans", "cjk"),
+                                       ("zh-CN", "cjk"), ("ko-KR", "cjk"), ("ja-JP", "cjk"), ("FR-ca", "french"),
+                                       ("dutch_porter", "dutch_porter")])
+def test_bcp47_tags_name_their_language(tag: str, name: str) -> None:
+    assert Tokenizer(language=tag).language == name
+    assert Tokenizer(language=tag)("Os pesquisadores 東京 bigram") == Tokenizer(language=name)("Os pesquisadores 東京 bigram")
+
+
+@pytest.mark.parametrize("bad", ["xx-YY", "elvish", "_", "klingon-KL"])
+def test_unknown_tags_stay_errors(bad: str) -> None:
+    from kolm_search.errors import KolmValueError
+
+    with pytest.raises(KolmValueError, match="unknown language"):
+        Tokenizer(language=bad)
