@@ -230,3 +230,33 @@ def test_unknown_tags_stay_errors(bad: str) -> None:
 
     with pytest.raises(KolmValueError, match="unknown language"):
         Tokenizer(language=bad)
+
+
+# -- languages: scripts that write vowels as combining marks ---------------------------------------
+SENTENCES = {"hindi": "हिन्दी भाषा बहुत सुंदर है", "nepali": "नेपाली भाषा राम्रो छ",
+             "tamil": "தமிழ் மொழி மிகவும் அழகானது", "yiddish": "ייִדיש איז אַ שפּראַך"}
+
+
+@pytest.mark.parametrize("language", list(SENTENCES))
+def test_words_with_combining_marks_stay_whole(language: str) -> None:
+    """UAX#29 (Lucene's StandardTokenizer) keeps a word's marks (WB4): a space-separated
+    sentence splits into its words; Python's ``\\w`` alone cut them at every vowel sign."""
+    text = unicodedata.normalize("NFKC", SENTENCES[language])
+    bare = Tokenizer(language=language, stopwords=None, stemmer=None)
+    assert bare(text) == [w for w in text.split() if len(w) > 1]
+    stemmer = Tokenizer(language=language)._stem
+    stop = Tokenizer(language=language)._stop
+    assert Tokenizer(language=language)(text) == [stemmer.stemWord(w) for w in bare(text) if w not in stop]
+
+
+LETTERS = st.sampled_from(list("कखगनमरसतपहअइ") + list("தமழமொழநக"))
+MARKS = st.sampled_from(list("\u093f\u094d\u0941\u0947\u0902\u0bbf\u0bcd\u0bca\u0bbe"))
+WORD = st.lists(st.tuples(LETTERS, st.lists(MARKS, max_size=2)), min_size=1, max_size=5).map(
+    lambda parts: "".join(ch + "".join(m) for ch, m in parts))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(WORD, min_size=1, max_size=6))
+def test_marked_words_split_only_at_spaces(words: list[str]) -> None:
+    text = unicodedata.normalize("NFKC", " ".join(words))
+    assert Tokenizer(stopwords=None, stemmer=None)(text) == [w for w in text.split() if len(w) > 1]
