@@ -141,7 +141,8 @@ class DocumentTable:
     # -- filters (grammar and semantics: kolm_search.filters) ----------------------------
     def field_values(self, name: str) -> list[Any]:
         """One value per document of field ``name``: a document field, else a metadata key
-        (``metadata.<key>`` names a metadata key explicitly); ``None`` where absent.
+        (``metadata.<key>`` names a metadata key explicitly), else a dotted path into nested
+        metadata dicts (``author.name``); ``None`` where absent.
 
         Raises ``KolmValueError`` when no document has the field.
         """
@@ -149,6 +150,11 @@ class DocumentTable:
             return self.frame[name].tolist()
         key = name[len("metadata."):] if name.startswith("metadata.") else name
         metas = self.frame["metadata"].tolist()
+        if "." in key and not any(isinstance(m, Mapping) and key in m for m in metas):
+            path = key.split(".")  # a path into nested dicts ("author.name"), when no key is spelt so
+            values = [_nested(m, path) for m in metas]
+            if any(v is not _ABSENT for v in values):
+                return [None if v is _ABSENT else v for v in values]
         if not any(isinstance(m, Mapping) and key in m for m in metas):
             fields = sorted(set(DOCUMENT_FIELDS) - {"metadata"} | {k for m in metas if isinstance(m, Mapping) for k in m})
             raise KolmValueError(f"unknown filter field {name!r}; known fields: {fields[:20]}")
@@ -203,6 +209,18 @@ class DocumentTable:
 
     def __repr__(self) -> str:
         return f"DocumentTable({len(self)} documents)"
+
+
+_ABSENT = object()
+
+
+def _nested(value: Any, path: list[str]) -> Any:
+    """``value[path[0]][path[1]]...`` through dicts; ``_ABSENT`` where the path breaks off."""
+    for part in path:
+        if not isinstance(value, Mapping) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
 
 
 def _json_value(v: Any) -> Any:

@@ -13,7 +13,8 @@ Grammar (``filters`` of a request; every clause of a dict must hold)::
     operator  := $eq $ne $in $nin $gt $gte $lt $lte $exists | "$not": {operator: operand, ...}
 
 ``field`` is a document field (``id``, ``content``, ``title``, ``source``, ``tags``) or a
-metadata key (``metadata.<key>`` reaches a key shadowed by a field). Semantics follow MongoDB:
+metadata key (``metadata.<key>`` reaches a key shadowed by a field), or a dotted path into
+nested metadata dicts (``author.name``) where no key is spelt so. Semantics follow MongoDB:
 
 - A document's *elements* for a field are its value, or the items of a list value (tags);
   a value (or item) ``None`` or NaN is missing. A condition on a list matches when any element

@@ -260,3 +260,37 @@ WORD = st.lists(st.tuples(LETTERS, st.lists(MARKS, max_size=2)), min_size=1, max
 def test_marked_words_split_only_at_spaces(words: list[str]) -> None:
     text = unicodedata.normalize("NFKC", " ".join(words))
     assert Tokenizer(stopwords=None, stemmer=None)(text) == [w for w in text.split() if len(w) > 1]
+
+
+# -- filters: nested metadata -----------------------------------------------------------------------
+def test_dotted_paths_reach_nested_metadata_as_pandas_json_normalize() -> None:
+    rng = np.random.default_rng(3)
+    metas: list[dict[str, Any] | None] = []
+    for _ in range(40):
+        m: dict[str, Any] = {}
+        if rng.random() < 0.8:
+            m["author"] = {"name": str(rng.choice(["ann", "bob", "cy"]))}
+            if rng.random() < 0.7:
+                m["author"]["born"] = int(rng.integers(1950, 2000))
+        if rng.random() < 0.3:
+            m["author"] = "anonymous"  # not a dict: the path breaks off
+        metas.append(m or None)
+    docs = [SearchDocument(id=f"d{i}", content="x", metadata=m) for i, m in enumerate(metas)]
+    table = DocumentTable.from_documents(docs)
+    flat = pd.json_normalize([m or {} for m in metas])
+    name, born = flat["author.name"], flat["author.born"]  # NaN where author is a string or absent
+    cases: list[tuple[dict[str, Any], pd.Series]] = [
+        ({"author.name": "bob"}, name == "bob"),
+        ({"metadata.author.name": {"$in": ["ann", "cy"]}}, name.isin(["ann", "cy"])),
+        ({"author.born": {"$gte": 1975}}, born >= 1975),
+        ({"author.born": {"$exists": False}}, born.isna()),
+        ({"$or": [{"author.name": "ann"}, {"author": "anonymous"}]}, (name == "ann") | (flat["author"] == "anonymous")),
+    ]
+    for f, want in cases:
+        mask = table.filter_mask(f)
+        assert mask is not None
+        np.testing.assert_array_equal(mask, want.to_numpy(bool), err_msg=str(f))
+    with pytest.raises(Exception, match="unknown filter field 'author.nick'"):
+        table.filter_mask({"author.nick": "x"})
+    literal = DocumentTable.from_documents([SearchDocument(id="a", content="x", metadata={"a.b": 1, "a": {"b": 2}})])
+    assert literal.filter_mask({"a.b": 1}).tolist() == [True]  # a key spelt with a dot wins
