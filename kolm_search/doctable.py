@@ -28,7 +28,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.filters import FieldColumn, compile_filter, parse_filter
+from kolm_search.filters import FieldColumn, compile_filter, date_text, parse_filter
 from kolm_search.types import SearchDocument
 
 __all__ = ["DOCUMENT_FIELDS", "DocumentTable"]
@@ -141,7 +141,8 @@ class DocumentTable:
     # -- filters (grammar and semantics: kolm_search.filters) ----------------------------
     def field_values(self, name: str) -> list[Any]:
         """One value per document of field ``name``: a document field, else a metadata key
-        (``metadata.<key>`` names a metadata key explicitly); ``None`` where absent.
+        (``metadata.<key>`` names a metadata key explicitly), else a dotted path into nested
+        metadata dicts (``author.name``); ``None`` where absent.
 
         Raises ``KolmValueError`` when no document has the field.
         """
@@ -149,6 +150,11 @@ class DocumentTable:
             return self.frame[name].tolist()
         key = name[len("metadata."):] if name.startswith("metadata.") else name
         metas = self.frame["metadata"].tolist()
+        if "." in key and not any(isinstance(m, Mapping) and key in m for m in metas):
+            path = key.split(".")  # a path into nested dicts ("author.name"), when no key is spelt so
+            values = [_nested(m, path) for m in metas]
+            if any(v is not _ABSENT for v in values):
+                return [None if v is _ABSENT else v for v in values]
         if not any(isinstance(m, Mapping) and key in m for m in metas):
             fields = sorted(set(DOCUMENT_FIELDS) - {"metadata"} | {k for m in metas if isinstance(m, Mapping) for k in m})
             raise KolmValueError(f"unknown filter field {name!r}; known fields: {fields[:20]}")
@@ -181,8 +187,8 @@ class DocumentTable:
     def save(self, path: str | Path) -> None:
         """Write to a parquet file (tags and metadata as JSON text)."""
         df = self.frame.copy()
-        df["tags"] = df["tags"].map(lambda v: None if v is None else json.dumps(list(v)))
-        df["metadata"] = df["metadata"].map(lambda v: None if v is None else json.dumps(v, default=str))
+        df["tags"] = df["tags"].map(lambda v: None if v is None else json.dumps(list(v), default=_json_value))
+        df["metadata"] = df["metadata"].map(lambda v: None if v is None else json.dumps(v, default=_json_value))
         df.to_parquet(path, index=False)
 
     @classmethod
@@ -203,6 +209,34 @@ class DocumentTable:
 
     def __repr__(self) -> str:
         return f"DocumentTable({len(self)} documents)"
+
+
+_ABSENT = object()
+
+
+def _nested(value: Any, path: list[str]) -> Any:
+    """``value[path[0]][path[1]]...`` through dicts; ``_ABSENT`` where the path breaks off."""
+    for part in path:
+        if not isinstance(value, Mapping) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
+def _json_value(v: Any) -> Any:
+    """A value JSON cannot write: numpy scalars and arrays as the Python values they hold, dates
+    as the text filters compare (so a filter matches them alike before and after a save),
+    anything else as its text."""
+    if v is pd.NaT or (isinstance(v, np.datetime64) and np.isnat(v)):
+        return None  # missing, as filters see it
+    text = date_text(v)
+    if text is not None:
+        return text
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return str(v)
 
 
 def _is_missing(v: Any) -> bool:

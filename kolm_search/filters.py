@@ -13,7 +13,8 @@ Grammar (``filters`` of a request; every clause of a dict must hold)::
     operator  := $eq $ne $in $nin $gt $gte $lt $lte $exists | "$not": {operator: operand, ...}
 
 ``field`` is a document field (``id``, ``content``, ``title``, ``source``, ``tags``) or a
-metadata key (``metadata.<key>`` reaches a key shadowed by a field). Semantics follow MongoDB:
+metadata key (``metadata.<key>`` reaches a key shadowed by a field), or a dotted path into
+nested metadata dicts (``author.name``) where no key is spelt so. Semantics follow MongoDB:
 
 - A document's *elements* for a field are its value, or the items of a list value (tags);
   a value (or item) ``None`` or NaN is missing. A condition on a list matches when any element
@@ -24,6 +25,9 @@ metadata key (``metadata.<key>`` reaches a key shadowed by a field). Semantics f
   documents without the field; comparisons (``$gt`` ...) never match them.
 - ``$gt``, ``$gte``, ``$lt``, ``$lte`` take a number or a string; every present element of
   the field must be of that kind, else the filter is an error (comparison is impossible).
+- Dates, times and timestamps (``datetime``, ``pandas.Timestamp``, ``numpy.datetime64``), as
+  values or operands, are strings: their ``str`` (``2020-01-02``, ``2020-01-02 10:00:00``), the
+  form a saved table keeps, so ``{"published": {"$gte": "2020-06"}}`` compares ISO text.
 - ``$exists`` takes a bool.
 
 Anything else (an unknown field or operator, an operand of the wrong type, a NaN operand, an
@@ -34,6 +38,7 @@ once per table (:class:`FieldColumn`), each operator is one numpy/pandas operati
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import numbers
@@ -48,7 +53,7 @@ import pandas as pd
 from kolm_search.errors import FilterError, KolmTypeError, KolmValueError
 
 __all__ = ["FIELD_OPERATORS", "FieldColumn", "FilterError", "LOGICAL_OPERATORS", "MAX_DEPTH", "compile_filter",
-           "parse_filter"]
+           "date_text", "parse_filter"]
 
 FIELD_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$not")
 LOGICAL_OPERATORS = ("$and", "$or", "$nor", "$not")
@@ -73,12 +78,29 @@ Node = tuple[Any, ...]
 
 # -- values ----------------------------------------------------------------------------
 def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, (float, np.floating)) and math.isnan(value))
+    return (value is None or value is pd.NaT or (isinstance(value, (float, np.floating)) and math.isnan(value))
+            or (isinstance(value, np.datetime64) and bool(np.isnat(value))))
+
+
+def date_text(value: Any) -> str | None:
+    """The text of a date, time or timestamp (``datetime``, ``pandas.Timestamp``,
+    ``numpy.datetime64``) as ``str`` writes it (``2020-01-02``, ``2020-01-02 10:00:00``): how
+    filters compare them and how a saved table stores them; None for anything else."""
+    if _missing(value):
+        return None
+    if isinstance(value, np.datetime64):
+        value = pd.Timestamp(value)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return str(value)
+    return None
 
 
 def _canon(value: Any) -> Canon:
-    """``(kind, comparable value)``: numbers as Python int/float, bools apart, the rest as
-    sorted JSON."""
+    """``(kind, comparable value)``: numbers as Python int/float, bools apart, dates as their
+    text (:func:`date_text`), the rest as sorted JSON."""
+    text = date_text(value)
+    if text is not None:
+        return _STR, text
     if isinstance(value, (bool, np.bool_)):
         return _BOOL, bool(value)
     if isinstance(value, numbers.Integral):
@@ -117,8 +139,9 @@ def _operand(field: str, op: str, value: Any) -> Canon | None:
         return None
     if isinstance(value, (float, np.floating)) and math.isnan(value):
         raise KolmValueError(f"{_where(field, op)}: NaN never equals anything; use $exists for missing values")
-    if _is_values(value) or not isinstance(value, (str, numbers.Real, bool, np.bool_, Mapping)):
-        raise KolmTypeError(f"{_where(field, op)}: expected a single value (str, number, bool, None or dict), "
+    if _is_values(value) or not (isinstance(value, (str, numbers.Real, bool, np.bool_, Mapping))
+                                 or date_text(value) is not None):
+        raise KolmTypeError(f"{_where(field, op)}: expected a single value (str, number, bool, date, None or dict), "
                             f"got {type(value).__name__} {value!r:.60}")
     return _canon(value)
 
@@ -160,8 +183,9 @@ def _operator(field: str, op: str, arg: Any, depth: int) -> Node:
     if op in _RANGE:
         if isinstance(arg, np.ndarray) and arg.ndim == 0:
             arg = arg.item()
-        if isinstance(arg, (bool, np.bool_)) or not isinstance(arg, (str, numbers.Real)):
-            raise KolmTypeError(f"{_where(field, op)}: expected a number or a string, got {type(arg).__name__} {arg!r:.60}")
+        if isinstance(arg, (bool, np.bool_)) or not (isinstance(arg, (str, numbers.Real)) or date_text(arg) is not None):
+            raise KolmTypeError(f"{_where(field, op)}: expected a number or a string (or a date), "
+                                f"got {type(arg).__name__} {arg!r:.60}")
         kind, value = _canon(arg)
         if kind == _NUM and math.isnan(value):
             raise KolmValueError(f"{_where(field, op)}: NaN cannot be compared")

@@ -47,8 +47,11 @@ _CODES: dict[str, str | None] = {
 _BY_CODE = {code: name for name, code in _CODES.items() if code and name not in ("porter", "dutch_porter")}
 CJK_LANGUAGES: frozenset[str] = frozenset({"cjk", "chinese", "japanese", "korean", "zh", "ja", "ko"})
 
-# Han (with extensions and compatibility ideographs), Hiragana, Katakana, Hangul, bopomofo.
-_CJK_CLASS = (r"\u2e80-\u2fdf\u3005\u3007\u3021-\u3029\u3038-\u303b\u3040-\u30ff\u3100-\u312f"
+# Han (with extensions and compatibility ideographs), Hiragana, Katakana, Hangul (syllables and
+# jamo: NFKC turns compatibility jamo such as "ㅋ" into conjoining ones), bopomofo. Not the katakana
+# middle dot U+30FB: punctuation, a word break for Lucene's StandardTokenizer ("ジョン・スミス").
+_CJK_CLASS = (r"\u1100-\u11ff\u2e80-\u2fdf\u3005\u3007\u3021-\u3029\u3038-\u303b\u3040-\u30fa\u30fc-\u30ff"
+              r"\u3100-\u312f"
               r"\u3131-\u318f\u31a0-\u31bf\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f"
               r"\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f")
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
@@ -60,7 +63,8 @@ def normalize_language(language: str) -> str:
     Parameters
     ----------
     language : str
-        A name (``"French"``), an ISO 639-1 code (``"fr"``), or a CJK name or code.
+        A name (``"French"``), an ISO 639-1 code (``"fr"``) or a BCP 47 tag starting with one
+        (``"pt-BR"``, ``"zh-Hans"``), or a CJK name or code.
 
     Raises
     ------
@@ -70,12 +74,13 @@ def normalize_language(language: str) -> str:
     if not isinstance(language, str):
         raise KolmValueError(f"language must be a str, got {type(language).__name__}")
     key = language.strip().lower().replace("-", "_")
-    if key in CJK_LANGUAGES:
-        return "cjk"
-    if key in _CODES:
-        return key
-    if key in _BY_CODE:
-        return _BY_CODE[key]
+    for candidate in (key, key.split("_")[0]):  # a BCP 47 tag ("pt-BR", "zh-Hans") by its language
+        if candidate in CJK_LANGUAGES:
+            return "cjk"
+        if candidate in _CODES:
+            return candidate
+        if candidate in _BY_CODE:
+            return _BY_CODE[candidate]
     known = ", ".join([*sorted(_CODES), "cjk"])
     raise KolmValueError(f"unknown language {language!r}; known: {known} (or their ISO 639-1 codes)")
 

@@ -11,8 +11,10 @@ configurable and the configuration round-trips through JSON (for saved indexes).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from kolm_search.errors import KolmValueError
@@ -30,6 +32,30 @@ __all__ = ["ENGLISH_STOPWORDS", "Tokenizer"]
 _DEFAULT_PATTERN = r"(?u)\b\w\w+\b"
 
 
+@cache
+def _mark_class() -> str:
+    """Ranges of every combining mark (categories Mn, Mc, Me) for a regex character class.
+
+    Python's ``\\w`` leaves them out, so the default pattern cut words of the scripts that
+    write vowels and viramas as marks (Devanagari, Tamil, Hebrew points ...) into pieces."""
+    codes = [cp for cp in [*range(0x20000), *range(0xE0100, 0xE01F0)] if unicodedata.category(chr(cp))[0] == "M"]
+    ranges: list[list[int]] = []
+    for cp in codes:
+        if ranges and cp == ranges[-1][1] + 1:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp])
+    return "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
+
+
+@cache
+def _marked_words() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The default pattern with combining marks as word characters (two or more characters of
+    ``\\w`` or marks, a maximal run), and a search for a mark."""
+    w = f"[\\w{_mark_class()}]"
+    return re.compile(f"(?<!{w}){w}{w}+(?!{w})"), re.compile(f"[{_mark_class()}]")
+
+
 @dataclass
 class Tokenizer:
     """Text to tokens.
@@ -40,6 +66,8 @@ class Tokenizer:
     pattern : str, default ``(?u)\\b\\w\\w+\\b``
         Regular expression whose matches are the tokens (outside runs of CJK characters,
         which become overlapping character bigrams, as Lucene's ``CJKAnalyzer`` makes them).
+        The default counts combining marks as word characters (Hindi's vowel signs and
+        viramas, Hebrew points ...), which Python's ``\\w`` does not.
     stopwords : "auto", a language, None, or a collection of str
         Tokens removed before stemming. ``"auto"``: the list of ``language``; a language name
         or code (``"english"``, ``"fr"``): that language's list; ``None``: none.
@@ -104,12 +132,17 @@ class Tokenizer:
         """Tokens of one text, in order (repeats kept)."""
         if not isinstance(text, str):
             raise KolmValueError(f"Tokenizer expects str, got {type(text).__name__}")
+        regex = self._regex
         if not text.isascii():
             text = fold_width(text)
+            if self.pattern == _DEFAULT_PATTERN:
+                marked, mark = _marked_words()
+                if mark.search(text):
+                    regex = marked
         if has_cjk(text):
-            tokens = cjk_tokens(text.lower() if self.lowercase else text, self._regex.findall)
+            tokens = cjk_tokens(text.lower() if self.lowercase else text, regex.findall)
         else:
-            tokens = self._regex.findall(text.lower() if self.lowercase else text)
+            tokens = regex.findall(text.lower() if self.lowercase else text)
         if self._stop:
             stop = self._stop
             tokens = [t for t in tokens if t not in stop]

@@ -11,7 +11,7 @@ are trained once per distinct training setting.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,9 +55,29 @@ def _weight_grid(n_runs: int) -> list[tuple[float, ...]]:
     return out
 
 
+def _weight_vector(w: Any, names: Sequence[str]) -> tuple[float, ...]:
+    """One point of a weights axis: a vector in run order, or a dict by run name (missing: 1)."""
+    if isinstance(w, Mapping):
+        unknown = sorted(set(map(str, w)) - set(names))
+        if unknown:
+            raise KolmValueError(f"grid['weights'] names unknown runs {unknown} (runs: {list(names)})")
+        by_name = {str(k): v for k, v in w.items()}
+        w = [by_name.get(n, 1.0) for n in names]
+    if isinstance(w, (str, bytes)) or not isinstance(w, Iterable):
+        raise KolmValueError(f"grid['weights'] holds {w!r:.60}, not a vector of weights")
+    try:
+        vector = tuple(float(x) for x in w)
+    except (TypeError, ValueError) as exc:
+        raise KolmValueError(f"grid['weights'] holds {w!r:.60}, not a vector of numbers") from exc
+    if len(vector) != len(names):
+        raise KolmValueError(f"weight vector {vector} does not have one entry per run ({len(names)})")
+    return vector
+
+
 def _grid(method: str, grid: Mapping[str, Sequence[Any]] | None, fixed: Mapping[str, Any],
-          n_runs: int) -> dict[str, list[Any]]:
+          names: Sequence[str]) -> dict[str, list[Any]]:
     """The grid: the given axes, then a default axis for each free parameter not fixed."""
+    n_runs = len(names)
     spec = METHODS[method]
     accepted = set(spec.params) | set(spec.tunable) | ({"weights"} if spec.weights else set())
     given = dict(grid or {})
@@ -71,15 +91,15 @@ def _grid(method: str, grid: Mapping[str, Sequence[Any]] | None, fixed: Mapping[
     for name in spec.tunable:
         if name not in given and name not in fixed:
             axes[name] = _weight_grid(n_runs) if name == "weights" else list(DEFAULT_GRID[name])
-    axes.update({name: list(values) for name, values in given.items()})
+    for name, values in given.items():
+        if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+            raise KolmValueError(f"grid[{name!r}] must be a list of values to try, got {values!r:.60}")
+        axes[name] = list(values)
     for name, values in axes.items():
         if not values:
             raise KolmValueError(f"grid[{name!r}] is empty")
         if name == "weights":
-            axes[name] = [tuple(float(x) for x in w) for w in values]
-            for w in axes[name]:
-                if len(w) != n_runs:
-                    raise KolmValueError(f"weight vector {w} does not have one entry per run ({n_runs})")
+            axes[name] = [_weight_vector(w, names) for w in values]
     order = [n for n in ("k", *DEFAULT_GRID, "weights") if n in axes]  # k first, weights last: as before
     return {n: axes[n] for n in order + [n for n in axes if n not in order]}
 
@@ -99,7 +119,8 @@ def optimize_fusion(runs: Mapping[str, Any] | Sequence[Any], qrels: Any, metric:
     method : str
         Any fusion method (see :func:`kolm_search.fuse`).
     grid : dict, optional
-        Values to try per parameter, e.g. ``{"k": [...], "weights": [[w1, w2, ...], ...]}``.
+        Values to try per parameter, e.g. ``{"k": [...], "weights": [[w1, w2, ...], ...]}``
+        (a weight vector in run order, or a dict by run name whose missing runs weigh 1).
         A free parameter of the method left out of ``grid`` and ``params`` gets a default
         axis (:data:`DEFAULT_GRID`; weights: normalised vectors of steps 0, .25, .5, .75, 1):
         ``k`` and ``weights`` for rrf, ``weights`` for wsum, wmnz, mixed, w_bordafuse and
@@ -177,8 +198,11 @@ def _search(runs: Mapping[str, Any] | Sequence[Any], qrels: Any, method: str, no
         qrels_df = pick(qrels_df)
     prepared, _ = prepare_runs(frames)
     fixed = dict(params or {})
-    axes = _grid(name, grid, fixed, len(prepared.names))
+    axes = _grid(name, grid, fixed, prepared.names)
     spec = METHODS[name]
+    if (spec.supervised or always_score or axes) and not (
+            set(map(str, prepared.q_uniques)) & set(qrels_df["qid"].astype(str))):
+        raise KolmValueError("qrels judge no query of the runs: nothing to train or score on")
     judged = judge(prepared, qrels_df, relevance_level=relevance_level) if spec.supervised else None
     tables: dict[tuple[Any, ...], dict[str, Any]] = {}
     rows, fitted = [], []

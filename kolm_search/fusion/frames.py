@@ -96,6 +96,8 @@ def fuse_frame(frame: CandidateFrame, *, method: str = "rrf", k: float | None = 
     _check_limit(limit)
     lists = np.zeros(len(frame), np.int64) if frame.list_id is None else frame.list_id.astype(np.int64)
     nl = int(n_lists if n_lists is not None else (lists.max() + 1 if len(lists) else 1))
+    if len(lists) and (int(lists.min()) < 0 or int(lists.max()) >= nl):
+        raise KolmValueError(f"list ids must lie in [0, n_lists={nl}), got [{int(lists.min())}, {int(lists.max())}]")
     name, norm_name, checked = resolve(method, norm, params, nl, k=k, weights=weights)
     nd = int(n_docs if n_docs is not None else (frame.doc.max() + 1 if len(frame) else 1))
     entries = Entries.build(frame.ptr, lists, frame.doc.astype(np.int64), frame.score.astype(np.float64), nl, nd,
