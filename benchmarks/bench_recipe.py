@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--embeddings", help="a saved (1400, 384) float32 .npy of Cranfield's MiniLM embeddings")
     parser.add_argument("--save-embeddings", help="write the corpus embeddings there")
     parser.add_argument("--folds", type=int, default=5)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     args = parser.parse_args()
     ds = load_beir(packaged_datasets()["cranfield"])
     table = DocumentTable.from_frame(ds.corpus[["id", "title", "content"]])
@@ -112,10 +112,20 @@ def main() -> None:
     print("best configurations on all queries (in-sample, for reading only):")
     for n, v in sorted(full.items(), key=lambda kv: -kv[1])[:8]:
         print(f"  {v:.4f}  {n}")
+    summary = []
     for seed in args.seeds:
         cv = cross_validate(candidates, qrels, baseline, folds=args.folds, seed=seed)
-        print(f"\n### {args.folds}-fold CV, seed {seed}\n")
-        print(cv.to_markdown())
+        if seed == args.seeds[0]:
+            print(f"\n### {args.folds}-fold CV, seed {seed}\n")
+            print(cv.to_markdown())
+        chosen = cv.folds["chosen"].value_counts()
+        summary.append((seed, cv.mean, cv.baseline_mean, cv.delta, cv.p_value, f"{chosen.iloc[0]}/{args.folds} {chosen.index[0]}"))
+    print(f"\n### {args.folds}-fold CV, one row per seed of the split\n")
+    print("| seed | hybrid_plus (CV) | hybrid | delta | p (paired t) | most chosen |\n|---|---|---|---|---|---|")
+    for seed, mean, base, delta, p, most in summary:
+        print(f"| {seed} | {mean:.4f} | {base:.4f} | {delta:+.4f} | {p:.3g} | {most} |")
+    deltas = np.array([row[3] for row in summary])
+    print(f"\nmean delta over {len(deltas)} seeds: {deltas.mean():+.4f} (min {deltas.min():+.4f}, max {deltas.max():+.4f})")
 
 
 if __name__ == "__main__":
