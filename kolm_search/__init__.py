@@ -27,7 +27,7 @@ from kolm_search.errors import (
     SchemaValidationError,
     SearchError,
 )
-from kolm_search.evaluation import Experiment, compare, evaluate, optimize_fusion
+from kolm_search.evaluation import Experiment, compare, cross_validate, evaluate, optimize_fusion
 from kolm_search.evaluation.optimize import fit_fusion
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import FittedFusion, fuse, merge_with_rrf, rrf_score
@@ -116,6 +116,7 @@ __all__ = [
     "Tokenizer",
     "__version__",
     "compare",
+    "cross_validate",
     "evaluate",
     "fit_fusion",
     "fuse",

@@ -31,7 +31,7 @@ EXPECTED_ALL = [
     "SearchDocument", "SearchError", "SearchMode", "SearchPagination", "SearchPipeline",
     "SearchPipelineContext", "SearchPipelineModules", "SearchPipelineOptions", "SearchRequest",
     "SearchResponse", "SearchResponseMetadata", "Synthesizer", "Telemetry", "__version__",
-    "merge_with_rrf", "rrf_score", "FittedFusion", "fit_fusion", "FeedbackRetriever",
+    "merge_with_rrf", "rrf_score", "FittedFusion", "fit_fusion", "FeedbackRetriever", "cross_validate",
 ]
 
 

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kolm_search import (
     PIPELINE_STAGES,
@@ -10,6 +13,7 @@ from kolm_search import (
     SearchError,
     SearchPipelineContext,
     SearchRequest,
+    fuse,
 )
 from tests.fakes import AsyncListRetriever, FailingRetriever, ListLogger, ListRetriever, SlowRetriever
 from tests.test_rrf import oracle_rrf
@@ -90,3 +94,66 @@ def test_bad_construction(kwargs: dict[str, object], match: str) -> None:
 def test_child_without_retrieve_is_type_error() -> None:
     with pytest.raises(TypeError, match="retrievers\\[0\\]"):
         CompositeRetriever([object()])  # type: ignore[list-item]
+
+
+# -- fusion methods, normalisations and depth beyond RRF ---------------------------------------
+
+def scored(ids: list[str], scores: list[float]) -> list[SearchDocument]:
+    return [SearchDocument(id=i, content=i, score=s) for i, s in zip(ids, scores, strict=True)]
+
+
+def as_run(docs: list[SearchDocument]) -> pd.DataFrame:
+    return pd.DataFrame({"qid": "q", "doc_id": [x.id for x in docs], "score": [x.score for x in docs],
+                         "rank": range(len(docs))})
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), method=st.sampled_from(["rrf", "sum", "mnz", "max", "med", "isr", "bordafuse"]),
+       norm=st.sampled_from([None, "min-max", "zmuv", "sum", "max"]), limit=st.integers(1, 12),
+       depth=st.one_of(st.none(), st.integers(1, 15)), weighted=st.booleans())
+async def test_methods_and_depth_match_fuse(data: st.DataObject, method: str, norm: str | None, limit: int,
+                                            depth: int | None, weighted: bool) -> None:
+    """Each child gives ``max(depth, limit)`` documents; the fused list is ``fuse`` of those runs."""
+    lists = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        ids = data.draw(st.lists(st.sampled_from("abcdefghijklmnop"), min_size=0, max_size=15, unique=True))
+        vals = sorted(data.draw(st.lists(st.integers(-5, 20), min_size=len(ids), max_size=len(ids))), reverse=True)
+        lists.append(scored(ids, [float(v) for v in vals]))
+    weights = [float(w) for w in data.draw(st.lists(st.integers(1, 4), min_size=len(lists), max_size=len(lists)))] \
+        if weighted and method not in ("max", "med") else None
+    comp = CompositeRetriever([ListRetriever(x) for x in lists], k=7, method=method, norm=norm, depth=depth,
+                              weights=weights)
+    got = await comp.retrieve(ctx(limit))
+    wanted = max(depth or 0, limit)
+    runs = [as_run(x[:wanted]) for x in lists]
+    expected = fuse(runs, method, k=7 if method == "rrf" else None, weights=weights, norm=norm, limit=limit)
+    assert [x.id for x in got] == list(expected["doc_id"])
+    assert [x.score for x in got] == pytest.approx(list(expected["score"]), rel=1e-9, abs=1e-12)
+
+
+def test_default_keeps_the_spec_path_and_repr() -> None:
+    comp = CompositeRetriever([ListRetriever(d("ab"))])
+    assert comp.method == "rrf" and comp.norm is None and comp.depth is None
+    assert "method" not in repr(comp)
+    assert "norm='zmuv'" in repr(CompositeRetriever([ListRetriever(d("ab"))], method="sum", norm="z-score"))
+
+
+async def test_score_methods_need_scores() -> None:
+    comp = CompositeRetriever([ListRetriever(d("ab")), ListRetriever(d("ba"))], method="sum", norm="min-max")
+    with pytest.raises(SearchError, match="without a score") as info:
+        await comp.retrieve(ctx())
+    assert info.value.stage == "composite-retriever"
+    ranked = await CompositeRetriever([ListRetriever(d("ab")), ListRetriever(d("ba"))], method="isr",
+                                      depth=5).retrieve(ctx())  # rank-based: no scores needed
+    assert sorted(x.id for x in ranked) == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"depth": 0}, "depth"), ({"depth": 2.5}, "depth"), ({"depth": True}, "depth"), ({"method": "nope"}, "method"),
+     ({"norm": "nope"}, "norm"), ({"method": "probfuse"}, "trained|training|fit_fusion|requires|needs"),
+     ({"method": "max", "weights": [1.0]}, "weight")],
+)
+def test_bad_fusion_options(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        CompositeRetriever([ListRetriever()], **kwargs)  # type: ignore[arg-type]

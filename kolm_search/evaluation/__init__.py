@@ -1,15 +1,21 @@
-"""Offline evaluation: trec_eval-exact metrics, significance tests, experiments, fusion tuning."""
+"""Offline evaluation: trec_eval-exact metrics, significance tests, experiments, fusion tuning,
+cross-validation."""
 
 from kolm_search.evaluation.compare import compare, paired_test, per_query_table
+from kolm_search.evaluation.crossval import CrossValidation, cross_validate, grid_points, make_folds
 from kolm_search.evaluation.experiment import Experiment
 from kolm_search.evaluation.metrics import evaluate, parse_metric
 from kolm_search.evaluation.optimize import optimize_fusion
 from kolm_search.evaluation.runner import run_queries
 
 __all__ = [
+    "CrossValidation",
     "Experiment",
     "compare",
+    "cross_validate",
     "evaluate",
+    "grid_points",
+    "make_folds",
     "optimize_fusion",
     "paired_test",
     "parse_metric",

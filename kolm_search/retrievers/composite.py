@@ -1,15 +1,22 @@
-"""``CompositeRetriever``: fan out to child retrievers concurrently, fuse with RRF."""
+"""``CompositeRetriever``: fan out to child retrievers concurrently, fuse with RRF (or any
+unsupervised fusion method of :mod:`kolm_search.fusion`)."""
 
 from __future__ import annotations
 
 import asyncio
+import numbers
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal
+
+import numpy as np
 
 from kolm_search._aio import log, resolve
 from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
+from kolm_search.fusion.frames import resolve as resolve_fusion
+from kolm_search.fusion.methods import METHODS
 from kolm_search.ports import Logger, Retriever
 from kolm_search.types import SearchDocument, SearchPipelineContext, as_documents
 
@@ -26,7 +33,8 @@ def retriever_name(retriever: Any) -> str:
 
 
 class CompositeRetriever:
-    """Runs child retrievers concurrently and fuses their lists with (weighted) RRF.
+    """Runs child retrievers concurrently and fuses their lists with (weighted) RRF, or
+    another fusion method over normalised scores.
 
     Parameters
     ----------
@@ -41,10 +49,24 @@ class CompositeRetriever:
     logger : Logger, optional
         Receives best-effort failures as warnings.
     weights : list of float, optional
-        One weight per child (weighted RRF, beyond the spec).
+        One weight per child (weighted RRF, beyond the spec; with ``method="wsum"`` the
+        weights of the convex combination).
+    method : str, default "rrf"
+        Fusion method: a name of :data:`~kolm_search.fusion.FUSION_METHODS` that needs no
+        training (``"rrf"``, ``"wsum"``, ``"sum"``, ``"mnz"``, ``"max"``, ``"bordafuse"``,
+        ...); ``k`` applies where the method takes it.
+    norm : str, optional
+        Score normalisation of each child's list before fusion (``"min-max"``, ``"zmuv"``,
+        ...; see :data:`~kolm_search.fusion.NORMALIZATIONS`); None keeps the scores.
+    depth : int, optional
+        Candidates asked of each child: ``max(depth, target_limit)`` (capped at the table's
+        size on the batch path). Default: ``target_limit``, the spec's behaviour, so deeper
+        pages also fuse deeper lists.
 
     The fused list is cut at ``context.plan.target_limit``; each document carries its
-    fused score.
+    fused score. With the defaults (``method="rrf"``, no ``norm``, no ``depth``) the
+    documents path is the spec's ``merge_with_rrf``; otherwise both paths fuse with
+    :func:`~kolm_search.fusion.fuse_frame`, so ``retrieve`` and ``retrieve_batch`` agree.
     """
 
     def __init__(
@@ -55,6 +77,9 @@ class CompositeRetriever:
         logger: Logger | None = None,
         *,
         weights: Sequence[float] | None = None,
+        method: str = "rrf",
+        norm: str | None = None,
+        depth: int | None = None,
     ) -> None:
         retrievers = list(retrievers)
         if not retrievers:
@@ -69,6 +94,23 @@ class CompositeRetriever:
         self.strategy: Strategy = strategy
         self.logger = logger
         self.weights = None if weights is None else list(check_weights(weights, len(retrievers)))
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, numbers.Integral) or depth < 1):
+            raise KolmValueError(f"depth must be a positive integer or None, got {depth!r}")
+        self.depth = None if depth is None else int(depth)
+        self.method, self.norm, _ = resolve_fusion(method, norm, None, len(retrievers), k=self.k, weights=self.weights)
+        if METHODS[self.method].supervised:
+            raise KolmValueError(f"method {method!r} must be trained on qrels (fit_fusion); "
+                                 "CompositeRetriever takes the methods that need no training")
+
+    @property
+    def _spec_rrf(self) -> bool:
+        """True when the spec's document path (``merge_with_rrf``, children cut at the target) applies."""
+        return self.method == "rrf" and self.norm is None and self.depth is None
+
+    def _fuse(self, frame: CandidateFrame, weights: list[float] | None, limit: int, n_lists: int,
+              n_docs: int) -> CandidateFrame:
+        return fuse_frame(frame, method=self.method, k=self.k, weights=weights, norm=self.norm, limit=limit,
+                          n_lists=n_lists, n_docs=n_docs)
 
     async def _run_child(self, index: int, context: SearchPipelineContext) -> list[SearchDocument]:
         retriever = self.retrievers[index]
@@ -77,15 +119,43 @@ class CompositeRetriever:
 
     async def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
         """Fan out, fuse, and return at most ``context.plan.target_limit`` documents."""
+        target = int(context.plan.target_limit)
+        child_context = context
+        if self.depth is not None and self.depth > target:
+            child_context = replace(context, plan=replace(context.plan, target_limit=self.depth))
         tasks: list[asyncio.Future[list[SearchDocument]]] = [
-            asyncio.ensure_future(self._run_child(i, context)) for i in range(len(self.retrievers))
+            asyncio.ensure_future(self._run_child(i, child_context)) for i in range(len(self.retrievers))
         ]
         if self.strategy == "fail-fast":
             lists = await self._fail_fast(tasks)
             weights = self.weights
         else:
             lists, weights = await self._best_effort(tasks)
-        return merge_with_rrf(lists, {}, int(context.plan.target_limit), self.k, weights=weights)
+        if self._spec_rrf:
+            return merge_with_rrf(lists, {}, target, self.k, weights=weights)
+        return self._fuse_documents(lists, weights, target)
+
+    def _fuse_documents(self, lists: list[list[SearchDocument]], weights: list[float] | None,
+                        limit: int) -> list[SearchDocument]:
+        """Fuse document lists with :meth:`_fuse` (ids coded by first appearance)."""
+        first: dict[str, SearchDocument] = {}
+        code: dict[str, int] = {}
+        frames: list[CandidateFrame] = []
+        needs_scores = not METHODS[self.method].rank_based or self.norm not in (None, "rank", "borda")
+        for li, docs in enumerate(lists):
+            codes, scores = [], []
+            for rank, doc in enumerate(docs):
+                if needs_scores and (doc.score is None or doc.score != doc.score):
+                    raise SearchError(_STAGE, f"retrievers[{li}] returned document {doc.id!r} (rank {rank}) without a "
+                                              f"score; fusion {self.method!r} (norm {self.norm!r}) needs scores")
+                first.setdefault(doc.id, doc)
+                codes.append(code.setdefault(doc.id, len(code)))
+                scores.append(0.0 if doc.score is None else float(doc.score))
+            frames.append(CandidateFrame.from_ptr([0, len(codes)], np.asarray(codes, np.int64),
+                                                  np.asarray(scores, np.float64)))
+        fused = self._fuse(CandidateFrame.concat(frames), weights, limit, len(frames), max(len(code), 1))
+        by_code = list(first.values())  # codes follow first appearance, as ``first`` does
+        return [replace(by_code[int(c)], score=float(sc)) for c, sc in zip(fused.doc, fused.score, strict=True)]
 
     async def _fail_fast(self, tasks: list[asyncio.Future[list[SearchDocument]]]) -> list[list[SearchDocument]]:
         pending: set[asyncio.Future[list[SearchDocument]]] = set(tasks)
@@ -160,9 +230,12 @@ class CompositeRetriever:
         frames: list[CandidateFrame] = []
         weights: list[float] = []
         errors: list[BaseException] = []
+        child_batch = batch
+        if self.depth is not None and min(self.depth, len(table)) > batch.limit:
+            child_batch = replace(batch, limit=min(self.depth, len(table)))
         for index, child in enumerate(self.retrievers):
             try:
-                frames.append(child.retrieve_batch(batch))  # type: ignore[attr-defined]
+                frames.append(child.retrieve_batch(child_batch))  # type: ignore[attr-defined]
                 weights.append(1.0 if self.weights is None else self.weights[index])
             except Exception as exc:
                 if isinstance(exc, FilterError):  # the query's filter is bad: fails every child alike
@@ -176,9 +249,9 @@ class CompositeRetriever:
         if not frames:
             raise SearchError(_STAGE, f"all {len(self.retrievers)} retrievers failed; first error: {errors[0]}", cause=errors[0])
         stacked = CandidateFrame.concat(frames)
-        return fuse_frame(stacked, method="rrf", k=self.k, weights=weights, limit=batch.limit,
-                          n_lists=len(frames), n_docs=max(len(table), 1))
+        return self._fuse(stacked, weights, batch.limit, len(frames), max(len(table), 1))
 
     def __repr__(self) -> str:
         names = ", ".join(retriever_name(r) for r in self.retrievers)
-        return f"CompositeRetriever([{names}], k={self.k:g}, strategy={self.strategy!r})"
+        extra = "" if self._spec_rrf else f", method={self.method!r}, norm={self.norm!r}, depth={self.depth!r}"
+        return f"CompositeRetriever([{names}], k={self.k:g}, strategy={self.strategy!r}{extra})"

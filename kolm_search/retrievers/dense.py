@@ -157,6 +157,11 @@ class DenseRetriever:
         Fields embedded (joined with a space).
     fusion_k : float, default 60
         RRF constant for expanded queries.
+    embed_queries : bool, default False
+        Always embed the query texts with ``embedder``, ignoring the query embeddings the
+        pipeline passes (those of the pipeline's embedder): for a second dense retriever
+        whose model differs from the pipeline's (e.g. an :class:`~kolm_search.adapters.LSAEmbedder`
+        beside MiniLM in one composite). Not saved by :meth:`save`.
 
     Notes
     -----
@@ -169,7 +174,7 @@ class DenseRetriever:
     def __init__(self, documents: Any, embedder: Embedder | None = None, *,
                  embeddings: npt.ArrayLike | None = None, metric: Metric = "cosine",
                  fields: Sequence[str] = ("title", "content"), fusion_k: float = 60,
-                 batch_size: int = 4096, n_threads: int | None = None) -> None:
+                 batch_size: int = 4096, n_threads: int | None = None, embed_queries: bool = False) -> None:
         if metric not in ("cosine", "ip"):
             raise KolmValueError(f"metric must be 'cosine' or 'ip', got {metric!r}")
         if not check.finite_real(fusion_k) or fusion_k < 0:
@@ -182,7 +187,10 @@ class DenseRetriever:
             self.table = DocumentTable.from_documents(documents)
         if embedder is not None and not callable(getattr(embedder, "embed", None)):
             raise KolmTypeError(f"embedder must have an 'embed' method, got {type(embedder).__name__}")
+        if embed_queries and embedder is None:
+            raise KolmValueError("DenseRetriever(embed_queries=True) needs an embedder")
         self.embedder = embedder
+        self.embed_queries = bool(embed_queries)
         self.metric: Metric = metric
         self.fields = tuple(fields)
         self.fusion_k = float(fusion_k)
@@ -217,7 +225,7 @@ class DenseRetriever:
         mask_ids, masks = text_masks(batch, self.table)  # a bad filter fails in every mode
         if batch.mode == "fulltext" or len(self.table) == 0:
             return CandidateFrame.empty(batch.n_queries)
-        vectors = batch.embeddings
+        vectors = None if getattr(self, "embed_queries", False) else batch.embeddings
         if vectors is None:
             if self.embedder is None:
                 raise SearchError("retriever", "DenseRetriever got no query embeddings and has no embedder")
