@@ -138,6 +138,20 @@ class DocumentTable:
             ))
         return out
 
+    # -- new tables (incremental indexes) -----------------------------------------------
+    def take(self, rows: npt.ArrayLike) -> DocumentTable:
+        """A new table of the rows ``rows`` (int64 codes or a bool mask (n_docs,)), in order."""
+        rows = np.asarray(rows)
+        return DocumentTable(self.frame.iloc[np.flatnonzero(rows) if rows.dtype == bool else rows])
+
+    @classmethod
+    def concat(cls, tables: Sequence[DocumentTable]) -> DocumentTable:
+        """A new table holding the rows of ``tables`` one after the other (ids must stay unique)."""
+        if not tables:
+            return cls(pd.DataFrame(columns=list(DOCUMENT_FIELDS)))
+        frames = [t.frame for t in tables if len(t)] or [tables[0].frame]  # empty frames: pandas warns
+        return cls(pd.concat(frames, ignore_index=True))
+
     # -- filters (grammar and semantics: kolm_search.filters) ----------------------------
     def field_values(self, name: str) -> list[Any]:
         """One value per document of field ``name``: a document field, else a metadata key
