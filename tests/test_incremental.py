@@ -333,3 +333,50 @@ def test_pending_changes_are_merged_by_save_and_mmap_load_continues(tmp_path: Pa
     live = [d for d in _docs(9) if d["id"] not in ("d0", "d6", "d3")]
     assert_same_bm25(loaded, live)
     assert isinstance(BM25Retriever.load(tmp_path / "i").t_w, np.memmap)  # the saved files are intact
+
+
+def test_pending_changes_survive_pickling() -> None:
+    import pickle
+
+    r = BM25Retriever(_docs(6), method="atire")
+    r.add(_docs(2, start=6))
+    r.delete(["d1"])
+    clone = pickle.loads(pickle.dumps(r))
+    assert_same_bm25(clone, [d for d in _docs(8) if d["id"] != "d1"])
+    client = pickle.loads(pickle.dumps(presets.bm25(_docs(4))))
+    client.add(_docs(1, start=4))
+    assert len(client.pipeline.modules.retriever.table) == 5
+
+
+def test_client_updates_while_other_threads_search() -> None:
+    import threading
+
+    client = presets.hybrid(_docs(20), HashEmbedder())
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def search() -> None:
+        while not stop.is_set():
+            try:
+                ids = [d.id for d in client.search_sync({"query": "alpha beta", "limit": 30}).results]
+                batch = client.search_batch(["gamma", "delta omega"], limit=30).run
+                assert len(set(ids)) == len(ids) and set(batch["doc_id"]) <= {f"d{i}" for i in range(40)}
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=search) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(20, 40, 2):
+            client.add(_docs(2, start=i))
+            client.delete([f"d{i - 20}"])
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    assert not errors, errors[0]
+    live = [d for d in _docs(40) if d["id"] not in {f"d{i - 20}" for i in range(20, 40, 2)}]
+    assert client.pipeline.modules.retriever.table.ids.tolist() == [d["id"] for d in live]
+    assert _results(client) == _results(presets.hybrid(live, HashEmbedder()))
