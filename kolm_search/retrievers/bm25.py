@@ -265,7 +265,9 @@ class BM25Retriever:
 
     # -- querying ----------------------------------------------------------------------
     def encode(self, texts: Iterable[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Token ids of each text as CSR ``(ptr, ids)``; unknown tokens dropped, repeats kept."""
+        """Token ids of each text as CSR ``(ptr, ids)``; unknown tokens dropped, repeats kept.
+
+        The ids hold until the next :meth:`add`/:meth:`delete` is merged (it renumbers terms)."""
         incremental.sync(self)  # ids of the merged vocabulary
         ids: list[int] = []
         ptr = [0]
@@ -292,6 +294,8 @@ class BM25Retriever:
                       ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """:meth:`score_texts` on token ids from :meth:`encode` (CSR ``q_ptr``, ``q_ids``)."""
         m = len(q_ptr) - 1
+        if len(q_ids) and not 0 <= int(np.min(q_ids)) <= int(np.max(q_ids)) < len(self.vocab):  # stale ids: no kernel read
+            raise KolmValueError(f"token ids must lie in [0, {len(self.vocab)}) (encode again after add/delete)")
         if offsets is None:
             offsets = _reduce_offsets(self.nonocc[q_ids], q_ptr)
         offsets = np.ascontiguousarray(offsets, dtype=np.float32)

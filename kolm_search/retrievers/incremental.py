@@ -42,8 +42,8 @@ from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.retrievers.postings import Postings
 
-__all__ = ["Segment", "SyncedTable", "Updates", "add", "as_ids", "as_table", "delete", "index_revision", "locate",
-           "merge", "prepare", "sync", "updated_copy"]
+__all__ = ["Segment", "SyncedTable", "Updates", "add", "as_ids", "as_table", "check_updatable", "delete",
+           "index_revision", "leaves", "locate", "locate_any", "merge", "prepare", "share_tables", "sync", "updated_copy"]
 
 _LOCK = threading.RLock()
 _MAX_DOCS = int(np.iinfo(np.int32).max)
@@ -79,7 +79,10 @@ class SyncedTable:
         if obj is None:
             return self
         sync(obj)
-        return obj.__dict__["table"]
+        try:
+            return obj.__dict__["table"]
+        except KeyError:
+            raise AttributeError(f"{type(obj).__name__} has no table yet") from None
 
     def __set__(self, obj: Any, value: DocumentTable) -> None:
         obj.__dict__["table"] = value
