@@ -100,7 +100,7 @@ def assert_same_bm25(inc: BM25Retriever, live: list[dict[str, Any]], *, clients:
             assert [(d.id, d.score) for d in one.results] == [(d.id, d.score) for d in two.results]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.sampled_from(BM25_METHODS), st.lists(doc_spec, max_size=6), st.lists(op, max_size=8))
 def test_bm25_updates_equal_a_rebuild(method: str, initial: list[Any], ops: list[Any]) -> None:
     model = Model(initial)
@@ -227,8 +227,11 @@ def test_errors_name_the_ids_and_change_nothing() -> None:
         r.delete(["d1", "d1"])
     with pytest.raises(KolmTypeError, match="delete: ids must be a list"):
         r.delete("d1")
-    with pytest.raises(KolmTypeError, match="add: documents must be"):
-        r.add("alpha beta")
+    for bad in ("alpha beta", {"id": "z", "content": "alpha"}, 5):
+        with pytest.raises(KolmTypeError, match="add: documents must be"):
+            r.add(bad)
+    with pytest.raises(KolmTypeError, match="add: a SearchDocument must be a mapping, got str"):
+        r.add(["alpha", 5])
     for got, exp in zip(r.score_texts(QUERIES, 5), want, strict=True):
         assert np.array_equal(got, exp)
     r.delete(["d1"])
