@@ -383,3 +383,21 @@ def test_client_updates_while_other_threads_search() -> None:
     live = [d for d in _docs(40) if d["id"] not in {f"d{i - 20}" for i in range(20, 40, 2)}]
     assert client.pipeline.modules.retriever.table.ids.tolist() == [d["id"] for d in live]
     assert _results(client) == _results(presets.hybrid(live, HashEmbedder()))
+
+
+def test_client_without_updatable_retriever_and_stale_token_ids() -> None:
+    from tests.fakes import ListRetriever
+
+    client = SearchClient({"planner": DefaultQueryPlanner(), "retriever": ListRetriever()})
+    before = client.pipeline.modules.retriever
+    with pytest.raises(KolmTypeError, match="ListRetriever does not support add/delete"):
+        client.add(_docs(1))
+    assert client.pipeline.modules.retriever is before
+    r = BM25Retriever([{"id": "a", "content": "alpha"}, {"id": "b", "content": "beta"},
+                       {"id": "c", "content": "zeta omega"}])
+    q_ptr, q_ids = r.encode(["zeta omega"])
+    r.delete(["c"])  # 'zeta' and 'omega' leave the vocabulary
+    r.merge()
+    assert len(r.vocab) == 2
+    with pytest.raises(KolmValueError, match="encode again after add/delete"):
+        r.score_encoded(q_ptr, q_ids, 5)
