@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from kolm_search._aio import run_blocking, run_sync
@@ -9,6 +10,7 @@ from kolm_search.batch import BatchResult, parse_queries, raw_requests
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.guards import coerce_request
 from kolm_search.pipeline import SearchPipeline
+from kolm_search.retrievers import incremental
 from kolm_search.schema import validate_each, validate_with_schema
 from kolm_search.types import SearchRequest, SearchResponse
 
@@ -32,6 +34,7 @@ class SearchClient:
 
     def __init__(self, modules: SearchPipelineModules | dict[str, Any], options: SearchPipelineOptions | dict[str, Any] | None = None) -> None:
         self.pipeline = SearchPipeline(modules, options)
+        self._update_lock = threading.Lock()
 
     @property
     def modules(self) -> SearchPipelineModules:
@@ -76,6 +79,36 @@ class SearchClient:
                      mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
         """Search many queries at once (see :meth:`SearchPipeline.search_batch`)."""
         return run_blocking(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters))
+
+    # -- incremental updates (an extension beyond the spec) -------------------------------
+    def add(self, documents: Any, *, embeddings: Any = None) -> None:
+        """Add documents to the retriever (BM25, dense, or a composite of them) without a rebuild.
+
+        Safe while other threads search: a copy of the retriever is changed and merged, then
+        swapped in (searches under way finish on the old one). Cached responses from before
+        are not served again (the cache key holds the index revision). ``embeddings`` (n, d)
+        go to dense retrievers. Raises ``KolmValueError`` for an id already indexed and
+        ``KolmTypeError`` for a retriever without add/delete, before any change.
+        """
+        self._update("add", documents, embeddings)
+
+    def delete(self, ids: Any) -> None:
+        """Delete documents by id (see :meth:`add`); unknown ids raise ``KolmValueError``."""
+        self._update("delete", ids)
+
+    def _update(self, op: str, arg: Any, embeddings: Any = None) -> None:
+        with self._update_lock:  # two concurrent updates must not both copy the same old retriever
+            modules = self.pipeline.modules
+            modules.retriever = incremental.updated_copy(modules.retriever, op, arg, embeddings)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_update_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._update_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"SearchClient({self.pipeline!r})"

@@ -138,6 +138,32 @@ class DocumentTable:
             ))
         return out
 
+    # -- new tables (incremental indexes) -----------------------------------------------
+    @classmethod
+    def _checked_rows(cls, frame: pd.DataFrame, ids: npt.NDArray[np.object_]) -> DocumentTable:
+        """A table of rows taken from tables (already validated): only id uniqueness is checked."""
+        index = pd.Index(ids)
+        if not index.is_unique:
+            raise KolmValueError(f"duplicate document id {index[index.duplicated()][0]!r} (ids must be unique)")
+        self = cls.__new__(cls)
+        self.frame = frame.reset_index(drop=True)
+        self.ids, self._index, self._columns, self.last_masks = ids, index, {}, None
+        return self
+
+    def take(self, rows: npt.ArrayLike) -> DocumentTable:
+        """A new table of the rows ``rows`` (int64 codes or a bool mask (n_docs,)), in order."""
+        rows = np.asarray(rows)
+        codes = np.flatnonzero(rows) if rows.dtype == bool else rows.astype(np.int64)
+        return DocumentTable._checked_rows(self.frame.iloc[codes], self.ids[codes])
+
+    @classmethod
+    def concat(cls, tables: Sequence[DocumentTable]) -> DocumentTable:
+        """A new table holding the rows of ``tables`` one after the other (ids must stay unique)."""
+        if not tables:
+            return cls(pd.DataFrame(columns=list(DOCUMENT_FIELDS)))
+        frames = [t.frame for t in tables if len(t)] or [tables[0].frame]  # empty frames: pandas warns
+        return cls._checked_rows(pd.concat(frames, ignore_index=True), np.concatenate([t.ids for t in tables]))
+
     # -- filters (grammar and semantics: kolm_search.filters) ----------------------------
     def field_values(self, name: str) -> list[Any]:
         """One value per document of field ``name``: a document field, else a metadata key

@@ -21,10 +21,11 @@ from typing import Any
 from kolm_search._aio import log, run_blocking, run_sync, warn
 from kolm_search._deadlines import TIMED_OUT, call_with_deadline
 from kolm_search.batch import BatchResult, parse_queries, run_frame
-from kolm_search.cachekey import request_key
+from kolm_search.cachekey import canonical_digest, request_key
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.errors import PIPELINE_STAGES, KolmTypeError, SearchError
 from kolm_search.guards import coerce_request, resolve_request
+from kolm_search.retrievers.incremental import index_revision
 from kolm_search.stages import Stages
 from kolm_search.types import (
     QueryPlan,
@@ -98,7 +99,9 @@ class SearchPipeline:
         if self.modules.cache is None:
             return ""
         try:
-            return cache_key(plan, req)
+            key = cache_key(plan, req)
+            revision = index_revision(self.modules.retriever)  # changed by add/delete: no stale hits
+            return f"{key}:{canonical_digest(revision)}" if revision else key
         except KolmTypeError as exc:
             if str(exc) not in self._unkeyable:
                 self._unkeyable.add(str(exc))

@@ -260,9 +260,11 @@ def test_counts_must_match_the_index_and_follow_a_rebuild() -> None:
     fr = FeedbackRetriever(ret, "bo1", fb_docs=1)
     before = fr.expand(["alpha"])
     assert FeedbackRetriever(ret, "kl")._counts()[0] is fr._counts()[0]  # counted once per index
-    ret.index_tokens([["gamma", "delta"], ["beta"], ["alpha", "alpha", "beta"]])  # a rebuilt index, other terms
-    with pytest.raises(KolmValueError, match="do not match the BM25 index"):
-        fr.expand(["alpha"])  # never stale counts: the table no longer gives these tokens
+    other = [["gamma", "delta"], ["beta"], ["alpha", "alpha", "beta"]]
+    ret.index_tokens(other)  # a rebuilt index, other terms: never stale counts, the index's own
+    fresh = make_retriever(["alpha beta", "beta gamma", "gamma delta alpha"])
+    fresh.index_tokens(other)
+    assert fr.expand(["alpha"]) == FeedbackRetriever(fresh, "bo1", fb_docs=1).expand(["alpha"]) != before
     ret.index_tokens([ret.tokenizer(t) for t in ret.table.texts(ret.fields)])
     assert fr.expand(["alpha"]) == before
 
@@ -319,3 +321,21 @@ def test_response_metadata_shows_the_expanded_query_on_cache_hits_too() -> None:
     assert again.metadata.feedback == first.metadata.feedback
     plain = _client_for(ret).search_sync({"query": "w1 w4", "limit": 10})
     assert plain.metadata is not None and plain.metadata.feedback is None
+
+
+def test_feedback_follows_incremental_changes_of_its_index() -> None:
+    """After add/delete the expansion equals that of feedback over a rebuilt index."""
+    docs = synthetic_corpus(120, 30, seed=21)
+    frame = pd.DataFrame({"id": [f"d{i}" for i in range(len(docs))], "content": docs})
+    grown = BM25Retriever(frame.iloc[:100])
+    fr = FeedbackRetriever(grown, "bo1")
+    queries = ["w1 w7", "w3 w12 w20", "w0 w2"]
+    fr.expand(queries)  # counts cached before the change
+    grown.add(frame.iloc[100:])
+    grown.delete(["d3", "d50"])
+    rebuilt = BM25Retriever(frame.drop(index=[3, 50]))
+    assert fr.expand(queries) == FeedbackRetriever(rebuilt, "bo1").expand(queries)
+    client, fresh = _client(fr), _client(FeedbackRetriever(rebuilt, "bo1"))
+    for q in queries:
+        assert [(d.id, d.score) for d in client.search_sync({"query": q, "limit": 10}).results] == \
+               [(d.id, d.score) for d in fresh.search_sync({"query": q, "limit": 10}).results]

@@ -30,6 +30,7 @@ import numpy.typing as npt
 __all__ = ["chunk_bounds", "load", "resolve_threads", "run_chunks"]
 
 _LOCK = threading.Lock()
+_LOADED: dict[str, ModuleType] = {}  # kernel modules whose import has finished
 _NOTICE = "kolm_search: compiling kernels (first run only) ..."
 _noticed = False
 
@@ -50,12 +51,12 @@ def load(name: str) -> ModuleType:
     on-disk cache and later imports load them from there. A notice is printed to stderr once
     per process when an actual compile starts (loading from the cache prints nothing).
     """
-    full = f"{__name__}.{name}"
-    module = sys.modules.get(full)
-    if module is not None:
+    module = _LOADED.get(name)  # not sys.modules: it holds a module from the start of its import,
+    if module is not None:      # so another thread would get it partially initialised
         return module
+    full = f"{__name__}.{name}"
     with _LOCK:
-        module = sys.modules.get(full)
+        module = _LOADED.get(name)
         if module is not None:
             return module
         from numba.core import event
@@ -68,7 +69,8 @@ def load(name: str) -> ModuleType:
                 pass
 
         with event.install_listener("numba:compile", _Listener()):
-            return importlib.import_module(full)
+            module = _LOADED[name] = importlib.import_module(full)
+        return module
 
 
 def resolve_threads(n_threads: int | None) -> int:

@@ -95,9 +95,11 @@ def read_json(path: Path) -> Any:
         raise KolmValueError(f"{path}: invalid JSON: {exc}") from exc
 
 
-def read_manifest(root: Path, fmt: str, version: int, keys: Collection[str]) -> dict[str, Any]:
-    """``root/manifest.json`` as a dict with exactly the keys ``format``, ``version``, ``config``
-    (an object) and ``keys``, of format ``fmt`` and version ``version``."""
+def read_manifest(root: Path, fmt: str, version: int | tuple[int, ...], keys: Collection[str],
+                  optional: Collection[str] = ()) -> dict[str, Any]:
+    """``root/manifest.json`` as a dict with the keys ``format``, ``version``, ``config`` (an
+    object) and ``keys``, perhaps ``optional``, no other, of format ``fmt`` and version
+    ``version`` (or one of several)."""
     path = root / "manifest.json"
     if not path.exists() and not path.is_symlink():
         raise KolmValueError(f"{str(root)!r} is not a saved index (no manifest.json)")
@@ -108,13 +110,15 @@ def read_manifest(root: Path, fmt: str, version: int, keys: Collection[str]) -> 
     for key in known:
         if key not in body:
             raise KolmValueError(f"{path}: key {key!r} is missing")
-    unknown = sorted(set(body) - set(known))
+    unknown = sorted(set(body) - set(known) - set(optional))
     if unknown:
         raise KolmValueError(f"{path}: unknown key {unknown[0]!r}")
     if body["format"] != fmt:
         raise KolmValueError(f"{path}: key 'format' is {body['format']!r}, expected {fmt!r}")
-    if type(body["version"]) is not int or body["version"] != version:
-        raise KolmValueError(f"{path}: key 'version' is {body['version']!r}; this kolm_search reads {version}")
+    versions = (version,) if isinstance(version, int) else version
+    if type(body["version"]) is not int or body["version"] not in versions:
+        shown = " and ".join(str(v) for v in versions)
+        raise KolmValueError(f"{path}: key 'version' is {body['version']!r}; this kolm_search reads {shown}")
     if not isinstance(body["config"], dict):
         raise KolmValueError(f"{path}: key 'config' must be an object, got {body['config']!r}")
     return body

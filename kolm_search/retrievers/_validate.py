@@ -26,7 +26,7 @@ import numpy.typing as npt
 from kolm_search.errors import KolmValueError
 from kolm_search.text import Tokenizer
 
-__all__ = ["bm25_arrays", "bm25_config", "check_keys", "dense_config", "dense_embeddings", "finite_real", "integer",
+__all__ = ["bm25_arrays", "bm25_config", "bm25_stats", "bm25_tf", "check_keys", "dense_config", "dense_embeddings", "finite_real", "integer",
            "number", "vocabulary"]
 
 MAX_DOCS = int(np.iinfo(np.int32).max)
@@ -223,6 +223,34 @@ def bm25_arrays(root: Path, arrays: dict[str, np.ndarray], n_vocab: int, n_docs:
         raise KolmValueError(f"{p['doc_len']}: negative document length at position {_first(doc_len < 0)}")
     return {"t_ptr": t_ptr, "t_docs": t_docs, "t_w": _finite(p["t_w"], arrays["t_w"], non_negative=True), "nonocc": nonocc,
             "doc_len": doc_len.astype(np.int64, copy=False)}
+
+
+def bm25_stats(path: Path, manifest: dict[str, Any]) -> str:
+    """Key ``stats`` of a BM25 manifest: ``"own"`` (tf.npy saved), ``"external"`` (a shard) or
+    ``"unknown"``; required from version 2, ``"unknown"`` for version 1."""
+    if manifest["version"] == 1:
+        if "stats" in manifest:
+            raise KolmValueError(f"{path}: unknown key 'stats' (version 1)")
+        return "unknown"
+    if "stats" not in manifest:
+        raise KolmValueError(f"{path}: key 'stats' is missing")
+    return str(_choice(path, "stats", manifest["stats"], ("own", "external", "unknown")))
+
+
+def bm25_tf(path: Path, tf: np.ndarray, t_docs: npt.NDArray[np.int32], doc_len: npt.NDArray[np.int64],
+            ) -> npt.NDArray[np.int32]:
+    """``tf.npy``: one count >= 1 per posting, summing to each document's length."""
+    _length(path, tf, t_docs.shape[0], "one term frequency per posting: t_docs.npy has as many")
+    if tf.size and (int(tf.min()) < 1 or int(tf.max()) > np.iinfo(np.int32).max):
+        pos = _first((tf < 1) | (tf > np.iinfo(np.int32).max))
+        raise KolmValueError(f"{path}: term frequency {int(tf[pos])} at position {pos} lies outside [1, 2**31)")
+    sums = np.bincount(t_docs, weights=tf, minlength=doc_len.shape[0]) if tf.size else np.zeros(doc_len.shape[0])
+    bad = sums != doc_len
+    if bad.any():
+        d = _first(bad)
+        raise KolmValueError(f"{path}: term frequencies of document row {d} sum to {int(sums[d])}, "
+                             f"but doc_len.npy gives it {int(doc_len[d])} tokens")
+    return tf.astype(np.int32, copy=False)
 
 
 def dense_embeddings(path: Path, emb: np.ndarray, n_docs: int, dim: int, metric: str) -> npt.NDArray[np.float32]:

@@ -36,6 +36,7 @@ from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.retrievers import _validate as check
+from kolm_search.retrievers import incremental
 from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
 from kolm_search.retrievers._persist import (
     load_array,
@@ -63,7 +64,7 @@ __all__ = [
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 Method = Literal["lucene", "robertson", "atire", "bm25l", "bm25+"]
 _FORMAT = "kolm-search/bm25"
-_VERSION = 1
+_VERSION = 2  # 2: term frequencies (tf.npy) and the "stats" key; version 1 still loads
 _ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # saved arrays: kind, dtype written
     "t_ptr": ("int", np.int64), "t_docs": ("int", np.int32), "t_w": ("float", np.float32),
     "nonocc": ("float", np.float32), "doc_len": ("int", np.int64)}
@@ -154,6 +155,10 @@ class BM25Retriever:
     """
 
     name = "bm25"
+    table = incremental.SyncedTable()  # reading it merges pending add/delete
+    tf: npt.NDArray[np.int32] | None = None  # term frequency of each posting (None: a shard, or version 1)
+    own_stats: bool | None = None  # weighted with its own statistics (None: unknown, version 1)
+    revision = ""  # changes with every add/delete (response cache keys)
 
     def __init__(self, documents: Any, *, method: Method = "lucene", k1: float = 1.5, b: float = 0.75,
                  delta: float = 0.5, tokenizer: Tokenizer | None = None,
@@ -229,8 +234,9 @@ class BM25Retriever:
                 t = int(bad[0] if term_of is None else term_of[bad[0]])
                 raise KolmValueError(f"BM25 ({self.method}) weight of token {postings.vocab[t]!r} is not finite "
                                      f"(document frequency {df[t]:g} of {n_coll} documents)")
-        self._set_arrays({"t_ptr": postings.t_ptr, "t_docs": p_doc, "t_w": t_w,
-                          "nonocc": nonocc, "doc_len": lengths}, postings.vocab)
+        self._set_arrays({"t_ptr": postings.t_ptr, "t_docs": p_doc, "t_w": t_w, "nonocc": nonocc, "doc_len": lengths,
+                          "tf": postings.tf if stats is None else None}, postings.vocab)
+        self.own_stats = stats is None
 
     def _set_arrays(self, arrays: Mapping[str, Any], vocab: list[str]) -> None:
         self.t_ptr = arrays["t_ptr"]
@@ -238,12 +244,32 @@ class BM25Retriever:
         self.t_w = arrays["t_w"]
         self.nonocc = arrays["nonocc"]
         self.doc_len = arrays["doc_len"]
+        self.tf = arrays.get("tf")
         self.vocab = vocab
         self._vocab_index = {t: i for i, t in enumerate(vocab)}
 
+    # -- incremental updates (kolm_search.retrievers.incremental) ------------------------
+    def add(self, documents: Any) -> None:
+        """Add documents (list, DataFrame or DocumentTable) without a rebuild: only they are
+        tokenised now; the merge before the next search re-weights every posting, so scores
+        equal a rebuild's over the same documents (the old ones first). An id already indexed
+        (or given twice) raises ``KolmValueError``; so does a shard weighted with external stats."""
+        incremental.add([self], documents)
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete documents by id (merged before the next search); unknown ids raise ``KolmValueError``."""
+        incremental.delete([self], ids)
+
+    def merge(self) -> None:
+        """Apply pending :meth:`add`/:meth:`delete` now (otherwise done by the next search or save)."""
+        incremental.merge(self)
+
     # -- querying ----------------------------------------------------------------------
     def encode(self, texts: Iterable[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Token ids of each text as CSR ``(ptr, ids)``; unknown tokens dropped, repeats kept."""
+        """Token ids of each text as CSR ``(ptr, ids)``; unknown tokens dropped, repeats kept.
+
+        The ids hold until the next :meth:`add`/:meth:`delete` is merged (it renumbers terms)."""
+        incremental.sync(self)  # ids of the merged vocabulary
         ids: list[int] = []
         ptr = [0]
         index = self._vocab_index
@@ -270,6 +296,8 @@ class BM25Retriever:
         """:meth:`score_texts` on token ids from :meth:`encode` (CSR ``q_ptr``, ``q_ids``);
         ``weights`` float32 (nnz,) per token (default 1, checked by :meth:`score_weighted`)."""
         m = len(q_ptr) - 1
+        if len(q_ids) and not 0 <= int(np.min(q_ids)) <= int(np.max(q_ids)) < len(self.vocab):  # stale ids: no kernel read
+            raise KolmValueError(f"token ids must lie in [0, {len(self.vocab)}) (encode again after add/delete)")
         weights = np.ones(len(q_ids), np.float32) if weights is None else np.asarray(weights, np.float32)
         if offsets is None:
             offsets = _reduce_offsets(self.nonocc[q_ids] * weights, q_ptr)
@@ -312,14 +340,22 @@ class BM25Retriever:
                 "tokenizer": self.tokenizer.to_config(), "fields": list(self.fields), "fusion_k": self.fusion_k}
 
     def save(self, path: str | Path) -> None:
-        """Write the index to directory ``path`` (npy arrays, JSON, parquet; no pickle)."""
+        """Write the index to directory ``path`` (npy arrays, JSON, parquet; no pickle).
+
+        Pending changes are merged first. Term frequencies (``tf.npy``) are written when the
+        index has its own statistics, so that a loaded index can take further changes.
+        """
+        self.merge()
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         save_table(self.table, root / "documents.parquet")
-        save_arrays(root, {name: np.asarray(getattr(self, name)).astype(dtype, copy=False)
-                           for name, (_, dtype) in _ARRAYS.items()})
+        arrays = {name: np.asarray(getattr(self, name)).astype(dtype, copy=False) for name, (_, dtype) in _ARRAYS.items()}
+        stats = "unknown" if self.own_stats is None else "own" if self.own_stats and self.tf is not None else "external"
+        if stats == "own":
+            arrays["tf"] = np.asarray(self.tf).astype(np.int32, copy=False)
+        save_arrays(root, arrays)
         save_json(root / "vocab.json", self.vocab, ensure_ascii=False)
-        write_manifest(root, _FORMAT, _VERSION, self.config(), n_docs=len(self.table))
+        write_manifest(root, _FORMAT, _VERSION, self.config(), n_docs=len(self.table), stats=stats)
 
     @classmethod
     def load(cls, path: str | Path, *, mmap: bool = True, n_threads: int | None = None) -> BM25Retriever:
@@ -330,14 +366,20 @@ class BM25Retriever:
         ``KolmValueError`` naming the file and the key or position, never a crash.
         """
         root = Path(path)
-        manifest = read_manifest(root, _FORMAT, _VERSION, ("n_docs",))
+        manifest = read_manifest(root, _FORMAT, (1, _VERSION), ("n_docs",), optional=("stats",))
         cfg = check.bm25_config(root / "manifest.json", manifest["config"], BM25_METHODS)
         n_docs = check.integer(root / "manifest.json", "n_docs", manifest["n_docs"])
+        stats = check.bm25_stats(root / "manifest.json", manifest)
         vocab = check.vocabulary(root / "vocab.json", read_json(root / "vocab.json"))
         arrays = {name: load_array(root / f"{name}.npy", kind, 1, mmap=mmap) for name, (kind, _) in _ARRAYS.items()}
         arrays = check.bm25_arrays(root, arrays, len(vocab), n_docs, cfg["method"])
+        if stats == "own":
+            arrays["tf"] = check.bm25_tf(root / "tf.npy", load_array(root / "tf.npy", "int", 1, mmap=mmap),
+                                         arrays["t_docs"], arrays["doc_len"])
         table = load_table(root / "documents.parquet", n_docs)
-        return cls(table, **cfg, n_threads=n_threads, _arrays=arrays, _vocab=vocab)
+        self = cls(table, **cfg, n_threads=n_threads, _arrays=arrays, _vocab=vocab)
+        self.own_stats = {"own": True, "external": False}.get(stats)
+        return self
 
     def __repr__(self) -> str:
         return (f"BM25Retriever({len(self.table)} docs, {len(self.vocab)} terms, method={self.method!r}, "

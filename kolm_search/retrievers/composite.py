@@ -18,6 +18,7 @@ from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rr
 from kolm_search.fusion.frames import resolve as resolve_fusion
 from kolm_search.fusion.methods import METHODS
 from kolm_search.ports import Logger, Retriever
+from kolm_search.retrievers import incremental
 from kolm_search.types import SearchDocument, SearchPipelineContext, as_documents
 
 __all__ = ["CompositeRetriever"]
@@ -208,6 +209,20 @@ class CompositeRetriever:
                 _STAGE, f"all {len(self.retrievers)} retrievers failed; first error: {errors[0]}", cause=errors[0]
             )
         return lists, (None if self.weights is None else weights)
+
+    # -- incremental updates (every child: BM25Retriever, DenseRetriever or a composite) ---
+    def add(self, documents: Any, embeddings: Any = None) -> None:
+        """Add documents to every child, all or none (``embeddings`` go to dense children);
+        a child without add/delete raises ``KolmTypeError`` before any change."""
+        incremental.add(incremental.leaves(self), documents, embeddings)
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete documents by id from every child, all or none."""
+        incremental.delete(incremental.leaves(self), ids)
+
+    def merge(self) -> None:
+        """Merge every child's pending changes; children with equal tables then share one."""
+        incremental.share_tables(self)
 
     # -- columnar fast path --------------------------------------------------------------
     @property

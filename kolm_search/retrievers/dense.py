@@ -20,6 +20,7 @@ from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.ports import Embedder
 from kolm_search.retrievers import _validate as check
+from kolm_search.retrievers import incremental
 from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
 from kolm_search.retrievers._persist import (
     load_array,
@@ -170,6 +171,8 @@ class DenseRetriever:
     """
 
     name = "dense"
+    table = incremental.SyncedTable()  # reading it merges pending add/delete
+    revision = ""  # changes with every add/delete (response cache keys)
 
     def __init__(self, documents: Any, embedder: Embedder | None = None, *,
                  embeddings: npt.ArrayLike | None = None, metric: Metric = "cosine",
@@ -213,6 +216,7 @@ class DenseRetriever:
     def search_vectors(self, vectors: npt.ArrayLike, k: int, mask_ids: npt.NDArray[np.int64] | None = None,
                        masks: npt.NDArray[np.uint8] | None = None) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Top-``k`` of each query vector: ``(docs (m, k), scores (m, k), counts (m,))``."""
+        incremental.sync(self)
         q = np.asarray(vectors, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != self.dim:
             raise SearchError("retriever", f"query embeddings have shape {q.shape}; the index has dimension {self.dim}")
@@ -237,8 +241,25 @@ class DenseRetriever:
         """The spec's port: candidates for one query, best first, with similarity scores."""
         return retrieve_single(self, context)
 
+    # -- incremental updates (kolm_search.retrievers.incremental) ------------------------
+    def add(self, documents: Any, embeddings: npt.ArrayLike | None = None) -> None:
+        """Add documents without a rebuild: ``embeddings`` (n, d) as the constructor takes them,
+        else the retriever's embedder embeds only the new documents. Merged before the next
+        search (scores equal a rebuild's); an id already indexed raises ``KolmValueError``."""
+        incremental.add([self], documents, embeddings)
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete documents by id (merged before the next search); unknown ids raise ``KolmValueError``."""
+        incremental.delete([self], ids)
+
+    def merge(self) -> None:
+        """Apply pending :meth:`add`/:meth:`delete` now (otherwise done by the next search or save)."""
+        incremental.merge(self)
+
     def save(self, path: str | Path) -> None:
-        """Write to directory ``path`` (embeddings.npy, documents.parquet, manifest.json)."""
+        """Write to directory ``path`` (embeddings.npy, documents.parquet, manifest.json);
+        pending changes are merged first."""
+        self.merge()
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         save_table(self.table, root / "documents.parquet")

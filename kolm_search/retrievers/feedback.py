@@ -66,6 +66,16 @@ def _term_counts(bm25: BM25Retriever, postings: Postings | None,
     hit = _SHARED.get(bm25)
     if hit is not None and hit[0] is bm25.t_ptr and hit[1] == current:
         return hit[2], hit[3]
+    n_docs, n_terms = current
+    stored = getattr(bm25, "tf", None)  # the index's own term frequencies (kept for add/delete)
+    if postings is None and stored is not None:
+        t_ptr = np.asarray(bm25.t_ptr)
+        terms = np.repeat(np.arange(n_terms, dtype=np.int64), np.diff(t_ptr))
+        counts = np.asarray(stored, dtype=np.int32)
+        tf = sp.csr_matrix((counts, (np.asarray(bm25.t_docs), terms)), shape=(n_docs, n_terms), dtype=np.int32)
+        coll_freq = np.bincount(terms, weights=counts, minlength=n_terms).astype(np.float64)
+        _SHARED[bm25] = (bm25.t_ptr, current, tf, coll_freq)
+        return tf, coll_freq
     post = postings
     if post is None or post.n_docs != len(bm25.table):  # stale after the index grew: count again
         post = Postings.from_tokens(bm25.tokenizer(t) for t in bm25.table.texts(bm25.fields))
@@ -73,7 +83,6 @@ def _term_counts(bm25: BM25Retriever, postings: Postings | None,
     if (ids < 0).any() or not np.array_equal(post.lengths, np.asarray(bm25.doc_len)):
         raise KolmValueError("FeedbackRetriever: the documents counted with the BM25 tokenizer do not match the "
                              "BM25 index (other terms or lengths); pass the index's postings=")
-    n_docs, n_terms = current
     terms = ids[post.p_term]
     tf = sp.csr_matrix((post.tf, (post.p_doc, terms)), shape=(n_docs, n_terms), dtype=np.int32)
     coll_freq = np.bincount(terms, weights=post.tf, minlength=n_terms).astype(np.float64)
@@ -98,15 +107,15 @@ class FeedbackRetriever:
     max_df_ratio : float, default 0.1
         RM3 only: terms in more than this share of the documents are never feedback terms.
     postings : Postings, optional
-        Counted postings of the table's rows; by default the table is re-tokenised with the
-        retriever's tokenizer once, on first use, to get document term frequencies (the BM25
-        index stores only weights).
+        Counted postings of the table's rows. By default the index's own term frequencies are
+        used (``bm25.tf``); an index without them (a shard weighted with external statistics)
+        has its table re-tokenised with its tokenizer once, on first use.
 
     Notes
     -----
     Formulas: :mod:`kolm_search.retrievers.prf_weights`. Collection statistics are those of
     this index (a shard uses its own). The term counts are shared by the feedback retrievers
-    of one index and counted again when the index is rebuilt.
+    of one index and rebuilt when the index changes (a rebuild, or a merge of ``add``/``delete``).
     """
 
     name = "feedback"
@@ -135,7 +144,16 @@ class FeedbackRetriever:
         self.max_df_ratio = float(ratio)
         self._postings = postings
         self._cache: tuple[Any, ...] | None = None
-        self.table = bm25.table  # the document table (read by the pipeline's columnar path)
+
+    @property
+    def table(self) -> Any:
+        """The BM25 index's document table (read by the pipeline's columnar path; merges any
+        pending ``add``/``delete`` of the index)."""
+        return self.bm25.table
+
+    @table.setter
+    def table(self, value: Any) -> None:
+        self.bm25.table = value
 
     # -- collection term counts (built once per index) ------------------------------------
     def _counts(self) -> tuple[sp.csr_matrix, npt.NDArray[np.float64], npt.NDArray[np.bool_]]:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 N_DOCS, DIM, K = 40, 8, 7
 QUERIES = ["w1 w2", "", "zz", "w3", "w5 w5 w9 w0", "w7 w11 w13 w2"]  # a last query without terms: h16-batch
 FILES = ("manifest.json", "vocab.json", "documents.parquet", "t_ptr.npy", "t_docs.npy", "t_w.npy", "nonocc.npy",
-         "doc_len.npy", "embeddings.npy")
+         "doc_len.npy", "tf.npy", "embeddings.npy")
 KIND = {"bm25plus": "bm25", "lucene": "bm25", "cosine": "dense", "ip": "dense"}
 
 

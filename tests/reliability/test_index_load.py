@@ -129,7 +129,7 @@ def test_unknown_metric(pristine: dict[str, Path], tmp_path: Path) -> None:
         DenseRetriever.load(d)
 
 
-BM25_KEYS = ["format", "version", "config", "n_docs", "config.method", "config.k1", "config.b", "config.delta",
+BM25_KEYS = ["format", "version", "config", "n_docs", "stats", "config.method", "config.k1", "config.b", "config.delta",
              "config.tokenizer", "config.fields", "config.fusion_k", "config.tokenizer.lowercase",
              "config.tokenizer.pattern", "config.tokenizer.stopwords", "config.tokenizer.stemmer"]
 DENSE_KEYS = ["format", "version", "config", "n_docs", "dim", "config.metric", "config.fields", "config.fusion_k"]
@@ -184,7 +184,8 @@ def _set(body: dict[str, Any], key: str, value: Any) -> None:
     ("config.tokenizer.lowercase", "yes", "must be true or false"), ("config.tokenizer.pattern", "(", "regex"),
     ("config.tokenizer.stemmer", "klingon", "stemmer"), ("config.tokenizer.stopwords", [1], "list of strings"),
     ("config.fields", "content", "list of field names"), ("config.fields", [1], "list of field names"), ("config.surplus", 1, "unknown key"),
-    ("config.tokenizer.surplus", 1, "unknown key"), ("surplus", 1, "unknown key")])
+    ("config.tokenizer.surplus", 1, "unknown key"), ("surplus", 1, "unknown key"),
+    ("stats", "mine", "must be one of")])
 def test_mistyped_manifest_key(pristine: dict[str, Path], tmp_path: Path, key: str, value: Any, what: str) -> None:
     d = _copy(pristine, "bm25plus", tmp_path)
     _edit_json(d / "manifest.json", lambda m: _set(m, key, value))
