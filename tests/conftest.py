@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -48,18 +50,38 @@ def onnx_minilm():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def cranfield_onnx_store(tmp_path_factory: pytest.TempPathFactory, onnx_minilm, cranfield):  # type: ignore[no-untyped-def]
-    """A ``CachedEmbedder`` file holding the packaged MiniLM's vectors of Cranfield's documents.
+def cranfield_store(tmp_path_factory: pytest.TempPathFactory, cranfield, request):  # type: ignore[no-untyped-def]
+    """``store(name)``: a ``CachedEmbedder`` file holding ``load_embedder(name)``'s vectors of
+    Cranfield's documents (as ``presets.hybrid`` reads them: title and content).
 
-    Filled once per session by embedding the corpus for real (as ``presets.hybrid`` reads it:
-    title and content); tests copy it where a run would find a previous run's cache (the README's
-    ``cache/embeddings.sqlite``), so the model embeds Cranfield once per test session.
+    Each model embeds the corpus for real once per session (``"auto"`` is the model it stands
+    for here, ``"minilm-onnx"`` the session's ``onnx_minilm``); tests copy the file where a run
+    would find a previous run's cache (the README's ``cache/embeddings.sqlite``) or wrap their
+    embedder with a copy, so Cranfield is embedded once per model and session, not per test.
     """
-    from kolm_search.adapters import CachedEmbedder
+    from kolm_search.adapters import CachedEmbedder, available_model, load_embedder
     from kolm_search.doctable import DocumentTable
 
-    path = tmp_path_factory.mktemp("onnx-store") / "embeddings.sqlite"
-    store = CachedEmbedder(onnx_minilm, path)
-    store.embed_many(DocumentTable.from_frame(cranfield["corpus"]).texts(("title", "content")))
-    assert store.misses > 0
-    return path
+    texts = DocumentTable.from_frame(cranfield["corpus"]).texts(("title", "content"))
+    made: dict[str, Path] = {}
+
+    def store(name: str) -> Path:
+        name = available_model() if name == "auto" else name
+        if name not in made:
+            path = tmp_path_factory.mktemp(f"store-{name}") / "embeddings.sqlite"
+            inner = request.getfixturevalue("onnx_minilm") if name == "minilm-onnx" else load_embedder(name)
+            embedder = CachedEmbedder(inner, path)
+            embedder.embed_many(texts)
+            assert embedder.misses == len(set(texts))
+            made[name] = path
+        return made[name]
+
+    return store
+
+
+def cached_copy(store: Path, inner: Any, folder: Path) -> Any:
+    """A ``CachedEmbedder`` over ``inner`` reading a copy of ``store`` (in ``folder``)."""
+    from kolm_search.adapters import CachedEmbedder
+
+    shutil.copy(store, folder / "embeddings.sqlite")
+    return CachedEmbedder(inner, folder / "embeddings.sqlite")

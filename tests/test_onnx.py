@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
-import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from kolm_search import evaluate, presets
+from tests.conftest import cached_copy
 
 
 def _requirements() -> dict[str, list[str]]:
@@ -109,13 +109,10 @@ def test_auto_model_and_names_are_checked(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.slow
-def test_hybrid_onnx_beats_bm25_on_cranfield(onnx, cranfield: dict[str, pd.DataFrame], cranfield_onnx_store,  # type: ignore[no-untyped-def]
+def test_hybrid_onnx_beats_bm25_on_cranfield(onnx, cranfield: dict[str, pd.DataFrame], cranfield_store,  # type: ignore[no-untyped-def]
                                              tmp_path) -> None:
-    from kolm_search.adapters import CachedEmbedder
-
     corpus, queries, qrels = cranfield["corpus"], cranfield["queries"], cranfield["qrels"]
-    shutil.copy(cranfield_onnx_store, tmp_path / "emb.sqlite")  # the session embedded the corpus once
-    embedder = CachedEmbedder(onnx, tmp_path / "emb.sqlite")
+    embedder = cached_copy(cranfield_store("minilm-onnx"), onnx, tmp_path)  # the session embedded the corpus once
     bm25 = evaluate(presets.bm25(corpus).search_batch(queries, limit=100), qrels, ["ndcg@10"])["ndcg@10"]
     hybrid = evaluate(presets.hybrid(corpus, embedder).search_batch(queries, limit=100), qrels, ["ndcg@10"])["ndcg@10"]
     assert embedder.hits >= len(corpus) and embedder.misses == len(queries)

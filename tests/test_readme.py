@@ -51,7 +51,7 @@ def test_readme_python_block_runs(index: int, tmp_path: Path, request: pytest.Fi
     if 'CachedEmbedder(load_embedder("auto"), "cache/embeddings.sqlite")' in code:
         # as on a second run: the test session already embedded Cranfield with this model (conftest)
         (tmp_path / "cache").mkdir()
-        shutil.copy(request.getfixturevalue("cranfield_onnx_store"), tmp_path / "cache" / "embeddings.sqlite")
+        shutil.copy(request.getfixturevalue("cranfield_store")("auto"), tmp_path / "cache" / "embeddings.sqlite")
     script = tmp_path / f"readme_block_{index}.py"
     script.write_text(code, encoding="utf-8")
     env = {**os.environ, "KOLM_SEARCH_CACHE": str(tmp_path / "cache" / "datasets")}

