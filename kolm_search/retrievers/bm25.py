@@ -155,6 +155,7 @@ class BM25Retriever:
     """
 
     name = "bm25"
+    updates = "bm25"  # takes add/delete (kolm_search.retrievers.incremental)
     table = incremental.SyncedTable()  # reading it merges pending add/delete
     tf: npt.NDArray[np.int32] | None = None  # term frequency of each posting (None: a shard, or version 1)
     own_stats: bool | None = None  # weighted with its own statistics (None: unknown, version 1)

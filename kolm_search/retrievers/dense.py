@@ -13,7 +13,6 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search._aio import embed_batch, run_blocking
 from kolm_search._kernels import load
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
@@ -30,6 +29,7 @@ from kolm_search.retrievers._persist import (
     save_table,
     write_manifest,
 )
+from kolm_search.retrievers._vectors import embed_texts, normalise_rows
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["DenseRetriever", "corpus_embeddings", "embed_texts", "exact_topk"]
@@ -37,26 +37,6 @@ __all__ = ["DenseRetriever", "corpus_embeddings", "embed_texts", "exact_topk"]
 Metric = Literal["cosine", "ip"]
 _FORMAT = "kolm-search/dense"
 _VERSION = 1
-
-
-def _normalise(mat: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """Rows scaled to unit L2 norm (zero rows stay zero), float32 (n, d).
-
-    Each row is first divided by its largest magnitude, so squares neither overflow (rows
-    beyond 1e19) nor underflow (rows below 1e-19): every non-zero row comes out unit.
-    """
-    mat = np.asarray(mat, dtype=np.float32)
-    if mat.size == 0:
-        return mat.copy()
-    scale = np.max(np.abs(mat), axis=1, keepdims=True)
-    out = mat / np.where(scale > 0, scale, np.float32(1))
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    return (out / np.where(norms > 0, norms, np.float32(1))).astype(np.float32, copy=False)
-
-
-async def _embed_async(embedder: Any, texts: list[str], batch_size: int) -> npt.NDArray[np.float32]:
-    rows = [await embed_batch(embedder, texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)]
-    return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
 
 
 _CORPORA: weakref.WeakKeyDictionary[Any, dict[str, npt.NDArray[np.float32]]] = weakref.WeakKeyDictionary()
@@ -88,14 +68,6 @@ def corpus_embeddings(embedder: Embedder, texts: Sequence[str], *, batch_size: i
         while len(memo) >= _KEPT_PER_EMBEDDER:
             memo.pop(next(iter(memo)))
         memo[key] = mat
-    return mat
-
-
-def embed_texts(embedder: Embedder, texts: Sequence[str], *, batch_size: int = 4096) -> npt.NDArray[np.float32]:
-    """Embed ``texts`` in batches (``embed_many`` when available) as float32 (n, d)."""
-    mat = run_blocking(_embed_async(embedder, list(texts), batch_size))
-    if mat.ndim != 2 or mat.shape[0] != len(texts) or not np.all(np.isfinite(mat)):
-        raise KolmValueError(f"embedder returned an invalid matrix of shape {mat.shape} for {len(texts)} texts")
     return mat
 
 
@@ -171,6 +143,7 @@ class DenseRetriever:
     """
 
     name = "dense"
+    updates = "dense"  # takes add/delete (kolm_search.retrievers.incremental)
     table = incremental.SyncedTable()  # reading it merges pending add/delete
     revision = ""  # changes with every add/delete (response cache keys)
 
@@ -207,7 +180,7 @@ class DenseRetriever:
             raise KolmValueError(f"embeddings must have shape ({len(self.table)}, d), got {mat.shape}")
         if not np.all(np.isfinite(mat)):
             raise KolmValueError("document embeddings contain NaN or infinite values")
-        self.embeddings = _normalise(mat) if metric == "cosine" else np.ascontiguousarray(mat)
+        self.embeddings = normalise_rows(mat) if metric == "cosine" else np.ascontiguousarray(mat)
 
     @property
     def dim(self) -> int:
@@ -221,7 +194,7 @@ class DenseRetriever:
         if q.ndim != 2 or q.shape[1] != self.dim:
             raise SearchError("retriever", f"query embeddings have shape {q.shape}; the index has dimension {self.dim}")
         if self.metric == "cosine":
-            q = _normalise(q)
+            q = normalise_rows(q)
         return exact_topk(q, self.embeddings, k, mask_ids=mask_ids, masks=masks, n_threads=self.n_threads)
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:

@@ -31,7 +31,6 @@ import copy
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,6 +40,7 @@ import pandas as pd
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.retrievers.postings import Postings
+from kolm_search.retrievers.segments import Segment, Updates
 from kolm_search.types import SearchDocument
 
 __all__ = ["Segment", "SyncedTable", "Updates", "add", "as_ids", "as_table", "check_updatable", "delete",
@@ -48,29 +48,6 @@ __all__ = ["Segment", "SyncedTable", "Updates", "add", "as_ids", "as_table", "ch
 
 _LOCK = threading.RLock()
 _MAX_DOCS = int(np.iinfo(np.int32).max)
-
-
-@dataclass
-class Segment:
-    """Added documents not merged yet: their table, counted postings (BM25) or float32
-    embeddings (n, d) (dense), and which of them are still live (bool (n,))."""
-
-    table: DocumentTable
-    payload: Any
-    keep: npt.NDArray[np.bool_]
-
-
-@dataclass
-class Updates:
-    """A retriever's pending changes: live rows of its merged table (None: all) and segments."""
-
-    base_keep: npt.NDArray[np.bool_] | None = None
-    segments: list[Segment] = field(default_factory=list)
-    merging: bool = False
-
-    @property
-    def dirty(self) -> bool:
-        return self.base_keep is not None or bool(self.segments)
 
 
 class SyncedTable:
@@ -177,13 +154,10 @@ def locate_any(retriever: Any, ids: list[str]) -> list[list[int]]:
 
 # -- per kind --------------------------------------------------------------------------
 def _kind(retriever: Any) -> str:
-    from kolm_search.retrievers.bm25 import BM25Retriever
-    from kolm_search.retrievers.dense import DenseRetriever
-
-    if isinstance(retriever, BM25Retriever):
-        return "bm25"
-    if isinstance(retriever, DenseRetriever):
-        return "dense"
+    """``"bm25"`` or ``"dense"``: the class attribute ``updates`` of the retrievers that take changes."""
+    kind = getattr(type(retriever), "updates", None)
+    if kind in ("bm25", "dense"):
+        return str(kind)
     raise KolmTypeError(f"{type(retriever).__name__} does not support add/delete")
 
 

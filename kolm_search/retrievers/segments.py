@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,12 +18,35 @@ import numpy.typing as npt
 
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
-from kolm_search.retrievers.incremental import Updates
+from kolm_search.retrievers._vectors import embed_texts, normalise_rows
 from kolm_search.retrievers.postings import Postings
 
-__all__ = ["combine_postings", "merge_bm25", "merge_dense", "new_embeddings", "recount"]
+__all__ = ["Segment", "Updates", "combine_postings", "merge_bm25", "merge_dense", "new_embeddings", "recount"]
 
 _MAX_DOCS = int(np.iinfo(np.int32).max)
+
+
+@dataclass
+class Segment:
+    """Added documents not merged yet: their table, counted postings (BM25) or float32
+    embeddings (n, d) (dense), and which of them are still live (bool (n,))."""
+
+    table: DocumentTable
+    payload: Any
+    keep: npt.NDArray[np.bool_]
+
+
+@dataclass
+class Updates:
+    """A retriever's pending changes: live rows of its merged table (None: all) and segments."""
+
+    base_keep: npt.NDArray[np.bool_] | None = None
+    segments: list[Segment] = field(default_factory=list)
+    merging: bool = False
+
+    @property
+    def dirty(self) -> bool:
+        return self.base_keep is not None or bool(self.segments)
 
 
 def _exclusive_cumsum(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -123,8 +147,6 @@ def merge_dense(retriever: Any, upd: Updates) -> None:
 def new_embeddings(retriever: Any, table: DocumentTable, embeddings: Any) -> npt.NDArray[np.float32]:
     """float32 (n, dim) embeddings of new documents (given, or from the retriever's embedder),
     checked as the constructor checks them and normalised for the cosine metric."""
-    from kolm_search.retrievers.dense import _normalise, embed_texts
-
     dim: int | None = retriever.dim
     if retriever.embeddings.shape == (0, 0):  # an empty corpus has no dimension yet: the first add sets it
         upd = retriever.__dict__.get("_updates")
@@ -143,7 +165,7 @@ def new_embeddings(retriever: Any, table: DocumentTable, embeddings: Any) -> npt
                              f"got {mat.shape}")
     if not np.all(np.isfinite(mat)):
         raise KolmValueError("add: embeddings contain NaN or infinite values")
-    return _normalise(mat) if retriever.metric == "cosine" else np.ascontiguousarray(mat)
+    return normalise_rows(mat) if retriever.metric == "cosine" else np.ascontiguousarray(mat)
 
 
 def recount(retriever: Any) -> None:
