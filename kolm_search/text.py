@@ -102,14 +102,7 @@ class Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         """Tokens of one text, in order (repeats kept)."""
-        if not isinstance(text, str):
-            raise KolmValueError(f"Tokenizer expects str, got {type(text).__name__}")
-        if not text.isascii():
-            text = fold_width(text)
-        if has_cjk(text):
-            tokens = cjk_tokens(text.lower() if self.lowercase else text, self._regex.findall)
-        else:
-            tokens = self._regex.findall(text.lower() if self.lowercase else text)
+        tokens = self.words(text)
         if self._stop:
             stop = self._stop
             tokens = [t for t in tokens if t not in stop]
@@ -121,6 +114,33 @@ class Tokenizer:
             for word, stem in zip(missing, self._stem.stemWords(missing), strict=True):
                 cache[word] = stem
         return [cache[t] for t in tokens]
+
+    def words(self, text: str) -> list[str]:
+        """The words of one text before stopwords and stemming (lowercased, CJK bigrams).
+
+        ``tokenizer(text)`` equals ``[tokenizer.term(w) for w in tokenizer.words(text)]``
+        without the ``None``s: each word becomes its token alone, so a corpus can map each
+        distinct word once (:meth:`kolm_search.retrievers.postings.Postings.from_texts`).
+        """
+        if not isinstance(text, str):
+            raise KolmValueError(f"Tokenizer expects str, got {type(text).__name__}")
+        if text.isascii():  # no width folding or CJK run possible
+            return self._regex.findall(text.lower() if self.lowercase else text)
+        text = fold_width(text)
+        if has_cjk(text):
+            return cjk_tokens(text.lower() if self.lowercase else text, self._regex.findall)
+        return self._regex.findall(text.lower() if self.lowercase else text)
+
+    def term(self, word: str) -> str | None:
+        """The token of one word of :meth:`words`: ``None`` for a stopword, else its stem."""
+        if word in self._stop:
+            return None
+        if self._stem is None:
+            return word
+        stem = self._stem_cache.get(word)
+        if stem is None:
+            stem = self._stem_cache[word] = self._stem.stemWord(word)
+        return stem
 
     def many(self, texts: Iterable[str]) -> list[list[str]]:
         """Tokens of many texts."""
