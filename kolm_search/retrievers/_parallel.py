@@ -8,9 +8,10 @@ term-major postings in O(nnz) (SciPy's CSR to CSC conversion, a counting sort). 
 chunks in row order gives the vocabulary in order of first occurrence, so the postings do not
 depend on how the corpus was split or how many processes counted it.
 
-Worker processes are started with the ``"spawn"`` method (no ``fork`` of a process that may
-run Numba or BLAS threads); the tokenizer travels pickled (a :class:`Tokenizer` as its
-configuration) and is rebuilt once per worker.
+Worker processes are forked from a ``"forkserver"`` (``"spawn"`` where there is none), never
+from this process, which may run Numba or BLAS threads: the server is a fresh single-threaded
+process that imports this module once, so later pools start in milliseconds. The tokenizer
+travels pickled (a :class:`Tokenizer` as its configuration) and is rebuilt once per worker.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.context import BaseContext
 from typing import Any
 
 import numpy as np
@@ -36,10 +38,24 @@ __all__ = ["Counted", "Merger", "count_ids", "count_texts", "encode_texts", "enc
 #: (lengths int64 (n,), distinct terms per document int64 (n,), term ids int32 (nnz,), tf int32 (nnz,))
 Counted = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32]]
 
+_START_SECONDS = 60.0  # added to the first chunk's deadline: starting the workers
 _SECONDS_PER_CHUNK = 60.0  # chunk deadline: this plus one second per 100 kB of text (100x slower than usual)
 _BYTES_PER_SECOND = 100_000
 _MAX_DOCS = np.iinfo(np.int32).max
 _TOKENIZERS: dict[bytes, Any] = {}  # in a worker: the tokenizer rebuilt once, its stem cache kept
+
+
+def _context() -> BaseContext:
+    """The forkserver context, the server preloading this module (once per process), else spawn."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    from multiprocessing import forkserver
+
+    ctx = multiprocessing.get_context("forkserver")
+    preload = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
+    if __name__ not in preload:  # effective until the server starts; kept (not replaced) for other users
+        ctx.set_forkserver_preload([*preload, __name__])
+    return ctx
 
 
 def resolve_n_jobs(n_jobs: Any) -> int:
@@ -224,9 +240,10 @@ def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]],
                 chunk_timeout: float | None) -> Merger:
     """Tokenise and count ``texts`` in chunks of ``chunk`` documents on ``n_jobs`` processes.
 
-    ``n_jobs == 1`` or a single chunk: in this process. Otherwise a spawn-started
+    ``n_jobs == 1`` or a single chunk: in this process. Otherwise a
     :class:`ProcessPoolExecutor`; each chunk's result is awaited at most ``chunk_timeout``
-    seconds (default: 60 s plus 1 s per 100 kB of its text) after the previous one arrived.
+    seconds (default: 60 s plus 1 s per 100 kB of its text) after the previous one arrived,
+    the first 60 s more (starting the workers).
     A failing document raises ``KolmValueError`` naming its row; a worker that dies or
     overruns raises ``KolmError`` naming the rows; the workers are ended either way.
     """
@@ -238,15 +255,16 @@ def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]],
             merger.add(_count_chunk(tokenizer, texts[s:s + chunk], s, merger.vocab, word_ids))
         return merger
     blob = _tokenizer_blob(tokenizer)
-    pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(starts)), mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(starts)), mp_context=_context())
     try:
         futures = [pool.submit(_worker, blob, texts[s:s + chunk], s) for s in starts]
-        for s, future in zip(starts, futures, strict=True):
+        for i, (s, future) in enumerate(zip(starts, futures, strict=True)):
             stop = min(s + chunk, len(texts))
             wait = chunk_timeout
             if wait is None:
                 size = sum(len(t) for t in texts[s:stop] if isinstance(t, str))
                 wait = _SECONDS_PER_CHUNK + size / _BYTES_PER_SECOND
+            wait += _START_SECONDS if i == 0 else 0.0
             try:
                 local_vocab, counted = future.result(timeout=wait)
             except FutureTimeout:
@@ -254,9 +272,9 @@ def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]],
                                 f"{wait:.0f} s; the workers were stopped") from None
             except BrokenProcessPool as exc:
                 raise KolmError(
-                    f"a tokenising worker process died while document rows {s}-{stop - 1} were counted (killed, out "
-                    "of memory, or a script without an `if __name__ == \"__main__\":` guard, which worker processes "
-                    "re-import); pass n_jobs=1 to tokenise in this process") from exc
+                    f"a tokenising worker process died before document rows {s}-{len(texts) - 1} were all counted "
+                    "(killed, out of memory, or a script without an `if __name__ == \"__main__\":` guard, which "
+                    "worker processes re-import); pass n_jobs=1 to tokenise in this process") from exc
             merger.add(counted, local_vocab)
     except BaseException:
         _stop(pool)

@@ -148,15 +148,17 @@ class Postings:
         tokenizer : Tokenizer or picklable callable str -> list of str
         n_jobs : int, optional
             Processes tokenising and counting (default: the usable cores; 1 in a daemonic
-            process, which cannot have children). Workers are started with ``"spawn"``: like
-            any multiprocessing code, a script needs an ``if __name__ == "__main__":`` guard.
+            process, which cannot have children). Workers are forked from a forkserver (or
+            spawned), which imports the main script: like any multiprocessing code, a script
+            needs an ``if __name__ == "__main__":`` guard.
         chunk : int, optional
             Documents per task; a corpus of one chunk is counted in this process. Default:
             the whole corpus if its text is under 16 M characters (starting worker processes,
             about a second, would cost more than they save), else a quarter of each process's
             share, from 2,000 to 20,000 documents.
         chunk_timeout : float, optional
-            Seconds to wait for each chunk (default 60 s plus 1 s per 100 kB of its text).
+            Seconds to wait for each chunk after the previous one (default 60 s plus 1 s per
+            100 kB of its text; the first chunk 60 s more for starting the workers).
 
         Raises
         ------
@@ -179,7 +181,8 @@ class Postings:
             share = -(-len(texts) // (4 * jobs))
             chunk = max(len(texts), 1) if size < _PARALLEL_MIN_CHARS else min(max(share, _MIN_CHUNK), _MAX_CHUNK)
         chunk = _positive(chunk, "chunk")
-        if chunk_timeout is not None and not (isinstance(chunk_timeout, int | float) and chunk_timeout > 0):
+        if chunk_timeout is not None and (isinstance(chunk_timeout, bool) or not isinstance(chunk_timeout, int | float)
+                                          or not chunk_timeout > 0):
             raise KolmValueError(f"chunk_timeout must be a number of seconds > 0, got {chunk_timeout!r}")
         return cls(*count_texts(texts, tokenizer, jobs, chunk, chunk_timeout).finish())
 
