@@ -257,7 +257,11 @@ def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]],
     blob = _tokenizer_blob(tokenizer)
     pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(starts)), mp_context=_context())
     try:
-        futures = [pool.submit(_worker, blob, texts[s:s + chunk], s) for s in starts]
+        try:
+            futures = [pool.submit(_worker, blob, texts[s:s + chunk], s) for s in starts]
+        except (BrokenProcessPool, OSError, EOFError) as exc:
+            raise KolmError(f"could not start tokenising worker processes ({type(exc).__name__}: {exc}); pass "
+                            "n_jobs=1 to tokenise in this process") from exc
         for i, (s, future) in enumerate(zip(starts, futures, strict=True)):
             stop = min(s + chunk, len(texts))
             wait = chunk_timeout

@@ -30,7 +30,7 @@ from kolm_search.retrievers._parallel import (
 __all__ = ["CollectionStats", "Postings"]
 
 _MAX_DOCS = np.iinfo(np.int32).max
-_MIN_CHUNK, _MAX_CHUNK = 2_000, 20_000  # default documents per task of Postings.from_texts
+_MIN_CHUNK, _MAX_CHUNK = 2_000, 50_000  # default documents per task of Postings.from_texts
 _PARALLEL_MIN_CHARS = 16_000_000  # smaller corpora tokenise in under ~2 s: worker start-up would not pay
 
 
@@ -155,7 +155,7 @@ class Postings:
             Documents per task; a corpus of one chunk is counted in this process. Default:
             the whole corpus if its text is under 16 M characters (starting worker processes,
             about a second, would cost more than they save), else a quarter of each process's
-            share, from 2,000 to 20,000 documents.
+            share, from 2,000 to 50,000 documents.
         chunk_timeout : float, optional
             Seconds to wait for each chunk after the previous one (default 60 s plus 1 s per
             100 kB of its text; the first chunk 60 s more for starting the workers).
