@@ -42,7 +42,7 @@ _START_SECONDS = 60.0  # added to the first chunk's deadline: starting the worke
 _SECONDS_PER_CHUNK = 60.0  # chunk deadline: this plus one second per 100 kB of text (100x slower than usual)
 _BYTES_PER_SECOND = 100_000
 _MAX_DOCS = np.iinfo(np.int32).max
-_TOKENIZERS: dict[bytes, Any] = {}  # in a worker: the tokenizer rebuilt once, its stem cache kept
+_TOKENIZERS: dict[bytes, Any] = {}  # in a worker: (tokenizer, term ids, word ids), kept across chunks
 
 
 def _context() -> BaseContext:
@@ -197,18 +197,32 @@ def _count_chunk(tokenizer: Callable[[str], Sequence[str]], texts: Sequence[str]
 
 
 def _worker(blob: bytes, texts: Sequence[str], start: int) -> tuple[list[str], Counted]:
-    """In a worker process: one chunk's vocabulary and counts."""
-    tokenizer = _TOKENIZERS.get(blob)
-    if tokenizer is None:
+    """In a worker process: one chunk's vocabulary (in its order of first occurrence) and counts.
+
+    The word and term maps live as long as the worker (worker-wide term ids), so each chunk
+    looks up and stems only words the worker has not seen; the chunk's own vocabulary is then
+    its worker ids in order of first occurrence (``np.unique(..., return_index=True)``).
+    """
+    state = _TOKENIZERS.get(blob)
+    if state is None:
         try:
             tokenizer = pickle.loads(blob)  # our own bytes, from the parent process
         except Exception as exc:
             raise KolmError(f"a worker process could not rebuild the tokenizer: {type(exc).__name__}: {exc}") from exc
         _TOKENIZERS.clear()
-        _TOKENIZERS[blob] = tokenizer
-    vocab: dict[str, int] = {}
-    counted = _count_chunk(tokenizer, texts, start, vocab, {})
-    return list(vocab), counted
+        state = _TOKENIZERS[blob] = (tokenizer, {}, {})
+    tokenizer, vocab, word_ids = state
+    ids_list, lens_list = encode_texts(tokenizer, texts, start, vocab, word_ids)
+    ids, lens = np.asarray(ids_list, np.int32), np.asarray(lens_list, np.int64)
+    del ids_list, lens_list
+    seen, first = np.unique(ids, return_index=True)
+    if len(seen) and seen[0] < 0:  # stopwords (-1) stay -1
+        seen, first = seen[1:], first[1:]
+    order = seen[np.argsort(first, kind="stable")]  # worker ids in the chunk's first-occurrence order
+    local = np.full(len(vocab) + 1, -1, np.int32)  # index -1 (the last slot) keeps stopwords at -1
+    local[order] = np.arange(len(order), dtype=np.int32)
+    terms = list(vocab)
+    return [terms[i] for i in order.tolist()], count_ids(local[ids], lens, len(order))
 
 
 def _tokenizer_blob(tokenizer: Callable[[str], Sequence[str]]) -> bytes:
