@@ -130,19 +130,7 @@ class Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         """Tokens of one text, in order (repeats kept)."""
-        if not isinstance(text, str):
-            raise KolmValueError(f"Tokenizer expects str, got {type(text).__name__}")
-        regex = self._regex
-        if not text.isascii():
-            text = fold_width(text)
-            if self.pattern == _DEFAULT_PATTERN:
-                marked, mark = _marked_words()
-                if mark.search(text):
-                    regex = marked
-        if has_cjk(text):
-            tokens = cjk_tokens(text.lower() if self.lowercase else text, regex.findall)
-        else:
-            tokens = regex.findall(text.lower() if self.lowercase else text)
+        tokens = self.words(text)
         if self._stop:
             stop = self._stop
             tokens = [t for t in tokens if t not in stop]
@@ -154,6 +142,38 @@ class Tokenizer:
             for word, stem in zip(missing, self._stem.stemWords(missing), strict=True):
                 cache[word] = stem
         return [cache[t] for t in tokens]
+
+    def words(self, text: str) -> list[str]:
+        """The words of one text before stopwords and stemming (lowercased, CJK bigrams).
+
+        ``tokenizer(text)`` equals ``[tokenizer.term(w) for w in tokenizer.words(text)]``
+        without the ``None``s: each word becomes its token alone, so a corpus can map each
+        distinct word once (:meth:`kolm_search.retrievers.postings.Postings.from_texts`).
+        """
+        if not isinstance(text, str):
+            raise KolmValueError(f"Tokenizer expects str, got {type(text).__name__}")
+        regex = self._regex
+        if text.isascii():  # no width folding, combining mark or CJK run possible
+            return regex.findall(text.lower() if self.lowercase else text)
+        text = fold_width(text)
+        if self.pattern == _DEFAULT_PATTERN:
+            marked, mark = _marked_words()
+            if mark.search(text):
+                regex = marked
+        if has_cjk(text):
+            return cjk_tokens(text.lower() if self.lowercase else text, regex.findall)
+        return regex.findall(text.lower() if self.lowercase else text)
+
+    def term(self, word: str) -> str | None:
+        """The token of one word of :meth:`words`: ``None`` for a stopword, else its stem."""
+        if word in self._stop:
+            return None
+        if self._stem is None:
+            return word
+        stem = self._stem_cache.get(word)
+        if stem is None:
+            stem = self._stem_cache[word] = self._stem.stemWord(word)
+        return stem
 
     def many(self, texts: Iterable[str]) -> list[list[str]]:
         """Tokens of many texts."""

@@ -140,7 +140,11 @@ class BM25Retriever:
     fusion_k : float, default 60
         RRF constant used to merge the lists of expanded queries.
     n_threads : int, optional
-        Threads per call (default: the usable cores).
+        Kernel threads per search call (default: the usable cores).
+    n_jobs : int, optional
+        Processes that tokenise and count the documents at build time (default: the usable
+        cores; a corpus of under 16 M characters is counted in this process). See
+        :meth:`Postings.from_texts`: the result is the same for any value.
     stats : CollectionStats, optional
         Collection-wide statistics: this index is then a shard of a larger collection and
         scores exactly as the whole collection's index would.
@@ -165,7 +169,7 @@ class BM25Retriever:
                  delta: float = 0.5, tokenizer: Tokenizer | None = None,
                  fields: Sequence[str] = ("title", "content"), fusion_k: float = 60,
                  n_threads: int | None = None, stats: CollectionStats | None = None,
-                 postings: Postings | None = None, _arrays: Mapping[str, Any] | None = None, _vocab: list[str] | None = None) -> None:
+                 postings: Postings | None = None, n_jobs: int | None = None, _arrays: Mapping[str, Any] | None = None, _vocab: list[str] | None = None) -> None:
         if method not in BM25_METHODS:
             raise KolmValueError(f"method must be one of {BM25_METHODS}, got {method!r}")
         for name, value in (("k1", k1), ("b", b), ("delta", delta), ("fusion_k", fusion_k)):
@@ -186,8 +190,9 @@ class BM25Retriever:
             self._set_arrays(_arrays, _vocab)
         elif postings is not None:
             self.index_postings(postings, stats=stats)
-        else:  # a generator: token strings live one chunk at a time
-            self.index_tokens((self.tokenizer(t) for t in self.table.texts(self.fields)), stats=stats)
+        else:  # token strings live one chunk at a time
+            self.index_postings(Postings.from_texts(self.table.texts(self.fields), self.tokenizer, n_jobs=n_jobs),
+                                stats=stats)
 
     # -- indexing ----------------------------------------------------------------------
     def index_tokens(self, token_lists: Iterable[Sequence[str]], *, stats: CollectionStats | None = None) -> None:

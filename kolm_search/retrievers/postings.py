@@ -9,17 +9,35 @@ weighted with the merged statistics without tokenising again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from kolm_search.errors import KolmValueError
+from kolm_search.retrievers._parallel import (
+    Merger,
+    count_ids,
+    count_texts,
+    encode_tokens,
+    resolve_n_jobs,
+    term_major,
+)
 
 __all__ = ["CollectionStats", "Postings"]
 
 _MAX_DOCS = np.iinfo(np.int32).max
+_MIN_CHUNK, _MAX_CHUNK = 2_000, 50_000  # default documents per task of Postings.from_texts
+_PARALLEL_MIN_CHARS = 16_000_000  # smaller corpora tokenise in under ~2 s: worker start-up would not pay
+
+
+def _positive(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise KolmValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -107,41 +125,72 @@ class Postings:
         chunk : int
             Documents encoded per step (token strings never outlive their chunk).
         """
-        vocab: dict[str, int] = {}
-        term_chunks: list[npt.NDArray[np.int32]] = []
-        len_chunks: list[npt.NDArray[np.int64]] = []
-        ids: list[int] = []
-        lens: list[int] = []
-        setdefault = vocab.setdefault
-        for tokens in token_lists:
-            before = len(ids)
-            ids.extend([setdefault(t, len(vocab)) for t in tokens])
-            lens.append(len(ids) - before)
-            if len(lens) >= chunk:
-                term_chunks.append(np.asarray(ids, np.int32))
-                len_chunks.append(np.asarray(lens, np.int64))
-                ids, lens = [], []
-        term_chunks.append(np.asarray(ids, np.int32))
-        len_chunks.append(np.asarray(lens, np.int64))
-        lengths = np.concatenate(len_chunks)
-        if lengths.shape[0] > _MAX_DOCS:
-            raise KolmValueError(f"{lengths.shape[0]} documents exceed one index's int32 limit; shard the corpus")
-        terms = np.concatenate(term_chunks)
-        del term_chunks
-        return cls.from_arrays(list(vocab), terms, lengths)
+        chunk = _positive(chunk, "chunk")
+        merger, it = Merger(), iter(token_lists)
+        while batch := list(islice(it, chunk)):
+            ids, lens = encode_tokens(batch, merger.vocab)
+            del batch
+            merger.add(count_ids(np.asarray(ids, np.int32), np.asarray(lens, np.int64), len(merger.vocab)))
+        return cls(*merger.finish())
+
+    @classmethod
+    def from_texts(cls, texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]], *, n_jobs: int | None = None,
+                   chunk: int | None = None, chunk_timeout: float | None = None) -> Postings:
+        """Tokenise and count texts, on several processes for a large corpus.
+
+        Equal to ``Postings.from_tokens(tokenizer(t) for t in texts)`` (same vocabulary order,
+        same arrays) whatever ``n_jobs`` and ``chunk``.
+
+        Parameters
+        ----------
+        texts : sequence of str (n_docs,)
+            One text per document, in row order.
+        tokenizer : Tokenizer or picklable callable str -> list of str
+        n_jobs : int, optional
+            Processes tokenising and counting (default: the usable cores; 1 in a daemonic
+            process, which cannot have children). Workers are forked from a forkserver (or
+            spawned), which imports the main script: like any multiprocessing code, a script
+            needs an ``if __name__ == "__main__":`` guard.
+        chunk : int, optional
+            Documents per task; a corpus of one chunk is counted in this process. Default:
+            the whole corpus if its text is under 16 M characters (starting worker processes,
+            about a second, would cost more than they save), else a quarter of each process's
+            share, from 2,000 to 50,000 documents.
+        chunk_timeout : float, optional
+            Seconds to wait for each chunk after the previous one (default 60 s plus 1 s per
+            100 kB of its text; the first chunk 60 s more for starting the workers).
+
+        Raises
+        ------
+        KolmValueError
+            Bad ``n_jobs``/``chunk``; a document that fails to tokenise (its row named).
+        KolmTypeError
+            A tokenizer that cannot be sent to worker processes.
+        KolmError
+            A worker process died or overran its deadline (the pool is stopped).
+        """
+        jobs = resolve_n_jobs(n_jobs)
+        texts = texts if isinstance(texts, list) else list(texts)
+        if len(texts) > _MAX_DOCS:
+            raise KolmValueError(f"{len(texts)} documents exceed one index's int32 limit; shard the corpus")
+        if chunk is None:
+            try:
+                size = sum(map(len, texts))
+            except TypeError:  # not str: fails in this process, naming the row
+                size = 0
+            share = -(-len(texts) // (4 * jobs))
+            chunk = max(len(texts), 1) if size < _PARALLEL_MIN_CHARS else min(max(share, _MIN_CHUNK), _MAX_CHUNK)
+        chunk = _positive(chunk, "chunk")
+        if chunk_timeout is not None and (isinstance(chunk_timeout, bool) or not isinstance(chunk_timeout, int | float)
+                                          or not chunk_timeout > 0):
+            raise KolmValueError(f"chunk_timeout must be a number of seconds > 0, got {chunk_timeout!r}")
+        return cls(*count_texts(texts, tokenizer, jobs, chunk, chunk_timeout).finish())
 
     @classmethod
     def from_arrays(cls, vocab: list[str], terms: npt.NDArray[np.int32], lengths: npt.NDArray[np.int64]) -> Postings:
         """Count term ids (int32 (n_tokens,), documents' tokens back to back; ``lengths`` (n_docs,))."""
-        n_docs, n_vocab = int(lengths.shape[0]), len(vocab)
-        docs = np.repeat(np.arange(n_docs, dtype=np.int64), lengths)
-        key, tf = np.unique(terms.astype(np.int64) * max(n_docs, 1) + docs, return_counts=True)  # term-major
-        del docs
-        p_term = key // max(n_docs, 1)
-        t_ptr = np.zeros(n_vocab + 1, np.int64)
-        np.cumsum(np.bincount(p_term, minlength=n_vocab), out=t_ptr[1:])
-        return cls(vocab=vocab, t_ptr=t_ptr, p_doc=(key % max(n_docs, 1)).astype(np.int32),
-                   tf=tf.astype(np.int32), lengths=lengths)
+        lengths = np.asarray(lengths, np.int64)
+        return cls(vocab, *term_major([count_ids(np.asarray(terms), lengths, len(vocab))], len(vocab)))
 
     def stats(self) -> CollectionStats:
         """This corpus's own :class:`CollectionStats` (mergeable across shards)."""

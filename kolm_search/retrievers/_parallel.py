@@ -1,0 +1,301 @@
+"""Tokenising and counting a corpus in chunks, in this process or in worker processes.
+
+Each chunk of documents is tokenised and counted on its own: the result is the chunk's
+vocabulary (terms in order of first occurrence) and its doc-major counts, a CSR of
+(document, term) -> tf. :class:`Merger` maps every chunk's vocabulary into one global
+vocabulary (one dict lookup per distinct term of the chunk, then ``np.take``) and builds the
+term-major postings in O(nnz) (SciPy's CSR to CSC conversion, a counting sort). Taking the
+chunks in row order gives the vocabulary in order of first occurrence, so the postings do not
+depend on how the corpus was split or how many processes counted it.
+
+Worker processes are forked from a ``"forkserver"`` (``"spawn"`` where there is none), never
+from this process, which may run Numba or BLAS threads: the server is a fresh single-threaded
+process that imports this module once, so later pools start in milliseconds. The tokenizer
+travels pickled (a :class:`Tokenizer` as its configuration) and is rebuilt once per worker.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.context import BaseContext
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
+from kolm_search.text import Tokenizer
+
+__all__ = ["Counted", "Merger", "count_ids", "count_texts", "encode_texts", "encode_tokens", "resolve_n_jobs", "term_major"]
+
+#: (lengths int64 (n,), distinct terms per document int64 (n,), term ids int32 (nnz,), tf int32 (nnz,))
+Counted = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32]]
+
+_START_SECONDS = 60.0  # added to the first chunk's deadline: starting the workers
+_SECONDS_PER_CHUNK = 60.0  # chunk deadline: this plus one second per 100 kB of text (100x slower than usual)
+_BYTES_PER_SECOND = 100_000
+_MAX_DOCS = np.iinfo(np.int32).max
+_TOKENIZERS: dict[bytes, Any] = {}  # in a worker: (tokenizer, term ids, word ids), kept across chunks
+
+
+def _context() -> BaseContext:
+    """The forkserver context, the server preloading this module (once per process), else spawn."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    from multiprocessing import forkserver
+
+    ctx = multiprocessing.get_context("forkserver")
+    preload = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
+    if __name__ not in preload:  # effective until the server starts; kept (not replaced) for other users
+        ctx.set_forkserver_preload([*preload, __name__])
+    return ctx
+
+
+def resolve_n_jobs(n_jobs: Any) -> int:
+    """Processes to use: ``None`` -> the usable cores; 1 inside a daemonic process (no children)."""
+    if n_jobs is None:
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    elif isinstance(n_jobs, bool) or not isinstance(n_jobs, int | np.integer) or n_jobs < 1:
+        raise KolmValueError(f"n_jobs must be a positive integer or None, got {n_jobs!r}")
+    else:
+        n = int(n_jobs)
+    return 1 if multiprocessing.current_process().daemon else max(n, 1)
+
+
+def _row_error(row: int, exc: Exception) -> KolmValueError:
+    what = str(exc) if isinstance(exc, KolmError) else f"{type(exc).__name__}: {exc}"
+    return KolmValueError(f"document row {row}: tokenising failed: {what}")
+
+
+def encode_texts(tokenizer: Callable[[str], Sequence[str]], texts: Iterable[str], start: int,
+                 vocab: dict[str, int], word_ids: dict[str, int]) -> tuple[list[int], list[int]]:
+    """Term ids of texts, back to back, and the number of ids per text.
+
+    A plain :class:`Tokenizer` is applied word by word (:meth:`Tokenizer.words`), each
+    distinct word mapped once through ``word_ids`` (-1 for a stopword, dropped by
+    :func:`count_ids`); any other callable is called per text. New terms enter ``vocab``
+    in order of first occurrence. An error names the document row (``start`` + position).
+    """
+    row = start
+    if type(tokenizer) is not Tokenizer:  # a subclass may override __call__: call it
+
+        def token_lists() -> Iterable[Sequence[str]]:
+            nonlocal row
+            for row, text in enumerate(texts, start):  # noqa: B007 (the row an error names)
+                yield tokenizer(text)
+
+        try:
+            return encode_tokens(token_lists(), vocab)
+        except Exception as exc:
+            raise _row_error(row, exc) from exc
+    ids: list[int] = []
+    lens: list[int] = []
+    get, words, term, setdefault = word_ids.__getitem__, tokenizer.words, tokenizer.term, vocab.setdefault
+    try:
+        for row, text in enumerate(texts, start):  # noqa: B007 (the row an error names)
+            ws = words(text)
+            n0 = len(ids)
+            try:
+                ids += map(get, ws)
+            except KeyError:  # new words: map them (in order, so new terms enter in order)
+                del ids[n0:]
+                for w in ws:
+                    if w not in word_ids:
+                        t = term(w)
+                        word_ids[w] = -1 if t is None else setdefault(t, len(vocab))
+                ids += map(get, ws)
+            lens.append(len(ids) - n0)
+    except Exception as exc:
+        raise _row_error(row, exc) from exc
+    return ids, lens
+
+
+def encode_tokens(token_lists: Iterable[Sequence[str]], vocab: dict[str, int]) -> tuple[list[int], list[int]]:
+    """Term ids of token lists, back to back, and their lengths (new terms enter ``vocab``)."""
+    ids: list[int] = []
+    lens: list[int] = []
+    get, setdefault = vocab.__getitem__, vocab.setdefault
+    for tokens in token_lists:
+        n0 = len(ids)
+        try:
+            ids += map(get, tokens)
+        except KeyError:
+            del ids[n0:]
+            ids += [setdefault(t, len(vocab)) for t in tokens]
+        lens.append(len(ids) - n0)
+    return ids, lens
+
+
+def count_ids(ids: npt.NDArray[np.int32], lens: npt.NDArray[np.int64], n_vocab: int) -> Counted:
+    """Doc-major counts of term ids (int32 (n_ids,), -1 = dropped) in documents of ``lens`` ids."""
+    n = int(lens.shape[0])
+    keep = ids >= 0
+    if not keep.all():
+        ids = ids[keep]
+        lens = np.bincount(np.repeat(np.arange(n, dtype=np.int64), lens)[keep], minlength=n).astype(np.int64)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    m = sp.csr_matrix((np.ones(ids.shape[0], np.int32), ids, ptr), shape=(n, n_vocab))
+    m.sum_duplicates()  # one entry per (document, term), its data the count
+    return (lens.astype(np.int64, copy=False), np.diff(m.indptr).astype(np.int64),
+            m.indices.astype(np.int32, copy=False), m.data.astype(np.int32, copy=False))
+
+
+class Merger:
+    """Counted chunks, in row order, into one vocabulary and term-major postings."""
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self._parts: list[Counted] = []
+
+    def add(self, counted: Counted, local_vocab: list[str] | None = None) -> None:
+        """Append a chunk; ``local_vocab`` lists the chunk's own term ids' terms (``None``:
+        its ids are already ids of :attr:`vocab`)."""
+        lengths, row_nnz, terms, tf = counted
+        if local_vocab is not None:
+            vocab = self.vocab
+            setdefault = vocab.setdefault
+            remap = np.fromiter((setdefault(t, len(vocab)) for t in local_vocab), np.int32, len(local_vocab))
+            terms = remap[terms]
+        self._parts.append((lengths, row_nnz, terms, tf))
+
+    def finish(self) -> tuple[list[str], npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32],
+                              npt.NDArray[np.int64]]:
+        """``(vocab, t_ptr int64 (V + 1,), p_doc int32 (nnz,), tf int32 (nnz,), lengths int64 (n,))``."""
+        parts, self._parts = self._parts, []
+        return (list(self.vocab), *term_major(parts, len(self.vocab)))
+
+
+def term_major(parts: list[Counted], n_vocab: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32],
+                                                             npt.NDArray[np.int32], npt.NDArray[np.int64]]:
+    """Doc-major counted chunks (global term ids, row order) to ``(t_ptr, p_doc, tf, lengths)``."""
+    lengths = np.concatenate([p[0] for p in parts] or [np.zeros(0, np.int64)])
+    if lengths.shape[0] > _MAX_DOCS:
+        raise KolmValueError(f"{lengths.shape[0]} documents exceed one index's int32 limit; shard the corpus")
+    ptr = np.zeros(lengths.shape[0] + 1, np.int64)
+    np.cumsum(np.concatenate([p[1] for p in parts] or [np.zeros(0, np.int64)]), out=ptr[1:])
+    terms = np.concatenate([p[2] for p in parts] or [np.zeros(0, np.int32)])
+    tf = np.concatenate([p[3] for p in parts] or [np.zeros(0, np.int32)])
+    parts.clear()
+    csc = sp.csr_matrix((tf, terms, ptr), shape=(lengths.shape[0], n_vocab)).tocsc()  # O(nnz); rows ascend per term
+    del tf, terms, ptr
+    return (csc.indptr.astype(np.int64), csc.indices.astype(np.int32, copy=False),
+            csc.data.astype(np.int32, copy=False), lengths)
+
+
+def _count_chunk(tokenizer: Callable[[str], Sequence[str]], texts: Sequence[str], start: int,
+                 vocab: dict[str, int], word_ids: dict[str, int]) -> Counted:
+    ids, lens = encode_texts(tokenizer, texts, start, vocab, word_ids)
+    return count_ids(np.asarray(ids, np.int32), np.asarray(lens, np.int64), len(vocab))
+
+
+def _worker(blob: bytes, texts: Sequence[str], start: int) -> tuple[list[str], Counted]:
+    """In a worker process: one chunk's vocabulary (in its order of first occurrence) and counts.
+
+    The word and term maps live as long as the worker (worker-wide term ids), so each chunk
+    looks up and stems only words the worker has not seen; the chunk's own vocabulary is then
+    its worker ids in order of first occurrence (``np.unique(..., return_index=True)``).
+    """
+    state = _TOKENIZERS.get(blob)
+    if state is None:
+        try:
+            tokenizer = pickle.loads(blob)  # our own bytes, from the parent process
+        except Exception as exc:
+            raise KolmError(f"a worker process could not rebuild the tokenizer: {type(exc).__name__}: {exc}") from exc
+        _TOKENIZERS.clear()
+        state = _TOKENIZERS[blob] = (tokenizer, {}, {})
+    tokenizer, vocab, word_ids = state
+    ids_list, lens_list = encode_texts(tokenizer, texts, start, vocab, word_ids)
+    ids, lens = np.asarray(ids_list, np.int32), np.asarray(lens_list, np.int64)
+    del ids_list, lens_list
+    seen, first = np.unique(ids, return_index=True)
+    if len(seen) and seen[0] < 0:  # stopwords (-1) stay -1
+        seen, first = seen[1:], first[1:]
+    order = seen[np.argsort(first, kind="stable")]  # worker ids in the chunk's first-occurrence order
+    local = np.full(len(vocab) + 1, -1, np.int32)  # index -1 (the last slot) keeps stopwords at -1
+    local[order] = np.arange(len(order), dtype=np.int32)
+    terms = list(vocab)
+    return [terms[i] for i in order.tolist()], count_ids(local[ids], lens, len(order))
+
+
+def _tokenizer_blob(tokenizer: Callable[[str], Sequence[str]]) -> bytes:
+    """The tokenizer as bytes for the workers, checked to rebuild here first."""
+    try:
+        blob = pickle.dumps(tokenizer)
+        pickle.loads(blob)
+    except Exception as exc:
+        raise KolmTypeError(f"the tokenizer cannot be sent to worker processes ({type(exc).__name__}: {exc}); "
+                            "pass n_jobs=1 to tokenise in this process") from exc
+    return blob
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel what is queued and end the pool's workers now (bounded: terminate, then kill)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # before shutdown forgets them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(5.0)
+        if p.is_alive():
+            p.kill()
+            p.join(5.0)
+
+
+def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]], n_jobs: int, chunk: int,
+                chunk_timeout: float | None) -> Merger:
+    """Tokenise and count ``texts`` in chunks of ``chunk`` documents on ``n_jobs`` processes.
+
+    ``n_jobs == 1`` or a single chunk: in this process. Otherwise a
+    :class:`ProcessPoolExecutor`; each chunk's result is awaited at most ``chunk_timeout``
+    seconds (default: 60 s plus 1 s per 100 kB of its text) after the previous one arrived,
+    the first 60 s more (starting the workers).
+    A failing document raises ``KolmValueError`` naming its row; a worker that dies or
+    overruns raises ``KolmError`` naming the rows; the workers are ended either way.
+    """
+    merger = Merger()
+    starts = range(0, len(texts), chunk)
+    if n_jobs == 1 or len(starts) < 2:
+        word_ids: dict[str, int] = {}
+        for s in starts:
+            merger.add(_count_chunk(tokenizer, texts[s:s + chunk], s, merger.vocab, word_ids))
+        return merger
+    blob = _tokenizer_blob(tokenizer)
+    pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(starts)), mp_context=_context())
+    try:
+        try:
+            futures = [pool.submit(_worker, blob, texts[s:s + chunk], s) for s in starts]
+        except (BrokenProcessPool, OSError, EOFError) as exc:
+            raise KolmError(f"could not start tokenising worker processes ({type(exc).__name__}: {exc}); pass "
+                            "n_jobs=1 to tokenise in this process") from exc
+        for i, (s, future) in enumerate(zip(starts, futures, strict=True)):
+            stop = min(s + chunk, len(texts))
+            wait = chunk_timeout
+            if wait is None:
+                size = sum(len(t) for t in texts[s:stop] if isinstance(t, str))
+                wait = _SECONDS_PER_CHUNK + size / _BYTES_PER_SECOND
+            wait += _START_SECONDS if i == 0 else 0.0
+            try:
+                local_vocab, counted = future.result(timeout=wait)
+            except FutureTimeout:
+                raise KolmError(f"tokenising document rows {s}-{stop - 1} in a worker process took more than "
+                                f"{wait:.0f} s; the workers were stopped") from None
+            except BrokenProcessPool as exc:
+                raise KolmError(
+                    f"a tokenising worker process died before document rows {s}-{len(texts) - 1} were all counted "
+                    "(killed, out of memory, or a script without an `if __name__ == \"__main__\":` guard, which "
+                    "worker processes re-import); pass n_jobs=1 to tokenise in this process") from exc
+            merger.add(counted, local_vocab)
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+    return merger
