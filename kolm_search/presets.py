@@ -14,7 +14,7 @@ from kolm_search.client import SearchClient
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
-from kolm_search.planners import DefaultQueryPlanner, ExpandingQueryPlanner
+from kolm_search.planners import DefaultQueryPlanner
 from kolm_search.ports import Embedder, QueryPlanner
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.composite import CompositeRetriever
@@ -84,60 +84,71 @@ def hybrid(documents: Any, embedder: Embedder, k: float = 60, *, weights: list[f
                                               embedder=embedder), _options(options, "hybrid"))
 
 
-def hybrid_plus(documents: Any, embedder: Embedder, *, k: float = 20, depth: int | None = 1000,
-                fb_docs: int | None = 5, fb_terms: int | None = 30, lsa_components: int = 128, lsa_seed: int = 0,
-                planner: QueryPlanner | None = None, options: SearchPipelineOptions | dict[str, Any] | None = None,
+def hybrid_plus(documents: Any, embedder: Embedder, *, k: float = 60, depth: int | None = 1000,
+                feedback: Any = "bo1", feedback_kwargs: dict[str, Any] | None = None, lsa_components: int = 128,
+                lsa_seed: int = 0, planner: QueryPlanner | None = None,
+                options: SearchPipelineOptions | dict[str, Any] | None = None,
                 bm25_kwargs: dict[str, Any] | None = None, dense_kwargs: dict[str, Any] | None = None,
                 embeddings: Any = None) -> SearchClient:
-    """:func:`hybrid` plus RM3 query expansion, an LSA retriever and deeper candidate lists;
-    mode ``"hybrid"``.
+    """:func:`hybrid` with Bo1 feedback on the BM25 side, an LSA retriever and deeper candidate
+    lists; mode ``"hybrid"``.
 
-    The pipeline, every piece public and documented:
+    The pipeline, every piece public and documented: a
+    :class:`~kolm_search.retrievers.composite.CompositeRetriever` fusing by RRF (``k``) the
+    ``depth`` best documents of
 
-    - planner: :class:`~kolm_search.planners.ExpandingQueryPlanner` over
-      :class:`~kolm_search.adapters.RM3Expander` (``fb_docs`` top BM25 documents, ``fb_terms``
-      feedback terms; ``max_queries=2``): each child retrieves for the query and for the query
-      plus its feedback terms, and fuses the two lists by RRF;
-    - retriever: :class:`~kolm_search.retrievers.composite.CompositeRetriever` fusing by RRF
-      (``k``) the ``depth`` best documents of :class:`BM25Retriever`, of
-      :class:`DenseRetriever` over ``embedder`` and of a :class:`DenseRetriever` over an
-      :class:`~kolm_search.adapters.LSAEmbedder` of ``lsa_components`` dimensions fitted on
-      the corpus (``embed_queries=True``: it embeds the queries with its own model).
+    - :class:`~kolm_search.retrievers.feedback.FeedbackRetriever` (``feedback``: Bo1 with
+      Terrier's defaults, 3 documents and 10 terms) around :class:`BM25Retriever`: weighted
+      pseudo-relevance feedback on the index's analysed terms;
+    - :class:`DenseRetriever` over ``embedder``, for the original query;
+    - :class:`DenseRetriever` over an :class:`~kolm_search.adapters.LSAEmbedder` of
+      ``lsa_components`` dimensions fitted on the corpus (``embed_queries=True``: it embeds
+      the queries with its own model), for the original query.
 
-    Where the defaults come from: ``benchmarks/bench_recipe.py`` cross-validates a small grid
-    of 40 settings (RM3 off, or ``fb_docs`` 5, 10 x ``fb_terms`` 10, 30; LSA 128, 256
-    dimensions; ``k`` 20, 60; depth 100, 1000) on Cranfield with
-    :func:`~kolm_search.evaluation.crossval.cross_validate` (5 folds over queries, several
-    seeds); the defaults are the setting most folds chose. Its neighbours in the grid (``k``
-    60, depth 100, LSA 256) score within 0.005 nDCG@10 of it: a flat region, not a spike.
-    The figures are in ``benchmarks/README.md``. Every part is unsupervised: the corpus alone
-    fits LSA and feeds RM3; only the choice among the grid's settings saw judgements.
+    Where the defaults come from: ``benchmarks/bench_recipe.py`` cross-validates (5 folds over
+    queries, ten seeds of the split) a grid of sparse child (BM25; Bo1, KL or RM3 feedback),
+    text expansion of every child's query by an ``RM3Expander`` planner (off, 5 x 30), LSA
+    (none, 128) and ``k`` (20, 60) at depth 1000 on Cranfield; the figures are in
+    ``benchmarks/README.md``. The defaults are the best setting that leaves the dense children
+    the original query (the text planner appends stemmed terms, which a dense model was not
+    trained on; on Cranfield it adds about 0.007 nDCG@10, a gain not expected to carry over):
+    Bo1, the steadiest of the three feedback models there, and ``k`` 60, the usual RRF
+    constant, which every fold of every split chose over 20. Every part is unsupervised: the corpus alone fits LSA and feeds Bo1; only the choice
+    among the grid's settings saw judgements.
 
     Parameters
     ----------
-    documents, embedder, planner, options, bm25_kwargs, dense_kwargs, embeddings
-        As for :func:`hybrid`; a given ``planner`` replaces the RM3 planner.
-    k : float, default 20
+    documents, embedder, options, bm25_kwargs, dense_kwargs, embeddings
+        As for :func:`hybrid`.
+    k : float, default 60
         RRF constant of the three children's fusion.
     depth : int or None, default 1000
         Candidates each child gives the fusion (at least the requested page); None: the
         page's size, as :func:`hybrid`.
-    fb_docs, fb_terms : int or None, default 5 and 30
-        RM3's feedback documents and terms; None (either): no expansion.
+    feedback : {"bo1", "rm3", "kl"} or None, default "bo1"
+        Feedback model of the sparse child; None: plain BM25.
+    feedback_kwargs : dict, optional
+        Passed to :class:`~kolm_search.retrievers.feedback.FeedbackRetriever` (``fb_docs``,
+        ``fb_terms``, ...).
     lsa_components, lsa_seed : int, default 128 and 0
         LSA dimensions and the seed of its SVD.
+    planner : QueryPlanner, optional
+        Default :class:`~kolm_search.planners.DefaultQueryPlanner`; e.g.
+        ``ExpandingQueryPlanner(RM3Expander(bm25, fb_docs=5, fb_terms=30), max_queries=2)``
+        expands every child's query text.
     """
-    from kolm_search.adapters.feedback import RM3Expander
     from kolm_search.adapters.lsa import LSAEmbedder
 
     table = _table(documents)
-    sparse = BM25Retriever(table, **(bm25_kwargs or {}))
+    bm25_retriever = BM25Retriever(table, **(bm25_kwargs or {}))
+    sparse: BM25Retriever | FeedbackRetriever = bm25_retriever
+    if feedback is not None:
+        sparse = FeedbackRetriever(bm25_retriever, feedback, **(feedback_kwargs or {}))
+    elif feedback_kwargs:
+        raise KolmValueError(f"feedback_kwargs {sorted(feedback_kwargs)} need feedback='rm3', 'bo1' or 'kl'")
     vec = DenseRetriever(table, embedder, embeddings=embeddings, **(dense_kwargs or {}))
     lsa_model = LSAEmbedder(table.texts(vec.fields), n_components=lsa_components, seed=lsa_seed)
     lsa = DenseRetriever(table, lsa_model, fields=vec.fields, embed_queries=True)
     retriever = CompositeRetriever([sparse, vec, lsa], k=k, depth=depth)
-    if planner is None:
-        planner = DefaultQueryPlanner() if fb_docs is None or fb_terms is None else ExpandingQueryPlanner(
-            RM3Expander(sparse, fb_docs=fb_docs, fb_terms=fb_terms), max_queries=2)
-    return SearchClient(SearchPipelineModules(planner=planner, retriever=retriever, embedder=embedder),
-                        _options(options, "hybrid"))
+    return SearchClient(SearchPipelineModules(planner=planner or DefaultQueryPlanner(), retriever=retriever,
+                                              embedder=embedder), _options(options, "hybrid"))
