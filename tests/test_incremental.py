@@ -22,6 +22,7 @@ from kolm_search.planners import DefaultQueryPlanner
 from kolm_search.retrievers.bm25 import BM25_METHODS, BM25Retriever, CollectionStats
 from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
+from kolm_search.retrievers.feedback import FeedbackRetriever
 from kolm_search.text import Tokenizer
 from tests.fakes import HashEmbedder, MemoryCache
 
@@ -401,3 +402,31 @@ def test_client_without_updatable_retriever_and_stale_token_ids() -> None:
     assert len(r.vocab) == 2
     with pytest.raises(KolmValueError, match="encode again after add/delete"):
         r.score_encoded(q_ptr, q_ids, 5)
+
+
+@pytest.mark.parametrize("model", ["rm3", "bo1", "kl"])
+def test_feedback_clients_take_changes_through_their_index(model: str) -> None:
+    """A FeedbackRetriever (alone, or a composite's child) passes add/delete to its BM25 index:
+    results and expanded queries equal those of a client built over the surviving documents."""
+    emb = HashEmbedder()
+    words = ["alpha", "beta", "gamma", "delta", "omega", "zeta"]
+    docs = [{"id": f"d{i}", "content": " ".join(words[(i * j) % 6] for j in range(1, 2 + i % 5))} for i in range(30)]
+    extra = [{"id": f"n{i}", "content": f"omega {words[i % 6]} zeta"} for i in range(6)]
+    live = [d for d in docs + extra if d["id"] not in ("d1", "n2", "d17")]
+    for make in (lambda d: presets.bm25(d, feedback=model),
+                 lambda d: SearchClient(SearchPipelineModules(
+                     planner=DefaultQueryPlanner(), retriever=CompositeRetriever(
+                         [FeedbackRetriever(BM25Retriever(d), model), DenseRetriever(d, emb)]), embedder=emb),
+                     {"default_mode": "hybrid"})):
+        client = make(docs)
+        client.pipeline.modules.cache = MemoryCache()
+        before = _results(client, "omega zeta")
+        client.add(extra)
+        client.delete(["d1", "n2", "d17"])
+        rebuilt = make(live)
+        for query in ("omega zeta", "alpha beta", "gamma"):
+            got = client.search_sync({"query": query, "limit": 20})
+            want = rebuilt.search_sync({"query": query, "limit": 20})
+            assert [(d.id, d.score) for d in got.results] == [(d.id, d.score) for d in want.results]
+            assert got.metadata.feedback == want.metadata.feedback and not got.metadata.cache_hit
+        assert before != _results(client, "omega zeta")

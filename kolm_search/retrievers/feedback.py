@@ -119,6 +119,7 @@ class FeedbackRetriever:
     """
 
     name = "feedback"
+    updates_through = "bm25"  # add/delete (client, composite) change this index
 
     def __init__(self, bm25: BM25Retriever, model: Model = "rm3", *, fb_docs: int | None = None,
                  fb_terms: int = 10, original_weight: float | None = None, max_df_ratio: float | None = None,

@@ -263,11 +263,22 @@ def merge(retriever: Any) -> None:
 
 
 # -- composites and clients --------------------------------------------------------------
+def _through(retriever: Any) -> str | None:
+    """The attribute holding the index a wrapper searches (class attribute ``updates_through``,
+    e.g. ``FeedbackRetriever``'s ``"bm25"``): changes go to that index."""
+    via = getattr(type(retriever), "updates_through", None)
+    return via if isinstance(via, str) else None
+
+
 def leaves(retriever: Any) -> list[Any]:
-    """The retrievers a change applies to: ``retriever``, or a composite's children (nested)."""
+    """The retrievers a change applies to: ``retriever``, or a composite's children (nested),
+    or the index a wrapper searches."""
     children = getattr(retriever, "retrievers", None)
     if isinstance(children, list):
         return [leaf for c in children for leaf in leaves(c)]
+    via = _through(retriever)
+    if via is not None:
+        return leaves(getattr(retriever, via))
     _kind(retriever)  # raises for a retriever without add/delete
     return [retriever]
 
@@ -278,6 +289,9 @@ def index_revision(retriever: Any) -> str:
     if isinstance(children, list):
         revs = [index_revision(c) for c in children]
         return ",".join(revs) if any(revs) else ""
+    via = _through(retriever)
+    if via is not None:
+        return index_revision(getattr(retriever, via))
     rev = getattr(retriever, "revision", "")
     return rev if isinstance(rev, str) else ""
 
@@ -287,6 +301,9 @@ def _clone(retriever: Any) -> Any:
     children = getattr(retriever, "retrievers", None)
     if isinstance(children, list):
         out.retrievers = [_clone(c) for c in children]
+    via = _through(retriever)
+    if via is not None:
+        setattr(out, via, _clone(getattr(retriever, via)))
     upd = retriever.__dict__.get("_updates")
     if upd is not None:
         out.__dict__["_updates"] = Updates(None if upd.base_keep is None else upd.base_keep.copy(),
