@@ -144,6 +144,7 @@ class FeedbackRetriever:
         self.original_weight = float(ow)
         self.max_df_ratio = float(ratio)
         self._postings = postings
+        self._postings_revision = bm25.revision  # postings= describe the index as it is now
         self._cache: tuple[Any, ...] | None = None
 
     @property
@@ -164,7 +165,8 @@ class FeedbackRetriever:
         current = (len(bm25.table), len(bm25.vocab))
         if self._cache is not None and self._cache[0] is bm25.t_ptr and self._cache[1] == current:
             return self._cache[2], self._cache[3], self._cache[4]
-        tf, coll_freq = _term_counts(bm25, self._postings)
+        postings = self._postings if bm25.revision == self._postings_revision else None  # stale after add/delete
+        tf, coll_freq = _term_counts(bm25, postings)
         df = np.diff(np.asarray(bm25.t_ptr))
         eligible = np.array([_ELIGIBLE.fullmatch(t) is not None for t in bm25.vocab], dtype=bool)
         eligible &= df <= self.max_df_ratio * len(bm25.table)
