@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
+from kolm_search.errors import KolmValueError
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.feedback import FEEDBACK_MODELS, FeedbackRetriever
 from kolm_search.retrievers.postings import Postings
@@ -29,3 +32,30 @@ def test_feedback_with_given_postings_follows_add_and_delete(model: str) -> None
     assert [list(d) for d in got] == [list(d) for d in want]
     for g, w in zip(got, want, strict=True):
         assert g == pytest.approx(w)
+
+
+def _small_bm25() -> BM25Retriever:
+    return BM25Retriever([{"id": f"d{i}", "content": t} for i, t in enumerate(TEXTS)])
+
+
+def test_score_weighted_takes_empty_python_lists() -> None:
+    bm25 = _small_bm25()
+    docs, scores, counts = bm25.score_weighted([0], [], [], 3)  # no queries
+    assert docs.shape == (0, 3) and counts.shape == (0,)
+    docs, scores, counts = bm25.score_weighted([0, 0, 0], [], [], 3)  # two empty queries
+    assert counts.tolist() == [0, 0] and (docs == -1).all()
+    want = bm25.score_terms([{}, {}], 3)
+    assert all((a == b).all() for a, b in zip((docs, scores, counts), want, strict=True))
+
+
+def test_score_weighted_non_numeric_weights_are_a_kolm_error() -> None:
+    with pytest.raises(KolmValueError, match="q_weights"):
+        _small_bm25().score_weighted([0, 1], [0], ["heavy"], 3)
+
+
+def test_weight_beyond_float32_is_refused_naming_the_given_weight_without_a_warning() -> None:
+    bm25 = _small_bm25()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(KolmValueError, match=r"'cat' has weight 1e\+300"):
+            bm25.score_terms([{"cat": 1e300}], 3)

@@ -24,6 +24,8 @@ from kolm_search.errors import KolmTypeError, KolmValueError
 
 __all__ = ["check_weighted", "encode_weighted"]
 
+_F32_MAX = float(np.finfo(np.float32).max)
+
 
 def encode_weighted(vocab_index: Mapping[str, int], queries: Sequence[Mapping[str, float]],
                     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float32]]:
@@ -43,9 +45,10 @@ def encode_weighted(vocab_index: Mapping[str, int], queries: Sequence[Mapping[st
         for term, weight in query.items():
             if not isinstance(term, str):
                 raise KolmTypeError(f"weighted query {i}: term {term!r} is not a string")
-            if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight) or weight < 0:
+            if (isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight)
+                    or not 0 <= weight <= _F32_MAX):
                 raise KolmValueError(f"weighted query {i}: term {term!r} has weight {weight!r}; "
-                                     "expected a finite number >= 0")
+                                     "expected a finite number >= 0 (at most float32's maximum)")
             tid = vocab_index.get(term)
             if tid is not None and weight > 0:
                 ids.append(tid)
@@ -78,14 +81,19 @@ def check_weighted(q_ptr: npt.ArrayLike, q_ids: npt.ArrayLike, q_weights: npt.Ar
     """
     ptr = np.asarray(q_ptr)
     ids = np.asarray(q_ids)
+    if ids.ndim == 1 and ids.size == 0:  # [] is float64 to numpy: no queries, or empty ones
+        ids = ids.astype(np.int64)
     if ptr.ndim != 1 or len(ptr) < 1 or ptr.dtype.kind not in "iu" or ids.ndim != 1 or ids.dtype.kind not in "iu":
         raise KolmValueError(f"weighted queries need 1-D integer q_ptr and q_ids, got {ptr.dtype}{ptr.shape} "
                              f"and {ids.dtype}{ids.shape}")
     ptr, ids = ptr.astype(np.int64), ids.astype(np.int64)
     if ptr[0] != 0 or ptr[-1] != len(ids) or np.any(np.diff(ptr) < 0):
         raise KolmValueError(f"q_ptr must start at 0, never decrease and end at len(q_ids) = {len(ids)}")
-    with np.errstate(over="ignore", invalid="ignore"):
-        w = np.asarray(q_weights, dtype=np.float32)
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            w = np.asarray(q_weights, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise KolmValueError(f"q_weights must be numbers (one float per term id): {exc}") from exc
     if w.shape != ids.shape:
         raise KolmValueError(f"q_weights has shape {w.shape}, expected one weight per term id {ids.shape}")
     bad_id = (ids < 0) | (ids >= n_terms)
