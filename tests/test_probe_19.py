@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 
+from kolm_search import presets
 from kolm_search.errors import KolmValueError
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.feedback import FEEDBACK_MODELS, FeedbackRetriever
 from kolm_search.retrievers.postings import Postings
+from tests.fakes import HashEmbedder
 
 # every document has 3 tokens and every term stays in the vocabulary after the delete below,
 # so postings counted before the change look valid (same n_docs, vocabulary and lengths)
@@ -59,3 +62,18 @@ def test_weight_beyond_float32_is_refused_naming_the_given_weight_without_a_warn
         warnings.simplefilter("error")
         with pytest.raises(KolmValueError, match=r"'cat' has weight 1e\+300"):
             bm25.score_terms([{"cat": 1e300}], 3)
+
+
+@pytest.mark.parametrize("lsa_components", [4, 8])  # 8: the LSA and the pipeline embedder have one dimension
+def test_hybrid_plus_add_with_embeddings_leaves_the_lsa_child_to_its_own_model(lsa_components: int) -> None:
+    rng = np.random.default_rng(0)
+    words = "cat dog bird fish food mat sat chase hand craft weave tree leaf rock sand sea sky sun moon star".split()
+    docs = [{"id": f"d{i}", "content": " ".join(rng.choice(words, 6))} for i in range(30)]
+    given = presets.hybrid_plus(docs[:25], HashEmbedder(), lsa_components=lsa_components)
+    given.add(docs[25:], embeddings=np.array([HashEmbedder().vector(d["content"]) for d in docs[25:]]))
+    embedded = presets.hybrid_plus(docs[:25], HashEmbedder(), lsa_components=lsa_components)
+    embedded.add(docs[25:])
+    for query in ("cat fish", "sun moon star", "rock"):
+        a = [(d.id, d.score) for d in given.search_sync({"query": query, "limit": 30}).results]
+        b = [(d.id, d.score) for d in embedded.search_sync({"query": query, "limit": 30}).results]
+        assert a == b

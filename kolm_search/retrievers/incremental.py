@@ -213,16 +213,22 @@ def _commit_delete(retriever: Any, rows: list[npt.NDArray[np.int64]]) -> None:
 def add(retrievers: Sequence[Any], documents: Any, embeddings: Any = None) -> None:
     """Add ``documents`` to every retriever of ``retrievers``, all or none.
 
-    Raises ``KolmValueError`` naming an id already in an index (or twice in ``documents``).
+    ``embeddings`` go to the dense retrievers, except those with ``embed_queries=True`` (their
+    own model) when another dense retriever takes them. Raises ``KolmValueError`` naming an id
+    already in an index (or twice in ``documents``).
     """
     table = as_table(documents)
     if len(table) == 0:
         return
     if len(table) > _MAX_DOCS:
         raise KolmValueError(f"add: {len(table)} documents exceed one index's int32 limit")
-    if embeddings is not None and not any(_kind(r) == "dense" for r in retrievers):
+    dense = [r for r in retrievers if _kind(r) == "dense"]
+    if embeddings is not None and not dense:
         raise KolmTypeError("add: embeddings given but no dense retriever takes them")
-    segments = [prepare(r, table, embeddings if _kind(r) == "dense" else None) for r in retrievers]
+    # the embeddings are the pipeline embedder's: a dense retriever with its own model
+    # (embed_queries=True, e.g. hybrid_plus's LSA child) embeds the new documents itself
+    takers = [r for r in dense if not getattr(r, "embed_queries", False)] or dense
+    segments = [prepare(r, table, embeddings if any(r is t for t in takers) else None) for r in retrievers]
     with _LOCK:
         for r in retrievers:
             _check_new(r, table)
