@@ -5,10 +5,12 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from kolm_search import presets
 from kolm_search.errors import KolmValueError
+from kolm_search.evaluation.crossval import cross_validate
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.feedback import FEEDBACK_MODELS, FeedbackRetriever
 from kolm_search.retrievers.postings import Postings
@@ -77,3 +79,11 @@ def test_hybrid_plus_add_with_embeddings_leaves_the_lsa_child_to_its_own_model(l
         a = [(d.id, d.score) for d in given.search_sync({"query": query, "limit": 30}).results]
         b = [(d.id, d.score) for d in embedded.search_sync({"query": query, "limit": 30}).results]
         assert a == b
+
+
+def test_cross_validate_refuses_candidates_whose_names_collide_as_str() -> None:
+    qrels = pd.DataFrame([(q, f"d{q}", 1) for q in range(4)], columns=["qid", "doc_id", "relevance"])
+    run = pd.DataFrame([(q, f"d{j}", 1.0 / (j + 1)) for q in range(4) for j in range(4)],
+                       columns=["qid", "doc_id", "score"])
+    with pytest.raises(KolmValueError, match="'1'"):
+        cross_validate({1: run, "1": run.assign(score=-run["score"])}, qrels, folds=2)

@@ -150,6 +150,10 @@ def _candidates(candidates: Any, what: str) -> dict[str, Any]:
                             f"got {type(candidates).__name__}")
     if not candidates:
         raise KolmValueError(f"{what} is empty: give at least one configuration")
+    names = [str(name) for name in candidates]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise KolmValueError(f"{what}: two configurations are named {dup!r} (names are compared as str)")
     return {str(name): (run() if callable(run) else run) for name, run in candidates.items()}
 
 
