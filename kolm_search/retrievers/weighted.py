@@ -34,7 +34,7 @@ def encode_weighted(vocab_index: Mapping[str, int], queries: Sequence[Mapping[st
 
     Unknown terms and zero weights are dropped. Raises :class:`KolmTypeError` for a query that
     is not a mapping or a term that is not a string, :class:`KolmValueError` for a weight that
-    is not a finite number ``>= 0`` (naming the query position and the term).
+    is not a finite number in ``[0, float32 max]`` (naming the query position and the term).
     """
     if isinstance(queries, Mapping) or isinstance(queries, (str, bytes)):
         raise KolmTypeError(f"weighted queries must be a sequence of mappings term -> weight, got {type(queries).__name__}")
