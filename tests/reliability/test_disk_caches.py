@@ -348,12 +348,11 @@ def embedder_worker(path: str, me: int, n: int) -> None:
         assert np.allclose(got, want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("worker", [cache_worker, embedder_worker])
-def test_two_processes_share_one_file(tmp_path: Path, worker: Callable[[str, int, int], None]) -> None:
-    path = tmp_path / "shared.sqlite"
-    n = 60
+def run_two(worker: Callable[..., None], *args: Any) -> list[int | None]:
+    """Run ``worker(args[0], me, *args[1:])`` in two spawned processes (me = 0, 1); their exit codes
+    (each waited for at most 120 s, then killed)."""
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=worker, args=(str(path), me, n)) for me in (0, 1)]
+    procs = [ctx.Process(target=worker, args=(args[0], me, *args[1:])) for me in (0, 1)]
     for p in procs:
         p.start()
     for p in procs:
@@ -361,7 +360,15 @@ def test_two_processes_share_one_file(tmp_path: Path, worker: Callable[[str, int
     for p in procs:
         if p.is_alive():
             p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
+            p.join(5)
+    return [p.exitcode for p in procs]
+
+
+@pytest.mark.parametrize("worker", [cache_worker, embedder_worker])
+def test_two_processes_share_one_file(tmp_path: Path, worker: Callable[[str, int, int], None]) -> None:
+    path = tmp_path / "shared.sqlite"
+    n = 60
+    assert run_two(worker, str(path), n) == [0, 0]
     assert not list(tmp_path.glob("*.corrupt-*"))
     if worker is cache_worker:
         cache = SqliteCache(path)
@@ -379,17 +386,8 @@ def test_two_processes_opening_one_corrupt_file_set_it_aside_once(tmp_path: Path
     either writes afterwards is lost."""
     path = tmp_path / "shared.sqlite"
     path.write_bytes(np.random.default_rng(5).bytes(8192))
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(2)
-    procs = [ctx.Process(target=cache_worker, args=(str(path), me, 40, barrier)) for me in (0, 1)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
+    barrier = multiprocessing.get_context("spawn").Barrier(2)
+    assert run_two(cache_worker, str(path), 40, barrier) == [0, 0]
     assert len(list(tmp_path.glob("shared.sqlite.corrupt-*"))) == 1
     cache = SqliteCache(path)
     assert all(cache.get(f"p{me}-{j}") == {"p": me, "j": j} for me in (0, 1) for j in range(40))
