@@ -43,13 +43,17 @@ def median_time(fn: Callable[[], Any], repeat: int = 3, warmup: int = 1) -> tupl
     return statistics.median(times), out
 
 
-def median_times(fns: dict[str, Callable[[], Any]], repeat: int = 3, warmup: int = 1) -> dict[str, float]:
+def median_times(fns: dict[str, Callable[[], Any]], repeat: int = 3, warmup: int = 1,
+                 samples: dict[str, list[float]] | None = None) -> dict[str, float]:
     """Median wall time (s) of each of ``fns`` over ``repeat`` rounds that call every function
     once in turn (after ``warmup`` untimed rounds), each result released before the next call
     (as :func:`median_time`): a burst of background work on this shared VM (e.g. the kernel
     collapsing huge pages after a large run is freed) then slows one call of each function
-    instead of every call of the one that happened to run next."""
+    instead of every call of the one that happened to run next. ``samples``, if given, receives
+    every round's times (for ratios of paired rounds)."""
     times: dict[str, list[float]] = {name: [] for name in fns}
+    if samples is not None:
+        samples.update(times)
     for r in range(warmup + repeat):
         for name, fn in fns.items():
             dt, result = _timed(fn)

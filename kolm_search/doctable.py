@@ -122,8 +122,11 @@ class DocumentTable:
 
     def texts(self, fields: Sequence[str] = ("title", "content")) -> list[str]:
         """One string per document: the given fields joined by a space (missing skipped)."""
-        cols = [self.frame[f].tolist() for f in fields]
-        return [" ".join(str(v) for v in vals if isinstance(v, str) and v) for vals in zip(*cols, strict=True)]
+        cols = [[v if isinstance(v, str) and v else None for v in self.frame[f].tolist()] for f in fields]
+        cols = [c for c in cols if any(v is not None for v in c)]  # fields with some text
+        if len(cols) < 2:  # one field (or none): no joining
+            return [str(v) if v is not None else "" for v in cols[0]] if cols else [""] * len(self)
+        return [" ".join([str(v) for v in vals if v is not None]) for vals in zip(*cols, strict=True)]
 
     def documents(self, codes: npt.ArrayLike, scores: npt.ArrayLike | None = None) -> list[SearchDocument]:
         """``SearchDocument``s for ``codes`` (the edge conversion), carrying ``scores``."""

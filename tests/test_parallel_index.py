@@ -76,22 +76,38 @@ def assert_same(a: Postings, b: Postings) -> None:
 
 
 @settings(max_examples=120, deadline=None)
-@given(corpus_st, st.integers(1, 5), st.sampled_from([ENGLISH, GERMAN, Tokenizer(stopwords=None, stemmer=None)]))
-def test_chunks_merge_to_the_oracle(texts: list[str], chunk: int, tok: Tokenizer) -> None:
-    """What the workers do (tokenizer rebuilt from pickle, chunk-local vocabularies) and the
-    parent's merge equal the oracle; so do the in-process paths, for any chunk size."""
+@given(corpus_st, st.integers(1, 5), st.sampled_from([ENGLISH, GERMAN, Tokenizer(stopwords=None, stemmer=None)]),
+       st.lists(st.integers(0, 2), min_size=40, max_size=40))
+def test_chunks_merge_to_the_oracle(texts: list[str], chunk: int, tok: Tokenizer, takers: list[int]) -> None:
+    """What the workers do (tokenizer rebuilt from pickle, worker-wide term ids, chunks dealt to
+    up to three workers in any way) and the parent's merge equal the oracle; so do the
+    in-process paths, for any chunk size."""
     token_lists = [tok(t) for t in texts]
     for t in texts:  # words/term: the word-by-word path equals the tokenizer
         assert [x for w in tok.words(t) if (x := tok.term(w)) is not None] == tok(t)
     blob = pickle.dumps(tok)
-    merger = _parallel.Merger()
-    for s in range(0, len(texts), chunk):
-        local_vocab, counted = _parallel._worker(blob, texts[s:s + chunk], s)
-        merger.add(counted, local_vocab)
-    assert_oracle(Postings(*merger.finish()), token_lists)
+    maps = _parallel.WorkerMaps(_parallel.Merger())
+    states: list[dict[bytes, object]] = [{}, {}, {}]  # one worker process's state each
+    for i, s in enumerate(range(0, len(texts), chunk)):
+        state = states[takers[i % len(takers)]]
+        _parallel._STATE.clear()
+        _parallel._STATE.update(state)
+        maps.add(*_parallel._worker(b"build", blob, texts[s:s + chunk], s))
+        state.clear()
+        state.update(_parallel._STATE)
+    assert_oracle(Postings(*maps.merger.finish()), token_lists)
     assert_oracle(Postings.from_texts(texts, tok, n_jobs=1, chunk=chunk), token_lists)
     assert_oracle(Postings.from_tokens(token_lists, chunk=chunk), token_lists)
     assert_oracle(Postings.from_tokens(iter(token_lists)), token_lists)
+
+
+def test_worker_maps_refuse_a_worker_out_of_step() -> None:
+    """A chunk whose worker reports a vocabulary the parent has not seen is an error, not wrong ids."""
+    maps = _parallel.WorkerMaps(_parallel.Merger())
+    counted = _parallel.count_ids(np.array([0, 1], np.int32), np.array([2], np.int64), 2)
+    maps.add("w", 0, ["a", "b"], counted)
+    with pytest.raises(KolmError, match="reported 5 known terms, the parent holds 2"):
+        maps.add("w", 5, [], counted)
 
 
 @settings(max_examples=2, deadline=None)

@@ -1,12 +1,12 @@
 """Tokenising and counting a corpus in chunks, in this process or in worker processes.
 
-Each chunk of documents is tokenised and counted on its own: the result is the chunk's
-vocabulary (terms in order of first occurrence) and its doc-major counts, a CSR of
-(document, term) -> tf. :class:`Merger` maps every chunk's vocabulary into one global
-vocabulary (one dict lookup per distinct term of the chunk, then ``np.take``) and builds the
-term-major postings in O(nnz) (SciPy's CSR to CSC conversion, a counting sort). Taking the
-chunks in row order gives the vocabulary in order of first occurrence, so the postings do not
-depend on how the corpus was split or how many processes counted it.
+Each chunk of documents is tokenised and counted on its own into doc-major counts, a CSR of
+(document, term) -> tf. A worker process numbers terms across all its chunks and reports the
+terms each chunk added; :class:`WorkerMaps` maps those into the one global vocabulary (one dict
+lookup per term new to the worker, then ``np.take``) and :class:`Merger` builds the term-major
+postings in O(nnz) (SciPy's CSR to CSC conversion, a counting sort). Merging the chunks in row
+order gives the vocabulary in order of first occurrence, so the postings do not depend on how
+the corpus was split or how many processes counted it.
 
 Worker processes are forked from a ``"forkserver"`` (``"spawn"`` where there is none), never
 from this process, which may run Numba or BLAS threads: the server is a fresh single-threaded
@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
+from itertools import islice
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -33,7 +34,7 @@ import scipy.sparse as sp
 from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
 from kolm_search.text import Tokenizer
 
-__all__ = ["Counted", "Merger", "count_ids", "count_texts", "encode_texts", "encode_tokens", "resolve_n_jobs", "term_major"]
+__all__ = ["Counted", "Merger", "WorkerMaps", "count_ids", "count_texts", "encode_texts", "encode_tokens", "resolve_n_jobs", "term_major"]
 
 #: (lengths int64 (n,), distinct terms per document int64 (n,), term ids int32 (nnz,), tf int32 (nnz,))
 Counted = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32]]
@@ -42,7 +43,7 @@ _START_SECONDS = 60.0  # added to the first chunk's deadline: starting the worke
 _SECONDS_PER_CHUNK = 60.0  # chunk deadline: this plus one second per 100 kB of text (100x slower than usual)
 _BYTES_PER_SECOND = 100_000
 _MAX_DOCS = np.iinfo(np.int32).max
-_TOKENIZERS: dict[bytes, Any] = {}  # in a worker: (tokenizer, term ids, word ids), kept across chunks
+_STATE: dict[bytes, Any] = {}  # in a worker: (token, tokenizer, term ids, word ids) of one build
 
 
 def _context() -> BaseContext:
@@ -155,16 +156,9 @@ class Merger:
         self.vocab: dict[str, int] = {}
         self._parts: list[Counted] = []
 
-    def add(self, counted: Counted, local_vocab: list[str] | None = None) -> None:
-        """Append a chunk; ``local_vocab`` lists the chunk's own term ids' terms (``None``:
-        its ids are already ids of :attr:`vocab`)."""
-        lengths, row_nnz, terms, tf = counted
-        if local_vocab is not None:
-            vocab = self.vocab
-            setdefault = vocab.setdefault
-            remap = np.fromiter((setdefault(t, len(vocab)) for t in local_vocab), np.int32, len(local_vocab))
-            terms = remap[terms]
-        self._parts.append((lengths, row_nnz, terms, tf))
+    def add(self, counted: Counted) -> None:
+        """Append the next chunk, its term ids already ids of :attr:`vocab`."""
+        self._parts.append(counted)
 
     def finish(self) -> tuple[list[str], npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32],
                               npt.NDArray[np.int64]]:
@@ -196,33 +190,52 @@ def _count_chunk(tokenizer: Callable[[str], Sequence[str]], texts: Sequence[str]
     return count_ids(np.asarray(ids, np.int32), np.asarray(lens, np.int64), len(vocab))
 
 
-def _worker(blob: bytes, texts: Sequence[str], start: int) -> tuple[list[str], Counted]:
-    """In a worker process: one chunk's vocabulary (in its order of first occurrence) and counts.
+def _worker(key: bytes, blob: bytes, texts: Sequence[str], start: int) -> tuple[str, int, list[str], Counted]:
+    """In a worker process: one chunk's counts in worker-wide term ids, and the terms it added.
 
-    The word and term maps live as long as the worker (worker-wide term ids), so each chunk
-    looks up and stems only words the worker has not seen; the chunk's own vocabulary is then
-    its worker ids in order of first occurrence (``np.unique(..., return_index=True)``).
+    The word and term maps live as long as the worker (for one ``key``, a build), so each
+    chunk looks up and stems only words the worker has not seen. Returns ``(worker, n_before,
+    new_terms, counted)``: the worker's token, its vocabulary size before this chunk, the terms
+    this chunk added (in order of first occurrence, ids ``n_before`` on) and the counts.
     """
-    state = _TOKENIZERS.get(blob)
+    state = _STATE.get(key)
     if state is None:
         try:
             tokenizer = pickle.loads(blob)  # our own bytes, from the parent process
         except Exception as exc:
             raise KolmError(f"a worker process could not rebuild the tokenizer: {type(exc).__name__}: {exc}") from exc
-        _TOKENIZERS.clear()
-        state = _TOKENIZERS[blob] = (tokenizer, {}, {})
-    tokenizer, vocab, word_ids = state
-    ids_list, lens_list = encode_texts(tokenizer, texts, start, vocab, word_ids)
-    ids, lens = np.asarray(ids_list, np.int32), np.asarray(lens_list, np.int64)
-    del ids_list, lens_list
-    seen, first = np.unique(ids, return_index=True)
-    if len(seen) and seen[0] < 0:  # stopwords (-1) stay -1
-        seen, first = seen[1:], first[1:]
-    order = seen[np.argsort(first, kind="stable")]  # worker ids in the chunk's first-occurrence order
-    local = np.full(len(vocab) + 1, -1, np.int32)  # index -1 (the last slot) keeps stopwords at -1
-    local[order] = np.arange(len(order), dtype=np.int32)
-    terms = list(vocab)
-    return [terms[i] for i in order.tolist()], count_ids(local[ids], lens, len(order))
+        _STATE.clear()
+        state = _STATE[key] = (f"{os.getpid()}-{os.urandom(8).hex()}", tokenizer, {}, {})
+    token, tokenizer, vocab, word_ids = state
+    n_before = len(vocab)
+    ids, lens = encode_texts(tokenizer, texts, start, vocab, word_ids)
+    counted = count_ids(np.asarray(ids, np.int32), np.asarray(lens, np.int64), len(vocab))
+    return token, n_before, list(islice(vocab, n_before, None)), counted
+
+
+class WorkerMaps:
+    """Worker-wide term ids to global ones, each worker's chunks taken in row order.
+
+    A worker takes its chunks in row order and the parent merges all chunks in row order, so
+    every term a worker met before a chunk already has a global id, and the terms new to the
+    worker come in their order of first occurrence in the chunk: mapping them with
+    ``setdefault`` gives the vocabulary of a single pass over the whole corpus.
+    """
+
+    def __init__(self, merger: Merger) -> None:
+        self.merger = merger
+        self._maps: dict[str, npt.NDArray[np.int32]] = {}
+
+    def add(self, worker: str, n_before: int, new_terms: list[str], counted: Counted) -> None:
+        old = self._maps.get(worker, np.zeros(0, np.int32))
+        if old.shape[0] != n_before:  # cannot happen with ordered queues: never merge wrong ids
+            raise KolmError(f"worker {worker} reported {n_before} known terms, the parent holds {old.shape[0]}")
+        vocab = self.merger.vocab
+        setdefault = vocab.setdefault
+        new = np.array([setdefault(t, len(vocab)) for t in new_terms], np.int32)
+        remap = self._maps[worker] = np.concatenate([old, new]) if n_before else new
+        lengths, row_nnz, terms, tf = counted
+        self.merger.add((lengths, row_nnz, remap[terms], tf))
 
 
 def _tokenizer_blob(tokenizer: Callable[[str], Sequence[str]]) -> bytes:
@@ -234,6 +247,14 @@ def _tokenizer_blob(tokenizer: Callable[[str], Sequence[str]]) -> bytes:
         raise KolmTypeError(f"the tokenizer cannot be sent to worker processes ({type(exc).__name__}: {exc}); "
                             "pass n_jobs=1 to tokenise in this process") from exc
     return blob
+
+
+def _chars(texts: Sequence[str]) -> int:
+    """Characters in ``texts`` (items that are not strings count 0)."""
+    try:
+        return sum(map(len, texts))
+    except TypeError:
+        return sum(len(t) for t in texts if isinstance(t, str))
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -268,11 +289,12 @@ def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]],
         for s in starts:
             merger.add(_count_chunk(tokenizer, texts[s:s + chunk], s, merger.vocab, word_ids))
         return merger
-    blob = _tokenizer_blob(tokenizer)
+    blob, key = _tokenizer_blob(tokenizer), os.urandom(16)
+    maps = WorkerMaps(merger)
     pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(starts)), mp_context=_context())
     try:
         try:
-            futures = [pool.submit(_worker, blob, texts[s:s + chunk], s) for s in starts]
+            futures = [pool.submit(_worker, key, blob, texts[s:s + chunk], s) for s in starts]
         except (BrokenProcessPool, OSError, EOFError) as exc:
             raise KolmError(f"could not start tokenising worker processes ({type(exc).__name__}: {exc}); pass "
                             "n_jobs=1 to tokenise in this process") from exc
@@ -280,11 +302,11 @@ def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]],
             stop = min(s + chunk, len(texts))
             wait = chunk_timeout
             if wait is None:
-                size = sum(len(t) for t in texts[s:stop] if isinstance(t, str))
+                size = _chars(texts[s:stop])
                 wait = _SECONDS_PER_CHUNK + size / _BYTES_PER_SECOND
             wait += _START_SECONDS if i == 0 else 0.0
             try:
-                local_vocab, counted = future.result(timeout=wait)
+                result = future.result(timeout=wait)
             except FutureTimeout:
                 raise KolmError(f"tokenising document rows {s}-{stop - 1} in a worker process took more than "
                                 f"{wait:.0f} s; the workers were stopped") from None
@@ -293,7 +315,7 @@ def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]],
                     f"a tokenising worker process died before document rows {s}-{len(texts) - 1} were all counted "
                     "(killed, out of memory, or a script without an `if __name__ == \"__main__\":` guard, which "
                     "worker processes re-import); pass n_jobs=1 to tokenise in this process") from exc
-            merger.add(counted, local_vocab)
+            maps.add(*result)
     except BaseException:
         _stop(pool)
         raise

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search._kernels import load
+from kolm_search._kernels import load, resolve_threads, run_chunks
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
@@ -225,15 +225,15 @@ class BM25Retriever:
         p_term, p_doc = postings.p_term, postings.p_doc
         with np.errstate(divide="ignore", invalid="ignore"):  # non-finite weights are refused below
             idf32 = _idf(self.method, df, n_coll).astype(np.float32)
-            norm: npt.NDArray[np.float64] = 1.0 - self.b + self.b * lengths[p_doc].astype(np.float64) / (avgdl or 1.0)
-            w = idf32[p_term].astype(np.float64) * _tfc(self.method, postings.tf.astype(np.float64), norm, self.k1, self.delta)
-            del norm
             if self.method in ("bm25l", "bm25+"):
                 nonocc = (_idf(self.method, df, n_coll) * _tfc(self.method, np.zeros(1), 1.0, self.k1, self.delta)).astype(np.float32)
-                w -= nonocc[p_term].astype(np.float64)
             else:
                 nonocc = np.zeros(n_vocab, np.float32)
-        t_w = np.maximum(w, 0.0).astype(np.float32)  # BM25L/BM25+ differences: no float rounding below 0
+        nnz = p_doc.shape[0]
+        t_w = np.empty(nnz, np.float32)
+        span = max(-(-nnz // resolve_threads(self.n_threads)), 1 << 20)  # numpy releases the GIL on each slice
+        run_chunks(self._weigh, np.append(np.arange(0, nnz, span), nnz),
+                   idf32, nonocc, p_term, p_doc, postings.tf, lengths, avgdl or 1.0, t_w)
         for arr, term_of in ((nonocc, None), (t_w, p_term)):
             bad = np.flatnonzero(~np.isfinite(arr))
             if len(bad):
@@ -243,6 +243,20 @@ class BM25Retriever:
         self._set_arrays({"t_ptr": postings.t_ptr, "t_docs": p_doc, "t_w": t_w, "nonocc": nonocc, "doc_len": lengths,
                           "tf": postings.tf if stats is None else None}, postings.vocab)
         self.own_stats = stats is None
+
+    def _weigh(self, idf32: npt.NDArray[np.float32], nonocc: npt.NDArray[np.float32], p_term: npt.NDArray[np.int64],
+               p_doc: npt.NDArray[np.int32], tf: npt.NDArray[np.int32], lengths: npt.NDArray[np.int64], avgdl: float,
+               out: npt.NDArray[np.float32], start: int, stop: int) -> None:
+        """BM25 weights of postings ``[start, stop)`` into ``out`` (float32; float64 arithmetic)."""
+        terms = p_term[start:stop]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            norm = 1.0 - self.b + self.b * lengths[p_doc[start:stop]].astype(np.float64) / avgdl
+            w = idf32[terms].astype(np.float64) * _tfc(self.method, tf[start:stop].astype(np.float64), norm, self.k1,
+                                                       self.delta)
+            if self.method in ("bm25l", "bm25+"):
+                w -= nonocc[terms].astype(np.float64)
+        np.maximum(w, 0.0, out=w)  # BM25L/BM25+ differences: no float rounding below 0
+        out[start:stop] = w
 
     def _set_arrays(self, arrays: Mapping[str, Any], vocab: list[str]) -> None:
         self.t_ptr = arrays["t_ptr"]
