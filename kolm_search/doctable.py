@@ -89,6 +89,33 @@ class DocumentTable:
         return cls(pd.DataFrame(rows, columns=list(DOCUMENT_FIELDS)))
 
     @classmethod
+    def coerce(cls, documents: Any) -> DocumentTable:
+        """A table from what the retrievers and presets take: a ``DocumentTable`` (itself), a
+        DataFrame (:meth:`from_frame`) or an iterable of ``SearchDocument``s or dicts
+        (:meth:`from_documents`).
+
+        Raises
+        ------
+        KolmTypeError
+            A single document, a string, a mapping or anything not iterable.
+        KolmValueError
+            Documents that do not make a table (bad fields, duplicate ids, ...).
+        """
+        if isinstance(documents, DocumentTable):
+            return documents
+        if isinstance(documents, pd.DataFrame):
+            return cls.from_frame(documents)
+        if isinstance(documents, (str, bytes, Mapping, SearchDocument)) or not hasattr(documents, "__iter__"):
+            raise KolmTypeError("documents must be a list of documents, a DataFrame or a DocumentTable, "
+                                f"got {type(documents).__name__}")
+        try:
+            return cls.from_documents(documents)
+        except (TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, (KolmTypeError, KolmValueError)):
+                raise
+            raise KolmValueError(f"invalid documents: {exc}") from exc
+
+    @classmethod
     def from_frame(cls, frame: pd.DataFrame, *, id_column: str = "id", content_column: str = "content") -> DocumentTable:
         """From a DataFrame with ``id`` and ``content`` (optional ``title``, ``source``, ``tags``).
 

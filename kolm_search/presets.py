@@ -24,16 +24,6 @@ from kolm_search.retrievers.feedback import FeedbackRetriever
 __all__ = ["bm25", "dense", "hybrid", "hybrid_plus"]
 
 
-def _table(documents: Any) -> DocumentTable:
-    if isinstance(documents, DocumentTable):
-        return documents
-    import pandas as pd
-
-    if isinstance(documents, pd.DataFrame):
-        return DocumentTable.from_frame(documents)
-    return DocumentTable.from_documents(documents)
-
-
 def _options(options: SearchPipelineOptions | dict[str, Any] | None, mode: str) -> SearchPipelineOptions:
     opts = SearchPipelineOptions.coerce(options)
     if options is None or (isinstance(options, dict) and "default_mode" not in options):
@@ -50,7 +40,7 @@ def bm25(documents: Any, *, planner: QueryPlanner | None = None,
     retriever is then a :class:`FeedbackRetriever` (``feedback_kwargs``: ``fb_docs``,
     ``fb_terms``, ...) around the BM25 one.
     """
-    sparse = BM25Retriever(_table(documents), **bm25_kwargs)
+    sparse = BM25Retriever(DocumentTable.coerce(documents), **bm25_kwargs)
     retriever: BM25Retriever | FeedbackRetriever = sparse
     if feedback is not None:
         retriever = FeedbackRetriever(sparse, feedback, **(feedback_kwargs or {}))
@@ -63,7 +53,7 @@ def bm25(documents: Any, *, planner: QueryPlanner | None = None,
 def dense(documents: Any, embedder: Embedder, *, planner: QueryPlanner | None = None,
           options: SearchPipelineOptions | dict[str, Any] | None = None, **dense_kwargs: Any) -> SearchClient:
     """A dense client (default mode ``"vector"``); ``dense_kwargs`` go to :class:`DenseRetriever`."""
-    retriever = DenseRetriever(_table(documents), embedder, **dense_kwargs)
+    retriever = DenseRetriever(DocumentTable.coerce(documents), embedder, **dense_kwargs)
     return SearchClient(SearchPipelineModules(planner=planner or DefaultQueryPlanner(), retriever=retriever,
                                               embedder=embedder), _options(options, "vector"))
 
@@ -76,7 +66,7 @@ def hybrid(documents: Any, embedder: Embedder, k: float = 60, *, weights: list[f
 
     ``embeddings`` (n_docs, d) skips embedding the corpus when already computed.
     """
-    table = _table(documents)
+    table = DocumentTable.coerce(documents)
     sparse = BM25Retriever(table, **(bm25_kwargs or {}))
     vec = DenseRetriever(table, embedder, embeddings=embeddings, **(dense_kwargs or {}))
     retriever = CompositeRetriever([sparse, vec], k=k, weights=weights)
@@ -139,7 +129,7 @@ def hybrid_plus(documents: Any, embedder: Embedder, *, k: float = 60, depth: int
     """
     from kolm_search.adapters.lsa import LSAEmbedder
 
-    table = _table(documents)
+    table = DocumentTable.coerce(documents)
     bm25_retriever = BM25Retriever(table, **(bm25_kwargs or {}))
     sparse: BM25Retriever | FeedbackRetriever = bm25_retriever
     if feedback is not None:

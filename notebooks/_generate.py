@@ -25,15 +25,14 @@ dataset = load_dataset("cranfield")
 dataset""")
 md("## Three pipelines\n\nThe dense side uses the packaged all-MiniLM-L6-v2 when the `embeddings` or `onnx` "
    "extra is installed, otherwise LSA (truncated SVD of TF-IDF), which needs no model. The corpus is embedded "
-   "once and shared by the dense and hybrid pipelines.")
-code("""from kolm_search.adapters import LSAEmbedder
+   "once and shared by the dense and hybrid pipelines; `CachedEmbedder` keeps the vectors in "
+   "`cache/embeddings.sqlite` (beside the notebook), so running the notebook again embeds nothing twice.")
+code("""from kolm_search.adapters import CachedEmbedder, LSAEmbedder, load_embedder
 from kolm_search.doctable import DocumentTable
-
-from kolm_search.adapters import load_embedder
 
 table = DocumentTable.from_frame(dataset.corpus)
 try:
-    embedder = load_embedder("auto")
+    embedder = CachedEmbedder(load_embedder("auto"), "cache/embeddings.sqlite")
 except ImportError:
     embedder = LSAEmbedder(table.texts(), n_components=256)
 print(embedder)

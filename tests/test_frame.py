@@ -12,6 +12,7 @@ from kolm_search import (
     CandidateFrame,
     DocumentTable,
     FrameValidationError,
+    KolmTypeError,
     KolmValueError,
     QueryBatch,
     SearchDocument,
@@ -100,3 +101,30 @@ def test_extra_columns_become_metadata() -> None:
     t = DocumentTable.from_frame(pd.DataFrame({"id": ["1", "2"], "content": ["a", "b"], "year": [2000, None]}))
     assert t.documents([0, 1])[0].metadata == {"year": 2000.0} and t.documents([1])[0].metadata is None
     assert list(t.filter_mask({"year": 2000})) == [True, False]
+
+
+def test_coerce_takes_every_documented_form_and_names_bad_ones() -> None:
+    """One door for documents: table, DataFrame, SearchDocuments, dicts (and iterators of them)."""
+    docs = [SearchDocument(id="1", content="wing flow", title="T"), SearchDocument(id="2", content="heat")]
+    table = DocumentTable.from_documents(docs)
+    assert DocumentTable.coerce(table) is table
+    forms = [docs, iter(docs), [d.to_dict() for d in docs], table.frame.drop(columns=["metadata"])]
+    for form in forms:
+        t = DocumentTable.coerce(form)
+        assert t.ids.tolist() == ["1", "2"] and t.texts() == ["T wing flow", "heat"]
+    for bad in ("text", b"x", {"id": "1", "content": "x"}, docs[0], 3, None):
+        with pytest.raises(KolmTypeError, match="documents must be a list of documents"):
+            DocumentTable.coerce(bad)
+    with pytest.raises(KolmTypeError, match="must be a mapping, got int"):
+        DocumentTable.coerce([1, 2])
+    with pytest.raises(KolmValueError, match="duplicate document id '1'"):
+        DocumentTable.coerce([docs[0], docs[0]])
+
+
+@pytest.mark.parametrize("fields", [("title", "content"), ("content",), ("title",), ("source", "title", "content")])
+def test_texts_join_present_fields_with_one_space(fields: tuple[str, ...]) -> None:
+    frame = pd.DataFrame({"id": list("abcde"), "content": ["x y", "", "z", "w", ""],
+                          "title": ["T", None, "", "U", float("nan")], "source": [None, "s", None, "", None]})
+    t = DocumentTable.from_frame(frame)
+    oracle = [" ".join(str(v) for v in row if isinstance(v, str) and v) for row in frame[list(fields)].itertuples(index=False)]
+    assert t.texts(fields) == oracle

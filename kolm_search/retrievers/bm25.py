@@ -29,7 +29,6 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from kolm_search._kernels import load, resolve_threads, run_chunks
 from kolm_search.doctable import DocumentTable
@@ -179,7 +178,7 @@ class BM25Retriever:
             raise KolmValueError(f"b must lie in [0, 1], got {b!r}")
         if k1 == 0 and (method == "bm25+" or (method == "bm25l" and delta == 0)):  # weight(tf=0) is 0/0
             raise KolmValueError(f"method {method!r} needs k1 > 0{' or delta > 0' if method == 'bm25l' else ''}")
-        self.table = documents if isinstance(documents, DocumentTable) else _as_table(documents)
+        self.table = DocumentTable.coerce(documents)
         self.method: Method = method
         self.k1, self.b, self.delta = float(k1), float(b), float(delta)
         self.tokenizer = tokenizer or Tokenizer()
@@ -404,9 +403,3 @@ class BM25Retriever:
     def __repr__(self) -> str:
         return (f"BM25Retriever({len(self.table)} docs, {len(self.vocab)} terms, method={self.method!r}, "
                 f"k1={self.k1:g}, b={self.b:g})")
-
-
-def _as_table(documents: Any) -> DocumentTable:
-    if isinstance(documents, pd.DataFrame):
-        return DocumentTable.from_frame(documents)
-    return DocumentTable.from_documents(documents)

@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from kolm_search._kernels import load
 from kolm_search.doctable import DocumentTable
@@ -155,12 +154,7 @@ class DenseRetriever:
             raise KolmValueError(f"metric must be 'cosine' or 'ip', got {metric!r}")
         if not check.finite_real(fusion_k) or fusion_k < 0:
             raise KolmValueError(f"fusion_k must be a finite number >= 0, got {fusion_k!r}")
-        if isinstance(documents, DocumentTable):
-            self.table = documents
-        elif isinstance(documents, pd.DataFrame):
-            self.table = DocumentTable.from_frame(documents)
-        else:
-            self.table = DocumentTable.from_documents(documents)
+        self.table = DocumentTable.coerce(documents)
         if embedder is not None and not callable(getattr(embedder, "embed", None)):
             raise KolmTypeError(f"embedder must have an 'embed' method, got {type(embedder).__name__}")
         if embed_queries and embedder is None:

@@ -30,18 +30,16 @@ from __future__ import annotations
 import copy
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.retrievers.postings import Postings
 from kolm_search.retrievers.segments import Segment, Updates
-from kolm_search.types import SearchDocument
 
 __all__ = ["Segment", "SyncedTable", "Updates", "add", "as_ids", "as_table", "check_updatable", "delete",
            "index_revision", "leaves", "locate", "locate_any", "merge", "prepare", "share_tables", "sync", "updated_copy"]
@@ -78,20 +76,11 @@ def sync(retriever: Any) -> None:
 
 # -- inputs ----------------------------------------------------------------------------
 def as_table(documents: Any) -> DocumentTable:
-    """New documents as a table (``SearchDocument``s or dicts, a DataFrame, a DocumentTable)."""
-    if isinstance(documents, DocumentTable):
-        return documents
-    if isinstance(documents, (str, bytes, Mapping, SearchDocument)) or not hasattr(documents, "__iter__"):
-        raise KolmTypeError(f"add: documents must be a list of documents, a DataFrame or a DocumentTable, "
-                            f"got {type(documents).__name__}")
+    """New documents as a table (:meth:`DocumentTable.coerce`), errors prefixed ``add:``."""
     try:
-        if isinstance(documents, pd.DataFrame):
-            return DocumentTable.from_frame(documents)
-        return DocumentTable.from_documents(documents)
+        return DocumentTable.coerce(documents)
     except (KolmValueError, KolmTypeError) as exc:
         raise type(exc)(f"add: {exc}") from exc
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise KolmValueError(f"add: invalid documents: {exc}") from exc
 
 
 def as_ids(ids: Any) -> list[str]:
