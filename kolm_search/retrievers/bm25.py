@@ -139,7 +139,8 @@ class BM25Retriever:
     fusion_k : float, default 60
         RRF constant used to merge the lists of expanded queries.
     n_threads : int, optional
-        Kernel threads per search call (default: the usable cores).
+        Kernel threads per search call, and threads weighting the postings at build time
+        (default: the usable cores).
     n_jobs : int, optional
         Processes that tokenise and count the documents at build time (default: the usable
         cores; a corpus of under 16 M characters is counted in this process). See
