@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -87,3 +88,18 @@ def test_cross_validate_refuses_candidates_whose_names_collide_as_str() -> None:
                        columns=["qid", "doc_id", "score"])
     with pytest.raises(KolmValueError, match="'1'"):
         cross_validate({1: run, "1": run.assign(score=-run["score"])}, qrels, folds=2)
+
+
+@pytest.mark.parametrize("k", [0, -3, 2.5, True, "5", None])
+def test_top_k_calls_refuse_a_k_that_is_not_a_positive_integer(k: object) -> None:
+    """``k <= 0`` used to give one result silently; now every top-k entry point names the value."""
+    from kolm_search.retrievers.dense import exact_topk
+
+    bm25 = BM25Retriever([{"id": "a", "content": "wing flow"}, {"id": "b", "content": "heat flow"}])
+    calls = [lambda: bm25.score_texts(["flow"], k), lambda: bm25.score_terms([{"flow": 1.0}], k),
+             lambda: exact_topk(np.ones((1, 2), np.float32), np.ones((3, 2), np.float32), k)]  # type: ignore[arg-type]
+    for call in calls:
+        with pytest.raises(KolmValueError, match=re.escape(f"k must be a positive integer, got {k!r}")):
+            call()
+    docs, _, counts = bm25.score_texts(["flow"], np.int64(5))  # numpy integers are integers; k caps at the table
+    assert docs.shape == (1, 2) and counts.tolist() == [2]

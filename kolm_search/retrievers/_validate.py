@@ -72,6 +72,13 @@ def finite_real(value: Any) -> bool:
         return False
 
 
+def top_k(k: Any) -> int:
+    """``k`` of a top-k call: a positive integer (``KolmValueError`` naming the value)."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise KolmValueError(f"k must be a positive integer, got {k!r}")
+    return int(k)
+
+
 def integer(path: Path, key: str, value: Any, lo: int = 0, hi: int = MAX_DOCS) -> int:
     """A JSON integer in ``[lo, hi]``."""
     if type(value) is not int or not lo <= value <= hi:

@@ -324,7 +324,7 @@ class BM25Retriever:
         offsets = np.ascontiguousarray(offsets, dtype=np.float32)
         if mask_ids is None or masks is None:
             mask_ids, masks = np.full(m, -1, np.int64), np.ones((1, 1), np.uint8)
-        k = max(1, min(int(k), len(self.table)))
+        k = min(check.top_k(k), max(len(self.table), 1))
         return load("sparse").sparse_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, offsets,
                                           mask_ids, masks, len(self.table), k, n_threads=self.n_threads)
 

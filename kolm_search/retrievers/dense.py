@@ -101,7 +101,7 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
     if q.ndim != 2 or d.ndim != 2 or (q.shape[1] != d.shape[1] and q.shape[0] and d.shape[0]):
         raise KolmValueError(f"queries (m, d) and docs (n, d) must share d, got {q.shape} and {d.shape}")
     m, n = q.shape[0], d.shape[0]
-    k = max(1, min(int(k), max(n, 1)))
+    k = min(check.top_k(k), max(n, 1))
     if mask_ids is None or masks is None:
         mask_ids, masks = np.full(m, -1, np.int64), np.ones((1, 1), np.uint8)
     mask_ids = np.ascontiguousarray(mask_ids, dtype=np.int64)
