@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
@@ -193,13 +193,20 @@ class Tokenizer:
                 "language": self.language}
 
     def __getstate__(self) -> dict[str, Any]:
-        # the compiled stemmer cannot be pickled: travel as configuration, rebuild on arrival
-        return self.to_config()
+        # the compiled stemmer cannot be pickled: travel as configuration, rebuild on arrival;
+        # a subclass's own attributes (its fields, what its __init__ set) travel as they are
+        own = {k: v for k, v in vars(self).items() if k not in _FIELDS}
+        return {**self.to_config(), "attributes": own} if own else self.to_config()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(**state)  # type: ignore[misc]
+        state = dict(state)
+        vars(self).update(state.pop("attributes", {}))  # first: a subclass's __post_init__ may read them
+        Tokenizer.__init__(self, **state)  # not a subclass's __init__, whose parameters may differ
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Tokenizer:
         """Inverse of :meth:`to_config`."""
         return cls(**config)
+
+
+_FIELDS = frozenset(f.name for f in fields(Tokenizer))

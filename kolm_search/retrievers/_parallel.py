@@ -119,11 +119,17 @@ def encode_texts(tokenizer: Callable[[str], Sequence[str]], texts: Iterable[str]
 
 
 def encode_tokens(token_lists: Iterable[Sequence[str]], vocab: dict[str, int]) -> tuple[list[int], list[int]]:
-    """Term ids of token lists, back to back, and their lengths (new terms enter ``vocab``)."""
+    """Term ids of token lists, back to back, and their lengths (new terms enter ``vocab``).
+
+    A token list that is not a list or tuple (a generator, say) is read once into a list:
+    its tokens are mapped twice when some are new.
+    """
     ids: list[int] = []
     lens: list[int] = []
     get, setdefault = vocab.__getitem__, vocab.setdefault
     for tokens in token_lists:
+        if not isinstance(tokens, list | tuple):
+            tokens = list(tokens)
         n0 = len(ids)
         try:
             ids += map(get, tokens)
