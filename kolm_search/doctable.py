@@ -83,8 +83,11 @@ class DocumentTable:
     def from_documents(cls, documents: Iterable[SearchDocument | Mapping[str, Any]]) -> DocumentTable:
         """From ``SearchDocument``s (or dicts with their keys)."""
         rows = []
-        for d in documents:
-            doc = d if isinstance(d, SearchDocument) else SearchDocument.from_dict(d)
+        for i, d in enumerate(documents):
+            try:
+                doc = d if isinstance(d, SearchDocument) else SearchDocument.from_dict(d)
+            except (KolmTypeError, KolmValueError) as exc:
+                raise type(exc)(f"document {i}: {exc}") from exc
             rows.append((doc.id, doc.content, doc.title, doc.source, doc.tags, doc.metadata))
         return cls(pd.DataFrame(rows, columns=list(DOCUMENT_FIELDS)))
 

@@ -115,8 +115,10 @@ def test_coerce_takes_every_documented_form_and_names_bad_ones() -> None:
     for bad in ("text", b"x", {"id": "1", "content": "x"}, docs[0], 3, None):
         with pytest.raises(KolmTypeError, match="documents must be a list of documents"):
             DocumentTable.coerce(bad)
-    with pytest.raises(KolmTypeError, match="must be a mapping, got int"):
-        DocumentTable.coerce([1, 2])
+    with pytest.raises(KolmTypeError, match="document 1: a SearchDocument must be a mapping, got int"):
+        DocumentTable.coerce([docs[0], 2])
+    with pytest.raises(KolmValueError, match="document 0: SearchDocument needs string 'id'"):
+        DocumentTable.coerce([{"id": 1, "content": "x"}])
     with pytest.raises(KolmValueError, match="duplicate document id '1'"):
         DocumentTable.coerce([docs[0], docs[0]])
 

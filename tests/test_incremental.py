@@ -222,7 +222,7 @@ def test_errors_name_the_ids_and_change_nothing() -> None:
         r.add(_docs(2, start=3))
     with pytest.raises(KolmValueError, match="add: duplicate document id 'x'"):
         r.add([{"id": "x", "content": "alpha"}, {"id": "x", "content": "beta"}])
-    with pytest.raises(KolmValueError, match="add: SearchDocument needs string .id. and .content."):
+    with pytest.raises(KolmValueError, match="add: document 0: SearchDocument needs string .id. and .content."):
         r.add([{"id": "y", "content": 5}])
     with pytest.raises(KolmValueError, match="delete: document id 'd1' is given twice"):
         r.delete(["d1", "d1"])
@@ -231,7 +231,7 @@ def test_errors_name_the_ids_and_change_nothing() -> None:
     for bad in ("alpha beta", {"id": "z", "content": "alpha"}, 5):
         with pytest.raises(KolmTypeError, match="add: documents must be"):
             r.add(bad)
-    with pytest.raises(KolmTypeError, match="add: a SearchDocument must be a mapping, got str"):
+    with pytest.raises(KolmTypeError, match="add: document 0: a SearchDocument must be a mapping, got str"):
         r.add(["alpha", 5])
     for got, exp in zip(r.score_texts(QUERIES, 5), want, strict=True):
         assert np.array_equal(got, exp)

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kolm_search import BM25Retriever, Tokenizer
+from kolm_search import BM25Retriever, KolmTypeError, Tokenizer
 from kolm_search._kernels import run_chunks
 from kolm_search.doctable import DocumentTable
 from kolm_search.retrievers.postings import CollectionStats, Postings
@@ -174,3 +174,19 @@ def test_texts_equal_the_plain_join(rows: list[tuple[str, Any, Any]], fields: li
     cols = [table.frame[f].tolist() for f in fields]
     want = [" ".join(str(v) for v in vals if isinstance(v, str) and v) for vals in zip(*cols, strict=True)]
     assert table.texts(fields) == (want if fields else [""] * len(rows))
+
+
+@pytest.mark.parametrize("bad", [None, 3, [["nested"]]])
+def test_a_bad_token_list_names_its_document_row(bad: object) -> None:
+    """``from_tokens`` (any chunk) and a callable tokenizer: the row of the bad token list, once."""
+    lists: list[object] = [["wing"], ["flow", "wing"], ["heat"], bad, ["gas"]]
+    for chunk in (1, 2, 4096):
+        with pytest.raises(KolmTypeError, match=r"^document row 3: tokens must be an iterable of str"):
+            Postings.from_tokens(lists, chunk=chunk)  # type: ignore[arg-type]
+    texts = ["wing", "flow wing", "heat", "BAD", "gas"]
+
+    def tok(text: str) -> object:
+        return bad if text == "BAD" else text.split()
+
+    with pytest.raises(KolmTypeError, match=r"^document row 3: tokens must be an iterable of str"):
+        Postings.from_texts(texts, tok, n_jobs=1)  # type: ignore[arg-type]

@@ -70,7 +70,9 @@ def resolve_n_jobs(n_jobs: Any) -> int:
     return 1 if multiprocessing.current_process().daemon else max(n, 1)
 
 
-def _row_error(row: int, exc: Exception) -> KolmValueError:
+def _row_error(row: int, exc: Exception) -> KolmError:
+    if isinstance(exc, KolmTypeError) and str(exc).startswith(f"document row {row}: "):
+        return exc  # from encode_tokens: names the row already
     what = str(exc) if isinstance(exc, KolmError) else f"{type(exc).__name__}: {exc}"
     return KolmValueError(f"document row {row}: tokenising failed: {what}")
 
@@ -93,9 +95,12 @@ def encode_texts(tokenizer: Callable[[str], Sequence[str]], texts: Iterable[str]
                 yield tokenizer(text)
 
         try:
-            return encode_tokens(token_lists(), vocab)
+            return encode_tokens(token_lists(), vocab, start)
         except Exception as exc:
-            raise _row_error(row, exc) from exc
+            err = _row_error(row, exc)
+            if err is exc:
+                raise
+            raise err from exc
     ids: list[int] = []
     lens: list[int] = []
     get, words, term, setdefault = word_ids.__getitem__, tokenizer.words, tokenizer.term, vocab.setdefault
@@ -118,24 +123,29 @@ def encode_texts(tokenizer: Callable[[str], Sequence[str]], texts: Iterable[str]
     return ids, lens
 
 
-def encode_tokens(token_lists: Iterable[Sequence[str]], vocab: dict[str, int]) -> tuple[list[int], list[int]]:
+def encode_tokens(token_lists: Iterable[Sequence[str]], vocab: dict[str, int], start: int = 0,
+                  ) -> tuple[list[int], list[int]]:
     """Term ids of token lists, back to back, and their lengths (new terms enter ``vocab``).
 
     A token list that is not a list or tuple (a generator, say) is read once into a list:
-    its tokens are mapped twice when some are new.
+    its tokens are mapped twice when some are new. Something that is not an iterable of
+    hashable tokens raises ``KolmTypeError`` naming its document row (``start`` + position).
     """
     ids: list[int] = []
     lens: list[int] = []
     get, setdefault = vocab.__getitem__, vocab.setdefault
-    for tokens in token_lists:
-        if not isinstance(tokens, list | tuple):
-            tokens = list(tokens)
-        n0 = len(ids)
+    for row, tokens in enumerate(token_lists, start):
         try:
-            ids += map(get, tokens)
-        except KeyError:
-            del ids[n0:]
-            ids += [setdefault(t, len(vocab)) for t in tokens]
+            if not isinstance(tokens, list | tuple):
+                tokens = list(tokens)
+            n0 = len(ids)
+            try:
+                ids += map(get, tokens)
+            except KeyError:
+                del ids[n0:]
+                ids += [setdefault(t, len(vocab)) for t in tokens]
+        except TypeError as exc:  # not iterable, or an unhashable token
+            raise KolmTypeError(f"document row {row}: tokens must be an iterable of str ({exc})") from exc
         lens.append(len(ids) - n0)
     return ids, lens
 

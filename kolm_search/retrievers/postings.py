@@ -126,9 +126,10 @@ class Postings:
             Documents encoded per step (token strings never outlive their chunk).
         """
         chunk = _positive(chunk, "chunk")
-        merger, it = Merger(), iter(token_lists)
+        merger, it, start = Merger(), iter(token_lists), 0
         while batch := list(islice(it, chunk)):
-            ids, lens = encode_tokens(batch, merger.vocab)
+            ids, lens = encode_tokens(batch, merger.vocab, start)
+            start += len(batch)
             del batch
             merger.add(count_ids(np.asarray(ids, np.int32), np.asarray(lens, np.int64), len(merger.vocab)))
         return cls(*merger.finish())
