@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from kolm_search import BM25Retriever, KolmTypeError, Tokenizer
 from kolm_search._kernels import run_chunks
 from kolm_search.doctable import DocumentTable
+from kolm_search.retrievers.bm25_weights import idf, weigh_slice
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from tests.test_parallel_index import assert_oracle, text_st
 
@@ -102,7 +103,7 @@ METHODS = ["lucene", "robertson", "atire", "bm25l", "bm25+"]
        st.lists(st.integers(0, 200), max_size=6))
 def test_weights_do_not_depend_on_the_slices(token_lists: list[list[str]], method: str, k1: float, b: float,
                                              extra: int, cuts: list[int]) -> None:
-    """_weigh over any split of the postings (as threads take them) equals one pass, also with
+    """weigh_slice over any split of the postings (as threads take them) equals one pass, also with
     external (shard) statistics."""
     table = DocumentTable.from_documents([{"id": str(i), "content": "x"} for i in range(len(token_lists))])
     postings = Postings.from_tokens(token_lists)
@@ -116,19 +117,17 @@ def test_weights_do_not_depend_on_the_slices(token_lists: list[list[str]], metho
     avgdl = float(stats.avgdl) or 1.0
     one = np.full(nnz, np.nan, np.float32)
     idf32 = _idf32(r, stats, postings)
-    run_chunks(r._weigh, np.array([0, nnz]), idf32, r.nonocc, postings.p_term, postings.p_doc, postings.tf,
+    run_chunks(weigh_slice(r.method, r.k1, r.b, r.delta), np.array([0, nnz]), idf32, r.nonocc, postings.p_term, postings.p_doc, postings.tf,
                postings.lengths, avgdl, one)
-    run_chunks(r._weigh, bounds, idf32, r.nonocc, postings.p_term, postings.p_doc, postings.tf, postings.lengths,
+    run_chunks(weigh_slice(r.method, r.k1, r.b, r.delta), bounds, idf32, r.nonocc, postings.p_term, postings.p_doc, postings.tf, postings.lengths,
                avgdl, out)
     assert one.tobytes() == r.t_w.tobytes()
     assert out.tobytes() == one.tobytes()
 
 
 def _idf32(r: BM25Retriever, stats: CollectionStats, postings: Postings) -> np.ndarray:
-    from kolm_search.retrievers.bm25 import _idf
-
     df = np.array([stats.df[t] for t in postings.vocab], np.float64)
-    return _idf(r.method, df, stats.n_docs).astype(np.float32)
+    return idf(r.method, df, stats.n_docs).astype(np.float32)
 
 
 def test_threaded_weights_are_bit_identical_on_a_large_index() -> None:

@@ -1,24 +1,6 @@
 """BM25 over a term-major sparse index, scored for a whole batch in one kernel call.
 
-Variants (Kamphuis et al., "Which BM25 do you mean?", ECIR 2020), with ``N`` documents,
-document frequency ``df``, term frequency ``tf``, length ``L`` and mean length ``A``,
-``n = 1 - b + b L / A``:
-
-=========  ===================================  ==========================================
-method     idf                                  term weight
-=========  ===================================  ==========================================
-robertson  ``log(max(1, (N-df+.5)/(df+.5)))``   ``tf / (k1 n + tf)``
-lucene     ``log(1 + (N-df+.5)/(df+.5))``       ``tf / (k1 n + tf)``
-atire      ``log(N / df)``                      ``(k1+1) tf / (tf + k1 n)``
-bm25l      ``log((N+1) / (df+.5))``             ``(k1+1)(c+delta) / (k1+c+delta)``, ``c = tf/n``
-bm25+      ``log((N+1) / df)``                  ``(k1+1) tf / (k1 n + tf) + delta``
-=========  ===================================  ==========================================
-
-A query's score sums ``idf * weight`` over its tokens, repeats included. For BM25L and
-BM25+ a document without the token still earns ``idf * weight(tf=0, L=A)``; as in bm25s, that
-constant is stored once per term and added back per query. Arithmetic follows bm25s
-(float32 idf and stored weights, float32 accumulation), so scores agree with it to float32
-rounding for the same tokens.
+Weighting (the variants' formulas) lives in :mod:`kolm_search.retrievers.bm25_weights`.
 """
 
 from __future__ import annotations
@@ -30,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search._kernels import load, resolve_threads, run_chunks
+from kolm_search._kernels import load
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
@@ -47,6 +29,13 @@ from kolm_search.retrievers._persist import (
     save_table,
     write_manifest,
 )
+from kolm_search.retrievers.bm25_weights import (
+    BM25_METHODS,
+    Method,
+    query_offsets,
+    reduce_offsets,
+    weigh_postings,
+)
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.retrievers.weighted import check_weighted, encode_weighted
 from kolm_search.text import Tokenizer
@@ -60,67 +49,11 @@ __all__ = [
     "query_offsets",
 ]
 
-BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
-Method = Literal["lucene", "robertson", "atire", "bm25l", "bm25+"]
 _FORMAT = "kolm-search/bm25"
 _VERSION = 2  # 2: term frequencies (tf.npy) and the "stats" key; version 1 still loads
 _ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # saved arrays: kind, dtype written
     "t_ptr": ("int", np.int64), "t_docs": ("int", np.int32), "t_w": ("float", np.float32),
     "nonocc": ("float", np.float32), "doc_len": ("int", np.int64)}
-
-
-def _idf(method: str, df: npt.NDArray[np.float64], n: int) -> npt.NDArray[np.float64]:
-    if method == "robertson":
-        return np.log(np.maximum((n - df + 0.5) / (df + 0.5), 1.0))
-    if method == "lucene":
-        return np.log(1.0 + (n - df + 0.5) / (df + 0.5))
-    if method == "atire":
-        return np.log(n / df)
-    if method == "bm25l":
-        return np.log((n + 1.0) / (df + 0.5))
-    return np.log((n + 1.0) / df)  # bm25+
-
-
-def _tfc(method: str, tf: npt.NDArray[np.float64], norm: npt.NDArray[np.float64] | float,
-         k1: float, delta: float) -> npt.NDArray[np.float64]:
-    if method in ("robertson", "lucene"):
-        return tf / (k1 * norm + tf)
-    if method == "atire":
-        return tf * (k1 + 1.0) / (tf + k1 * norm)
-    if method == "bm25l":
-        c = tf / norm
-        return (k1 + 1.0) * (c + delta) / (k1 + c + delta)
-    return (k1 + 1.0) * tf / (k1 * norm + tf) + delta  # bm25+
-
-
-def _reduce_offsets(values: npt.NDArray[np.float32], q_ptr: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-    """Per-query sums of the non-occurrence constants of its (known) tokens, in float32.
-
-    ``values`` float32 (nnz,), ``q_ptr`` int64 (m + 1,); a query without a known token (at any
-    position, the last included) sums to 0.
-    """
-    padded = np.append(np.asarray(values, np.float32), np.float32(0))  # every start < len(padded)
-    sums = np.add.reduceat(padded, q_ptr[:-1]) if len(q_ptr) > 1 else np.zeros(0, np.float32)
-    return np.where(np.diff(q_ptr) > 0, sums, 0).astype(np.float32)
-
-
-def query_offsets(stats: CollectionStats, texts: Sequence[str], tokenizer: Tokenizer, method: str, k1: float,
-                  delta: float) -> npt.NDArray[np.float32]:
-    """The BM25L/BM25+ per-query constants over the whole collection (zeros otherwise).
-
-    A shard's own constants would use its local document frequencies; a sharded search
-    passes these to every shard instead.
-    """
-    if method not in ("bm25l", "bm25+"):
-        return np.zeros(len(texts), np.float32)
-    ptr, vals = [0], []
-    base = float(_tfc(method, np.zeros(1), 1.0, k1, delta)[0])
-    for text in texts:
-        for tok in tokenizer(text):
-            if tok in stats.df:
-                vals.append(np.float32(_idf(method, np.array([float(stats.df[tok])]), stats.n_docs)[0] * base))
-        ptr.append(len(vals))
-    return _reduce_offsets(np.asarray(vals, np.float32), np.asarray(ptr, np.int64))
 
 
 class BM25Retriever:
@@ -222,41 +155,11 @@ class BM25Retriever:
                 t = int(np.argmax(df))
                 raise KolmValueError(f"collection stats give token {postings.vocab[t]!r} document frequency "
                                      f"{df[t]:g} above their n_docs {n_coll}")
-        p_term, p_doc = postings.p_term, postings.p_doc
-        with np.errstate(divide="ignore", invalid="ignore"):  # non-finite weights are refused below
-            idf32 = _idf(self.method, df, n_coll).astype(np.float32)
-            if self.method in ("bm25l", "bm25+"):
-                nonocc = (_idf(self.method, df, n_coll) * _tfc(self.method, np.zeros(1), 1.0, self.k1, self.delta)).astype(np.float32)
-            else:
-                nonocc = np.zeros(n_vocab, np.float32)
-        nnz = p_doc.shape[0]
-        t_w = np.empty(nnz, np.float32)
-        span = max(-(-nnz // resolve_threads(self.n_threads)), 1 << 20)  # numpy releases the GIL on each slice
-        run_chunks(self._weigh, np.append(np.arange(0, nnz, span), nnz),
-                   idf32, nonocc, p_term, p_doc, postings.tf, lengths, avgdl or 1.0, t_w)
-        for arr, term_of in ((nonocc, None), (t_w, p_term)):
-            bad = np.flatnonzero(~np.isfinite(arr))
-            if len(bad):
-                t = int(bad[0] if term_of is None else term_of[bad[0]])
-                raise KolmValueError(f"BM25 ({self.method}) weight of token {postings.vocab[t]!r} is not finite "
-                                     f"(document frequency {df[t]:g} of {n_coll} documents)")
-        self._set_arrays({"t_ptr": postings.t_ptr, "t_docs": p_doc, "t_w": t_w, "nonocc": nonocc, "doc_len": lengths,
+        t_w, nonocc = weigh_postings(postings, df, n_coll, avgdl, method=self.method, k1=self.k1, b=self.b,
+                                     delta=self.delta, n_threads=self.n_threads)
+        self._set_arrays({"t_ptr": postings.t_ptr, "t_docs": postings.p_doc, "t_w": t_w, "nonocc": nonocc, "doc_len": lengths,
                           "tf": postings.tf if stats is None else None}, postings.vocab)
         self.own_stats = stats is None
-
-    def _weigh(self, idf32: npt.NDArray[np.float32], nonocc: npt.NDArray[np.float32], p_term: npt.NDArray[np.int64],
-               p_doc: npt.NDArray[np.int32], tf: npt.NDArray[np.int32], lengths: npt.NDArray[np.int64], avgdl: float,
-               out: npt.NDArray[np.float32], start: int, stop: int) -> None:
-        """BM25 weights of postings ``[start, stop)`` into ``out`` (float32; float64 arithmetic)."""
-        terms = p_term[start:stop]
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            norm = 1.0 - self.b + self.b * lengths[p_doc[start:stop]].astype(np.float64) / avgdl
-            w = idf32[terms].astype(np.float64) * _tfc(self.method, tf[start:stop].astype(np.float64), norm, self.k1,
-                                                       self.delta)
-            if self.method in ("bm25l", "bm25+"):
-                w -= nonocc[terms].astype(np.float64)
-        np.maximum(w, 0.0, out=w)  # BM25L/BM25+ differences: no float rounding below 0
-        out[start:stop] = w
 
     def _set_arrays(self, arrays: Mapping[str, Any], vocab: list[str]) -> None:
         self.t_ptr = arrays["t_ptr"]
@@ -320,7 +223,7 @@ class BM25Retriever:
             raise KolmValueError(f"token ids must lie in [0, {len(self.vocab)}) (encode again after add/delete)")
         weights = np.ones(len(q_ids), np.float32) if weights is None else np.asarray(weights, np.float32)
         if offsets is None:
-            offsets = _reduce_offsets(self.nonocc[q_ids] * weights, q_ptr)
+            offsets = reduce_offsets(self.nonocc[q_ids] * weights, q_ptr)
         offsets = np.ascontiguousarray(offsets, dtype=np.float32)
         if mask_ids is None or masks is None:
             mask_ids, masks = np.full(m, -1, np.int64), np.ones((1, 1), np.uint8)
