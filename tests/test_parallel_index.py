@@ -193,6 +193,18 @@ class Hanging:
         return text.split()
 
 
+class Unsendable(str):
+    def __reduce__(self) -> Any:
+        raise TypeError("this token cannot travel")
+
+
+class UnsendableTokens:
+    """Tokens that cannot be pickled back from a worker process."""
+
+    def __call__(self, text: str) -> list[str]:
+        return [Unsendable(w) for w in text.split()]
+
+
 class NotInWorkers(Tokenizer):
     """Rebuilds here, but not in a worker process."""
 
@@ -227,6 +239,9 @@ def test_tokenizer_that_cannot_travel() -> None:
     with pytest.raises(KolmError, match="could not rebuild the tokenizer.*no stemmer here"):
         Postings.from_texts(texts, NotInWorkers(), n_jobs=2, chunk=2)
     assert Postings.from_texts(texts, NoConfig(), n_jobs=1).vocab == ["flow", "wing"]  # no pool: no pickle
+    with pytest.raises(KolmError, match="rows 0-1 in a worker process failed .*this token cannot travel.*n_jobs=1"):
+        Postings.from_texts(texts, UnsendableTokens(), n_jobs=2, chunk=2)
+    assert Postings.from_texts(texts, UnsendableTokens(), n_jobs=1).vocab == ["flow", "wing"]
 
 
 def test_dead_or_hung_worker_raises_and_is_stopped() -> None:

@@ -331,6 +331,11 @@ def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]],
                     f"a tokenising worker process died before document rows {s}-{len(texts) - 1} were all counted "
                     "(killed, out of memory, or a script without an `if __name__ == \"__main__\":` guard, which "
                     "worker processes re-import); pass n_jobs=1 to tokenise in this process") from exc
+            except KolmError:  # a document's row, or the tokenizer not rebuilt
+                raise
+            except Exception as exc:  # the chunk or its result could not travel between processes
+                raise KolmError(f"tokenising document rows {s}-{stop - 1} in a worker process failed "
+                                f"({type(exc).__name__}: {exc}); pass n_jobs=1 to tokenise in this process") from exc
             maps.add(*result)
     except BaseException:
         _stop(pool)
