@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import gzip
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -96,9 +97,12 @@ def _integer(text: str) -> int | None:
 def _read_csv(path: Path, names: list[str], dtype: dict[str, Any], skip: int = 0) -> pd.DataFrame:
     """The file by pandas' C reader, with one more column than ``names`` that must stay empty
     (pandas would otherwise turn a surplus leading field into the index)."""
-    frame = pd.read_csv(path, sep=r"\s+", header=None, names=[*names, "_extra"], dtype={**dtype, "_extra": str},
-                        skiprows=skip, engine="c", na_filter=False, quoting=csv.QUOTE_NONE, encoding="utf-8",
-                        compression="infer", skip_blank_lines=True, index_col=False)
+    with warnings.catch_warnings():  # surplus fields or casts that fail are refused below or by the line scan
+        warnings.simplefilter("ignore", pd.errors.ParserWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        frame = pd.read_csv(path, sep=r"\s+", header=None, names=[*names, "_extra"], dtype={**dtype, "_extra": str},
+                            skiprows=skip, engine="c", na_filter=False, quoting=csv.QUOTE_NONE, encoding="utf-8",
+                            compression="infer", skip_blank_lines=True, index_col=False)
     if (frame["_extra"] != "").any():
         raise ValueError("a line has more fields than expected")
     return frame

@@ -14,6 +14,7 @@ import gzip
 import json
 import re
 import signal
+import warnings
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -254,19 +255,25 @@ def file_bytes(draw: st.DrawFn, valid: st.SearchStrategy[bytes]) -> tuple[bytes,
 
 # ---------------------------------------------------------------- the comparison
 def check(call: Any, reference: Any, path: Path) -> Any:
+    """Our reader against the reference: the same rows, or a ``KolmError`` naming the file
+    (and its line where the reference names one); never a warning from the parsers beneath."""
     try:
         want = reference()
         event("the reference reads it")
     except RefError as exc:
         event("the reference refuses it")
-        with deadline(20):
+        with deadline(20), warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            warnings.simplefilter("error", RuntimeWarning)
             with pytest.raises(KolmError) as info:
                 call()
         assert path.name in str(info.value), info.value
         if exc.line is not None and str(exc).startswith("not UTF-8"):
             assert re.search(rf"{re.escape(path.name)}:\d+", str(info.value)), info.value
         return None
-    with deadline(20):
+    with deadline(20), warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.ParserWarning)
+        warnings.simplefilter("error", RuntimeWarning)
         got = call()
     return want, got
 
