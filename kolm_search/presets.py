@@ -40,7 +40,7 @@ def bm25(documents: Any, *, planner: QueryPlanner | None = None,
     retriever is then a :class:`FeedbackRetriever` (``feedback_kwargs``: ``fb_docs``,
     ``fb_terms``, ...) around the BM25 one.
     """
-    sparse = BM25Retriever(DocumentTable.coerce(documents), **bm25_kwargs)
+    sparse = BM25Retriever(documents, **bm25_kwargs)
     retriever: BM25Retriever | FeedbackRetriever = sparse
     if feedback is not None:
         retriever = FeedbackRetriever(sparse, feedback, **(feedback_kwargs or {}))
@@ -53,7 +53,7 @@ def bm25(documents: Any, *, planner: QueryPlanner | None = None,
 def dense(documents: Any, embedder: Embedder, *, planner: QueryPlanner | None = None,
           options: SearchPipelineOptions | dict[str, Any] | None = None, **dense_kwargs: Any) -> SearchClient:
     """A dense client (default mode ``"vector"``); ``dense_kwargs`` go to :class:`DenseRetriever`."""
-    retriever = DenseRetriever(DocumentTable.coerce(documents), embedder, **dense_kwargs)
+    retriever = DenseRetriever(documents, embedder, **dense_kwargs)
     return SearchClient(SearchPipelineModules(planner=planner or DefaultQueryPlanner(), retriever=retriever,
                                               embedder=embedder), _options(options, "vector"))
 

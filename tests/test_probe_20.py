@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kolm_search import BM25Retriever, KolmTypeError, Tokenizer
+from kolm_search import BM25Retriever, KolmTypeError, KolmValueError, Tokenizer
 from kolm_search._kernels import run_chunks
 from kolm_search.doctable import DocumentTable
 from kolm_search.retrievers.bm25_weights import idf, weigh_slice
@@ -189,3 +189,16 @@ def test_a_bad_token_list_names_its_document_row(bad: object) -> None:
 
     with pytest.raises(KolmTypeError, match=r"^document row 3: tokens must be an iterable of str"):
         Postings.from_texts(texts, tok, n_jobs=1)  # type: ignore[arg-type]
+
+
+def test_a_lazy_tokenizer_failing_midway_or_an_unhashable_token_after_a_new_term_names_the_row() -> None:
+    def lazy(text: str) -> Iterator[str]:
+        for w in text.split():
+            if w == "BOOM":
+                raise RuntimeError("broke while yielding")
+            yield w
+
+    with pytest.raises(KolmValueError, match=r"^document row 2: tokenising failed: RuntimeError: broke while yielding"):
+        Postings.from_texts(["a b", "c", "d BOOM"], lazy, n_jobs=1)  # type: ignore[arg-type]
+    with pytest.raises(KolmTypeError, match=r"^document row 1: tokens must be an iterable of str"):
+        Postings.from_tokens([["a"], ["new", ["unhashable"]]])  # type: ignore[list-item]

@@ -70,11 +70,29 @@ def resolve_n_jobs(n_jobs: Any) -> int:
     return 1 if multiprocessing.current_process().daemon else max(n, 1)
 
 
-def _row_error(row: int, exc: Exception) -> KolmError:
-    if isinstance(exc, KolmTypeError) and str(exc).startswith(f"document row {row}: "):
-        return exc  # from encode_tokens: names the row already
+def _row_error(row: int, exc: Exception) -> KolmValueError:
     what = str(exc) if isinstance(exc, KolmError) else f"{type(exc).__name__}: {exc}"
     return KolmValueError(f"document row {row}: tokenising failed: {what}")
+
+
+def _token_list(tokens: Iterable[str], row: int) -> Sequence[str]:
+    """``tokens`` as a list or tuple, read once (a generator cannot be read twice)."""
+    if isinstance(tokens, list | tuple):
+        return tokens
+    try:
+        return list(tokens)
+    except TypeError as exc:
+        raise KolmTypeError(f"document row {row}: tokens must be an iterable of str ({exc})") from exc
+    except Exception as exc:  # raised while a lazy tokenizer runs
+        raise _row_error(row, exc) from exc
+
+
+def _tokenize(tokenizer: Callable[[str], Iterable[str]], text: str, row: int) -> Sequence[str]:
+    try:
+        tokens = tokenizer(text)
+    except Exception as exc:
+        raise _row_error(row, exc) from exc
+    return _token_list(tokens, row)
 
 
 def encode_texts(tokenizer: Callable[[str], Sequence[str]], texts: Iterable[str], start: int,
@@ -86,21 +104,10 @@ def encode_texts(tokenizer: Callable[[str], Sequence[str]], texts: Iterable[str]
     :func:`count_ids`); any other callable is called per text. New terms enter ``vocab``
     in order of first occurrence. An error names the document row (``start`` + position).
     """
-    row = start
     if type(tokenizer) is not Tokenizer:  # a subclass may override __call__: call it
-
-        def token_lists() -> Iterable[Sequence[str]]:
-            nonlocal row
-            for row, text in enumerate(texts, start):  # noqa: B007 (the row an error names)
-                yield tokenizer(text)
-
-        try:
-            return encode_tokens(token_lists(), vocab, start)
-        except Exception as exc:
-            err = _row_error(row, exc)
-            if err is exc:
-                raise
-            raise err from exc
+        lists = (_tokenize(tokenizer, text, row) for row, text in enumerate(texts, start))
+        return encode_tokens(lists, vocab, start)
+    row = start
     ids: list[int] = []
     lens: list[int] = []
     get, words, term, setdefault = word_ids.__getitem__, tokenizer.words, tokenizer.term, vocab.setdefault
@@ -134,17 +141,16 @@ def encode_tokens(token_lists: Iterable[Sequence[str]], vocab: dict[str, int], s
     ids: list[int] = []
     lens: list[int] = []
     get, setdefault = vocab.__getitem__, vocab.setdefault
-    for row, tokens in enumerate(token_lists, start):
+    for row, given in enumerate(token_lists, start):
+        tokens = _token_list(given, row)
+        n0 = len(ids)
         try:
-            if not isinstance(tokens, list | tuple):
-                tokens = list(tokens)
-            n0 = len(ids)
             try:
                 ids += map(get, tokens)
             except KeyError:
                 del ids[n0:]
                 ids += [setdefault(t, len(vocab)) for t in tokens]
-        except TypeError as exc:  # not iterable, or an unhashable token
+        except TypeError as exc:  # an unhashable token
             raise KolmTypeError(f"document row {row}: tokens must be an iterable of str ({exc})") from exc
         lens.append(len(ids) - n0)
     return ids, lens
@@ -224,8 +230,7 @@ def _worker(key: bytes, blob: bytes, texts: Sequence[str], start: int) -> tuple[
         state = _STATE[key] = (f"{os.getpid()}-{os.urandom(8).hex()}", tokenizer, {}, {})
     token, tokenizer, vocab, word_ids = state
     n_before = len(vocab)
-    ids, lens = encode_texts(tokenizer, texts, start, vocab, word_ids)
-    counted = count_ids(np.asarray(ids, np.int32), np.asarray(lens, np.int64), len(vocab))
+    counted = _count_chunk(tokenizer, texts, start, vocab, word_ids)
     return token, n_before, list(islice(vocab, n_before, None)), counted
 
 

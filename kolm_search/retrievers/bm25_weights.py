@@ -99,9 +99,10 @@ def weigh_postings(postings: Postings, df: npt.NDArray[np.float64], n_coll: int,
         A weight that is not finite, naming its token and document frequency.
     """
     with np.errstate(divide="ignore", invalid="ignore"):  # non-finite weights are refused below
-        idf32 = idf(method, df, n_coll).astype(np.float32)
+        idf64 = idf(method, df, n_coll)
+        idf32 = idf64.astype(np.float32)
         if method in ("bm25l", "bm25+"):
-            nonocc = (idf(method, df, n_coll) * tf_part(method, np.zeros(1), 1.0, k1, delta)).astype(np.float32)
+            nonocc = (idf64 * tf_part(method, np.zeros(1), 1.0, k1, delta)).astype(np.float32)
         else:
             nonocc = np.zeros(len(postings.vocab), np.float32)
     p_term = postings.p_term
