@@ -37,7 +37,7 @@ from kolm_search.retrievers.bm25_weights import (
     weigh_postings,
 )
 from kolm_search.retrievers.postings import CollectionStats, Postings
-from kolm_search.retrievers.weighted import check_weighted, encode_weighted
+from kolm_search.retrievers.weighted import check_bound, check_weighted, encode_weighted, term_bounds
 from kolm_search.text import Tokenizer
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -97,6 +97,7 @@ class BM25Retriever:
     tf: npt.NDArray[np.int32] | None = None  # term frequency of each posting (None: a shard, or version 1)
     own_stats: bool | None = None  # weighted with its own statistics (None: unknown, version 1)
     revision = ""  # changes with every add/delete (response cache keys)
+    _bounds: tuple[Any, Any, npt.NDArray[np.float64]] | None = None  # (t_w, nonocc, term_bounds) of score_weighted
 
     def __init__(self, documents: Any, *, method: Method = "lucene", k1: float = 1.5, b: float = 0.75,
                  delta: float = 0.5, tokenizer: Tokenizer | None = None,
@@ -235,9 +236,20 @@ class BM25Retriever:
                        mask_ids: npt.NDArray[np.int64] | None = None, masks: npt.NDArray[np.uint8] | None = None,
                        ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Top-``k`` of weighted queries in CSR form (term ids, float32 weights): a document
-        scores ``sum w * bm25(term, doc)`` (:mod:`~kolm_search.retrievers.weighted`)."""
+        scores ``sum w * bm25(term, doc)`` (:mod:`~kolm_search.retrievers.weighted`); a query
+        whose scores could overflow float32 raises ``KolmValueError`` naming it, its term and the bound."""
+        incremental.sync(self)  # ids and bounds of the merged index
         ptr, ids, w = check_weighted(q_ptr, q_ids, q_weights, len(self.vocab), self.vocab)
+        check_bound(ptr, ids, w, self._term_bounds(), self.vocab)
         return self.score_encoded(ptr, ids, k, mask_ids, masks, weights=w)
+
+    def _term_bounds(self) -> npt.NDArray[np.float64]:
+        """:func:`~kolm_search.retrievers.weighted.term_bounds` of the current arrays (computed
+        once per set of arrays: a rebuild or merge replaces them)."""
+        cached = self._bounds
+        if cached is None or cached[0] is not self.t_w or cached[1] is not self.nonocc:
+            cached = self._bounds = (self.t_w, self.nonocc, term_bounds(self.t_ptr, self.t_w, self.nonocc))
+        return cached[2]
 
     def score_terms(self, queries: Sequence[Mapping[str, float]], k: int, mask_ids: npt.NDArray[np.int64] | None = None,
                     masks: npt.NDArray[np.uint8] | None = None,
