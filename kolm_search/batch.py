@@ -7,6 +7,7 @@ per single search and is not used here.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -100,7 +101,7 @@ def _check_qids(qids: pd.Series) -> None:
     if qids.dtype == object:  # typed columns (int, str, ...) hold hashable values only
         for row, qid in enumerate(qids):
             if not _hashable(qid):
-                raise SearchError(S.CLIENT, f"queries DataFrame row {row}: qid {qid!r:.60} is not hashable "
+                raise SearchError(S.CLIENT, f"queries DataFrame row {row}: qid {reprlib.repr(qid)[:60]} is not hashable "
                                             f"({type(qid).__name__}); use str or int ids")
     dup = qids.duplicated().to_numpy()
     if dup.any():
@@ -126,7 +127,7 @@ def parse_queries(queries: Any, *, limit: int | None, offset: int, mode: str | N
     ``filters`` that are not a dict. Each request's fields are checked later, as in single search.
     """
     if filters is not None and not isinstance(filters, Mapping):
-        raise SearchError(S.CLIENT, f"filters must be a dict, got {type(filters).__name__} {filters!r:.60}")
+        raise SearchError(S.CLIENT, f"filters must be a dict, got {type(filters).__name__} {reprlib.repr(filters)[:60]}")
     defaults = {"limit": limit, "offset": offset, "mode": mode, "filters": dict(filters or {})}
     if isinstance(queries, pd.DataFrame):
         missing = [c for c in ("qid", "query") if c not in queries.columns]

@@ -268,19 +268,19 @@ def test_compiled_mask_equals_the_per_document_evaluation(docs: list[SearchDocum
 @given(docs=documents(), fs=st.lists(FILTERS, min_size=1, max_size=3))
 def test_masks_of_a_batch_are_each_filters_mask(docs: list[SearchDocument], fs: list[dict[str, Any]]) -> None:
     """One compile per distinct filter in a batch; each query still gets its own filter's mask."""
-    from kolm_search.retrievers._batching import filter_masks
+    from kolm_search.retrievers._batching import filter_selections
 
     table = DocumentTable.from_documents(docs)
     wants = [oracle(f, docs) for f in [*fs, *fs]]
     if any(w is None for w in wants):
         with pytest.raises(FilterError) as info:
-            filter_masks(table, [*fs, *fs])
+            filter_selections(table, [*fs, *fs])
         assert wants[info.value.row] is None and info.value.stage == "retriever"
         return
-    ids, masks = filter_masks(table, [*fs, *fs])
-    assert len(masks) <= len(fs) or not docs
+    sel = filter_selections(table, [*fs, *fs])
+    assert len(sel.mask_of) <= len(fs)
     for i, want in enumerate(wants):
-        np.testing.assert_array_equal(masks[ids[i]].astype(bool), want)
+        np.testing.assert_array_equal(sel.mask(i, len(docs)), want)
 
 
 # -- every operator, by example ---------------------------------------------------------------

@@ -33,7 +33,12 @@ import scipy.sparse as sp
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.retrievers import _validate as check
-from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
+from kolm_search.retrievers._batching import (
+    frame_from_topk,
+    fuse_expansions,
+    retrieve_single,
+    text_selections,
+)
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.postings import Postings
 from kolm_search.retrievers.prf_weights import (
@@ -44,6 +49,7 @@ from kolm_search.retrievers.prf_weights import (
     rm3_expand,
     rm3_weights,
 )
+from kolm_search.selection import Selections
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["FEEDBACK_MODELS", "FeedbackRetriever"]
@@ -192,8 +198,8 @@ class FeedbackRetriever:
         return self._cache[2:]
 
     # -- expansion ---------------------------------------------------------------------
-    def _expand(self, texts: Sequence[str], mask_ids: npt.NDArray[np.int64] | None = None,
-                masks: npt.NDArray[np.uint8] | None = None) -> tuple[sp.csr_matrix, npt.NDArray[np.int64]]:
+    def _expand(self, texts: Sequence[str], selections: Selections | None = None,
+                ) -> tuple[sp.csr_matrix, npt.NDArray[np.int64]]:
         """Expanded weighted queries, float64 CSR (len(texts), V) over the terms in text order
         (column ``j`` is term id ``order[j]``), and ``order``.
 
@@ -211,7 +217,7 @@ class FeedbackRetriever:
         query_tf = sp.csr_matrix((np.ones(len(q_ids)), rank[q_ids], q_ptr), shape=(m, n_terms))
         if len(bm25.table) == 0 or m == 0:
             return sp.csr_matrix((m, n_terms)), order
-        docs, scores, counts = bm25.score_encoded(q_ptr, q_ids, self.fb_docs, mask_ids, masks)
+        docs, scores, counts = bm25.score_encoded(q_ptr, q_ids, self.fb_docs, selections)
         keep = np.arange(docs.shape[1])[None, :] < counts[:, None]
         fb_docs, owner = docs[keep], np.nonzero(keep)[0]
         fb_tf = tf[fb_docs]
@@ -261,13 +267,13 @@ class FeedbackRetriever:
         """Candidates of every query of ``batch`` from its expanded weighted queries (several
         planned queries of one batch query fused by RRF, as :class:`BM25Retriever` does)."""
         bm25 = self.bm25
-        mask_ids, masks = text_masks(batch, bm25.table)
+        selections = text_selections(batch, bm25.table)
         if batch.mode == "vector" or len(bm25.table) == 0:
             return CandidateFrame.empty(batch.n_queries)
-        expanded, order = self._expand(batch.texts, mask_ids, masks)
+        expanded, order = self._expand(batch.texts, selections)
         # each query's terms in text order (the CSR's column order): the kernel sums in that order
         docs, scores, counts = bm25.score_weighted(expanded.indptr, order[expanded.indices], expanded.data,
-                                                   batch.limit, mask_ids, masks)
+                                                   batch.limit, selections)
         if batch.metadata is not None:
             per_text = self._as_dicts(expanded, order)
             bounds = np.searchsorted(batch.owner, np.arange(batch.n_queries + 1))  # owner is non-decreasing
