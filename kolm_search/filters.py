@@ -57,7 +57,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import FilterError, KolmTypeError, KolmValueError
-from kolm_search.selection import Selection
+from kolm_search.selection import ROWS_SHARE, Selection
 
 __all__ = ["FIELD_OPERATORS", "FieldColumn", "FilterError", "LOGICAL_OPERATORS", "MAX_DEPTH", "compile_filter",
            "date_text", "parse_filter", "select_filter"]
@@ -283,16 +283,15 @@ class _Part:
     _lookup: list[Any]
 
     def rows_equal(self, targets: list[Any]) -> npt.NDArray[np.int64]:
-        """Documents (with repeats) holding an element equal to one of ``targets``."""
+        """Documents (with repeats, unsorted) holding an element equal to one of ``targets``."""
         if not self._lookup:  # built once; a whole-list assignment, so a racing thread sees all or nothing
             codes, uniques = pd.factorize(self.values)  # Python equality and hash: 2000 == 2000.0
             order = np.argsort(codes, kind="stable")
             ptr = np.zeros(len(uniques) + 1, np.int64)
             np.cumsum(np.bincount(codes, minlength=len(uniques)), out=ptr[1:])
-            self._lookup[:] = [pd.Index(uniques, dtype=object), order, ptr]
-        index, order, ptr = self._lookup
-        found = index.get_indexer(pd.Index(targets, dtype=object))
-        found = found[found >= 0]
+            self._lookup[:] = [dict(zip(uniques.tolist(), range(len(uniques)), strict=True)), order, ptr]
+        code_of, order, ptr = self._lookup
+        found = np.fromiter((c for t in targets if (c := code_of.get(t, -1)) >= 0), np.int64)
         lengths = ptr[found + 1] - ptr[found]
         starts = np.repeat(ptr[found] - np.cumsum(lengths) + lengths, lengths)  # each run's start, minus its offset
         return self.owner[order[starts + np.arange(int(lengths.sum()))]]
@@ -350,9 +349,16 @@ class FieldColumn:
     def equal(self, wanted: frozenset[Canon | None]) -> Selection:
         """Documents with an element equal to one of ``wanted`` (``None``: the field is missing),
         found by lookup: the cost grows with the operands and their matches."""
+        n = len(self.present)
         found = [part.rows_equal(targets) for kind, part in self.parts.items()
                  if (targets := [c[1] for c in wanted if c is not None and c[0] == kind])]
-        out = Selection.of_rows(np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64), len(self.present))
+        rows = np.concatenate(found) if found else np.zeros(0, np.int64)
+        if len(rows) <= n * ROWS_SHARE:  # few: sorted rows
+            out = Selection(n, rows=np.unique(rows))
+        else:  # many: straight to a mask (no sort)
+            mask = np.zeros(n, bool)
+            mask[rows] = True
+            out = Selection.of_mask(mask)
         return out.union(Selection.of_mask(~self.present)) if None in wanted else out
 
     def compare(self, op: str, kind: int, value: Any) -> npt.NDArray[np.bool_]:

@@ -19,7 +19,7 @@ from numba import njit, types
 
 from kolm_search._kernels import resolve_threads, run_chunks
 from kolm_search._kernels.heap import heap_push, sort_heap, topk_rows_numpy
-from kolm_search._kernels.selection import selected, selection_matrix_numpy
+from kolm_search._kernels.selection import selection_matrix_numpy
 from kolm_search._kernels.sig import f32, i64, ro, rw, u8
 
 __all__ = ["dense_topk", "dense_topk_numpy"]
@@ -48,8 +48,21 @@ def _offer_row(row, bd, d0, m, sel_ptr, sel_rows, sel_mask, masks, hs, hd, size,
                 if size == k and s < hs[0]:
                     continue
                 d = d0 + t
-                if not selected(m, d, sel_ptr, sel_rows, sel_mask, masks):
-                    continue
+                if m >= 0:  # the selection test, written out (a call per candidate costs more)
+                    mm = sel_mask[m]
+                    if mm >= 0:
+                        if masks[mm, d] == 0:
+                            continue
+                    else:
+                        lo, hi = sel_ptr[m], sel_ptr[m + 1]
+                        while lo < hi:
+                            mid = (lo + hi) >> 1
+                            if sel_rows[mid] < d:
+                                lo = mid + 1
+                            else:
+                                hi = mid
+                        if lo >= sel_ptr[m + 1] or sel_rows[lo] != d:
+                            continue
                 size = heap_push(hs, hd, size, k, s, d)
             thr = hs[0] if size == k else -np.inf
         j = end

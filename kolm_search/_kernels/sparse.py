@@ -27,7 +27,7 @@ from numba import njit, types
 
 from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
 from kolm_search._kernels.heap import heap_push, sort_heap, topk_rows_numpy
-from kolm_search._kernels.selection import find_row, selected, selection_matrix_numpy
+from kolm_search._kernels.selection import selection_matrix_numpy
 from kolm_search._kernels.sig import f32, i64, ro, rw, u8
 
 __all__ = ["ROW_LOOKUP_COST", "sparse_topk", "sparse_topk_numpy"]
@@ -62,9 +62,15 @@ def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, sel_id
                 hit = False
                 for j in range(q_ptr[q], q_ptr[q + 1]):  # query-term order, as the scans below
                     t = q_terms[j]
-                    p = find_row(t_docs, t_ptr[t], t_ptr[t + 1], d)
-                    if p >= 0:
-                        a += q_weights[j] * t_w[p]
+                    lo, hi = t_ptr[t], t_ptr[t + 1]
+                    while lo < hi:  # binary search of d in t's postings (written out: no call in the loop)
+                        mid = (lo + hi) >> 1
+                        if t_docs[mid] < d:
+                            lo = mid + 1
+                        else:
+                            hi = mid
+                    if lo < t_ptr[t + 1] and t_docs[lo] == d:
+                        a += q_weights[j] * t_w[lo]
                         hit = True
                 if hit:
                     s = a + off
@@ -83,8 +89,23 @@ def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, sel_id
             for d in range(n_docs):
                 if stamp[d] == q:
                     s = acc[d] + off
-                    if (size < k or s >= hs[0]) and selected(m, d, sel_ptr, sel_rows, sel_mask, masks):
-                        size = heap_push(hs, hd, size, k, s, d)
+                    if size < k or s >= hs[0]:
+                        ok = True
+                        if m >= 0:  # the selection test, written out (a call per candidate costs more)
+                            mm = sel_mask[m]
+                            if mm >= 0:
+                                ok = masks[mm, d] != 0
+                            else:
+                                lo, hi = sel_ptr[m], sel_ptr[m + 1]
+                                while lo < hi:
+                                    mid = (lo + hi) >> 1
+                                    if sel_rows[mid] < d:
+                                        lo = mid + 1
+                                    else:
+                                        hi = mid
+                                ok = lo < sel_ptr[m + 1] and sel_rows[lo] == d
+                        if ok:
+                            size = heap_push(hs, hd, size, k, s, d)
         else:  # sparse: track the documents touched
             nt = 0
             for j in range(q_ptr[q], q_ptr[q + 1]):
@@ -101,8 +122,23 @@ def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, sel_id
             for i in range(nt):
                 d = touched[i]
                 s = acc[d] + off
-                if (size < k or s >= hs[0]) and selected(m, d, sel_ptr, sel_rows, sel_mask, masks):  # most stop early
-                    size = heap_push(hs, hd, size, k, s, d)
+                if size < k or s >= hs[0]:  # most stop at the worst kept
+                    ok = True
+                    if m >= 0:
+                        mm = sel_mask[m]
+                        if mm >= 0:
+                            ok = masks[mm, d] != 0
+                        else:
+                            lo, hi = sel_ptr[m], sel_ptr[m + 1]
+                            while lo < hi:
+                                mid = (lo + hi) >> 1
+                                if sel_rows[mid] < d:
+                                    lo = mid + 1
+                                else:
+                                    hi = mid
+                            ok = lo < sel_ptr[m + 1] and sel_rows[lo] == d
+                    if ok:
+                        size = heap_push(hs, hd, size, k, s, d)
         sort_heap(hs, hd, size)
         for i in range(size):
             out_s[q, i] = hs[i]
