@@ -270,7 +270,7 @@ def leave_one_collection_out(runs: Mapping[Any, Mapping[Any, Any]], qrels: Mappi
     pq = pd.concat(per_query, ignore_index=True)
     mean = float(folds["score"].mean())
     base_mean = float(folds["baseline"].mean()) if bases else float("nan")
-    pooled = {t: paired_test(pq["baseline"].to_numpy(), pq["score"].to_numpy(), t, n_resamples=n_resamples,
+    pooled: dict[str, float] = {t: paired_test(pq["baseline"].to_numpy(), pq["score"].to_numpy(), t, n_resamples=n_resamples,
                              seed=seed) for t in tests} if bases else {}
     return LeaveOneCollectionOut(metric=key, criterion=criterion, tests=tests, folds=folds, per_query=pq,
                                  scores=means, baseline_scores=base_means, mean=mean, baseline_mean=base_mean,
