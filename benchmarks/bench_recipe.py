@@ -118,7 +118,8 @@ def adaptive_fuse(lists: list[pd.DataFrame], weights: list[float], limit: int) -
 
 
 class Children:
-    """Every collection's child runs (depth 1000), made once and shared by the candidates."""
+    """Every collection's child runs (depth 1000), made once and shared by the candidates
+    (keyed by the table object, which the benchmark keeps alive for the whole run)."""
 
     def __init__(self, embedder: Any, depth: int = 1000) -> None:
         self.embedder, self.depth = embedder, depth

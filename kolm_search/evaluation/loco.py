@@ -167,7 +167,7 @@ def _choose(means: pd.DataFrame, base: pd.Series, criterion: str) -> tuple[str, 
 
 def leave_one_collection_out(runs: Mapping[Any, Mapping[Any, Any]], qrels: Mapping[Any, Any],
                              baseline: Mapping[Any, Any] | None = None, *, metric: Any = "ndcg@10",
-                             criterion: Criterion = "mean", tests: Sequence[Test] = ("t", "fisher"),
+                             criterion: Criterion = "mean", tests: Sequence[Test] | None = None,
                              relevance_level: int = 1, n_resamples: int = 10_000,
                              seed: int = 0) -> LeaveOneCollectionOut:
     """Leave-one-collection-out choice among candidate configurations.
@@ -188,8 +188,9 @@ def leave_one_collection_out(runs: Mapping[Any, Mapping[Any, Any]], qrels: Mappi
         One metric of :func:`~kolm_search.evaluate`: it chooses and it scores.
     criterion : {"mean", "worst-delta"}, default "mean"
         How the training collections choose (see the module docstring).
-    tests : sequence of {"t", "wilcoxon", "fisher", "bootstrap"}, default ("t", "fisher")
+    tests : sequence of {"t", "wilcoxon", "fisher", "bootstrap"}, optional
         Paired two-sided tests of the held-out per-query scores against the baseline's.
+        Default: ``("t", "fisher")`` with a baseline, none without.
     relevance_level : int
         As in :func:`~kolm_search.evaluate`.
     n_resamples, seed : int
@@ -210,7 +211,7 @@ def leave_one_collection_out(runs: Mapping[Any, Mapping[Any, Any]], qrels: Mappi
         raise KolmValueError(f"leave_one_collection_out takes one metric, got {len(measures)}")
     if criterion not in CRITERIA:
         raise KolmValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
-    tests = tuple(tests)
+    tests = (("t", "fisher") if baseline is not None else ()) if tests is None else tuple(tests)
     for t in tests:
         if t not in TESTS:
             raise KolmValueError(f"tests must be among {TESTS}, got {t!r}")
