@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kolm_search.errors import PIPELINE_STAGES, SearchError
+from kolm_search.errors import PipelineStage, SearchError
 from kolm_search.guards import coerce_request
 from kolm_search.stages import Candidates
 from kolm_search.types import (
@@ -27,7 +27,7 @@ from kolm_search.types import (
 
 __all__ = ["BatchResult", "parse_queries", "raw_requests", "run_frame"]
 
-S = PIPELINE_STAGES
+S = PipelineStage
 
 
 @dataclass

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kolm_search.errors import KolmTypeError, KolmValueError
+from kolm_search.errors import KolmTypeError, KolmValueError, PipelineStage
 from kolm_search.ports import (
     CacheStore,
     Deduplicator,
@@ -26,7 +26,8 @@ __all__ = ["SearchPipelineModules", "SearchPipelineOptions", "TIMED_STAGES"]
 
 #: Stage names that :attr:`SearchPipelineOptions.stage_timeouts` accepts (the stages that
 #: call a port; cache and telemetry have their own options).
-TIMED_STAGES = ("planner", "intent-classifier", "embedder", "retriever", "deduplicator", "reranker", "synthesizer")
+TIMED_STAGES = tuple(PipelineStage(s) for s in ("planner", "intent-classifier", "embedder", "retriever", "deduplicator",
+                                                  "reranker", "synthesizer"))
 
 _PORT_METHODS = {
     "planner": "plan",
@@ -172,7 +173,7 @@ class SearchPipelineOptions:
                                 f"{type(self.stage_timeouts).__name__}")
         for stage, seconds in self.stage_timeouts.items():
             if stage not in TIMED_STAGES:
-                raise KolmValueError(f"stage_timeouts has unknown stage {stage!r}; known: {list(TIMED_STAGES)}")
+                raise KolmValueError(f"stage_timeouts has unknown stage {stage!r}; known: {[s.value for s in TIMED_STAGES]}")
             _check_timeout(f"stage_timeouts[{stage!r}]", seconds)
         self.stage_timeouts = dict(self.stage_timeouts)
 

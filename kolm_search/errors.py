@@ -1,4 +1,4 @@
-"""The exception tree and the stage identifiers.
+"""The exception tree and the stage identifiers (:class:`PipelineStage`, the one list of names).
 
 Every exception the package defines derives from :class:`KolmError`, so ``except KolmError``
 catches anything kolm_search raises on purpose; where a class also means "bad value" or "bad
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "KolmValueError",
     "LLMRequestError",
     "PIPELINE_STAGES",
+    "PipelineStage",
     "PipelineStages",
     "SchemaIssue",
     "SchemaValidationError",
@@ -44,45 +46,52 @@ __all__ = [
 ]
 
 
-class PipelineStages(Mapping[str, str]):
-    """Constant map of the known pipeline stage identifiers (the spec's ten keys).
+class PipelineStage(StrEnum):
+    """Every stage name a search can report, in the order a search runs them: the one list of
+    names that errors (:attr:`SearchError.stage`), timeouts
+    (:data:`~kolm_search.config.TIMED_STAGES`), ordering (:data:`~kolm_search.stages.STAGE_ORDER`)
+    and re-ranking jobs use. Members are ``str``: ``PipelineStage.EMBEDDER == "embedder"``.
 
-    A failing deduplicator raises ``SearchError`` with the extra stage name
-    ``"deduplicator"`` (:data:`DEDUPLICATOR_STAGE`); the spec's table has no key for it.
-
-    Read as attributes (``PIPELINE_STAGES.EMBEDDER == "embedder"``) or as a mapping
-    (``PIPELINE_STAGES["EMBEDDER"]``, iteration over the keys).
+    The spec's ten are :data:`PIPELINE_STAGES`; beyond them: ``DEDUPLICATOR`` (a failing
+    deduplicator), ``PAGINATION`` (no port, ordering only) and ``TELEMETRY``.
     """
 
     CLIENT = "client"
-    CACHE_GET = "cache.get"
-    CACHE_SET = "cache.set"
     PLANNER = "planner"
+    CACHE_GET = "cache.get"
     INTENT_CLASSIFIER = "intent-classifier"
     EMBEDDER = "embedder"
     RETRIEVER = "retriever"
-    RERANKER = "reranker"
-    SYNTHESIZER = "synthesizer"
     COMPOSITE_RETRIEVER = "composite-retriever"
+    DEDUPLICATOR = "deduplicator"
+    RERANKER = "reranker"
+    PAGINATION = "pagination"
+    SYNTHESIZER = "synthesizer"
+    CACHE_SET = "cache.set"
+    TELEMETRY = "telemetry"
 
-    _KEYS = (
-        "CLIENT",
-        "CACHE_GET",
-        "CACHE_SET",
-        "PLANNER",
-        "INTENT_CLASSIFIER",
-        "EMBEDDER",
-        "RETRIEVER",
-        "RERANKER",
-        "SYNTHESIZER",
-        "COMPOSITE_RETRIEVER",
-    )
 
-    def __getitem__(self, key: str) -> str:
+class PipelineStages(Mapping[str, str]):
+    """The spec's constant map of stage identifiers: a read-only view of the ten
+    :class:`PipelineStage` members the spec names.
+
+    Read as attributes (``PIPELINE_STAGES.EMBEDDER == "embedder"``) or as a mapping
+    (``PIPELINE_STAGES["EMBEDDER"]``, iteration over the keys in the spec's order).
+    """
+
+    __slots__ = ()
+    _KEYS = ("CLIENT", "CACHE_GET", "CACHE_SET", "PLANNER", "INTENT_CLASSIFIER", "EMBEDDER", "RETRIEVER",
+             "RERANKER", "SYNTHESIZER", "COMPOSITE_RETRIEVER")
+
+    def __getattr__(self, name: str) -> PipelineStage:
+        if name in PipelineStages._KEYS:
+            return PipelineStage[name]
+        raise AttributeError(name)
+
+    def __getitem__(self, key: str) -> PipelineStage:
         if key not in self._KEYS:
             raise KeyError(key)
-        value: str = getattr(self, key)
-        return value
+        return PipelineStage[key]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._KEYS)
@@ -94,11 +103,12 @@ class PipelineStages(Mapping[str, str]):
         raise AttributeError("PIPELINE_STAGES is read-only")
 
     def __repr__(self) -> str:
-        return "PIPELINE_STAGES(" + ", ".join(f"{k}={self[k]!r}" for k in self._KEYS) + ")"
+        return "PIPELINE_STAGES(" + ", ".join(f"{k}={self[k].value!r}" for k in self._KEYS) + ")"
 
 
 PIPELINE_STAGES = PipelineStages()
-DEDUPLICATOR_STAGE = "deduplicator"
+#: The deduplicator's stage name (the spec's table has no key for it): ``PipelineStage.DEDUPLICATOR``.
+DEDUPLICATOR_STAGE = PipelineStage.DEDUPLICATOR
 
 
 class KolmError(Exception):

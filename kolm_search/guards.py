@@ -8,12 +8,12 @@ from dataclasses import replace
 from typing import Any
 
 from kolm_search.config import SearchPipelineOptions
-from kolm_search.errors import PIPELINE_STAGES, KolmTypeError, KolmValueError, SearchError
+from kolm_search.errors import KolmTypeError, KolmValueError, PipelineStage, SearchError
 from kolm_search.types import SEARCH_MODES, SearchRequest
 
 __all__ = ["coerce_request", "resolve_request"]
 
-_STAGE = PIPELINE_STAGES.CLIENT
+_STAGE = PipelineStage.CLIENT
 _INT64_MAX = 2**63 - 1
 
 

@@ -23,7 +23,7 @@ from kolm_search._deadlines import TIMED_OUT, call_with_deadline
 from kolm_search.batch import BatchResult, parse_queries, run_frame
 from kolm_search.cachekey import canonical_digest, request_key
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.errors import PIPELINE_STAGES, KolmTypeError, SearchError
+from kolm_search.errors import KolmTypeError, PipelineStage, SearchError
 from kolm_search.guards import coerce_request, resolve_request
 from kolm_search.retrievers.incremental import index_revision
 from kolm_search.stages import Stages
@@ -38,7 +38,7 @@ from kolm_search.types import (
 
 __all__ = ["SearchPipeline", "cache_key"]
 
-S = PIPELINE_STAGES
+S = PipelineStage
 SEARCH_COMPLETED = "search.completed"
 SEARCH_BATCH_COMPLETED = "search.batch_completed"
 #: Sync ports that cannot block (a lock-guarded dict): called inline, with no thread hop.
@@ -158,7 +158,7 @@ class SearchPipeline:
         telemetry = self.modules.telemetry
         if telemetry is None:
             return
-        await self._bounded("telemetry", "telemetry.track failed (ignored)", self.options.telemetry_timeout_seconds,
+        await self._bounded(S.TELEMETRY, "telemetry.track failed (ignored)", self.options.telemetry_timeout_seconds,
                             telemetry.track, event, payload)
 
     # -- the core --------------------------------------------------------------------------

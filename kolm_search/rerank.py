@@ -14,7 +14,7 @@ import pandas as pd
 
 from kolm_search._aio import resolve, run_blocking
 from kolm_search.doctable import DocumentTable
-from kolm_search.errors import KolmValueError, SearchError
+from kolm_search.errors import KolmValueError, PipelineStage, SearchError
 from kolm_search.planners import DefaultQueryPlanner
 from kolm_search.runs import RUN_COLUMNS, as_run, check_ids, numeric_column
 from kolm_search.types import SearchDocument, SearchPipelineContext, SearchRequest, as_documents
@@ -22,6 +22,7 @@ from kolm_search.types import SearchDocument, SearchPipelineContext, SearchReque
 __all__ = ["rerank_run"]
 
 _log = logging.getLogger("kolm_search.rerank")
+_STAGE = PipelineStage.RERANKER
 
 
 def _inputs(run: Any, corpus: Any, queries: Any) -> tuple[pd.DataFrame, DocumentTable, dict[str, str]]:
@@ -108,11 +109,11 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
 
     def assemble(qid: Any, docs: list[SearchDocument], raw_out: Any, absent: Any, tail: Any) -> pd.DataFrame:
         try:
-            out = as_documents(raw_out, what="reranker")
+            out = as_documents(raw_out, what=_STAGE)
         except (TypeError, ValueError) as exc:
-            raise SearchError("reranker", f"query {qid!r}: {exc}", cause=exc) from exc
+            raise SearchError(_STAGE, f"query {qid!r}: {exc}", cause=exc) from exc
         if sorted(d.id for d in out) != sorted(d.id for d in docs):
-            raise SearchError("reranker", f"query {qid!r}: the reranker must return the same documents it was given")
+            raise SearchError(_STAGE, f"query {qid!r}: the reranker must return the same documents it was given")
         new_ids = [d.id for d in out] + list(absent) + list(tail)
         n = len(new_ids)
         scores = np.arange(n, 0, -1, dtype=np.float64)
@@ -130,7 +131,7 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
         except SearchError:
             raise
         except Exception as exc:
-            raise SearchError("reranker", f"query {qid!r}: {exc}", cause=exc) from exc
+            raise SearchError(_STAGE, f"query {qid!r}: {exc}", cause=exc) from exc
 
     async def chunk(qs: Sequence[Any]) -> list[pd.DataFrame]:
         prepared = [prepare(q) for q in qs]
@@ -141,9 +142,9 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
             except SearchError:
                 raise
             except Exception as exc:
-                raise SearchError("reranker", f"rerank_batch of {len(qs)} queries: {exc}", cause=exc) from exc
+                raise SearchError(_STAGE, f"rerank_batch of {len(qs)} queries: {exc}", cause=exc) from exc
             if len(outs) != len(qs):
-                raise SearchError("reranker", f"rerank_batch returned {len(outs)} lists for {len(qs)} queries")
+                raise SearchError(_STAGE, f"rerank_batch returned {len(outs)} lists for {len(qs)} queries")
         else:
             outs = list(await asyncio.gather(*(one(d, c, q) for (d, c, _, _), q in zip(prepared, qs, strict=True))))
         return [assemble(q, d, out, absent, tail)

@@ -30,7 +30,7 @@ import numpy.typing as npt
 from kolm_search._aio import resolve
 from kolm_search._deadlines import TIMED_OUT, call_with_deadline
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.errors import DEDUPLICATOR_STAGE, PIPELINE_STAGES, FilterError, SearchError
+from kolm_search.errors import FilterError, PipelineStage, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.ports import BatchRetriever
 from kolm_search.types import (
@@ -45,9 +45,10 @@ from kolm_search.types import (
 __all__ = ["Candidates", "Outcome", "STAGE_ORDER", "Stages", "check_plan", "dedup_report", "embedding_matrix",
            "is_batch_retriever"]
 
-S = PIPELINE_STAGES
-STAGE_ORDER = (S.PLANNER, S.CACHE_GET, S.INTENT_CLASSIFIER, S.EMBEDDER, S.RETRIEVER, DEDUPLICATOR_STAGE, S.RERANKER,
-               "pagination", S.SYNTHESIZER, S.CACHE_SET, "telemetry")
+S = PipelineStage
+#: The stages in the order a search runs them (``client`` checks come first, a composite's
+#: children run inside ``retriever``).
+STAGE_ORDER = tuple(s for s in PipelineStage if s not in (S.CLIENT, S.COMPOSITE_RETRIEVER))
 
 
 def is_batch_retriever(retriever: Any) -> TypeGuard[BatchRetriever]:
@@ -372,7 +373,7 @@ class Stages:
                            durations: dict[str, float]) -> list[SearchDocument]:
         deduplicator = self.modules.deduplicator
         assert deduplicator is not None
-        kept = await self.documents(DEDUPLICATOR_STAGE, durations, deduplicator.deduplicate, list(docs))
+        kept = await self.documents(S.DEDUPLICATOR, durations, deduplicator.deduplicate, list(docs))
         context.metadata["deduplicator"] = dedup_report(docs, kept, deduplicator)
         return kept
 

@@ -1,0 +1,48 @@
+"""The contract layer's declarations: one list of stage names, errors that carry their context,
+capabilities found through Protocols."""
+
+from __future__ import annotations
+
+import pytest
+
+from kolm_search import PIPELINE_STAGES
+from kolm_search.config import TIMED_STAGES, SearchPipelineOptions
+from kolm_search.errors import DEDUPLICATOR_STAGE, PipelineStage
+from kolm_search.stages import STAGE_ORDER
+
+
+def test_one_list_of_stage_names() -> None:
+    spec = {key: getattr(PIPELINE_STAGES, key) for key in PIPELINE_STAGES}
+    assert all(isinstance(v, PipelineStage) for v in spec.values())
+    assert set(spec.values()) | {PipelineStage.DEDUPLICATOR, PipelineStage.PAGINATION,
+                                 PipelineStage.TELEMETRY} == set(PipelineStage)
+    assert DEDUPLICATOR_STAGE is PipelineStage.DEDUPLICATOR == "deduplicator"
+    assert all(isinstance(s, PipelineStage) for s in (*TIMED_STAGES, *STAGE_ORDER))
+    assert set(TIMED_STAGES) < set(STAGE_ORDER)
+    assert [s.value for s in STAGE_ORDER] == ["planner", "cache.get", "intent-classifier", "embedder", "retriever",
+                                              "deduplicator", "reranker", "pagination", "synthesizer", "cache.set",
+                                              "telemetry"]
+
+
+def test_timeouts_take_stage_members_and_names_alike() -> None:
+    opts = SearchPipelineOptions(stage_timeouts={PipelineStage.RERANKER: 2.0, "retriever": None})
+    assert opts.timeout_for("reranker") == 2.0 and opts.timeout_for(PipelineStage.RETRIEVER) is None
+    with pytest.raises(ValueError, match=r"unknown stage 'cache.get'; known: \['planner', 'intent-classifier'"):
+        SearchPipelineOptions(stage_timeouts={"cache.get": 1.0})
+
+
+def test_reranking_jobs_report_the_reranker_stage() -> None:
+    import pandas as pd
+
+    from kolm_search.errors import SearchError
+    from kolm_search.rerank import rerank_run
+
+    class Broken:
+        def rerank(self, docs: object, context: object) -> object:
+            raise RuntimeError("down")
+
+    run = pd.DataFrame({"qid": ["q"], "doc_id": ["a"], "score": [1.0]})
+    corpus = pd.DataFrame({"id": ["a"], "content": ["x"]})
+    with pytest.raises(SearchError) as info:
+        rerank_run(run, corpus, Broken(), queries={"q": "x"}, progress=False)
+    assert info.value.stage is PipelineStage.RERANKER
