@@ -144,7 +144,7 @@ def parse_queries(queries: Any, *, limit: int | None, offset: int, mode: str | N
         try:
             req = coerce_request(q)
         except SearchError as exc:
-            raise SearchError(S.CLIENT, f"queries[{i}]: {exc.message[len('[client] '):]}", cause=exc) from exc
+            raise SearchError(S.CLIENT, f"queries[{i}]: {exc.detail}", cause=exc) from exc
         requests.append(replace(req, limit=req.limit if req.limit is not None else limit,
                                 mode=req.mode if req.mode is not None else mode))  # type: ignore[arg-type]
     return list(range(len(requests))), requests

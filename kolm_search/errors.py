@@ -6,8 +6,9 @@ type" it keeps the matching builtin as a second base (``except ValueError`` keep
 
     Exception
      +-- KolmError                        anything kolm_search raises on purpose
-          +-- SearchError                 a named pipeline stage failed (.stage, .cause)
-          |    +-- FilterError            a query's filter cannot be applied (.row in its batch)
+          +-- SearchError                 a named pipeline stage failed (.stage, .detail, .cause,
+          |    |                          .query: the query of a batch, None for single search)
+          |    +-- FilterError            a query's filter cannot be applied (.row in the retriever's batch)
           +-- SchemaValidationError       an input/output schema rejected a request or response
           +-- KolmValueError (ValueError) bad argument or data; the message names field and value
           |    +-- FrameValidationError   a candidate frame, run or qrels breaks its schema
@@ -22,10 +23,12 @@ numerical toolkit (fusion, frames, metrics, io) on bad arguments.
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "DEDUPLICATOR_STAGE",
@@ -118,28 +121,65 @@ class KolmError(Exception):
 class SearchError(KolmError):
     """A named pipeline stage failed.
 
+    The context travels as attributes, never to be cut back out of the message (as httpx's
+    errors carry ``request`` and ``response``).
+
     Parameters
     ----------
     stage : str
-        One of the values of :data:`PIPELINE_STAGES` (or a custom stage name).
+        A :class:`PipelineStage` (or a custom stage name).
     message : str
-        Human-readable description; the final message is ``"[stage] message"``.
+        What failed; the final message is ``"[stage] message"``, or ``"[stage] query Q:
+        message"`` for a query of a batch.
     cause : BaseException, optional
         The original error; also chained as ``__cause__``.
+    query : int or hashable, optional
+        Which query of a batch failed: its position (``by_position=True``) or its qid;
+        ``None`` for a single search or a failure of the batch as a whole.
+    by_position : bool, default False
+        ``query`` is a position in the batch (shown as ``query 2 (position in the batch)``).
+
+    Attributes
+    ----------
+    stage, cause, query
+        As given.
+    detail : str
+        The message without the stage prefix and without the query.
     """
 
-    def __init__(self, stage: str, message: str, cause: BaseException | None = None) -> None:
-        text = message if message.startswith(f"[{stage}]") else f"[{stage}] {message}"
-        super().__init__(text)
+    def __init__(self, stage: str, message: str, cause: BaseException | None = None, *, query: Any = None,
+                 by_position: bool = False) -> None:
+        prefix = f"[{stage}]"
         self.stage = stage
+        self.detail = message[len(prefix):].lstrip() if message.startswith(prefix) else message
         self.cause = cause
+        self.query = query
+        self.by_position = by_position
+        super().__init__(self._format())
         if cause is not None:
             self.__cause__ = cause
+
+    def _format(self) -> str:
+        if self.query is None:
+            return f"[{self.stage}] {self.detail}"
+        where = " (position in the batch)" if self.by_position else ""
+        return f"[{self.stage}] query {self.query!r}{where}: {self.detail}"
 
     @property
     def message(self) -> str:
         """The formatted message, ``"[stage] Description."``."""
         return str(self.args[0])
+
+    def at_query(self, query: Any, *, by_position: bool = False) -> SearchError:
+        """A copy of this error (same class, stage, detail, cause) naming ``query`` of a batch."""
+        located = copy.copy(self)
+        located.query, located.by_position = query, by_position
+        located.args = (located._format(),)
+        return located
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        make = functools.partial(type(self), query=self.query, by_position=self.by_position)
+        return make, (self.stage, self.detail, self.cause), self.__dict__
 
     @classmethod
     def wrap(cls, stage: str, exc: BaseException) -> SearchError:
@@ -152,11 +192,12 @@ class SearchError(KolmError):
 
 class FilterError(SearchError):
     """A retriever could not apply one query's filter (unknown field or operator, operand of
-    the wrong type); ``row`` is that query's row in its ``QueryBatch`` (the stage runner turns
-    it into the query's position in the batch)."""
+    the wrong type); ``row`` is that query's row in the retriever's ``QueryBatch`` (the stage
+    runner names the query by its position in the whole batch: ``query``)."""
 
-    def __init__(self, stage: str, message: str, cause: BaseException | None = None, *, row: int = 0) -> None:
-        super().__init__(stage, message, cause)
+    def __init__(self, stage: str, message: str, cause: BaseException | None = None, *, row: int = 0,
+                 query: Any = None, by_position: bool = False) -> None:
+        super().__init__(stage, message, cause, query=query, by_position=by_position)
         self.row = row
 
 

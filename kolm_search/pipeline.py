@@ -223,7 +223,7 @@ class SearchPipeline:
             try:
                 reqs.append(resolve_request(req, self.options))
             except SearchError as exc:
-                raise SearchError(S.CLIENT, f"query {qid!r}: {exc.message[len('[client] '):]}", cause=exc) from exc
+                raise exc.at_query(qid) from exc
         durations: dict[str, float] = {}
         stages = self.stages
         plans = await stages.plan(reqs, durations)

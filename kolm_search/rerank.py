@@ -111,9 +111,9 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
         try:
             out = as_documents(raw_out, what=_STAGE)
         except (TypeError, ValueError) as exc:
-            raise SearchError(_STAGE, f"query {qid!r}: {exc}", cause=exc) from exc
+            raise SearchError(_STAGE, str(exc), cause=exc, query=qid) from exc
         if sorted(d.id for d in out) != sorted(d.id for d in docs):
-            raise SearchError(_STAGE, f"query {qid!r}: the reranker must return the same documents it was given")
+            raise SearchError(_STAGE, "the reranker must return the same documents it was given", query=qid)
         new_ids = [d.id for d in out] + list(absent) + list(tail)
         n = len(new_ids)
         scores = np.arange(n, 0, -1, dtype=np.float64)
@@ -131,7 +131,7 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
         except SearchError:
             raise
         except Exception as exc:
-            raise SearchError(_STAGE, f"query {qid!r}: {exc}", cause=exc) from exc
+            raise SearchError(_STAGE, str(exc), cause=exc, query=qid) from exc
 
     async def chunk(qs: Sequence[Any]) -> list[pd.DataFrame]:
         prepared = [prepare(q) for q in qs]

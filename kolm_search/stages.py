@@ -238,8 +238,8 @@ class Stages:
         if embedder is None:
             vector = [i for i, c in enumerate(contexts) if c.plan.mode == "vector"]
             if vector:
-                where = f"query {vector[0]} (position in the batch): " if len(contexts) > 1 else ""
-                raise SearchError(S.EMBEDDER, f"{where}mode 'vector' needs an embedder, but none is configured")
+                raise SearchError(S.EMBEDDER, "mode 'vector' needs an embedder, but none is configured",
+                                  query=vector[0] if len(contexts) > 1 else None, by_position=True)
             return
         texts = [q for c in rows for q in c.plan.expanded_queries]
         t0 = time.perf_counter()
@@ -288,8 +288,7 @@ class Stages:
                     except FilterError as exc:
                         if len(contexts) == 1:
                             raise
-                        raise FilterError(exc.stage, f"query {rows[exc.row]} (position in the batch): "
-                                          f"{exc.message[len(exc.stage) + 3:]}", exc.cause, row=rows[exc.row]) from exc
+                        raise exc.at_query(rows[exc.row], by_position=True) from exc
                     for i, cands in zip(rows, found, strict=True):
                         out[i] = cands
                 return out

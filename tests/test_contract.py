@@ -46,3 +46,40 @@ def test_reranking_jobs_report_the_reranker_stage() -> None:
     with pytest.raises(SearchError) as info:
         rerank_run(run, corpus, Broken(), queries={"q": "x"}, progress=False)
     assert info.value.stage is PipelineStage.RERANKER
+
+
+# -- errors carry their context ----------------------------------------------------------------
+def test_search_error_carries_detail_and_query() -> None:
+    import pickle
+
+    from kolm_search.errors import FilterError, SearchError
+
+    cause = ValueError("bad")
+    err = SearchError("retriever", "index offline", cause)
+    assert (err.stage, err.detail, err.query, err.cause) == ("retriever", "index offline", None, cause)
+    located = FilterError("retriever", "field 'year', operator '$gt'", cause, row=1).at_query(4, by_position=True)
+    assert isinstance(located, FilterError) and located.row == 1 and located.query == 4
+    assert located.message == "[retriever] query 4 (position in the batch): field 'year', operator '$gt'"
+    assert located.detail == "field 'year', operator '$gt'" and located.cause is cause
+    assert SearchError("client", "limit bad", query="q7").message == "[client] query 'q7': limit bad"
+    for e in (err, located):  # travels between processes (Dask workers) with its context
+        back = pickle.loads(pickle.dumps(e))
+        assert (type(back), back.message, back.detail, back.query, back.stage) == (
+            type(e), e.message, e.detail, e.query, e.stage)
+
+
+def test_batch_errors_name_the_query_as_an_attribute() -> None:
+    from kolm_search import SearchError, presets
+    from tests.fakes import CORPUS
+
+    client = presets.bm25(CORPUS)
+    with pytest.raises(SearchError) as single:
+        client.search_sync({"query": "w1", "limit": 0})
+    assert single.value.query is None
+    with pytest.raises(SearchError) as batch:
+        client.search_batch(["w1", {"query": "w2", "limit": 0}])
+    assert batch.value.query == 1 and batch.value.detail == single.value.detail
+    with pytest.raises(SearchError) as filtered:
+        client.search_batch([{"query": "w1"}, {"query": "w2", "filters": {"year": {"$bad": 1}}}])
+    assert filtered.value.query == 1 and filtered.value.stage == "retriever"
+    assert filtered.value.message.endswith(filtered.value.detail) and "query 1" not in filtered.value.detail
