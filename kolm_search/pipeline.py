@@ -18,8 +18,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from kolm_search._aio import log, run_blocking, run_sync, warn
-from kolm_search._deadlines import TIMED_OUT, call_with_deadline
+from kolm_search._bridge import TIMED_OUT, call_with_deadline, run_sync
+from kolm_search._logging import log, warn
 from kolm_search.batch import BatchResult, parse_queries, run_frame
 from kolm_search.cachekey import canonical_digest, request_key
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
@@ -209,8 +209,11 @@ class SearchPipeline:
                 "result_count": len(response.results), "stage_durations": dict(durations)}
 
     def search_sync(self, request: SearchRequest | dict[str, Any]) -> SearchResponse:
-        """Blocking :meth:`search` for scripts; raises ``RuntimeError`` inside a running loop."""
-        return run_sync(self.search(request), name="search")
+        """Blocking :meth:`search` (inside a running event loop, on a worker thread: notebooks work)."""
+        return run_sync(self.search(request))
+
+    #: The coroutine :meth:`search` under the explicit name (see "Sync and async twins" in the README).
+    search_async = search
 
     async def search_batch_async(self, queries: Any, *, limit: int | None = None, offset: int = 0,
                                  mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
@@ -257,7 +260,10 @@ class SearchPipeline:
 
         Works inside a running event loop too (a notebook): the batch then runs on a worker thread.
         """
-        return run_blocking(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters))
+        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters))
+
+    #: The blocking :meth:`search_batch` under the explicit name.
+    search_batch_sync = search_batch
 
     def __repr__(self) -> str:
         return f"SearchPipeline(planner={self.modules.planner!r}, retriever={self.modules.retriever!r})"

@@ -6,8 +6,8 @@ import numbers
 import re
 from typing import Any
 
-from kolm_search._aio import log
-from kolm_search._deadlines import TIMED_OUT, call_with_deadline
+from kolm_search._bridge import TIMED_OUT, call_with_deadline
+from kolm_search._logging import log
 from kolm_search.errors import KolmValueError
 from kolm_search.ports import Logger, QueryExpander
 from kolm_search.types import QueryPlan, SearchRequest

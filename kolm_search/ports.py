@@ -3,17 +3,25 @@
 Every method may be written plain or ``async``: the pipeline awaits what is awaitable, so
 the return annotations below read "a value, or an awaitable of it". Any exception a port
 raises surfaces as :class:`~kolm_search.errors.SearchError` carrying that port's stage.
+
+Optional capabilities beyond a port's one method are Protocols too (``BatchRetriever``,
+``BatchReranker``, ``EmbedsMany``, ...): an object has a capability by implementing its
+methods, and the stage runner (:mod:`kolm_search.stages`) finds it with ``isinstance``.
+:func:`embed_all` is the one way an embedder is called for many texts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar, Union, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from kolm_search._bridge import off_loop
 from kolm_search.doctable import DocumentTable
+from kolm_search.errors import KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest
 
@@ -23,6 +31,7 @@ __all__ = [
     "CacheStore",
     "Deduplicator",
     "Embedder",
+    "EmbedsMany",
     "IntentClassifier",
     "Logger",
     "MaybeAwaitable",
@@ -32,6 +41,8 @@ __all__ = [
     "Retriever",
     "Synthesizer",
     "Telemetry",
+    "embed_all",
+    "embedding_matrix",
 ]
 
 T = TypeVar("T")
@@ -80,9 +91,22 @@ class BatchRetriever(Protocol):
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Embeds text. ``embed_many`` (optional) embeds a batch as one (n, d) matrix."""
+    """Embeds text (an :class:`EmbedsMany` also embeds a batch as one (n, d) matrix)."""
 
     def embed(self, text: str) -> MaybeAwaitable[Vector]: ...
+
+
+@runtime_checkable
+class EmbedsMany(Protocol):
+    """An embedder with a batch call: ``embed_many(texts)`` returns one row per text, (n, d).
+
+    :func:`embed_all` (the embedder stage, the dense index build, every adapter that embeds)
+    prefers it to one ``embed`` call per text.
+    """
+
+    def embed(self, text: str) -> MaybeAwaitable[Vector]: ...
+
+    def embed_many(self, texts: Sequence[str]) -> MaybeAwaitable[Matrix]: ...
 
 
 @runtime_checkable
@@ -171,3 +195,48 @@ class Logger(Protocol):
     def warning(self, msg: str, /, *args: Any, **kwargs: Any) -> None: ...
 
     def error(self, msg: str, /, *args: Any, **kwargs: Any) -> None: ...
+
+
+def embedding_matrix(value: Any, n_expected: int, *, what: str,
+                     invalid: Callable[[str], Exception] = KolmValueError) -> npt.NDArray[np.float32]:
+    """Check an embedder's output and return it as float32 of shape ``(n_expected, d)``.
+
+    A 1-D vector is accepted when ``n_expected == 1``. Raises ``invalid(message)`` (the method
+    ``what`` named) on a count mismatch, ragged or empty rows, or NaN/inf values.
+    """
+    try:
+        mat = np.asarray(value, dtype=np.float32)
+    except (ValueError, TypeError) as exc:
+        raise invalid(f"{what} returned rows of different dimensions or non-numbers: {exc}") from exc
+    if mat.ndim == 1 and n_expected == 1:
+        mat = mat[None, :]
+    if mat.ndim != 2:
+        raise invalid(f"{what} must return a (n, d) matrix, got shape {mat.shape}")
+    if mat.shape[0] != n_expected:
+        raise invalid(f"{what} returned {mat.shape[0]} embeddings for {n_expected} inputs")
+    if mat.shape[1] == 0:
+        raise invalid(f"{what} returned empty vectors")
+    if not np.all(np.isfinite(mat)):
+        raise invalid(f"{what} returned NaN or infinite values")
+    return mat
+
+
+async def embed_all(embedder: Embedder, texts: Sequence[str], *,
+                    call: Callable[..., Awaitable[Any]] = off_loop,
+                    invalid: Callable[[str], Exception] = KolmValueError) -> npt.NDArray[np.float32]:
+    """Embeddings of ``texts``, float32 (n, d), checked (:func:`embedding_matrix`).
+
+    One ``embed_many`` call when the embedder is :class:`EmbedsMany`, else one ``embed`` call
+    per text, concurrently. ``call(fn, *args)`` makes each port call: by default
+    :func:`~kolm_search._bridge.off_loop` (a sync method runs on a worker thread, so an async
+    caller never blocks its event loop); the stage runner passes its deadline-bounded call.
+    No texts: a (0, 0) matrix and no call.
+    """
+    texts = list(texts)
+    if not texts:
+        return np.zeros((0, 0), np.float32)
+    if isinstance(embedder, EmbedsMany):
+        return embedding_matrix(await call(embedder.embed_many, texts), len(texts), what="embed_many", invalid=invalid)
+    vectors = await asyncio.gather(*(call(embedder.embed, t) for t in texts))
+    return embedding_matrix([embedding_matrix(v, 1, what="embed", invalid=invalid)[0] for v in vectors], len(texts),
+                            what="embed", invalid=invalid)

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search._aio import resolve, run_blocking
+from kolm_search._bridge import resolve, run_sync
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError, PipelineStage, SearchError
 from kolm_search.planners import DefaultQueryPlanner
@@ -153,7 +153,7 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
     with tqdm(total=len(qids), desc="rerank", unit="q", disable=not progress, leave=False) as bar:
         for start in range(0, len(qids), batch_size):
             qs = qids[start:start + batch_size]
-            parts.extend(run_blocking(chunk(qs)))
+            parts.extend(run_sync(chunk(qs)))
             bar.update(len(qs))
     result = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(RUN_COLUMNS))
     result.attrs["missing"] = missing

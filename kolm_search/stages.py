@@ -27,12 +27,11 @@ from typing import Any, TypeGuard
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search._aio import resolve
-from kolm_search._deadlines import TIMED_OUT, call_with_deadline
+from kolm_search._bridge import TIMED_OUT, call_with_deadline, resolve
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.errors import FilterError, PipelineStage, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.ports import BatchRetriever
+from kolm_search.ports import BatchRetriever, embed_all, embedding_matrix
 from kolm_search.types import (
     SEARCH_MODES,
     QueryPlan,
@@ -42,8 +41,7 @@ from kolm_search.types import (
     as_documents,
 )
 
-__all__ = ["Candidates", "Outcome", "STAGE_ORDER", "Stages", "check_plan", "dedup_report", "embedding_matrix",
-           "is_batch_retriever"]
+__all__ = ["Candidates", "Outcome", "STAGE_ORDER", "Stages", "check_plan", "dedup_report", "is_batch_retriever"]
 
 S = PipelineStage
 #: The stages in the order a search runs them (``client`` checks come first, a composite's
@@ -54,30 +52,6 @@ STAGE_ORDER = tuple(s for s in PipelineStage if s not in (S.CLIENT, S.COMPOSITE_
 def is_batch_retriever(retriever: Any) -> TypeGuard[BatchRetriever]:
     """True when ``retriever`` offers the columnar path (``retrieve_batch`` over a ``table``)."""
     return isinstance(retriever, BatchRetriever) and getattr(retriever, "table", None) is not None
-
-
-def embedding_matrix(value: Any, n_expected: int, *, what: str) -> npt.NDArray[np.float32]:
-    """Check an embedder's output and return it as float32 of shape ``(n_expected, d)``.
-
-    A 1-D vector is accepted when ``n_expected == 1``. Raises ``SearchError(stage="embedder")``
-    on a count mismatch, ragged or empty rows, or NaN/inf values.
-    """
-    try:
-        mat = np.asarray(value, dtype=np.float32)
-    except (ValueError, TypeError) as exc:
-        raise SearchError(S.EMBEDDER, f"{what} returned rows of different dimensions or non-numbers: {exc}",
-                          cause=exc) from exc
-    if mat.ndim == 1 and n_expected == 1:
-        mat = mat[None, :]
-    if mat.ndim != 2:
-        raise SearchError(S.EMBEDDER, f"{what} must return a (n, d) matrix, got shape {mat.shape}")
-    if mat.shape[0] != n_expected:
-        raise SearchError(S.EMBEDDER, f"{what} returned {mat.shape[0]} embeddings for {n_expected} inputs")
-    if mat.shape[1] == 0:
-        raise SearchError(S.EMBEDDER, f"{what} returned empty vectors")
-    if not np.all(np.isfinite(mat)):
-        raise SearchError(S.EMBEDDER, f"{what} returned NaN or infinite values")
-    return mat
 
 
 def check_plan(plan: Any) -> None:
@@ -230,7 +204,8 @@ class Stages:
 
     async def embed(self, contexts: list[SearchPipelineContext], durations: dict[str, float]) -> None:
         """One embedding call for every expanded query of every non-fulltext query: ``embed``
-        for a single text, ``embed_many`` (or concurrent ``embed`` calls) for several."""
+        for a single text, :func:`~kolm_search.ports.embed_all` (``embed_many``, or concurrent
+        ``embed`` calls) for several."""
         rows = [c for c in contexts if c.plan.mode != "fulltext"]
         embedder = self.modules.embedder
         if not rows:
@@ -243,16 +218,18 @@ class Stages:
             return
         texts = [q for c in rows for q in c.plan.expanded_queries]
         t0 = time.perf_counter()
+
+        def invalid(message: str) -> SearchError:
+            return SearchError(S.EMBEDDER, message)
+
+        async def call(fn: Callable[..., Any], *args: Any) -> Any:
+            return await self.port(S.EMBEDDER, fn, *args)
+
         try:
-            many = getattr(embedder, "embed_many", None)
-            if len(texts) == 1:
-                mat = embedding_matrix(await self.port(S.EMBEDDER, embedder.embed, texts[0]), 1, what="embed")
-            elif callable(many):
-                mat = embedding_matrix(await self.port(S.EMBEDDER, many, texts), len(texts), what="embed_many")
+            if len(texts) == 1:  # the spec's embed(text)
+                mat = embedding_matrix(await call(embedder.embed, texts[0]), 1, what="embed", invalid=invalid)
             else:
-                vectors = await asyncio.gather(*(self.port(S.EMBEDDER, embedder.embed, t) for t in texts))
-                mat = embedding_matrix([embedding_matrix(v, 1, what="embed")[0] for v in vectors], len(texts),
-                                       what="embed")
+                mat = await embed_all(embedder, texts, call=call, invalid=invalid)
         except SearchError:
             raise
         except Exception as exc:

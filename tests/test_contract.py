@@ -83,3 +83,52 @@ def test_batch_errors_name_the_query_as_an_attribute() -> None:
         client.search_batch([{"query": "w1"}, {"query": "w2", "filters": {"year": {"$bad": 1}}}])
     assert filtered.value.query == 1 and filtered.value.stage == "retriever"
     assert filtered.value.message.endswith(filtered.value.detail) and "query 1" not in filtered.value.detail
+
+
+# -- one bridge ----------------------------------------------------------------------------------
+class ThreadEmbedder:
+    """A sync embedder that records the thread of every call."""
+
+    dim = 8
+
+    def __init__(self) -> None:
+        self.threads: set[int] = set()
+
+    def embed(self, text: str) -> list[float]:
+        import threading
+
+        self.threads.add(threading.get_ident())
+        return [float((hash(text) >> i) & 1) + 0.5 for i in range(self.dim)]
+
+
+async def test_async_adapters_never_block_the_loop_on_a_sync_embedder(tmp_path: object) -> None:
+    import threading
+    from pathlib import Path
+
+    from kolm_search import SearchDocument, SearchPipelineContext, SearchRequest
+    from kolm_search.adapters import CachedEmbedder, EmbeddingIntentClassifier, MMRReranker, NearDuplicateDeduplicator
+    from kolm_search.planners import DefaultQueryPlanner
+
+    loop_thread = threading.get_ident()
+    emb = ThreadEmbedder()
+    docs = [SearchDocument(str(i), f"text {i}") for i in range(4)]
+    req = SearchRequest(query="text", limit=4)
+    ctx = SearchPipelineContext(request=req, plan=DefaultQueryPlanner().plan(req), started_at=0.0)
+    await NearDuplicateDeduplicator(emb).deduplicate(docs)
+    await MMRReranker(emb).rerank(docs, ctx)
+    await EmbeddingIntentClassifier(emb, {"a": ["text one"]}).classify("text two")
+    await CachedEmbedder(emb, Path(str(tmp_path)) / "e.sqlite").embed_many_async(["fresh one", "fresh two"])
+    assert emb.threads and loop_thread not in emb.threads
+
+
+def test_sync_and_async_twins_are_named_alike() -> None:
+    import inspect
+
+    from kolm_search import SearchClient, SearchPipeline
+    from kolm_search.adapters import CachedEmbedder, OpenAICompatibleClient
+
+    for cls, bare in ((SearchPipeline, "search"), (SearchClient, "search"), (SearchPipeline, "search_batch"),
+                      (SearchClient, "search_batch"), (OpenAICompatibleClient, "chat"), (CachedEmbedder, "embed_many")):
+        coro, blocking = getattr(cls, f"{bare}_async"), getattr(cls, f"{bare}_sync")
+        assert inspect.iscoroutinefunction(coro) and not inspect.iscoroutinefunction(blocking), (cls, bare)
+        assert getattr(cls, bare) in (coro, blocking), (cls, bare)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from kolm_search._aio import log
+from kolm_search._logging import log
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
 
 __all__ = ["OnCorrupt", "SqliteTable"]

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from kolm_search._aio import log
+from kolm_search._logging import log
 from kolm_search.adapters._sqlite import OnCorrupt, SqliteTable
 from kolm_search.errors import PIPELINE_STAGES, KolmValueError
 

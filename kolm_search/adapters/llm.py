@@ -3,7 +3,8 @@
 Works with any server speaking ``POST {base_url}/chat/completions`` (OpenAI, vLLM, llama.cpp,
 Ollama's compatible endpoint, ...). HTTP is `httpx <https://www.python-httpx.org>`_ (extra
 ``llm``: ``pip install 'kolm-search[llm]'``), natively async; :meth:`OpenAICompatibleClient.chat_sync`
-runs the same code in its own event loop.
+runs the same code through :func:`kolm_search._bridge.run_sync` (a loop of its own; a closing
+loop never waits for a name lookup that the deadline gave up on).
 
 What the client guarantees:
 
@@ -38,11 +39,11 @@ import math
 import re
 import time
 import urllib.parse
-from collections.abc import Coroutine, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kolm_search._bridge import run_sync
 from kolm_search._extras import require
 from kolm_search.errors import KolmTypeError, KolmValueError, LLMRequestError
 from kolm_search.types import SearchPipelineContext
@@ -84,26 +85,6 @@ def _parse_retry_after(value: str | None) -> float | None:
             return None
         seconds = when.timestamp() - time.time()
     return None if math.isnan(seconds) else max(0.0, seconds)
-
-
-def _run(coro: Coroutine[Any, Any, str]) -> str:
-    """Run ``coro`` in a new event loop; unlike :func:`asyncio.run`, closing the loop does not
-    wait for a name lookup still blocked in the executor after the deadline gave up on it."""
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        try:
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()
 
 
 def _header_value(name: str, value: object) -> str:
@@ -196,12 +177,7 @@ class OpenAICompatibleClient:
 
     def chat_sync(self, messages: list[dict[str, str]], **params: Any) -> str:
         """Send ``messages``; return the first choice's content (blocking)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return _run(self.chat(messages, **params))
-        with ThreadPoolExecutor(1, thread_name_prefix="kolm-llm") as pool:  # called inside a running loop
-            return pool.submit(_run, self.chat(messages, **params)).result()
+        return run_sync(self.chat(messages, **params))
 
     async def chat(self, messages: list[dict[str, str]], **params: Any) -> str:
         """Send ``messages``; return the first choice's content.
@@ -247,6 +223,9 @@ class OpenAICompatibleClient:
                 await asyncio.sleep(wait)
                 delay *= 2
         raise self._error(f"chat completion failed after {attempt + 1} attempt(s): {last}")
+
+    #: The coroutine :meth:`chat` under the explicit name (see "Sync and async twins" in the README).
+    chat_async = chat
 
     async def _attempt(self, httpx: Any, http: Any, body: bytes,
                        headers: dict[str, str]) -> _Reply:

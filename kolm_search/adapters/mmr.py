@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search._aio import embed_batch
 from kolm_search.errors import KolmValueError
+from kolm_search.ports import embed_all
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["MMRReranker"]
@@ -44,9 +44,7 @@ class MMRReranker:
         return f"{doc.title} {doc.content}" if doc.title else doc.content
 
     async def _embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        mat = np.asarray(await embed_batch(self.embedder, texts), dtype=np.float32)
-        if mat.ndim != 2 or mat.shape[0] != len(texts) or not np.all(np.isfinite(mat)):
-            raise KolmValueError(f"the embedder returned an invalid matrix of shape {mat.shape} for {len(texts)} texts")
+        mat = await embed_all(self.embedder, texts)  # checked; a sync embedder runs off the event loop
         norms = np.linalg.norm(mat, axis=1, keepdims=True)
         return np.ascontiguousarray(mat / np.where(norms > 0, norms, 1.0), dtype=np.float32)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from kolm_search._aio import resolve
+from kolm_search._bridge import off_loop
 from kolm_search._extras import require
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
@@ -100,7 +100,7 @@ class FusionReranker:
             if scorer == "original":
                 raw = np.array([d.score if d.score is not None else 0.0 for d in docs], dtype=np.float64)
             else:
-                raw = np.asarray(await resolve(scorer(docs, context)), dtype=np.float64)  # type: ignore[operator]
+                raw = np.asarray(await off_loop(scorer, docs, context), dtype=np.float64)  # type: ignore[arg-type]
             if raw.shape != (len(docs),) or not np.all(np.isfinite(raw)):
                 raise KolmValueError(f"scorer {scorer!r} returned {raw.shape} values or non-finite ones for {len(docs)} documents")
             span = raw.max() - raw.min()

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from kolm_search._aio import embed_batch, resolve, run_blocking
+from kolm_search._bridge import inline, off_loop, run_sync
 from kolm_search.errors import KolmValueError
 from kolm_search.planners import normalize_query
+from kolm_search.ports import embed_all
 from kolm_search.types import SearchDocument
 
 __all__ = [
@@ -141,16 +142,13 @@ class EmbeddingIntentClassifier:
         self.threshold = float(threshold)
         rows = []
         for label in self.labels:
-            vecs = run_blocking(self._embed_many([normalize_query(t) for t in examples[label]]))
+            vecs = run_sync(embed_all(embedder, [normalize_query(t) for t in examples[label]], call=inline))
             c = vecs.mean(axis=0)
             rows.append(c / (np.linalg.norm(c) or 1.0))
         self.centroids = np.stack(rows).astype(np.float32)
 
-    async def _embed_many(self, texts: list[str]) -> np.ndarray:
-        return await embed_batch(self.embedder, texts)
-
     async def classify(self, query: str) -> str | None:
-        vec = np.asarray(await resolve(self.embedder.embed(query)), dtype=np.float32)
+        vec = np.asarray(await off_loop(self.embedder.embed, query), dtype=np.float32)
         norm = float(np.linalg.norm(vec))
         if norm == 0:
             return None
@@ -179,7 +177,7 @@ class NearDuplicateDeduplicator:
             self.last_dropped = []
             return docs
         texts = [f"{d.title} {d.content}" if d.title else d.content for d in docs]
-        emb = (await embed_batch(self.embedder, texts)).astype(np.float64)
+        emb = (await embed_all(self.embedder, texts)).astype(np.float64)
         norms = np.linalg.norm(emb, axis=1, keepdims=True)
         emb = emb / np.where(norms > 0, norms, 1.0)
         sims = emb @ emb.T
