@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kolm_search._bridge import run_sync
+from kolm_search._bridge import off_loop, run_sync
 from kolm_search._extras import require
 from kolm_search.errors import KolmTypeError, KolmValueError, LLMRequestError
 from kolm_search.types import SearchPipelineContext
@@ -197,8 +197,8 @@ class OpenAICompatibleClient:
             headers["Authorization"] = f"Bearer {self.api_key}"
         delay = self.backoff
         auth = None if self.api_key else self._auth  # the api key wins over user:password in base_url
-        if self._ssl_context is None:  # built once: loading the CA bundle takes ~0.1 s
-            self._ssl_context = httpx.create_ssl_context()
+        if self._ssl_context is None:  # built once, off the loop: loading the CA bundle takes ~0.1 s
+            self._ssl_context = await off_loop(httpx.create_ssl_context)
         async with httpx.AsyncClient(follow_redirects=False, auth=auth, timeout=self.timeout,
                                      verify=self._ssl_context) as http:
             for attempt in range(self.max_retries + 1):
