@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kolm_search.candidates import Candidates
 from kolm_search.errors import PipelineStage, SearchError
 from kolm_search.guards import coerce_request
-from kolm_search.stages import Candidates
 from kolm_search.types import (
     QueryPlan,
     SearchPagination,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +22,7 @@ from kolm_search.ports import (
     Retriever,
     Synthesizer,
     Telemetry,
+    missing_methods,
 )
 from kolm_search.types import SEARCH_MODES, SearchMode
 
@@ -29,25 +33,13 @@ __all__ = ["SearchPipelineModules", "SearchPipelineOptions", "TIMED_STAGES"]
 TIMED_STAGES = tuple(PipelineStage(s) for s in ("planner", "intent-classifier", "embedder", "retriever", "deduplicator",
                                                   "reranker", "synthesizer"))
 
-_PORT_METHODS = {
-    "planner": "plan",
-    "retriever": "retrieve",
-    "embedder": "embed",
-    "deduplicator": "deduplicate",
-    "reranker": "rerank",
-    "synthesizer": "synthesize",
-    "intent_classifier": "classify",
-    "cache": "get",
-    "telemetry": "track",
-}
-
-
 @dataclass
 class SearchPipelineModules:
     """The port implementations a pipeline wires together.
 
     ``planner`` and ``retriever`` are required; every other port is optional. Each port is
-    checked for its method when the dataclass is built (a clear ``KolmTypeError`` if not).
+    checked against the Protocol its field names (:mod:`kolm_search.ports`) when the dataclass
+    is built: a clear ``KolmTypeError`` naming the first missing method.
     """
 
     planner: QueryPlanner
@@ -61,19 +53,16 @@ class SearchPipelineModules:
     telemetry: Telemetry | None = None
 
     def __post_init__(self) -> None:
-        for name, method in _PORT_METHODS.items():
+        for name, protocol in _ports().items():
             port = getattr(self, name)
             if port is None:
                 if name in ("planner", "retriever"):
                     raise KolmTypeError(f"SearchPipelineModules.{name} is required")
                 continue
-            if not callable(getattr(port, method, None)):
-                raise KolmTypeError(
-                    f"SearchPipelineModules.{name} must have a '{method}' method, "
-                    f"got {type(port).__name__}"
-                )
-        if self.cache is not None and not callable(getattr(self.cache, "set", None)):
-            raise KolmTypeError("SearchPipelineModules.cache must have a 'set' method")
+            missing = missing_methods(port, protocol)
+            if missing:
+                raise KolmTypeError(f"SearchPipelineModules.{name} must have a '{missing[0]}' method "
+                                    f"({protocol.__name__}), got {type(port).__name__}")
 
     @classmethod
     def coerce(cls, modules: Any) -> SearchPipelineModules:
@@ -85,6 +74,14 @@ class SearchPipelineModules:
         raise KolmTypeError(
             f"modules must be SearchPipelineModules or a dict, got {type(modules).__name__}"
         )
+
+
+@functools.cache
+def _ports() -> dict[str, type]:
+    """Field name -> the Protocol its annotation names (what the port must implement)."""
+    hints = typing.get_type_hints(SearchPipelineModules)
+    return {f.name: next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
+            for f in dataclasses.fields(SearchPipelineModules)}
 
 
 @dataclass
@@ -130,7 +127,8 @@ class SearchPipelineOptions:
     (so even a call that never returns cannot block ``search_sync`` or interpreter exit)
     and is abandoned at the deadline. Without a timeout a port is called inline, so the
     default options cost normal searches nothing but the thread hop of a *sync* cache or
-    telemetry port (the built-in ``InMemoryCache``, which cannot block, is called inline).
+    telemetry port (a :class:`~kolm_search.ports.NonBlockingCache`, such as the built-in
+    ``InMemoryCache``, is called inline).
 
     Limits: an ``async`` method that blocks the event loop itself (``time.sleep`` inside
     ``async def``) cannot be interrupted, nor can a sync dependency that an async port calls

@@ -32,17 +32,21 @@ __all__ = [
     "Deduplicator",
     "Embedder",
     "EmbedsMany",
+    "FusesChildren",
     "IntentClassifier",
     "Logger",
     "MaybeAwaitable",
+    "NonBlockingCache",
     "QueryExpander",
     "QueryPlanner",
+    "ReportsDuplicates",
     "Reranker",
     "Retriever",
     "Synthesizer",
     "Telemetry",
     "embed_all",
     "embedding_matrix",
+    "missing_methods",
 ]
 
 T = TypeVar("T")
@@ -90,6 +94,21 @@ class BatchRetriever(Protocol):
 
 
 @runtime_checkable
+class FusesChildren(Protocol):
+    """A retriever that fuses the ranked lists of child retrievers (``CompositeRetriever``).
+
+    ``retrievers`` are the children. What the stage runner needs to know: each child's list is
+    fetched at the batch's ``limit`` and fused before the cut, so a query's fused list equals
+    its single search only when the batch's limit is its own; the runner therefore gives such a
+    retriever one sub-batch per target limit (as it does for expanded queries).
+    """
+
+    retrievers: Sequence[Retriever]
+
+    def retrieve(self, context: SearchPipelineContext) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+
+@runtime_checkable
 class Embedder(Protocol):
     """Embeds text (an :class:`EmbedsMany` also embeds a batch as one (n, d) matrix)."""
 
@@ -121,6 +140,20 @@ class Deduplicator(Protocol):
     """Removes duplicates from the candidate list, keeping order."""
 
     def deduplicate(self, docs: list[SearchDocument]) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+
+@runtime_checkable
+class ReportsDuplicates(Protocol):
+    """A deduplicator that says what each dropped document duplicated (beyond the spec).
+
+    ``deduplicate_pairs`` returns what ``deduplicate`` returns, and the ``(dropped_id, kept_id)``
+    pairs of this call; the pipeline puts them in ``context.metadata["deduplicator"]["pairs"]``.
+    """
+
+    def deduplicate(self, docs: list[SearchDocument]) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+    def deduplicate_pairs(self, docs: list[SearchDocument]) -> MaybeAwaitable[
+            tuple[Sequence[SearchDocument], Sequence[tuple[str, str]]]]: ...
 
 
 @runtime_checkable
@@ -175,6 +208,24 @@ class CacheStore(Protocol):
 
 
 @runtime_checkable
+class NonBlockingCache(Protocol):
+    """A cache whose calls return at once (memory only: at most a lock held for a dict update).
+
+    ``get_nowait`` / ``set_nowait`` do what ``get`` / ``set`` do; the pipeline calls them
+    inline, with no worker thread and no deadline (``cache_timeout_seconds`` is for caches
+    that may wait on a disk, a lock or a network).
+    """
+
+    def get(self, key: str) -> MaybeAwaitable[Any | None]: ...
+
+    def set(self, key: str, value: Any, ttl_seconds: float | None = None) -> MaybeAwaitable[None]: ...
+
+    def get_nowait(self, key: str) -> Any | None: ...
+
+    def set_nowait(self, key: str, value: Any, ttl_seconds: float | None = None) -> None: ...
+
+
+@runtime_checkable
 class Telemetry(Protocol):
     """Observability sink; receives ``"search.completed"`` after each successful search."""
 
@@ -195,6 +246,18 @@ class Logger(Protocol):
     def warning(self, msg: str, /, *args: Any, **kwargs: Any) -> None: ...
 
     def error(self, msg: str, /, *args: Any, **kwargs: Any) -> None: ...
+
+
+def missing_methods(port: Any, protocol: type) -> list[str]:
+    """The methods ``protocol`` declares that ``port`` lacks (or holds as non-callables)."""
+    if isinstance(port, protocol) and all(callable(getattr(port, m)) for m in _methods(protocol)):
+        return []
+    return [m for m in _methods(protocol) if not callable(getattr(port, m, None))]
+
+
+def _methods(protocol: type) -> list[str]:
+    """The public methods a Protocol class declares, in declaration order."""
+    return [name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")]
 
 
 def embedding_matrix(value: Any, n_expected: int, *, what: str,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 from collections.abc import Sequence
@@ -17,7 +16,8 @@ from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError, PipelineStage, SearchError
 from kolm_search.planners import DefaultQueryPlanner
 from kolm_search.runs import RUN_COLUMNS, as_run, check_ids, numeric_column
-from kolm_search.types import SearchDocument, SearchPipelineContext, SearchRequest, as_documents
+from kolm_search.stages import rerank_all
+from kolm_search.types import SearchDocument, SearchPipelineContext, SearchRequest
 
 __all__ = ["rerank_run"]
 
@@ -56,7 +56,8 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
     run : DataFrame ``qid, doc_id, score[, rank]``, BatchResult, or TREC run path
     corpus : Dataset, DataFrame ``id, content[, title]``, DocumentTable or documents
     reranker : Reranker
-        Any object with ``rerank(docs, context)`` (sync or async). A
+        Any object with ``rerank(docs, context)`` (sync or async), called as the pipeline's
+        reranker stage calls it (:func:`kolm_search.stages.rerank_all`): a
         :class:`~kolm_search.ports.BatchReranker` (``MMRReranker``, ``CrossEncoderReranker``)
         gets each chunk of queries in one ``rerank_batch`` call, so its model sees every
         distinct document (MMR) or pair (cross-encoder) of the chunk once, in full batches;
@@ -107,11 +108,7 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
         ctx = SearchPipelineContext(request=req, plan=planner.plan(req), started_at=0.0)
         return docs, ctx, head[~present], tail
 
-    def assemble(qid: Any, docs: list[SearchDocument], raw_out: Any, absent: Any, tail: Any) -> pd.DataFrame:
-        try:
-            out = as_documents(raw_out, what=_STAGE)
-        except (TypeError, ValueError) as exc:
-            raise SearchError(_STAGE, str(exc), cause=exc, query=qid) from exc
+    def assemble(qid: Any, docs: list[SearchDocument], out: list[SearchDocument], absent: Any, tail: Any) -> pd.DataFrame:
         if sorted(d.id for d in out) != sorted(d.id for d in docs):
             raise SearchError(_STAGE, "the reranker must return the same documents it was given", query=qid)
         new_ids = [d.id for d in out] + list(absent) + list(tail)
@@ -125,28 +122,17 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
             scores[len(out):] = floor - np.arange(1, n - len(out) + 1)
         return pd.DataFrame({"qid": [qid] * n, "doc_id": new_ids, "rank": np.arange(n), "score": scores})
 
-    async def one(docs: list[SearchDocument], ctx: SearchPipelineContext, qid: Any) -> Any:
+    async def call(fn: Any, *args: Any) -> Any:
         try:
-            return await resolve(reranker.rerank(list(docs), ctx))
+            return await resolve(fn(*args))
         except SearchError:
             raise
         except Exception as exc:
-            raise SearchError(_STAGE, str(exc), cause=exc, query=qid) from exc
+            raise SearchError(_STAGE, str(exc) or type(exc).__name__, cause=exc) from exc
 
     async def chunk(qs: Sequence[Any]) -> list[pd.DataFrame]:
         prepared = [prepare(q) for q in qs]
-        batch = getattr(reranker, "rerank_batch", None)
-        if callable(batch):
-            try:
-                outs = list(await resolve(batch([(list(d), c) for d, c, _, _ in prepared])))
-            except SearchError:
-                raise
-            except Exception as exc:
-                raise SearchError(_STAGE, f"rerank_batch of {len(qs)} queries: {exc}", cause=exc) from exc
-            if len(outs) != len(qs):
-                raise SearchError(_STAGE, f"rerank_batch returned {len(outs)} lists for {len(qs)} queries")
-        else:
-            outs = list(await asyncio.gather(*(one(d, c, q) for (d, c, _, _), q in zip(prepared, qs, strict=True))))
+        outs = await rerank_all(reranker, [(d, c) for d, c, _, _ in prepared], call=call, queries=qs)
         return [assemble(q, d, out, absent, tail)
                 for q, (d, _, absent, tail), out in zip(qs, prepared, outs, strict=True)]
 

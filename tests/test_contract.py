@@ -3,6 +3,8 @@ capabilities found through Protocols."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 from kolm_search import PIPELINE_STAGES
@@ -106,7 +108,12 @@ async def test_async_adapters_never_block_the_loop_on_a_sync_embedder(tmp_path: 
     from pathlib import Path
 
     from kolm_search import SearchDocument, SearchPipelineContext, SearchRequest
-    from kolm_search.adapters import CachedEmbedder, EmbeddingIntentClassifier, MMRReranker, NearDuplicateDeduplicator
+    from kolm_search.adapters import (
+        CachedEmbedder,
+        EmbeddingIntentClassifier,
+        MMRReranker,
+        NearDuplicateDeduplicator,
+    )
     from kolm_search.planners import DefaultQueryPlanner
 
     loop_thread = threading.get_ident()
@@ -132,3 +139,154 @@ def test_sync_and_async_twins_are_named_alike() -> None:
         coro, blocking = getattr(cls, f"{bare}_async"), getattr(cls, f"{bare}_sync")
         assert inspect.iscoroutinefunction(coro) and not inspect.iscoroutinefunction(blocking), (cls, bare)
         assert getattr(cls, bare) in (coro, blocking), (cls, bare)
+
+
+# -- capabilities are declared (Protocols), the stage runner dispatches on them ---------------
+class TableRetriever:
+    """A user-written BatchRetriever over CORPUS: every query gets the documents in order."""
+
+    def __init__(self) -> None:
+        from kolm_search import DocumentTable
+        from tests.fakes import CORPUS
+
+        self.table = DocumentTable.from_documents(CORPUS)
+        self.limits: list[tuple[int, int]] = []
+
+    def retrieve(self, context: object) -> list[object]:
+        raise AssertionError("the batch path is expected")
+
+    def retrieve_batch(self, batch: object) -> object:
+        import numpy as np
+
+        from kolm_search import CandidateFrame
+
+        n, k = batch.n_queries, batch.limit  # type: ignore[attr-defined]
+        self.limits.append((n, k))
+        return CandidateFrame.from_ptr(np.arange(n + 1) * k, np.tile(np.arange(k), n), np.tile(-np.arange(k, dtype=float), n))
+
+
+class FusingTableRetriever(TableRetriever):
+    """The same, declaring that it fuses child lists (FusesChildren)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.retrievers: list[object] = []
+
+
+@pytest.mark.parametrize(("cls", "calls"), [(TableRetriever, [(3, 7)]), (FusingTableRetriever, [(2, 3), (1, 7)])])
+def test_a_fusing_retriever_gets_one_sub_batch_per_target_limit(cls: type, calls: list[tuple[int, int]]) -> None:
+    from kolm_search import DefaultQueryPlanner, SearchPipeline
+
+    retriever = cls()
+    pipe = SearchPipeline({"planner": DefaultQueryPlanner(), "retriever": retriever})
+    result = pipe.search_batch([{"query": "a", "limit": 3}, {"query": "b", "limit": 7}, {"query": "c", "limit": 3}])
+    assert sorted(retriever.limits) == sorted(calls)
+    assert result.run.groupby("qid").size().tolist() == [3, 7, 3]
+
+
+def test_a_deduplicator_reports_pairs_by_declaring_deduplicate_pairs() -> None:
+    from kolm_search import DefaultQueryPlanner, SearchDocument, SearchPipeline
+    from tests.fakes import ListRetriever
+
+    docs = [SearchDocument("a", "x"), SearchDocument("b", "x"), SearchDocument("c", "y")]
+
+    class Tagged:  # an attribute named like the old convention is not a capability
+        last_dropped: ClassVar[list[tuple[str, str]]] = [("b", "a")]
+
+        def deduplicate(self, found: list[SearchDocument]) -> list[SearchDocument]:
+            return [d for d in found if d.id != "b"]
+
+    class Declared(Tagged):
+        def deduplicate_pairs(self, found: list[SearchDocument]) -> tuple[list[SearchDocument], list[tuple[str, str]]]:
+            return self.deduplicate(found), [("b", "a")]
+
+    seen: list[dict[str, object]] = []
+
+    class Spy:
+        def rerank(self, found: list[SearchDocument], context: object) -> list[SearchDocument]:
+            seen.append(dict(context.metadata["deduplicator"]))  # type: ignore[attr-defined]
+            return found
+
+    for dedup in (Tagged(), Declared()):
+        pipe = SearchPipeline({"planner": DefaultQueryPlanner(), "retriever": ListRetriever(docs),
+                               "deduplicator": dedup, "reranker": Spy()})
+        pipe.search_sync({"query": "q"})
+    assert seen == [{"kept": ["a", "c"], "dropped": ["b"]},
+                    {"kept": ["a", "c"], "dropped": ["b"], "pairs": [("b", "a")]}]
+
+
+def test_a_cache_that_never_blocks_says_so_and_is_called_inline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kolm_search import DefaultQueryPlanner, SearchPipeline
+    from kolm_search._bridge import DAEMON_POOL
+    from kolm_search.adapters import InMemoryCache
+    from kolm_search.ports import NonBlockingCache
+    from tests.fakes import ListRetriever, MemoryCache
+
+    class Nowait(MemoryCache):
+        get_nowait = MemoryCache.get
+        set_nowait = MemoryCache.set
+
+    hops: list[object] = []
+    submit = DAEMON_POOL.submit
+    monkeypatch.setattr(DAEMON_POOL, "submit", lambda fn, args: hops.append(fn) or submit(fn, args))
+    assert isinstance(InMemoryCache(), NonBlockingCache) and not isinstance(MemoryCache(), NonBlockingCache)
+    for cache, hopped in ((Nowait(), False), (MemoryCache(), True)):
+        hops.clear()
+        pipe = SearchPipeline({"planner": DefaultQueryPlanner(), "retriever": ListRetriever(), "cache": cache})
+        first, second = pipe.search_sync({"query": "q"}), pipe.search_sync({"query": "q"})
+        assert not first.metadata.cache_hit and second.metadata.cache_hit
+        assert bool(hops) is hopped, (cache, hops)
+
+
+def test_ports_are_checked_against_their_protocols() -> None:
+    from kolm_search import DefaultQueryPlanner, KolmTypeError, SearchPipelineModules
+    from tests.fakes import ListRetriever
+
+    class HalfCache:
+        def get(self, key: str) -> None:
+            return None
+
+    with pytest.raises(KolmTypeError, match=r"cache must have a 'set' method \(CacheStore\), got HalfCache"):
+        SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=ListRetriever(), cache=HalfCache())
+    with pytest.raises(KolmTypeError, match=r"reranker must have a 'rerank' method \(Reranker\), got int"):
+        SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=ListRetriever(), reranker=5)  # type: ignore[arg-type]
+
+
+def test_the_stage_runner_is_built_once_per_modules_and_options() -> None:
+    from kolm_search import DefaultQueryPlanner, SearchPipeline
+    from kolm_search.config import SearchPipelineModules
+    from tests.fakes import ListRetriever
+
+    pipe = SearchPipeline({"planner": DefaultQueryPlanner(), "retriever": ListRetriever()})
+    runner = pipe.stages
+    assert pipe.stages is runner
+    pipe.search_sync({"query": "q"})
+    assert pipe.stages is runner
+    pipe.modules = SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=ListRetriever([]))
+    assert pipe.stages is not runner and pipe.search_sync({"query": "q"}).results == []
+
+
+def test_a_shared_runner_gives_each_search_its_own_deadlines() -> None:
+    import time
+
+    from kolm_search import DefaultQueryPlanner, SearchPipeline
+    from tests.fakes import ListRetriever
+
+    pipe = SearchPipeline({"planner": DefaultQueryPlanner(), "retriever": ListRetriever()},
+                          {"stage_timeouts": {"retriever": 0.2}})
+    pipe.search_sync({"query": "q"})
+    time.sleep(0.3)  # past the first search's retriever deadline
+    assert len(pipe.search_sync({"query": "q"}).results) == 10
+    assert len(pipe.search_batch(["a", "b"]).run) == 20
+
+
+def test_the_readme_port_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's "Writing a port" example: a user-written retriever gains batch search by
+    implementing BatchRetriever (run in-process here; test_readme also runs it as a script)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "class ShortestFirst" in b]
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_port"})
+    assert capsys.readouterr().out.split() == "qid doc_id rank score 0 0 a 0 -7.0 1 0 b 1 -15.0 2 1 c 0 -8.0".split()

@@ -42,7 +42,8 @@ class InMemoryCache:
     clock : callable, optional
         Returns seconds (monotonic); injectable for tests.
 
-    Safe under concurrent async use (operations are atomic) and across threads (a lock).
+    Safe under concurrent async use (operations are atomic) and across threads (a lock). A
+    :class:`~kolm_search.ports.NonBlockingCache`: the pipeline calls it inline.
     """
 
     def __init__(self, max_entries: int = 1024, ttl_seconds: float | None = None, *, clock: Any = time.monotonic) -> None:
@@ -74,6 +75,10 @@ class InMemoryCache:
             self._data.move_to_end(key)
             while len(self._data) > self.max_entries:
                 self._data.popitem(last=False)
+
+    # memory only, one lock held for a dict update: a NonBlockingCache (called inline, no thread)
+    get_nowait = get
+    set_nowait = set
 
     def __len__(self) -> int:
         return len(self._data)

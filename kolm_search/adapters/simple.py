@@ -46,7 +46,8 @@ class ExactDeduplicator:
     """Drops exact duplicates, keeping the best-ranked copy: first by id, then by content.
 
     Content is compared after lowercasing and collapsing white space (SHA-256 of the result).
-    ``last_dropped`` holds ``(dropped_id, kept_id)`` pairs of the latest call.
+    A :class:`~kolm_search.ports.ReportsDuplicates`: :meth:`deduplicate_pairs` also returns the
+    ``(dropped_id, kept_id)`` pairs (``last_dropped`` keeps the latest call's, for inspection).
     """
 
     def __init__(self, by_content: bool = True) -> None:
@@ -54,6 +55,9 @@ class ExactDeduplicator:
         self.last_dropped: list[tuple[str, str]] = []
 
     def deduplicate(self, docs: Sequence[SearchDocument]) -> list[SearchDocument]:
+        return self.deduplicate_pairs(docs)[0]
+
+    def deduplicate_pairs(self, docs: Sequence[SearchDocument]) -> tuple[list[SearchDocument], list[tuple[str, str]]]:
         seen_ids: set[str] = set()
         seen_content: dict[str, str] = {}
         out = []
@@ -71,7 +75,7 @@ class ExactDeduplicator:
             seen_ids.add(doc.id)
             out.append(doc)
         self.last_dropped = dropped
-        return out
+        return out, dropped
 
 
 class SynonymExpander:
@@ -160,8 +164,8 @@ class EmbeddingIntentClassifier:
 class NearDuplicateDeduplicator:
     """Drops near duplicates: cosine similarity of embeddings at or above ``threshold``.
 
-    The best-ranked copy is kept (greedy in rank order, one matrix product). ``last_dropped``
-    holds ``(dropped_id, kept_id)`` pairs of the latest call.
+    The best-ranked copy is kept (greedy in rank order, one matrix product). A
+    :class:`~kolm_search.ports.ReportsDuplicates`, as :class:`ExactDeduplicator`.
     """
 
     def __init__(self, embedder: Any, threshold: float = 0.95) -> None:
@@ -172,10 +176,14 @@ class NearDuplicateDeduplicator:
         self.last_dropped: list[tuple[str, str]] = []
 
     async def deduplicate(self, docs: Sequence[SearchDocument]) -> list[SearchDocument]:
+        return (await self.deduplicate_pairs(docs))[0]
+
+    async def deduplicate_pairs(self, docs: Sequence[SearchDocument]) -> tuple[list[SearchDocument],
+                                                                                list[tuple[str, str]]]:
         docs = list(docs)
         if len(docs) < 2:
             self.last_dropped = []
-            return docs
+            return docs, []
         texts = [f"{d.title} {d.content}" if d.title else d.content for d in docs]
         emb = (await embed_all(self.embedder, texts)).astype(np.float64)
         norms = np.linalg.norm(emb, axis=1, keepdims=True)
@@ -190,4 +198,4 @@ class NearDuplicateDeduplicator:
             else:
                 dropped.append((docs[i].id, docs[match].id))
         self.last_dropped = dropped
-        return [docs[i] for i in kept]
+        return [docs[i] for i in kept], dropped
