@@ -9,7 +9,7 @@ from typing import Any
 from kolm_search._bridge import TIMED_OUT, call_with_deadline
 from kolm_search._logging import log
 from kolm_search.errors import KolmValueError
-from kolm_search.ports import Logger, QueryExpander
+from kolm_search.ports import Logger, QueryExpander, missing_methods
 from kolm_search.types import QueryPlan, SearchRequest
 
 __all__ = ["DefaultQueryPlanner", "ExpandingQueryPlanner", "normalize_query"]
@@ -71,7 +71,7 @@ class ExpandingQueryPlanner:
 
     def __init__(self, expander: QueryExpander, max_queries: int = 4, logger: Logger | None = None,
                  timeout_seconds: float | None = 30.0) -> None:
-        if not callable(getattr(expander, "expand", None)):
+        if missing_methods(expander, QueryExpander):
             raise KolmValueError(f"expander must have an 'expand' method, got {type(expander).__name__}")
         if isinstance(max_queries, bool) or not isinstance(max_queries, numbers.Integral) or max_queries < 1:
             raise KolmValueError(f"max_queries must be an integer >= 1, got {max_queries!r}")

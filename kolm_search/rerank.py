@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,15 +27,14 @@ _STAGE = PipelineStage.RERANKER
 
 
 def _inputs(run: Any, corpus: Any, queries: Any) -> tuple[pd.DataFrame, DocumentTable, dict[str, str]]:
-    if isinstance(run, (str, bytes)) or hasattr(run, "__fspath__"):
-        from kolm_search.io import read_run
+    from kolm_search.io import Dataset, read_run
 
-        run = read_run(run)
+    if isinstance(run, (str, bytes, os.PathLike)):
+        run = read_run(os.fsdecode(run))
     run = as_run(run)
     check_ids(run, "run")
-    if queries is None and hasattr(corpus, "queries"):
-        queries = corpus.queries
-    if hasattr(corpus, "corpus"):
+    if isinstance(corpus, Dataset):
+        queries = corpus.queries if queries is None else queries
         corpus = corpus.corpus
     table = corpus if isinstance(corpus, DocumentTable) else (
         DocumentTable.from_frame(corpus) if isinstance(corpus, pd.DataFrame) else DocumentTable.from_documents(corpus))
