@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kolm_search.errors import KolmTypeError, KolmValueError, PipelineStage
+from kolm_search._params import one_of, positive_int, real, seconds
+from kolm_search.errors import KolmTypeError, PipelineStage
 from kolm_search.ports import (
     CacheStore,
     Deduplicator,
@@ -152,28 +152,18 @@ class SearchPipelineOptions:
     telemetry_timeout_seconds: float | None = 1.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.default_limit, bool) or not isinstance(self.default_limit, int) or self.default_limit <= 0:
-            raise KolmValueError(f"default_limit must be a positive int, got {self.default_limit!r}")
-        if self.default_mode not in SEARCH_MODES:
-            raise KolmValueError(f"default_mode must be one of {SEARCH_MODES}, got {self.default_mode!r}")
-        if isinstance(self.cache_ttl_seconds, bool) or not isinstance(self.cache_ttl_seconds, (int, float)) or self.cache_ttl_seconds < 0:
-            raise KolmValueError(f"cache_ttl_seconds must be >= 0, got {self.cache_ttl_seconds!r}")
-        if self.max_query_length is not None and (
-            isinstance(self.max_query_length, bool)
-            or not isinstance(self.max_query_length, int)
-            or self.max_query_length <= 0
-        ):
-            raise KolmValueError(f"max_query_length must be a positive int, got {self.max_query_length!r}")
-        for name in ("stage_timeout_seconds", "cache_timeout_seconds", "telemetry_timeout_seconds"):
-            _check_timeout(name, getattr(self, name))
+        self.default_limit = positive_int("default_limit", self.default_limit)
+        one_of("default_mode", self.default_mode, SEARCH_MODES)
+        self.cache_ttl_seconds = real("cache_ttl_seconds", self.cache_ttl_seconds, low=0, finite=False)
+        self.max_query_length = positive_int("max_query_length", self.max_query_length, none=True)
+        self.stage_timeout_seconds = seconds("stage_timeout_seconds", self.stage_timeout_seconds)
+        self.cache_timeout_seconds = seconds("cache_timeout_seconds", self.cache_timeout_seconds)
+        self.telemetry_timeout_seconds = seconds("telemetry_timeout_seconds", self.telemetry_timeout_seconds)
         if not isinstance(self.stage_timeouts, Mapping):
             raise KolmTypeError(f"stage_timeouts must be a mapping of stage name to seconds, got "
                                 f"{type(self.stage_timeouts).__name__}")
-        for stage, seconds in self.stage_timeouts.items():
-            if stage not in TIMED_STAGES:
-                raise KolmValueError(f"stage_timeouts has unknown stage {stage!r}; known: {[s.value for s in TIMED_STAGES]}")
-            _check_timeout(f"stage_timeouts[{stage!r}]", seconds)
-        self.stage_timeouts = dict(self.stage_timeouts)
+        self.stage_timeouts = {one_of("stage_timeouts key", stage, TIMED_STAGES): seconds(f"stage_timeouts[{stage!r}]", t)
+                               for stage, t in self.stage_timeouts.items()}
 
     def timeout_for(self, stage: str) -> float | None:
         """Seconds allowed for ``stage`` (its override, else ``stage_timeout_seconds``)."""
@@ -194,9 +184,3 @@ class SearchPipelineOptions:
             f"options must be SearchPipelineOptions or a dict, got {type(options).__name__}"
         )
 
-
-def _check_timeout(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise KolmValueError(f"{name} must be a positive finite number of seconds or None, got {value!r}")

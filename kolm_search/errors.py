@@ -13,6 +13,7 @@ type" it keeps the matching builtin as a second base (``except ValueError`` keep
           +-- KolmValueError (ValueError) bad argument or data; the message names field and value
           |    +-- FrameValidationError   a candidate frame, run or qrels breaks its schema
           +-- KolmTypeError (TypeError)   argument of the wrong type
+          |    +-- ParameterError (also a KolmValueError)  a public argument out of its range or type
           +-- DownloadError (OSError)     a dataset download failed (network, checksum, archive)
           +-- LLMRequestError (RuntimeError)    a chat-completions call failed
           +-- DistributedError (RuntimeError)   a Dask partition or shard failed
@@ -40,6 +41,7 @@ __all__ = [
     "KolmTypeError",
     "KolmValueError",
     "LLMRequestError",
+    "ParameterError",
     "PIPELINE_STAGES",
     "PipelineStage",
     "PipelineStages",
@@ -230,6 +232,13 @@ class KolmValueError(KolmError, ValueError):
 
 class KolmTypeError(KolmError, TypeError):
     """An argument of the wrong type; the message names the field and the type."""
+
+
+class ParameterError(KolmValueError, KolmTypeError):
+    """A public argument is of the wrong type or out of its range (:mod:`kolm_search._params`);
+    both a ``ValueError`` and a ``TypeError``, as scikit-learn's ``InvalidParameterError``, so
+    either ``except`` keeps working. The message names the argument, what it must be and the
+    value given."""
 
 
 class DownloadError(KolmError, OSError):

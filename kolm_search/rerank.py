@@ -13,6 +13,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search._bridge import resolve, run_sync
+from kolm_search._params import boolean, positive_int
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError, PipelineStage, SearchError
 from kolm_search.planners import DefaultQueryPlanner
@@ -80,8 +81,9 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
     """
     from tqdm.auto import tqdm
 
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise KolmValueError(f"top_k must be a positive int, got {top_k!r}")
+    top_k = positive_int("top_k", top_k)
+    batch_size = positive_int("batch_size", batch_size)
+    boolean("progress", progress)
     frame, table, texts = _inputs(run, corpus, queries)
     order_cols = ["rank"] if "rank" in frame.columns else []
     frame = frame.assign(_neg=-numeric_column(frame, "score", "run"))

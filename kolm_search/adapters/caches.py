@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import numbers
 import sqlite3
 import threading
 import time
@@ -14,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from kolm_search._logging import log
+from kolm_search._params import positive_int, real
 from kolm_search.adapters._sqlite import OnCorrupt, SqliteTable
-from kolm_search.errors import PIPELINE_STAGES, KolmValueError
+from kolm_search.errors import PIPELINE_STAGES
 
 __all__ = ["InMemoryCache", "SqliteCache"]
 
@@ -23,11 +22,8 @@ __all__ = ["InMemoryCache", "SqliteCache"]
 def _ttl(value: Any) -> float | None:
     """A TTL in seconds (None: no expiry); NaN, bools and non-numbers are refused (a NaN expiry
     would never compare as reached)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(float(value)):
-        raise KolmValueError(f"ttl_seconds must be a number of seconds or None, got {value!r}")
-    return float(value)
+    ttl: float | None = real("ttl_seconds", value, none=True, finite=False)
+    return ttl
 
 
 class InMemoryCache:
@@ -47,9 +43,7 @@ class InMemoryCache:
     """
 
     def __init__(self, max_entries: int = 1024, ttl_seconds: float | None = None, *, clock: Any = time.monotonic) -> None:
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise KolmValueError(f"max_entries must be a positive int, got {max_entries!r}")
-        self.max_entries = max_entries
+        self.max_entries = positive_int("max_entries", max_entries)
         self.ttl_seconds = _ttl(ttl_seconds)
         self._clock = clock
         self._data: OrderedDict[str, tuple[float | None, Any]] = OrderedDict()

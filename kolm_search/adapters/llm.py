@@ -45,6 +45,7 @@ from typing import Any
 
 from kolm_search._bridge import off_loop, run_sync
 from kolm_search._extras import require
+from kolm_search._params import non_negative_int, positive_int, real, seconds
 from kolm_search.errors import KolmTypeError, KolmValueError, LLMRequestError
 from kolm_search.types import SearchPipelineContext
 
@@ -135,19 +136,11 @@ class OpenAICompatibleClient:
                                             parts.query, ""))
         self.model = model
         self.api_key = _header_value("api_key", api_key) if api_key else api_key
-        for name, value in (("timeout", timeout), ("backoff", backoff), ("max_retry_after", max_retry_after)):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise KolmValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if timeout <= 0:
-            raise KolmValueError(f"timeout must be > 0, got {timeout!r}")
-        if int(max_retries) < 0 or int(max_response_bytes) < 1:
-            raise KolmValueError(f"max_retries must be >= 0 and max_response_bytes >= 1, got "
-                                 f"{max_retries!r}, {max_response_bytes!r}")
-        self.timeout = float(timeout)
-        self.max_retries = int(max_retries)
-        self.backoff = float(backoff)
-        self.max_retry_after = float(max_retry_after)
-        self.max_response_bytes = int(max_response_bytes)
+        self.timeout: float = seconds("timeout", timeout, none=False)
+        self.max_retries: int = non_negative_int("max_retries", max_retries)
+        self.backoff: float = real("backoff", backoff, low=0.0)
+        self.max_retry_after: float = real("max_retry_after", max_retry_after, low=0.0)
+        self.max_response_bytes: int = positive_int("max_response_bytes", max_response_bytes)
         self.extra_headers = {_header_value("extra_headers key", k): _header_value(f"extra_headers[{k!r}]", v)
                               for k, v in (extra_headers or {}).items()}
         self._ssl_context: Any = None
@@ -303,7 +296,7 @@ class OpenAICompatibleSynthesizer:
     def __init__(self, client: OpenAICompatibleClient, max_chars: int = 1500, system_prompt: str | None = None,
                  **params: Any) -> None:
         self.client = client
-        self.max_chars = int(max_chars)
+        self.max_chars = positive_int("max_chars", max_chars)
         self.system_prompt = system_prompt or self.DEFAULT_SYSTEM
         self.params = params
 
@@ -326,7 +319,7 @@ class OpenAICompatibleExpander:
 
     def __init__(self, client: OpenAICompatibleClient, n: int = 3, **params: Any) -> None:
         self.client = client
-        self.n = int(n)
+        self.n = positive_int("n", n)
         self.params = params
 
     async def expand(self, query: str) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kolm_search._params import positive_int, probability
 from kolm_search.errors import KolmValueError
 from kolm_search.ports import embed_all
 from kolm_search.types import SearchDocument, SearchPipelineContext
@@ -31,13 +32,9 @@ class MMRReranker:
     """
 
     def __init__(self, embedder: Any, lambda_: float = 0.5, top_n: int | None = None) -> None:
-        if not 0.0 <= float(lambda_) <= 1.0:
-            raise KolmValueError(f"lambda_ must lie in [0, 1], got {lambda_!r}")
-        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
-            raise KolmValueError(f"top_n must be a positive int or None, got {top_n!r}")
         self.embedder = embedder
-        self.lambda_ = float(lambda_)
-        self.top_n = top_n
+        self.lambda_ = probability("lambda_", lambda_)
+        self.top_n: int | None = positive_int("top_n", top_n, none=True)
 
     @staticmethod
     def _text(doc: SearchDocument) -> str:

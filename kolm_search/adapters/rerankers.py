@@ -11,6 +11,7 @@ import numpy as np
 
 from kolm_search._bridge import off_loop
 from kolm_search._extras import require
+from kolm_search._params import positive_int
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -38,7 +39,7 @@ class CrossEncoderReranker:
             self.model = st.CrossEncoder(str(model_or_path), max_length=max_length, device=device or "cpu")
         else:
             self.model = model_or_path
-        self.batch_size = int(batch_size)
+        self.batch_size = positive_int("batch_size", batch_size)
 
     def score(self, query: str, docs: Sequence[SearchDocument]) -> np.ndarray:
         pairs = [(query, f"{d.title} {d.content}" if d.title else d.content) for d in docs]

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from kolm_search._bridge import inline, off_loop, run_sync
+from kolm_search._params import real
 from kolm_search.errors import KolmValueError
 from kolm_search.planners import normalize_query
 from kolm_search.ports import embed_all
@@ -143,7 +144,7 @@ class EmbeddingIntentClassifier:
             raise KolmValueError("examples must give at least one query for every label")
         self.embedder = embedder
         self.labels = list(examples)
-        self.threshold = float(threshold)
+        self.threshold = real("threshold", threshold)
         rows = []
         for label in self.labels:
             vecs = run_sync(embed_all(embedder, [normalize_query(t) for t in examples[label]], call=inline))
@@ -169,10 +170,8 @@ class NearDuplicateDeduplicator:
     """
 
     def __init__(self, embedder: Any, threshold: float = 0.95) -> None:
-        if not 0.0 < float(threshold) <= 1.0:
-            raise KolmValueError(f"threshold must lie in (0, 1], got {threshold!r}")
         self.embedder = embedder
-        self.threshold = float(threshold)
+        self.threshold = real("threshold", threshold, low=0.0, high=1.0, closed="right")
         self.last_dropped: list[tuple[str, str]] = []
 
     async def deduplicate(self, docs: Sequence[SearchDocument]) -> list[SearchDocument]:

@@ -36,6 +36,7 @@ from typing import Any
 
 import filelock
 
+from kolm_search._params import real, seconds
 from kolm_search.errors import DownloadError, KolmTypeError, KolmValueError
 
 __all__ = ["beir_registry", "default_cache_dir", "download_beir"]
@@ -105,9 +106,8 @@ def download_beir(name: str, cache_dir: str | Path | None = None, *, registry: d
     entry = reg[name]
     if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
         raise KolmValueError(f"registry entry {name!r} has no 'url' string: {entry!r}")
-    for option, value in (("timeout", timeout), ("max_seconds", max_seconds), ("max_unpacked_bytes", max_unpacked_bytes)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
-            raise KolmValueError(f"{option} must be a finite number > 0, got {value!r}")
+    timeout, max_seconds = seconds("timeout", timeout, none=False), seconds("max_seconds", max_seconds, none=False)
+    real("max_unpacked_bytes", max_unpacked_bytes, low=0.0, closed="neither")
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     beir_root = root / "beir"
     target = beir_root / name
