@@ -33,11 +33,8 @@ primary query.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
-import math
 import re
-import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +42,7 @@ from typing import Any
 
 from kolm_search._bridge import off_loop, run_sync
 from kolm_search._extras import require
+from kolm_search._http import RetryPolicy, parse_retry_after
 from kolm_search._params import non_negative_int, positive_int, real, seconds
 from kolm_search.errors import KolmTypeError, KolmValueError, LLMRequestError
 from kolm_search.types import SearchPipelineContext
@@ -68,24 +66,6 @@ class _Reply:
 def _origin(url: Any) -> tuple[str, str, int | None]:
     default = {"http": 80, "https": 443}.get(url.scheme)
     return url.scheme, url.host, url.port or default
-
-
-def _parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` value (number or HTTP date); None if unusable."""
-    if not value:
-        return None
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-        if when.tzinfo is None:
-            return None
-        seconds = when.timestamp() - time.time()
-    return None if math.isnan(seconds) else max(0.0, seconds)
 
 
 def _header_value(name: str, value: object) -> str:
@@ -137,9 +117,10 @@ class OpenAICompatibleClient:
         self.model = model
         self.api_key = _header_value("api_key", api_key) if api_key else api_key
         self.timeout: float = seconds("timeout", timeout, none=False)
-        self.max_retries: int = non_negative_int("max_retries", max_retries)
-        self.backoff: float = real("backoff", backoff, low=0.0)
-        self.max_retry_after: float = real("max_retry_after", max_retry_after, low=0.0)
+        #: When to try again (429, 5xx, a timeout, a connection broken mid-reply) and how long to
+        #: wait: the policy downloads share (:class:`kolm_search._http.RetryPolicy`).
+        self.retry = RetryPolicy(non_negative_int("max_retries", max_retries), real("backoff", backoff, low=0.0),
+                                 real("max_retry_after", max_retry_after, low=0.0))
         self.max_response_bytes: int = positive_int("max_response_bytes", max_response_bytes)
         self.extra_headers = {_header_value("extra_headers key", k): _header_value(f"extra_headers[{k!r}]", v)
                               for k, v in (extra_headers or {}).items()}
@@ -148,7 +129,7 @@ class OpenAICompatibleClient:
     def __repr__(self) -> str:
         key = "None" if self.api_key is None else "'***'"
         return (f"{type(self).__name__}(url={self._clean(self.url)!r}, model={self.model!r}, api_key={key}, "
-                f"timeout={self.timeout:g}, max_retries={self.max_retries}, extra_headers={sorted(self.extra_headers)})")
+                f"timeout={self.timeout:g}, max_retries={self.retry.max_retries}, extra_headers={sorted(self.extra_headers)})")
 
     @staticmethod
     def _clean(url: object) -> str:
@@ -188,13 +169,12 @@ class OpenAICompatibleClient:
         headers = {"Content-Type": "application/json", "Accept": "application/json", **self.extra_headers}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        delay = self.backoff
         auth = None if self.api_key else self._auth  # the api key wins over user:password in base_url
         if self._ssl_context is None:  # built once, off the loop: loading the CA bundle takes ~0.1 s
             self._ssl_context = await off_loop(httpx.create_ssl_context)
         async with httpx.AsyncClient(follow_redirects=False, auth=auth, timeout=self.timeout,
                                      verify=self._ssl_context) as http:
-            for attempt in range(self.max_retries + 1):
+            for attempt in range(self.retry.max_retries + 1):
                 try:
                     async with asyncio.timeout(self.timeout):
                         reply = await self._attempt(httpx, http, body, headers)
@@ -205,16 +185,13 @@ class OpenAICompatibleClient:
                 if status == 200:
                     return self._content(reply.body, reply.shown)
                 last = reply.broken or f"HTTP {status} from {reply.shown}: {reply.body[:200].decode('utf-8', 'replace')}"
-                if not (status == -1 or status == 429 or status >= 500) or attempt == self.max_retries:
+                if not (status == -1 or self.retry.retryable(status)) or attempt == self.retry.max_retries:
                     break
-                wait = delay
-                if reply.retry_after is not None:
-                    if reply.retry_after > self.max_retry_after:
-                        raise self._error(f"{last}; the server asks to retry after {reply.retry_after:g}s, more "
-                                          f"than max_retry_after={self.max_retry_after:g}s: not waiting")
-                    wait = max(wait, reply.retry_after)
+                wait = self.retry.wait(attempt, reply.retry_after)
+                if wait is None:
+                    raise self._error(f"{last}; the server asks to retry after {reply.retry_after:g}s, more "
+                                      f"than max_retry_after={self.retry.max_retry_after:g}s: not waiting")
                 await asyncio.sleep(wait)
-                delay *= 2
         raise self._error(f"chat completion failed after {attempt + 1} attempt(s): {last}")
 
     #: The coroutine :meth:`chat` under the explicit name (see "Sync and async twins" in the README).
@@ -239,7 +216,7 @@ class OpenAICompatibleClient:
                                           "not followed (only 307/308 to the same origin are, so credentials "
                                           "never leave it): set base_url to the final address")
                     raw = await self._read(resp, shown)
-                    return _Reply(status, shown, raw, _parse_retry_after(resp.headers.get("retry-after")))
+                    return _Reply(status, shown, raw, parse_retry_after(resp.headers.get("retry-after")))
             except LLMRequestError:
                 raise
             except httpx.TimeoutException as exc:
