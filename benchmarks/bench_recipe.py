@@ -5,7 +5,7 @@ Rerun: ``python benchmarks/bench_recipe.py`` (extra ``onnx``; embeds Cranfield's
 documents once with the packaged MiniLM, a few minutes on 2 cores; ``--embeddings FILE.npy``
 reuses a saved matrix). A setting is a ``hybrid_plus`` configuration at depth 1000: the sparse
 child (BM25, or BM25 with Bo1, KL or RM3 feedback: ``FeedbackRetriever`` with its defaults),
-text expansion of every child's query (off, or the ``RM3Expander`` planner with 5 documents x
+text expansion of every child's query (off, or the ``FeedbackTermExpander`` planner with 5 documents x
 30 terms), the LSA-128 child (or none) and the RRF ``k`` (20, 60). Each child's run is made
 once, and the settings are their RRF fusions (what the composite does: ``tests/test_recipe.py``
 checks the preset against this fusion). ``cross_validate`` then picks a setting on 4/5 of the
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from kolm_search import evaluate, fuse, presets
-from kolm_search.adapters import LSAEmbedder, OnnxEmbedder, RM3Expander, packaged_minilm_onnx
+from kolm_search.adapters import FeedbackTermExpander, LSAEmbedder, OnnxEmbedder, packaged_minilm_onnx
 from kolm_search.doctable import DocumentTable
 from kolm_search.evaluation.crossval import CrossValidation, cross_validate, grid_points
 from kolm_search.io import load_beir, packaged_datasets
@@ -38,7 +38,7 @@ from kolm_search.retrievers.dense import DenseRetriever
 
 GRID: dict[str, list[Any]] = {
     "sparse": [None, "bo1", "kl", "rm3"],  # feedback model of the BM25 child (None: plain BM25)
-    "text": [None, (5, 30)],  # RM3Expander planner (fb_docs, fb_terms) on every child's query
+    "text": [None, (5, 30)],  # FeedbackTermExpander planner (fb_docs, fb_terms) on every child's query
     "lsa": [None, 128],
     "k": [20, 60],
 }
@@ -70,7 +70,7 @@ def child_runs(table: DocumentTable, queries: pd.DataFrame, embedder: Any, emb: 
     out: dict[tuple[Any, ...], pd.DataFrame] = {}
     for text in GRID["text"]:
         planner = DefaultQueryPlanner() if text is None else ExpandingQueryPlanner(
-            RM3Expander(bm25, fb_docs=text[0], fb_terms=text[1]), max_queries=2)
+            FeedbackTermExpander(bm25, fb_docs=text[0], fb_terms=text[1]), max_queries=2)
         clients = {("sparse", fb): presets.bm25(table, planner=planner, feedback=fb) for fb in GRID["sparse"]}
         clients[("dense", None)] = presets.dense(table, embedder, planner=planner, embeddings=emb)
         clients[("lsa", 128)] = presets.dense(table, lsa, planner=planner)
@@ -129,7 +129,7 @@ def main() -> None:
         cvs = cv_seeds({n: runs[n] for n in fam.values()}, qrels, baseline, args.folds, args.seeds)
         deltas = np.array([cv.delta for cv in cvs])
         fixed = " / ".join(f"{evaluate(runs[fam[k]], qrels)['ndcg@10'] - base:+.4f}" for k in GRID["k"])
-        text_name = "off" if text is None else f"RM3Expander {text[0]}x{text[1]}"
+        text_name = "off" if text is None else f"FeedbackTermExpander {text[0]}x{text[1]}"
         print(f"| {sparse or 'BM25'} | {text_name} | {lsa or '-'} | {cvs[0].mean:.4f} | {cvs[0].delta:+.4f} "
               f"| {cvs[0].p_value:.2g} | {deltas.mean():+.4f} ({deltas.min():+.4f}) | "
               f"{(deltas >= 0.02).sum()}/{len(deltas)} | {fixed} |")

@@ -97,7 +97,7 @@ def hybrid_plus(documents: Any, embedder: Embedder, *, k: float = 60, depth: int
 
     Where the defaults come from: ``benchmarks/bench_recipe.py`` cross-validates (5 folds over
     queries, ten seeds of the split) a grid of sparse child (BM25; Bo1, KL or RM3 feedback),
-    text expansion of every child's query by an ``RM3Expander`` planner (off, 5 x 30), LSA
+    text expansion of every child's query by a ``FeedbackTermExpander`` planner (off, 5 x 30), LSA
     (none, 128) and ``k`` (20, 60) at depth 1000 on Cranfield; the figures are in
     ``benchmarks/README.md``. The defaults are the best setting that leaves the dense children
     the original query (the text planner appends stemmed terms, which a dense model was not
@@ -124,7 +124,7 @@ def hybrid_plus(documents: Any, embedder: Embedder, *, k: float = 60, depth: int
         LSA dimensions and the seed of its SVD.
     planner : QueryPlanner, optional
         Default :class:`~kolm_search.planners.DefaultQueryPlanner`; e.g.
-        ``ExpandingQueryPlanner(RM3Expander(bm25, fb_docs=5, fb_terms=30), max_queries=2)``
+        ``ExpandingQueryPlanner(FeedbackTermExpander(bm25, fb_docs=5, fb_terms=30), max_queries=2)``
         expands every child's query text.
     """
     from kolm_search.adapters.lsa import LSAEmbedder

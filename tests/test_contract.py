@@ -290,3 +290,15 @@ def test_the_readme_port_example_runs(capsys: pytest.CaptureFixture[str]) -> Non
     (code,) = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "class ShortestFirst" in b]
     exec(compile(code, "README.md", "exec"), {"__name__": "readme_port"})
     assert capsys.readouterr().out.split() == "qid doc_id rank score 0 0 a 0 -7.0 1 0 b 1 -15.0 2 1 c 0 -8.0".split()
+
+
+def test_one_rm3_the_text_expander_has_its_own_name() -> None:
+    from kolm_search import BM25Retriever
+    from kolm_search.adapters import FeedbackTermExpander, RM3Expander
+    from tests.fakes import CORPUS
+
+    bm25 = BM25Retriever(CORPUS)
+    with pytest.warns(DeprecationWarning, match="renamed FeedbackTermExpander.*FeedbackRetriever"):
+        old = RM3Expander(bm25, fb_docs=3, fb_terms=2)
+    assert isinstance(old, FeedbackTermExpander)
+    assert old.expand("document number 3") == FeedbackTermExpander(bm25, fb_docs=3, fb_terms=2).expand("document number 3")
