@@ -1,14 +1,9 @@
 """One vocabulary for checking public arguments (after scikit-learn's ``Interval`` / ``StrOptions``).
 
-Each check returns the value in its canonical type (``int``, ``float``, ``bool``, ``Path``) or
-raises :class:`~kolm_search.errors.ParameterError`, a ``ValueError`` and a ``TypeError`` at once,
-whose message names the argument, what it must be and the value given::
-
-    positive_int("top_k", 0)          # ParameterError: top_k must be a positive integer, got 0
-    real("lambda_", 2, low=0, high=1)  # lambda_ must be a finite number in [0, 1], got 2
-    one_of("mode", "x", SEARCH_MODES)  # mode must be one of ['fulltext', 'vector', 'hybrid'], got 'x'
-
-``none=True`` also accepts ``None`` (returned as is). Booleans are never numbers here.
+Each check returns the value in its canonical type or raises
+:class:`~kolm_search.errors.ParameterError` (a ``ValueError`` and a ``TypeError``) naming the
+argument, what it must be and the value: ``positive_int("top_k", 0)`` raises "top_k must be a
+positive integer, got 0". ``none=True`` also accepts ``None``; booleans are never numbers.
 """
 
 from __future__ import annotations
@@ -28,7 +23,6 @@ __all__ = ["boolean", "integer", "mapping", "non_negative_int", "one_of", "path_
            "real", "seconds"]
 
 T = TypeVar("T")
-Closed = Literal["both", "left", "right", "neither"]
 
 
 def _fail(name: str, what: str, value: Any, none: bool) -> ParameterError:
@@ -36,39 +30,30 @@ def _fail(name: str, what: str, value: Any, none: bool) -> ParameterError:
 
 
 def integer(name: str, value: Any, *, low: int | None = None, high: int | None = None, none: bool = False) -> Any:
-    """``value`` as an ``int`` within ``[low, high]`` (either bound optional)."""
+    """``value`` as an ``int`` in ``[low, high]`` (either bound optional)."""
     if value is None and none:
         return None
-    if low == 1 and high is None:
-        what = "a positive integer"
-    elif low == 0 and high is None:
-        what = "a non-negative integer"
-    elif high is None:
-        what = f"an integer >= {low}" if low is not None else "an integer"
-    else:
-        what = f"an integer in [{low if low is not None else '-inf'}, {high}]"
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    names: dict[tuple[int | None, int | None], str] = {(1, None): "a positive integer", (0, None): "a non-negative integer"}
+    what = names.get((low, high)) or (
+        f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}" if low is not None else "an integer")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or \
+            (low is not None and int(value) < low) or (high is not None and int(value) > high):
         raise _fail(name, what, value, none)
-    n = int(value)
-    if (low is not None and n < low) or (high is not None and n > high):
-        raise _fail(name, what, value, none)
-    return n
+    return int(value)
 
 
 def positive_int(name: str, value: Any, *, none: bool = False) -> Any:
-    """``value`` as an ``int`` >= 1."""
     return integer(name, value, low=1, none=none)
 
 
 def non_negative_int(name: str, value: Any, *, none: bool = False) -> Any:
-    """``value`` as an ``int`` >= 0."""
     return integer(name, value, low=0, none=none)
 
 
-def real(name: str, value: Any, *, low: float | None = None, high: float | None = None, closed: Closed = "both",
-         none: bool = False, finite: bool = True) -> Any:
-    """``value`` as a ``float`` within the interval (``closed`` says which ends belong); NaN never,
-    infinities only with ``finite=False``."""
+def real(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+         closed: Literal["both", "left", "right", "neither"] = "both", none: bool = False, finite: bool = True) -> Any:
+    """``value`` as a ``float`` in the interval (``closed``: which ends belong); never NaN,
+    infinite only with ``finite=False``."""
     if value is None and none:
         return None
     left, right = closed in ("both", "left"), closed in ("both", "right")
@@ -77,13 +62,9 @@ def real(name: str, value: Any, *, low: float | None = None, high: float | None 
         what = f"a {number} in {'[' if left else '('}{low:g}, {high:g}{']' if right else ')'}"
     elif low is not None:
         what = f"a positive {number}" if low == 0 and not left else f"a {number} {'>=' if left else '>'} {low:g}"
-    elif high is not None:
-        what = f"a {number} {'<=' if right else '<'} {high:g}"
     else:
-        what = f"a {number}"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise _fail(name, what, value, none)
-    x = float(value)
+        what = f"a {number}" if high is None else f"a {number} {'<=' if right else '<'} {high:g}"
+    x = math.nan if isinstance(value, bool) or not isinstance(value, numbers.Real) else float(value)
     if math.isnan(x) or (finite and math.isinf(x)) or (low is not None and (x < low or (x == low and not left))) or \
             (high is not None and (x > high or (x == high and not right))):
         raise _fail(name, what, value, none)
@@ -91,20 +72,17 @@ def real(name: str, value: Any, *, low: float | None = None, high: float | None 
 
 
 def probability(name: str, value: Any) -> float:
-    """``value`` as a ``float`` in [0, 1]."""
     result: float = real(name, value, low=0.0, high=1.0)
     return result
 
 
 def seconds(name: str, value: Any, *, none: bool = True) -> Any:
-    """A duration: a positive finite number of seconds (``None``: no limit, by default)."""
+    """A duration: a positive finite number of seconds (``None``, no limit, by default)."""
     if value is None and none:
         return None
-    try:
-        return real(name, value, low=0.0, closed="neither")
-    except ParameterError:
-        raise ParameterError(f"{name} must be a positive finite number of seconds{' or None' if none else ''}, "
-                             f"got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < math.inf:
+        raise _fail(name, "a positive finite number of seconds", value, none)
+    return float(value)
 
 
 def one_of(name: str, value: T, options: Iterable[Any]) -> T:
@@ -112,7 +90,7 @@ def one_of(name: str, value: T, options: Iterable[Any]) -> T:
     allowed = [o.value if isinstance(o, enum.Enum) else o for o in options]
     try:
         ok = value in allowed
-    except TypeError:  # unhashable or incomparable
+    except TypeError:  # incomparable
         ok = False
     if not ok:
         raise ParameterError(f"{name} must be one of {allowed}, got {value!r}")
@@ -120,22 +98,20 @@ def one_of(name: str, value: T, options: Iterable[Any]) -> T:
 
 
 def mapping(name: str, value: Any) -> Mapping[Any, Any]:
-    """``value`` when it is a mapping (a dict)."""
     if not isinstance(value, Mapping):
         raise ParameterError(f"{name} must be a dict, got {type(value).__name__} {value!r:.60}")
     return value
 
 
 def boolean(name: str, value: Any) -> bool:
-    """``value`` when it is ``True`` or ``False`` (numpy booleans too)."""
     if not isinstance(value, (bool, np.bool_)):
         raise ParameterError(f"{name} must be True or False, got {value!r}")
     return bool(value)
 
 
 def path_exists(name: str, value: Any, *, kind: Literal["any", "file", "dir"] = "any") -> Path:
-    """``value`` (str or path-like) as a ``Path`` to something that exists (a file or a folder
-    when ``kind`` says so); ``name`` says what it is (``"BEIR folder"``)."""
+    """``value`` (str or path-like) as a ``Path`` that exists (a file or a folder if ``kind`` says
+    so); ``name`` says what it is (``"BEIR folder"``)."""
     try:
         path = Path(value)
     except TypeError:
