@@ -38,6 +38,7 @@ from kolm_search.ports import (
     ReportsDuplicates,
     embed_all,
     embedding_matrix,
+    implements,
 )
 from kolm_search.types import (
     QueryPlan,
@@ -81,7 +82,7 @@ async def rerank_all(reranker: Any, items: Sequence[tuple[list[SearchDocument], 
         except SearchError as exc:
             raise at(exc, i) from exc
 
-    if len(items) > 1 and isinstance(reranker, BatchReranker):
+    if len(items) > 1 and implements(reranker, BatchReranker):
         try:
             raw = await call(reranker.rerank_batch, [(list(d), c) for d, c in items])
         except SearchError as exc:
@@ -169,7 +170,7 @@ class Stages:
         if cache is None:
             return None
         message = "cache read failed; searching without cache"
-        fn, timeout = ((cache.get_nowait, None) if isinstance(cache, NonBlockingCache)
+        fn, timeout = ((cache.get_nowait, None) if implements(cache, NonBlockingCache)
                        else (cache.get, self.options.cache_timeout_seconds))
         ok, value = await self._bounded(S.CACHE_GET, message, timeout, fn, key)
         if not ok or value is None:
@@ -193,7 +194,7 @@ class Stages:
         except Exception as exc:
             log(self.options.logger, "warning", "cache write failed", SearchError.wrap(S.CACHE_SET, exc))
             return
-        fn, timeout = ((cache.set_nowait, None) if isinstance(cache, NonBlockingCache)
+        fn, timeout = ((cache.set_nowait, None) if implements(cache, NonBlockingCache)
                        else (cache.set, self.options.cache_timeout_seconds))
         await self._bounded(S.CACHE_SET, "cache write failed; response not stored", timeout, fn, key, body,
                             self.options.cache_ttl_seconds)
@@ -366,7 +367,7 @@ class Stages:
                            run: Run) -> list[SearchDocument]:
         deduplicator = self.modules.deduplicator
         assert deduplicator is not None
-        if not isinstance(deduplicator, ReportsDuplicates):
+        if not implements(deduplicator, ReportsDuplicates):
             kept = await self.documents(S.DEDUPLICATOR, run, deduplicator.deduplicate, list(docs))
             context.metadata["deduplicator"] = dedup_report(docs, kept)
             return kept

@@ -302,3 +302,19 @@ def test_one_rm3_the_text_expander_has_its_own_name() -> None:
         old = RM3Expander(bm25, fb_docs=3, fb_terms=2)
     assert isinstance(old, FeedbackTermExpander)
     assert old.expand("document number 3") == FeedbackTermExpander(bm25, fb_docs=3, fb_terms=2).expand("document number 3")
+
+
+def test_implements_agrees_with_isinstance() -> None:
+    from kolm_search.adapters import ExactDeduplicator, InMemoryCache, MMRReranker, SqliteCache
+    from kolm_search.ports import BatchReranker, EmbedsMany, NonBlockingCache, ReportsDuplicates, implements
+    from tests.fakes import BatchHashEmbedder, HashEmbedder, MemoryCache
+
+    class OnInstance:  # methods set on the instance, not the class: found by the slow path
+        def __init__(self) -> None:
+            self.get = self.set = self.get_nowait = self.set_nowait = lambda *a: None
+
+    objects = [InMemoryCache(), MemoryCache(), OnInstance(), ExactDeduplicator(), MMRReranker(HashEmbedder()),
+               BatchHashEmbedder(), HashEmbedder(), object(), SqliteCache.__new__(SqliteCache)]
+    for protocol in (NonBlockingCache, ReportsDuplicates, BatchReranker, EmbedsMany):
+        for obj in objects * 2:  # the second round reads the per-class answers
+            assert implements(obj, protocol) == isinstance(obj, protocol), (obj, protocol)
