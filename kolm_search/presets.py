@@ -148,7 +148,7 @@ def hybrid_plus(documents: Any, embedder: Embedder, *, k: float = 60, depth: int
         LSA dimensions and the seed of its SVD.
     planner : QueryPlanner, optional
         Default :class:`~kolm_search.planners.DefaultQueryPlanner`; e.g.
-        ``ExpandingQueryPlanner(RM3Expander(bm25, fb_docs=5, fb_terms=30), max_queries=2)``
+        ``ExpandingQueryPlanner(FeedbackTermExpander(bm25, fb_docs=5, fb_terms=30), max_queries=2)``
         expands every child's query text.
     """
     from kolm_search.adapters.lsa import LSAEmbedder

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from kolm_search import fuse, leave_one_collection_out, presets
-from kolm_search.adapters import LSAEmbedder, RM3Expander
+from kolm_search.adapters import LSAEmbedder, FeedbackTermExpander
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation import collection_runs
@@ -47,7 +47,7 @@ def children(table: DocumentTable, embedder: Any, feedback: str | None, lsa: int
 
 
 def rm3_text_planner(table: DocumentTable) -> ExpandingQueryPlanner:
-    return ExpandingQueryPlanner(RM3Expander(BM25Retriever(table), fb_docs=5, fb_terms=10), max_queries=2)
+    return ExpandingQueryPlanner(FeedbackTermExpander(BM25Retriever(table), fb_docs=5, fb_terms=10), max_queries=2)
 
 
 @plus_is_deprecated

@@ -16,6 +16,7 @@ travels pickled (a :class:`Tokenizer` as its configuration) and is rebuilt once 
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import pickle
@@ -31,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
+from kolm_search._kernels import usable_cores
 from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
 from kolm_search.text import Tokenizer
 
@@ -46,23 +48,26 @@ _MAX_DOCS = np.iinfo(np.int32).max
 _STATE: dict[bytes, Any] = {}  # in a worker: (token, tokenizer, term ids, word ids) of one build
 
 
+@functools.cache
 def _context() -> BaseContext:
-    """The forkserver context, the server preloading this module (once per process), else spawn."""
+    """The forkserver context, the server preloading this module, else spawn.
+
+    The preload list is set once per process, through the public
+    ``set_forkserver_preload``, to ``["__main__", this module]`` (the default list plus this
+    module); it takes effect if the server has not started yet. A program that sets its own
+    preload list afterwards should include ``kolm_search.retrievers._parallel`` in it.
+    """
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
-    from multiprocessing import forkserver
-
     ctx = multiprocessing.get_context("forkserver")
-    preload = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
-    if __name__ not in preload:  # effective until the server starts; kept (not replaced) for other users
-        ctx.set_forkserver_preload([*preload, __name__])
+    ctx.set_forkserver_preload(["__main__", __name__])
     return ctx
 
 
 def resolve_n_jobs(n_jobs: Any) -> int:
     """Processes to use: ``None`` -> the usable cores; 1 inside a daemonic process (no children)."""
     if n_jobs is None:
-        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        n = usable_cores()
     elif isinstance(n_jobs, bool) or not isinstance(n_jobs, int | np.integer) or n_jobs < 1:
         raise KolmValueError(f"n_jobs must be a positive integer or None, got {n_jobs!r}")
     else:

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kolm_search._aio import log, resolve
+from kolm_search._bridge import resolve
+from kolm_search._logging import log
 from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
