@@ -6,10 +6,17 @@ Lucene's English stop set, Snowball English stemming via PyStemmer. ``language=`
 stopwords and stemmer together to any Snowball language (:mod:`kolm_search.languages`); runs
 of Chinese, Japanese or Korean characters always become character bigrams. Everything is
 configurable and the configuration round-trips through JSON (for saved indexes).
+
+What a saved index needs of its tokenizer: that it can be rebuilt from the manifest. A plain
+:class:`Tokenizer` is its configuration; any other tokenizer (a subclass, a callable) is saved
+only under a name registered with :func:`register_tokenizer` (its class implements
+``to_config`` and ``from_config``), else ``save`` refuses it before writing anything
+(:func:`tokenizer_config`). Loading never imports code named in a file.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -17,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
-from kolm_search.errors import KolmValueError
+from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.languages import (
     ENGLISH_STOPWORDS,
     cjk_tokens,
@@ -27,9 +34,18 @@ from kolm_search.languages import (
     stopwords_for,
 )
 
-__all__ = ["ENGLISH_STOPWORDS", "Tokenizer"]
+__all__ = ["ENGLISH_STOPWORDS", "Tokenizer", "register_tokenizer", "restore_tokenizer", "tokenizer_config"]
 
 _DEFAULT_PATTERN = r"(?u)\b\w\w+\b"
+# Lowercasing as Lucene's LowerCaseFilter (Unicode's simple case mapping, one code point to
+# one): Python's full mapping turns U+0130 (İ) into "i" + U+0307, a combining mark that split
+# "İstanbul" into "i" and "stanbul". U+0130 is the only character whose full lowercase form
+# adds a mark (tests/test_languages.py enumerates them all).
+_SIMPLE_LOWER = str.maketrans({"\u0130": "i"})
+
+
+def _lower(text: str) -> str:
+    return text.translate(_SIMPLE_LOWER).lower() if "\u0130" in text else text.lower()
 
 
 @cache
@@ -64,13 +80,18 @@ class Tokenizer:
     ----------
     lowercase : bool, default True
     pattern : str, default ``(?u)\\b\\w\\w+\\b``
-        Regular expression whose matches are the tokens (outside runs of CJK characters,
-        which become overlapping character bigrams, as Lucene's ``CJKAnalyzer`` makes them).
-        The default counts combining marks as word characters (Hindi's vowel signs and
-        viramas, Hebrew points ...), which Python's ``\\w`` does not.
+        Regular expression whose whole matches are the tokens (outside runs of CJK characters,
+        which become overlapping character bigrams, as Lucene's ``CJKAnalyzer`` makes them);
+        empty matches are dropped. A pattern with capturing groups is refused (``findall``
+        would return the groups): write groups as ``(?:...)``. The default counts combining
+        marks as word characters (Hindi's vowel signs and viramas, Hebrew points ...), which
+        Python's ``\\w`` does not.
     stopwords : "auto", a language, None, or a collection of str
-        Tokens removed before stemming. ``"auto"``: the list of ``language``; a language name
-        or code (``"english"``, ``"fr"``): that language's list; ``None``: none.
+        Words removed before stemming. ``"auto"``: the list of ``language``; a language name
+        or code (``"english"``, ``"fr"``): that language's list; ``None``: none. Each entry is
+        analysed as documents are (width folding, lowercasing, the pattern): an entry that
+        becomes one word removes that word; one that becomes several (French ``celle-ci``,
+        Indonesian ``seolah-olah``) removes those words where they follow each other.
     stemmer : "auto", a language, or None
         A Snowball language for PyStemmer; ``"auto"``: ``language``'s stemmer (none for CJK);
         ``None`` disables stemming.
@@ -92,7 +113,10 @@ class Tokenizer:
     stemmer: str | None = "auto"
     language: str = "english"
     _regex: Any = field(default=None, init=False, repr=False, compare=False)
+    _entries: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
     _stop: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
+    _phrases: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict, init=False, repr=False,
+                                                              compare=False)
     _stem: Any = field(default=None, init=False, repr=False, compare=False)
     _stem_name: str | None = field(default=None, init=False, repr=False, compare=False)
     _stem_cache: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -101,19 +125,27 @@ class Tokenizer:
         self.language = normalize_language(self.language)
         try:
             self._regex = re.compile(self.pattern)
-        except re.error as exc:
+        except (re.error, TypeError) as exc:
             raise KolmValueError(f"Tokenizer pattern {self.pattern!r} is not a valid regex: {exc}") from exc
+        if self._regex.groups:
+            raise KolmValueError(f"Tokenizer pattern {self.pattern!r} has {self._regex.groups} capturing group(s): "
+                                 "its tokens would be the groups' tuples, not the whole matches; "
+                                 "write groups as (?:...)")
         if self.stopwords is None:
-            self._stop = frozenset()
+            self._entries = frozenset()
         elif isinstance(self.stopwords, str):
             name = self.language if self.stopwords == "auto" else self.stopwords
             try:
-                self._stop = stopwords_for(name)
+                self._entries = stopwords_for(name)
             except KolmValueError as exc:
                 raise KolmValueError(f"unknown stopword list {self.stopwords!r}: {exc}; "
                                      "use 'auto', a language, None or a list of words") from exc
         else:
-            self._stop = frozenset(fold_width(w).lower() if self.lowercase else fold_width(w) for w in self.stopwords)
+            if not all(isinstance(w, str) for w in self.stopwords):
+                raise KolmTypeError("Tokenizer stopwords must be str, got "
+                                    f"{next(type(w).__name__ for w in self.stopwords if not isinstance(w, str))}")
+            self._entries = frozenset(_lower(fold_width(w)) if self.lowercase else fold_width(w) for w in self.stopwords)
+        self._analyse_stopwords()
         stemmer = self.stemmer
         if stemmer == "auto":
             stemmer = None if self.language == "cjk" else self.language
@@ -128,9 +160,40 @@ class Tokenizer:
                     f"unknown stemmer language {stemmer!r}; choose from {Stemmer.algorithms()}"
                 ) from exc
 
+    def _analyse_stopwords(self) -> None:
+        """Stopword entries as documents are analysed: single words and phrases of words."""
+        single: set[str] = set()
+        phrases: dict[str, set[tuple[str, ...]]] = {}
+        for entry in self._entries:
+            ws = self.words(entry)
+            if len(ws) == 1:
+                single.add(ws[0])
+            elif ws:
+                phrases.setdefault(ws[0], set()).add(tuple(ws))
+        self._stop = frozenset(single)
+        self._phrases = {w: tuple(sorted(ps, key=lambda p: (-len(p), p))) for w, ps in phrases.items()}
+
+    def drop_phrases(self, words: list[str]) -> list[str]:
+        """``words`` without the stopword entries of several words where they follow each other
+        (longest first); ``words`` itself when there are none."""
+        phrases = self._phrases
+        if not phrases or phrases.keys().isdisjoint(words):
+            return words
+        out: list[str] = []
+        i, n = 0, len(words)
+        while i < n:
+            for p in phrases.get(words[i], ()):
+                if tuple(words[i:i + len(p)]) == p:
+                    i += len(p)
+                    break
+            else:
+                out.append(words[i])
+                i += 1
+        return out
+
     def __call__(self, text: str) -> list[str]:
         """Tokens of one text, in order (repeats kept)."""
-        tokens = self.words(text)
+        tokens = self.drop_phrases(self.words(text))
         if self._stop:
             stop = self._stop
             tokens = [t for t in tokens if t not in stop]
@@ -141,28 +204,34 @@ class Tokenizer:
         if missing:
             for word, stem in zip(missing, self._stem.stemWords(missing), strict=True):
                 cache[word] = stem
-        return [cache[t] for t in tokens]
+        out = [cache[t] for t in tokens]
+        return [t for t in out if t] if "" in out else out  # a stem of nothing is no token
 
     def words(self, text: str) -> list[str]:
         """The words of one text before stopwords and stemming (lowercased, CJK bigrams).
 
-        ``tokenizer(text)`` equals ``[tokenizer.term(w) for w in tokenizer.words(text)]``
-        without the ``None``s: each word becomes its token alone, so a corpus can map each
-        distinct word once (:meth:`kolm_search.retrievers.postings.Postings.from_texts`).
+        ``tokenizer(text)`` equals ``[tokenizer.term(w) for w in tokenizer.drop_phrases(
+        tokenizer.words(text))]`` without the ``None``s: each word becomes its token alone, so a
+        corpus can map each distinct word once
+        (:meth:`kolm_search.retrievers.postings.Postings.from_texts`).
         """
         if not isinstance(text, str):
             raise KolmValueError(f"Tokenizer expects str, got {type(text).__name__}")
         regex = self._regex
         if text.isascii():  # no width folding, combining mark or CJK run possible
-            return regex.findall(text.lower() if self.lowercase else text)
-        text = fold_width(text)
-        if self.pattern == _DEFAULT_PATTERN:
-            marked, mark = _marked_words()
-            if mark.search(text):
-                regex = marked
-        if has_cjk(text):
-            return cjk_tokens(text.lower() if self.lowercase else text, regex.findall)
-        return regex.findall(text.lower() if self.lowercase else text)
+            words = regex.findall(text.lower() if self.lowercase else text)
+        else:
+            text = fold_width(text)
+            if self.lowercase:  # before looking for marks: lowercasing may change them
+                text = _lower(text)
+            if self.pattern == _DEFAULT_PATTERN:
+                marked, mark = _marked_words()
+                if mark.search(text):
+                    regex = marked
+            words = cjk_tokens(text, regex.findall) if has_cjk(text) else regex.findall(text)
+        if self.pattern != _DEFAULT_PATTERN and "" in words:  # r"\w*" matches nothing between words
+            words = [w for w in words if w]
+        return words
 
     def term(self, word: str) -> str | None:
         """The token of one word of :meth:`words`: ``None`` for a stopword, else its stem."""
@@ -173,7 +242,7 @@ class Tokenizer:
         stem = self._stem_cache.get(word)
         if stem is None:
             stem = self._stem_cache[word] = self._stem.stemWord(word)
-        return stem
+        return stem or None
 
     def many(self, texts: Iterable[str]) -> list[list[str]]:
         """Tokens of many texts."""
@@ -186,8 +255,8 @@ class Tokenizer:
         so a saved index tokenises queries as it did when built, whatever version of
         ``stopwordsiso`` is installed later.
         """
-        stop: Any = sorted(self._stop) if self._stop != ENGLISH_STOPWORDS else "english"
-        if not self._stop:
+        stop: Any = sorted(self._entries) if self._entries != ENGLISH_STOPWORDS else "english"
+        if not self._entries:
             stop = None
         return {"lowercase": self.lowercase, "pattern": self.pattern, "stopwords": stop, "stemmer": self._stem_name,
                 "language": self.language}
@@ -210,3 +279,120 @@ class Tokenizer:
 
 
 _FIELDS = frozenset(f.name for f in fields(Tokenizer))
+
+# -- tokenizers other than a plain Tokenizer in saved indexes -------------------------------
+_REGISTERED: dict[str, type] = {}
+_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+_SAMPLE = 32  # texts tokenised before and after the round trip by tokenizer_config
+
+
+def register_tokenizer(name: str, cls: type) -> type:
+    """Let indexes save and load tokenizers of class ``cls`` under ``name``.
+
+    Parameters
+    ----------
+    name : str
+        Written in the manifest (1-100 characters of letters, digits and ``_.:-``). Register the
+        same name with the same class in every process that loads such an index, before
+        ``load``.
+    cls : type
+        A callable class (``str -> list of str``) implementing ``to_config(self) -> dict``
+        (JSON values) and the classmethod ``from_config(config) -> instance``. A
+        :class:`Tokenizer` subclass inherits both; one with fields or state of its own
+        extends ``to_config`` with them.
+
+    Returns
+    -------
+    type
+        ``cls`` (usable as ``register_tokenizer("synonyms", Synonyms)`` after the class).
+
+    Raises
+    ------
+    KolmValueError
+        A bad name, or a name already registered for another class.
+    KolmTypeError
+        ``cls`` is not a class with ``to_config`` and ``from_config``.
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise KolmValueError(f"tokenizer name must be 1-100 characters of letters, digits and '_.:-', got {name!r}")
+    if not isinstance(cls, type) or not callable(getattr(cls, "to_config", None)) \
+            or not callable(getattr(cls, "from_config", None)):
+        raise KolmTypeError(f"register_tokenizer({name!r}, ...) needs a class with to_config and from_config, "
+                            f"got {cls!r}")
+    if cls is Tokenizer:
+        raise KolmValueError("Tokenizer itself is saved by its configuration; register subclasses and other classes")
+    if _REGISTERED.get(name, cls) is not cls:
+        raise KolmValueError(f"tokenizer name {name!r} is already registered for {_REGISTERED[name].__qualname__}")
+    _REGISTERED[name] = cls
+    return cls
+
+
+def tokenizer_config(tokenizer: Any, sample: Sequence[str] = ()) -> dict[str, Any]:
+    """The manifest entry of ``tokenizer``, checked to restore as the same tokenizer.
+
+    A plain :class:`Tokenizer` is its :meth:`~Tokenizer.to_config`; an instance of a class
+    registered with :func:`register_tokenizer` is ``{"registered": name, "config": ...}``.
+    The entry is passed through JSON and restored, and the restored tokenizer must give the
+    configuration back and tokenise the first 32 texts of ``sample`` alike.
+
+    Raises
+    ------
+    KolmTypeError
+        Another tokenizer (an unregistered subclass, a function such as ``str.split``): it
+        could not be rebuilt on load; the message names its class.
+    KolmValueError
+        A configuration that is not JSON, or a tokenizer that does not survive the round trip.
+    """
+    cls = type(tokenizer)
+    name = next((n for n, c in _REGISTERED.items() if c is cls), None)
+    own_name = getattr(tokenizer, "__qualname__", None)  # a function's or method's, for the message
+    what = (f"tokenizer {own_name} (a {cls.__name__})" if isinstance(own_name, str)
+            else f"tokenizer of class {cls.__module__}.{cls.__qualname__}")
+    if cls is not Tokenizer and name is None:
+        raise KolmTypeError(f"{what} cannot be saved: a loaded index could not rebuild it. Use a Tokenizer, or an "
+                            "instance of a class registered with kolm_search.register_tokenizer(name, cls) "
+                            "(implementing to_config and from_config)")
+    try:
+        own = tokenizer.to_config()
+        entry = own if name is None else {"registered": name, "config": own}
+        text = json.dumps(entry, allow_nan=False, ensure_ascii=False)
+    except Exception as exc:
+        raise KolmValueError(f"{what}: to_config() did not give JSON values: {type(exc).__name__}: {exc}") from exc
+    entry = json.loads(text)
+    restored = restore_tokenizer(entry)
+    again = restored.to_config() if name is None else {"registered": name, "config": restored.to_config()}
+    if json.loads(json.dumps(again, allow_nan=False, ensure_ascii=False)) != entry:
+        raise KolmValueError(f"{what}: from_config(to_config()) gives another configuration ({again!r} from {entry!r})")
+    for row, text_ in enumerate(list(sample)[:_SAMPLE]):
+        before, after = list(tokenizer(text_)), list(restored(text_))
+        if before != after:
+            raise KolmValueError(f"{what} does not survive a round trip through its configuration: document row "
+                                 f"{row} tokenises as {before[:8]!r} before and {after[:8]!r} after (to_config must "
+                                 "hold everything its __call__ uses)")
+    return entry
+
+
+def restore_tokenizer(entry: dict[str, Any]) -> Any:
+    """The tokenizer of a manifest entry written by :func:`tokenizer_config`.
+
+    Raises
+    ------
+    KolmValueError
+        An unregistered name, or a configuration its class refuses (message without the file;
+        the loader adds it).
+    """
+    if "registered" not in entry:
+        return Tokenizer.from_config(entry)
+    name = entry["registered"]
+    cls = _REGISTERED.get(name) if isinstance(name, str) else None
+    if cls is None:
+        known = ", ".join(sorted(_REGISTERED)) or "none"
+        raise KolmValueError(f"tokenizer {name!r} is not registered in this process (registered: {known}); call "
+                             f"kolm_search.register_tokenizer({name!r}, TheClass) before loading")
+    try:
+        return cls.from_config(entry["config"])  # type: ignore[attr-defined]
+    except KolmValueError:
+        raise
+    except Exception as exc:
+        raise KolmValueError(f"tokenizer {name!r} ({cls.__qualname__}): from_config failed: "
+                             f"{type(exc).__name__}: {exc}") from exc
