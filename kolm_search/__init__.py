@@ -52,7 +52,7 @@ from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
-from kolm_search.text import Tokenizer
+from kolm_search.text import Tokenizer, register_tokenizer
 from kolm_search.types import (
     QueryPlan,
     SearchDocument,
@@ -126,6 +126,7 @@ __all__ = [
     "presets",
     "read_qrels",
     "read_run",
+    "register_tokenizer",
     "rrf_score",
     "write_qrels",
     "write_run",
