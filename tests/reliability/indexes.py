@@ -48,6 +48,9 @@ def file_of(d: Path, key: str) -> Path:
     *path, last = key.split(".")
     for i in path:
         body = body["children"][int(i)]
+    if "files" not in body:  # a format before file maps: fixed names
+        ext = {"documents": "parquet", "vocab": "json"}.get(last, "npy")
+        return d / f"{last}.{ext}"
     return d / body["files"][last]["name"]
 
 
