@@ -52,7 +52,8 @@ from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
-from kolm_search.text import Tokenizer, register_tokenizer
+from kolm_search.text import Tokenizer
+from kolm_search.tokenizers import register_tokenizer
 from kolm_search.types import (
     QueryPlan,
     SearchDocument,

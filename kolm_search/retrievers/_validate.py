@@ -28,7 +28,8 @@ import numpy.typing as npt
 
 from kolm_search.errors import KolmValueError
 from kolm_search.retrievers.bm25_weights import first_unlike
-from kolm_search.text import Tokenizer, restore_tokenizer
+from kolm_search.text import Tokenizer
+from kolm_search.tokenizers import restore_tokenizer
 
 __all__ = ["bm25_arrays", "bm25_config", "bm25_stats", "bm25_tf", "bm25_weights", "check_keys", "dense_config",
            "dense_embeddings", "finite_real", "integer", "number", "vocabulary"]

@@ -30,7 +30,8 @@ from kolm_search.retrievers.bm25_weights import (
 )
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.retrievers.weighted import check_weighted, encode_weighted
-from kolm_search.text import Tokenizer, tokenizer_config
+from kolm_search.text import Tokenizer
+from kolm_search.tokenizers import tokenizer_config
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = [

@@ -5,7 +5,9 @@ and each copy damaged at random (seeded ``np.random.Generator``): flipped bytes,
 values set to negative / huge / NaN / infinite / in-range-but-wrong, truncated or deleted files,
 arrays rewritten with another dtype or shape (object arrays included: never unpickled), manifest
 keys deleted, retyped or added, invalid JSON, a FIFO or a device in place of a file, a rewritten
-document table. Every copy is loaded and searched in a child process
+document table; half the copies then have their manifest resealed (each named file's size and
+sha256 recorded as they now are), so that the checks of what the files mean are reached, not only
+the digests. Every copy is loaded and searched in a child process
 (:mod:`tests.reliability.index_child`, many copies per process, one result line each, a deadline
 per copy); a crash or hang is pinned to the copy that caused it and the rest run in a new child.
 
