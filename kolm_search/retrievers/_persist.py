@@ -32,6 +32,7 @@ label at each step, so a test can kill or fail the save there.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -98,9 +99,9 @@ def _step(label: str) -> None:
         _step_hook(label)
 
 
-def _json_bytes(value: Any, what: str) -> bytes:
+def _json_bytes(value: Any, what: str, indent: int | None = None) -> bytes:
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, indent=None).encode("utf-8")
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, indent=indent).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:
         raise KolmValueError(f"{what} cannot be saved as JSON: {type(exc).__name__}: {exc}") from exc
 
@@ -226,7 +227,7 @@ def save_index(path: str | Path, payload: Payload) -> None:
     """
     root = Path(path)
     body, files = _prepared(payload)  # step 1: nothing written yet
-    _json_bytes({k: v for k, v in body.items() if k not in ("files", "children")}, "the manifest")
+    _json_bytes(body, "the manifest")  # every child's keys too (the file entries are filled in later)
     if root.exists() and not root.is_dir():
         raise KolmValueError(f"{root}: not a folder; an index is saved to a folder")
     try:
@@ -255,16 +256,18 @@ def _save_locked(root: Path, body: dict[str, Any], files: list[_File]) -> None:
         current = root
         _sync_dir(root)
         current = tmp  # step 3
-        tmp.write_bytes(_json_bytes({"format": body["format"], "version": body["version"],
-                                     "generation": generation, **body}, "the manifest"))
-        with tmp.open("rb+") as fp:
+        with tmp.open("xb") as fp:
+            fp.write(_json_bytes({"format": body["format"], "version": body["version"], "generation": generation,
+                                  **body}, "the manifest", indent=1))
+            fp.flush()
             os.fsync(fp.fileno())
         _step("manifest written")
         os.replace(tmp, root / "manifest.json")
     except BaseException as exc:
-        for f in files:
-            (root / f"{f.key}.{generation}.{f.ext}").unlink(missing_ok=True)
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the new files go; the old manifest names none of them
+            for f in files:
+                (root / f"{f.key}.{generation}.{f.ext}").unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise KolmError(f"{current}: cannot save the index: {exc}; the folder keeps the index it held") from exc
         raise
@@ -276,8 +279,6 @@ def _save_locked(root: Path, body: dict[str, Any], files: list[_File]) -> None:
     _step("synced")
     for p in _stale(root, generation, old):  # step 4; a failure leaves files the next save removes
         _step(f"remove {p.name}")
-        try:
+        with contextlib.suppress(OSError):
             p.unlink()
-        except OSError:
-            pass
     _step("done")
