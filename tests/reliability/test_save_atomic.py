@@ -43,10 +43,20 @@ def test_save_killed_at_every_step_leaves_the_old_or_the_new_index(tmp_path: Pat
     add/delete), in forked children of one process (:mod:`tests.reliability.save_child`): the
     folder loads as exactly the old index up to the rename of the manifest and exactly the new
     one from it on, and the next save leaves nothing of the killed one."""
-    proc = subprocess.run([sys.executable, "-m", "tests.reliability.save_child", str(tmp_path)], cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    groups = [["incremental", "dense", "bm25"], ["composite", "feedback"]]  # two processes: two cores
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.reliability.save_child", str(tmp_path / str(i)), *kinds],
+                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i, kinds in enumerate(groups)]
+    records = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        assert proc.returncode == 0, err[-3000:]
+        records += [json.loads(line) for line in out.splitlines()]
     by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for rec in records:
         by_kind[rec["kind"]].append(rec)
