@@ -35,8 +35,8 @@ import numpy.lib.format as npy_format
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 
-__all__ = ["EXTENSIONS", "FILE_NAME", "SavedFiles", "Superseded", "check_manifest", "load_array", "load_table",
-           "open_index", "read_json", "read_manifest", "retrying"]
+__all__ = ["EXTENSIONS", "FILE_NAME", "SavedFiles", "check_manifest", "load_array", "load_table", "open_index",
+           "read_json", "read_manifest", "retrying"]
 
 Kind = Literal["int", "float"]
 T = TypeVar("T")
@@ -47,10 +47,6 @@ FILE_NAME = re.compile(rf"(?P<key>{KEY})\.(?P<gen>[0-9a-f]{{32}})\.(?P<ext>npy|j
 _GENERATION = re.compile(r"[0-9a-f]{32}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _ATTEMPTS = 3  # loads restarted when a save replaced the index while it was read
-
-
-class Superseded(KolmValueError):
-    """A file the manifest named is gone because another save replaced the index meanwhile."""
 
 
 def _regular_size(path: Path) -> int:
@@ -211,12 +207,7 @@ class SavedFiles:
         if not entry["name"].endswith("." + ext):
             raise KolmValueError(f"{self.where}: key {'files.' + key + '.name'!r} is {entry['name']!r}, "
                                  f"expected a .{ext} file")
-        try:
-            size = _regular_size(path)
-        except KolmValueError:
-            if not path.exists() and self._superseded():
-                raise Superseded(f"{path}: replaced by another save while this load read the index") from None
-            raise
+        size = _regular_size(path)
         if size != entry["bytes"]:
             raise KolmValueError(f"{path}: holds {size} bytes, manifest.json records {entry['bytes']} "
                                  "(damaged or replaced after the save)")
@@ -232,13 +223,6 @@ class SavedFiles:
                                  "(damaged or changed after the save)")
         self._checked[key] = path
         return path
-
-    def _superseded(self) -> bool:
-        try:
-            body = read_json(self.root / "manifest.json")
-        except KolmValueError:
-            return False
-        return isinstance(body, dict) and body.get("generation") != self.generation
 
     def array(self, key: str, kind: Kind, ndim: int, *, mmap: bool) -> np.ndarray:
         return load_array(self.path(key, "npy"), kind, ndim, mmap=mmap)
@@ -272,13 +256,23 @@ def open_index(root: Path, *, files_since: int) -> tuple[Any, SavedFiles]:
     return body, SavedFiles(root, path, body["files"], body["generation"])
 
 
-def retrying(load: Callable[[], T]) -> T:
-    """``load()``, started again (at most three times) when a save replaced the index while it ran."""
+def _generation(root: Path) -> Any:
+    try:
+        body = read_json(root / "manifest.json")
+    except KolmValueError:
+        return None
+    return body.get("generation") if isinstance(body, dict) else None
+
+
+def retrying(root: Path, load: Callable[[], T]) -> T:
+    """``load()``; started again (three times at most) when it failed while a save replaced the
+    index in ``root`` (the manifest's generation changed meanwhile: the old files may be gone)."""
     for attempt in range(_ATTEMPTS):
+        before = _generation(root)
         try:
             return load()
-        except Superseded:
-            if attempt == _ATTEMPTS - 1:
+        except KolmValueError:
+            if attempt == _ATTEMPTS - 1 or _generation(root) == before:
                 raise
     raise AssertionError("unreachable")
 

@@ -300,7 +300,7 @@ class BM25Retriever:
             body, files = open_index(root, files_since=_FILES_SINCE)
             return cls._from_saved(files, body, mmap=mmap, n_threads=n_threads)
 
-        return retrying(read)
+        return retrying(root, read)
 
     @classmethod
     def _from_saved(cls, files: SavedFiles, body: dict[str, Any], *, mmap: bool = True,

@@ -267,7 +267,7 @@ class CompositeRetriever:
             body, files = open_index(root, files_since=1)
             return cls._from_saved(files, body, embedder, logger=logger, mmap=mmap, n_threads=n_threads)
 
-        return retrying(read)
+        return retrying(root, read)
 
     @classmethod
     def _from_saved(cls, files: SavedFiles, body: Any, embedder: Embedder | None = None, *,

@@ -246,7 +246,7 @@ class DenseRetriever:
             body, files = open_index(root, files_since=2)
             return cls._from_saved(files, body, embedder, mmap=mmap, n_threads=n_threads)
 
-        return retrying(read)
+        return retrying(root, read)
 
     @classmethod
     def _from_saved(cls, files: SavedFiles, body: dict[str, Any], embedder: Embedder | None = None, *,

@@ -281,7 +281,7 @@ class FeedbackRetriever:
             body, files = open_index(root, files_since=1)
             return cls._from_saved(files, body, mmap=mmap, n_threads=n_threads)
 
-        return retrying(read)
+        return retrying(root, read)
 
     @classmethod
     def _from_saved(cls, files: SavedFiles, body: Any, *, mmap: bool = True,
