@@ -95,7 +95,7 @@ def _bad_token(tokens: Sequence[Any], row: int) -> KolmError | None:
     """The error for the first token of ``tokens`` that is not a non-empty str (None: all are)."""
     for pos, t in enumerate(tokens):
         if not isinstance(t, str):
-            return KolmTypeError(f"document row {row}: token {pos} is a {type(t).__name__} ({t!r:.40}); "
+            return KolmTypeError(f"document row {row}: token {pos} is {t!r:.40} of type {type(t).__name__}; "
                                  "a tokenizer must return a list of non-empty str")
         if not t:
             return KolmValueError(f"document row {row}: token {pos} is the empty string; "
