@@ -27,7 +27,14 @@ from kolm_search.errors import (
     SchemaValidationError,
     SearchError,
 )
-from kolm_search.evaluation import Experiment, compare, cross_validate, evaluate, optimize_fusion
+from kolm_search.evaluation import (
+    Experiment,
+    compare,
+    cross_validate,
+    evaluate,
+    leave_one_collection_out,
+    optimize_fusion,
+)
 from kolm_search.evaluation.optimize import fit_fusion
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import FittedFusion, fuse, merge_with_rrf, rrf_score
@@ -121,6 +128,7 @@ __all__ = [
     "evaluate",
     "fit_fusion",
     "fuse",
+    "leave_one_collection_out",
     "load_dataset",
     "merge_with_rrf",
     "optimize_fusion",
