@@ -60,6 +60,7 @@ from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
 from kolm_search.text import Tokenizer
+from kolm_search.tokenizers import register_tokenizer
 from kolm_search.types import (
     QueryPlan,
     SearchDocument,
@@ -134,6 +135,7 @@ __all__ = [
     "presets",
     "read_qrels",
     "read_run",
+    "register_tokenizer",
     "rrf_score",
     "write_qrels",
     "write_run",
