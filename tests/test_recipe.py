@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from kolm_search import fuse, leave_one_collection_out, presets
-from kolm_search.adapters import LSAEmbedder, FeedbackTermExpander
+from kolm_search.adapters import FeedbackTermExpander, LSAEmbedder
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation import collection_runs
