@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kolm_search._extras import peer_isinstance
 from kolm_search.errors import KolmTypeError, KolmValueError
 
 __all__ = ["MeasureSpec", "metric_key", "metric_list", "parse_measure"]
@@ -81,7 +82,7 @@ def metric_key(metric: Any) -> str:
 
 
 def _is_ir_measure(obj: Any) -> bool:
-    return type(obj).__module__.startswith("ir_measures") and hasattr(obj, "NAME") and hasattr(obj, "params")
+    return peer_isinstance(obj, "ir_measures", "measures.Measure")
 
 
 def metric_list(metrics: Any) -> list[Any]:

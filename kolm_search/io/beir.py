@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kolm_search._params import path_exists
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.io._text import text_lines
 from kolm_search.io.trec import read_qrels
@@ -190,9 +191,7 @@ def load_beir(path: str | Path, split: str = "test") -> Dataset:
     the file (and the line, or the column and row) for a missing file, malformed JSON, TSV or
     parquet, duplicate ids, or a non-integer relevance.
     """
-    root = Path(path)
-    if not root.is_dir():
-        raise KolmValueError(f"BEIR folder {str(root)!r} does not exist")
+    root = path_exists("BEIR folder", path, kind="dir")
     qrels_path = next((p for p in (root / "qrels" / f"{split}{ext}" for ext in (".tsv", ".tsv.gz", ".parquet"))
                        if p.is_file()), None)
     if qrels_path is None:

@@ -67,7 +67,8 @@ def test_huge_weights_give_a_clear_error_or_finite_scores(method: str, queries: 
     try:
         docs, scores, counts = ret.score_terms(queries, len(tokens))
     except KolmValueError as exc:
-        assert "above the bound" in str(exc) and "weighted query" in str(exc), exc
+        message = str(exc)  # past float32's maximum one by one, or past the bound as a sum
+        assert "weighted query" in message and ("above the bound" in message or "float32's maximum" in message), exc
         return
     valid = np.arange(scores.shape[1])[None, :] < counts[:, None]
     assert np.isfinite(scores[valid]).all()
