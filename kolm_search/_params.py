@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import math
 import numbers
+import reprlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -99,7 +100,7 @@ def one_of(name: str, value: T, options: Iterable[Any]) -> T:
 
 def mapping(name: str, value: Any) -> Mapping[Any, Any]:
     if not isinstance(value, Mapping):
-        raise ParameterError(f"{name} must be a dict, got {type(value).__name__} {value!r:.60}")
+        raise ParameterError(f"{name} must be a dict, got {type(value).__name__} {reprlib.repr(value)[:60]}")  # bounded
     return value
 
 

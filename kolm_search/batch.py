@@ -7,6 +7,7 @@ per single search and is not used here.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -101,7 +102,7 @@ def _check_qids(qids: pd.Series) -> None:
     if qids.dtype == object:  # typed columns (int, str, ...) hold hashable values only
         for row, qid in enumerate(qids):
             if not _hashable(qid):
-                raise SearchError(S.CLIENT, f"queries DataFrame row {row}: qid {qid!r:.60} is not hashable "
+                raise SearchError(S.CLIENT, f"queries DataFrame row {row}: qid {reprlib.repr(qid)[:60]} is not hashable "
                                             f"({type(qid).__name__}); use str or int ids")
     dup = qids.duplicated().to_numpy()
     if dup.any():

@@ -28,7 +28,8 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.filters import FieldColumn, compile_filter, date_text, parse_filter
+from kolm_search.filters import FieldColumn, compile_filter, date_text, parse_filter, select_filter
+from kolm_search.selection import Selection, Selections
 from kolm_search.types import SearchDocument
 
 __all__ = ["DOCUMENT_FIELDS", "DocumentTable"]
@@ -75,8 +76,8 @@ class DocumentTable:
         self.ids: npt.NDArray[np.object_] = ids.to_numpy(dtype=object)
         self._index = pd.Index(self.ids)
         self._columns: dict[str, FieldColumn] = {}
-        #: the last batch's filter trees, mask ids and masks (see retrievers._batching.filter_masks)
-        self.last_masks: tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.uint8]] | None = None
+        #: the last batch's filter trees and selections (see retrievers._batching.filter_selections)
+        self.last_selections: tuple[Any, Selections] | None = None
 
     # -- constructors ------------------------------------------------------------------
     @classmethod
@@ -180,7 +181,7 @@ class DocumentTable:
             raise KolmValueError(f"duplicate document id {index[index.duplicated()][0]!r} (ids must be unique)")
         self = cls.__new__(cls)
         self.frame = frame.reset_index(drop=True)
-        self.ids, self._index, self._columns, self.last_masks = ids, index, {}, None
+        self.ids, self._index, self._columns, self.last_selections = ids, index, {}, None
         return self
 
     def take(self, rows: npt.ArrayLike) -> DocumentTable:
@@ -241,6 +242,11 @@ class DocumentTable:
     def compile(self, tree: Any) -> npt.NDArray[np.bool_]:
         """The mask (n_docs,) of a filter tree from :func:`kolm_search.filters.parse_filter`."""
         return compile_filter(tree, self.field_column, len(self))
+
+    def select(self, tree: Any) -> Selection:
+        """The :class:`~kolm_search.selection.Selection` of a filter tree (its matching rows
+        when they are few, else a mask)."""
+        return select_filter(tree, self.field_column, len(self))
 
     # -- persistence (parquet, no pickle) ----------------------------------------------
     def save(self, path: str | Path | BinaryIO) -> None:

@@ -31,9 +31,14 @@ nested metadata dicts (``author.name``) where no key is spelt so. Semantics foll
 - ``$exists`` takes a bool.
 
 Anything else (an unknown field or operator, an operand of the wrong type, a NaN operand, an
-empty ``$and``, nesting deeper than :data:`MAX_DEPTH`) raises :class:`KolmValueError` / :class:`KolmTypeError` naming the field
+empty ``$and``, operators nested deeper than :data:`MAX_DEPTH`, an operand -- or a document's
+value -- whose dicts and lists nest deeper than :data:`MAX_DEPTH`) raises :class:`KolmValueError` / :class:`KolmTypeError` naming the field
 and the operator. Compilation is vectorised per field: each field's elements are laid out
 once per table (:class:`FieldColumn`), each operator is one numpy/pandas operation over them.
+A filter evaluates to a :class:`~kolm_search.selection.Selection` (:func:`select_filter`):
+equality and membership look their operands up in a per-field index (cost: the operands and
+the documents they match, not the table), and a result matching few documents stays a list of
+rows, so ids and selective equalities never build a mask over the whole table.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import datetime
 import json
 import math
 import numbers
+import reprlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,14 +57,40 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import FilterError, KolmTypeError, KolmValueError
+from kolm_search.selection import ROWS_SHARE, Selection
 
 __all__ = ["FIELD_OPERATORS", "FieldColumn", "FilterError", "LOGICAL_OPERATORS", "MAX_DEPTH", "compile_filter",
-           "date_text", "parse_filter"]
+           "date_text", "parse_filter", "select_filter"]
 
 FIELD_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$not")
 LOGICAL_OPERATORS = ("$and", "$or", "$nor", "$not")
 _RANGE = {"$gt": np.greater, "$gte": np.greater_equal, "$lt": np.less, "$lte": np.less_equal}
-MAX_DEPTH = 64  # nesting of $and / $or / $nor / $not
+MAX_DEPTH = 64  # nesting of $and / $or / $nor / $not, and of the dicts and lists of one value
+_REPR = reprlib.Repr()  # bounded, recursion-free reprs for messages (reprlib's default depth: 6 levels)
+_REPR.maxstring = _REPR.maxother = 50
+
+
+def _short(value: Any) -> str:
+    """A short repr of ``value`` for an error message (never recurses into deep nesting)."""
+    return _REPR.repr(value)[:60]
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether ``value``'s dicts, lists, tuples and sets nest deeper than :data:`MAX_DEPTH`
+    (walked with a stack, not recursion; a container holding itself counts as too deep)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            children = item
+        else:
+            continue
+        if depth >= MAX_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _is_values(value: Any) -> bool:
@@ -142,14 +174,16 @@ def _operand(field: str, op: str, value: Any) -> Canon | None:
     if _is_values(value) or not (isinstance(value, (str, numbers.Real, bool, np.bool_, Mapping))
                                  or date_text(value) is not None):
         raise KolmTypeError(f"{_where(field, op)}: expected a single value (str, number, bool, date, None or dict), "
-                            f"got {type(value).__name__} {value!r:.60}")
+                            f"got {type(value).__name__} {_short(value)}")
+    if isinstance(value, Mapping) and _too_deep(value):
+        raise KolmValueError(f"{_where(field, op)}: the operand is nested deeper than {MAX_DEPTH} levels")
     return _canon(value)
 
 
 def _operands(field: str, op: str, value: Any) -> frozenset[Canon | None]:
     if not _is_values(value):
         raise KolmTypeError(f"{_where(field, op)}: expected a list, tuple, set or array of values, "
-                            f"got {type(value).__name__} {value!r:.60}")
+                            f"got {type(value).__name__} {_short(value)}")
     if isinstance(value, np.ndarray) and value.ndim != 1:
         raise KolmValueError(f"{_where(field, op)}: expected a 1-D array, got shape {value.shape}")
     items = value.tolist() if isinstance(value, (np.ndarray, pd.Series, pd.Index)) else list(value)
@@ -185,18 +219,18 @@ def _operator(field: str, op: str, arg: Any, depth: int) -> Node:
             arg = arg.item()
         if isinstance(arg, (bool, np.bool_)) or not (isinstance(arg, (str, numbers.Real)) or date_text(arg) is not None):
             raise KolmTypeError(f"{_where(field, op)}: expected a number or a string (or a date), "
-                                f"got {type(arg).__name__} {arg!r:.60}")
+                                f"got {type(arg).__name__} {_short(arg)}")
         kind, value = _canon(arg)
         if kind == _NUM and math.isnan(value):
             raise KolmValueError(f"{_where(field, op)}: NaN cannot be compared")
         return ("cmp", field, op, kind, value)
     if op == "$exists":
         if not isinstance(arg, (bool, np.bool_)):
-            raise KolmTypeError(f"{_where(field, op)}: expected true or false, got {type(arg).__name__} {arg!r:.60}")
+            raise KolmTypeError(f"{_where(field, op)}: expected true or false, got {type(arg).__name__} {_short(arg)}")
         return ("exists", field, bool(arg))
     if op == "$not":
         if not isinstance(arg, Mapping) or not arg or not all(isinstance(k, str) and k.startswith("$") for k in arg):
-            raise KolmTypeError(f"{_where(field, op)}: expected a dict of operators such as {{'$gt': 1}}, got {arg!r:.60}")
+            raise KolmTypeError(f"{_where(field, op)}: expected a dict of operators such as {{'$gt': 1}}, got {_short(arg)}")
         return ("not", _condition(field, arg, depth + 1))
     raise KolmValueError(f"{_where(field, op)}: unknown operator; supported: {', '.join(FIELD_OPERATORS)}")
 
@@ -213,14 +247,14 @@ def parse_filter(filters: Mapping[str, Any], depth: int = 0) -> Node:
     if depth > MAX_DEPTH:
         raise KolmValueError(f"filter is nested deeper than {MAX_DEPTH} levels")
     if not isinstance(filters, Mapping):
-        raise KolmTypeError(f"a filter must be a dict, got {type(filters).__name__} {filters!r:.60}")
+        raise KolmTypeError(f"a filter must be a dict, got {type(filters).__name__} {_short(filters)}")
     nodes: list[Node] = []
     for key, cond in filters.items():
         if not isinstance(key, str):
-            raise KolmTypeError(f"filter field names must be strings, got {type(key).__name__} {key!r}")
+            raise KolmTypeError(f"filter field names must be strings, got {type(key).__name__} {_short(key)}")
         if key in ("$and", "$or", "$nor"):
             if not _is_values(cond) or len(cond) == 0:
-                raise KolmTypeError(f"filter operator {key!r} takes a non-empty list of filters, got {cond!r:.60}")
+                raise KolmTypeError(f"filter operator {key!r} takes a non-empty list of filters, got {_short(cond)}")
             items: list[Any] = list(cond)
             parts = tuple(parse_filter(c, depth + 1) for c in items)
             node: Node = ("and", parts) if key == "$and" else ("or", parts)
@@ -239,13 +273,28 @@ def parse_filter(filters: Mapping[str, Any], depth: int = 0) -> Node:
 # -- columns ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Part:
-    """The elements of one kind: their documents, values, a hash index and (numbers whose
-    float64 form is exact) a float64 copy."""
+    """The elements of one kind: their documents, values, (numbers whose float64 form is
+    exact) a float64 copy, and a lookup built on first use: the distinct values (a unique
+    hash index) with, for each, its elements (``order[ptr[c]:ptr[c + 1]]``)."""
 
     owner: npt.NDArray[np.int64]
     values: npt.NDArray[np.object_]
-    index: pd.Index
     f64: npt.NDArray[np.float64] | None
+    _lookup: list[Any]
+
+    def rows_equal(self, targets: list[Any]) -> npt.NDArray[np.int64]:
+        """Documents (with repeats, unsorted) holding an element equal to one of ``targets``."""
+        if not self._lookup:  # built once; a whole-list assignment, so a racing thread sees all or nothing
+            codes, uniques = pd.factorize(self.values)  # Python equality and hash: 2000 == 2000.0
+            order = np.argsort(codes, kind="stable")
+            ptr = np.zeros(len(uniques) + 1, np.int64)
+            np.cumsum(np.bincount(codes, minlength=len(uniques)), out=ptr[1:])
+            self._lookup[:] = [dict(zip(uniques.tolist(), range(len(uniques)), strict=True)), order, ptr]
+        code_of, order, ptr = self._lookup
+        found = np.fromiter((c for t in targets if (c := code_of.get(t, -1)) >= 0), np.int64)
+        lengths = ptr[found + 1] - ptr[found]
+        starts = np.repeat(ptr[found] - np.cumsum(lengths) + lengths, lengths)  # each run's start, minus its offset
+        return self.owner[order[starts + np.arange(int(lengths.sum()))]]
 
 
 @dataclass(frozen=True)
@@ -278,6 +327,9 @@ class FieldColumn:
         for i, value in enumerate(values):
             present[i] = not _missing(value)
             for item in _elements(value):
+                if isinstance(item, (Mapping, list, tuple, set, frozenset)) and _too_deep(item):
+                    raise KolmValueError(f"filter on field {name!r}: document {ids[i]!r} has a value nested deeper "
+                                         f"than {MAX_DEPTH} levels")
                 kind, canon = _canon(item)
                 owners.setdefault(kind, []).append(i)
                 vals.setdefault(kind, []).append(canon)
@@ -286,8 +338,7 @@ class FieldColumn:
             arr = np.empty(len(items), dtype=object)
             arr[:] = items
             exact = kind == _NUM and all(isinstance(v, float) or abs(v) < _EXACT for v in items)
-            parts[kind] = _Part(np.asarray(owners[kind], np.int64), arr, pd.Index(arr, dtype=object),
-                                arr.astype(np.float64) if exact else None)
+            parts[kind] = _Part(np.asarray(owners[kind], np.int64), arr, arr.astype(np.float64) if exact else None, [])
         return cls(name, present, parts, ids)
 
     def _docs(self, owner: npt.NDArray[np.int64], hit: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
@@ -295,14 +346,20 @@ class FieldColumn:
         out[owner[hit]] = True
         return out
 
-    def equal(self, wanted: frozenset[Canon | None]) -> npt.NDArray[np.bool_]:
-        """Documents with an element equal to one of ``wanted`` (``None``: the field is missing)."""
-        out = ~self.present if None in wanted else np.zeros(len(self.present), bool)
-        for kind, part in self.parts.items():
-            targets = [c[1] for c in wanted if c is not None and c[0] == kind]
-            if targets:
-                out |= self._docs(part.owner, part.index.isin(targets))
-        return out
+    def equal(self, wanted: frozenset[Canon | None]) -> Selection:
+        """Documents with an element equal to one of ``wanted`` (``None``: the field is missing),
+        found by lookup: the cost grows with the operands and their matches."""
+        n = len(self.present)
+        found = [part.rows_equal(targets) for kind, part in self.parts.items()
+                 if (targets := [c[1] for c in wanted if c is not None and c[0] == kind])]
+        rows = np.concatenate(found) if found else np.zeros(0, np.int64)
+        if len(rows) <= n * ROWS_SHARE:  # few: sorted rows
+            out = Selection(n, rows=np.unique(rows))
+        else:  # many: straight to a mask (no sort)
+            mask = np.zeros(n, bool)
+            mask[rows] = True
+            out = Selection.of_mask(mask)
+        return out.union(Selection.of_mask(~self.present)) if None in wanted else out
 
     def compare(self, op: str, kind: int, value: Any) -> npt.NDArray[np.bool_]:
         """Documents with an element ``element <op> value``; every element must be of ``kind``."""
@@ -310,8 +367,8 @@ class FieldColumn:
             if other != kind:
                 raise KolmTypeError(
                     f"{_where(self.name, op)}: cannot compare {_KIND_NAMES[other]} values with the "
-                    f"{_KIND_NAMES[kind]} {value!r:.60}; document {self.ids[part.owner[0]]!r} has "
-                    f"{part.values[0]!r:.60}")
+                    f"{_KIND_NAMES[kind]} {_short(value)}; document {self.ids[part.owner[0]]!r} has "
+                    f"{_short(part.values[0])}")
         if kind not in self.parts:
             return np.zeros(len(self.present), bool)
         part = self.parts[kind]
@@ -325,29 +382,31 @@ class FieldColumn:
 def compile_filter(node: Node, column: Callable[[str], FieldColumn], n_docs: int) -> npt.NDArray[np.bool_]:
     """The boolean mask (n_docs,) of a tree from :func:`parse_filter`; ``column(name)`` gives a
     field's :class:`FieldColumn` (raising for an unknown field)."""
+    return select_filter(node, column, n_docs).as_mask()
+
+
+def select_filter(node: Node, column: Callable[[str], FieldColumn], n_docs: int) -> Selection:
+    """The :class:`~kolm_search.selection.Selection` of a tree from :func:`parse_filter` (rows
+    when few documents match, else a mask); ``column(name)`` as for :func:`compile_filter`.
+    Every clause is evaluated (and so validated), whatever the others select."""
     tag = node[0]
     if tag == "all":
-        return np.ones(n_docs, bool)
-    if tag == "and":
-        out = compile_filter(node[1][0], column, n_docs)
+        return Selection.everything(n_docs)
+    if tag in ("and", "or"):
+        out = select_filter(node[1][0], column, n_docs)
         for part in node[1][1:]:
-            out &= compile_filter(part, column, n_docs)
-        return out
-    if tag == "or":
-        out = compile_filter(node[1][0], column, n_docs)
-        for part in node[1][1:]:
-            out |= compile_filter(part, column, n_docs)
+            other = select_filter(part, column, n_docs)
+            out = out.intersect(other) if tag == "and" else out.union(other)
         return out
     if tag == "not":
-        return ~compile_filter(node[1], column, n_docs)
+        return select_filter(node[1], column, n_docs).invert()
     col: FieldColumn = column(node[1])
     if tag == "eq":
         return col.equal(frozenset([node[2]]))
     if tag == "in":
         return col.equal(node[2])
     if tag == "cmp":
-        return col.compare(node[2], node[3], node[4])
+        return Selection.of_mask(col.compare(node[2], node[3], node[4]))
     if tag == "exists":
-        return col.present.copy() if node[2] else ~col.present
+        return Selection.of_mask(col.present.copy() if node[2] else ~col.present)
     raise AssertionError(f"unknown filter node {tag!r}")  # pragma: no cover
-

@@ -25,6 +25,8 @@ In: :func:`~kolm_search.runs.as_run` and :func:`~kolm_search.runs.as_qrels` (so 
   ``qrels_iter()``, ir_measures' ``ScoredDoc``/``Qrel``).
 
 Out: :func:`to_ranx`, :func:`to_ir_measures`, :func:`to_pyterrier`, :func:`to_trec_dict`.
+Each keeps the rows and their float64 scores; :func:`to_pyterrier` also keeps a given
+``rank`` column's order (ranks are derived from scores only for a run without one).
 """
 
 from __future__ import annotations
@@ -42,14 +44,17 @@ from kolm_search.runs import check_ids, numeric_column, relevance_column
 __all__ = ["QRELS_NAMES", "RUN_NAMES", "table_of", "to_ir_measures", "to_pyterrier", "to_ranx", "to_trec_dict"]
 
 
-def _checked(obj: Any, kind: Kind) -> pd.DataFrame:
-    """Our frame with string ids, float64 scores or int64 grades, no missing ids, no duplicates."""
+def _checked(obj: Any, kind: Kind, *, keep_rank: bool = False) -> pd.DataFrame:
+    """Our frame with string ids, float64 scores or int64 grades, no missing ids, no duplicates
+    (and, with ``keep_rank``, a run's own ``rank`` column as float64 when it has one)."""
     frame = table_of(obj, kind)
     check_ids(frame, kind)
     out = pd.DataFrame({"qid": frame["qid"].astype(str).to_numpy(object),
                         "doc_id": frame["doc_id"].astype(str).to_numpy(object)})
     if kind == "run":
         out["score"] = numeric_column(frame, "score", kind, finite=True)
+        if keep_rank and "rank" in frame.columns:
+            out["rank"] = numeric_column(frame, "rank", kind, finite=True)
     else:
         out["relevance"] = relevance_column(frame, kind)
     dup = out.duplicated(["qid", "doc_id"])
@@ -59,12 +64,12 @@ def _checked(obj: Any, kind: Kind) -> pd.DataFrame:
     return out
 
 
-def _resolve(obj: Any, kind: Literal["auto", "run", "qrels"]) -> tuple[Kind, pd.DataFrame]:
+def _resolve(obj: Any, kind: Literal["auto", "run", "qrels"], *, keep_rank: bool = False) -> tuple[Kind, pd.DataFrame]:
     """The kind (``"auto"`` decided from the object) and the checked frame."""
     if kind not in ("auto", "run", "qrels"):
         raise KolmValueError(f"kind must be 'auto', 'run' or 'qrels', got {kind!r}")
     if kind != "auto":
-        return kind, _checked(obj, kind)
+        return kind, _checked(obj, kind, keep_rank=keep_rank)
     if peer_isinstance(obj, "ranx", "Run", "Qrels"):
         found: Kind = "qrels" if peer_isinstance(obj, "ranx", "Qrels") else "run"
     elif isinstance(getattr(obj, "run", None), pd.DataFrame):
@@ -78,7 +83,7 @@ def _resolve(obj: Any, kind: Literal["auto", "run", "qrels"]) -> tuple[Kind, pd.
         if graded and "score" in cols:
             raise KolmValueError("the table has both a score and a relevance column: pass kind='run' or 'qrels'")
         found = "qrels" if graded else "run"
-    return found, _checked(obj, found)
+    return found, _checked(obj, found, keep_rank=keep_rank)
 
 
 def to_trec_dict(table: Any, kind: Literal["auto", "run", "qrels"] = "auto") -> dict[str, dict[str, Any]]:
@@ -111,13 +116,21 @@ def to_ir_measures(table: Any, kind: Literal["auto", "run", "qrels"] = "auto") -
 
 
 def to_pyterrier(table: Any, kind: Literal["auto", "run", "qrels"] = "auto") -> pd.DataFrame:
-    """PyTerrier's frame: a run as ``qid, docno, score, rank`` sorted by query then descending
-    score (``rank`` zero-based in that order, PyTerrier's ``add_ranks``); qrels as
-    ``qid, docno, label``. Ids are strings."""
-    k, frame = _resolve(table, kind)
+    """PyTerrier's frame: a run as ``qid, docno, score, rank``, qrels as ``qid, docno, label``;
+    ids are strings.
+
+    A run is sorted by query, then by its own ``rank`` column when it has one (equal ranks in
+    row order), else by descending score (equal scores in row order, PyTerrier's
+    ``add_ranks``); ``rank`` is zero-based in that order. So a given rank order, ties
+    included, survives the conversion (``fuse``, which reads ``rank`` when every run has one,
+    ranks the converted run as the original); ranks are derived from scores only where none
+    are given. A missing or non-finite rank is an error naming its row.
+    """
+    k, frame = _resolve(table, kind, keep_rank=True)
     frame = frame.rename(columns={"doc_id": "docno"})
     if k == "qrels":
         return frame.rename(columns={"relevance": "label"})
-    frame = frame.sort_values(["qid", "score"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    by, ascending = (["qid", "rank"], [True, True]) if "rank" in frame.columns else (["qid", "score"], [True, False])
+    frame = frame.sort_values(by, ascending=ascending, kind="stable").reset_index(drop=True)
     frame["rank"] = frame.groupby("qid", sort=False).cumcount().to_numpy(np.int64)
     return frame

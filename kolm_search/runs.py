@@ -28,10 +28,12 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from kolm_search import ids
 from kolm_search.errors import FrameValidationError
 from kolm_search.peer_tables import table_of
 
-__all__ = ["QRELS_COLUMNS", "RUN_COLUMNS", "as_qrels", "as_run", "check_ids", "numeric_column", "relevance_column"]
+__all__ = ["QRELS_COLUMNS", "RUN_COLUMNS", "as_qrels", "as_run", "check_ids", "check_qrels", "numeric_column",
+           "relevance_column"]
 
 RUN_COLUMNS = ("qid", "doc_id", "rank", "score")
 QRELS_COLUMNS = ("qid", "doc_id", "relevance")
@@ -83,6 +85,28 @@ def relevance_column(qrels: pd.DataFrame, what: str = "qrels") -> npt.NDArray[np
         raise FrameValidationError(
             f"{what} relevance must be integers within [{_INT32.min}, {_INT32.max}]; row {row} has {col.iloc[row]!r}")
     return values.astype(np.int64)
+
+
+def check_qrels(qrels: Any) -> tuple[pd.DataFrame, npt.NDArray[np.int64]]:
+    """Qrels checked by the rules of :func:`~kolm_search.evaluate` (every reader of judgements
+    that trains or scores on them calls this): ``(frame, grades int64 (n,))``.
+
+    Raises :class:`~kolm_search.errors.FrameValidationError` for a table that is not qrels, a
+    missing ``qid``/``doc_id`` (naming the row), a grade that is not an integer within int32
+    (naming the row), or a document judged twice for one query (ids compared as strings;
+    naming the first such query in sorted order; trec_eval refuses it too).
+    """
+    frame = as_qrels(qrels)
+    check_ids(frame, "qrels")
+    grades = relevance_column(frame)
+    if len(frame) > 1:
+        (q,), q_uniques = ids.encode([frame["qid"]], names=["qrels qid"], sort=True, as_str=True)
+        (d,), d_uniques = ids.encode([frame["doc_id"]], names=["qrels doc_id"], as_str=True)
+        twice = pd.Series(q * max(len(d_uniques), 1) + d).duplicated().to_numpy()
+        if twice.any():
+            query = q_uniques[int(q[twice].min())]
+            raise FrameValidationError(f"qrels has a duplicate document for query {query!r} (trec_eval rejects it too)")
+    return frame, grades
 
 
 def check_ids(table: pd.DataFrame, what: str) -> None:

@@ -62,7 +62,10 @@ def test_scores_equal_bm25s(method: str, seed: int) -> None:
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("dense_ratio", [0, 16, 10**9])  # always sparse, adaptive, always dense
-def test_sparse_kernel_matches_numpy_twin(seed: int, threads: int, dense_ratio: int) -> None:
+@pytest.mark.parametrize("row_cost", [0, 16, 10**9])  # row selections: always, adaptively or never row by row
+def test_sparse_kernel_matches_numpy_twin(seed: int, threads: int, dense_ratio: int, row_cost: int) -> None:
+    from kolm_search.selection import Selection, Selections
+
     rng = np.random.default_rng(seed)
     n_docs, vocab = 60, 25
     t_docs_l, t_w_l, t_ptr = [], [], [0]
@@ -75,18 +78,25 @@ def test_sparse_kernel_matches_numpy_twin(seed: int, threads: int, dense_ratio: 
     q_ptr = np.concatenate([[0], np.cumsum(rng.integers(0, 5, 30))]).astype(np.int64)
     q_terms = rng.integers(0, vocab, q_ptr[-1]).astype(np.int64)
     offsets = np.round(rng.random(30), 1).astype(np.float32)
-    masks = (rng.random((3, n_docs)) < 0.6).astype(np.uint8)
-    mask_ids = rng.integers(-1, 3, 30).astype(np.int64)
+    chosen = [Selection.of_mask(rng.random(n_docs) < 0.6) for _ in range(2)]  # masks
+    chosen += [Selection(n_docs, rows=np.sort(rng.choice(n_docs, int(rng.integers(0, 4)), replace=False)))
+               for _ in range(3)]  # a few rows each
+    sel = Selections.build(rng.integers(-1, len(chosen), 30), chosen)
     weights = rng.choice([1.0, 0.5, 2.25], q_ptr[-1]).astype(np.float32)  # weighted query terms
     kernels = load("sparse")
-    got = kernels.sparse_topk(q_ptr, q_terms, weights, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7,
-                              n_threads=threads, dense_ratio=dense_ratio)
-    want = kernels.sparse_topk_numpy(q_ptr, q_terms, weights, t_ptr_a, t_docs, t_w, offsets, mask_ids, masks, n_docs, 7)
+    got = kernels.sparse_topk(q_ptr, q_terms, weights, t_ptr_a, t_docs, t_w, offsets, *sel.arrays(), n_docs, 7,
+                              n_threads=threads, dense_ratio=dense_ratio, row_cost=row_cost)
+    want = kernels.sparse_topk_numpy(q_ptr, q_terms, weights, t_ptr_a, t_docs, t_w, offsets, *sel.arrays(), n_docs, 7)
     np.testing.assert_array_equal(got[2], want[2])
     for q in range(30):
         c = got[2][q]
         np.testing.assert_array_equal(got[0][q, :c], want[0][q, :c])
         np.testing.assert_allclose(got[1][q, :c], want[1][q, :c], rtol=1e-6)
+    # row by row or by scanning the postings: the same float32 sums, bit for bit
+    scanned = kernels.sparse_topk(q_ptr, q_terms, weights, t_ptr_a, t_docs, t_w, offsets, *sel.arrays(), n_docs, 7,
+                                  n_threads=threads, dense_ratio=dense_ratio, row_cost=10**9)
+    for a, b in zip(got, scanned, strict=True):
+        assert a.tobytes() == b.tobytes()
 
 
 def test_filters_mask_before_topk_and_never_pad() -> None:

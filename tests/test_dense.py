@@ -14,15 +14,15 @@ from kolm_search import DenseRetriever, KolmValueError, SearchDocument, SearchEr
 from kolm_search._kernels import load
 from kolm_search.frame import QueryBatch
 from kolm_search.retrievers.dense import exact_topk
+from kolm_search.selection import Selection, Selections
 from tests.fakes import HashEmbedder
 from tests.reliability.indexes import file_of, reseal
 
 
-def brute(q: np.ndarray, d: np.ndarray, k: int, mask_ids=None, masks=None):
-    m = q.shape[0]
-    if mask_ids is None:
-        mask_ids, masks = np.full(m, -1), np.ones((1, 1), np.uint8)
-    return load("dense").dense_topk_numpy((q.astype(np.float64) @ d.T.astype(np.float64)).astype(np.float32), mask_ids, masks, k)
+def brute(q: np.ndarray, d: np.ndarray, k: int, selections: Selections | None = None):
+    sel = Selections.none(q.shape[0]) if selections is None else selections
+    return load("dense").dense_topk_numpy((q.astype(np.float64) @ d.T.astype(np.float64)).astype(np.float32),
+                                          *sel.arrays(), k)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -31,10 +31,11 @@ def test_exact_topk_equals_brute_force(seed: int, blocks: tuple[int | None, int]
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((40, 12)).astype(np.float32)
     d = rng.standard_normal((500, 12)).astype(np.float32)
-    masks = (rng.random((2, 500)) < 0.3).astype(np.uint8)
-    mask_ids = rng.integers(-1, 2, 40).astype(np.int64)
-    got = exact_topk(q, d, 15, mask_ids=mask_ids, masks=masks, query_block=blocks[0], doc_block=blocks[1])
-    want = brute(q, d, 15, mask_ids, masks)
+    chosen = [Selection.of_mask(rng.random(500) < 0.3) for _ in range(2)]
+    chosen += [Selection(500, rows=np.sort(rng.choice(500, 3, replace=False))), Selection(500, rows=np.zeros(0, np.int64))]
+    sel = Selections.build(rng.integers(-1, len(chosen), 40), chosen)
+    got = exact_topk(q, d, 15, selections=sel, query_block=blocks[0], doc_block=blocks[1])
+    want = brute(q, d, 15, sel)
     np.testing.assert_array_equal(got[2], want[2])
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)

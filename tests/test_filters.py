@@ -3,6 +3,7 @@ operator, clear errors, and filtered top-k against brute force (bm25, dense; sin
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from typing import Any
@@ -268,19 +269,19 @@ def test_compiled_mask_equals_the_per_document_evaluation(docs: list[SearchDocum
 @given(docs=documents(), fs=st.lists(FILTERS, min_size=1, max_size=3))
 def test_masks_of_a_batch_are_each_filters_mask(docs: list[SearchDocument], fs: list[dict[str, Any]]) -> None:
     """One compile per distinct filter in a batch; each query still gets its own filter's mask."""
-    from kolm_search.retrievers._batching import filter_masks
+    from kolm_search.retrievers._batching import filter_selections
 
     table = DocumentTable.from_documents(docs)
     wants = [oracle(f, docs) for f in [*fs, *fs]]
     if any(w is None for w in wants):
         with pytest.raises(FilterError) as info:
-            filter_masks(table, [*fs, *fs])
+            filter_selections(table, [*fs, *fs])
         assert wants[info.value.row] is None and info.value.stage == "retriever"
         return
-    ids, masks = filter_masks(table, [*fs, *fs])
-    assert len(masks) <= len(fs) or not docs
+    sel = filter_selections(table, [*fs, *fs])
+    assert len(sel.mask_of) <= len(fs)
     for i, want in enumerate(wants):
-        np.testing.assert_array_equal(masks[ids[i]].astype(bool), want)
+        np.testing.assert_array_equal(sel.mask(i, len(docs)), want)
 
 
 # -- every operator, by example ---------------------------------------------------------------
@@ -456,3 +457,128 @@ def test_bad_filter_is_the_same_error_in_single_and_batch(kind: str, stage: str)
                                 mode=mode)
         assert batch.value.stage == stage
         assert isinstance(batch.value.cause, KolmError)
+
+
+# -- filters that cost what they select (issue 25, defect 7) -----------------------------------
+ROWS = st.lists(st.integers(0, 63), max_size=64, unique=True).map(sorted)
+
+
+def _sel(kind: str, rows: list[int], n: int = 64) -> Any:
+    from kolm_search.selection import Selection
+
+    mask = np.zeros(n, bool)
+    mask[rows] = True
+    return Selection.of_rows(rows, n) if kind == "rows" else Selection.of_mask(mask)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ROWS, ROWS, st.sampled_from(["rows", "mask"]), st.sampled_from(["rows", "mask"]))
+def test_selections_combine_as_masks_do_and_stay_small_as_rows(a: list[int], b: list[int], ka: str, kb: str) -> None:
+    from kolm_search.selection import ROWS_SHARE
+
+    x, y = _sel(ka, a), _sel(kb, b)
+    ma, mb = x.as_mask(), y.as_mask()
+    for got, want in ((x.intersect(y), ma & mb), (x.union(y), ma | mb), (x.invert(), ~ma), (y.invert(), ~mb)):
+        np.testing.assert_array_equal(got.as_mask(), want)
+        assert got.count() == int(want.sum())
+        assert (got.rows is not None) == (int(want.sum()) <= 64 * ROWS_SHARE)  # rows iff few match
+        assert (got.rows is None) != (got.mask is None)
+        if got.rows is not None:
+            assert np.all(np.diff(got.rows) > 0)
+
+
+def _id_table(n: int) -> DocumentTable:
+    return DocumentTable.from_documents([SearchDocument(id=f"d{i}", content="x", tags=["even" if i % 2 else "odd"],
+                                                        metadata={"year": 1900 + i % 100}) for i in range(n)])
+
+
+def test_a_batch_of_distinct_small_filters_costs_what_it_matches() -> None:
+    """On main each distinct filter was a uint8 mask over the table: 400 queries x 20,000
+    documents = 8 MB here (2.7 GiB for 5,000 x 200k). Two-id filters are now 16 bytes of rows each."""
+    from kolm_search.retrievers._batching import filter_selections
+
+    n, rng = 20_000, np.random.default_rng(4)
+    table = _id_table(n)
+    pairs = rng.integers(0, n, (400, 2))
+    filters = [{"id": {"$in": [f"d{a}", f"d{b}"]}} for a, b in pairs]
+    sel = filter_selections(table, filters)
+    assert sel.masks.shape == (1, 1) and (sel.mask_of == -1).all()  # no mask at all
+    assert sel.nbytes <= 400 * (2 * 8 + 8 + 8 + 8) + 64  # rows, ptr, mask_of and ids: grows with the matches
+    for i, f in enumerate(filters):
+        np.testing.assert_array_equal(sel.mask(i, n), table.filter_mask(f))
+    equal = filter_selections(table, [{"tags": "even"}, {"id": "d3"}, {"tags": "even"}, {}, {"id": "d3"}])
+    assert equal.ids.tolist() == [0, 1, 0, -1, 1] and len(equal.mask_of) == 2  # equal filters share one
+    assert equal.mask_of.tolist() == [0, -1] and equal.masks.shape == (1, n)  # a mask only for the large one
+
+
+def test_the_representation_switches_at_rows_share() -> None:
+    from kolm_search.retrievers._batching import filter_selections
+    from kolm_search.selection import ROWS_SHARE
+
+    n = 1600
+    table = _id_table(n)
+    cut = int(n * ROWS_SHARE)  # 100
+    small = {"id": {"$in": [f"d{i}" for i in range(cut)]}}
+    large = {"id": {"$in": [f"d{i}" for i in range(cut + 1)]}}
+    by_not = {"id": {"$nin": [f"d{i}" for i in range(n - cut)]}}  # a negation that leaves few
+    sel = filter_selections(table, [small, large, by_not, {"year": {"$gte": 1999}}, {"year": {"$gte": 1910}}])
+    assert sel.mask_of.tolist() == [-1, 0, -1, -1, 1]
+    for i, f in enumerate([small, large, by_not, {"year": {"$gte": 1999}}, {"year": {"$gte": 1910}}]):
+        np.testing.assert_array_equal(sel.mask(i, n), table.filter_mask(f))
+
+
+def _expected(f: dict[str, Any]) -> np.ndarray:
+    """The documents of CORPUS one of these filters keeps, from the documents themselves."""
+    keep = []
+    for d in CORPUS:
+        if "year" in f:
+            keep.append(d.metadata["year"] >= f["year"]["$gte"])  # type: ignore[index]
+        elif "tags" in f:
+            keep.append(d.id == f["id"] and "even" in (d.tags or []))
+        elif "id" in f:
+            keep.append(d.id in f["id"]["$in"])
+        else:
+            keep.append(True)
+    return np.array(keep)
+
+
+@functools.cache
+def _retriever(kind: str) -> tuple[BatchHashEmbedder, Any]:
+    """One retriever per kind over CORPUS for the whole module (they are never changed)."""
+    from kolm_search.retrievers.feedback import FeedbackRetriever
+
+    emb = BatchHashEmbedder()
+    return emb, {"bm25": lambda: BM25Retriever(CORPUS), "dense": lambda: DenseRetriever(CORPUS, emb),
+                 "feedback": lambda: FeedbackRetriever(BM25Retriever(CORPUS), "bo1")}[kind]()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(
+    st.lists(st.integers(0, 299), min_size=1, max_size=3).map(lambda r: {"id": {"$in": [f"doc-{i}" for i in r]}}),
+    st.integers(0, 299).map(lambda i: {"id": f"doc-{i}", "tags": "even"}),
+    st.integers(1990, 2019).map(lambda y: {"year": {"$gte": y}}),
+    st.just({})), min_size=1, max_size=12), st.sampled_from(["bm25", "dense", "feedback"]))
+def test_distinct_filters_per_query_give_the_brute_force_ranking(filters: list[dict[str, Any]], kind: str) -> None:
+    """Every query with its own filter (rows or masks, row-by-row or scanned): the top-k of
+    the unfiltered full ranking restricted to the filter's documents, bit for bit (BM25)."""
+    emb, ret = _retriever(kind)
+    texts = [E2E_QUERIES[i % len(E2E_QUERIES)] for i in range(len(filters))]
+    k = 5
+    frame = ret.retrieve_batch(QueryBatch(texts=texts, owner=np.arange(len(texts)), n_queries=len(texts), limit=k,
+                                          filters=filters, mode="fulltext" if kind != "dense" else "vector",
+                                          embeddings=emb.embed_many(texts) if kind == "dense" else None))
+    for q, f in enumerate(filters):
+        mask = _expected(f)
+        got = ret.table.ids[frame.doc[frame.ptr[q]:frame.ptr[q + 1]]].tolist()
+        if kind == "bm25":
+            want_ids, want_scores = brute_bm25(ret, texts[q], mask)
+            assert got == want_ids[:k]
+            assert frame.score[frame.ptr[q]:frame.ptr[q + 1]].astype(np.float32).tobytes() == want_scores[:k].tobytes()
+        elif kind == "dense":
+            want_ids, want_scores = brute_dense(ret, emb.embed_many([texts[q]])[0], mask)
+            assert_ranking(got, frame.score[frame.ptr[q]:frame.ptr[q + 1]], want_ids, want_scores, k)
+        else:  # the second pass is BM25 on the expanded query, under the same filter
+            alone = ret.retrieve_batch(QueryBatch(texts=[texts[q]], owner=[0], n_queries=1, limit=k, filters=[f],
+                                                  mode="fulltext"))
+            assert got == ret.table.ids[alone.doc].tolist()
+            assert all(mask[int(i[4:])] for i in got)

@@ -19,16 +19,17 @@ from numba import njit, types
 
 from kolm_search._kernels import resolve_threads, run_chunks
 from kolm_search._kernels.heap import heap_push, sort_heap, topk_rows_numpy
+from kolm_search._kernels.selection import selection_matrix_numpy
 from kolm_search._kernels.sig import f32, i64, ro, rw, u8
 
 __all__ = ["dense_topk", "dense_topk_numpy"]
 
-_SIGNATURE = types.void(ro(f32, 2), ro(f32, 2), ro(i64), ro(u8, 2), rw(f32, 2), rw(i64, 2), rw(i64),
-                        i64, i64, rw(f32), i64, i64)
+_SIGNATURE = types.void(ro(f32, 2), ro(f32, 2), ro(i64), ro(i64), ro(i64), ro(i64), ro(u8, 2), rw(f32, 2),
+                        rw(i64, 2), rw(i64), i64, i64, rw(f32), i64, i64)
 
 
 @njit(cache=True, inline="always")
-def _offer_row(row, bd, d0, m, masks, hs, hd, size, k):  # pragma: no cover - compiled
+def _offer_row(row, bd, d0, m, sel_ptr, sel_rows, sel_mask, masks, hs, hd, size, k):  # pragma: no cover - compiled
     """Offer ``row[:bd]`` (documents ``d0..d0+bd``) to one query's heap; returns its new size.
 
     Scanned 16 scores at a time: a branch-free test against the worst kept score skips whole
@@ -47,8 +48,21 @@ def _offer_row(row, bd, d0, m, masks, hs, hd, size, k):  # pragma: no cover - co
                 if size == k and s < hs[0]:
                     continue
                 d = d0 + t
-                if m >= 0 and masks[m, d] == 0:
-                    continue
+                if m >= 0:  # the selection test, written out (a call per candidate costs more)
+                    mm = sel_mask[m]
+                    if mm >= 0:
+                        if masks[mm, d] == 0:
+                            continue
+                    else:
+                        lo, hi = sel_ptr[m], sel_ptr[m + 1]
+                        while lo < hi:
+                            mid = (lo + hi) >> 1
+                            if sel_rows[mid] < d:
+                                lo = mid + 1
+                            else:
+                                hi = mid
+                        if lo >= sel_ptr[m + 1] or sel_rows[lo] != d:
+                            continue
                 size = heap_push(hs, hd, size, k, s, d)
             thr = hs[0] if size == k else -np.inf
         j = end
@@ -56,8 +70,8 @@ def _offer_row(row, bd, d0, m, masks, hs, hd, size, k):  # pragma: no cover - co
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
-def _dense_tiles(queries, docs, mask_ids, masks, heap_s, heap_d, sizes, tile_q, tile_d, buf, t0,
-                 t1):  # pragma: no cover - compiled
+def _dense_tiles(queries, docs, sel_ids, sel_ptr, sel_rows, sel_mask, masks, heap_s, heap_d, sizes, tile_q, tile_d,
+                 buf, t0, t1):  # pragma: no cover - compiled
     """Query tiles ``t0 <= t < t1`` against every document tile, heaps sorted at the end;
     ``buf`` (tile_q * tile_d,) holds one tile of scores."""
     m = queries.shape[0]
@@ -73,7 +87,8 @@ def _dense_tiles(queries, docs, mask_ids, masks, heap_s, heap_d, sizes, tile_q, 
             np.dot(qt, docs[d0:d1].T, s)
             for r in range(q1 - q0):
                 q = q0 + r
-                sizes[q] = _offer_row(s[r], d1 - d0, d0, mask_ids[q], masks, heap_s[q], heap_d[q], sizes[q], k)
+                sizes[q] = _offer_row(s[r], d1 - d0, d0, sel_ids[q], sel_ptr, sel_rows, sel_mask, masks, heap_s[q],
+                                      heap_d[q], sizes[q], k)
         for q in range(q0, q1):
             sort_heap(heap_s[q], heap_d[q], sizes[q])
 
@@ -92,14 +107,16 @@ def _single_threaded_blas() -> Any:
 
 
 def dense_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], k: int,
-               mask_ids: npt.NDArray[np.int64], masks: npt.NDArray[np.uint8], *, query_block: int | None = None,
+               sel_ids: npt.NDArray[np.int64], sel_ptr: npt.NDArray[np.int64], sel_rows: npt.NDArray[np.int64],
+               sel_mask: npt.NDArray[np.int64], masks: npt.NDArray[np.uint8], *, query_block: int | None = None,
                doc_block: int = 256, n_threads: int | None = None,
                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Exact top-``k`` of every query row: ``docs int64 (m, k), scores float32 (m, k),
     counts int64 (m,)``.
 
     ``queries`` float32 (m, d) and ``docs`` float32 (n, d) C-contiguous with one ``d``;
-    ``mask_ids`` int64 (m,) rows of ``masks`` uint8 (n_masks, n), -1 for no filter;
+    ``sel_ids, sel_ptr, sel_rows, sel_mask, masks`` each query's filter, the arrays of
+    :class:`kolm_search.selection.Selections` (checked by the caller);
     ``query_block`` queries per tile (default: the batch split over the threads, at most 512),
     ``doc_block`` documents per tile.
     """
@@ -116,7 +133,7 @@ def dense_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
     tile_d = max(1, int(doc_block))
 
     def chunk(t0: int, t1: int) -> None:
-        _dense_tiles(queries, docs, mask_ids, masks, heap_s, heap_d, sizes, tile_q, tile_d,
+        _dense_tiles(queries, docs, sel_ids, sel_ptr, sel_rows, sel_mask, masks, heap_s, heap_d, sizes, tile_q, tile_d,
                      np.empty(tile_q * tile_d, np.float32), t0, t1)
 
     with _single_threaded_blas():
@@ -124,11 +141,9 @@ def dense_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
     return heap_d, heap_s, sizes
 
 
-def dense_topk_numpy(scores: npt.NDArray[np.float32], mask_ids: npt.NDArray[np.int64], masks: npt.NDArray[np.uint8],
+def dense_topk_numpy(scores: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64], sel_ptr: npt.NDArray[np.int64],
+                     sel_rows: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64], masks: npt.NDArray[np.uint8],
                      k: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Numpy twin: a full score matrix (m, n) in, the same top-k rows out."""
-    valid = np.ones(scores.shape, bool)
-    for q in range(scores.shape[0]):
-        if mask_ids[q] >= 0:
-            valid[q] = masks[mask_ids[q]].astype(bool)
+    valid = selection_matrix_numpy(sel_ids, sel_ptr, sel_rows, sel_mask, masks, scores.shape[1])
     return topk_rows_numpy(scores, valid, k)

@@ -7,14 +7,16 @@ Inputs of :func:`sparse_topk`:
 - ``t_ptr`` int64 (V + 1,), ``t_docs`` int32 (nnz,), ``t_w`` float32 (nnz,): the postings of
   term t, documents ascending, each with its stored weight;
 - ``offsets`` float32 (n_q,): added to every candidate's score (the BM25L/BM25+ constants);
-- ``mask_ids`` int64 (n_q,), ``masks`` uint8 (n_masks, n_docs): the filter of each query
-  (-1: none).
+- ``sel_ids, sel_ptr, sel_rows, sel_mask, masks``: the filter of each query, the arrays of
+  :class:`kolm_search.selection.Selections` (sorted rows or a mask row per selection; -1: none).
 
 A document's score is ``sum(q_weight * t_w)`` over the query's postings that hold it, in
 query-term order, in float32; only documents holding at least one query term are candidates.
-Output rows are best first, equal scores by ascending document code. Scratch arrays are
-allocated by the wrapper, one set per thread (allocations inside a kernel cost seconds of
-compile time).
+Output rows are best first, equal scores by ascending document code. A query selecting few
+rows (cheaper to look up, by binary search in each query term's postings, than to scan the
+postings) is scored document at a time over those rows, with the same sums in the same order,
+so its results are those of the scan bit for bit. Scratch arrays are allocated by the wrapper,
+one set per thread (allocations inside a kernel cost seconds of compile time).
 """
 
 from __future__ import annotations
@@ -25,31 +27,56 @@ from numba import njit, types
 
 from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
 from kolm_search._kernels.heap import heap_push, sort_heap, topk_rows_numpy
+from kolm_search._kernels.selection import selection_matrix_numpy
 from kolm_search._kernels.sig import f32, i64, ro, rw, u8
 
-__all__ = ["sparse_topk", "sparse_topk_numpy"]
+__all__ = ["ROW_LOOKUP_COST", "sparse_topk", "sparse_topk_numpy"]
 
-_SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(f32), ro(i64),
-                        ro(u8, 2), i64, i64, rw(i64, 2), rw(f32, 2), rw(i64), rw(f32), rw(i64), rw(i64), rw(f32),
-                        rw(i64), i64, i64)
+ROW_LOOKUP_COST = 16  # a selected row costs about this many postings per query term (a binary search)
+_SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(f32), ro(i64), ro(i64),
+                        ro(i64), ro(i64), ro(u8, 2), i64, i64, i64, rw(i64, 2), rw(f32, 2), rw(i64), rw(f32), rw(i64),
+                        rw(i64), rw(f32), rw(i64), i64, i64)
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
-def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_ids, masks, k, dense_ratio, out_d,
-                  out_s, counts, acc, stamp, touched, hs, hd, q0, q1):  # pragma: no cover - compiled
+def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, sel_ids, sel_ptr, sel_rows, sel_mask, masks,
+                  k, dense_ratio, row_cost, out_d, out_s, counts, acc, stamp, touched, hs, hd, q0,
+                  q1):  # pragma: no cover - compiled
     """Queries ``q0 <= q < q1``; ``acc``, ``stamp`` (all < q0 on entry), ``touched`` (n_docs,)
-    and ``hs``, ``hd`` (k,) are this chunk's scratch. A query whose postings exceed
-    ``n_docs / dense_ratio`` accumulates into every document and scans them once; others
-    track the documents they touch."""
+    and ``hs``, ``hd`` (k,) are this chunk's scratch. A query selecting few rows scores them
+    one by one; one whose postings exceed ``n_docs / dense_ratio`` accumulates into every
+    document and scans them once; others track the documents they touch."""
     n_docs = acc.shape[0]
     for q in range(q0, q1):
-        m = mask_ids[q]
+        m = sel_ids[q]
         off = offsets[q]
         n_post = 0
         for j in range(q_ptr[q], q_ptr[q + 1]):
             n_post += t_ptr[q_terms[j] + 1] - t_ptr[q_terms[j]]
         size = 0
-        if n_post * dense_ratio > n_docs:  # dense: accumulate into every document, scan once
+        n_terms = q_ptr[q + 1] - q_ptr[q]
+        if m >= 0 and sel_mask[m] < 0 and (sel_ptr[m + 1] - sel_ptr[m]) * n_terms * row_cost < n_post:
+            for i in range(sel_ptr[m], sel_ptr[m + 1]):  # document at a time over the selected rows
+                d = sel_rows[i]
+                a = np.float32(0.0)
+                hit = False
+                for j in range(q_ptr[q], q_ptr[q + 1]):  # query-term order, as the scans below
+                    t = q_terms[j]
+                    lo, hi = t_ptr[t], t_ptr[t + 1]
+                    while lo < hi:  # binary search of d in t's postings (written out: no call in the loop)
+                        mid = (lo + hi) >> 1
+                        if t_docs[mid] < d:
+                            lo = mid + 1
+                        else:
+                            hi = mid
+                    if lo < t_ptr[t + 1] and t_docs[lo] == d:
+                        a += q_weights[j] * t_w[lo]
+                        hit = True
+                if hit:
+                    s = a + off
+                    if size < k or s >= hs[0]:
+                        size = heap_push(hs, hd, size, k, s, d)
+        elif n_post * dense_ratio > n_docs:  # dense: accumulate into every document, scan once
             for d in range(n_docs):
                 acc[d] = 0.0
             for j in range(q_ptr[q], q_ptr[q + 1]):
@@ -62,8 +89,23 @@ def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_i
             for d in range(n_docs):
                 if stamp[d] == q:
                     s = acc[d] + off
-                    if (size < k or s >= hs[0]) and (m < 0 or masks[m, d] != 0):
-                        size = heap_push(hs, hd, size, k, s, d)
+                    if size < k or s >= hs[0]:
+                        ok = True
+                        if m >= 0:  # the selection test, written out (a call per candidate costs more)
+                            mm = sel_mask[m]
+                            if mm >= 0:
+                                ok = masks[mm, d] != 0
+                            else:
+                                lo, hi = sel_ptr[m], sel_ptr[m + 1]
+                                while lo < hi:
+                                    mid = (lo + hi) >> 1
+                                    if sel_rows[mid] < d:
+                                        lo = mid + 1
+                                    else:
+                                        hi = mid
+                                ok = lo < sel_ptr[m + 1] and sel_rows[lo] == d
+                        if ok:
+                            size = heap_push(hs, hd, size, k, s, d)
         else:  # sparse: track the documents touched
             nt = 0
             for j in range(q_ptr[q], q_ptr[q + 1]):
@@ -80,8 +122,23 @@ def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_i
             for i in range(nt):
                 d = touched[i]
                 s = acc[d] + off
-                if (size < k or s >= hs[0]) and (m < 0 or masks[m, d] != 0):  # most stop at the worst kept
-                    size = heap_push(hs, hd, size, k, s, d)
+                if size < k or s >= hs[0]:  # most stop at the worst kept
+                    ok = True
+                    if m >= 0:
+                        mm = sel_mask[m]
+                        if mm >= 0:
+                            ok = masks[mm, d] != 0
+                        else:
+                            lo, hi = sel_ptr[m], sel_ptr[m + 1]
+                            while lo < hi:
+                                mid = (lo + hi) >> 1
+                                if sel_rows[mid] < d:
+                                    lo = mid + 1
+                                else:
+                                    hi = mid
+                            ok = lo < sel_ptr[m + 1] and sel_rows[lo] == d
+                    if ok:
+                        size = heap_push(hs, hd, size, k, s, d)
         sort_heap(hs, hd, size)
         for i in range(size):
             out_s[q, i] = hs[i]
@@ -91,15 +148,20 @@ def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_i
 
 def sparse_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_weights: npt.NDArray[np.float32],
                 t_ptr: npt.NDArray[np.int64], t_docs: npt.NDArray[np.int32], t_w: npt.NDArray[np.float32],
-                offsets: npt.NDArray[np.float32], mask_ids: npt.NDArray[np.int64], masks: npt.NDArray[np.uint8],
+                offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64], sel_ptr: npt.NDArray[np.int64],
+                sel_rows: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64], masks: npt.NDArray[np.uint8],
                 n_docs: int, k: int, *, n_threads: int | None = None, dense_ratio: int = 16,
+                row_cost: int = ROW_LOOKUP_COST,
                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Top-``k`` documents of every query: ``docs int64 (n_q, k), scores float32 (n_q, k),
     counts int64 (n_q,)`` (row q's first ``counts[q]`` entries are valid, best first).
 
     The caller guarantees the index layout (term ids below ``len(t_ptr) - 1``, pointers
-    monotone, documents below ``n_docs``, mask ids below ``len(masks)``). A query whose
-    postings exceed ``n_docs / dense_ratio`` takes the dense path (0: never; huge: always).
+    monotone, documents below ``n_docs``) and selections that fit it
+    (:meth:`kolm_search.selection.Selections.check`). A query whose postings exceed
+    ``n_docs / dense_ratio`` takes the dense path (0: never; huge: always); one whose selected
+    rows times its terms times ``row_cost`` (default :data:`ROW_LOOKUP_COST`; 0: always, huge:
+    never) are fewer than its postings is scored row by row.
     """
     c = np.ascontiguousarray
     n_q = len(q_ptr) - 1
@@ -109,23 +171,25 @@ def sparse_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
     threads = resolve_threads(n_threads) if n_q >= 16 else 1
     bounds = chunk_bounds(np.arange(n_q + 1, dtype=np.int64), threads)  # chunks of about equal query counts
     arrays = (c(q_ptr, np.int64), c(q_terms, np.int64), c(q_weights, np.float32), c(t_ptr, np.int64),
-              c(t_docs, np.int32), c(t_w, np.float32), c(offsets, np.float32), c(mask_ids, np.int64),
-              c(masks, np.uint8))
+              c(t_docs, np.int32), c(t_w, np.float32), c(offsets, np.float32), c(sel_ids, np.int64),
+              c(sel_ptr, np.int64), c(sel_rows, np.int64), c(sel_mask, np.int64), c(masks, np.uint8))
 
     def chunk(q0: int, q1: int) -> None:
         scratch = (np.zeros(n_docs, np.float32), np.full(n_docs, -1, np.int64), np.empty(n_docs, np.int64),
                    np.empty(k, np.float32), np.empty(k, np.int64))
-        _sparse_chunk(*arrays, int(k), int(dense_ratio), out_d, out_s, counts, *scratch, q0, q1)
+        _sparse_chunk(*arrays, int(k), int(dense_ratio), int(row_cost), out_d, out_s, counts, *scratch, q0, q1)
 
     run_chunks(chunk, bounds)
     return out_d, out_s, counts
 
 
-def sparse_topk_numpy(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, mask_ids, masks, n_docs, k):
+def sparse_topk_numpy(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, sel_ids, sel_ptr, sel_rows, sel_mask,
+                      masks, n_docs, k):
     """Numpy twin of :func:`sparse_topk` (a dense score matrix; the test oracle)."""
     n_q = len(q_ptr) - 1
     scores = np.zeros((n_q, n_docs), np.float32)
     hit = np.zeros((n_q, n_docs), bool)
+    allowed = selection_matrix_numpy(sel_ids, sel_ptr, sel_rows, sel_mask, masks, n_docs)
     for q in range(n_q):
         for j in range(q_ptr[q], q_ptr[q + 1]):
             t = q_terms[j]
@@ -133,6 +197,4 @@ def sparse_topk_numpy(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, ma
             np.add.at(scores[q], t_docs[sl], np.float32(q_weights[j]) * t_w[sl])
             hit[q, t_docs[sl]] = True
         scores[q] += offsets[q]
-        if mask_ids[q] >= 0:
-            hit[q] &= masks[mask_ids[q]].astype(bool)
-    return topk_rows_numpy(scores, hit, k)
+    return topk_rows_numpy(scores, hit & allowed, k)

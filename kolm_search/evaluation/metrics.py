@@ -51,7 +51,7 @@ from kolm_search import ids
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.evaluation.measures import MeasureSpec, metric_list, parse_measure
 from kolm_search.evaluation.self_hits import self_hit_mask, wants_self_hits_dropped
-from kolm_search.runs import as_qrels, as_run, check_ids, numeric_column, relevance_column
+from kolm_search.runs import as_run, check_ids, check_qrels, numeric_column
 
 __all__ = ["evaluate", "parse_metric", "ranking_order"]
 
@@ -205,7 +205,8 @@ def evaluate(
         raise KolmValueError(f"relevance_level must be an integer >= 1, got {relevance_level!r}")
     if missing not in ("ignore", "zero"):
         raise KolmValueError(f"missing must be 'ignore' or 'zero', got {missing!r}")
-    run_df, qrels_df = as_run(run), as_qrels(qrels)
+    run_df = as_run(run)
+    qrels_df, rel = check_qrels(qrels)  # the rules every trainer on qrels shares (fit_fusion)
     emptied: list[str] = []  # queries whose run held only self-hits: scored 0, as BEIR's pytrec_eval call does
     if wants_self_hits_dropped(qrels_df, drop_self_hits):
         hits = self_hit_mask(run_df)
@@ -214,9 +215,7 @@ def evaluate(
             run_df = run_df[~hits]
             emptied = sorted(before - set(run_df["qid"].astype(str)))
     check_ids(run_df, "run")
-    check_ids(qrels_df, "qrels")
     score32 = numeric_column(run_df, "score", "run").astype(np.float32)
-    rel = relevance_column(qrels_df)
     if any(s.kind == "err_cut" for s in specs) and len(rel) and rel.max() > 4:
         raise KolmValueError(f"ERR@k (gdeval's, as ir_measures computes it) takes grades up to 4; the qrels have "
                              f"grade {int(rel.max())}")

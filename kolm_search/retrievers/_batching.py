@@ -1,4 +1,4 @@
-"""Shared plumbing of the built-in retrievers: single-query shell, masks, expansion fusion."""
+"""Shared plumbing of the built-in retrievers: single-query shell, filter selections, expansion fusion."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from kolm_search.filters import parse_filter
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import fuse_frame
 from kolm_search.ports import BatchRetriever
+from kolm_search.selection import Selection, Selections
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
-__all__ = ["batch_from_context", "filter_masks", "frame_from_topk", "fuse_expansions", "retrieve_single", "text_masks"]
+__all__ = ["batch_from_context", "filter_selections", "frame_from_topk", "fuse_expansions", "retrieve_single",
+           "text_selections"]
 
-_KEEP_BYTES = 64 << 20  # a table keeps its last batch's masks up to this size
+_KEEP_BYTES = 64 << 20  # a table keeps its last batch's selections up to this size
 
 
 def batch_from_context(context: SearchPipelineContext, n_docs: int | None = None) -> QueryBatch:
@@ -36,17 +38,18 @@ def retrieve_single(retriever: BatchRetriever, context: SearchPipelineContext) -
     return table.documents(frame.doc, frame.score)
 
 
-def filter_masks(table: DocumentTable, filters: list[dict[str, Any]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
-    """Per-query mask ids (-1: unfiltered) and the distinct masks (n_masks, n_docs) uint8.
+def filter_selections(table: DocumentTable, filters: list[dict[str, Any]]) -> Selections:
+    """The :class:`~kolm_search.selection.Selections` of a batch's filters (one per query).
 
-    Each distinct filter (by its parsed tree) is compiled once per call, and the table keeps
-    the last call's masks (up to 64 MB): the children of a composite, which get the same batch,
-    compile once.
+    Each distinct filter (by its parsed tree) is evaluated once per call, to the rows it
+    matches or, when it matches many, to a mask; memory grows with what the filters match,
+    not with queries x documents. The table keeps the last call's selections (up to 64 MB):
+    the children of a composite, which get the same batch, evaluate once.
     A bad filter raises :class:`~kolm_search.filters.FilterError` (stage ``retriever``) naming
     the field and operator, its ``row`` the query's row in ``filters``.
     """
     if not any(filters):
-        return np.full(len(filters), -1, np.int64), np.ones((1, 1), np.uint8)
+        return Selections.none(len(filters))
     trees: list[Any] = []
     for i, f in enumerate(filters):
         try:
@@ -54,33 +57,31 @@ def filter_masks(table: DocumentTable, filters: list[dict[str, Any]]) -> tuple[n
         except KolmError as exc:
             raise FilterError(PIPELINE_STAGES.RETRIEVER, str(exc), cause=exc, row=i) from exc
     key = tuple(trees)
-    last = table.last_masks
+    last = table.last_selections
     if last is not None and last[0] == key:
-        return last[1], last[2]
+        return last[1]
     ids = np.full(len(filters), -1, np.int64)
-    masks: list[npt.NDArray[np.bool_]] = []
+    found: list[Selection] = []
     seen: dict[Any, int] = {}
     for i, tree in enumerate(trees):
         if tree is None:
             continue
         if tree not in seen:
             try:
-                masks.append(table.compile(tree))
+                found.append(table.select(tree))
             except KolmError as exc:
                 raise FilterError(PIPELINE_STAGES.RETRIEVER, str(exc), cause=exc, row=i) from exc
-            seen[tree] = len(masks) - 1
+            seen[tree] = len(found) - 1
         ids[i] = seen[tree]
-    stacked = np.stack(masks).astype(np.uint8) if masks else np.ones((1, 1), np.uint8)
-    ids.flags.writeable = stacked.flags.writeable = False
-    if stacked.nbytes <= _KEEP_BYTES:
-        table.last_masks = (key, ids, stacked)
-    return ids, stacked
+    out = Selections.build(ids, found)
+    if out.nbytes <= _KEEP_BYTES:
+        table.last_selections = (key, out)
+    return out
 
 
-def text_masks(batch: QueryBatch, table: DocumentTable) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
-    """Mask ids per *text* of the batch (each text inherits its query's filters)."""
-    q_ids, masks = filter_masks(table, batch.filters)
-    return q_ids[batch.owner], masks
+def text_selections(batch: QueryBatch, table: DocumentTable) -> Selections:
+    """Selections per *text* of the batch (each text inherits its query's filters)."""
+    return filter_selections(table, batch.filters).take(batch.owner)
 
 
 def frame_from_topk(docs: npt.NDArray[np.int64], scores: npt.NDArray[np.floating[Any]],

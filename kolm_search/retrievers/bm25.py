@@ -18,7 +18,12 @@ from kolm_search.errors import KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
-from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
+from kolm_search.retrievers._batching import (
+    frame_from_topk,
+    fuse_expansions,
+    retrieve_single,
+    text_selections,
+)
 from kolm_search.retrievers._persist import Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
 from kolm_search.retrievers.bm25_weights import (
@@ -29,7 +34,8 @@ from kolm_search.retrievers.bm25_weights import (
     weigh_postings,
 )
 from kolm_search.retrievers.postings import CollectionStats, Postings
-from kolm_search.retrievers.weighted import check_weighted, encode_weighted
+from kolm_search.retrievers.weighted import check_bound, check_weighted, encode_weighted, term_bounds
+from kolm_search.selection import Selections
 from kolm_search.text import Tokenizer
 from kolm_search.tokenizers import tokenizer_config
 from kolm_search.types import SearchDocument, SearchPipelineContext
@@ -92,6 +98,7 @@ class BM25Retriever:
     tf: npt.NDArray[np.int32] | None = None  # term frequency of each posting (None: a shard, or version 1)
     own_stats: bool | None = None  # weighted with its own statistics (None: unknown, version 1)
     revision = ""  # changes with every add/delete (response cache keys)
+    _bounds: tuple[Any, Any, npt.NDArray[np.float64]] | None = None  # (t_w, nonocc, term_bounds) of score_weighted
 
     def __init__(self, documents: Any, *, method: Method = "lucene", k1: float = 1.5, b: float = 0.75,
                  delta: float = 0.5, tokenizer: Tokenizer | None = None,
@@ -196,19 +203,20 @@ class BM25Retriever:
             ptr.append(len(ids))
         return np.asarray(ptr, np.int64), np.asarray(ids, np.int64)
 
-    def score_texts(self, texts: Sequence[str], k: int, mask_ids: npt.NDArray[np.int64] | None = None,
-                    masks: npt.NDArray[np.uint8] | None = None, *, offsets: npt.ArrayLike | None = None,
+    def score_texts(self, texts: Sequence[str], k: int, selections: Selections | None = None, *,
+                    offsets: npt.ArrayLike | None = None,
                     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """Top-``k`` documents of each text: ``(docs (m, k), scores (m, k), counts (m,))``.
+        """Top-``k`` documents of each text: ``(docs (m, k), scores (m, k), counts (m,))``, each
+        limited to its selection (:class:`~kolm_search.selection.Selections`, default all).
 
         ``offsets`` overrides the per-query BM25L/BM25+ constant (a sharded index passes the
         collection-wide one, see :meth:`CollectionStats.query_offsets`).
         """
         q_ptr, q_ids = self.encode(texts)
-        return self.score_encoded(q_ptr, q_ids, k, mask_ids, masks, offsets=offsets)
+        return self.score_encoded(q_ptr, q_ids, k, selections, offsets=offsets)
 
     def score_encoded(self, q_ptr: npt.NDArray[np.int64], q_ids: npt.NDArray[np.int64], k: int,
-                      mask_ids: npt.NDArray[np.int64] | None = None, masks: npt.NDArray[np.uint8] | None = None,
+                      selections: Selections | None = None,
                       *, offsets: npt.ArrayLike | None = None, weights: npt.NDArray[np.float32] | None = None,
                       ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """:meth:`score_texts` on token ids from :meth:`encode` (CSR ``q_ptr``, ``q_ids``);
@@ -220,32 +228,46 @@ class BM25Retriever:
         if offsets is None:
             offsets = reduce_offsets(self.nonocc[q_ids] * weights, q_ptr)
         offsets = np.ascontiguousarray(offsets, dtype=np.float32)
-        if mask_ids is None or masks is None:
-            mask_ids, masks = np.full(m, -1, np.int64), np.ones((1, 1), np.uint8)
-        k = min(check.top_k(k), max(len(self.table), 1))
+        n_docs = len(self.table)
+        sel = Selections.none(m) if selections is None else selections
+        try:
+            sel.check(m, n_docs)
+        except ValueError as exc:
+            raise KolmValueError(str(exc)) from exc
+        k = min(check.top_k(k), max(n_docs, 1))
         return load("sparse").sparse_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, offsets,
-                                          mask_ids, masks, len(self.table), k, n_threads=self.n_threads)
+                                          *sel.arrays(), n_docs, k, n_threads=self.n_threads)
 
     def score_weighted(self, q_ptr: npt.ArrayLike, q_ids: npt.ArrayLike, q_weights: npt.ArrayLike, k: int,
-                       mask_ids: npt.NDArray[np.int64] | None = None, masks: npt.NDArray[np.uint8] | None = None,
+                       selections: Selections | None = None,
                        ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Top-``k`` of weighted queries in CSR form (term ids, float32 weights): a document
-        scores ``sum w * bm25(term, doc)`` (:mod:`~kolm_search.retrievers.weighted`)."""
+        scores ``sum w * bm25(term, doc)`` (:mod:`~kolm_search.retrievers.weighted`); a query
+        whose scores could overflow float32 raises ``KolmValueError`` naming it, its term and the bound."""
+        incremental.sync(self)  # ids and bounds of the merged index
         ptr, ids, w = check_weighted(q_ptr, q_ids, q_weights, len(self.vocab), self.vocab)
-        return self.score_encoded(ptr, ids, k, mask_ids, masks, weights=w)
+        check_bound(ptr, ids, w, self._term_bounds(), self.vocab)
+        return self.score_encoded(ptr, ids, k, selections, weights=w)
 
-    def score_terms(self, queries: Sequence[Mapping[str, float]], k: int, mask_ids: npt.NDArray[np.int64] | None = None,
-                    masks: npt.NDArray[np.uint8] | None = None,
+    def _term_bounds(self) -> npt.NDArray[np.float64]:
+        """:func:`~kolm_search.retrievers.weighted.term_bounds` of the current arrays (computed
+        once per set of arrays: a rebuild or merge replaces them)."""
+        cached = self._bounds
+        if cached is None or cached[0] is not self.t_w or cached[1] is not self.nonocc:
+            cached = self._bounds = (self.t_w, self.nonocc, term_bounds(self.t_ptr, self.t_w, self.nonocc))
+        return cached[2]
+
+    def score_terms(self, queries: Sequence[Mapping[str, float]], k: int, selections: Selections | None = None,
                     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """:meth:`score_weighted` of queries given as analysed term -> weight (unknown terms dropped)."""
-        return self.score_weighted(*encode_weighted(self._vocab_index, queries), k, mask_ids, masks)
+        return self.score_weighted(*encode_weighted(self._vocab_index, queries), k, selections)
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""
-        mask_ids, masks = text_masks(batch, self.table)  # a bad filter fails in every mode
+        selections = text_selections(batch, self.table)  # a bad filter fails in every mode
         if batch.mode == "vector" or len(self.table) == 0:
             return CandidateFrame.empty(batch.n_queries)
-        docs, scores, counts = self.score_texts(batch.texts, batch.limit, mask_ids, masks)
+        docs, scores, counts = self.score_texts(batch.texts, batch.limit, selections)
         return fuse_expansions(frame_from_topk(docs, scores, counts), batch, k=self.fusion_k, n_docs=len(self.table))
 
     def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:

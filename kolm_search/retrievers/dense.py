@@ -19,10 +19,16 @@ from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.ports import Embedder
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
-from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
+from kolm_search.retrievers._batching import (
+    frame_from_topk,
+    fuse_expansions,
+    retrieve_single,
+    text_selections,
+)
 from kolm_search.retrievers._persist import Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
 from kolm_search.retrievers._vectors import embed_texts, normalise_rows
+from kolm_search.selection import Selections
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["DenseRetriever", "corpus_embeddings", "embed_texts", "exact_topk"]
@@ -65,7 +71,7 @@ def corpus_embeddings(embedder: Embedder, texts: Sequence[str], *, batch_size: i
 
 
 def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], k: int, *,
-               mask_ids: npt.NDArray[np.int64] | None = None, masks: npt.NDArray[np.uint8] | None = None,
+               selections: Selections | None = None,
                query_block: int | None = None, doc_block: int = 256, n_threads: int | None = None,
                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Exact inner-product top-k of each query row.
@@ -75,9 +81,9 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
     queries : float32 (m, d)
     docs : float32 (n, d)
     k : int
-    mask_ids : int64 (m,), optional
-        Row of ``masks`` allowed for each query (-1: all documents).
-    masks : uint8 (n_masks, n), optional
+    selections : Selections, optional
+        The documents each query may return (:class:`~kolm_search.selection.Selections`, one
+        per query row; default: all).
     query_block : int, optional
         Queries per tile (default: the batch split over the threads, at most 512).
     doc_block : int, default 256
@@ -96,14 +102,13 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
         raise KolmValueError(f"queries (m, d) and docs (n, d) must share d, got {q.shape} and {d.shape}")
     m, n = q.shape[0], d.shape[0]
     k = min(check.top_k(k), max(n, 1))
-    if mask_ids is None or masks is None:
-        mask_ids, masks = np.full(m, -1, np.int64), np.ones((1, 1), np.uint8)
-    mask_ids = np.ascontiguousarray(mask_ids, dtype=np.int64)
-    masks = np.ascontiguousarray(masks, dtype=np.uint8)
-    if m and n and (masks.ndim != 2 or mask_ids.shape != (m,) or mask_ids.max() >= len(masks)
-                    or (mask_ids.max() >= 0 and masks.shape[1] != n)):
-        raise KolmValueError(f"mask_ids {mask_ids.shape} and masks {masks.shape} do not fit {m} queries x {n} docs")
-    return load("dense").dense_topk(q, d, k, mask_ids, masks, query_block=query_block, doc_block=doc_block,
+    sel = Selections.none(m) if selections is None else selections
+    if m and n:
+        try:
+            sel.check(m, n)
+        except ValueError as exc:
+            raise KolmValueError(str(exc)) from exc
+    return load("dense").dense_topk(q, d, k, *sel.arrays(), query_block=query_block, doc_block=doc_block,
                                     n_threads=n_threads)
 
 
@@ -174,20 +179,21 @@ class DenseRetriever:
     def dim(self) -> int:
         return int(self.embeddings.shape[1])
 
-    def search_vectors(self, vectors: npt.ArrayLike, k: int, mask_ids: npt.NDArray[np.int64] | None = None,
-                       masks: npt.NDArray[np.uint8] | None = None) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """Top-``k`` of each query vector: ``(docs (m, k), scores (m, k), counts (m,))``."""
+    def search_vectors(self, vectors: npt.ArrayLike, k: int, selections: Selections | None = None,
+                       ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Top-``k`` of each query vector: ``(docs (m, k), scores (m, k), counts (m,))``, each
+        query limited to its selection (:class:`~kolm_search.selection.Selections`, default all)."""
         incremental.sync(self)
         q = np.asarray(vectors, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != self.dim:
             raise SearchError("retriever", f"query embeddings have shape {q.shape}; the index has dimension {self.dim}")
         if self.metric == "cosine":
             q = normalise_rows(q)
-        return exact_topk(q, self.embeddings, k, mask_ids=mask_ids, masks=masks, n_threads=self.n_threads)
+        return exact_topk(q, self.embeddings, k, selections=selections, n_threads=self.n_threads)
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""
-        mask_ids, masks = text_masks(batch, self.table)  # a bad filter fails in every mode
+        selections = text_selections(batch, self.table)  # a bad filter fails in every mode
         if batch.mode == "fulltext" or len(self.table) == 0:
             return CandidateFrame.empty(batch.n_queries)
         vectors = None if getattr(self, "embed_queries", False) else batch.embeddings
@@ -195,7 +201,7 @@ class DenseRetriever:
             if self.embedder is None:
                 raise SearchError("retriever", "DenseRetriever got no query embeddings and has no embedder")
             vectors = embed_texts(self.embedder, batch.texts)
-        docs, scores, counts = self.search_vectors(vectors, batch.limit, mask_ids, masks)
+        docs, scores, counts = self.search_vectors(vectors, batch.limit, selections)
         return fuse_expansions(frame_from_topk(docs, scores, counts), batch, k=self.fusion_k, n_docs=len(self.table))
 
     def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:

@@ -5,6 +5,11 @@ weights are computed for all queries at once (:mod:`kolm_search.retrievers.prf_w
 vocabulary ids: expansion terms are never turned back into text), and one kernel call runs
 the weighted queries (``sum w * bm25(term, doc)``). Filters apply to both passes.
 
+The weights are computed over the terms in text (code-point) order, and each weighted query
+is summed in that order, never in vocabulary-id order: ties between terms go to the term
+first in that order, and after ``add``/``delete`` (whose merged vocabulary is numbered unlike
+a rebuild's) expansions, float32 scores and tie order equal those over a rebuilt index bit for bit.
+
 The expanded query is visible: :meth:`FeedbackRetriever.expand` /
 :meth:`FeedbackRetriever.expanded_queries` return it, and a search writes it to the plan's
 metadata, ``response.plan.metadata["feedback"]`` (single search) and
@@ -29,7 +34,12 @@ import scipy.sparse as sp
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.retrievers import _validate as check
-from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
+from kolm_search.retrievers._batching import (
+    frame_from_topk,
+    fuse_expansions,
+    retrieve_single,
+    text_selections,
+)
 from kolm_search.retrievers._persist import Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
 from kolm_search.retrievers.bm25 import BM25Retriever
@@ -42,6 +52,7 @@ from kolm_search.retrievers.prf_weights import (
     rm3_expand,
     rm3_weights,
 )
+from kolm_search.selection import Selections
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["FEEDBACK_MODELS", "FeedbackRetriever"]
@@ -64,24 +75,35 @@ def _count(name: str, value: Any) -> int:
 _SHARED: weakref.WeakKeyDictionary[BM25Retriever, tuple[Any, ...]] = weakref.WeakKeyDictionary()
 
 
-def _term_counts(bm25: BM25Retriever, postings: Postings | None,
-                 ) -> tuple[sp.csr_matrix, npt.NDArray[np.float64]]:
-    """Term counts of ``bm25``'s documents, int32 CSR (n_docs, V), and collection frequencies
-    float64 (V,), shared by every feedback retriever of that index until it is rebuilt."""
+def text_order(vocab: Sequence[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The vocabulary in code-point order: ``order`` int64 (V,) term ids sorted by their text,
+    and its inverse ``rank`` int64 (V,) (``rank[order] == arange(V)``)."""
+    order = np.fromiter(sorted(range(len(vocab)), key=vocab.__getitem__), np.int64, len(vocab))
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return order, rank
+
+
+def _term_counts(bm25: BM25Retriever, postings: Postings | None) -> tuple[Any, ...]:
+    """``(tf, coll_freq, order, rank)`` of ``bm25``'s index, shared by every feedback retriever
+    of that index until it is rebuilt: :func:`text_order` of the vocabulary, the documents'
+    term counts int32 CSR (n_docs, V) whose column ``rank[t]`` is term ``t`` (columns in text
+    order) and collection frequencies float64 (V,) in that column order."""
     current = (len(bm25.table), len(bm25.vocab))
     hit = _SHARED.get(bm25)
     if hit is not None and hit[0] is bm25.t_ptr and hit[1] == current:
-        return hit[2], hit[3]
+        return hit[2:]
     n_docs, n_terms = current
+    order, rank = text_order(bm25.vocab)
     stored = getattr(bm25, "tf", None)  # the index's own term frequencies (kept for add/delete)
     if postings is None and stored is not None:
         t_ptr = np.asarray(bm25.t_ptr)
-        terms = np.repeat(np.arange(n_terms, dtype=np.int64), np.diff(t_ptr))
+        terms = rank[np.repeat(np.arange(n_terms, dtype=np.int64), np.diff(t_ptr))]
         counts = np.asarray(stored, dtype=np.int32)
         tf = sp.csr_matrix((counts, (np.asarray(bm25.t_docs), terms)), shape=(n_docs, n_terms), dtype=np.int32)
         coll_freq = np.bincount(terms, weights=counts, minlength=n_terms).astype(np.float64)
-        _SHARED[bm25] = (bm25.t_ptr, current, tf, coll_freq)
-        return tf, coll_freq
+        _SHARED[bm25] = (bm25.t_ptr, current, tf, coll_freq, order, rank)
+        return tf, coll_freq, order, rank
     post = postings
     if post is None or post.n_docs != len(bm25.table):  # stale after the index grew: count again
         post = Postings.from_tokens(bm25.tokenizer(t) for t in bm25.table.texts(bm25.fields))
@@ -89,11 +111,11 @@ def _term_counts(bm25: BM25Retriever, postings: Postings | None,
     if (ids < 0).any() or not np.array_equal(post.lengths, np.asarray(bm25.doc_len)):
         raise KolmValueError("FeedbackRetriever: the documents counted with the BM25 tokenizer do not match the "
                              "BM25 index (other terms or lengths); pass the index's postings=")
-    terms = ids[post.p_term]
+    terms = rank[ids[post.p_term]]
     tf = sp.csr_matrix((post.tf, (post.p_doc, terms)), shape=(n_docs, n_terms), dtype=np.int32)
     coll_freq = np.bincount(terms, weights=post.tf, minlength=n_terms).astype(np.float64)
-    _SHARED[bm25] = (bm25.t_ptr, current, tf, coll_freq)
-    return tf, coll_freq
+    _SHARED[bm25] = (bm25.t_ptr, current, tf, coll_freq, order, rank)
+    return tf, coll_freq, order, rank
 
 
 class FeedbackRetriever:
@@ -164,39 +186,50 @@ class FeedbackRetriever:
         self.bm25.table = value
 
     # -- collection term counts (built once per index) ------------------------------------
-    def _counts(self) -> tuple[sp.csr_matrix, npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
-        """Document term counts int32 CSR (n_docs, V), collection frequencies float64 (V,),
-        RM3-eligible terms bool (V,)."""
+    def _counts(self) -> tuple[Any, ...]:
+        """``(tf, coll_freq, eligible, order)``, columns in the terms' text order (see
+        :func:`_term_counts`): document term counts int32 CSR (n_docs, V), collection
+        frequencies float64 (V,), RM3-eligible terms bool (V,), and ``order`` int64 (V,) the
+        term id of each column."""
         bm25 = self.bm25
         current = (len(bm25.table), len(bm25.vocab))
         if self._cache is not None and self._cache[0] is bm25.t_ptr and self._cache[1] == current:
-            return self._cache[2], self._cache[3], self._cache[4]
+            return self._cache[2:]
         postings = self._postings if bm25.revision == self._postings_revision else None  # stale after add/delete
-        tf, coll_freq = _term_counts(bm25, postings)
+        tf, coll_freq, order, _ = _term_counts(bm25, postings)
         df = np.diff(np.asarray(bm25.t_ptr))
         eligible = np.array([_ELIGIBLE.fullmatch(t) is not None for t in bm25.vocab], dtype=bool)
         eligible &= df <= self.max_df_ratio * len(bm25.table)
-        self._cache = (bm25.t_ptr, current, tf, coll_freq, eligible)
-        return tf, coll_freq, eligible
+        self._cache = (bm25.t_ptr, current, tf, coll_freq, eligible[order], order)
+        return self._cache[2:]
 
     # -- expansion ---------------------------------------------------------------------
-    def _expand(self, texts: Sequence[str], mask_ids: npt.NDArray[np.int64] | None = None,
-                masks: npt.NDArray[np.uint8] | None = None) -> sp.csr_matrix:
-        """Expanded weighted queries, float64 CSR (len(texts), V)."""
+    def _expand(self, texts: Sequence[str], selections: Selections | None = None,
+                ) -> tuple[sp.csr_matrix, npt.NDArray[np.int64]]:
+        """Expanded weighted queries, float64 CSR (len(texts), V) over the terms in text order
+        (column ``j`` is term id ``order[j]``), and ``order``.
+
+        Every step works on that column order, so ties in a top-k go to the term first in
+        code-point order and every sum runs in text order: the result depends on the indexed
+        documents only, never on the vocabulary's numbering (a merged ``add``/``delete``
+        numbers terms unlike a rebuild, and its feedback still equals the rebuild's bit for bit).
+        """
         bm25 = self.bm25
-        tf, coll_freq, eligible = self._counts()
+        tf, coll_freq, eligible, order = self._counts()
         m, n_terms = len(texts), len(bm25.vocab)
         q_ptr, q_ids = bm25.encode(texts)
-        query_tf = sp.csr_matrix((np.ones(len(q_ids)), q_ids, q_ptr), shape=(m, n_terms))
+        rank = np.empty(n_terms, np.int64)
+        rank[order] = np.arange(n_terms, dtype=np.int64)
+        query_tf = sp.csr_matrix((np.ones(len(q_ids)), rank[q_ids], q_ptr), shape=(m, n_terms))
         if len(bm25.table) == 0 or m == 0:
-            return sp.csr_matrix((m, n_terms))
-        docs, scores, counts = bm25.score_encoded(q_ptr, q_ids, self.fb_docs, mask_ids, masks)
+            return sp.csr_matrix((m, n_terms)), order
+        docs, scores, counts = bm25.score_encoded(q_ptr, q_ids, self.fb_docs, selections)
         keep = np.arange(docs.shape[1])[None, :] < counts[:, None]
         fb_docs, owner = docs[keep], np.nonzero(keep)[0]
         fb_tf = tf[fb_docs]
         if self.model == "rm3":
             rm = rm3_weights(fb_tf, owner, scores[keep], m, fb_terms=self.fb_terms, eligible=eligible)
-            return rm3_expand(query_tf, rm, self.original_weight)
+            return rm3_expand(query_tf, rm, self.original_weight), order
         tfx, df, n_fb = feedback_counts(fb_tf, owner, m)
         fb_len = np.bincount(owner, weights=np.asarray(bm25.doc_len, dtype=np.float64)[fb_docs], minlength=m)
         n_docs, coll_len = len(bm25.table), int(np.asarray(bm25.doc_len).sum())
@@ -205,22 +238,22 @@ class FeedbackRetriever:
         else:
             weights = kl_weights(tfx, fb_len, coll_freq, coll_len)
         return dfr_expand(query_tf, weights, tfx, df, n_fb, model=self.model, fb_terms=self.fb_terms,
-                          n_docs=n_docs, coll_len=coll_len, fb_len=fb_len)
+                          n_docs=n_docs, coll_len=coll_len, fb_len=fb_len), order
 
-    def _as_dicts(self, expanded: sp.csr_matrix) -> list[dict[str, float]]:
+    def _as_dicts(self, expanded: sp.csr_matrix, order: npt.NDArray[np.int64]) -> list[dict[str, float]]:
+        """Each row of :meth:`_expand`'s matrix as term -> weight, heaviest first (ties in text order)."""
         vocab, out = self.bm25.vocab, []
         for i in range(expanded.shape[0]):
             lo, hi = expanded.indptr[i], expanded.indptr[i + 1]
-            ids, w = expanded.indices[lo:hi], expanded.data[lo:hi]
-            order = np.lexsort((ids, -w))
-            out.append({vocab[int(ids[j])]: float(w[j]) for j in order})
+            cols, w = expanded.indices[lo:hi], expanded.data[lo:hi]
+            out.append({vocab[int(order[cols[j]])]: float(w[j]) for j in np.lexsort((cols, -w))})
         return out
 
     def expand(self, texts: Sequence[str]) -> list[dict[str, float]]:
         """The expanded query of each text: analysed term -> weight, heaviest first."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise KolmTypeError("texts must be a sequence of str")
-        return self._as_dicts(self._expand(list(texts)))
+        return self._as_dicts(*self._expand(list(texts)))
 
     def expanded_queries(self, queries: Sequence[str] | pd.DataFrame) -> pd.DataFrame:
         """The expanded queries as a DataFrame ``qid, term, weight`` (heaviest first per query);
@@ -240,14 +273,15 @@ class FeedbackRetriever:
         """Candidates of every query of ``batch`` from its expanded weighted queries (several
         planned queries of one batch query fused by RRF, as :class:`BM25Retriever` does)."""
         bm25 = self.bm25
-        mask_ids, masks = text_masks(batch, bm25.table)
+        selections = text_selections(batch, bm25.table)
         if batch.mode == "vector" or len(bm25.table) == 0:
             return CandidateFrame.empty(batch.n_queries)
-        expanded = self._expand(batch.texts, mask_ids, masks)
-        docs, scores, counts = bm25.score_weighted(expanded.indptr, expanded.indices, expanded.data, batch.limit,
-                                                   mask_ids, masks)
+        expanded, order = self._expand(batch.texts, selections)
+        # each query's terms in text order (the CSR's column order): the kernel sums in that order
+        docs, scores, counts = bm25.score_weighted(expanded.indptr, order[expanded.indices], expanded.data,
+                                                   batch.limit, selections)
         if batch.metadata is not None:
-            per_text = self._as_dicts(expanded)
+            per_text = self._as_dicts(expanded, order)
             bounds = np.searchsorted(batch.owner, np.arange(batch.n_queries + 1))  # owner is non-decreasing
             for q, md in enumerate(batch.metadata):
                 if isinstance(md, dict):

@@ -1,10 +1,13 @@
 """Pseudo-relevance feedback weights (RM3, Bo1, KL) as array functions, for a batch at once.
 
-Inputs are sparse matrices over the index's term ids (``V`` columns): the term counts of the
+Inputs are sparse matrices over the index's terms (``V`` columns): the term counts of the
 feedback documents (one row per document, ``owner`` giving its query) and each query's own
-term counts. Outputs are weighted queries, one CSR row per query (term id -> weight), ready for
+term counts. Outputs are weighted queries, one CSR row per query (column -> weight), ready for
 :meth:`~kolm_search.retrievers.bm25.BM25Retriever.score_weighted`. Ties in every top-``k``
-selection go to the smaller term id (Anserini's and Terrier's hash order is not reproducible).
+selection go to the smaller column (Anserini's and Terrier's hash order is not reproducible),
+and sums along a row run in column order: :class:`~kolm_search.retrievers.feedback.FeedbackRetriever`
+numbers the columns in the terms' text (code-point) order, so ties go to the term first in that
+order and no weight depends on how the vocabulary happens to be numbered.
 A query is its indexed terms: a term the index lacks can match nothing and is left out of the
 query's normalisation and term count (Anserini and Terrier keep it there).
 

@@ -9,6 +9,12 @@ Rules shared by :meth:`BM25Retriever.score_weighted` and :meth:`BM25Retriever.sc
 weights must be finite and ``>= 0`` (else :class:`KolmValueError` naming the query and the term);
 a zero weight and a term absent from the index are dropped (they could only match documents
 with score 0); a term given twice in CSR form counts twice (repeats sum, as in a text query).
+
+Scores are float32 sums, so a query whose weights could carry a score past float32's range
+is refused (:func:`check_bound`): for every query, ``sum_t w_t * (max posting weight of t +
+|non-occurrence constant of t|)``, computed in float64, must stay within half of float32's
+maximum (:data:`SCORE_BOUND`, a margin for the float32 rounding of the sum). No weighted query
+scores ``inf`` or ``nan``; the error names the query, its heaviest term and weight, and the bound.
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ import numpy.typing as npt
 
 from kolm_search.errors import KolmTypeError, KolmValueError
 
-__all__ = ["check_weighted", "encode_weighted"]
+__all__ = ["SCORE_BOUND", "check_bound", "check_weighted", "encode_weighted", "term_bounds"]
 
 _F32_MAX = float(np.finfo(np.float32).max)
+SCORE_BOUND = _F32_MAX / 2  # a weighted query's largest possible score must stay below this
 
 
 def encode_weighted(vocab_index: Mapping[str, int], queries: Sequence[Mapping[str, float]],
@@ -113,3 +120,52 @@ def check_weighted(q_ptr: npt.ArrayLike, q_ids: npt.ArrayLike, q_weights: npt.Ar
     new_ptr = np.zeros_like(ptr)
     np.cumsum(np.bincount(rows[keep], minlength=len(ptr) - 1), out=new_ptr[1:])
     return new_ptr, ids[keep], np.ascontiguousarray(w[keep])
+
+
+def term_bounds(t_ptr: npt.ArrayLike, t_w: npt.ArrayLike, nonocc: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """The largest score a unit weight of each term can add, float64 (V,): its largest
+    posting weight in absolute value plus its non-occurrence constant's (``t_ptr`` int (V + 1,),
+    ``t_w`` float (nnz,), ``nonocc`` float (V,))."""
+    ptr = np.asarray(t_ptr, dtype=np.int64)
+    n_terms = len(ptr) - 1
+    weights = np.abs(np.asarray(t_w, dtype=np.float64))
+    out = np.zeros(n_terms, np.float64)
+    has = np.diff(ptr) > 0
+    if has.any():
+        out[has] = np.maximum.reduceat(weights, ptr[:-1][has])  # non-empty segments only
+    return out + np.abs(np.asarray(nonocc, dtype=np.float64))
+
+
+def check_bound(q_ptr: npt.NDArray[np.int64], q_ids: npt.NDArray[np.int64], q_weights: npt.NDArray[np.float32],
+                bounds: npt.NDArray[np.float64], vocab: Sequence[str] | None = None) -> None:
+    """Refuse weighted queries whose score could leave float32's range.
+
+    Parameters
+    ----------
+    q_ptr, q_ids, q_weights
+        Checked CSR weighted queries (:func:`check_weighted`).
+    bounds : float64 (V,)
+        :func:`term_bounds` of the index.
+
+    Raises
+    ------
+    KolmValueError
+        Naming the first query whose ``sum w * bound`` exceeds :data:`SCORE_BOUND`, its
+        heaviest term (by ``w * bound``), that term's weight, and the bound.
+    """
+    if not len(q_ids):
+        return
+    contrib = q_weights.astype(np.float64) * bounds[q_ids]
+    padded = np.append(contrib, 0.0)
+    totals = np.where(np.diff(q_ptr) > 0, np.add.reduceat(padded, q_ptr[:-1]), 0.0)
+    over = totals > SCORE_BOUND
+    if not over.any():
+        return
+    q = int(np.argmax(over))
+    lo, hi = int(q_ptr[q]), int(q_ptr[q + 1])
+    j = lo + int(np.argmax(contrib[lo:hi]))
+    term = repr(vocab[int(q_ids[j])]) if vocab is not None else f"id {int(q_ids[j])}"
+    raise KolmValueError(
+        f"weighted query {q}: term {term} has weight {float(q_weights[j]):.7g}; the query's scores could reach "
+        f"{float(totals[q]):.4g} (sum of weight x largest posting weight per term), above the bound "
+        f"{SCORE_BOUND:.4g} (half of float32's maximum): scale the weights down")
