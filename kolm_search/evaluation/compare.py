@@ -93,6 +93,17 @@ def _correct(p: npt.NDArray[np.float64], correction: str) -> npt.NDArray[np.floa
     raise KolmValueError(f"correction must be 'none', 'bonferroni' or 'holm', got {correction!r}")
 
 
+def _check_names(names: Sequence[Any]) -> None:
+    """Refuse two run names whose text is equal (``1`` and ``"1"``): reports and files show names
+    as text, where one run would hide the other."""
+    seen: dict[str, Any] = {}
+    for name in names:
+        other = seen.setdefault(str(name), name)
+        if other is not name:
+            raise KolmValueError(f"two runs have names whose text is equal, {other!r} and {name!r}: reports show "
+                                 "names as text, so one would hide the other; rename one")
+
+
 def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any, *,
                     relevance_level: int = 1, drop_self_hits: bool | None = None) -> dict[str, pd.DataFrame]:
     """Per-query scores of every run on a common query set: ``{metric: DataFrame qid x run}``
@@ -155,6 +166,7 @@ def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any = 
     if test not in TESTS:
         raise KolmValueError(f"test must be one of {TESTS}, got {test!r}")
     names = list(runs)
+    _check_names(names)
     base = names[0] if baseline is None else baseline
     if base not in runs:
         raise KolmValueError(f"baseline {base!r} is not one of the runs {names}")

@@ -10,19 +10,22 @@ by hand (no jinja2, no tabulate), so nothing optional is needed at call time.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pandas as pd
 
 from kolm_search.errors import KolmValueError
 
-__all__ = ["ComparisonTable", "to_latex", "to_markdown"]
+__all__ = ["ComparisonTable", "latex_escape", "markdown_escape", "to_latex", "to_markdown"]
 
 TEST_NAMES = {"t": "paired t-test", "wilcoxon": "Wilcoxon signed-rank test",
               "fisher": "Fisher's randomisation test", "bootstrap": "paired bootstrap test"}
 CORRECTION_NAMES = {"none": "no correction for multiple testing", "bonferroni": "Bonferroni correction",
                     "holm": "Holm-Bonferroni correction"}
 _COLUMNS = ("run", "metric", "mean", "delta", "significant")
+_MARKDOWN_SPECIAL = frozenset("\\|*_`[]<>~&")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 
@@ -95,7 +98,8 @@ def _grid(table: pd.DataFrame, digits: int) -> tuple[list[str], list[str], dict[
     return runs, metrics, cells
 
 
-def _caption(settings: dict[str, Any], marks: set[str], caption: str | None) -> str:
+def _caption(settings: dict[str, Any], marks: set[str], caption: str | None, name: Any = str) -> str:
+    """The caption (``caption`` itself when given); ``name`` renders the baseline's name."""
     if caption is not None:
         return caption
     test = TEST_NAMES.get(settings["test"], str(settings["test"]))
@@ -104,7 +108,7 @@ def _caption(settings: dict[str, Any], marks: set[str], caption: str | None) -> 
     correction = CORRECTION_NAMES.get(settings["correction"], str(settings["correction"]))
     n = settings.get("n_queries")
     text = f"Mean over {n} queries; best" if n is not None else "Means; best"
-    text += (f" per metric in bold. Significance against the baseline {settings['baseline']}: two-sided {test}, "
+    text += (f" per metric in bold. Significance against the baseline {name(str(settings['baseline']))}: two-sided {test}, "
              f"{correction}, p < {settings['alpha']:g}")
     if marks:
         text += "; " + ", ".join(f"{m} significantly {'higher' if m == '†' else 'lower'}" for m in sorted(marks))
@@ -112,6 +116,20 @@ def _caption(settings: dict[str, Any], marks: set[str], caption: str | None) -> 
     if settings.get("self_hits_dropped"):
         text += " Documents whose id is the query's were removed from the runs before scoring, as BEIR does."
     return text
+
+
+def markdown_escape(text: str) -> str:
+    """``text`` as the content of one Markdown table cell: CommonMark's inline syntax and the
+    cell separator ``|`` backslash-escaped, each line break (``\\n``, ``\\r``, ``\\r\\n``) written
+    ``<br>`` so the cell stays on its row."""
+    escaped = "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in text)
+    return _LINE_BREAK.sub("<br>", escaped)
+
+
+def latex_escape(text: str) -> str:
+    """``text`` for LaTeX: its special characters escaped, each line break a space (a blank line
+    would end the paragraph inside a ``tabular``)."""
+    return _LINE_BREAK.sub(" ", "".join(_LATEX_ESCAPES.get(c, c) for c in text))
 
 
 def to_markdown(table: pd.DataFrame, *, digits: int = 4, caption: str | None = None, **settings: Any) -> str:
@@ -122,10 +140,7 @@ def to_markdown(table: pd.DataFrame, *, digits: int = 4, caption: str | None = N
     """
     conf = _settings(table, settings)
     runs, metrics, cells = _grid(table, digits)
-
-    def esc(text: str) -> str:
-        return "".join("\\" + c if c in "\\|*_`[]<>" else c for c in text)
-
+    esc = markdown_escape
     lines = ["| Run | " + " | ".join(esc(m) for m in metrics) + " |", "|:--|" + "--:|" * len(metrics)]
     for run in runs:
         name = esc(run) + (" (baseline)" if run == str(conf["baseline"]) else "")
@@ -135,7 +150,7 @@ def to_markdown(table: pd.DataFrame, *, digits: int = 4, caption: str | None = N
             parts.append((f"**{text}**" if bold else text) + mark)
         lines.append(f"| {name} | " + " | ".join(parts) + " |")
     marks = {m for _, _, m in cells.values() if m}
-    return "\n".join(lines) + "\n\nTable: " + _caption(conf, marks, caption) + "\n"
+    return "\n".join(lines) + "\n\nTable: " + _caption(conf, marks, caption, esc) + "\n"
 
 
 def to_latex(table: pd.DataFrame, *, digits: int = 4, caption: str | None = None, label: str | None = None,
@@ -146,8 +161,7 @@ def to_latex(table: pd.DataFrame, *, digits: int = 4, caption: str | None = None
     conf = _settings(table, settings)
     runs, metrics, cells = _grid(table, digits)
 
-    def esc(text: str) -> str:
-        return "".join(_LATEX_ESCAPES.get(c, c) for c in text)
+    esc = latex_escape
 
     marks = {m for _, _, m in cells.values() if m}
     lines = [r"\begin{table}[t]", r"  \centering",
