@@ -16,7 +16,7 @@ from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.io._text import text_lines
 from kolm_search.io.trec import read_qrels
 
-__all__ = ["Dataset", "SELF_HITS_ATTR", "load_beir"]
+__all__ = ["Dataset", "SELF_HITS_ATTR", "load_beir", "load_beir_qrels"]
 
 SELF_HITS_ATTR = "drop_self_hits"
 """Key in a qrels frame's ``attrs`` saying documents whose id is the query's are dropped from
@@ -190,9 +190,26 @@ def load_beir(path: str | Path, split: str = "test") -> Dataset:
     the file (and the line, or the column and row) for a missing file, malformed JSON, TSV or
     parquet, duplicate ids, or a non-integer relevance.
     """
+    root = _root(path)
+    qrels = _read_qrels(root, split)
+    return Dataset(corpus=_read_corpus(_find(root, "corpus.jsonl")), queries=_read_queries(_find(root, "queries.jsonl")),
+                   qrels=qrels, name=root.name)
+
+
+def load_beir_qrels(path: str | Path, split: str = "test") -> pd.DataFrame:
+    """The qrels of a BEIR folder, as :func:`load_beir` gives them (``attrs`` included), without
+    reading its corpus."""
+    return _read_qrels(_root(path), split)
+
+
+def _root(path: str | Path) -> Path:
     root = Path(path)
     if not root.is_dir():
         raise KolmValueError(f"BEIR folder {str(root)!r} does not exist")
+    return root
+
+
+def _read_qrels(root: Path, split: str) -> pd.DataFrame:
     qrels_path = next((p for p in (root / "qrels" / f"{split}{ext}" for ext in (".tsv", ".tsv.gz", ".parquet"))
                        if p.is_file()), None)
     if qrels_path is None:
@@ -200,10 +217,9 @@ def load_beir(path: str | Path, split: str = "test") -> Dataset:
             if (root / "qrels").is_dir() else []
         available = sorted({p.name.removesuffix(".gz").removesuffix(".tsv").removesuffix(".parquet") for p in found})
         raise KolmValueError(f"{str(root)!r} has no qrels for split {split!r}; available: {available}")
-    dataset = Dataset(corpus=_read_corpus(_find(root, "corpus.jsonl")), queries=_read_queries(_find(root, "queries.jsonl")),
-                      qrels=read_qrels(qrels_path), name=root.name)
-    dataset.drop_self_hits = _is_beir_name(root.name)
-    return dataset
+    qrels = read_qrels(qrels_path)
+    qrels.attrs[SELF_HITS_ATTR] = _is_beir_name(root.name)
+    return qrels
 
 
 def _is_beir_name(name: str) -> bool:
