@@ -184,10 +184,15 @@ def _report(runs: dict[str, Any], qrels: Any, args: argparse.Namespace, measures
     names = [m for m in measures if m != RUNID]
     specs = [parse_measure(m) for m in metric_list(names)]
     results = []
+    from kolm_search.errors import FrameValidationError
+
     for name, run in runs.items():
-        table = evaluate(run, qrels, names, per_query=True, relevance_level=args.level or 1,
-                         missing="zero" if args.complete else "ignore", drop_self_hits=drop_self_hits,
-                         judged_only=args.judged_only)
+        try:
+            table = evaluate(run, qrels, names, per_query=True, relevance_level=args.level or 1,
+                             missing="zero" if args.complete else "ignore", drop_self_hits=drop_self_hits,
+                             judged_only=args.judged_only)
+        except FrameValidationError as exc:
+            raise FrameValidationError(f"run {name}: {exc}") from exc
         assert isinstance(table, pd.DataFrame)
         results.append(RunEvaluation(name, aggregate(table, specs), table if args.per_query else None))
     text = format_evaluations(results, specs, args.format or "table", digits=args.digits, runid=runid)
@@ -215,7 +220,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from kolm_search.io import read_run
 
     qrels = load_qrels_arg(args.qrels, args.split, args.cache_dir)
-    runs = {name: read_run(path) for name, path in zip(run_names(args.targets), args.targets, strict=True)}
+    # evaluate refuses a document given twice for a query (naming it): no need to check at reading too
+    runs = {name: read_run(path, progress=None if not args.quiet else False, check_duplicates=False)
+            for name, path in zip(run_names(args.targets), args.targets, strict=True)}
     drop = {"auto": None, "drop": True, "keep": False}[args.self_hits]
     return _report(runs, qrels, args, _measures(args, "official"), drop)
 
