@@ -27,7 +27,15 @@ from kolm_search.errors import (
     SchemaValidationError,
     SearchError,
 )
-from kolm_search.evaluation import Experiment, compare, cross_validate, evaluate, optimize_fusion
+from kolm_search.evaluation import (
+    Experiment,
+    compare,
+    compare_runs,
+    cross_validate,
+    evaluate,
+    optimize_fusion,
+    precision_recall_curve,
+)
 from kolm_search.evaluation.optimize import fit_fusion
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import FittedFusion, fuse, merge_with_rrf, rrf_score
@@ -116,6 +124,7 @@ __all__ = [
     "Tokenizer",
     "__version__",
     "compare",
+    "compare_runs",
     "cross_validate",
     "evaluate",
     "fit_fusion",
@@ -123,6 +132,7 @@ __all__ = [
     "load_dataset",
     "merge_with_rrf",
     "optimize_fusion",
+    "precision_recall_curve",
     "presets",
     "read_qrels",
     "read_run",

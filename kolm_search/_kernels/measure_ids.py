@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["ANY_LEVEL", "METRIC_IDS", "Measure", "N_PARAMS", "WHOLE_RANKING"]
+__all__ = [
+    "ANY_LEVEL", "DIVERSITY_IDS", "Diversity", "EXPONENTIAL", "MAX_EXP_GRADE", "METRIC_IDS", "Measure", "N_PARAMS",
+    "WHOLE_RANKING",
+]
 
 N_PARAMS = 3  # float parameters per measure (utility's three coefficients are the most)
 
@@ -55,6 +58,9 @@ class Measure(IntEnum):
     NDCG_REL = 33  # nDCG averaged over the relevant documents (ndcg_rel)
     RNDCG = 34  # nDCG averaged over the R levels of the judgements (Rndcg)
     NUM_Q = 35  # 1 for every evaluated query (num_q)
+    DCG = 36  # discounted cumulative gain of the top k, linear gains (the grades) over log2(rank + 1)
+    DCG_EXP = 37  # DCG with exponential gains 2**grade - 1 (ir_measures' dcg='exp-log2')
+    NDCG_EXP = 38  # nDCG with exponential gains (nDCG(dcg='exp-log2')@k)
 
 
 METRIC_IDS: dict[str, Measure] = {
@@ -68,7 +74,7 @@ METRIC_IDS: dict[str, Measure] = {
     "relative_P": Measure.RELATIVE_P, "Rprec_mult": Measure.RPREC_MULT, "utility": Measure.UTILITY,
     "gm_map": Measure.GM_MAP, "gm_bpref": Measure.GM_BPREF, "num_nonrel_judged_ret": Measure.NUM_NONREL_JUDGED_RET,
     "binG": Measure.BING, "G": Measure.G, "ndcg_rel": Measure.NDCG_REL, "Rndcg": Measure.RNDCG,
-    "num_q": Measure.NUM_Q,
+    "num_q": Measure.NUM_Q, "dcg": Measure.DCG, "dcg_exp": Measure.DCG_EXP, "ndcg_exp": Measure.NDCG_EXP,
 }
 """The kernel's measures by their family name (trec_eval's where it has one)."""
 
@@ -81,5 +87,26 @@ WHOLE_RANKING = frozenset({
 """Measures of the whole ranking: their cutoff is not read."""
 
 ANY_LEVEL = frozenset({Measure.NDCG, Measure.NDCG_CUT, Measure.JUDGED, Measure.NUM_RET, Measure.ERR_CUT,
-                       Measure.G, Measure.NDCG_REL, Measure.NUM_Q})
+                       Measure.G, Measure.NDCG_REL, Measure.NUM_Q, Measure.DCG, Measure.DCG_EXP, Measure.NDCG_EXP})
+EXPONENTIAL = frozenset({Measure.DCG_EXP, Measure.NDCG_EXP})
+"""Measures with gains ``2**grade - 1``: grades above :data:`MAX_EXP_GRADE` are refused (the gain would overflow)."""
+MAX_EXP_GRADE = 64
 """Measures that read graded gains, not the relevance level."""
+
+
+class Diversity(IntEnum):
+    """Measures over subtopic qrels (the diversity kernel), as ndeval (TREC Web track) computes
+    them with redundancy intolerance alpha: a document's gain at a rank is the sum, over the
+    subtopics it is relevant to, of ``(1 - alpha) ** (documents relevant to that subtopic above
+    it)``."""
+
+    ALPHA_DCG = 0  # alpha-DCG@k over the "ideal ideal" (every subtopic at every rank), ndeval's
+    ALPHA_NDCG = 1  # alpha-DCG@k over that of the greedy ideal ranking of the judged documents
+    ERR_IA = 2  # intent-aware ERR@k, the gains over rank, over the ideal ideal (ndeval's ERR-IA)
+    NERR_IA = 3  # that over the greedy ideal ranking's (nERR-IA)
+
+
+DIVERSITY_IDS: dict[str, Diversity] = {"alpha_dcg": Diversity.ALPHA_DCG, "alpha_ndcg": Diversity.ALPHA_NDCG,
+                                       "err_ia": Diversity.ERR_IA, "nerr_ia": Diversity.NERR_IA}
+"""The diversity kernel's measures by their kind name in
+:class:`~kolm_search.evaluation.measures.MeasureSpec`."""

@@ -46,7 +46,7 @@ _MIN_GEO_MEAN = 0.00001  # trec_eval's MIN_GEO_MEAN
 _I32 = types.int32
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64),
                         ro(f64, 2), ro(f64), rw(f64, 2), rw(i64), rw(i64), rw(f64), rw(f64), rw(f64), rw(i64), rw(i64),
-                        rw(_I32), rw(_I32), rw(_I32), i64, i64)
+                        rw(_I32), rw(_I32), rw(_I32), rw(f64), rw(f64), i64, i64)
 
 
 @njit(cache=True, nogil=True)
@@ -117,10 +117,11 @@ def _gain_measure(mid, j_rel, js, n_pos, grade_at, n_e, log2, ideal, cum_dcg, nu
 @njit(_SIGNATURE, cache=True, nogil=True)
 def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cutoffs, levels, flags, params, log2,
                     values, status, cum_rel, cum_dcg, cum_ap, ideal, grade_at, cum_judged, rel_of, judged, retrieved,
-                    q0, q1):  # pragma: no cover - compiled
+                    cum_dcg_exp, ideal_exp, q0, q1):  # pragma: no cover - compiled
     """Queries ``q0 <= q < q1``. ``log2[i] = log2(i + 2)`` for every rank; the rest after
     ``status`` is this chunk's scratch: cumulative arrays and grades by rank (longest ranking
-    + 1), the ideal gains (most judgements + 1), and per-document marks (-1 on entry)."""
+    + 1), the ideal gains (most judgements + 1), per-document marks (-1 on entry), and the
+    cumulative and ideal gains ``2**grade - 1``."""
     for q in range(q0, q1):
         s, n_r = r_ptr[q], r_ptr[q + 1] - r_ptr[q]
         js, n_j = j_ptr[q], j_ptr[q + 1] - j_ptr[q]
@@ -142,6 +143,7 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
             r = j_rel[t]
             if r > 0:  # graded gains, best first
                 ideal[n_pos + 1] = ideal[n_pos] + r / log2[n_pos]
+                ideal_exp[n_pos + 1] = ideal_exp[n_pos] + (2.0 ** r - 1.0) / log2[n_pos]
                 n_pos += 1
         level = -1
         flag = -1
@@ -174,6 +176,7 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                     cum_judged[n_e + 1] = cum_judged[n_e] + (1 if known else 0)
                     cum_rel[n_e + 1] = cum_rel[n_e] + (1 if is_rel else 0)
                     cum_dcg[n_e + 1] = cum_dcg[n_e] + (r / log2[n_e] if r > 0 else 0.0)
+                    cum_dcg_exp[n_e + 1] = cum_dcg_exp[n_e] + ((2.0 ** r - 1.0) / log2[n_e] if r > 0 else 0.0)
                     cum_ap[n_e + 1] = cum_ap[n_e] + (cum_rel[n_e + 1] / (n_e + 1.0) if is_rel else 0.0)
                     n_e += 1
                     if is_rel and first_rel == 0:
@@ -307,6 +310,14 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                 v = _gain_measure(mid, j_rel, js, n_pos, grade_at, n_e, log2, ideal, cum_dcg, num_rel)
             elif mid == Measure.NUM_Q:
                 v = 1.0
+            elif mid == Measure.DCG:
+                v = cum_dcg[kk]
+            elif mid == Measure.DCG_EXP:
+                v = cum_dcg_exp[kk]
+            elif mid == Measure.NDCG_EXP:  # no cutoff: the ideal of every positive judgement
+                best = ideal_exp[min(cutoffs[m], n_pos) if cutoffs[m] > 0 else n_pos]
+                if best > 0:
+                    v = cum_dcg_exp[kk] / best
             values[q, m] = v
 
 
@@ -363,7 +374,8 @@ def evaluate_queries(r_ptr: npt.ArrayLike, r_doc: npt.ArrayLike, n_run_docs: int
         _evaluate_chunk(rp, rd, rj, jp, jd, jr, mids, cuts, lv, fl, pr, log2, values, status,
                         np.zeros(width, np.int64), np.zeros(width), np.zeros(width), np.zeros(width),
                         np.zeros(width, np.int64), np.zeros(width, np.int64), np.zeros(n_judged, np.int32),
-                        np.full(n_judged, -1, np.int32), np.full(n_run_docs, -1, np.int32), q0, q1)
+                        np.full(n_judged, -1, np.int32), np.full(n_run_docs, -1, np.int32), np.zeros(width),
+                        np.zeros(width), q0, q1)
 
     threads = resolve_threads(n_threads) if rd.shape[0] >= 50_000 else 1
     run_chunks(chunk, chunk_bounds(rp, threads))

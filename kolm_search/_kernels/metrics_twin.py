@@ -73,6 +73,15 @@ def _measure(mid: Measure, k: int, level: int, par: npt.NDArray[np.float64], gra
     if mid == Measure.NDCG_CUT:
         best = ideal[min(k, len(positive))]
         return float(gains[:kk].sum() / best) if best > 0 else 0.0
+    if mid == Measure.DCG:
+        return float(gains[:kk].sum())
+    if mid in (Measure.DCG_EXP, Measure.NDCG_EXP):
+        exp_gains = (2.0 ** np.maximum(grades[:kk], 0) - 1.0) / np.log2(np.arange(kk) + 2.0)
+        if mid == Measure.DCG_EXP:
+            return float(exp_gains.sum())
+        cut = len(positive) if k == 0 else min(k, len(positive))
+        best = float(((2.0 ** positive[:cut] - 1.0) / np.log2(np.arange(cut) + 2.0)).sum())
+        return float(exp_gains.sum()) / best if best > 0 else 0.0
     if mid == Measure.NDCG:
         return float(gains.sum() / ideal[-1]) if ideal[-1] > 0 else 0.0
     if mid in (Measure.MAP, Measure.MAP_CUT, Measure.GM_MAP):

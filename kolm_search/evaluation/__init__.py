@@ -1,8 +1,10 @@
 """Offline evaluation: trec_eval-exact metrics, significance tests, experiments, fusion tuning,
-cross-validation."""
+cross-validation, run-to-run agreement, precision-recall curves."""
 
+from kolm_search.evaluation.agreement import compare_runs, rbo
 from kolm_search.evaluation.compare import compare, paired_test, per_query_table
 from kolm_search.evaluation.crossval import CrossValidation, cross_validate, grid_points, make_folds
+from kolm_search.evaluation.curves import precision_recall_curve
 from kolm_search.evaluation.experiment import Experiment
 from kolm_search.evaluation.metrics import evaluate, parse_metric
 from kolm_search.evaluation.optimize import optimize_fusion
@@ -12,6 +14,7 @@ __all__ = [
     "CrossValidation",
     "Experiment",
     "compare",
+    "compare_runs",
     "cross_validate",
     "evaluate",
     "grid_points",
@@ -20,5 +23,7 @@ __all__ = [
     "paired_test",
     "parse_metric",
     "per_query_table",
+    "precision_recall_curve",
+    "rbo",
     "run_queries",
 ]

@@ -36,7 +36,9 @@ _CANONICAL = {n.lower(): c for n, c in [
     ("nDCG", "nDCG"), ("AP", "AP"), ("MAP", "AP"), ("RR", "RR"), ("MRR", "RR"), ("P", "P"), ("Precision", "P"),
     ("R", "R"), ("Recall", "R"), ("Rprec", "Rprec"), ("Bpref", "Bpref"), ("Success", "Success"),
     ("Judged", "Judged"), ("NumRet", "NumRet"), ("NumRel", "NumRel"), ("NumRelRet", "NumRelRet"), ("ERR", "ERR"),
-    ("RBP", "RBP"), ("infAP", "infAP")]}
+    ("RBP", "RBP"), ("infAP", "infAP"), ("IPrec", "IPrec"), ("SetP", "SetP"), ("SetR", "SetR"), ("SetF", "SetF"),
+    ("NumQ", "NumQ"), ("DCG", "DCG"), ("R_cap", "R_cap"), ("alpha_nDCG", "alpha_nDCG"), ("alpha_DCG", "alpha_DCG"),
+    ("ERR_IA", "ERR_IA"), ("nERR_IA", "nERR_IA")]}
 # ir_measures' parameters of each measure; those marked * need a value
 _PARAMS = {
     "nDCG": {"cutoff", "dcg", "gains", "judged_only"}, "AP": {"cutoff", "rel", "judged_only"},
@@ -44,7 +46,14 @@ _PARAMS = {
     "R": {"cutoff*", "rel", "judged_only"}, "Rprec": {"rel", "judged_only"}, "Bpref": {"rel"},
     "Success": {"cutoff*", "rel", "judged_only"}, "Judged": {"cutoff"}, "NumRet": {"rel"}, "NumRel": {"rel"},
     "NumRelRet": {"rel"}, "ERR": {"cutoff*"}, "RBP": {"cutoff", "p", "rel*"}, "infAP": {"rel"},
+    "IPrec": {"recall*", "rel", "judged_only"}, "SetP": {"rel", "relative", "judged_only"}, "SetR": {"rel"},
+    "SetF": {"rel", "beta", "judged_only"}, "NumQ": set(), "DCG": {"cutoff", "dcg", "judged_only"},
+    "R_cap": {"cutoff*", "rel"}, "alpha_nDCG": {"cutoff*", "alpha", "rel", "judged_only"},
+    "alpha_DCG": {"cutoff*", "alpha", "rel", "judged_only"}, "ERR_IA": {"cutoff*", "rel", "judged_only"},
+    "nERR_IA": {"cutoff*", "rel", "judged_only"},
 }
+_DIVERSITY = {"alpha_nDCG": "alpha_ndcg", "alpha_DCG": "alpha_dcg", "ERR_IA": "err_ia", "nERR_IA": "nerr_ia"}
+_NUMBERS = {"p": (0.0, 1.0, False), "alpha": (0.0, 1.0, True), "recall": (0.0, 1.0, True), "beta": (0.0, 1e6, False)}
 _LEGACY_CUT = {"ndcg_cut": "ndcg_cut", "ndcg": "ndcg_cut", "map_cut": "map_cut", "map": "map_cut", "p": "P",
                "precision": "P", "recall": "recall", "success": "success", "hit_rate": "success",
                "hitrate": "success", "mrr": "recip_rank_cut", "recip_rank": "recip_rank_cut", "judged": "judged",
@@ -185,11 +194,18 @@ def _check(name: str, measure: str, params: dict[str, Any]) -> None:
         v = params.get(p)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31):
             raise KolmValueError(f"metric {name!r}: {p} must be an integer >= 1 (and < 2**31), got {v!r}")
-    if not isinstance(params.get("judged_only", False), bool):
-        raise KolmValueError(f"metric {name!r}: judged_only must be True or False")
-    p = params.get("p", 0.8)
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p < 1.0:
-        raise KolmValueError(f"metric {name!r}: p must be a number in (0, 1), got {p!r}")
+    for flag in ("judged_only", "relative"):
+        if not isinstance(params.get(flag, False), bool):
+            raise KolmValueError(f"metric {name!r}: {flag} must be True or False")
+    for p, (low, high, closed) in _NUMBERS.items():
+        v = params.get(p)
+        inside = v is not None and not isinstance(v, bool) and isinstance(v, (int, float)) and (
+            low <= v <= high if closed else low < v < high)
+        if v is not None and not inside:
+            span = f"[{low:g}, {high:g}]" if closed else f"({low:g}, {high:g})"
+            raise KolmValueError(f"metric {name!r}: {p} must be a number in {span}, got {v!r}")
+    if params.get("dcg", "log2") not in ("log2", "exp-log2"):
+        raise KolmValueError(f"metric {name!r}: dcg must be 'log2' or 'exp-log2', got {params['dcg']!r}")
     gains = params.get("gains", {})
     if not isinstance(gains, dict) or not all(type(k) is int and type(v) is int for k, v in gains.items()):
         raise KolmValueError(f"metric {name!r}: gains must map integer grades to integer gains")
@@ -197,17 +213,24 @@ def _check(name: str, measure: str, params: dict[str, Any]) -> None:
 
 def _native(key: str, measure: str, params: dict[str, Any]) -> MeasureSpec | None:
     """The kernel's spec of a checked ir_measures measure, or None if only ir_measures has it."""
-    if params.get("dcg", "log2") != "log2":
-        return None
+    exp = params.get("dcg", "log2") == "exp-log2"
     cutoff, rel = int(params.get("cutoff", 0)), params.get("rel")
     jo = bool(params.get("judged_only", False))
     gains = tuple(sorted(params["gains"].items())) if params.get("gains") else None
-    kind = {"nDCG": "ndcg_cut" if cutoff else "ndcg", "AP": "map_cut" if cutoff else "map",
+    if exp and gains:
+        return None
+    if measure in _DIVERSITY:
+        return _spec(key, _DIVERSITY[measure], cutoff, rel, jo, None, (float(params.get("alpha", 0.5)),))
+    kind = {"nDCG": ("ndcg_exp" if exp else "ndcg_cut" if cutoff else "ndcg"), "AP": "map_cut" if cutoff else "map",
             "RR": "recip_rank_cut" if cutoff else "recip_rank", "P": "P", "R": "recall", "Rprec": "Rprec",
             "Bpref": "bpref", "Success": "success", "Judged": "judged", "NumRel": "num_rel",
             "NumRet": "num_ret" if rel is None else "num_rel_ret", "NumRelRet": "num_rel_ret", "ERR": "err_cut",
-            "RBP": "rbp", "infAP": "infAP"}[measure]
-    return _spec(key, kind, cutoff, rel, jo, gains, (float(params.get("p", 0.8)),) if kind == "rbp" else ())
+            "RBP": "rbp", "infAP": "infAP", "IPrec": "iprec_at_recall", "SetR": "set_recall", "SetF": "set_F",
+            "SetP": "set_relative_P" if params.get("relative") else "set_P", "NumQ": "num_q",
+            "DCG": "dcg_exp" if exp else "dcg", "R_cap": "relative_P"}[measure]
+    values = {"rbp": (float(params.get("p", 0.8)),), "iprec_at_recall": (float(params.get("recall", 0.0)),),
+              "set_F": (float(params.get("beta", 1.0)),)}.get(kind, ())
+    return _spec(key, kind, cutoff, rel, jo, gains, values)
 
 
 def _external(key: str, measure: Any) -> MeasureSpec:
@@ -254,6 +277,8 @@ def parse_measure(metric: Any) -> MeasureSpec:
     if _is_ir_measure(metric):
         measure = _CANONICAL.get(str(metric.NAME).lower())
         params = dict(metric.params)
+        if measure == "IPrec" and "cutoff" in params:
+            params["recall"] = params.pop("cutoff")
         if measure is None:
             return _external(str(metric), metric)
         _check(str(metric), measure, params)
@@ -268,6 +293,8 @@ def parse_measure(metric: Any) -> MeasureSpec:
     split = _split(text, metric)
     if split is not None and split[0].lower() in _CANONICAL:
         measure = _CANONICAL[split[0].lower()]
+        if measure == "IPrec" and "cutoff" in split[1]:  # IPrec@0.5: the value after @ is the recall level
+            split[1]["recall"] = split[1].pop("cutoff")
         _check(metric, measure, split[1])
         return _native(metric, measure, split[1]) or _external(metric, text)
     spec = _legacy(text, metric)

@@ -30,6 +30,12 @@ retrieved set), ``relative_P_k``, ``Rprec_mult_0.20``, ``utility`` (trec_eval's 
 coefficients), ``binG``, ``G``, ``ndcg_rel``, ``Rndcg``, and the counts ``num_q`` and
 ``num_nonrel_judged_ret`` (summed).
 
+Also natively, by ir_measures' names: ``IPrec@r``, ``SetP`` (``relative=True``), ``SetR``,
+``SetF`` (``beta=``), ``NumQ``, ``nDCG(dcg='exp-log2')@k``; and ``DCG@k`` (also ``dcg='exp-log2'``)
+and BEIR's capped recall ``R_cap@k`` (trec_eval's ``relative_P``), which ir_measures lacks. Over
+subtopic qrels (a ``subtopic`` or ``iteration`` column), ``alpha_nDCG@k``, ``alpha_DCG@k``,
+``ERR_IA@k`` and ``nERR_IA@k`` as ndeval computes them (:mod:`kolm_search.evaluation.diversity`).
+
 ``rel=`` sets the relevance level of one measure (``P(rel=2)@5`` beside ``P@5``; default the
 call's ``relevance_level``), ``judged_only=True`` ranks only judged documents (trec_eval
 ``-J``), ``gains={grade: gain}`` remaps nDCG's gains. Any other ir_measures measure is
@@ -55,7 +61,14 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search import ids
-from kolm_search._kernels.measure_ids import ANY_LEVEL, METRIC_IDS, N_PARAMS
+from kolm_search._kernels.measure_ids import (
+    ANY_LEVEL,
+    DIVERSITY_IDS,
+    EXPONENTIAL,
+    MAX_EXP_GRADE,
+    METRIC_IDS,
+    N_PARAMS,
+)
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.evaluation.measures import MeasureSpec, aggregate, metric_list, parse_measure
 from kolm_search.evaluation.self_hits import self_hit_mask, wants_self_hits_dropped
@@ -223,6 +236,13 @@ def evaluate(
     if missing not in ("ignore", "zero"):
         raise KolmValueError(f"missing must be 'ignore' or 'zero', got {missing!r}")
     run_df, qrels_df = as_run(run), as_qrels(qrels)
+    diversity = [(col, s) for col, s in enumerate(specs) if s.kind in DIVERSITY_IDS]
+    if diversity:  # subtopic qrels: the other measures see each document once, at its best grade
+        from kolm_search.evaluation.diversity import collapse_subtopics, subtopic_column
+
+        sub_column = subtopic_column(qrels_df, [s for _, s in diversity])
+        check_ids(qrels_df, "qrels")
+        sub_qrels, qrels_df = qrels_df, collapse_subtopics(qrels_df, sub_column)
     emptied: list[str] = []  # queries whose run held only self-hits: scored 0, as BEIR's pytrec_eval call does
     if wants_self_hits_dropped(qrels_df, drop_self_hits):
         hits = self_hit_mask(run_df)
@@ -234,6 +254,9 @@ def evaluate(
     check_ids(qrels_df, "qrels")
     score32 = numeric_column(run_df, "score", "run").astype(np.float32)
     rel = relevance_column(qrels_df)
+    if any(METRIC_IDS.get(s.kind) in EXPONENTIAL for s in specs) and len(rel) and rel.max() > MAX_EXP_GRADE:
+        raise KolmValueError(f"exponential gains 2**grade - 1 take grades up to {MAX_EXP_GRADE}; the qrels have "
+                             f"grade {int(rel.max())}")
     if any(s.kind == "err_cut" for s in specs) and len(rel) and rel.max() > 4:
         raise KolmValueError(f"ERR@k (gdeval's, as ir_measures computes it) takes grades up to 4; the qrels have "
                              f"grade {int(rel.max())}")
@@ -253,7 +276,7 @@ def evaluate(
     values = np.zeros((n_q, len(specs)))
     groups: dict[Any, list[tuple[int, MeasureSpec]]] = {None: []}
     for col, spec in enumerate(specs):
-        if spec.kind:
+        if spec.kind in METRIC_IDS:
             groups.setdefault(spec.gains, []).append((col, spec))
     for group in groups.values():  # the first (no gain mapping) also checks for duplicates
         status = _kernel_group(kernels, group, int(relevance_level), bool(judged_only), r_args, qrels_q, qrels_d,
@@ -262,6 +285,11 @@ def evaluate(
             if (status == code).any():
                 q = q_uniques[int(np.flatnonzero(status == code)[0])]
                 raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
+    if diversity:
+        from kolm_search.evaluation.diversity import diversity_values
+
+        diversity_values(diversity, sub_qrels, sub_column, q_uniques, run_q[order], run_docs.iloc[order],
+                         int(relevance_level), bool(judged_only), values, n_threads)
     external = [(col, spec) for col, spec in enumerate(specs) if not spec.kind]
     if external:
         ranked = order

@@ -297,13 +297,16 @@ def _text_ids(df: pd.DataFrame, what: str) -> tuple[list[str], list[str]]:
     return out[0], out[1]
 
 
-def _scan_qrels(path: Path) -> pd.DataFrame:
-    """The qrels read line by line (the slow path; 3 and 4 fields may mix): raises naming the
-    first malformed line."""
+def _scan_qrels(path: Path, subtopics: bool = False) -> pd.DataFrame:
+    """The qrels read line by line (the slow path; 3 and 4 fields may mix unless ``subtopics``):
+    raises naming the first malformed line."""
     rows = []
     for at, (lineno, parts) in enumerate(_lines(path)):
         if at == 0 and lineno == 1 and _is_header(parts):
             continue
+        if subtopics and len(parts) != 4:
+            raise FrameValidationError(f"{path}:{lineno}: subtopic qrels have 4 fields 'qid subtopic doc rel', "
+                                       f"got {len(parts)}")
         if len(parts) not in (3, 4):
             raise FrameValidationError(
                 f"{path}:{lineno}: expected 3 or 4 fields ('qid doc rel' or 'qid iter doc rel'), got {len(parts)}")
@@ -312,18 +315,24 @@ def _scan_qrels(path: Path) -> pd.DataFrame:
             raise FrameValidationError(f"{path}:{lineno}: relevance {parts[-1]!r} is not an integer")
         if not -2**31 <= rel < 2**31:
             raise FrameValidationError(f"{path}:{lineno}: relevance {parts[-1]} does not fit int32")
-        rows.append((parts[0], parts[-2], rel))
-    frame = pd.DataFrame(rows, columns=list(QRELS_COLUMNS)).astype({"relevance": np.int64})
-    return _categorical_ids(frame)
+        rows.append((parts[0], parts[-2], rel, parts[1] if len(parts) == 4 else "0"))
+    frame = pd.DataFrame(rows, columns=[*QRELS_COLUMNS, "subtopic"]).astype({"relevance": np.int64})
+    return _categorical_ids(frame if subtopics else frame.drop(columns="subtopic"))
 
 
-def read_qrels(path: str | Path) -> pd.DataFrame:
+def read_qrels(path: str | Path, *, subtopics: bool = False) -> pd.DataFrame:
     """Read TREC qrels (4 fields), BEIR tsv (3 fields, header optional) or parquet.
+
+    ``subtopics=True`` reads diversity qrels (trec_eval's and ndeval's ``qid subtopic doc rel``,
+    the second field the subtopic; a parquet file's ``subtopic`` or ``iteration`` column) into a
+    ``subtopic`` column: a document may then be judged once per subtopic, for the diversity
+    measures (``alpha_nDCG@k``, ``ERR_IA@k``, :mod:`kolm_search.evaluation.diversity`).
 
     Returns
     -------
     DataFrame
-        ``qid, doc_id`` categorical, ``relevance`` int64 (grades within int32).
+        ``qid, doc_id`` categorical, ``relevance`` int64 (grades within int32) (and ``subtopic``,
+        categorical).
     """
     p = _existing(path, "qrels")
     if _is_parquet(p):
@@ -332,11 +341,18 @@ def read_qrels(path: str | Path) -> pd.DataFrame:
         frame = as_qrels(frame, what=what)
         check_parquet_columns(frame, what, ("relevance",))
         frame["relevance"] = relevance_column(frame, what)
+        if subtopics:
+            column = next((c for c in ("subtopic", "iteration") if c in frame.columns), None)
+            if column is None:
+                raise FrameValidationError(f"{what} has no subtopic (or iteration) column; columns: "
+                                           f"{list(frame.columns)}")
+            frame = frame.rename(columns={column: "subtopic"})
+            frame["subtopic"] = frame["subtopic"].astype(str).astype("category")
         frame = _categorical_ids(frame)
     else:
         first = next(_lines(p), None)
         if first is None:
-            frame = _scan_qrels(p)
+            frame = _scan_qrels(p, subtopics)
         else:
             header = first[0] == 1 and _is_header(first[1])
             width = len(first[1]) if not header else 3
@@ -348,12 +364,16 @@ def read_qrels(path: str | Path) -> pd.DataFrame:
                 ok = width in (3, 4) and bool(((rel >= -2**31) & (rel < 2**31)).all())
             except (ValueError, OverflowError, pd.errors.ParserError, *BROKEN):
                 ok = False
-            frame = _scan_qrels(p) if not ok else _categorical_ids(pd.DataFrame(
-                {"qid": raw["qid"], "doc_id": raw["doc_id"], "relevance": rel.astype(np.int64)}))
-    dup = frame.duplicated(["qid", "doc_id"])
+            ok = ok and (width == 4 or not subtopics)
+            frame = _scan_qrels(p, subtopics) if not ok else _categorical_ids(pd.DataFrame(
+                {"qid": raw["qid"], "doc_id": raw["doc_id"], "relevance": rel.astype(np.int64),
+                 **({"subtopic": raw["iteration"].astype("category")} if subtopics else {})}))
+    keys = ["qid", "subtopic", "doc_id"] if subtopics else ["qid", "doc_id"]
+    dup = frame.duplicated(keys)
     if dup.any():
         row = frame[dup].iloc[0]
-        raise FrameValidationError(f"{p}: duplicate judgement for query {row.qid!r}, document {row.doc_id!r}")
+        also = f", subtopic {row.subtopic!r}" if subtopics else ""
+        raise FrameValidationError(f"{p}: duplicate judgement for query {row.qid!r}, document {row.doc_id!r}{also}")
     return frame
 
 
