@@ -40,25 +40,26 @@ def cmd_fuse(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from kolm_search.cli_eval import load_qrels_arg, parse_metric_list, run_names
+    from kolm_search.cli_eval import load_qrels_arg, parse_metric_list, run_names, write_output
     from kolm_search.evaluation.compare import compare
     from kolm_search.io import read_run
 
     metrics = parse_metric_list(args.metrics)
     runs = {name: read_run(p) for name, p in zip(run_names(args.runs), args.runs, strict=True)}
     table = compare(runs, load_qrels_arg(args.qrels, args.split, args.cache_dir), metrics, baseline=args.baseline,
-                    test=args.test, correction=args.correction, seed=args.seed, alpha=args.alpha)
+                    test=args.test, correction=args.correction, ci=args.ci, seed=args.seed, alpha=args.alpha)
     if args.format == "markdown":
-        print(table.to_markdown(), end="")
+        text = table.to_markdown()
     elif args.format == "latex":
-        print(table.to_latex(), end="")
+        text = table.to_latex()
     elif args.format == "csv":
-        print(table.to_csv(index=False), end="")
+        text = table.to_csv(index=False)
     else:
         import pandas as pd
 
-        with pd.option_context("display.width", 200, "display.max_columns", 50):
-            print(table.to_string())
+        with pd.option_context("display.width", 250, "display.max_columns", 50):
+            text = table.to_string() + "\n"
+    write_output(text, args.output)
     return 0
 
 
@@ -118,6 +119,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     from kolm_search import __version__
     from kolm_search.cli_eval import add_eval_parser
+    from kolm_search.evaluation.stats import CORRECTIONS, TESTS
     from kolm_search.fusion.normalize import NORMALIZATIONS
 
     parser = argparse.ArgumentParser(prog="kolm-search", description="Build, run and measure search pipelines.",
@@ -147,15 +149,22 @@ def build_parser() -> argparse.ArgumentParser:
                    "appended to an ir_datasets id")
     p.add_argument("--cache-dir", help="dataset cache (default: $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
     p.add_argument("--metrics", default="ndcg@10,map", help="comma-separated metric names")
-    p.add_argument("--baseline", help="file name of the baseline run (default: the first)")
-    p.add_argument("--test", choices=["t", "wilcoxon", "fisher", "bootstrap"], default="t", help="paired test")
-    p.add_argument("--correction", choices=["none", "bonferroni", "holm"], default="holm",
-                   help="multiple-testing correction")
+    p.add_argument("--baseline", action="append", metavar="RUN",
+                   help="the baseline run (its file name, or its path when two file names are equal); repeat for "
+                        "several baselines, each compared with every other run (default: the first run)")
+    p.add_argument("--test", choices=list(TESTS), default="t",
+                   help="paired two-sided test, or Tukey's HSD over every run (tukey)")
+    p.add_argument("--correction", choices=list(CORRECTIONS), default=None,
+                   help="multiple-testing correction over each metric's comparisons (bh, by: Benjamini-Hochberg, "
+                        "-Yekutieli false discovery rate; default: holm, and none for tukey)")
+    p.add_argument("--ci", choices=["t", "bootstrap"], default="t",
+                   help="confidence interval of each mean difference, at 1 - alpha")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level on the corrected p-values")
-    p.add_argument("--seed", type=int, default=0, help="seed of the randomised tests (fisher, bootstrap)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the randomised tests and intervals")
     p.add_argument("--format", choices=["table", "markdown", "latex", "csv"], default="table",
                    help="output: the full frame as text, a Markdown or LaTeX (booktabs) report of the means with "
                         "the best in bold and significance marks, or the frame as CSV")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the output here (replaced whole) instead of stdout")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("rerank", help="re-rank each query's top-k of a run", formatter_class=fmt)

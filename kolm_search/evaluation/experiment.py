@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,6 +15,7 @@ from kolm_search.evaluation.compare import compare, per_query_table
 from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.runner import run_queries
 from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
+from kolm_search.evaluation.stats import Correction, Interval, Test
 from kolm_search.runs import as_qrels
 
 __all__ = ["Experiment"]
@@ -31,8 +32,8 @@ class Experiment:
     metrics : list of str
     limit : int, default 100
         Documents retrieved per query.
-    baseline, test, correction, seed
-        As in :func:`kolm_search.evaluation.compare`.
+    baseline, test, correction, ci, seed
+        As in :func:`kolm_search.evaluation.compare` (several baselines, Tukey's HSD, FDR control).
     cache_dir : path, optional
         Runs are cached there as parquet (``<dataset>__<pipeline>.parquet``) and reused.
     progress : bool
@@ -49,8 +50,8 @@ class Experiment:
     """
 
     def __init__(self, pipelines: Mapping[str, Any], dataset: Any, metrics: Sequence[str] = ("ndcg@10", "recall@100"), *,
-                 limit: int = 100, baseline: str | None = None, test: Literal["t", "wilcoxon", "fisher", "bootstrap"] = "t",
-                 correction: Literal["none", "bonferroni", "holm"] = "holm", seed: int = 0,
+                 limit: int = 100, baseline: str | Sequence[str] | None = None, test: Test = "t",
+                 correction: Correction | None = None, ci: Interval = "t", seed: int = 0,
                  cache_dir: str | Path | None = None, progress: bool = True,
                  drop_self_hits: bool | None = None) -> None:
         if not pipelines:
@@ -63,8 +64,9 @@ class Experiment:
         self.metrics = list(metrics)
         self.limit = int(limit)
         self.baseline = baseline
-        self.test: Literal["t", "wilcoxon", "fisher", "bootstrap"] = test
-        self.correction: Literal["none", "bonferroni", "holm"] = correction
+        self.test: Test = test
+        self.correction: Correction | None = correction
+        self.ci: Interval = ci
         self.seed = seed
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self.progress = progress
@@ -104,7 +106,7 @@ class Experiment:
         ``.to_markdown()`` render it)."""
         self.run_pipelines()
         return compare(self.runs, self.dataset.qrels, self.metrics, baseline=self.baseline, test=self.test,
-                       correction=self.correction, seed=self.seed, drop_self_hits=self.drop_self_hits)
+                       correction=self.correction, ci=self.ci, seed=self.seed, drop_self_hits=self.drop_self_hits)
 
     def per_query(self) -> dict[str, pd.DataFrame]:
         """``{metric: DataFrame qid x pipeline}`` of per-query scores."""
