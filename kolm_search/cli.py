@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = ["main"]
@@ -90,8 +91,22 @@ def cmd_rerank(args: argparse.Namespace) -> int:
 
 
 def cmd_download(args: argparse.Namespace) -> int:
-    from kolm_search.io import download_beir
+    from kolm_search.io import beir_registry, default_cache_dir, download_beir, packaged_datasets
 
+    if args.list:
+        cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+        width = max(len(n) for n in beir_registry())
+        print(f"{'name':<{width}}  status")
+        for name in sorted(packaged_datasets()):
+            print(f"{name:<{width}}  packaged (no download)")
+        for name in sorted(beir_registry()):
+            here = (cache / "beir" / name).is_dir()  # where download_beir puts it
+            print(f"{name:<{width}}  {'in the cache' if here else 'downloadable'}")
+        return 0
+    if not args.name:
+        print("kolm-search download: error: give a dataset name (kolm-search download --list shows them)",
+              file=sys.stderr)
+        return 2
     path = download_beir(args.name, args.cache_dir, progress=not args.quiet)
     print(path)
     return 0
@@ -182,8 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_rerank)
 
     p = sub.add_parser("download", help="download a BEIR dataset into the cache", formatter_class=fmt)
-    p.add_argument("name", help="a BEIR dataset name (see kolm_search.io.beir_registry())")
-    p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
+    p.add_argument("name", nargs="?", help="a BEIR dataset name (--list shows them)")
+    p.add_argument("--list", action="store_true", help="list the datasets that can be downloaded, the packaged ones "
+                   "and those already in the cache, and exit")
+    p.add_argument("--cache-dir", help="dataset cache (default: $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_download)
     return parser

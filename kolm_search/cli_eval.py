@@ -104,18 +104,19 @@ def embedder_for(model: str, corpus: Any) -> Any:
     return load_embedder(model, texts)
 
 
-def build_client(pipeline: str, corpus: Any, model: str) -> Any:
-    """The preset client ``pipeline`` over ``corpus``."""
+def build_client(pipeline: str, corpus: Any, model: str, *, progress: bool | None = None) -> Any:
+    """The preset client ``pipeline`` over ``corpus`` (``progress``: the index build's bar)."""
     from kolm_search import presets
 
+    quiet: dict[str, Any] = {} if progress is None else {"progress": progress}
     if pipeline == "bm25":
-        return presets.bm25(corpus)
+        return presets.bm25(corpus, **quiet)
     if pipeline.startswith("bm25-"):  # bm25-rm3, bm25-bo1, bm25-kl: pseudo-relevance feedback
-        return presets.bm25(corpus, feedback=pipeline[len("bm25-"):])
+        return presets.bm25(corpus, feedback=pipeline[len("bm25-"):], **quiet)
     embedder = embedder_for(model, corpus)
     if pipeline == "dense":
         return presets.dense(corpus, embedder)
-    return presets.hybrid(corpus, embedder)
+    return presets.hybrid(corpus, embedder, bm25_kwargs=quiet)
 
 
 def load_qrels_arg(text: str, split: str | None, cache_dir: str | None) -> Any:
@@ -246,7 +247,7 @@ def _dataset_form(args: argparse.Namespace) -> int:
     dataset = load_dataset(target, split=args.split, cache_dir=args.cache_dir)
     queries = dataset.judged_queries()
     print(f"{dataset}; evaluating {len(queries)} judged queries", file=sys.stderr)
-    client = build_client(pipeline, dataset.corpus, model)
+    client = build_client(pipeline, dataset.corpus, model, progress=False if args.quiet else None)
     drop = {"auto": dataset.drop_self_hits, "drop": True, "keep": False}[args.self_hits]
     run = run_queries(client, queries, limit=limit + int(drop), progress=not args.quiet, desc=pipeline)
     if drop:

@@ -16,7 +16,7 @@ from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.io._text import text_lines
 from kolm_search.io.trec import read_qrels
 
-__all__ = ["Dataset", "SELF_HITS_ATTR", "load_beir", "load_beir_qrels"]
+__all__ = ["Dataset", "SELF_HITS_ATTR", "load_beir", "load_beir_qrels", "report_unknown_queries"]
 
 SELF_HITS_ATTR = "drop_self_hits"
 """Key in a qrels frame's ``attrs`` saying documents whose id is the query's are dropped from
@@ -192,8 +192,28 @@ def load_beir(path: str | Path, split: str = "test") -> Dataset:
     """
     root = _root(path)
     qrels = _read_qrels(root, split)
-    return Dataset(corpus=_read_corpus(_find(root, "corpus.jsonl")), queries=_read_queries(_find(root, "queries.jsonl")),
-                   qrels=qrels, name=root.name)
+    queries = _read_queries(_find(root, "queries.jsonl"))
+    report_unknown_queries(qrels, queries, f"{root}: qrels/{split}")
+    return Dataset(corpus=_read_corpus(_find(root, "corpus.jsonl")), queries=queries, qrels=qrels, name=root.name)
+
+
+def report_unknown_queries(qrels: pd.DataFrame, queries: pd.DataFrame, where: str) -> int:
+    """Warn (``UserWarning``) when qrels judge queries the dataset does not have, with how many
+    lines and the first ids: those judgements can never be used (no run answers the query), and
+    they are kept as they are. Returns the number of such lines."""
+    known = set(queries["qid"].astype(str))
+    qids = qrels["qid"].astype(str)
+    unknown = ~qids.isin(known)
+    count = int(unknown.sum())
+    if count:
+        import warnings
+
+        first = list(dict.fromkeys(qids[unknown]))
+        shown = ", ".join(repr(q) for q in first[:5]) + (", ..." if len(first) > 5 else "")
+        warnings.warn(f"{where}: {count} judgement(s) of {len(first)} quer{'y' if len(first) == 1 else 'ies'} that "
+                      f"the dataset's queries do not have ({shown}); they are kept, but no run answers them",
+                      UserWarning, stacklevel=3)
+    return count
 
 
 def load_beir_qrels(path: str | Path, split: str = "test") -> pd.DataFrame:
