@@ -55,6 +55,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         text = table.to_latex()
     elif args.format == "csv":
         text = table.to_csv(index=False)
+    elif args.format == "html":
+        from kolm_search._extras import require
+
+        require("matplotlib", "plot").use("Agg")  # no display needed
+        text = table.to_html()
     else:
         import pandas as pd
 
@@ -176,9 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="confidence interval of each mean difference, at 1 - alpha")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level on the corrected p-values")
     p.add_argument("--seed", type=int, default=0, help="seed of the randomised tests and intervals")
-    p.add_argument("--format", choices=["table", "markdown", "latex", "csv"], default="table",
+    p.add_argument("--format", choices=["table", "markdown", "latex", "csv", "html"], default="table",
                    help="output: the full frame as text, a Markdown or LaTeX (booktabs) report of the means with "
-                        "the best in bold and significance marks, or the frame as CSV")
+                        "the best in bold and significance marks, the frame as CSV, or one self-contained HTML page "
+                        "with the report and its pictures (extra plot)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the output here (replaced whole) instead of stdout")
     p.set_defaults(func=cmd_compare)
 

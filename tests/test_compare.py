@@ -102,8 +102,11 @@ def test_experiment_plot(cranfield_dir: Path) -> None:
     matplotlib.use("Agg")
     ds = load_beir(cranfield_dir)
     exp = Experiment({"a": presets.bm25(ds.corpus), "b": presets.bm25(ds.corpus, k1=0.9)}, ds, ["ndcg@10", "map"], progress=False)
-    fig = exp.plot()
-    assert len(fig.axes) == 4
+    fig = exp.plot()  # bars per metric, a per-query row per run against the baseline, the precision-recall curves
+    assert len(fig.axes) == 2 + 2 + 1
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[0].startswith("ndcg@10: mean, 95% interval") and "b - a, per query" in titles[2]
+    assert titles[-1].startswith("precision-recall") and len(fig.axes[-1].lines) == 2
 
 
 def test_optimize_fusion_finds_the_best_grid_point(cran_runs: dict[str, pd.DataFrame], cranfield: dict[str, pd.DataFrame]) -> None:

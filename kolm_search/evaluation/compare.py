@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from kolm_search.errors import KolmValueError
+from kolm_search.evaluation.curves import RECALL_LEVELS, precision_recall_curve
 from kolm_search.evaluation.measures import metric_key, metric_list
 from kolm_search.evaluation.metrics import evaluate
 from kolm_search.evaluation.report import ComparisonTable
@@ -187,6 +188,10 @@ def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = 
             r["p_adjusted"], r["significant"] = float(pa), bool(pa < alpha)
         rows += metric_rows
     table = ComparisonTable(rows, columns=list(COLUMNS))
+    table.per_query = tables  # the pictures' scores (ComparisonTable.to_html, Experiment.plot)
+    table.curves = pd.DataFrame({n: precision_recall_curve(runs[n], qrels, relevance_level=relevance_level,
+                                                           drop_self_hits=drop_self_hits)["precision"].to_numpy()
+                                 for n in names}, index=pd.Index(RECALL_LEVELS, name="recall"))
     table.attrs["compare"] = {"baseline": bases[0], "baselines": bases, "test": test, "correction": correction,
                               "alpha": alpha, "ci": "tukey" if test == "tukey" else ci, "n_resamples": n_resamples,
                               "n_queries": len(tables[metric_key(measures[0])]),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -36,14 +37,39 @@ _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
 
 
 class ComparisonTable(pd.DataFrame):
-    """:func:`~kolm_search.evaluation.compare`'s DataFrame, with :meth:`to_markdown` and
-    :meth:`to_latex` rendering the report (the test, correction and baseline ride in
-    ``.attrs["compare"]``). Any frame derived from it (a selection, a copy) is a plain DataFrame;
+    """:func:`~kolm_search.evaluation.compare`'s DataFrame, with :meth:`to_markdown`,
+    :meth:`to_latex` and :meth:`to_html` rendering the report (the test, correction and baseline
+    ride in ``.attrs["compare"]``); in a notebook it shows as the report table
+    (:meth:`_repr_html_`; ``pd.DataFrame(table)`` for the frame itself).
+
+    ``per_query`` (``{metric: DataFrame qid x run}``) and ``curves`` (DataFrame recall level x
+    run, the precision-recall curves) are the scores the pictures are drawn from; compare() keeps
+    them. Any frame derived from it (a selection, a copy) is a plain DataFrame without them;
     :func:`to_markdown` and :func:`to_latex` of this module take those too."""
+
+    _metadata = ["per_query", "curves"]  # noqa: RUF012  (pandas reads this list of attribute names)
 
     @property
     def _constructor(self) -> type[pd.DataFrame]:
         return pd.DataFrame
+
+    def _repr_html_(self) -> str:
+        from kolm_search.evaluation.report_html import html_table
+
+        return html_table(self)
+
+    def to_html(self, buf: Any = None, *, digits: int = 4, caption: str | None = None,
+                title: str | None = None, plots: bool = True, **settings: Any) -> str:
+        """The report as one self-contained HTML page (the table, and with ``plots`` its
+        pictures as inline SVG, extra ``plot``; :mod:`kolm_search.evaluation.report_html`),
+        written to ``buf`` (a path, replaced whole, or a file object) when given."""
+        from kolm_search.evaluation.report_html import to_html
+
+        text = to_html(self, digits=digits, caption=caption, title=title, plots=plots, **settings)
+        if buf is None or hasattr(buf, "write"):
+            return _write(text, buf)
+        _replace(Path(buf), text)
+        return text
 
     def to_markdown(self, buf: Any = None, *, digits: int = 4, caption: str | None = None,
                     **settings: Any) -> str:
@@ -54,6 +80,22 @@ class ComparisonTable(pd.DataFrame):
                  label: str | None = None, **settings: Any) -> str:
         """The report as a LaTeX ``table`` with booktabs rules (``\\usepackage{booktabs}``)."""
         return _write(to_latex(self, digits=digits, caption=caption, label=label, **settings), buf)
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole: a temporary file beside it, renamed over it."""
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _write(text: str, buf: Any) -> str:
