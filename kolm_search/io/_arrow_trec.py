@@ -116,6 +116,18 @@ def _bad_strings(column: Any, pattern: str | None = None) -> bool:
     return pattern is not None and bool(pc.any(pc.match_substring_regex(values, pattern)).as_py())
 
 
+def _bad_chunk(chunk: pa.Array) -> bool:
+    """An empty string or one holding a tab in a string array, read off its buffers (offsets,
+    then the bytes once: cheaper than a compute pass per condition over millions of ids)."""
+    if len(chunk) == 0:
+        return False
+    offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+    if bool((np.diff(offsets) == 0).any()):
+        return True
+    data = chunk.buffers()[2]
+    return data is not None and bytes(memoryview(data)[int(offsets[0]):int(offsets[-1])]).find(b"\t") != -1
+
+
 def _query_codes(qid: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     unified = qid.unify_dictionaries()
     chunks = [c.indices.to_numpy(zero_copy_only=False) for c in unified.chunks]
@@ -145,8 +157,8 @@ def read_run_arrow(path: Path, progress: bool | None = None, check_duplicates: b
     table = _parse(path, progress)
     if table is None:
         return None
-    if any(_bad_strings(table.column(c).combine_chunks() if c != "doc_id" else table.column(c))
-           for c in ("qid", "q0", "tag", "doc_id")):
+    if any(_bad_strings(table.column(c).combine_chunks()) for c in ("qid", "q0", "tag")) or any(
+            _bad_chunk(chunk) for chunk in table.column("doc_id").chunks):
         return None
     score = table.column("score").to_numpy()
     rank = table.column("rank").to_numpy()
@@ -158,8 +170,10 @@ def read_run_arrow(path: Path, progress: bool | None = None, check_duplicates: b
     if dup is not None:
         raise FrameValidationError(f"{path}: document {doc[dup].as_py()!r} appears twice for query "
                                    f"{dictionary[int(q[dup])].as_py()!r}")
+    # one chunk of ids: later takes (ties, selections) need not stitch hundreds of parse blocks
+    ids = pa.chunked_array([doc.combine_chunks()]).to_pandas()
     return pd.DataFrame({"qid": pd.Categorical.from_codes(q, categories=pd.Index(dictionary.to_pandas())),
-                         "doc_id": doc.to_pandas(), "rank": rank - 1, "score": score})
+                         "doc_id": ids, "rank": rank - 1, "score": np.array(score)}, copy=False)
 
 
 def _id_array(column: pd.Series) -> Any:
