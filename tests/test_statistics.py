@@ -39,7 +39,7 @@ def _runs(seed: int, n_q: int = 40) -> tuple[dict[str, pd.DataFrame], pd.DataFra
     return runs, qrels
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=30), st.sampled_from(list(SM_METHOD)))
 def test_corrections_equal_statsmodels(p: list[float], method: str) -> None:
     values = np.array(p)

@@ -27,7 +27,7 @@ from kolm_search.retrievers._parallel import (
     term_major,
 )
 
-__all__ = ["PROGRESS_DOCS", "CollectionStats", "Postings"]
+__all__ = ["CollectionStats", "PROGRESS_DOCS", "Postings"]
 
 PROGRESS_DOCS = 50_000  # corpora this large show a progress bar while they are indexed, by default
 
