@@ -33,6 +33,7 @@ from kolm_search.evaluation import (
     compare_runs,
     cross_validate,
     evaluate,
+    leave_one_collection_out,
     optimize_fusion,
     precision_recall_curve,
 )
@@ -61,6 +62,7 @@ from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
 from kolm_search.text import Tokenizer
+from kolm_search.tokenizers import register_tokenizer
 from kolm_search.types import (
     QueryPlan,
     SearchDocument,
@@ -129,6 +131,7 @@ __all__ = [
     "evaluate",
     "fit_fusion",
     "fuse",
+    "leave_one_collection_out",
     "load_dataset",
     "merge_with_rrf",
     "optimize_fusion",
@@ -136,6 +139,7 @@ __all__ = [
     "presets",
     "read_qrels",
     "read_run",
+    "register_tokenizer",
     "rrf_score",
     "write_qrels",
     "write_run",

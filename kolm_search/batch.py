@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kolm_search.errors import PIPELINE_STAGES, SearchError
+from kolm_search._params import mapping
+from kolm_search.candidates import Candidates
+from kolm_search.errors import ParameterError, PipelineStage, SearchError
 from kolm_search.guards import coerce_request
-from kolm_search.stages import Candidates
 from kolm_search.types import (
     QueryPlan,
     SearchPagination,
@@ -27,7 +28,7 @@ from kolm_search.types import (
 
 __all__ = ["BatchResult", "parse_queries", "raw_requests", "run_frame"]
 
-S = PIPELINE_STAGES
+S = PipelineStage
 
 
 @dataclass
@@ -131,8 +132,10 @@ def parse_queries(queries: Any, *, limit: int | None, offset: int, mode: str | N
     ``qid``/``query``, a missing, unhashable or duplicate qid, an item that is not a request,
     ``filters`` that are not a dict. Each request's fields are checked later, as in single search.
     """
-    if filters is not None and not isinstance(filters, Mapping):
-        raise SearchError(S.CLIENT, f"filters must be a dict, got {type(filters).__name__} {filters!r:.60}")
+    try:
+        mapping("filters", {} if filters is None else filters)
+    except ParameterError as exc:
+        raise SearchError(S.CLIENT, str(exc), cause=exc) from exc
     defaults = {"limit": limit, "offset": offset, "mode": mode, "filters": dict(filters or {})}
     if isinstance(queries, pd.DataFrame):
         missing = [c for c in ("qid", "query") if c not in queries.columns]
@@ -150,7 +153,7 @@ def parse_queries(queries: Any, *, limit: int | None, offset: int, mode: str | N
         try:
             req = coerce_request(q)
         except SearchError as exc:
-            raise SearchError(S.CLIENT, f"queries[{i}]: {exc.message[len('[client] '):]}", cause=exc) from exc
+            raise SearchError(S.CLIENT, f"queries[{i}]: {exc.detail}", cause=exc) from exc
         requests.append(replace(req, limit=req.limit if req.limit is not None else limit,
                                 mode=req.mode if req.mode is not None else mode))  # type: ignore[arg-type]
     return list(range(len(requests))), requests

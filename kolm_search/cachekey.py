@@ -29,6 +29,7 @@ import pathlib
 import struct
 import types
 import uuid
+import zoneinfo
 from collections import OrderedDict, defaultdict
 from typing import Any
 
@@ -42,6 +43,8 @@ MAX_DEPTH = 100
 KEY_PREFIX = "kolm-search:v2:"
 _NAN = struct.pack("<d", math.nan)
 _MAPPINGS = (dict, OrderedDict, defaultdict, types.MappingProxyType)
+_PATHS = (pathlib.PurePath, pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.Path, pathlib.PosixPath,
+          pathlib.WindowsPath)  # the standard library's own: a subclass elsewhere may mean more
 
 
 def not_cacheable(path: str, value: Any, why: str = "has no faithful content encoding") -> KolmTypeError:
@@ -67,9 +70,8 @@ def _tz(tz: dt.tzinfo | None, path: str, value: Any) -> bytes:
     if type(tz) is dt.timezone:
         off = tz.utcoffset(None)
         return b"o" + _int(off.days * 86400 + off.seconds) + _int(off.microseconds)
-    key = getattr(tz, "key", None)
-    if type(tz).__module__ == "zoneinfo" and isinstance(key, str):
-        return b"z" + key.encode("utf-8", "surrogatepass")
+    if type(tz) is zoneinfo.ZoneInfo and isinstance(tz.key, str):
+        return b"z" + tz.key.encode("utf-8", "surrogatepass")
     raise not_cacheable(path, value, f"has a time zone of type {type(tz).__name__} that cannot be keyed")
 
 
@@ -110,7 +112,7 @@ class _Encoder:
             out.append(_frame(b"m", str(value).encode()))
         elif t is uuid.UUID:
             out.append(b"u" + value.bytes)
-        elif isinstance(value, pathlib.PurePath) and t.__module__ == "pathlib":
+        elif t in _PATHS:
             out.append(_frame(b"p", f"{t.__name__}:{value.as_posix()}".encode("utf-8", "surrogatepass")))
         elif t in (list, tuple, set, frozenset) or t in _MAPPINGS:
             self.container(value, out, path, depth)

@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kolm_search._aio import run_blocking, run_sync
+from kolm_search._bridge import run_sync
 from kolm_search.batch import BatchResult, parse_queries, raw_requests
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.guards import coerce_request
@@ -59,8 +59,11 @@ class SearchClient:
         return response
 
     def search_sync(self, request: SearchRequest | dict[str, Any]) -> SearchResponse:
-        """Blocking :meth:`search` for scripts; raises ``RuntimeError`` inside a running loop."""
-        return run_sync(self.search(request), name="search")
+        """Blocking :meth:`search` (inside a running event loop, on a worker thread: notebooks work)."""
+        return run_sync(self.search(request))
+
+    #: The coroutine :meth:`search` under the explicit name (see "Sync and async twins" in the README).
+    search_async = search
 
     async def search_batch_async(self, queries: Any, *, limit: int | None = None, offset: int = 0,
                                  mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
@@ -79,7 +82,10 @@ class SearchClient:
     def search_batch(self, queries: Any, *, limit: int | None = None, offset: int = 0,
                      mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
         """Search many queries at once (see :meth:`SearchPipeline.search_batch`)."""
-        return run_blocking(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters))
+        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters))
+
+    #: The blocking :meth:`search_batch` under the explicit name.
+    search_batch_sync = search_batch
 
     # -- incremental updates (an extension beyond the spec) -------------------------------
     def add(self, documents: Any, *, embeddings: Any = None) -> None:

@@ -5,11 +5,10 @@ Layout of ``path``::
 
     client.json           the manifest: format, version, the retriever tree, the planner,
                           the options, and the modules that must be passed again to load
-    retriever-<id>/       the retriever's own save (BM25Retriever or DenseRetriever), or
-      0/, 1/, ...         one folder per part of a CompositeRetriever (recursively)
+    retriever-<id>/       the retriever's own save (its manifest and files)
 
-Saved: a :class:`BM25Retriever`, a :class:`DenseRetriever`, a :class:`FeedbackRetriever` over a
-BM25 one and a :class:`CompositeRetriever` of these (their settings in the manifest); a
+Saved: a :class:`BM25Retriever`, :class:`DenseRetriever`, :class:`FeedbackRetriever` or
+:class:`CompositeRetriever`, each by its own ``save`` (all or nothing, one manifest); a
 :class:`DefaultQueryPlanner`; the options that are plain values. Not saved, and asked for by name
 at load: the embedder (a model: pass ``embedder=``), and any other module or option the client
 had (a reranker, a cache, a logger, schemas...). Another retriever or planner is refused at save,
@@ -42,64 +41,42 @@ _OBJECT_OPTIONS = ("logger", "input_schema", "output_schema")
 _MODULES = ("embedder", "deduplicator", "reranker", "synthesizer", "intent_classifier", "cache", "telemetry")
 
 
-def _save_retriever(retriever: Any, folder: Path) -> dict[str, Any]:
+_KINDS = ("bm25", "dense", "feedback", "composite")
+
+
+def _classes() -> dict[str, type]:
     from kolm_search.retrievers.bm25 import BM25Retriever
     from kolm_search.retrievers.composite import CompositeRetriever
     from kolm_search.retrievers.dense import DenseRetriever
     from kolm_search.retrievers.feedback import FeedbackRetriever
 
-    if isinstance(retriever, BM25Retriever):
-        retriever.save(folder)
-        return {"kind": "bm25"}
-    if isinstance(retriever, DenseRetriever):
-        retriever.save(folder)
-        return {"kind": "dense"}
-    if isinstance(retriever, FeedbackRetriever):
-        retriever.bm25.save(folder)
-        return {"kind": "feedback", "model": retriever.model, "fb_docs": retriever.fb_docs, "fb_terms": retriever.fb_terms,
-                "original_weight": retriever.original_weight, "max_df_ratio": retriever.max_df_ratio}
-    if isinstance(retriever, CompositeRetriever):
-        if retriever.logger is not None:
-            raise KolmValueError("SearchClient.save: the CompositeRetriever has a logger, which cannot be saved; "
-                                 "build the client again with it after load")
-        parts = [_save_retriever(r, folder / str(i)) for i, r in enumerate(retriever.retrievers)]
-        return {"kind": "composite", "parts": parts, "k": retriever.k, "strategy": retriever.strategy,
-                "weights": retriever.weights, "method": retriever.method, "norm": retriever.norm,
-                "depth": retriever.depth}
-    raise KolmTypeError(f"SearchClient.save cannot save a retriever of type {type(retriever).__name__}: it saves "
-                        "BM25Retriever, DenseRetriever, and FeedbackRetriever or CompositeRetriever over them")
+    return {"bm25": BM25Retriever, "dense": DenseRetriever, "feedback": FeedbackRetriever,
+            "composite": CompositeRetriever}
+
+
+def _save_retriever(retriever: Any, folder: Path) -> dict[str, Any]:
+    """The retriever written by its own ``save`` (all or nothing) into ``folder``; its kind."""
+    kind = next((k for k, cls in _classes().items() if type(retriever) is cls), None)
+    if kind is None:
+        raise KolmTypeError(f"SearchClient.save cannot save a retriever of type {type(retriever).__name__}: it saves "
+                            "BM25Retriever, DenseRetriever, FeedbackRetriever and CompositeRetriever (of those)")
+    if kind == "composite" and retriever.logger is not None:
+        raise KolmValueError("SearchClient.save: the CompositeRetriever has a logger, which is not saved; build the "
+                             "client again with it after load")
+    retriever.save(folder)
+    return {"kind": kind}
 
 
 def _load_retriever(spec: Any, folder: Path, embedder: Any, where: str) -> Any:
-    from kolm_search.retrievers.bm25 import BM25Retriever
-    from kolm_search.retrievers.composite import CompositeRetriever
-    from kolm_search.retrievers.dense import DenseRetriever
-    from kolm_search.retrievers.feedback import FeedbackRetriever
-
-    if not isinstance(spec, dict) or spec.get("kind") not in ("bm25", "dense", "feedback", "composite"):
+    if not isinstance(spec, dict) or spec.get("kind") not in _KINDS:
         raise KolmValueError(f"{where}: unknown retriever entry {spec!r}")
-    kind = spec["kind"]
-    if kind == "bm25":
-        return BM25Retriever.load(folder)
-    if kind == "dense":
-        if embedder is None:
-            raise KolmValueError(f"{where}: the client has a dense retriever; pass embedder= (the model it was built "
-                                 "with) to SearchClient.load")
-        return DenseRetriever.load(folder, embedder)
-    try:
-        if kind == "feedback":
-            return FeedbackRetriever(BM25Retriever.load(folder), spec["model"], fb_docs=spec["fb_docs"],
-                                     fb_terms=spec["fb_terms"], original_weight=spec["original_weight"] if
-                                     spec["model"] == "rm3" else None,
-                                     max_df_ratio=spec["max_df_ratio"] if spec["model"] == "rm3" else None)
-        parts = spec["parts"]
-        if not isinstance(parts, list) or not parts:
-            raise KolmValueError(f"{where}: a composite needs its parts")
-        children = [_load_retriever(p, folder / str(i), embedder, where) for i, p in enumerate(parts)]
-        return CompositeRetriever(children, spec["k"], spec["strategy"], weights=spec["weights"],
-                                  method=spec["method"], norm=spec["norm"], depth=spec["depth"])
-    except KeyError as exc:
-        raise KolmValueError(f"{where}: the {kind} retriever entry lacks {exc.args[0]!r}") from exc
+    kind, cls = spec["kind"], _classes()[spec["kind"]]
+    if kind in ("bm25", "feedback"):
+        return cls.load(folder)  # type: ignore[attr-defined]
+    if embedder is None and kind == "dense":
+        raise KolmValueError(f"{where}: the client has a dense retriever; pass embedder= (the model it was built "
+                             "with) to SearchClient.load")
+    return cls.load(folder, embedder)  # type: ignore[attr-defined]
 
 
 def save_client(client: Any, path: str | Path) -> None:
@@ -129,13 +106,18 @@ def save_client(client: Any, path: str | Path) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(manifest, fh, indent=1)
-        os.replace(tmp, root / _MANIFEST)
+        _switch(Path(tmp), root / _MANIFEST)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         shutil.rmtree(root / folder, ignore_errors=True)
         raise
     if old is not None and old.get("folder") != folder and isinstance(old.get("folder"), str):
         shutil.rmtree(root / old["folder"], ignore_errors=True)
+
+
+def _switch(new: Path, manifest: Path) -> None:
+    """The one step that makes the new client the saved one: the manifest renamed over the old."""
+    os.replace(new, manifest)
 
 
 def _plain(value: Any) -> Any:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import functools
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kolm_search.errors import KolmTypeError, KolmValueError
+from kolm_search._params import one_of, positive_int, real, seconds
+from kolm_search.errors import KolmTypeError, PipelineStage
 from kolm_search.ports import (
     CacheStore,
     Deduplicator,
@@ -19,6 +22,7 @@ from kolm_search.ports import (
     Retriever,
     Synthesizer,
     Telemetry,
+    missing_methods,
 )
 from kolm_search.types import SEARCH_MODES, SearchMode
 
@@ -26,27 +30,16 @@ __all__ = ["SearchPipelineModules", "SearchPipelineOptions", "TIMED_STAGES"]
 
 #: Stage names that :attr:`SearchPipelineOptions.stage_timeouts` accepts (the stages that
 #: call a port; cache and telemetry have their own options).
-TIMED_STAGES = ("planner", "intent-classifier", "embedder", "retriever", "deduplicator", "reranker", "synthesizer")
-
-_PORT_METHODS = {
-    "planner": "plan",
-    "retriever": "retrieve",
-    "embedder": "embed",
-    "deduplicator": "deduplicate",
-    "reranker": "rerank",
-    "synthesizer": "synthesize",
-    "intent_classifier": "classify",
-    "cache": "get",
-    "telemetry": "track",
-}
-
+TIMED_STAGES = tuple(PipelineStage(s) for s in ("planner", "intent-classifier", "embedder", "retriever", "deduplicator",
+                                                  "reranker", "synthesizer"))
 
 @dataclass
 class SearchPipelineModules:
     """The port implementations a pipeline wires together.
 
     ``planner`` and ``retriever`` are required; every other port is optional. Each port is
-    checked for its method when the dataclass is built (a clear ``KolmTypeError`` if not).
+    checked against the Protocol its field names (:mod:`kolm_search.ports`) when the dataclass
+    is built: a clear ``KolmTypeError`` naming the first missing method.
     """
 
     planner: QueryPlanner
@@ -60,19 +53,16 @@ class SearchPipelineModules:
     telemetry: Telemetry | None = None
 
     def __post_init__(self) -> None:
-        for name, method in _PORT_METHODS.items():
+        for name, protocol in _ports().items():
             port = getattr(self, name)
             if port is None:
                 if name in ("planner", "retriever"):
                     raise KolmTypeError(f"SearchPipelineModules.{name} is required")
                 continue
-            if not callable(getattr(port, method, None)):
-                raise KolmTypeError(
-                    f"SearchPipelineModules.{name} must have a '{method}' method, "
-                    f"got {type(port).__name__}"
-                )
-        if self.cache is not None and not callable(getattr(self.cache, "set", None)):
-            raise KolmTypeError("SearchPipelineModules.cache must have a 'set' method")
+            missing = missing_methods(port, protocol)
+            if missing:
+                raise KolmTypeError(f"SearchPipelineModules.{name} must have a '{missing[0]}' method "
+                                    f"({protocol.__name__}), got {type(port).__name__}")
 
     @classmethod
     def coerce(cls, modules: Any) -> SearchPipelineModules:
@@ -84,6 +74,14 @@ class SearchPipelineModules:
         raise KolmTypeError(
             f"modules must be SearchPipelineModules or a dict, got {type(modules).__name__}"
         )
+
+
+@functools.cache
+def _ports() -> dict[str, type]:
+    """Field name -> the Protocol its annotation names (what the port must implement)."""
+    hints = typing.get_type_hints(SearchPipelineModules)
+    return {f.name: next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
+            for f in dataclasses.fields(SearchPipelineModules)}
 
 
 @dataclass
@@ -129,7 +127,8 @@ class SearchPipelineOptions:
     (so even a call that never returns cannot block ``search_sync`` or interpreter exit)
     and is abandoned at the deadline. Without a timeout a port is called inline, so the
     default options cost normal searches nothing but the thread hop of a *sync* cache or
-    telemetry port (the built-in ``InMemoryCache``, which cannot block, is called inline).
+    telemetry port (a :class:`~kolm_search.ports.NonBlockingCache`, such as the built-in
+    ``InMemoryCache``, is called inline).
 
     Limits: an ``async`` method that blocks the event loop itself (``time.sleep`` inside
     ``async def``) cannot be interrupted, nor can a sync dependency that an async port calls
@@ -153,28 +152,18 @@ class SearchPipelineOptions:
     telemetry_timeout_seconds: float | None = 1.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.default_limit, bool) or not isinstance(self.default_limit, int) or self.default_limit <= 0:
-            raise KolmValueError(f"default_limit must be a positive int, got {self.default_limit!r}")
-        if self.default_mode not in SEARCH_MODES:
-            raise KolmValueError(f"default_mode must be one of {SEARCH_MODES}, got {self.default_mode!r}")
-        if isinstance(self.cache_ttl_seconds, bool) or not isinstance(self.cache_ttl_seconds, (int, float)) or self.cache_ttl_seconds < 0:
-            raise KolmValueError(f"cache_ttl_seconds must be >= 0, got {self.cache_ttl_seconds!r}")
-        if self.max_query_length is not None and (
-            isinstance(self.max_query_length, bool)
-            or not isinstance(self.max_query_length, int)
-            or self.max_query_length <= 0
-        ):
-            raise KolmValueError(f"max_query_length must be a positive int, got {self.max_query_length!r}")
-        for name in ("stage_timeout_seconds", "cache_timeout_seconds", "telemetry_timeout_seconds"):
-            _check_timeout(name, getattr(self, name))
+        self.default_limit = positive_int("default_limit", self.default_limit)
+        one_of("default_mode", self.default_mode, SEARCH_MODES)
+        self.cache_ttl_seconds = real("cache_ttl_seconds", self.cache_ttl_seconds, low=0, finite=False)
+        self.max_query_length = positive_int("max_query_length", self.max_query_length, none=True)
+        self.stage_timeout_seconds = seconds("stage_timeout_seconds", self.stage_timeout_seconds)
+        self.cache_timeout_seconds = seconds("cache_timeout_seconds", self.cache_timeout_seconds)
+        self.telemetry_timeout_seconds = seconds("telemetry_timeout_seconds", self.telemetry_timeout_seconds)
         if not isinstance(self.stage_timeouts, Mapping):
             raise KolmTypeError(f"stage_timeouts must be a mapping of stage name to seconds, got "
                                 f"{type(self.stage_timeouts).__name__}")
-        for stage, seconds in self.stage_timeouts.items():
-            if stage not in TIMED_STAGES:
-                raise KolmValueError(f"stage_timeouts has unknown stage {stage!r}; known: {list(TIMED_STAGES)}")
-            _check_timeout(f"stage_timeouts[{stage!r}]", seconds)
-        self.stage_timeouts = dict(self.stage_timeouts)
+        self.stage_timeouts = {one_of("stage_timeouts key", stage, TIMED_STAGES): seconds(f"stage_timeouts[{stage!r}]", t)
+                               for stage, t in self.stage_timeouts.items()}
 
     def timeout_for(self, stage: str) -> float | None:
         """Seconds allowed for ``stage`` (its override, else ``stage_timeout_seconds``)."""
@@ -195,9 +184,3 @@ class SearchPipelineOptions:
             f"options must be SearchPipelineOptions or a dict, got {type(options).__name__}"
         )
 
-
-def _check_timeout(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise KolmValueError(f"{name} must be a positive finite number of seconds or None, got {value!r}")

@@ -1,4 +1,4 @@
-"""The exception tree and the stage identifiers.
+"""The exception tree and the stage identifiers (:class:`PipelineStage`, the one list of names).
 
 Every exception the package defines derives from :class:`KolmError`, so ``except KolmError``
 catches anything kolm_search raises on purpose; where a class also means "bad value" or "bad
@@ -6,12 +6,14 @@ type" it keeps the matching builtin as a second base (``except ValueError`` keep
 
     Exception
      +-- KolmError                        anything kolm_search raises on purpose
-          +-- SearchError                 a named pipeline stage failed (.stage, .cause)
-          |    +-- FilterError            a query's filter cannot be applied (.row in its batch)
+          +-- SearchError                 a named pipeline stage failed (.stage, .detail, .cause,
+          |    |                          .query: the query of a batch, None for single search)
+          |    +-- FilterError            a query's filter cannot be applied (.row in the retriever's batch)
           +-- SchemaValidationError       an input/output schema rejected a request or response
           +-- KolmValueError (ValueError) bad argument or data; the message names field and value
           |    +-- FrameValidationError   a candidate frame, run or qrels breaks its schema
           +-- KolmTypeError (TypeError)   argument of the wrong type
+          |    +-- ParameterError (also a KolmValueError)  a public argument out of its range or type
           +-- DownloadError (OSError)     a dataset download failed (network, checksum, archive)
           +-- LLMRequestError (RuntimeError)    a chat-completions call failed
           +-- DistributedError (RuntimeError)   a Dask partition or shard failed
@@ -22,9 +24,12 @@ numerical toolkit (fusion, frames, metrics, io) on bad arguments.
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from enum import StrEnum
+from typing import Any, Literal
 
 __all__ = [
     "DEDUPLICATOR_STAGE",
@@ -37,6 +42,8 @@ __all__ = [
     "KolmValueError",
     "LLMRequestError",
     "PIPELINE_STAGES",
+    "ParameterError",
+    "PipelineStage",
     "PipelineStages",
     "SchemaIssue",
     "SchemaValidationError",
@@ -44,45 +51,52 @@ __all__ = [
 ]
 
 
-class PipelineStages(Mapping[str, str]):
-    """Constant map of the known pipeline stage identifiers (the spec's ten keys).
+class PipelineStage(StrEnum):
+    """Every stage name a search can report, in the order a search runs them: the one list of
+    names that errors (:attr:`SearchError.stage`), timeouts
+    (:data:`~kolm_search.config.TIMED_STAGES`), ordering (:data:`~kolm_search.stages.STAGE_ORDER`)
+    and re-ranking jobs use. Members are ``str``: ``PipelineStage.EMBEDDER == "embedder"``.
 
-    A failing deduplicator raises ``SearchError`` with the extra stage name
-    ``"deduplicator"`` (:data:`DEDUPLICATOR_STAGE`); the spec's table has no key for it.
-
-    Read as attributes (``PIPELINE_STAGES.EMBEDDER == "embedder"``) or as a mapping
-    (``PIPELINE_STAGES["EMBEDDER"]``, iteration over the keys).
+    The spec's ten are :data:`PIPELINE_STAGES`; beyond them: ``DEDUPLICATOR`` (a failing
+    deduplicator), ``PAGINATION`` (no port, ordering only) and ``TELEMETRY``.
     """
 
     CLIENT = "client"
-    CACHE_GET = "cache.get"
-    CACHE_SET = "cache.set"
     PLANNER = "planner"
+    CACHE_GET = "cache.get"
     INTENT_CLASSIFIER = "intent-classifier"
     EMBEDDER = "embedder"
     RETRIEVER = "retriever"
-    RERANKER = "reranker"
-    SYNTHESIZER = "synthesizer"
     COMPOSITE_RETRIEVER = "composite-retriever"
+    DEDUPLICATOR = "deduplicator"
+    RERANKER = "reranker"
+    PAGINATION = "pagination"
+    SYNTHESIZER = "synthesizer"
+    CACHE_SET = "cache.set"
+    TELEMETRY = "telemetry"
 
-    _KEYS = (
-        "CLIENT",
-        "CACHE_GET",
-        "CACHE_SET",
-        "PLANNER",
-        "INTENT_CLASSIFIER",
-        "EMBEDDER",
-        "RETRIEVER",
-        "RERANKER",
-        "SYNTHESIZER",
-        "COMPOSITE_RETRIEVER",
-    )
 
-    def __getitem__(self, key: str) -> str:
+class PipelineStages(Mapping[str, str]):
+    """The spec's constant map of stage identifiers: a read-only view of the ten
+    :class:`PipelineStage` members the spec names.
+
+    Read as attributes (``PIPELINE_STAGES.EMBEDDER == "embedder"``) or as a mapping
+    (``PIPELINE_STAGES["EMBEDDER"]``, iteration over the keys in the spec's order).
+    """
+
+    __slots__ = ()
+    _KEYS = ("CLIENT", "CACHE_GET", "CACHE_SET", "PLANNER", "INTENT_CLASSIFIER", "EMBEDDER", "RETRIEVER",
+             "RERANKER", "SYNTHESIZER", "COMPOSITE_RETRIEVER")
+
+    def __getattr__(self, name: str) -> PipelineStage:
+        if name in PipelineStages._KEYS:
+            return PipelineStage[name]
+        raise AttributeError(name)
+
+    def __getitem__(self, key: str) -> PipelineStage:
         if key not in self._KEYS:
             raise KeyError(key)
-        value: str = getattr(self, key)
-        return value
+        return PipelineStage[key]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._KEYS)
@@ -94,11 +108,12 @@ class PipelineStages(Mapping[str, str]):
         raise AttributeError("PIPELINE_STAGES is read-only")
 
     def __repr__(self) -> str:
-        return "PIPELINE_STAGES(" + ", ".join(f"{k}={self[k]!r}" for k in self._KEYS) + ")"
+        return "PIPELINE_STAGES(" + ", ".join(f"{k}={self[k].value!r}" for k in self._KEYS) + ")"
 
 
 PIPELINE_STAGES = PipelineStages()
-DEDUPLICATOR_STAGE = "deduplicator"
+#: The deduplicator's stage name (the spec's table has no key for it): ``PipelineStage.DEDUPLICATOR``.
+DEDUPLICATOR_STAGE = PipelineStage.DEDUPLICATOR
 
 
 class KolmError(Exception):
@@ -108,28 +123,65 @@ class KolmError(Exception):
 class SearchError(KolmError):
     """A named pipeline stage failed.
 
+    The context travels as attributes, never to be cut back out of the message (as httpx's
+    errors carry ``request`` and ``response``).
+
     Parameters
     ----------
     stage : str
-        One of the values of :data:`PIPELINE_STAGES` (or a custom stage name).
+        A :class:`PipelineStage` (or a custom stage name).
     message : str
-        Human-readable description; the final message is ``"[stage] message"``.
+        What failed; the final message is ``"[stage] message"``, or ``"[stage] query Q:
+        message"`` for a query of a batch.
     cause : BaseException, optional
         The original error; also chained as ``__cause__``.
+    query : int or hashable, optional
+        Which query of a batch failed: its position (``by_position=True``) or its qid;
+        ``None`` for a single search or a failure of the batch as a whole.
+    by_position : bool, default False
+        ``query`` is a position in the batch (shown as ``query 2 (position in the batch)``).
+
+    Attributes
+    ----------
+    stage, cause, query
+        As given.
+    detail : str
+        The message without the stage prefix and without the query.
     """
 
-    def __init__(self, stage: str, message: str, cause: BaseException | None = None) -> None:
-        text = message if message.startswith(f"[{stage}]") else f"[{stage}] {message}"
-        super().__init__(text)
+    def __init__(self, stage: str, message: str, cause: BaseException | None = None, *, query: Any = None,
+                 by_position: bool = False) -> None:
+        prefix = f"[{stage}]"
         self.stage = stage
+        self.detail = message[len(prefix):].lstrip() if message.startswith(prefix) else message
         self.cause = cause
+        self.query = query
+        self.by_position = by_position
+        super().__init__(self._format())
         if cause is not None:
             self.__cause__ = cause
+
+    def _format(self) -> str:
+        if self.query is None:
+            return f"[{self.stage}] {self.detail}"
+        where = " (position in the batch)" if self.by_position else ""
+        return f"[{self.stage}] query {self.query!r}{where}: {self.detail}"
 
     @property
     def message(self) -> str:
         """The formatted message, ``"[stage] Description."``."""
         return str(self.args[0])
+
+    def at_query(self, query: Any, *, by_position: bool = False) -> SearchError:
+        """A copy of this error (same class, stage, detail, cause) naming ``query`` of a batch."""
+        located = copy.copy(self)
+        located.query, located.by_position = query, by_position
+        located.args = (located._format(),)
+        return located
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        make = functools.partial(type(self), query=self.query, by_position=self.by_position)
+        return make, (self.stage, self.detail, self.cause), self.__dict__
 
     @classmethod
     def wrap(cls, stage: str, exc: BaseException) -> SearchError:
@@ -142,11 +194,12 @@ class SearchError(KolmError):
 
 class FilterError(SearchError):
     """A retriever could not apply one query's filter (unknown field or operator, operand of
-    the wrong type); ``row`` is that query's row in its ``QueryBatch`` (the stage runner turns
-    it into the query's position in the batch)."""
+    the wrong type); ``row`` is that query's row in the retriever's ``QueryBatch`` (the stage
+    runner names the query by its position in the whole batch: ``query``)."""
 
-    def __init__(self, stage: str, message: str, cause: BaseException | None = None, *, row: int = 0) -> None:
-        super().__init__(stage, message, cause)
+    def __init__(self, stage: str, message: str, cause: BaseException | None = None, *, row: int = 0,
+                 query: Any = None, by_position: bool = False) -> None:
+        super().__init__(stage, message, cause, query=query, by_position=by_position)
         self.row = row
 
 
@@ -179,6 +232,13 @@ class KolmValueError(KolmError, ValueError):
 
 class KolmTypeError(KolmError, TypeError):
     """An argument of the wrong type; the message names the field and the type."""
+
+
+class ParameterError(KolmValueError, KolmTypeError):
+    """A public argument is of the wrong type or out of its range (:mod:`kolm_search._params`);
+    both a ``ValueError`` and a ``TypeError``, as scikit-learn's ``InvalidParameterError``, so
+    either ``except`` keeps working. The message names the argument, what it must be and the
+    value given."""
 
 
 class DownloadError(KolmError, OSError):

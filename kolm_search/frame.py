@@ -22,13 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import FrameValidationError
+
+if TYPE_CHECKING:
+    from kolm_search.types import SearchPipelineContext
 
 __all__ = ["CandidateFrame", "QueryBatch"]
 
@@ -190,6 +193,29 @@ class QueryBatch:
             raise FrameValidationError(f"embeddings must have one row per text, got {self.embeddings.shape}")
         if self.metadata is not None and len(self.metadata) != self.n_queries:
             raise FrameValidationError(f"metadata must have one dict per query ({self.n_queries}), got {len(self.metadata)}")
+
+    @classmethod
+    def from_contexts(cls, contexts: Sequence[SearchPipelineContext], *, limit: int) -> QueryBatch:
+        """The batch of pipeline contexts (the one builder: the stage runner and a retriever's
+        single ``retrieve`` both use it): every planned text (``expanded_queries``, else the
+        normalised query) with its owner, each query's filters and plan metadata, the first
+        context's mode, and the embeddings when there is one per text (else ``None``: a dense
+        retriever then embeds the texts itself)."""
+        texts: list[str] = []
+        owner: list[int] = []
+        rows: list[npt.NDArray[np.float32]] = []
+        for j, c in enumerate(contexts):
+            queries = list(c.plan.expanded_queries) or [c.plan.normalized_query]
+            texts.extend(queries)
+            owner.extend([j] * len(queries))
+            if c.expanded_embeddings is not None:
+                rows.append(np.asarray(c.expanded_embeddings, dtype=np.float32))
+            elif c.embeddings is not None:
+                rows.append(np.asarray(c.embeddings, dtype=np.float32)[None, :])
+        emb = np.concatenate(rows) if rows and sum(len(e) for e in rows) == len(texts) else None
+        return cls(texts=texts, owner=np.asarray(owner, np.int64), n_queries=len(contexts), limit=limit,
+                   filters=[dict(c.request.filters or {}) for c in contexts], embeddings=emb,
+                   mode=contexts[0].plan.mode, metadata=[c.plan.metadata for c in contexts])
 
     @property
     def single(self) -> bool:

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from kolm_search._params import mapping, non_negative_int, one_of, positive_int
 from kolm_search.config import SearchPipelineOptions
-from kolm_search.errors import PIPELINE_STAGES, KolmTypeError, KolmValueError, SearchError
+from kolm_search.errors import KolmTypeError, KolmValueError, ParameterError, PipelineStage, SearchError
 from kolm_search.types import SEARCH_MODES, SearchRequest
 
 __all__ = ["coerce_request", "resolve_request"]
 
-_STAGE = PIPELINE_STAGES.CLIENT
+_STAGE = PipelineStage.CLIENT
 _INT64_MAX = 2**63 - 1
 
 
@@ -23,10 +22,6 @@ def coerce_request(request: Any) -> SearchRequest:
         return SearchRequest.from_dict(request)
     except (KolmTypeError, KolmValueError, TypeError) as exc:
         raise SearchError(_STAGE, str(exc), cause=exc) from exc
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def resolve_request(request: SearchRequest, options: SearchPipelineOptions) -> SearchRequest:
@@ -51,20 +46,15 @@ def resolve_request(request: SearchRequest, options: SearchPipelineOptions) -> S
             _STAGE,
             f"query length {len(query)} exceeds max_query_length={options.max_query_length}",
         )
-    limit = options.default_limit if request.limit is None else request.limit
-    if not _is_int(limit) or limit <= 0:
-        raise SearchError(_STAGE, f"limit must be a positive integer, got {request.limit!r}")
-    offset = request.offset
-    if not _is_int(offset) or offset < 0:
-        raise SearchError(_STAGE, f"offset must be a non-negative integer, got {offset!r}")
+    try:
+        limit = positive_int("limit", options.default_limit if request.limit is None else request.limit)
+        offset = non_negative_int("offset", request.offset)
+        mode = one_of("mode", options.default_mode if request.mode is None else request.mode, SEARCH_MODES)
+        mapping("filters", request.filters)
+        mapping("context", request.context)
+    except ParameterError as exc:
+        raise SearchError(_STAGE, str(exc), cause=exc) from exc
     for name, value in (("limit", limit), ("offset", offset)):  # ranks and counts are int64
         if value > _INT64_MAX:
             raise SearchError(_STAGE, f"{name} must be at most 2**63 - 1, got {value!r}")
-    mode = options.default_mode if request.mode is None else request.mode
-    if mode not in SEARCH_MODES:
-        raise SearchError(_STAGE, f"mode must be one of {list(SEARCH_MODES)}, got {request.mode!r}")
-    for name in ("filters", "context"):
-        value = getattr(request, name)
-        if not isinstance(value, Mapping):
-            raise SearchError(_STAGE, f"{name} must be a dict, got {type(value).__name__} {value!r}")
-    return replace(request, limit=int(limit), offset=int(offset), mode=mode)
+    return replace(request, limit=limit, offset=offset, mode=mode)

@@ -34,8 +34,9 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from kolm_search._extras import peer_isinstance
 from kolm_search.errors import FrameValidationError, KolmValueError
-from kolm_search.peer_tables import QRELS_NAMES, RUN_NAMES, Kind, _module, _to_pandas, table_of
+from kolm_search.peer_tables import QRELS_NAMES, RUN_NAMES, Kind, _to_pandas, table_of
 from kolm_search.runs import check_ids, numeric_column, relevance_column
 
 __all__ = ["QRELS_NAMES", "RUN_NAMES", "table_of", "to_ir_measures", "to_pyterrier", "to_ranx", "to_trec_dict"]
@@ -64,8 +65,8 @@ def _resolve(obj: Any, kind: Literal["auto", "run", "qrels"]) -> tuple[Kind, pd.
         raise KolmValueError(f"kind must be 'auto', 'run' or 'qrels', got {kind!r}")
     if kind != "auto":
         return kind, _checked(obj, kind)
-    if _module(obj) == "ranx":
-        found: Kind = "qrels" if type(obj).__name__ == "Qrels" else "run"
+    if peer_isinstance(obj, "ranx", "Run", "Qrels"):
+        found: Kind = "qrels" if peer_isinstance(obj, "ranx", "Qrels") else "run"
     elif isinstance(getattr(obj, "run", None), pd.DataFrame):
         found = "run"
     elif isinstance(getattr(obj, "qrels", None), pd.DataFrame):

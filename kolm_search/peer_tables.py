@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from kolm_search._extras import peer_isinstance
 from kolm_search.errors import FrameValidationError, KolmTypeError
 
 __all__ = ["Kind", "QRELS_NAMES", "RUN_NAMES", "table_of"]
@@ -27,10 +28,6 @@ QRELS_NAMES: dict[str, dict[str, str]] = {"qid": _QID, "doc_id": _DOC,
 """Our qrels column -> {accepted name: who uses it}; ``score`` (ranx, BEIR) is the grade's last resort."""
 _REQUIRED = {"run": ("qid", "doc_id", "score"), "qrels": ("qid", "doc_id", "relevance")}
 _VALUE = {"run": "score", "qrels": "relevance"}
-
-
-def _module(obj: Any) -> str:
-    return type(obj).__module__.split(".")[0]
 
 
 def _from_nested(data: Mapping[Any, Any], value: str, what: str) -> pd.DataFrame:
@@ -63,15 +60,11 @@ def _to_pandas(obj: Any, kind: Kind, what: str) -> Any:
     """``obj`` as a pandas DataFrame when it is one of the foreign forms; else ``obj`` unchanged."""
     if isinstance(obj, pd.DataFrame):
         return obj
-    module = _module(obj)
-    if module == "ranx" and callable(getattr(obj, "to_dict", None)):
+    if peer_isinstance(obj, "ranx", "Run", "Qrels"):
         return _from_nested(obj.to_dict(), _VALUE[kind], what)
-    if module == "polars":
-        if type(obj).__name__ == "LazyFrame":
-            obj = obj.collect()
-        if callable(getattr(obj, "to_pandas", None)):
-            return obj.to_pandas()
-    if module == "pyarrow" and type(obj).__name__ in ("Table", "RecordBatch"):
+    if peer_isinstance(obj, "polars", "LazyFrame"):
+        obj = obj.collect()
+    if peer_isinstance(obj, "polars", "DataFrame") or peer_isinstance(obj, "pyarrow", "Table", "RecordBatch"):
         return obj.to_pandas()
     inner = getattr(obj, kind, None)
     if isinstance(inner, pd.DataFrame):  # BatchResult.run, Dataset.qrels

@@ -18,12 +18,13 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from kolm_search._aio import log, run_blocking, run_sync, warn
-from kolm_search._deadlines import TIMED_OUT, call_with_deadline
+from kolm_search._bridge import run_sync
+from kolm_search._logging import warn
 from kolm_search.batch import BatchResult, parse_queries, run_frame
 from kolm_search.cachekey import canonical_digest, request_key
+from kolm_search.candidates import Run
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.errors import PIPELINE_STAGES, KolmTypeError, SearchError
+from kolm_search.errors import KolmTypeError, PipelineStage, SearchError
 from kolm_search.guards import coerce_request, resolve_request
 from kolm_search.retrievers.incremental import index_revision
 from kolm_search.stages import Stages
@@ -38,18 +39,9 @@ from kolm_search.types import (
 
 __all__ = ["SearchPipeline", "cache_key"]
 
-S = PIPELINE_STAGES
+S = PipelineStage
 SEARCH_COMPLETED = "search.completed"
 SEARCH_BATCH_COMPLETED = "search.batch_completed"
-#: Sync ports that cannot block (a lock-guarded dict): called inline, with no thread hop.
-_NEVER_BLOCKS = frozenset({("kolm_search.adapters.caches", "InMemoryCache")})
-
-
-def _bound(port: Any, seconds: float | None) -> float | None:
-    """The deadline for ``port``'s calls: ``seconds``, or ``None`` for a port that never blocks."""
-    return None if (type(port).__module__, type(port).__qualname__) in _NEVER_BLOCKS else seconds
-
-
 def _feedback(plan: QueryPlan) -> dict[str, Any] | None:
     """The plan's pseudo-relevance feedback report (``plan.metadata["feedback"]``), if any."""
     meta = plan.metadata
@@ -86,13 +78,19 @@ class SearchPipeline:
         self.modules = SearchPipelineModules.coerce(modules)
         self.options = SearchPipelineOptions.coerce(options)
         self._unkeyable: set[str] = set()
+        self._stages: Stages | None = None
 
     @property
     def stages(self) -> Stages:
-        """The stage runner over the current modules and options."""
-        return Stages(self.modules, self.options)
+        """The stage runner over the current modules and options: built once, and again only
+        when ``modules`` or ``options`` is replaced (it reads them at each call, so changing a
+        field of either, as ``SearchClient.add`` does, needs no rebuild)."""
+        runner = self._stages
+        if runner is None or runner.modules is not self.modules or runner.options is not self.options:
+            runner = self._stages = Stages(self.modules, self.options)
+        return runner
 
-    # -- cache and telemetry (bounded, never fail a search) ------------------------------
+    # -- the cache key -------------------------------------------------------------------
     def _key(self, plan: QueryPlan, req: SearchRequest) -> str:
         """The cache key, or ``""`` (do not cache) when there is no cache or a value of the
         request cannot be keyed faithfully (one warning per distinct problem and pipeline)."""
@@ -109,58 +107,6 @@ class SearchPipeline:
                      "(later such requests are not cached either, without a warning)", exc)
             return ""
 
-    async def _bounded(self, stage: str, message: str, timeout: float | None, fn: Any,
-                       *args: Any) -> tuple[bool, Any]:
-        """``(True, value)`` of ``fn(*args)`` within ``timeout``; ``(False, None)`` and a warning
-        (``message`` with a ``SearchError(stage)`` payload) when it raises or is late (then it
-        is abandoned)."""
-        try:
-            value = await call_with_deadline(fn, args, timeout)
-        except Exception as exc:
-            log(self.options.logger, "warning", message, SearchError.wrap(stage, exc))
-            return False, None
-        if value is TIMED_OUT:
-            name = getattr(fn, "__name__", "call")
-            warn(self.options.logger, message, SearchError(stage, f"{name} timed out after {timeout:g}s (abandoned)"))
-            return False, None
-        return True, value
-
-    async def _cache_get(self, key: str) -> SearchResponse | None:
-        cache = self.modules.cache
-        if cache is None:
-            return None
-        ok, value = await self._bounded(S.CACHE_GET, "cache read failed; searching without cache",
-                                        _bound(cache, self.options.cache_timeout_seconds), cache.get, key)
-        if not ok or value is None:
-            return None
-        if isinstance(value, SearchResponse):
-            return value
-        try:
-            return SearchResponse.from_dict(value)
-        except Exception as exc:
-            log(self.options.logger, "warning", "cache read failed; searching without cache", SearchError.wrap(S.CACHE_GET, exc))
-            return None
-
-    async def _cache_set(self, key: str, response: SearchResponse) -> None:
-        cache = self.modules.cache
-        if cache is None:
-            return
-        try:
-            body = response.to_dict()
-        except Exception as exc:
-            log(self.options.logger, "warning", "cache write failed", SearchError.wrap(S.CACHE_SET, exc))
-            return
-        await self._bounded(S.CACHE_SET, "cache write failed; response not stored",
-                            _bound(cache, self.options.cache_timeout_seconds), cache.set, key, body,
-                            self.options.cache_ttl_seconds)
-
-    async def _track(self, event: str, payload: dict[str, Any]) -> None:
-        telemetry = self.modules.telemetry
-        if telemetry is None:
-            return
-        await self._bounded("telemetry", "telemetry.track failed (ignored)", self.options.telemetry_timeout_seconds,
-                            telemetry.track, event, payload)
-
     # -- the core --------------------------------------------------------------------------
     async def search(self, request: SearchRequest | dict[str, Any]) -> SearchResponse:
         """Run one search through every configured stage.
@@ -175,19 +121,19 @@ class SearchPipeline:
         original = coerce_request(request)
         req = resolve_request(original, self.options)
         assert req.limit is not None
-        durations: dict[str, float] = {}
+        run = Run()
         stages = self.stages
-        (plan,) = await stages.plan([req], durations)
+        (plan,) = await stages.plan([req], run)
         key = self._key(plan, req)
-        cached = await self._cache_get(key) if key else None
+        cached = await stages.cache_get(key) if key else None
         if cached is not None:
             response = replace(cached, request=original, duration_ms=(time.perf_counter() - t_start) * 1000.0,
                                metadata=SearchResponseMetadata(result_count=len(cached.results), cache_hit=True,
                                                                feedback=_feedback(cached.plan)))
-            await self._track(SEARCH_COMPLETED, self._payload(response, durations))
+            await stages.track(SEARCH_COMPLETED, self._payload(response, run))
             return response
         context = SearchPipelineContext(request=req, plan=plan, started_at=started_at)
-        (outcome,) = await stages.execute([context], durations, columnar=False)
+        (outcome,) = await stages.execute([context], run, columnar=False)
         results = outcome.page.docs()
         response = SearchResponse(
             request=original,
@@ -199,18 +145,21 @@ class SearchPipeline:
             metadata=SearchResponseMetadata(result_count=len(results), cache_hit=False, feedback=_feedback(plan)),
         )
         if key:
-            await self._cache_set(key, response)
-        await self._track(SEARCH_COMPLETED, self._payload(response, durations))
+            await stages.cache_set(key, response)
+        await stages.track(SEARCH_COMPLETED, self._payload(response, run))
         return response
 
     @staticmethod
-    def _payload(response: SearchResponse, durations: dict[str, float]) -> dict[str, Any]:
+    def _payload(response: SearchResponse, run: Run) -> dict[str, Any]:
         return {"duration_ms": response.duration_ms, "mode": response.plan.mode,
-                "result_count": len(response.results), "stage_durations": dict(durations)}
+                "result_count": len(response.results), "stage_durations": dict(run.durations)}
 
     def search_sync(self, request: SearchRequest | dict[str, Any]) -> SearchResponse:
-        """Blocking :meth:`search` for scripts; raises ``RuntimeError`` inside a running loop."""
-        return run_sync(self.search(request), name="search")
+        """Blocking :meth:`search` (inside a running event loop, on a worker thread: notebooks work)."""
+        return run_sync(self.search(request))
+
+    #: The coroutine :meth:`search` under the explicit name (see "Sync and async twins" in the README).
+    search_async = search
 
     async def search_batch_async(self, queries: Any, *, limit: int | None = None, offset: int = 0,
                                  mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
@@ -223,19 +172,18 @@ class SearchPipeline:
             try:
                 reqs.append(resolve_request(req, self.options))
             except SearchError as exc:
-                raise SearchError(S.CLIENT, f"query {qid!r}: {exc.message[len('[client] '):]}", cause=exc) from exc
-        durations: dict[str, float] = {}
+                raise exc.at_query(qid) from exc
+        run = Run()
         stages = self.stages
-        plans = await stages.plan(reqs, durations)
+        plans = await stages.plan(reqs, run)
         contexts = [SearchPipelineContext(request=r, plan=p, started_at=started_at) for r, p in zip(reqs, plans, strict=True)]
-        outcomes = await stages.execute(contexts, durations, columnar=True)
+        outcomes = await stages.execute(contexts, run, columnar=True)
         pages = [o.page for o in outcomes]
-        run = run_frame(qids, reqs, pages)
-        result = BatchResult(run=run, qids=qids, requests=originals, plans=plans,
+        result = BatchResult(run=run_frame(qids, reqs, pages), qids=qids, requests=originals, plans=plans,
                              duration_ms=(time.perf_counter() - t0) * 1000.0, _resolved=reqs, _pages=pages,
                              _totals=[o.total for o in outcomes], _answers=[o.answer for o in outcomes])
-        await self._track(SEARCH_BATCH_COMPLETED, {"duration_ms": result.duration_ms, "query_count": len(reqs),
-                                                   "result_count": len(run), "stage_durations": dict(durations)})
+        await stages.track(SEARCH_BATCH_COMPLETED, {"duration_ms": result.duration_ms, "query_count": len(reqs),
+                                                   "result_count": len(result.run), "stage_durations": dict(run.durations)})
         return result
 
     def search_batch(self, queries: Any, *, limit: int | None = None, offset: int = 0,
@@ -257,7 +205,10 @@ class SearchPipeline:
 
         Works inside a running event loop too (a notebook): the batch then runs on a worker thread.
         """
-        return run_blocking(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters))
+        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters))
+
+    #: The blocking :meth:`search_batch` under the explicit name.
+    search_batch_sync = search_batch
 
     def __repr__(self) -> str:
         return f"SearchPipeline(planner={self.modules.planner!r}, retriever={self.modules.retriever!r})"

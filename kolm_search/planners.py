@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import numbers
 import re
 from typing import Any
 
-from kolm_search._aio import log
-from kolm_search._deadlines import TIMED_OUT, call_with_deadline
+from kolm_search._bridge import TIMED_OUT, call_with_deadline
+from kolm_search._logging import log
+from kolm_search._params import positive_int, seconds
 from kolm_search.errors import KolmValueError
-from kolm_search.ports import Logger, QueryExpander
+from kolm_search.ports import Logger, QueryExpander, missing_methods
 from kolm_search.types import QueryPlan, SearchRequest
 
 __all__ = ["DefaultQueryPlanner", "ExpandingQueryPlanner", "normalize_query"]
@@ -71,17 +71,12 @@ class ExpandingQueryPlanner:
 
     def __init__(self, expander: QueryExpander, max_queries: int = 4, logger: Logger | None = None,
                  timeout_seconds: float | None = 30.0) -> None:
-        if not callable(getattr(expander, "expand", None)):
+        if missing_methods(expander, QueryExpander):
             raise KolmValueError(f"expander must have an 'expand' method, got {type(expander).__name__}")
-        if isinstance(max_queries, bool) or not isinstance(max_queries, numbers.Integral) or max_queries < 1:
-            raise KolmValueError(f"max_queries must be an integer >= 1, got {max_queries!r}")
         self.expander: QueryExpander = expander
-        self.max_queries: int = int(max_queries)
+        self.max_queries: int = positive_int("max_queries", max_queries)
         self.logger: Logger | None = logger
-        if timeout_seconds is not None and (isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, numbers.Real)
-                                            or not 0 < float(timeout_seconds) < float("inf")):
-            raise KolmValueError(f"timeout_seconds must be a positive number or None, got {timeout_seconds!r}")
-        self.timeout_seconds: float | None = None if timeout_seconds is None else float(timeout_seconds)
+        self.timeout_seconds: float | None = seconds("timeout_seconds", timeout_seconds)
 
     async def plan(self, request: SearchRequest) -> QueryPlan:
         plan = _base_plan(request)

@@ -3,17 +3,25 @@
 Every method may be written plain or ``async``: the pipeline awaits what is awaitable, so
 the return annotations below read "a value, or an awaitable of it". Any exception a port
 raises surfaces as :class:`~kolm_search.errors.SearchError` carrying that port's stage.
+
+Optional capabilities beyond a port's one method are Protocols too (``BatchRetriever``,
+``BatchReranker``, ``EmbedsMany``, ...): an object has a capability by implementing its
+methods, and the stage runner (:mod:`kolm_search.stages`) finds it with ``isinstance``.
+:func:`embed_all` is the one way an embedder is called for many texts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
-from typing import Any, Protocol, TypeVar, Union, runtime_checkable
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeGuard, TypeVar, Union, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from kolm_search._bridge import off_loop
 from kolm_search.doctable import DocumentTable
+from kolm_search.errors import KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest
 
@@ -23,18 +31,27 @@ __all__ = [
     "CacheStore",
     "Deduplicator",
     "Embedder",
+    "EmbedsMany",
+    "FusesChildren",
     "IntentClassifier",
     "Logger",
     "MaybeAwaitable",
+    "NonBlockingCache",
     "QueryExpander",
     "QueryPlanner",
+    "ReportsDuplicates",
     "Reranker",
     "Retriever",
     "Synthesizer",
     "Telemetry",
+    "embed_all",
+    "embedding_matrix",
+    "implements",
+    "missing_methods",
 ]
 
 T = TypeVar("T")
+P = TypeVar("P")
 MaybeAwaitable = Union[T, Awaitable[T]]
 Vector = Union[Sequence[float], npt.NDArray[np.floating[Any]]]
 Matrix = Union[Sequence[Sequence[float]], npt.NDArray[np.floating[Any]]]
@@ -79,10 +96,38 @@ class BatchRetriever(Protocol):
 
 
 @runtime_checkable
+class FusesChildren(Protocol):
+    """A retriever that fuses the ranked lists of child retrievers (``CompositeRetriever``).
+
+    ``retrievers`` are the children. What the stage runner needs to know: each child's list is
+    fetched at the batch's ``limit`` and fused before the cut, so a query's fused list equals
+    its single search only when the batch's limit is its own; the runner therefore gives such a
+    retriever one sub-batch per target limit (as it does for expanded queries).
+    """
+
+    retrievers: Sequence[Retriever]
+
+    def retrieve(self, context: SearchPipelineContext) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+
+@runtime_checkable
 class Embedder(Protocol):
-    """Embeds text. ``embed_many`` (optional) embeds a batch as one (n, d) matrix."""
+    """Embeds text (an :class:`EmbedsMany` also embeds a batch as one (n, d) matrix)."""
 
     def embed(self, text: str) -> MaybeAwaitable[Vector]: ...
+
+
+@runtime_checkable
+class EmbedsMany(Protocol):
+    """An embedder with a batch call: ``embed_many(texts)`` returns one row per text, (n, d).
+
+    :func:`embed_all` (the embedder stage, the dense index build, every adapter that embeds)
+    prefers it to one ``embed`` call per text.
+    """
+
+    def embed(self, text: str) -> MaybeAwaitable[Vector]: ...
+
+    def embed_many(self, texts: Sequence[str]) -> MaybeAwaitable[Matrix]: ...
 
 
 @runtime_checkable
@@ -97,6 +142,20 @@ class Deduplicator(Protocol):
     """Removes duplicates from the candidate list, keeping order."""
 
     def deduplicate(self, docs: list[SearchDocument]) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+
+@runtime_checkable
+class ReportsDuplicates(Protocol):
+    """A deduplicator that says what each dropped document duplicated (beyond the spec).
+
+    ``deduplicate_pairs`` returns what ``deduplicate`` returns, and the ``(dropped_id, kept_id)``
+    pairs of this call; the pipeline puts them in ``context.metadata["deduplicator"]["pairs"]``.
+    """
+
+    def deduplicate(self, docs: list[SearchDocument]) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+    def deduplicate_pairs(self, docs: list[SearchDocument]) -> MaybeAwaitable[
+            tuple[Sequence[SearchDocument], Sequence[tuple[str, str]]]]: ...
 
 
 @runtime_checkable
@@ -151,6 +210,24 @@ class CacheStore(Protocol):
 
 
 @runtime_checkable
+class NonBlockingCache(Protocol):
+    """A cache whose calls return at once (memory only: at most a lock held for a dict update).
+
+    ``get_nowait`` / ``set_nowait`` do what ``get`` / ``set`` do; the pipeline calls them
+    inline, with no worker thread and no deadline (``cache_timeout_seconds`` is for caches
+    that may wait on a disk, a lock or a network).
+    """
+
+    def get(self, key: str) -> MaybeAwaitable[Any | None]: ...
+
+    def set(self, key: str, value: Any, ttl_seconds: float | None = None) -> MaybeAwaitable[None]: ...
+
+    def get_nowait(self, key: str) -> Any | None: ...
+
+    def set_nowait(self, key: str, value: Any, ttl_seconds: float | None = None) -> None: ...
+
+
+@runtime_checkable
 class Telemetry(Protocol):
     """Observability sink; receives ``"search.completed"`` after each successful search."""
 
@@ -171,3 +248,74 @@ class Logger(Protocol):
     def warning(self, msg: str, /, *args: Any, **kwargs: Any) -> None: ...
 
     def error(self, msg: str, /, *args: Any, **kwargs: Any) -> None: ...
+
+
+def implements(port: Any, protocol: type[P]) -> TypeGuard[P]:
+    """``isinstance(port, protocol)`` for a capability Protocol made of methods, answered once per
+    class when the class defines them (Python 3.11's runtime check costs tens of microseconds a
+    call, which single search would pay at every stage)."""
+    key = (type(port), protocol)
+    found = _BY_CLASS.get(key)
+    if found is None:
+        found = _BY_CLASS[key] = all(callable(getattr(key[0], m, None)) for m in _methods(protocol))
+    return found or isinstance(port, protocol)
+
+
+_BY_CLASS: dict[tuple[type, type], bool] = {}  # (class, protocol) -> the class defines every method
+
+
+def missing_methods(port: Any, protocol: type) -> list[str]:
+    """The methods ``protocol`` declares that ``port`` lacks (or holds as non-callables)."""
+    if isinstance(port, protocol) and all(callable(getattr(port, m)) for m in _methods(protocol)):
+        return []
+    return [m for m in _methods(protocol) if not callable(getattr(port, m, None))]
+
+
+def _methods(protocol: type) -> list[str]:
+    """The public methods a Protocol class declares, in declaration order."""
+    return [name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")]
+
+
+def embedding_matrix(value: Any, n_expected: int, *, what: str,
+                     invalid: Callable[[str], Exception] = KolmValueError) -> npt.NDArray[np.float32]:
+    """Check an embedder's output and return it as float32 of shape ``(n_expected, d)``.
+
+    A 1-D vector is accepted when ``n_expected == 1``. Raises ``invalid(message)`` (the method
+    ``what`` named) on a count mismatch, ragged or empty rows, or NaN/inf values.
+    """
+    try:
+        mat = np.asarray(value, dtype=np.float32)
+    except (ValueError, TypeError) as exc:
+        raise invalid(f"{what} returned rows of different dimensions or non-numbers: {exc}") from exc
+    if mat.ndim == 1 and n_expected == 1:
+        mat = mat[None, :]
+    if mat.ndim != 2:
+        raise invalid(f"{what} must return a (n, d) matrix, got shape {mat.shape}")
+    if mat.shape[0] != n_expected:
+        raise invalid(f"{what} returned {mat.shape[0]} embeddings for {n_expected} inputs")
+    if mat.shape[1] == 0:
+        raise invalid(f"{what} returned empty vectors")
+    if not np.all(np.isfinite(mat)):
+        raise invalid(f"{what} returned NaN or infinite values")
+    return mat
+
+
+async def embed_all(embedder: Embedder, texts: Sequence[str], *,
+                    call: Callable[..., Awaitable[Any]] = off_loop,
+                    invalid: Callable[[str], Exception] = KolmValueError) -> npt.NDArray[np.float32]:
+    """Embeddings of ``texts``, float32 (n, d), checked (:func:`embedding_matrix`).
+
+    One ``embed_many`` call when the embedder is :class:`EmbedsMany`, else one ``embed`` call
+    per text, concurrently. ``call(fn, *args)`` makes each port call: by default
+    :func:`~kolm_search._bridge.off_loop` (a sync method runs on a worker thread, so an async
+    caller never blocks its event loop); the stage runner passes its deadline-bounded call.
+    No texts: a (0, 0) matrix and no call.
+    """
+    texts = list(texts)
+    if not texts:
+        return np.zeros((0, 0), np.float32)
+    if implements(embedder, EmbedsMany):
+        return embedding_matrix(await call(embedder.embed_many, texts), len(texts), what="embed_many", invalid=invalid)
+    vectors = await asyncio.gather(*(call(embedder.embed, t) for t in texts))
+    return embedding_matrix([embedding_matrix(v, 1, what="embed", invalid=invalid)[0] for v in vectors], len(texts),
+                            what="embed", invalid=invalid)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,28 +12,30 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search._aio import resolve, run_blocking
+from kolm_search._bridge import resolve, run_sync
+from kolm_search._params import boolean, positive_int
 from kolm_search.doctable import DocumentTable
-from kolm_search.errors import KolmValueError, SearchError
+from kolm_search.errors import KolmValueError, PipelineStage, SearchError
 from kolm_search.planners import DefaultQueryPlanner
 from kolm_search.runs import RUN_COLUMNS, as_run, check_ids, numeric_column
-from kolm_search.types import SearchDocument, SearchPipelineContext, SearchRequest, as_documents
+from kolm_search.stages import rerank_all
+from kolm_search.types import SearchDocument, SearchPipelineContext, SearchRequest
 
 __all__ = ["rerank_run"]
 
 _log = logging.getLogger("kolm_search.rerank")
+_STAGE = PipelineStage.RERANKER
 
 
 def _inputs(run: Any, corpus: Any, queries: Any) -> tuple[pd.DataFrame, DocumentTable, dict[str, str]]:
-    if isinstance(run, (str, bytes)) or hasattr(run, "__fspath__"):
-        from kolm_search.io import read_run
+    from kolm_search.io import Dataset, read_run
 
-        run = read_run(run)
+    if isinstance(run, (str, bytes, os.PathLike)):
+        run = read_run(os.fsdecode(run))
     run = as_run(run)
     check_ids(run, "run")
-    if queries is None and hasattr(corpus, "queries"):
-        queries = corpus.queries
-    if hasattr(corpus, "corpus"):
+    if isinstance(corpus, Dataset):
+        queries = corpus.queries if queries is None else queries
         corpus = corpus.corpus
     table = corpus if isinstance(corpus, DocumentTable) else (
         DocumentTable.from_frame(corpus) if isinstance(corpus, pd.DataFrame) else DocumentTable.from_documents(corpus))
@@ -55,7 +57,8 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
     run : DataFrame ``qid, doc_id, score[, rank]``, BatchResult, or TREC run path
     corpus : Dataset, DataFrame ``id, content[, title]``, DocumentTable or documents
     reranker : Reranker
-        Any object with ``rerank(docs, context)`` (sync or async). A
+        Any object with ``rerank(docs, context)`` (sync or async), called as the pipeline's
+        reranker stage calls it (:func:`kolm_search.stages.rerank_all`): a
         :class:`~kolm_search.ports.BatchReranker` (``MMRReranker``, ``CrossEncoderReranker``)
         gets each chunk of queries in one ``rerank_batch`` call, so its model sees every
         distinct document (MMR) or pair (cross-encoder) of the chunk once, in full batches;
@@ -78,8 +81,9 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
     """
     from tqdm.auto import tqdm
 
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise KolmValueError(f"top_k must be a positive int, got {top_k!r}")
+    top_k = positive_int("top_k", top_k)
+    batch_size = positive_int("batch_size", batch_size)
+    boolean("progress", progress)
     frame, table, texts = _inputs(run, corpus, queries)
     order_cols = ["rank"] if "rank" in frame.columns else []
     frame = frame.assign(_neg=-numeric_column(frame, "score", "run"))
@@ -106,13 +110,9 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
         ctx = SearchPipelineContext(request=req, plan=planner.plan(req), started_at=0.0)
         return docs, ctx, head[~present], tail
 
-    def assemble(qid: Any, docs: list[SearchDocument], raw_out: Any, absent: Any, tail: Any) -> pd.DataFrame:
-        try:
-            out = as_documents(raw_out, what="reranker")
-        except (TypeError, ValueError) as exc:
-            raise SearchError("reranker", f"query {qid!r}: {exc}", cause=exc) from exc
+    def assemble(qid: Any, docs: list[SearchDocument], out: list[SearchDocument], absent: Any, tail: Any) -> pd.DataFrame:
         if sorted(d.id for d in out) != sorted(d.id for d in docs):
-            raise SearchError("reranker", f"query {qid!r}: the reranker must return the same documents it was given")
+            raise SearchError(_STAGE, "the reranker must return the same documents it was given", query=qid)
         new_ids = [d.id for d in out] + list(absent) + list(tail)
         n = len(new_ids)
         scores = np.arange(n, 0, -1, dtype=np.float64)
@@ -124,35 +124,24 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
             scores[len(out):] = floor - np.arange(1, n - len(out) + 1)
         return pd.DataFrame({"qid": [qid] * n, "doc_id": new_ids, "rank": np.arange(n), "score": scores})
 
-    async def one(docs: list[SearchDocument], ctx: SearchPipelineContext, qid: Any) -> Any:
+    async def call(fn: Any, *args: Any) -> Any:
         try:
-            return await resolve(reranker.rerank(list(docs), ctx))
+            return await resolve(fn(*args))
         except SearchError:
             raise
         except Exception as exc:
-            raise SearchError("reranker", f"query {qid!r}: {exc}", cause=exc) from exc
+            raise SearchError(_STAGE, str(exc) or type(exc).__name__, cause=exc) from exc
 
     async def chunk(qs: Sequence[Any]) -> list[pd.DataFrame]:
         prepared = [prepare(q) for q in qs]
-        batch = getattr(reranker, "rerank_batch", None)
-        if callable(batch):
-            try:
-                outs = list(await resolve(batch([(list(d), c) for d, c, _, _ in prepared])))
-            except SearchError:
-                raise
-            except Exception as exc:
-                raise SearchError("reranker", f"rerank_batch of {len(qs)} queries: {exc}", cause=exc) from exc
-            if len(outs) != len(qs):
-                raise SearchError("reranker", f"rerank_batch returned {len(outs)} lists for {len(qs)} queries")
-        else:
-            outs = list(await asyncio.gather(*(one(d, c, q) for (d, c, _, _), q in zip(prepared, qs, strict=True))))
+        outs = await rerank_all(reranker, [(d, c) for d, c, _, _ in prepared], call=call, queries=qs)
         return [assemble(q, d, out, absent, tail)
                 for q, (d, _, absent, tail), out in zip(qs, prepared, outs, strict=True)]
 
     with tqdm(total=len(qids), desc="rerank", unit="q", disable=not progress, leave=False) as bar:
         for start in range(0, len(qids), batch_size):
             qs = qids[start:start + batch_size]
-            parts.extend(run_blocking(chunk(qs)))
+            parts.extend(run_sync(chunk(qs)))
             bar.update(len(qs))
     result = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(RUN_COLUMNS))
     result.attrs["missing"] = missing

@@ -6,7 +6,7 @@ the next stage starts:
 
 planner -> (cache lookup, single search only) -> intent classifier -> embedder (one call for
 every expanded query of every query) -> retriever -> deduplicator -> reranker -> pagination
--> synthesizer -> (cache write, telemetry: in :mod:`kolm_search.pipeline`).
+-> synthesizer -> (cache write) -> telemetry; :mod:`kolm_search.pipeline` says which run when.
 
 The retriever stage calls ``retrieve_batch`` once for the whole batch when the retriever is a
 :class:`~kolm_search.ports.BatchRetriever` and the caller asks for the columnar path, and the
@@ -18,218 +18,226 @@ response is built. Any exception a port raises becomes ``SearchError(stage=...)`
 from __future__ import annotations
 
 import asyncio
-import numbers
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeGuard
 
 import numpy as np
-import numpy.typing as npt
 
-from kolm_search._aio import resolve
-from kolm_search._deadlines import TIMED_OUT, call_with_deadline
+from kolm_search._bridge import TIMED_OUT, call_with_deadline, resolve
+from kolm_search._logging import log, warn
+from kolm_search.candidates import Candidates, Outcome, Run, check_plan, dedup_report
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.errors import DEDUPLICATOR_STAGE, PIPELINE_STAGES, FilterError, SearchError
+from kolm_search.errors import FilterError, PipelineStage, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.ports import BatchRetriever
+from kolm_search.ports import (
+    BatchReranker,
+    BatchRetriever,
+    FusesChildren,
+    NonBlockingCache,
+    ReportsDuplicates,
+    embed_all,
+    embedding_matrix,
+    implements,
+)
 from kolm_search.types import (
-    SEARCH_MODES,
     QueryPlan,
     SearchDocument,
     SearchPipelineContext,
     SearchRequest,
+    SearchResponse,
     as_documents,
 )
 
-__all__ = ["Candidates", "Outcome", "STAGE_ORDER", "Stages", "check_plan", "dedup_report", "embedding_matrix",
-           "is_batch_retriever"]
+__all__ = ["STAGE_ORDER", "Stages", "is_batch_retriever", "rerank_all"]
 
-S = PIPELINE_STAGES
-STAGE_ORDER = (S.PLANNER, S.CACHE_GET, S.INTENT_CLASSIFIER, S.EMBEDDER, S.RETRIEVER, DEDUPLICATOR_STAGE, S.RERANKER,
-               "pagination", S.SYNTHESIZER, S.CACHE_SET, "telemetry")
+S = PipelineStage
+#: The stages in the order a search runs them (``client`` checks come first, a composite's
+#: children run inside ``retriever``).
+STAGE_ORDER = tuple(s for s in PipelineStage if s not in (S.CLIENT, S.COMPOSITE_RETRIEVER))
 
 
 def is_batch_retriever(retriever: Any) -> TypeGuard[BatchRetriever]:
     """True when ``retriever`` offers the columnar path (``retrieve_batch`` over a ``table``)."""
-    return isinstance(retriever, BatchRetriever) and getattr(retriever, "table", None) is not None
+    return isinstance(retriever, BatchRetriever) and retriever.table is not None
 
 
-def embedding_matrix(value: Any, n_expected: int, *, what: str) -> npt.NDArray[np.float32]:
-    """Check an embedder's output and return it as float32 of shape ``(n_expected, d)``.
+async def rerank_all(reranker: Any, items: Sequence[tuple[list[SearchDocument], SearchPipelineContext]], *,
+                     call: Callable[..., Awaitable[Any]], queries: Sequence[Any] | None = None,
+                     by_position: bool = False) -> list[list[SearchDocument]]:
+    """Re-ranked lists, one per ``(docs, context)`` item, checked: the re-ranking step of the
+    reranker stage and of batch re-ranking jobs (:func:`kolm_search.rerank.rerank_run`).
 
-    A 1-D vector is accepted when ``n_expected == 1``. Raises ``SearchError(stage="embedder")``
-    on a count mismatch, ragged or empty rows, or NaN/inf values.
+    One ``rerank_batch`` call when there are several items and the reranker is a
+    :class:`~kolm_search.ports.BatchReranker`, else ``rerank`` per item, concurrently.
+    ``call(fn, *args)`` makes each port call (timing, deadline and error wrapping are the
+    caller's). ``queries`` names each item's query in errors (``SearchError.query``).
     """
-    try:
-        mat = np.asarray(value, dtype=np.float32)
-    except (ValueError, TypeError) as exc:
-        raise SearchError(S.EMBEDDER, f"{what} returned rows of different dimensions or non-numbers: {exc}",
-                          cause=exc) from exc
-    if mat.ndim == 1 and n_expected == 1:
-        mat = mat[None, :]
-    if mat.ndim != 2:
-        raise SearchError(S.EMBEDDER, f"{what} must return a (n, d) matrix, got shape {mat.shape}")
-    if mat.shape[0] != n_expected:
-        raise SearchError(S.EMBEDDER, f"{what} returned {mat.shape[0]} embeddings for {n_expected} inputs")
-    if mat.shape[1] == 0:
-        raise SearchError(S.EMBEDDER, f"{what} returned empty vectors")
-    if not np.all(np.isfinite(mat)):
-        raise SearchError(S.EMBEDDER, f"{what} returned NaN or infinite values")
-    return mat
+    def at(exc: SearchError, i: int) -> SearchError:
+        return exc if queries is None else exc.at_query(queries[i], by_position=by_position)
 
+    async def one(i: int, docs: list[SearchDocument], context: SearchPipelineContext) -> Any:
+        try:
+            return await call(reranker.rerank, list(docs), context)
+        except SearchError as exc:
+            raise at(exc, i) from exc
 
-def check_plan(plan: Any) -> None:
-    """``SearchError(stage="planner")`` unless ``plan`` is a ``QueryPlan`` whose mode is known,
-    whose ``target_limit`` is a positive int and whose queries are strings (single and batch
-    search then read it alike)."""
-    if not isinstance(plan, QueryPlan):
-        raise SearchError(S.PLANNER, f"planner must return a QueryPlan, got {type(plan).__name__}")
-    target = plan.target_limit
-    if isinstance(target, bool) or not isinstance(target, numbers.Integral) or target < 1:
-        raise SearchError(S.PLANNER, f"planner returned target_limit {target!r}; expected a positive integer")
-    if plan.mode not in SEARCH_MODES:
-        raise SearchError(S.PLANNER, f"planner returned mode {plan.mode!r}; expected one of {list(SEARCH_MODES)}")
-    queries = plan.expanded_queries
-    if not isinstance(plan.normalized_query, str) or not isinstance(queries, list) or not queries or \
-            not all(isinstance(q, str) for q in queries):
-        raise SearchError(S.PLANNER, f"planner returned queries {plan.normalized_query!r}, {queries!r:.80}; "
-                                     "expected a string and a non-empty list of strings")
-
-
-def dedup_report(before: list[SearchDocument], after: list[SearchDocument], deduplicator: Any) -> dict[str, Any]:
-    """``{"kept": ids, "dropped": ids[, "pairs": (dropped, kept)]}`` for ``context.metadata``."""
-    kept = [d.id for d in after]
-    remaining: dict[str, int] = {}
-    for d in after:
-        remaining[d.id] = remaining.get(d.id, 0) + 1
-    dropped = []
-    for d in before:
-        if remaining.get(d.id, 0):
-            remaining[d.id] -= 1
-        else:
-            dropped.append(d.id)
-    report: dict[str, Any] = {"kept": kept, "dropped": dropped}
-    pairs = getattr(deduplicator, "last_dropped", None)
-    if isinstance(pairs, list):
-        report["pairs"] = list(pairs)
-    return report
-
-
-class Candidates:
-    """One query's ranked candidates: document-table codes and scores, or documents."""
-
-    __slots__ = ("_docs", "codes", "scores", "table")
-
-    def __init__(self, table: Any = None, codes: Any = None, scores: Any = None,
-                 docs: list[SearchDocument] | None = None) -> None:
-        self.table, self.codes, self.scores, self._docs = table, codes, scores, docs
-
-    def __len__(self) -> int:
-        return len(self._docs) if self._docs is not None else len(self.codes)
-
-    def docs(self) -> list[SearchDocument]:
-        if self._docs is None:
-            self._docs = self.table.documents(self.codes, self.scores)
-        return self._docs
-
-    def slice(self, start: int, stop: int) -> Candidates:
-        if self._docs is not None:
-            return Candidates(docs=self._docs[start:stop])
-        return Candidates(self.table, self.codes[start:stop], self.scores[start:stop])
-
-    def ids_scores(self) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.float64]]:
-        """Document ids (object) and scores (float64, NaN where a document has none)."""
-        if self._docs is None:
-            return self.table.ids[self.codes], np.asarray(self.scores, dtype=np.float64)
-        ids = np.array([d.id for d in self._docs], dtype=object)
-        return ids, np.array([np.nan if d.score is None else d.score for d in self._docs], dtype=np.float64)
-
-
-@dataclass
-class Outcome:
-    """What the stages produce for one query: its page, how many candidates survived
-    deduplication and re-ranking, and the synthesizer's answer."""
-
-    page: Candidates
-    total: int
-    answer: str | None
+    if len(items) > 1 and implements(reranker, BatchReranker):
+        try:
+            raw = await call(reranker.rerank_batch, [(list(d), c) for d, c in items])
+        except SearchError as exc:
+            raise SearchError(S.RERANKER, f"rerank_batch of {len(items)} queries: {exc.detail}", exc.cause) from exc
+        if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)) or len(raw) != len(items):
+            raise SearchError(S.RERANKER, f"rerank_batch must return one list per query ({len(items)}), got {raw!r:.80}")
+    else:
+        raw = await asyncio.gather(*(one(i, d, c) for i, (d, c) in enumerate(items)))
+    out = []
+    for i, r in enumerate(raw):
+        try:
+            out.append(as_documents(r, what=S.RERANKER))
+        except (TypeError, ValueError) as exc:
+            raise at(SearchError(S.RERANKER, str(exc), cause=exc), i) from exc
+    return out
 
 
 class Stages:
-    """The stage runner over a pipeline's modules (see the module docstring)."""
+    """The stage runner over a pipeline's modules (see the module docstring): the one place
+    that dispatches on the capabilities of :mod:`kolm_search.ports`. It holds no state of a
+    run (that is :class:`Run`), so one runner serves every search of a pipeline."""
 
     def __init__(self, modules: SearchPipelineModules, options: SearchPipelineOptions) -> None:
         self.modules = modules
         self.options = options
-        self._deadlines: dict[str, float] = {}
 
-    async def port(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
+    async def port(self, run: Run, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, awaited if needed, within the stage's deadline
         (``options.timeout_for(stage)``, shared by every call of the stage in this run);
         ``SearchError(stage, "... timed out after Xs")`` when it passes."""
         timeout = self.options.timeout_for(stage)
         if timeout is None:
             return await resolve(fn(*args))
-        deadline = self._deadlines.setdefault(stage, asyncio.get_running_loop().time() + timeout)
+        deadline = run.deadlines.setdefault(stage, asyncio.get_running_loop().time() + timeout)
         value = await call_with_deadline(fn, args, timeout, deadline=deadline)
         if value is TIMED_OUT:
             name = getattr(fn, "__name__", type(fn).__name__)
             raise SearchError(stage, f"{name} timed out after {timeout:g}s (call abandoned)")
         return value
 
-    async def call(self, stage: str, durations: dict[str, float], fn: Callable[..., Any], *args: Any) -> Any:
+    async def call(self, stage: str, run: Run, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, awaited if needed, timed into ``durations[stage]``; an exception becomes
         ``SearchError(stage)``."""
         t0 = time.perf_counter()
         try:
-            return await self.port(stage, fn, *args)
+            return await self.port(run, stage, fn, *args)
         except SearchError:
             raise
         except Exception as exc:
             raise SearchError.wrap(stage, exc) from exc
         finally:
-            durations[stage] = durations.get(stage, 0.0) + (time.perf_counter() - t0) * 1000.0
+            run.timed(stage, t0)
 
-    async def documents(self, stage: str, durations: dict[str, float], fn: Callable[..., Any],
+    async def documents(self, stage: str, run: Run, fn: Callable[..., Any],
                         *args: Any) -> list[SearchDocument]:
         """:meth:`call` for a port that returns documents, checked."""
-        raw = await self.call(stage, durations, fn, *args)
+        raw = await self.call(stage, run, fn, *args)
         try:
             return as_documents(raw, what=stage)
         except (TypeError, ValueError) as exc:
             raise SearchError(stage, str(exc), cause=exc) from exc
 
+    # -- cache and telemetry: bounded, never failing a search ------------------------------
+    async def _bounded(self, stage: str, message: str, timeout: float | None, fn: Any,
+                       *args: Any) -> tuple[bool, Any]:
+        """``(True, value)`` of ``fn(*args)`` within ``timeout``; ``(False, None)`` and a warning
+        (``message`` with a ``SearchError(stage)`` payload) when it raises or is late (then it
+        is abandoned)."""
+        try:
+            value = await call_with_deadline(fn, args, timeout)
+        except Exception as exc:
+            log(self.options.logger, "warning", message, SearchError.wrap(stage, exc))
+            return False, None
+        if value is TIMED_OUT:
+            name = getattr(fn, "__name__", "call")
+            warn(self.options.logger, message, SearchError(stage, f"{name} timed out after {timeout:g}s (abandoned)"))
+            return False, None
+        return True, value
+
+    async def cache_get(self, key: str) -> SearchResponse | None:
+        """The cached response of ``key``, or ``None`` (a miss, or a warning when the cache
+        fails, is late or returns garbage). A :class:`~kolm_search.ports.NonBlockingCache` is
+        called inline, any other within ``cache_timeout_seconds``."""
+        cache = self.modules.cache
+        if cache is None:
+            return None
+        message = "cache read failed; searching without cache"
+        fn, timeout = ((cache.get_nowait, None) if implements(cache, NonBlockingCache)
+                       else (cache.get, self.options.cache_timeout_seconds))
+        ok, value = await self._bounded(S.CACHE_GET, message, timeout, fn, key)
+        if not ok or value is None:
+            return None
+        if isinstance(value, SearchResponse):
+            return value
+        try:
+            return SearchResponse.from_dict(value)
+        except Exception as exc:
+            log(self.options.logger, "warning", message, SearchError.wrap(S.CACHE_GET, exc))
+            return None
+
+    async def cache_set(self, key: str, response: SearchResponse) -> None:
+        """Store ``response`` under ``key`` (as :meth:`cache_get` calls the cache; a failure is
+        a warning and the response is not stored)."""
+        cache = self.modules.cache
+        if cache is None:
+            return
+        try:
+            body = response.to_dict()
+        except Exception as exc:
+            log(self.options.logger, "warning", "cache write failed", SearchError.wrap(S.CACHE_SET, exc))
+            return
+        fn, timeout = ((cache.set_nowait, None) if implements(cache, NonBlockingCache)
+                       else (cache.set, self.options.cache_timeout_seconds))
+        await self._bounded(S.CACHE_SET, "cache write failed; response not stored", timeout, fn, key, body,
+                            self.options.cache_ttl_seconds)
+
+    async def track(self, event: str, payload: dict[str, Any]) -> None:
+        """``telemetry.track(event, payload)`` within ``telemetry_timeout_seconds`` (a failure
+        is a warning)."""
+        telemetry = self.modules.telemetry
+        if telemetry is not None:
+            await self._bounded(S.TELEMETRY, "telemetry.track failed (ignored)", self.options.telemetry_timeout_seconds,
+                                telemetry.track, event, payload)
+
     # -- the stages, in order ------------------------------------------------------------
-    async def plan(self, requests: list[SearchRequest], durations: dict[str, float]) -> list[QueryPlan]:
-        plans = await asyncio.gather(*(self.call(S.PLANNER, durations, self.modules.planner.plan, r)
+    async def plan(self, requests: list[SearchRequest], run: Run) -> list[QueryPlan]:
+        plans = await asyncio.gather(*(self.call(S.PLANNER, run, self.modules.planner.plan, r)
                                        for r in requests))
         for plan in plans:
             check_plan(plan)
         return list(plans)
 
-    async def execute(self, contexts: list[SearchPipelineContext], durations: dict[str, float], *,
+    async def execute(self, contexts: list[SearchPipelineContext], run: Run, *,
                       columnar: bool) -> list[Outcome]:
         """Every stage after planning and caching, for every context."""
-        await self.classify(contexts, durations)
-        await self.embed(contexts, durations)
-        candidates = await self.retrieve(contexts, durations, columnar=columnar)
-        return await self.finish(contexts, candidates, durations)
+        await self.classify(contexts, run)
+        await self.embed(contexts, run)
+        candidates = await self.retrieve(contexts, run, columnar=columnar)
+        return await self.finish(contexts, candidates, run)
 
-    async def classify(self, contexts: list[SearchPipelineContext], durations: dict[str, float]) -> None:
+    async def classify(self, contexts: list[SearchPipelineContext], run: Run) -> None:
         classifier = self.modules.intent_classifier
         if classifier is None:
             return
-        intents = await asyncio.gather(*(self.call(S.INTENT_CLASSIFIER, durations, classifier.classify,
+        intents = await asyncio.gather(*(self.call(S.INTENT_CLASSIFIER, run, classifier.classify,
                                                    c.plan.normalized_query) for c in contexts))
         for context, intent in zip(contexts, intents, strict=True):
             if intent is not None and not isinstance(intent, str):
                 raise SearchError(S.INTENT_CLASSIFIER, f"classify must return a str or None, got {intent!r}")
             context.plan.intent = intent
 
-    async def embed(self, contexts: list[SearchPipelineContext], durations: dict[str, float]) -> None:
+    async def embed(self, contexts: list[SearchPipelineContext], run: Run) -> None:
         """One embedding call for every expanded query of every non-fulltext query: ``embed``
-        for a single text, ``embed_many`` (or concurrent ``embed`` calls) for several."""
+        for a single text, :func:`~kolm_search.ports.embed_all` (``embed_many``, or concurrent
+        ``embed`` calls) for several."""
         rows = [c for c in contexts if c.plan.mode != "fulltext"]
         embedder = self.modules.embedder
         if not rows:
@@ -237,27 +245,29 @@ class Stages:
         if embedder is None:
             vector = [i for i, c in enumerate(contexts) if c.plan.mode == "vector"]
             if vector:
-                where = f"query {vector[0]} (position in the batch): " if len(contexts) > 1 else ""
-                raise SearchError(S.EMBEDDER, f"{where}mode 'vector' needs an embedder, but none is configured")
+                raise SearchError(S.EMBEDDER, "mode 'vector' needs an embedder, but none is configured",
+                                  query=vector[0] if len(contexts) > 1 else None, by_position=True)
             return
         texts = [q for c in rows for q in c.plan.expanded_queries]
         t0 = time.perf_counter()
+
+        def invalid(message: str) -> SearchError:
+            return SearchError(S.EMBEDDER, message)
+
+        async def call(fn: Callable[..., Any], *args: Any) -> Any:
+            return await self.port(run, S.EMBEDDER, fn, *args)
+
         try:
-            many = getattr(embedder, "embed_many", None)
-            if len(texts) == 1:
-                mat = embedding_matrix(await self.port(S.EMBEDDER, embedder.embed, texts[0]), 1, what="embed")
-            elif callable(many):
-                mat = embedding_matrix(await self.port(S.EMBEDDER, many, texts), len(texts), what="embed_many")
+            if len(texts) == 1:  # the spec's embed(text)
+                mat = embedding_matrix(await call(embedder.embed, texts[0]), 1, what="embed", invalid=invalid)
             else:
-                vectors = await asyncio.gather(*(self.port(S.EMBEDDER, embedder.embed, t) for t in texts))
-                mat = embedding_matrix([embedding_matrix(v, 1, what="embed")[0] for v in vectors], len(texts),
-                                       what="embed")
+                mat = await embed_all(embedder, texts, call=call, invalid=invalid)
         except SearchError:
             raise
         except Exception as exc:
             raise SearchError.wrap(S.EMBEDDER, exc) from exc
         finally:
-            durations[S.EMBEDDER] = durations.get(S.EMBEDDER, 0.0) + (time.perf_counter() - t0) * 1000.0
+            run.timed(S.EMBEDDER, t0)
         start = 0
         for c in rows:
             n = len(c.plan.expanded_queries)
@@ -266,7 +276,7 @@ class Stages:
             c.embeddings = block[0]
             c.expanded_embeddings = block if n > 1 else None
 
-    async def retrieve(self, contexts: list[SearchPipelineContext], durations: dict[str, float], *,
+    async def retrieve(self, contexts: list[SearchPipelineContext], run: Run, *,
                        columnar: bool) -> list[Candidates]:
         retriever = self.modules.retriever
         t0 = time.perf_counter()
@@ -276,29 +286,28 @@ class Stages:
                 # one sub-batch per mode, and per target limit where lists are fused (expansions, a
                 # composite's children): each query's lists are then cut at its own limit before
                 # fusion, as in single search; unfused lists are cut after, which is the same
-                children = isinstance(getattr(retriever, "retrievers", None), list)
+                children = isinstance(retriever, FusesChildren)
                 keys = [(c.plan.mode, c.plan.target_limit if children or len(c.plan.expanded_queries) > 1 else None)
                         for c in contexts]
                 for key in dict.fromkeys(keys):
                     rows = [i for i, k in enumerate(keys) if k == key]
                     target = max(contexts[i].plan.target_limit for i in rows)
                     try:
-                        found = await self._retrieve_batch(retriever, [contexts[i] for i in rows], key[0], target)
+                        found = await self._retrieve_batch(retriever, [contexts[i] for i in rows], target, run)
                     except FilterError as exc:
                         if len(contexts) == 1:
                             raise
-                        raise FilterError(exc.stage, f"query {rows[exc.row]} (position in the batch): "
-                                          f"{exc.message[len(exc.stage) + 3:]}", exc.cause, row=rows[exc.row]) from exc
+                        raise exc.at_query(rows[exc.row], by_position=True) from exc
                     for i, cands in zip(rows, found, strict=True):
                         out[i] = cands
                 return out
-            return list(await asyncio.gather(*(self._retrieve_one(retriever, c) for c in contexts)))
+            return list(await asyncio.gather(*(self._retrieve_one(retriever, c, run) for c in contexts)))
         finally:
-            durations[S.RETRIEVER] = durations.get(S.RETRIEVER, 0.0) + (time.perf_counter() - t0) * 1000.0
+            run.timed(S.RETRIEVER, t0)
 
-    async def _retrieve_one(self, retriever: Any, context: SearchPipelineContext) -> Candidates:
+    async def _retrieve_one(self, retriever: Any, context: SearchPipelineContext, run: Run) -> Candidates:
         try:
-            raw = await self.port(S.RETRIEVER, retriever.retrieve, context)
+            raw = await self.port(run, S.RETRIEVER, retriever.retrieve, context)
             return Candidates(docs=as_documents(raw, what="retriever"))
         except SearchError:
             raise
@@ -306,27 +315,13 @@ class Stages:
             raise SearchError.wrap(S.RETRIEVER, exc) from exc
 
     async def _retrieve_batch(self, retriever: BatchRetriever, contexts: list[SearchPipelineContext],
-                              mode: str, target: int) -> list[Candidates]:
-        texts: list[str] = []
-        owner: list[int] = []
-        emb_rows: list[npt.NDArray[np.float32]] = []
-        for j, c in enumerate(contexts):
-            queries = list(c.plan.expanded_queries) or [c.plan.normalized_query]
-            texts.extend(queries)
-            owner.extend([j] * len(queries))
-            if c.expanded_embeddings is not None:
-                emb_rows.append(c.expanded_embeddings)
-            elif c.embeddings is not None:
-                emb_rows.append(np.asarray(c.embeddings, dtype=np.float32)[None, :])
-        emb = np.concatenate(emb_rows) if emb_rows and sum(len(e) for e in emb_rows) == len(texts) else None
+                              target: int, run: Run) -> list[Candidates]:
         table = retriever.table
         assert table is not None  # is_batch_retriever
-        limit = max(1, min(target, len(table)))  # no retriever returns more than the table
-        batch = QueryBatch(texts=texts, owner=np.asarray(owner, np.int64), n_queries=len(contexts), limit=limit,
-                           filters=[dict(c.request.filters) for c in contexts], embeddings=emb, mode=mode,
-                           metadata=[c.plan.metadata for c in contexts])
+        # no retriever returns more than the table; a sub-batch has one mode
+        batch = QueryBatch.from_contexts(contexts, limit=max(1, min(target, len(table))))
         try:
-            frame: CandidateFrame = await self.port(S.RETRIEVER, retriever.retrieve_batch, batch)
+            frame: CandidateFrame = await self.port(run, S.RETRIEVER, retriever.retrieve_batch, batch)
         except SearchError:
             raise
         except Exception as exc:
@@ -344,7 +339,7 @@ class Stages:
         return [Candidates(table, frame.doc[ptr[j]:cut[j]], frame.score[ptr[j]:cut[j]]) for j in range(len(contexts))]
 
     async def finish(self, contexts: list[SearchPipelineContext], candidates: list[Candidates],
-                     durations: dict[str, float]) -> list[Outcome]:
+                     run: Run) -> list[Outcome]:
         """Deduplicator (per query), reranker (one ``rerank_batch`` call for a batch when the
         reranker has it, else per query), pagination and synthesizer (per query)."""
         m = self.modules
@@ -355,11 +350,11 @@ class Stages:
             context.candidates = cands.docs()
             lists.append(context.candidates)
         if m.deduplicator is not None:
-            lists = list(await asyncio.gather(*(self._deduplicate(c, docs, durations)
+            lists = list(await asyncio.gather(*(self._deduplicate(c, docs, run)
                                                 for c, docs in zip(contexts, lists, strict=True))))
         if m.reranker is not None:
-            lists = await self._rerank(contexts, lists, durations)
-        return list(await asyncio.gather(*(self._synthesize(c, docs, durations)
+            lists = await self._rerank(contexts, lists, run)
+        return list(await asyncio.gather(*(self._synthesize(c, docs, run)
                                            for c, docs in zip(contexts, lists, strict=True))))
 
     @staticmethod
@@ -369,37 +364,41 @@ class Stages:
         return Outcome(cands.slice(request.offset, request.offset + request.limit), len(cands), None)
 
     async def _deduplicate(self, context: SearchPipelineContext, docs: list[SearchDocument],
-                           durations: dict[str, float]) -> list[SearchDocument]:
+                           run: Run) -> list[SearchDocument]:
         deduplicator = self.modules.deduplicator
         assert deduplicator is not None
-        kept = await self.documents(DEDUPLICATOR_STAGE, durations, deduplicator.deduplicate, list(docs))
-        context.metadata["deduplicator"] = dedup_report(docs, kept, deduplicator)
+        if not implements(deduplicator, ReportsDuplicates):
+            kept = await self.documents(S.DEDUPLICATOR, run, deduplicator.deduplicate, list(docs))
+            context.metadata["deduplicator"] = dedup_report(docs, kept)
+            return kept
+        raw = await self.call(S.DEDUPLICATOR, run, deduplicator.deduplicate_pairs, list(docs))
+        try:
+            found, pairs = raw
+            kept = as_documents(found, what=S.DEDUPLICATOR)
+            pairs = [(str(a), str(b)) for a, b in pairs]
+        except (TypeError, ValueError) as exc:
+            raise SearchError(S.DEDUPLICATOR, f"deduplicate_pairs must return (documents, [(dropped_id, kept_id)]), "
+                                              f"got {raw!r:.80}", cause=exc) from exc
+        context.metadata["deduplicator"] = dedup_report(docs, kept, pairs)
         return kept
 
     async def _rerank(self, contexts: list[SearchPipelineContext], lists: list[list[SearchDocument]],
-                      durations: dict[str, float]) -> list[list[SearchDocument]]:
-        reranker = self.modules.reranker
-        assert reranker is not None
-        batch = getattr(reranker, "rerank_batch", None)
-        if len(contexts) == 1 or not callable(batch):
-            return list(await asyncio.gather(*(self.documents(S.RERANKER, durations, reranker.rerank, list(docs), c)
-                                               for c, docs in zip(contexts, lists, strict=True))))
-        raw = await self.call(S.RERANKER, durations, batch, [(list(d), c) for d, c in zip(lists, contexts, strict=True)])
-        if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)) or len(raw) != len(lists):
-            raise SearchError(S.RERANKER, f"rerank_batch must return one list per query ({len(lists)}), got {raw!r:.80}")
-        try:
-            return [as_documents(r, what=S.RERANKER) for r in raw]
-        except (TypeError, ValueError) as exc:
-            raise SearchError(S.RERANKER, str(exc), cause=exc) from exc
+                      run: Run) -> list[list[SearchDocument]]:
+        async def call(fn: Callable[..., Any], *args: Any) -> Any:
+            return await self.call(S.RERANKER, run, fn, *args)
+
+        batch = len(contexts) > 1
+        return await rerank_all(self.modules.reranker, list(zip(lists, contexts, strict=True)), call=call,
+                                queries=range(len(contexts)) if batch else None, by_position=True)
 
     async def _synthesize(self, context: SearchPipelineContext, docs: list[SearchDocument],
-                          durations: dict[str, float]) -> Outcome:
+                          run: Run) -> Outcome:
         request = context.request
         assert request.limit is not None
         context.results = docs[request.offset:request.offset + request.limit]
         synthesizer = self.modules.synthesizer
         if synthesizer is not None:
-            answer = await self.call(S.SYNTHESIZER, durations, synthesizer.synthesize, context)
+            answer = await self.call(S.SYNTHESIZER, run, synthesizer.synthesize, context)
             if answer is not None and not isinstance(answer, str):
                 raise SearchError(S.SYNTHESIZER, f"synthesize must return a str or None, got {type(answer).__name__}")
             context.answer = answer

@@ -107,7 +107,7 @@ def test_a_failed_re_save_leaves_the_old_client(corpus: DocumentTable, cranfield
     def fail(*args: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(store.os, "replace", fail)  # the manifest cannot be switched
+    monkeypatch.setattr(store, "_switch", fail)  # the new index is written, the manifest cannot be switched
     with pytest.raises(OSError, match="disk full"):
         new.save(tmp_path / "c")
     monkeypatch.undo()

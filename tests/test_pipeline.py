@@ -322,14 +322,15 @@ async def test_concurrent_searches_are_independent() -> None:
 
 
 def test_search_sync_outside_and_inside_loop() -> None:
+    """One bridge: the blocking shells work inside a running loop too (a notebook), on a worker thread."""
     pipe = SearchPipeline({"planner": DefaultQueryPlanner(), "retriever": ListRetriever()})
-    assert isinstance(pipe.search_sync({"query": "q"}), SearchResponse)
+    outside = pipe.search_sync({"query": "q"})
+    assert isinstance(outside, SearchResponse)
 
-    async def inside() -> None:
-        with pytest.raises(RuntimeError, match="await search"):
-            pipe.search_sync({"query": "q"})
+    async def inside() -> SearchResponse:
+        return pipe.search_sync({"query": "q"})
 
-    asyncio.run(inside())
+    assert asyncio.run(inside()).results == outside.results
 
 
 async def test_modules_checked_at_construction() -> None:

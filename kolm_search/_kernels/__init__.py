@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["chunk_bounds", "load", "resolve_threads", "run_chunks"]
+__all__ = ["chunk_bounds", "load", "resolve_threads", "run_chunks", "usable_cores"]
 
 _LOCK = threading.Lock()
 _LOADED: dict[str, ModuleType] = {}  # kernel modules whose import has finished
@@ -73,14 +73,18 @@ def load(name: str) -> ModuleType:
         return module
 
 
-def resolve_threads(n_threads: int | None) -> int:
-    """Threads for one call: ``n_threads`` if given (at least 1), else the usable cores."""
-    if n_threads is not None:
-        return max(1, int(n_threads))
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one), at least 1:
+    the default of every thread count (kernels) and process count (index builds)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def resolve_threads(n_threads: int | None) -> int:
+    """Threads for one call: ``n_threads`` if given (at least 1), else the usable cores."""
+    return max(1, int(n_threads)) if n_threads is not None else usable_cores()
 
 
 def chunk_bounds(ptr: npt.NDArray[np.int64], n_chunks: int) -> npt.NDArray[np.int64]:

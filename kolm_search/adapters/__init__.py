@@ -6,7 +6,7 @@ Those needing third-party packages import them lazily and name the extra to inst
 from kolm_search.adapters.cached import CachedEmbedder
 from kolm_search.adapters.caches import InMemoryCache, SqliteCache
 from kolm_search.adapters.embedders import SentenceTransformerEmbedder, packaged_minilm_path
-from kolm_search.adapters.feedback import RM3Expander
+from kolm_search.adapters.feedback import FeedbackTermExpander, RM3Expander
 from kolm_search.adapters.llm import (
     LLMRequestError,
     OpenAICompatibleClient,
@@ -32,6 +32,7 @@ __all__ = [
     "CrossEncoderReranker",
     "EmbeddingIntentClassifier",
     "ExactDeduplicator",
+    "FeedbackTermExpander",
     "FusionReranker",
     "InMemoryCache",
     "LLMRequestError",

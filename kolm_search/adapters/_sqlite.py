@@ -24,8 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from kolm_search._aio import log
-from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
+from kolm_search._logging import log
+from kolm_search._params import one_of, real
+from kolm_search.errors import KolmValueError, SearchError
 
 __all__ = ["OnCorrupt", "SqliteTable"]
 
@@ -58,12 +59,10 @@ class SqliteTable:
 
     def __init__(self, path: Path, *, name: str, columns: list[tuple[str, str]], create: str, what: str,
                  on_corrupt: OnCorrupt, timeout: float, logger: Any, stage: str) -> None:
-        if on_corrupt not in ("rebuild", "raise"):
-            raise KolmValueError(f"on_corrupt must be 'rebuild' or 'raise', got {on_corrupt!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e6:
-            raise KolmTypeError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        one_of("on_corrupt", on_corrupt, ("rebuild", "raise"))
+        timeout = real("timeout (seconds)", timeout, low=0.0, high=1e6, closed="neither")
         self.path, self.name, self.columns, self.create = path, name, columns, create
-        self.what, self.on_corrupt, self.timeout, self.logger = what, on_corrupt, float(timeout), logger
+        self.what, self.on_corrupt, self.timeout, self.logger = what, on_corrupt, timeout, logger
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.run(lambda db: None, stage=stage, check=True)
 

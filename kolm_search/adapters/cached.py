@@ -12,9 +12,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search._aio import embed_batch, log, run_blocking
+from kolm_search._bridge import inline, off_loop, run_sync
+from kolm_search._logging import log
 from kolm_search.adapters._sqlite import OnCorrupt, SqliteTable
 from kolm_search.errors import PIPELINE_STAGES
+from kolm_search.ports import embed_all
 
 __all__ = ["CachedEmbedder"]
 
@@ -115,11 +117,10 @@ class CachedEmbedder:
 
         self._table.run(write, stage=PIPELINE_STAGES.EMBEDDER)
 
-    async def _compute(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        result: npt.NDArray[np.float32] = await embed_batch(self.inner, texts)
-        return result
+    def _compute(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        return run_sync(embed_all(self.inner, texts, call=inline))
 
-    async def embed_many_async(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+    def embed_many(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embeddings of ``texts`` (float32 (n, d)), computing only the missing ones."""
         texts = list(texts)
         keys = [self._key(t) for t in texts]
@@ -130,12 +131,12 @@ class CachedEmbedder:
                 first_of.setdefault(k, i)
         if first_of:
             idx = list(first_of.values())
-            fresh = np.asarray(await self._compute([texts[i] for i in idx]), dtype=np.float32)
+            fresh = self._compute([texts[i] for i in idx])
             self._write([(keys[i], vec) for i, vec in zip(idx, fresh, strict=True)])
             found.update((keys[i], vec) for i, vec in zip(idx, fresh, strict=True))
         if len({v.shape for v in found.values()}) > 1:  # stored by another version of the model
             log(self.logger, "warning", f"cached embeddings in {str(self.path)!r} differ in dimension; recomputed")
-            fresh = np.asarray(await self._compute(list(dict.fromkeys(texts))), dtype=np.float32)
+            fresh = self._compute(list(dict.fromkeys(texts)))
             found = dict(zip([self._key(t) for t in dict.fromkeys(texts)], fresh, strict=True))
             self._write(list(found.items()))
             first_of = dict.fromkeys(keys, 0)
@@ -144,8 +145,14 @@ class CachedEmbedder:
         self.misses += misses
         return np.stack([found[k] for k in keys]) if keys else np.zeros((0, 0), np.float32)
 
-    def embed_many(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        return run_blocking(self.embed_many_async(texts))
+    async def embed_many_async(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """:meth:`embed_many` without blocking the event loop (the file and a sync model are read
+        on a worker thread)."""
+        result: npt.NDArray[np.float32] = await off_loop(self.embed_many, texts)
+        return result
+
+    #: The blocking :meth:`embed_many` under the explicit name.
+    embed_many_sync = embed_many
 
     def embed(self, text: str) -> npt.NDArray[np.float32]:
         return self.embed_many([text])[0]

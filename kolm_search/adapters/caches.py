@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 import logging
 import math
-import numbers
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from kolm_search._aio import log
+import cachetools
+
+from kolm_search._logging import log
+from kolm_search._params import positive_int, real
 from kolm_search.adapters._sqlite import OnCorrupt, SqliteTable
-from kolm_search.errors import PIPELINE_STAGES, KolmValueError
+from kolm_search.errors import PIPELINE_STAGES
 
 __all__ = ["InMemoryCache", "SqliteCache"]
 
@@ -23,15 +24,12 @@ __all__ = ["InMemoryCache", "SqliteCache"]
 def _ttl(value: Any) -> float | None:
     """A TTL in seconds (None: no expiry); NaN, bools and non-numbers are refused (a NaN expiry
     would never compare as reached)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(float(value)):
-        raise KolmValueError(f"ttl_seconds must be a number of seconds or None, got {value!r}")
-    return float(value)
+    ttl: float | None = real("ttl_seconds", value, none=True, finite=False)
+    return ttl
 
 
 class InMemoryCache:
-    """LRU-bounded in-memory cache with per-entry TTL.
+    """LRU-bounded in-memory cache with per-entry TTL (``cachetools.TLRUCache`` under a lock).
 
     Parameters
     ----------
@@ -42,41 +40,47 @@ class InMemoryCache:
     clock : callable, optional
         Returns seconds (monotonic); injectable for tests.
 
-    Safe under concurrent async use (operations are atomic) and across threads (a lock).
+    Safe under concurrent async use (operations are atomic) and across threads (a lock). A
+    :class:`~kolm_search.ports.NonBlockingCache`: the pipeline calls it inline.
     """
 
     def __init__(self, max_entries: int = 1024, ttl_seconds: float | None = None, *, clock: Any = time.monotonic) -> None:
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise KolmValueError(f"max_entries must be a positive int, got {max_entries!r}")
-        self.max_entries = max_entries
+        self.max_entries = positive_int("max_entries", max_entries)
         self.ttl_seconds = _ttl(ttl_seconds)
-        self._clock = clock
-        self._data: OrderedDict[str, tuple[float | None, Any]] = OrderedDict()
+        self._data: cachetools.TLRUCache[str, tuple[Any, float | None]] = cachetools.TLRUCache(
+            self.max_entries, ttu=_expiry, timer=clock)
         self._lock = threading.Lock()
 
     def get(self, key: str) -> Any | None:
         with self._lock:
-            item = self._data.get(key)
+            item = self._data.get(key)  # a hit becomes the most recently used
             if item is None:
+                try:
+                    del self._data[key]  # an expired entry goes now (TLRUCache raises KeyError after)
+                except KeyError:
+                    pass
                 return None
-            expires, value = item
-            if expires is not None and self._clock() >= expires:
-                del self._data[key]
-                return None
-            self._data.move_to_end(key)
-            return value
+            return item[0]
 
     def set(self, key: str, value: Any, ttl_seconds: float | None = None) -> None:
         ttl = self.ttl_seconds if ttl_seconds is None else _ttl(ttl_seconds)
-        expires = None if ttl is None else self._clock() + ttl
         with self._lock:
-            self._data[key] = (expires, value)
-            self._data.move_to_end(key)
-            while len(self._data) > self.max_entries:
-                self._data.popitem(last=False)
+            self._data[key] = (value, ttl)
+
+    # memory only, one lock held for a dict update: a NonBlockingCache (called inline, no thread)
+    get_nowait = get
+    set_nowait = set
 
     def __len__(self) -> int:
-        return len(self._data)
+        """Entries held, as before cachetools: an expired one counts until a read of its key or
+        a write drops it (``TLRUCache``'s own ``len`` drops every expired entry first)."""
+        with self._lock:
+            return cachetools.Cache.__len__(self._data)
+
+
+def _expiry(key: str, item: tuple[Any, float | None], now: float) -> float:
+    """When an entry expires: ``now`` plus its TTL (never without one)."""
+    return math.inf if item[1] is None else now + item[1]
 
 
 class SqliteCache:

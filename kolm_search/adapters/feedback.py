@@ -1,29 +1,32 @@
-"""``RM3Expander``: pseudo-relevance feedback (Abdul-Jaleel et al., TREC 2004) over BM25."""
+"""``FeedbackTermExpander``: query text expanded with the strongest terms of the top BM25
+documents (a text-level pseudo-relevance feedback for planners).
+
+RM3 itself (Abdul-Jaleel et al., TREC 2004, as Anserini defines it: term frequencies,
+interpolation with the original query, weighted query terms) is
+:class:`~kolm_search.retrievers.feedback.FeedbackRetriever` (``model="rm3"``), which the presets
+and the command line use. ``RM3Expander``, this class's old name, is a deprecated alias.
+"""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
-from kolm_search.errors import KolmValueError
+from kolm_search._params import positive_int
 
-__all__ = ["RM3Expander"]
+__all__ = ["FeedbackTermExpander", "RM3Expander"]
 
 
-class RM3Expander:
-    """A ``QueryExpander`` adding the strongest feedback terms of the top BM25 documents.
+class FeedbackTermExpander:
+    """A ``QueryExpander`` appending the strongest feedback terms of the top BM25 documents.
 
-    The relevance model weights a term by ``sum_d P(t|d) P(d|q)`` over the ``fb_docs`` top
-    documents (``P(d|q)`` from their BM25 scores, normalised); the ``fb_terms`` best terms not
-    already in the query are appended to it. Returned as one alternative phrasing, so
+    A term is weighted by ``sum_d P(t|d) P(d|q)`` over the ``fb_docs`` top documents (``P(d|q)``
+    from their BM25 scores, normalised; a term counts by presence); the ``fb_terms`` best terms
+    not already in the query are appended to it, as one alternative phrasing, so
     :class:`~kolm_search.planners.ExpandingQueryPlanner` fuses the original and the expanded
-    query by RRF.
-
-    This is a text-level approximation kept for planners: the appended terms are stems that
-    the tokenizer stems again, a term counts by presence, and the lists are fused by RRF.
-    RM3 as Anserini defines it (term frequencies, interpolation with the original query,
-    weighted query terms) is :class:`~kolm_search.retrievers.feedback.FeedbackRetriever`.
+    query by RRF. The appended terms are the index's analysed terms (stems), analysed again.
 
     Parameters
     ----------
@@ -33,11 +36,9 @@ class RM3Expander:
     """
 
     def __init__(self, bm25: Any, fb_docs: int = 10, fb_terms: int = 10) -> None:
-        if fb_docs < 1 or fb_terms < 1:
-            raise KolmValueError(f"fb_docs and fb_terms must be >= 1, got {fb_docs}, {fb_terms}")
         self.bm25 = bm25
-        self.fb_docs = int(fb_docs)
-        self.fb_terms = int(fb_terms)
+        self.fb_docs = positive_int("fb_docs", fb_docs)
+        self.fb_terms = positive_int("fb_terms", fb_terms)
         # document-major term counts, built once from the index (term-major CSR)
         import scipy.sparse as sp
 
@@ -62,3 +63,13 @@ class RM3Expander:
         top = np.argsort(-weights, kind="stable")[: self.fb_terms]
         terms = [self.bm25.vocab[t] for t in top if weights[t] > 0]
         return [f"{query} {' '.join(terms)}"] if terms else []
+
+
+class RM3Expander(FeedbackTermExpander):
+    """Deprecated name of :class:`FeedbackTermExpander` (it is not RM3: that is
+    :class:`~kolm_search.retrievers.feedback.FeedbackRetriever` with ``model="rm3"``)."""
+
+    def __init__(self, bm25: Any, fb_docs: int = 10, fb_terms: int = 10) -> None:
+        warnings.warn("RM3Expander is renamed FeedbackTermExpander (a text-level approximation); RM3 itself is "
+                      "FeedbackRetriever(bm25, 'rm3')", DeprecationWarning, stacklevel=2)
+        super().__init__(bm25, fb_docs, fb_terms)

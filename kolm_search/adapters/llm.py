@@ -3,7 +3,8 @@
 Works with any server speaking ``POST {base_url}/chat/completions`` (OpenAI, vLLM, llama.cpp,
 Ollama's compatible endpoint, ...). HTTP is `httpx <https://www.python-httpx.org>`_ (extra
 ``llm``: ``pip install 'kolm-search[llm]'``), natively async; :meth:`OpenAICompatibleClient.chat_sync`
-runs the same code in its own event loop.
+runs the same code through :func:`kolm_search._bridge.run_sync` (a loop of its own; a closing
+loop never waits for a name lookup that the deadline gave up on).
 
 What the client guarantees:
 
@@ -32,18 +33,17 @@ primary query.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
-import math
 import re
-import time
 import urllib.parse
-from collections.abc import Coroutine, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kolm_search._bridge import off_loop, run_sync
 from kolm_search._extras import require
+from kolm_search._http import RetryPolicy, parse_retry_after
+from kolm_search._params import non_negative_int, positive_int, real, seconds
 from kolm_search.errors import KolmTypeError, KolmValueError, LLMRequestError
 from kolm_search.types import SearchPipelineContext
 
@@ -66,44 +66,6 @@ class _Reply:
 def _origin(url: Any) -> tuple[str, str, int | None]:
     default = {"http": 80, "https": 443}.get(url.scheme)
     return url.scheme, url.host, url.port or default
-
-
-def _parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` value (number or HTTP date); None if unusable."""
-    if not value:
-        return None
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-        if when.tzinfo is None:
-            return None
-        seconds = when.timestamp() - time.time()
-    return None if math.isnan(seconds) else max(0.0, seconds)
-
-
-def _run(coro: Coroutine[Any, Any, str]) -> str:
-    """Run ``coro`` in a new event loop; unlike :func:`asyncio.run`, closing the loop does not
-    wait for a name lookup still blocked in the executor after the deadline gave up on it."""
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        try:
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()
 
 
 def _header_value(name: str, value: object) -> str:
@@ -154,19 +116,12 @@ class OpenAICompatibleClient:
                                             parts.query, ""))
         self.model = model
         self.api_key = _header_value("api_key", api_key) if api_key else api_key
-        for name, value in (("timeout", timeout), ("backoff", backoff), ("max_retry_after", max_retry_after)):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise KolmValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if timeout <= 0:
-            raise KolmValueError(f"timeout must be > 0, got {timeout!r}")
-        if int(max_retries) < 0 or int(max_response_bytes) < 1:
-            raise KolmValueError(f"max_retries must be >= 0 and max_response_bytes >= 1, got "
-                                 f"{max_retries!r}, {max_response_bytes!r}")
-        self.timeout = float(timeout)
-        self.max_retries = int(max_retries)
-        self.backoff = float(backoff)
-        self.max_retry_after = float(max_retry_after)
-        self.max_response_bytes = int(max_response_bytes)
+        self.timeout: float = seconds("timeout", timeout, none=False)
+        #: When to try again (429, 5xx, a timeout, a connection broken mid-reply) and how long to
+        #: wait: the policy downloads share (:class:`kolm_search._http.RetryPolicy`).
+        self.retry = RetryPolicy(non_negative_int("max_retries", max_retries), real("backoff", backoff, low=0.0),
+                                 real("max_retry_after", max_retry_after, low=0.0))
+        self.max_response_bytes: int = positive_int("max_response_bytes", max_response_bytes)
         self.extra_headers = {_header_value("extra_headers key", k): _header_value(f"extra_headers[{k!r}]", v)
                               for k, v in (extra_headers or {}).items()}
         self._ssl_context: Any = None
@@ -174,7 +129,7 @@ class OpenAICompatibleClient:
     def __repr__(self) -> str:
         key = "None" if self.api_key is None else "'***'"
         return (f"{type(self).__name__}(url={self._clean(self.url)!r}, model={self.model!r}, api_key={key}, "
-                f"timeout={self.timeout:g}, max_retries={self.max_retries}, extra_headers={sorted(self.extra_headers)})")
+                f"timeout={self.timeout:g}, max_retries={self.retry.max_retries}, extra_headers={sorted(self.extra_headers)})")
 
     @staticmethod
     def _clean(url: object) -> str:
@@ -196,12 +151,7 @@ class OpenAICompatibleClient:
 
     def chat_sync(self, messages: list[dict[str, str]], **params: Any) -> str:
         """Send ``messages``; return the first choice's content (blocking)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return _run(self.chat(messages, **params))
-        with ThreadPoolExecutor(1, thread_name_prefix="kolm-llm") as pool:  # called inside a running loop
-            return pool.submit(_run, self.chat(messages, **params)).result()
+        return run_sync(self.chat(messages, **params))
 
     async def chat(self, messages: list[dict[str, str]], **params: Any) -> str:
         """Send ``messages``; return the first choice's content.
@@ -219,13 +169,12 @@ class OpenAICompatibleClient:
         headers = {"Content-Type": "application/json", "Accept": "application/json", **self.extra_headers}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        delay = self.backoff
         auth = None if self.api_key else self._auth  # the api key wins over user:password in base_url
-        if self._ssl_context is None:  # built once: loading the CA bundle takes ~0.1 s
-            self._ssl_context = httpx.create_ssl_context()
+        if self._ssl_context is None:  # built once, off the loop: loading the CA bundle takes ~0.1 s
+            self._ssl_context = await off_loop(httpx.create_ssl_context)
         async with httpx.AsyncClient(follow_redirects=False, auth=auth, timeout=self.timeout,
                                      verify=self._ssl_context) as http:
-            for attempt in range(self.max_retries + 1):
+            for attempt in range(self.retry.max_retries + 1):
                 try:
                     async with asyncio.timeout(self.timeout):
                         reply = await self._attempt(httpx, http, body, headers)
@@ -236,17 +185,17 @@ class OpenAICompatibleClient:
                 if status == 200:
                     return self._content(reply.body, reply.shown)
                 last = reply.broken or f"HTTP {status} from {reply.shown}: {reply.body[:200].decode('utf-8', 'replace')}"
-                if not (status == -1 or status == 429 or status >= 500) or attempt == self.max_retries:
+                if not (status == -1 or self.retry.retryable(status)) or attempt == self.retry.max_retries:
                     break
-                wait = delay
-                if reply.retry_after is not None:
-                    if reply.retry_after > self.max_retry_after:
-                        raise self._error(f"{last}; the server asks to retry after {reply.retry_after:g}s, more "
-                                          f"than max_retry_after={self.max_retry_after:g}s: not waiting")
-                    wait = max(wait, reply.retry_after)
+                wait = self.retry.wait(attempt, reply.retry_after)
+                if wait is None:
+                    raise self._error(f"{last}; the server asks to retry after {reply.retry_after:g}s, more "
+                                      f"than max_retry_after={self.retry.max_retry_after:g}s: not waiting")
                 await asyncio.sleep(wait)
-                delay *= 2
         raise self._error(f"chat completion failed after {attempt + 1} attempt(s): {last}")
+
+    #: The coroutine :meth:`chat` under the explicit name (see "Sync and async twins" in the README).
+    chat_async = chat
 
     async def _attempt(self, httpx: Any, http: Any, body: bytes,
                        headers: dict[str, str]) -> _Reply:
@@ -267,7 +216,7 @@ class OpenAICompatibleClient:
                                           "not followed (only 307/308 to the same origin are, so credentials "
                                           "never leave it): set base_url to the final address")
                     raw = await self._read(resp, shown)
-                    return _Reply(status, shown, raw, _parse_retry_after(resp.headers.get("retry-after")))
+                    return _Reply(status, shown, raw, parse_retry_after(resp.headers.get("retry-after")))
             except LLMRequestError:
                 raise
             except httpx.TimeoutException as exc:
@@ -324,7 +273,7 @@ class OpenAICompatibleSynthesizer:
     def __init__(self, client: OpenAICompatibleClient, max_chars: int = 1500, system_prompt: str | None = None,
                  **params: Any) -> None:
         self.client = client
-        self.max_chars = int(max_chars)
+        self.max_chars = positive_int("max_chars", max_chars)
         self.system_prompt = system_prompt or self.DEFAULT_SYSTEM
         self.params = params
 
@@ -347,7 +296,7 @@ class OpenAICompatibleExpander:
 
     def __init__(self, client: OpenAICompatibleClient, n: int = 3, **params: Any) -> None:
         self.client = client
-        self.n = int(n)
+        self.n = positive_int("n", n)
         self.params = params
 
     async def expand(self, query: str) -> list[str]:

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search._aio import embed_batch
+from kolm_search._params import positive_int, probability
 from kolm_search.errors import KolmValueError
+from kolm_search.ports import embed_all
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["MMRReranker"]
@@ -31,22 +32,16 @@ class MMRReranker:
     """
 
     def __init__(self, embedder: Any, lambda_: float = 0.5, top_n: int | None = None) -> None:
-        if not 0.0 <= float(lambda_) <= 1.0:
-            raise KolmValueError(f"lambda_ must lie in [0, 1], got {lambda_!r}")
-        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
-            raise KolmValueError(f"top_n must be a positive int or None, got {top_n!r}")
         self.embedder = embedder
-        self.lambda_ = float(lambda_)
-        self.top_n = top_n
+        self.lambda_ = probability("lambda_", lambda_)
+        self.top_n: int | None = positive_int("top_n", top_n, none=True)
 
     @staticmethod
     def _text(doc: SearchDocument) -> str:
         return f"{doc.title} {doc.content}" if doc.title else doc.content
 
     async def _embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        mat = np.asarray(await embed_batch(self.embedder, texts), dtype=np.float32)
-        if mat.ndim != 2 or mat.shape[0] != len(texts) or not np.all(np.isfinite(mat)):
-            raise KolmValueError(f"the embedder returned an invalid matrix of shape {mat.shape} for {len(texts)} texts")
+        mat = await embed_all(self.embedder, texts)  # checked; a sync embedder runs off the event loop
         norms = np.linalg.norm(mat, axis=1, keepdims=True)
         return np.ascontiguousarray(mat / np.where(norms > 0, norms, 1.0), dtype=np.float32)
 

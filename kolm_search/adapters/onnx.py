@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._extras import require
+from kolm_search._params import one_of, positive_int
 from kolm_search.errors import KolmValueError
 
 __all__ = ["MINILM_ONNX_SHA256", "MINILM_TOKENIZER_SHA256", "OnnxEmbedder", "packaged_minilm_onnx"]
@@ -84,11 +85,8 @@ class OnnxEmbedder:
 
         ort = require("onnxruntime", "onnx")
         tokenizers = require("tokenizers", "onnx")
-        if pooling not in ("mean", "cls"):
-            raise KolmValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
-        for name, value in (("max_length", max_length), ("batch_size", batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise KolmValueError(f"{name} must be a positive int, got {value!r}")
+        one_of("pooling", pooling, ("mean", "cls"))
+        max_length, batch_size = positive_int("max_length", max_length), positive_int("batch_size", batch_size)
         self.tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_path))
         self.tokenizer.enable_truncation(max_length=int(max_length))
         self.tokenizer.no_padding()  # each batch is padded here, to its own longest text

@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from kolm_search._aio import resolve
+from kolm_search._bridge import off_loop
 from kolm_search._extras import require
+from kolm_search._params import positive_int
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -38,7 +39,7 @@ class CrossEncoderReranker:
             self.model = st.CrossEncoder(str(model_or_path), max_length=max_length, device=device or "cpu")
         else:
             self.model = model_or_path
-        self.batch_size = int(batch_size)
+        self.batch_size = positive_int("batch_size", batch_size)
 
     def score(self, query: str, docs: Sequence[SearchDocument]) -> np.ndarray:
         pairs = [(query, f"{d.title} {d.content}" if d.title else d.content) for d in docs]
@@ -100,7 +101,7 @@ class FusionReranker:
             if scorer == "original":
                 raw = np.array([d.score if d.score is not None else 0.0 for d in docs], dtype=np.float64)
             else:
-                raw = np.asarray(await resolve(scorer(docs, context)), dtype=np.float64)  # type: ignore[operator]
+                raw = np.asarray(await off_loop(scorer, docs, context), dtype=np.float64)  # type: ignore[arg-type]
             if raw.shape != (len(docs),) or not np.all(np.isfinite(raw)):
                 raise KolmValueError(f"scorer {scorer!r} returned {raw.shape} values or non-finite ones for {len(docs)} documents")
             span = raw.max() - raw.min()

@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from kolm_search._aio import embed_batch, resolve, run_blocking
+from kolm_search._bridge import inline, off_loop, run_sync
+from kolm_search._params import real
 from kolm_search.errors import KolmValueError
 from kolm_search.planners import normalize_query
+from kolm_search.ports import embed_all
 from kolm_search.types import SearchDocument
 
 __all__ = [
@@ -45,7 +47,8 @@ class ExactDeduplicator:
     """Drops exact duplicates, keeping the best-ranked copy: first by id, then by content.
 
     Content is compared after lowercasing and collapsing white space (SHA-256 of the result).
-    ``last_dropped`` holds ``(dropped_id, kept_id)`` pairs of the latest call.
+    A :class:`~kolm_search.ports.ReportsDuplicates`: :meth:`deduplicate_pairs` also returns the
+    ``(dropped_id, kept_id)`` pairs (``last_dropped`` keeps the latest call's, for inspection).
     """
 
     def __init__(self, by_content: bool = True) -> None:
@@ -53,6 +56,9 @@ class ExactDeduplicator:
         self.last_dropped: list[tuple[str, str]] = []
 
     def deduplicate(self, docs: Sequence[SearchDocument]) -> list[SearchDocument]:
+        return self.deduplicate_pairs(docs)[0]
+
+    def deduplicate_pairs(self, docs: Sequence[SearchDocument]) -> tuple[list[SearchDocument], list[tuple[str, str]]]:
         seen_ids: set[str] = set()
         seen_content: dict[str, str] = {}
         out = []
@@ -70,7 +76,7 @@ class ExactDeduplicator:
             seen_ids.add(doc.id)
             out.append(doc)
         self.last_dropped = dropped
-        return out
+        return out, dropped
 
 
 class SynonymExpander:
@@ -138,19 +144,16 @@ class EmbeddingIntentClassifier:
             raise KolmValueError("examples must give at least one query for every label")
         self.embedder = embedder
         self.labels = list(examples)
-        self.threshold = float(threshold)
+        self.threshold = real("threshold", threshold)
         rows = []
         for label in self.labels:
-            vecs = run_blocking(self._embed_many([normalize_query(t) for t in examples[label]]))
+            vecs = run_sync(embed_all(embedder, [normalize_query(t) for t in examples[label]], call=inline))
             c = vecs.mean(axis=0)
             rows.append(c / (np.linalg.norm(c) or 1.0))
         self.centroids = np.stack(rows).astype(np.float32)
 
-    async def _embed_many(self, texts: list[str]) -> np.ndarray:
-        return await embed_batch(self.embedder, texts)
-
     async def classify(self, query: str) -> str | None:
-        vec = np.asarray(await resolve(self.embedder.embed(query)), dtype=np.float32)
+        vec = np.asarray(await off_loop(self.embedder.embed, query), dtype=np.float32)
         norm = float(np.linalg.norm(vec))
         if norm == 0:
             return None
@@ -162,24 +165,26 @@ class EmbeddingIntentClassifier:
 class NearDuplicateDeduplicator:
     """Drops near duplicates: cosine similarity of embeddings at or above ``threshold``.
 
-    The best-ranked copy is kept (greedy in rank order, one matrix product). ``last_dropped``
-    holds ``(dropped_id, kept_id)`` pairs of the latest call.
+    The best-ranked copy is kept (greedy in rank order, one matrix product). A
+    :class:`~kolm_search.ports.ReportsDuplicates`, as :class:`ExactDeduplicator`.
     """
 
     def __init__(self, embedder: Any, threshold: float = 0.95) -> None:
-        if not 0.0 < float(threshold) <= 1.0:
-            raise KolmValueError(f"threshold must lie in (0, 1], got {threshold!r}")
         self.embedder = embedder
-        self.threshold = float(threshold)
+        self.threshold = real("threshold", threshold, low=0.0, high=1.0, closed="right")
         self.last_dropped: list[tuple[str, str]] = []
 
     async def deduplicate(self, docs: Sequence[SearchDocument]) -> list[SearchDocument]:
+        return (await self.deduplicate_pairs(docs))[0]
+
+    async def deduplicate_pairs(self, docs: Sequence[SearchDocument]) -> tuple[list[SearchDocument],
+                                                                                list[tuple[str, str]]]:
         docs = list(docs)
         if len(docs) < 2:
             self.last_dropped = []
-            return docs
+            return docs, []
         texts = [f"{d.title} {d.content}" if d.title else d.content for d in docs]
-        emb = (await embed_batch(self.embedder, texts)).astype(np.float64)
+        emb = (await embed_all(self.embedder, texts)).astype(np.float64)
         norms = np.linalg.norm(emb, axis=1, keepdims=True)
         emb = emb / np.where(norms > 0, norms, 1.0)
         sims = emb @ emb.T
@@ -192,4 +197,4 @@ class NearDuplicateDeduplicator:
             else:
                 dropped.append((docs[i].id, docs[match].id))
         self.last_dropped = dropped
-        return [docs[i] for i in kept]
+        return [docs[i] for i in kept], dropped

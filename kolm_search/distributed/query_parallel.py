@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from kolm_search._extras import require
+from kolm_search._params import positive_int
 from kolm_search.errors import DistributedError, KolmValueError
 
 __all__ = ["DistributedError", "evaluate", "rerank_run", "search_batch", "ship"]
@@ -60,9 +61,8 @@ def _shipped(obj: Any, dask_client: Any) -> Any:
 
 def _default_parts(dask_client: Any, npartitions: int | None) -> int:
     if npartitions is not None:
-        if npartitions < 1:
-            raise KolmValueError(f"npartitions must be >= 1, got {npartitions}")
-        return int(npartitions)
+        parts: int = positive_int("npartitions", npartitions)
+        return parts
     workers = len(dask_client.scheduler_info().get("workers", {})) or 1
     return 2 * workers
 

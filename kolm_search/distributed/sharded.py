@@ -10,6 +10,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search._extras import require
+from kolm_search._params import one_of, positive_int
 from kolm_search.distributed.query_parallel import _gather
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
@@ -50,9 +51,7 @@ def _to_run(table_ids: npt.NDArray[np.object_], qids: Sequence[Any], docs: npt.N
 
 
 def _bounds(n: int, n_shards: int) -> npt.NDArray[np.int64]:
-    if n_shards < 1:
-        raise KolmValueError(f"n_shards must be >= 1, got {n_shards}")
-    return np.linspace(0, n, n_shards + 1).astype(np.int64)
+    return np.linspace(0, n, positive_int("n_shards", n_shards) + 1).astype(np.int64)
 
 
 def _count_shard(frame: pd.DataFrame, kwargs: dict[str, Any]) -> tuple[DocumentTable, Any]:
@@ -174,8 +173,7 @@ class ShardedDense:
         emb = np.asarray(embeddings, dtype=np.float32)
         if emb.ndim != 2 or emb.shape[0] != len(ids):
             raise KolmValueError(f"embeddings must have shape ({len(ids)}, d), got {emb.shape}")
-        if metric not in ("cosine", "ip"):
-            raise KolmValueError(f"metric must be 'cosine' or 'ip', got {metric!r}")
+        one_of("metric", metric, ("cosine", "ip"))
         self.ids = np.asarray(list(ids), dtype=object)
         self.metric = metric
         self.bounds = _bounds(len(ids), n_shards)

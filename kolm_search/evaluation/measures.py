@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from kolm_search._extras import peer_isinstance
 from kolm_search.errors import KolmTypeError, KolmValueError
 
 __all__ = ["MeasureSpec", "aggregate", "metric_key", "metric_list", "parse_measure"]
@@ -141,7 +142,7 @@ def metric_key(metric: Any) -> str:
 
 
 def _is_ir_measure(obj: Any) -> bool:
-    return type(obj).__module__.startswith("ir_measures") and hasattr(obj, "NAME") and hasattr(obj, "params")
+    return peer_isinstance(obj, "ir_measures", "measures.Measure")
 
 
 def metric_list(metrics: Any) -> list[Any]:

@@ -17,6 +17,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search import ids
+from kolm_search._params import positive_int
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.frame import CandidateFrame
 from kolm_search.fusion import probabilistic
@@ -113,8 +114,6 @@ def train_tables(method: str, norm: str | None, judged: Judged, params: Mapping[
     """The trained parameters of a supervised ``method`` (canonical name) after ``norm``
     (``params``: ``n_segments`` for probfuse)."""
     if method == "probfuse":
-        x = params.get("n_segments")
-        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1:
-            raise KolmValueError(f"probfuse needs n_segments, a positive integer, got {x!r}")
+        positive_int("params['n_segments'] of probfuse", params.get("n_segments"))
     e = apply_norm(judged.entries, norm)
     return probabilistic.train(method, e, judged.train, judged.n_train, judged.n_relevant, params)

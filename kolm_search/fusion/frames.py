@@ -18,6 +18,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search import ids
+from kolm_search._params import mapping, non_negative_int
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.frame import CandidateFrame
 from kolm_search.fusion.entries import Entries, first_in_block
@@ -32,8 +33,7 @@ F64 = npt.NDArray[np.float64]
 
 
 def _check_limit(limit: Any) -> None:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0):
-        raise KolmValueError(f"limit must be a non-negative integer, got {limit!r}")
+    non_negative_int("limit", limit, none=True)
 
 
 def resolve(method: str, norm: Norm, params: Mapping[str, Any] | None, n_lists: int, *, k: float | None = None,
@@ -45,8 +45,8 @@ def resolve(method: str, norm: Norm, params: Mapping[str, Any] | None, n_lists: 
     takes it); weights by run name need ``names``.
     """
     name, norm_name = canonical_method(method), canonical_norm(norm)
-    if params is not None and not isinstance(params, Mapping):
-        raise KolmTypeError(f"params must be a dict, got {type(params).__name__}")
+    if params is not None:
+        mapping("params", params)
     merged = dict(params or {})
     if weights is not None:
         if "weights" in merged:

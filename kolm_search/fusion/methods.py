@@ -12,8 +12,6 @@ The table :data:`METHODS` gives each method's formula and parameters.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search.errors import KolmTypeError, KolmValueError
+from kolm_search._params import non_negative_int, one_of, real
+from kolm_search.errors import KolmValueError
 from kolm_search.fusion import comb, probabilistic, voting
 from kolm_search.fusion.entries import Entries
 from kolm_search.fusion.normalize import Norm, apply_norm
@@ -138,16 +137,12 @@ def canonical_method(method: object) -> str:
     """The method's ranx name (aliases resolved); an unknown method is an error."""
     name = ALIASES.get(method, method) if isinstance(method, str) else method
     if name not in METHODS:
-        raise KolmValueError(f"method must be one of {list(FUSION_METHODS)}, got {method!r}")
+        one_of("method", method, FUSION_METHODS)
     return str(name)
 
 
 def _real(name: str, value: Any, lo: float | None = None, hi: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise KolmTypeError(f"params[{name!r}] must be a number, got {value!r}")
-    x = float(value)
-    if not math.isfinite(x) or (lo is not None and x < lo) or (hi is not None and x > hi):
-        raise KolmValueError(f"params[{name!r}] must be a finite number in [{lo}, {hi}], got {value!r}")
+    x: float = real(f"params[{name!r}]", value, low=lo, high=hi)
     return x
 
 
@@ -189,9 +184,7 @@ def check_params(method: str, params: Mapping[str, Any], n_lists: int, *, extra:
         elif name in ("phi", "sigma"):
             out[name] = _real(name, out[name], 0.0, 1.0)
         elif name == "w":
-            if isinstance(out[name], bool) or not isinstance(out[name], numbers.Integral) or out[name] < 0:
-                raise KolmValueError(f"params['w'] must be a non-negative integer, got {out[name]!r}")
-            out[name] = int(out[name])
+            out[name] = non_negative_int("params['w']", out[name])
         else:
             out[name] = _tables(name, out[name], n_lists, scalar=name == "map_scores")
     return out

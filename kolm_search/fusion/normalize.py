@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from kolm_search._params import one_of
 from kolm_search.errors import KolmValueError
 from kolm_search.fusion.entries import Entries
 from kolm_search.fusion.voting import complete_lists
@@ -46,8 +47,7 @@ def canonical_norm(norm: object) -> str | None:
         return None
     name = _ALIASES.get(norm, norm) if isinstance(norm, str) else norm
     if name not in NORMALIZATIONS:
-        known = sorted([*NORMALIZATIONS, *_ALIASES])
-        raise KolmValueError(f"norm must be None or one of {known}, got {norm!r}")
+        one_of("norm", norm, [None, *sorted([*NORMALIZATIONS, *_ALIASES])])
     return str(name)
 
 

@@ -10,14 +10,13 @@ with the same arithmetic and the same tie order.
 
 from __future__ import annotations
 
-import math
-import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
 
+from kolm_search._params import mapping, non_negative_int, real
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.types import SearchDocument
 
@@ -26,11 +25,7 @@ __all__ = ["check_k", "check_weights", "merge_with_rrf", "rrf_score"]
 
 def check_k(k: object) -> float:
     """The RRF constant as a float: a finite, non-negative real number, else an error."""
-    if isinstance(k, bool) or not isinstance(k, numbers.Real):
-        raise KolmTypeError(f"k must be a non-negative number, got {k!r}")
-    value = float(k)
-    if not math.isfinite(value) or value < 0:
-        raise KolmValueError(f"k must be a finite non-negative number, got {k!r}")
+    value: float = real("k", k, low=0.0)
     return value
 
 
@@ -64,9 +59,7 @@ def rrf_score(rank: int, k: float = 60) -> float:
     float
         A score in ``(0, 1]``; higher is better.
     """
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 0:
-        raise KolmValueError(f"rank must be a non-negative integer, got {rank!r}")
-    return 1.0 / (check_k(k) + int(rank) + 1.0)
+    return 1.0 / (check_k(k) + non_negative_int("rank", rank) + 1.0)
 
 
 def merge_with_rrf(
@@ -100,10 +93,8 @@ def merge_with_rrf(
         ``score``); ties keep first-appearance order (list order, then rank).
     """
     kk = check_k(k)
-    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 0:
-        raise KolmValueError(f"limit must be a non-negative integer, got {limit!r}")
-    if not isinstance(doc_map, Mapping):
-        raise KolmTypeError(f"doc_map must be a dict id -> SearchDocument, got {type(doc_map).__name__}")
+    limit = non_negative_int("limit", limit)
+    mapping("doc_map", doc_map)
     w = check_weights(weights, len(ranked_lists))
     fused: dict[str, float] = {}  # insertion order = first appearance
     for li, docs in enumerate(ranked_lists):

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kolm_search._params import path_exists
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.io._text import text_lines
 from kolm_search.io.trec import read_qrels
@@ -223,10 +224,7 @@ def load_beir_qrels(path: str | Path, split: str = "test") -> pd.DataFrame:
 
 
 def _root(path: str | Path) -> Path:
-    root = Path(path)
-    if not root.is_dir():
-        raise KolmValueError(f"BEIR folder {str(root)!r} does not exist")
-    return root
+    return path_exists("BEIR folder", path, kind="dir")
 
 
 def _read_qrels(root: Path, split: str) -> pd.DataFrame:

@@ -1,5 +1,9 @@
 """Download BEIR datasets: checksum-verified, unpacked safely, cached, never half-written.
 
+HTTP is httpx (a core dependency, imported on first download), with the retry policy the LLM
+client uses (:class:`kolm_search._http.RetryPolicy`: a 429 or 5xx reply, or a timeout before
+one, is tried again; ``Retry-After`` honoured up to its cap).
+
 The registry (names, URLs, md5 checksums published by BEIR) is ``kolm_search/data/beir.json``.
 A download streams to a temporary file, is verified, unpacked into a temporary folder with
 every member checked to stay inside it (no ``..``, no absolute path, no symbolic link), and
@@ -19,14 +23,11 @@ compression ratio of every member above 16 MiB (:data:`MAX_MEMBER_RATIO`).
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
 import re
 import shutil
 import time
-import urllib.error
-import urllib.request
 import uuid
 import zipfile
 import zlib
@@ -36,6 +37,8 @@ from typing import Any
 
 import filelock
 
+from kolm_search._http import RetryPolicy, parse_retry_after
+from kolm_search._params import real, seconds
 from kolm_search.errors import DownloadError, KolmTypeError, KolmValueError
 
 __all__ = ["beir_registry", "default_cache_dir", "download_beir"]
@@ -62,7 +65,8 @@ def beir_registry() -> dict[str, dict[str, str]]:
 
 def download_beir(name: str, cache_dir: str | Path | None = None, *, registry: dict[str, dict[str, str]] | None = None,
                   timeout: float = 60.0, progress: bool = True, force: bool = False,
-                  max_unpacked_bytes: int = 20 << 30, max_seconds: float = 3 * 3600.0) -> Path:
+                  max_unpacked_bytes: int = 20 << 30, max_seconds: float = 3 * 3600.0,
+                  retry: RetryPolicy | None = None) -> Path:
     """Fetch the BEIR dataset ``name`` into the cache and return its folder.
 
     Parameters
@@ -85,6 +89,10 @@ def download_beir(name: str, cache_dir: str | Path | None = None, *, registry: d
     max_seconds : float, default 3 hours
         Deadline for the whole fetch and unpack; also the longest wait for another caller
         that is downloading the same dataset into the same cache.
+    retry : RetryPolicy, optional
+        When a reply (429, 5xx) or a timeout before one is tried again, and the waits between
+        (``Retry-After`` honoured up to its cap): the LLM client's policy, by default 3 retries
+        from 0.5 s. A transfer cut after its headers is not retried.
 
     Raises
     ------
@@ -105,9 +113,8 @@ def download_beir(name: str, cache_dir: str | Path | None = None, *, registry: d
     entry = reg[name]
     if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
         raise KolmValueError(f"registry entry {name!r} has no 'url' string: {entry!r}")
-    for option, value in (("timeout", timeout), ("max_seconds", max_seconds), ("max_unpacked_bytes", max_unpacked_bytes)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
-            raise KolmValueError(f"{option} must be a finite number > 0, got {value!r}")
+    timeout, max_seconds = seconds("timeout", timeout, none=False), seconds("max_seconds", max_seconds, none=False)
+    real("max_unpacked_bytes", max_unpacked_bytes, low=0.0, closed="neither")
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     beir_root = root / "beir"
     target = beir_root / name
@@ -135,7 +142,8 @@ def download_beir(name: str, cache_dir: str | Path | None = None, *, registry: d
             if mine.fullmatch(stale.name):
                 _remove(stale)
         return _fetch_and_install(name, entry, beir_root, target, timeout=timeout, progress=progress,
-                                  cap=int(max_unpacked_bytes), deadline=time.monotonic() + max_seconds)
+                                  cap=int(max_unpacked_bytes), deadline=time.monotonic() + max_seconds,
+                                  retry=retry if retry is not None else RetryPolicy())
     finally:
         lock.release()
 
@@ -152,12 +160,13 @@ def _remove(path: Path) -> None:
 
 
 def _fetch_and_install(name: str, entry: dict[str, str], beir_root: Path, target: Path, *, timeout: float,
-                       progress: bool, cap: int, deadline: float) -> Path:
+                       progress: bool, cap: int, deadline: float, retry: RetryPolicy) -> Path:
     """Fetch, verify and unpack into temporaries, then rename into ``target`` (lock held)."""
     stem = f".{name}.tmp-{uuid.uuid4().hex}"
     tmp_zip, tmp_dir, old = (beir_root / f"{stem}.{kind}" for kind in ("zip", "unpack", "old"))
     try:
-        md5 = _fetch(name, entry["url"], tmp_zip, timeout=timeout, progress=progress, cap=cap, deadline=deadline)
+        md5 = _fetch(name, entry["url"], tmp_zip, timeout=timeout, progress=progress, cap=cap, deadline=deadline,
+                     retry=retry)
         expected = entry.get("md5")
         if expected and md5 != expected:
             raise DownloadError(f"checksum mismatch for {name!r} from {entry['url']}: md5 {md5} != expected {expected}")
@@ -179,39 +188,68 @@ def _fetch_and_install(name: str, entry: dict[str, str], beir_root: Path, target
             _remove(path)
 
 
-def _fetch(name: str, url: str, dest: Path, *, timeout: float, progress: bool, cap: int, deadline: float) -> str:
-    """Stream ``url`` into ``dest``; return its md5. Every failure is a DownloadError."""
-    digest = hashlib.md5(usedforsecurity=False)
-    size = 0
+def _fetch(name: str, url: str, dest: Path, *, timeout: float, progress: bool, cap: int, deadline: float,
+           retry: RetryPolicy) -> str:
+    """Stream ``url`` into ``dest`` (httpx); return its md5. A 429 or 5xx reply, or a timeout before
+    the reply's headers, is tried again under ``retry``; a transfer cut after its headers is not
+    (nothing was verified yet: a DownloadError at once). Every failure is a DownloadError."""
+    import httpx
+
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            length = (resp.headers.get("Content-Length") or "").strip()
-            total = int(length) if length.isdigit() else 0
-            if total > cap:
-                raise DownloadError(f"{name!r}: {url} announces {total} bytes, more than max_unpacked_bytes={cap}")
-            bar = _bar(total, name, progress)
-            try:
-                with _open_for_write(dest) as out:
-                    while chunk := resp.read1(_CHUNK):
-                        size += len(chunk)
-                        if size > cap:
-                            raise DownloadError(f"{name!r}: {url} sent more than max_unpacked_bytes={cap} bytes")
-                        if time.monotonic() > deadline:
-                            raise DownloadError(f"{name!r}: downloading {url} took longer than max_seconds")
-                        _write(out, chunk, dest)
-                        digest.update(chunk)
-                        bar.update(len(chunk))
-            finally:
-                bar.close()
-            if total and size != total:
-                raise DownloadError(f"{name!r}: the download from {url} was cut: {size} of {total} bytes")
+        with httpx.Client(timeout=timeout, follow_redirects=True) as client:
+            for attempt in range(retry.max_retries + 1):
+                try:
+                    with client.stream("GET", url) as resp:
+                        if resp.status_code == 200:
+                            return _stream(httpx, name, url, resp, dest, progress=progress, cap=cap, deadline=deadline)
+                        detail = f"HTTP {resp.status_code} {resp.reason_phrase}"
+                        wait = retry.wait(attempt, parse_retry_after(resp.headers.get("Retry-After"))) \
+                            if retry.retryable(resp.status_code) else None
+                except httpx.TimeoutException as exc:  # no reply yet (the body's own errors are DownloadErrors)
+                    detail, wait = f"{type(exc).__name__}: {exc}", retry.wait(attempt)
+                if wait is None or time.monotonic() + wait > deadline:
+                    raise DownloadError(f"downloading {name!r} from {url} failed after {attempt + 1} attempt(s): {detail}")
+                time.sleep(wait)
     except DownloadError:
         raise
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        detail = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else \
-            f"{type(exc).__name__}: {exc}"
-        raise DownloadError(f"downloading {name!r} from {url} failed after {size} bytes: {detail}") from exc
-    return digest.hexdigest()
+    except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, OSError, ValueError) as exc:
+        raise DownloadError(f"downloading {name!r} from {url} failed after 0 bytes: {type(exc).__name__}: {exc}") from exc
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _stream(httpx: Any, name: str, url: str, resp: Any, dest: Path, *, progress: bool, cap: int,
+            deadline: float) -> str:
+    """Write a 200 reply's body (as sent: no content decoding) into ``dest``; its md5. Every
+    failure is a DownloadError naming the bytes received."""
+    digest = hashlib.md5(usedforsecurity=False)
+    length = (resp.headers.get("Content-Length") or "").strip()
+    total = int(length) if length.isdigit() else 0
+    if total > cap:
+        raise DownloadError(f"{name!r}: {url} announces {total} bytes, more than max_unpacked_bytes={cap}")
+    size = 0
+    bar = _bar(total, name, progress)
+    try:
+        with _open_for_write(dest) as out:
+            for chunk in resp.iter_raw():  # as it arrives (a chunk size would buffer up to it)
+                size += len(chunk)
+                if size > cap:
+                    raise DownloadError(f"{name!r}: {url} sent more than max_unpacked_bytes={cap} bytes")
+                if time.monotonic() > deadline:
+                    raise DownloadError(f"{name!r}: downloading {url} took longer than max_seconds")
+                _write(out, chunk, dest)
+                digest.update(chunk)
+                bar.update(len(chunk))
+    except DownloadError:
+        raise
+    except (httpx.HTTPError, httpx.StreamError, OSError, ValueError) as exc:
+        raise DownloadError(f"downloading {name!r} from {url} failed after {size} bytes: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        bar.close()
+    if total and size != total:
+        raise DownloadError(f"{name!r}: the download from {url} was cut: {size} of {total} bytes")
+    hexdigest: str = digest.hexdigest()
+    return hexdigest
 
 
 def _open_for_write(path: Path) -> Any:

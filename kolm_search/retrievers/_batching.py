@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -12,39 +12,28 @@ from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmError
 from kolm_search.filters import parse_filter
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import fuse_frame
+from kolm_search.ports import BatchRetriever
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
-__all__ = ["BatchRetriever", "batch_from_context", "filter_masks", "frame_from_topk", "fuse_expansions"]
+__all__ = ["batch_from_context", "filter_masks", "frame_from_topk", "fuse_expansions", "retrieve_single", "text_masks"]
 
 _KEEP_BYTES = 64 << 20  # a table keeps its last batch's masks up to this size
-
-
-class BatchRetriever(Protocol):
-    table: DocumentTable
-
-    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame: ...
 
 
 def batch_from_context(context: SearchPipelineContext, n_docs: int | None = None) -> QueryBatch:
     """A batch of one from a pipeline context (expanded queries and embeddings included); its
     limit is the plan's ``target_limit``, capped at ``n_docs`` (at least 1)."""
-    plan = context.plan
-    texts = list(plan.expanded_queries) or [plan.normalized_query]
-    emb = context.expanded_embeddings
-    if emb is None and context.embeddings is not None and len(texts) == 1:
-        emb = np.asarray(context.embeddings, dtype=np.float32)[None, :]
-    if emb is not None and emb.shape[0] != len(texts):
-        emb = None  # not one row per text: a dense retriever embeds the texts itself
-    return QueryBatch(texts=texts, owner=np.zeros(len(texts), np.int64), n_queries=1,
-                      limit=max(1, min(int(plan.target_limit), n_docs if n_docs is not None else int(plan.target_limit))),
-                      filters=[dict(context.request.filters or {})],
-                      embeddings=emb, mode=plan.mode, metadata=[plan.metadata])
+    target = int(context.plan.target_limit)
+    return QueryBatch.from_contexts([context], limit=max(1, min(target, n_docs if n_docs is not None else target)))
 
 
 def retrieve_single(retriever: BatchRetriever, context: SearchPipelineContext) -> list[SearchDocument]:
     """The spec's ``retrieve(context)`` on top of ``retrieve_batch``."""
-    frame = retriever.retrieve_batch(batch_from_context(context, len(retriever.table)))
-    return retriever.table.documents(frame.doc, frame.score)
+    table = retriever.table
+    assert table is not None  # a built-in retriever always has its table
+    frame = retriever.retrieve_batch(batch_from_context(context, len(table)))
+    assert isinstance(frame, CandidateFrame)
+    return table.documents(frame.doc, frame.score)
 
 
 def filter_masks(table: DocumentTable, filters: list[dict[str, Any]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:

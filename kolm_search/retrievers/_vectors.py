@@ -9,9 +9,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search._aio import embed_batch, run_blocking
-from kolm_search.errors import KolmValueError
-from kolm_search.ports import Embedder
+from kolm_search._bridge import inline, run_sync
+from kolm_search.ports import Embedder, embed_all
 
 __all__ = ["embed_texts", "normalise_rows"]
 
@@ -32,13 +31,11 @@ def normalise_rows(mat: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 
 
 async def _embed_async(embedder: Any, texts: list[str], batch_size: int) -> npt.NDArray[np.float32]:
-    rows = [await embed_batch(embedder, texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)]
+    rows = [await embed_all(embedder, texts[i:i + batch_size], call=inline) for i in range(0, len(texts), batch_size)]
     return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
 
 
 def embed_texts(embedder: Embedder, texts: Sequence[str], *, batch_size: int = 4096) -> npt.NDArray[np.float32]:
-    """Embed ``texts`` in batches (``embed_many`` when available) as float32 (n, d)."""
-    mat = run_blocking(_embed_async(embedder, list(texts), batch_size))
-    if mat.ndim != 2 or mat.shape[0] != len(texts) or not np.all(np.isfinite(mat)):
-        raise KolmValueError(f"embedder returned an invalid matrix of shape {mat.shape} for {len(texts)} texts")
-    return mat
+    """Embed ``texts`` in batches (``embed_many`` when available) as float32 (n, d), checked
+    (a ``KolmValueError`` naming the count, shape or non-finite values)."""
+    return run_sync(_embed_async(embedder, list(texts), batch_size))

@@ -101,13 +101,15 @@ def reset(conn: socket.socket) -> None:
 @dataclass
 class Site:
     """What the server serves: ``files[path]``; ``cut[path] = (position, reset)`` stops early,
-    ``slow`` seconds between 4 KiB chunks, ``no_length`` paths are sent without Content-Length."""
+    ``slow`` seconds between 4 KiB chunks, ``no_length`` paths are sent without Content-Length;
+    ``replies[path]`` is a queue of ``(status, headers)`` answered (empty body) before the file."""
 
     files: dict[str, bytes] = field(default_factory=dict)
     cut: dict[str, tuple[int, bool]] = field(default_factory=dict)
     no_length: set[str] = field(default_factory=set)
     slow: float = 0.0
     hits: list[str] = field(default_factory=list)
+    replies: dict[str, list[tuple[int, dict[str, str]]]] = field(default_factory=dict)
     base: str = ""
 
     def registry(self, path: str, body: bytes | None = None, md5: str | None = "auto") -> dict[str, dict[str, str]]:
@@ -124,6 +126,13 @@ def serve() -> Iterator[Site]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             state.hits.append(self.path)
+            if state.replies.get(self.path):
+                status, headers = state.replies[self.path].pop(0)
+                self.send_response(status)
+                for key, value in {"Content-Length": "0", **headers}.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                return
             body = state.files.get(self.path)
             if body is None:
                 self.send_response(404)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kolm_search import DefaultQueryPlanner, SearchPipeline
-from kolm_search._deadlines import DAEMON_POOL
+from kolm_search._bridge import DAEMON_POOL
 from kolm_search.adapters import InMemoryCache
 from tests.fakes import (
     AsyncHashEmbedder,

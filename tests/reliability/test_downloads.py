@@ -338,3 +338,29 @@ def test_corrupted_archives_fail_cleanly_or_stay_inside(tmp_path_factory: pytest
             assert (path / ".complete").is_file()
             assert all(p.resolve().is_relative_to(path) for p in path.rglob("*"))
         assert leftovers(cache) == []
+
+
+# ---------------------------------------------------------------- one retry policy (shared with the LLM client)
+def test_busy_servers_are_retried_under_the_shared_policy(site: Site, tmp_path: Path) -> None:
+    from kolm_search._http import RetryPolicy
+
+    site.files["/mini.zip"] = GOOD
+    site.replies["/mini.zip"] = [(503, {}), (429, {"Retry-After": "0.2"})]
+    t0 = time.monotonic()
+    path = download_beir("mini", tmp_path, registry=site.registry("/mini.zip"), progress=False,
+                         retry=RetryPolicy(max_retries=2, backoff=0.05))
+    assert time.monotonic() - t0 >= 0.25  # 0.05 s of backoff, then the server's 0.2 s
+    check_dataset(path)
+    assert site.hits == ["/mini.zip"] * 3
+    site.replies["/other.zip"] = [(503, {})] * 3
+    site.files["/other.zip"] = GOOD
+    with pytest.raises(DownloadError, match=r"'mini'.*failed after 3 attempt\(s\): HTTP 503"):
+        download_beir("mini", tmp_path / "b", registry=site.registry("/other.zip"), progress=False,
+                      retry=RetryPolicy(max_retries=2, backoff=0.01))
+    site.replies["/late.zip"] = [(503, {"Retry-After": "3600"})]
+    site.files["/late.zip"] = GOOD
+    t0 = time.monotonic()
+    with pytest.raises(DownloadError, match=r"failed after 1 attempt\(s\): HTTP 503"):
+        download_beir("mini", tmp_path / "c", registry=site.registry("/late.zip"), progress=False)
+    assert time.monotonic() - t0 < 2  # asked to wait an hour, more than max_retry_after: not waiting
+    assert leftovers(tmp_path / "b") == [] and leftovers(tmp_path / "c") == []

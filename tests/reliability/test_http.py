@@ -369,3 +369,18 @@ def test_any_200_body_is_content_or_llm_error(scripted, value: object, junk: byt
         fails(c, "malformed reply")
     else:
         assert c.chat_sync(MESSAGES) == want
+
+
+def test_one_retry_policy_for_llm_calls_and_downloads() -> None:
+    from kolm_search._http import RetryPolicy, parse_retry_after
+
+    policy = RetryPolicy(max_retries=3, backoff=0.5, max_retry_after=30)
+    assert [policy.wait(a) for a in range(4)] == [0.5, 1.0, 2.0, None]  # doubling, then no retry left
+    assert policy.wait(0, retry_after=7.0) == 7.0 and policy.wait(2, retry_after=0.1) == 2.0
+    assert policy.wait(0, retry_after=31.0) is None  # longer than max_retry_after: not worth waiting
+    assert [s for s in (200, 404, 429, 500, 503) if policy.retryable(s)] == [429, 500, 503]
+    assert parse_retry_after("12") == 12.0 and parse_retry_after("soon") is None
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: now
+    assert client("http://127.0.0.1:9", max_retries=1, backoff=0.25).retry == RetryPolicy(1, 0.25, 30.0)
+    with pytest.raises(ValueError, match="max_retries"):
+        RetryPolicy(max_retries=-1)

@@ -32,7 +32,7 @@ from kolm_search import (
     SearchPipeline,
     SearchPipelineOptions,
 )
-from kolm_search._deadlines import TIMED_OUT, DaemonPool, call_with_deadline
+from kolm_search._bridge import TIMED_OUT, DaemonPool, call_with_deadline
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.frame import CandidateFrame

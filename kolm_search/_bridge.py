@@ -1,17 +1,25 @@
-"""Calling a port with a deadline, whether the port is sync or async.
+"""The one bridge between sync and async code.
 
-:func:`call_with_deadline` awaits ``fn(*args)`` for at most ``timeout`` seconds and returns
-the sentinel :data:`TIMED_OUT` after that (no port can return it, unlike a ``TimeoutError``
-it might raise), *abandoning* the call rather than waiting for it:
+- :func:`run_sync` runs a coroutine to completion from synchronous code, inside or outside a
+  running event loop (inside one, on a fresh loop in a worker thread while the caller waits:
+  notebooks work). Every blocking shell of an async method (``search_sync``,
+  ``search_batch``, ``chat_sync``, ...) is this function.
+- :func:`off_loop` awaits a port method from async code without blocking the event loop: a
+  coroutine function is awaited, a plain function runs on a worker thread (the loop's default
+  executor). Adapters with ``async def`` methods call their sync dependencies through it.
+- :func:`call_with_deadline` awaits ``fn(*args)`` for at most ``timeout`` seconds and returns
+  the sentinel :data:`TIMED_OUT` after that (no port can return it, unlike a ``TimeoutError``
+  it might raise), *abandoning* the call rather than waiting for it:
 
-- a coroutine function is started as a task; on timeout the task is cancelled and left
-  behind (not awaited, so a coroutine that ignores cancellation cannot hold the caller);
-- any other callable runs on a worker of :data:`DAEMON_POOL`, a small pool of *daemon*
-  threads (a hung call can block neither the event loop nor interpreter exit, unlike the
-  default executor's threads); on timeout the worker is written off and replaced. A sync
-  callable that returns an awaitable has it awaited, within the same deadline.
+  - a coroutine function is started as a task; on timeout the task is cancelled and left
+    behind (not awaited, so a coroutine that ignores cancellation cannot hold the caller);
+  - any other callable runs on a worker of :data:`DAEMON_POOL`, a small pool of *daemon*
+    threads (a hung call can block neither the event loop nor interpreter exit, unlike the
+    default executor's threads); on timeout the worker is written off and replaced. A sync
+    callable that returns an awaitable has it awaited, within the same deadline.
 
-With ``timeout=None`` the call is made inline exactly as before (no task, no thread).
+  With ``timeout=None`` the call is made inline exactly as before (no task, no thread).
+- :func:`resolve` awaits a value if it is awaitable (ports may be written either way).
 """
 
 from __future__ import annotations
@@ -22,10 +30,13 @@ import inspect
 import os
 import queue
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
-__all__ = ["DAEMON_POOL", "DaemonPool", "TIMED_OUT", "call_with_deadline"]
+__all__ = ["DAEMON_POOL", "DaemonPool", "TIMED_OUT", "call_with_deadline", "inline", "off_loop", "resolve",
+           "run_sync"]
+
+T = TypeVar("T")
 
 #: What :func:`call_with_deadline` returns for a call abandoned at its deadline.
 TIMED_OUT: Any = type("TimedOut", (), {"__repr__": lambda self: "TIMED_OUT"})()
@@ -188,3 +199,61 @@ async def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], time
     finally:
         timer.cancel()
     return await _await_within(value, loop, end) if inspect.isawaitable(value) else value
+
+
+async def resolve(value: Any) -> Any:
+    """Await ``value`` if it is awaitable, else return it."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+async def inline(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, called in this thread and awaited if it returns an awaitable (for code
+    that blocks its caller anyway: a sync shell, a worker thread)."""
+    return await resolve(fn(*args))
+
+
+async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` without blocking the running loop: awaited when ``fn`` is a coroutine
+    function, else run on a worker thread (the loop's default executor; an awaitable it
+    returns is awaited here)."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    return await resolve(await asyncio.to_thread(fn, *args))
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a new event loop in this thread. Unlike :func:`asyncio.run`, closing the
+    loop does not wait for executor threads still running a call that a deadline gave up on
+    (a hung name lookup, a port that never returns)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from synchronous code and return its result.
+
+    Outside a running event loop the coroutine runs on a new loop in this thread. Inside one
+    (a Jupyter kernel, an ``async def`` that calls a blocking API) it runs on a new loop in a
+    worker thread while the caller blocks, so the blocking shells work from notebooks; async
+    ports then run on that worker loop, not on the caller's (an ``await`` of the async method
+    is the better call there).
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kolm-sync") as pool:
+        return pool.submit(_run, coro).result()
