@@ -184,6 +184,7 @@ def test_compare_and_optimize_take_peer_forms() -> None:
     assert (best["k"], best["weights"], best["score"]) == (peer["k"], peer["weights"], peer["score"])
 
 
+@pytest.mark.slow  # every peer's tool on every form: ~19 s
 @settings(max_examples=8, deadline=None)
 @given(run_rows, qrel_rows)
 def test_forms_out_round_trip_and_their_tools_agree(rrows: list[Any], qrows: list[Any]) -> None:
