@@ -70,7 +70,7 @@ def files(args: argparse.Namespace) -> None:
             "pandas read_csv(engine='pyarrow')": lambda: pd.read_csv(ours, sep=" ", header=None, names=FIELDS,
                                                                      engine="pyarrow"),
         }, args.repeat, warmup=1)
-        back, ref = read_run(ours), pd.read_csv(ours, sep=" ", header=None, names=FIELDS, engine="pyarrow")
+        back, ref = read_run(ours, progress=False), pd.read_csv(ours, sep=" ", header=None, names=FIELDS, engine="pyarrow")
         agrees = (back["doc_id"].astype(str).equals(ref["doc_id"].astype(str))
                   and np.array_equal(back["score"].to_numpy(), ref["score"].to_numpy())
                   and np.array_equal(back["score"].to_numpy(), run["score"].to_numpy()))

@@ -18,6 +18,7 @@ Both show a progress bar on stderr (tqdm) for files above :data:`PROGRESS_BYTES`
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -37,6 +38,8 @@ _FIELDS = ["qid", "q0", "doc_id", "rank", "score", "tag"]
 _DICT = pa.dictionary(pa.int32(), pa.string())
 _BATCH_ROWS = 1 << 20
 # every character Python's str.isspace() accepts: an id must hold none of them
+_ASCII_SPACE = np.zeros(256, bool)
+_ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # the ASCII characters str.isspace() accepts
 _SPACE_CLASS = ("[\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}"
                 "\\x{202f}\\x{205f}\\x{3000}]")
 
@@ -93,15 +96,20 @@ def _parse(path: Path, progress: bool | None) -> pa.Table | None:
                           "tag": _DICT}, strings_can_be_null=False, quoted_strings_can_be_null=False, null_values=[],
             true_values=[], false_values=[])}
     show = _show(progress, size, PROGRESS_BYTES)
+    if not show:  # by path: pyarrow's own reader (read-ahead, decompression by extension) is the fastest
+        try:
+            return pcsv.read_csv(str(path), **options)
+        except (pa.ArrowException, OSError, EOFError, UnicodeError, ValueError):  # the general reader says why
+            return None
     with path.open("rb") as raw:
         counter = _Counting(raw)
-        source: Any = pa.PythonFile(counter, mode="r") if show else pa.memory_map(str(path))
+        source: Any = pa.PythonFile(counter, mode="r")
         if path.suffix == ".gz":
             source = pa.CompressedInputStream(source, "gzip")
         try:
             return _with_progress(lambda: pcsv.read_csv(source, **options), counter, size, f"reading {path.name}",
-                                  show)
-        except (pa.ArrowException, OSError, EOFError, UnicodeError, ValueError):  # the general reader says why
+                                  True)
+        except (pa.ArrowException, OSError, EOFError, UnicodeError, ValueError):
             return None
         finally:
             source.close()
@@ -144,10 +152,27 @@ def _duplicate(q: np.ndarray, doc: pa.ChunkedArray) -> int | None:
 
     (codes,), bound, _ = codes_within_groups([pd.Series(doc.to_pandas(), copy=False)], [q], names=["doc_id"])
     keys = q * np.int64(max(bound, 1)) + codes
-    ordered = np.sort(keys)  # cheaper than a hash table of every pair; the row is found only if need be
-    if not (ordered[1:] == ordered[:-1]).any():
+    if not _any_repeat(keys, q):
         return None
-    return int(np.argmax(pd.Series(keys, copy=False).duplicated().to_numpy()))
+    return int(np.argmax(pd.Series(keys, copy=False).duplicated().to_numpy()))  # found only if need be
+
+
+def _any_repeat(keys: np.ndarray, q: np.ndarray) -> bool:
+    """Whether a key repeats: sorted (cheaper than a hash table of every pair), in two halves on
+    two threads when every query's rows are together (no key is then in both halves)."""
+    def repeats(part: np.ndarray) -> bool:
+        ordered = np.sort(part)  # numpy releases the GIL while it sorts
+        return bool((ordered[1:] == ordered[:-1]).any())
+
+    n = len(keys)
+    if n < 1 << 20:
+        return repeats(keys)
+    changes = np.flatnonzero(q[1:] != q[:-1]) + 1
+    if len(changes) + 1 != len(np.unique(q)) or not len(changes):  # a query in two places: one sort over all
+        return repeats(keys)
+    cut = int(changes[np.searchsorted(changes, n // 2).clip(0, len(changes) - 1)])
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return any(pool.map(repeats, (keys[:cut], keys[cut:])))
 
 
 def read_run_arrow(path: Path, progress: bool | None = None, check_duplicates: bool = True) -> pd.DataFrame | None:
@@ -176,6 +201,28 @@ def read_run_arrow(path: Path, progress: bool | None = None, check_duplicates: b
                          "doc_id": ids, "rank": rank - 1, "score": np.array(score)}, copy=False)
 
 
+def _unwritable(strings: Any) -> bool:
+    """An empty id, or one holding white space (as ``str.isspace`` counts it) or starting with a
+    byte-order mark: read off the buffers (lengths, then the bytes), the regular expression only
+    for chunks with bytes outside ASCII."""
+    for chunk in strings.chunks if isinstance(strings, pa.ChunkedArray) else [strings]:
+        if len(chunk) == 0:
+            continue
+        wide = pa.types.is_large_string(chunk.type)
+        offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)[
+            chunk.offset:chunk.offset + len(chunk) + 1]
+        if bool((np.diff(offsets) == 0).any()):
+            return True
+        data = chunk.buffers()[2]
+        view = np.frombuffer(data, np.uint8)[int(offsets[0]):int(offsets[-1])] if data is not None else np.zeros(0, np.uint8)
+        if bool(_ASCII_SPACE[view].any()):
+            return True
+        if bool((view >= 0x80).any()) and (pc.any(pc.match_substring_regex(chunk, _SPACE_CLASS)).as_py()
+                                          or pc.any(pc.starts_with(chunk, "\ufeff")).as_py()):
+            return True
+    return False
+
+
 def _id_array(column: pd.Series) -> Any:
     """An id column as Arrow strings (a categorical as a dictionary array), or None when an id
     is empty, holds white space or starts with a byte-order mark, or is not text (bytes, text
@@ -191,8 +238,7 @@ def _id_array(column: pd.Series) -> Any:
                                np.asarray(values, dtype=object), type=pa.string(), from_pandas=True)
     except (pa.ArrowException, UnicodeError, TypeError, ValueError):
         strings = None
-    if strings is None or strings.null_count or _bad_strings(strings, _SPACE_CLASS) or pc.any(
-            pc.starts_with(strings, "\ufeff")).as_py():
+    if strings is None or strings.null_count or _unwritable(strings):
         return None
     if isinstance(column.dtype, pd.CategoricalDtype):
         codes = np.asarray(column.cat.codes)
@@ -213,7 +259,7 @@ def write_run_arrow(qid: pd.Series, doc_id: pd.Series, rank: np.ndarray, score: 
     n = len(rank)
     const = lambda text: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([text]))  # noqa: E731
     table = pa.table({"qid": q, "q0": const("Q0"), "doc_id": d, "rank": pa.array(rank, pa.int64()),
-                      "score": pc.cast(pa.array(score, pa.float64()), pa.string()), "tag": const(tag)})
+                      "score": pa.array(score, pa.float64()), "tag": const(tag)})  # formatted per batch
     options = pcsv.WriteOptions(include_header=False, delimiter=" ", quoting_style="none")
     bar = None
     if _show(progress, n, PROGRESS_ROWS):

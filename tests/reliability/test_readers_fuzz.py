@@ -311,6 +311,7 @@ def test_qrels_files_trec_and_beir_tsv(tmp_path: Path, data: st.DataObject) -> N
 
 
 @FUZZ
+@pytest.mark.filterwarnings("ignore:.*the dataset's queries do not have:UserWarning")  # mutated ids: expected
 @given(st.data(), st.sampled_from(["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"]))
 def test_beir_folders(tmp_path: Path, data: st.DataObject, which: str) -> None:
     root = tmp_path / f"b{abs(hash(which))}"
