@@ -67,6 +67,7 @@ def files(args: argparse.Namespace) -> None:
         size = ours.stat().st_size
         read = median_times({
             "read_run": lambda: read_run(ours, progress=False),
+            "read_run(check_duplicates=False)": lambda: read_run(ours, progress=False, check_duplicates=False),
             "pandas read_csv(engine='pyarrow')": lambda: pd.read_csv(ours, sep=" ", header=None, names=FIELDS,
                                                                      engine="pyarrow"),
         }, args.repeat, warmup=1)

@@ -133,7 +133,10 @@ def _bad_chunk(chunk: pa.Array) -> bool:
     if bool((np.diff(offsets) == 0).any()):
         return True
     data = chunk.buffers()[2]
-    return data is not None and bytes(memoryview(data)[int(offsets[0]):int(offsets[-1])]).find(b"\t") != -1
+    if data is None or offsets[-1] == offsets[0]:
+        return False
+    view = np.frombuffer(data, np.uint8)[int(offsets[0]):int(offsets[-1])]
+    return int(view.min()) <= 9 and bytes(view).find(b"\t") != -1  # a tab is byte 9: most files have none below 32
 
 
 def _query_codes(qid: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
@@ -215,10 +218,13 @@ def _unwritable(strings: Any) -> bool:
             return True
         data = chunk.buffers()[2]
         view = np.frombuffer(data, np.uint8)[int(offsets[0]):int(offsets[-1])] if data is not None else np.zeros(0, np.uint8)
-        if bool(_ASCII_SPACE[view].any()):
+        if not len(view):
+            continue
+        low, high = int(view.min()), int(view.max())  # one pass each, no array the size of the ids
+        if low <= 32 and bool(_ASCII_SPACE[view].any()):
             return True
-        if bool((view >= 0x80).any()) and (pc.any(pc.match_substring_regex(chunk, _SPACE_CLASS)).as_py()
-                                          or pc.any(pc.starts_with(chunk, "\ufeff")).as_py()):
+        if high >= 0x80 and (pc.any(pc.match_substring_regex(chunk, _SPACE_CLASS)).as_py()
+                             or pc.any(pc.starts_with(chunk, "\ufeff")).as_py()):
             return True
     return False
 
