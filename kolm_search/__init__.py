@@ -30,10 +30,12 @@ from kolm_search.errors import (
 from kolm_search.evaluation import (
     Experiment,
     compare,
+    compare_runs,
     cross_validate,
     evaluate,
     leave_one_collection_out,
     optimize_fusion,
+    precision_recall_curve,
 )
 from kolm_search.evaluation.optimize import fit_fusion
 from kolm_search.frame import CandidateFrame, QueryBatch
@@ -124,6 +126,7 @@ __all__ = [
     "Tokenizer",
     "__version__",
     "compare",
+    "compare_runs",
     "cross_validate",
     "evaluate",
     "fit_fusion",
@@ -132,6 +135,7 @@ __all__ = [
     "load_dataset",
     "merge_with_rrf",
     "optimize_fusion",
+    "precision_recall_curve",
     "presets",
     "read_qrels",
     "read_run",

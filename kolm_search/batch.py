@@ -76,16 +76,22 @@ class BatchResult:
 
     def expanded_queries(self) -> pd.DataFrame:
         """The weighted queries of pseudo-relevance feedback (``plan.metadata["feedback"]``, see
-        :class:`~kolm_search.retrievers.feedback.FeedbackRetriever`): ``qid, text, term, weight``,
-        ``text`` the position among the query's planned texts (0: the primary). No rows for a
-        query searched without feedback."""
-        rows: list[tuple[Any, int, str, float]] = []
+        :class:`~kolm_search.retrievers.feedback.FeedbackRetriever`): ``qid, position, query, term,
+        weight``: ``position`` the expanded text's place among the query's planned texts (0: the
+        primary), ``query`` that text. No rows for a query searched without feedback.
+
+        Deprecated: in kolm_search 0.1.0 the ``position`` column was called ``text``, although it held the
+        position, not a text; it is no longer there (a column of the old name with a new meaning
+        would mislead silently)."""
+        rows: list[tuple[Any, int, str, str, float]] = []
         for qid, plan in zip(self.qids, self.plans, strict=True):
             feedback = plan.metadata.get("feedback") if isinstance(plan.metadata, dict) else None
             if isinstance(feedback, dict):
+                texts = list(plan.expanded_queries) or [plan.normalized_query]
                 for i, weights in enumerate(feedback.get("expanded", [])):
-                    rows.extend((qid, i, term, float(w)) for term, w in weights.items())
-        return pd.DataFrame(rows, columns=["qid", "text", "term", "weight"])
+                    text = texts[i] if i < len(texts) else ""
+                    rows.extend((qid, i, text, term, float(w)) for term, w in weights.items())
+        return pd.DataFrame(rows, columns=["qid", "position", "query", "term", "weight"])
 
     def __len__(self) -> int:
         return len(self.qids)

@@ -4,6 +4,7 @@ Examples::
 
     kolm-search eval cranfield --pipeline bm25 --metrics ndcg@10,recall@100
     kolm-search eval scifact --pipeline hybrid --run-out runs/scifact-hybrid.trec
+    kolm-search eval run.trec --qrels qrels.txt -m official -m ndcg_cut.10 -q --format csv -o run.csv
     kolm-search fuse a.trec b.trec --method rrf --k 60 -o fused.trec
     kolm-search compare a.trec b.trec --qrels qrels.tsv --test t --format latex
     kolm-search rerank run.trec --dataset cranfield --reranker mmr -o reranked.trec
@@ -20,81 +21,11 @@ from typing import Any
 
 __all__ = ["main"]
 
-DEFAULT_METRICS = "ndcg@10,recall@100,map,mrr"
-
 
 def _unsupervised_methods() -> list[str]:
     from kolm_search.fusion.methods import FUSION_METHODS, METHODS, canonical_method
 
     return [m for m in FUSION_METHODS if not METHODS[canonical_method(m)].supervised]
-
-
-def _metrics(text: str) -> list[str]:
-    import re
-
-    from kolm_search.evaluation.metrics import parse_metric
-
-    # commas inside parentheses belong to a measure's parameters: RBP(p=0.5,rel=2)
-    names = [m.strip() for m in re.split(r",(?![^()]*\))", text) if m.strip()]
-    for name in names:
-        parse_metric(name)
-    return names
-
-
-def _embedder(model: str, corpus: Any) -> Any:
-    from kolm_search.adapters import load_embedder
-    from kolm_search.doctable import DocumentTable
-
-    texts = DocumentTable.from_frame(corpus).texts() if model == "lsa" else None
-    return load_embedder(model, texts)
-
-
-def _build(pipeline: str, corpus: Any, model: str) -> Any:
-    from kolm_search import presets
-
-    if pipeline == "bm25":
-        return presets.bm25(corpus)
-    if pipeline.startswith("bm25-"):  # bm25-rm3, bm25-bo1, bm25-kl: pseudo-relevance feedback
-        return presets.bm25(corpus, feedback=pipeline[len("bm25-"):])
-    embedder = _embedder(model, corpus)
-    if pipeline == "dense":
-        return presets.dense(corpus, embedder)
-    return presets.hybrid(corpus, embedder)
-
-
-def _print_table(rows: dict[str, dict[str, float]], metrics: Sequence[str]) -> None:
-    width = max([len(n) for n in rows] + [8])
-    print(f"{'run':<{width}}  " + "  ".join(f"{m:>12}" for m in metrics))
-    for name, values in rows.items():
-        print(f"{name:<{width}}  " + "  ".join(f"{values[m]:>12.4f}" for m in metrics))
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    from kolm_search.evaluation import evaluate
-    from kolm_search.evaluation.runner import run_queries
-    from kolm_search.evaluation.self_hits import drop_self_hits
-    from kolm_search.io import load_dataset, write_run
-
-    metrics = _metrics(args.metrics)
-    dataset = load_dataset(args.dataset, split=args.split, cache_dir=args.cache_dir)
-    queries = dataset.judged_queries()
-    print(f"{dataset}; evaluating {len(queries)} judged queries", file=sys.stderr)
-    client = _build(args.pipeline, dataset.corpus, args.model)
-    drop = {"auto": dataset.drop_self_hits, "drop": True, "keep": False}[args.self_hits]
-    run = run_queries(client, queries, limit=args.limit + int(drop), progress=not args.quiet, desc=args.pipeline)
-    if drop:
-        run, n = drop_self_hits(run, args.limit)
-        why = "as BEIR's evaluation does" if args.self_hits == "auto" else "--self-hits drop"
-        print(f"dropped {n} self-hits (documents whose id is the query's) from the run before scoring, {why}; "
-              f"searched {args.limit + 1} per query and kept the {args.limit} best others "
-              f"(--self-hits keep to keep them)", file=sys.stderr)
-    scores = evaluate(run, dataset.qrels, metrics, drop_self_hits=False)
-    assert isinstance(scores, dict)
-    _print_table({f"{dataset.name}/{args.pipeline}": scores}, metrics)
-    if args.run_out:
-        write_run(run, args.run_out, tag=f"kolm_{args.pipeline}")
-        print(f"run written to {args.run_out}", file=sys.stderr)
-    return 0
 
 
 def cmd_fuse(args: argparse.Namespace) -> int:
@@ -110,29 +41,37 @@ def cmd_fuse(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from kolm_search.cli_eval import load_qrels_arg, parse_metric_list, run_names, write_output
     from kolm_search.evaluation.compare import compare
-    from kolm_search.io import read_qrels, read_run
+    from kolm_search.io import read_run
 
-    metrics = _metrics(args.metrics)
-    runs = {Path(p).name: read_run(p) for p in args.runs}
-    table = compare(runs, read_qrels(args.qrels), metrics, baseline=args.baseline, test=args.test,
-                    correction=args.correction, seed=args.seed, alpha=args.alpha)
+    metrics = parse_metric_list(args.metrics)
+    runs = {name: read_run(p) for name, p in zip(run_names(args.runs), args.runs, strict=True)}
+    table = compare(runs, load_qrels_arg(args.qrels, args.split, args.cache_dir), metrics, baseline=args.baseline,
+                    test=args.test, correction=args.correction, ci=args.ci, seed=args.seed, alpha=args.alpha)
     if args.format == "markdown":
-        print(table.to_markdown(), end="")
+        text = table.to_markdown()
     elif args.format == "latex":
-        print(table.to_latex(), end="")
+        text = table.to_latex()
     elif args.format == "csv":
-        print(table.to_csv(index=False), end="")
+        text = table.to_csv(index=False)
+    elif args.format == "html":
+        from kolm_search._extras import require
+
+        require("matplotlib", "plot").use("Agg")  # no display needed
+        text = table.to_html()
     else:
         import pandas as pd
 
-        with pd.option_context("display.width", 200, "display.max_columns", 50):
-            print(table.to_string())
+        with pd.option_context("display.width", 250, "display.max_columns", 50):
+            text = table.to_string() + "\n"
+    write_output(text, args.output)
     return 0
 
 
 def cmd_rerank(args: argparse.Namespace) -> int:
     from kolm_search.adapters import CrossEncoderReranker, MMRReranker
+    from kolm_search.cli_eval import embedder_for
     from kolm_search.io import load_dataset, read_run, write_run
     from kolm_search.rerank import rerank_run
 
@@ -146,7 +85,7 @@ def cmd_rerank(args: argparse.Namespace) -> int:
             return 1
         reranker = CrossEncoderReranker(args.model)
     else:
-        reranker = MMRReranker(_embedder(args.model or "auto", dataset.corpus), lambda_=args.mmr_lambda)
+        reranker = MMRReranker(embedder_for(args.model or "auto", dataset.corpus), lambda_=args.mmr_lambda)
     out = rerank_run(run, dataset, reranker, top_k=args.top_k, progress=not args.quiet)
     write_run(out, args.output, tag=f"kolm_{args.reranker}")
     missing = out.attrs.get("missing", [])
@@ -157,8 +96,22 @@ def cmd_rerank(args: argparse.Namespace) -> int:
 
 
 def cmd_download(args: argparse.Namespace) -> int:
-    from kolm_search.io import download_beir
+    from kolm_search.io import beir_registry, default_cache_dir, download_beir, packaged_datasets
 
+    if args.list:
+        cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+        width = max(len(n) for n in beir_registry())
+        print(f"{'name':<{width}}  status")
+        for name in sorted(packaged_datasets()):
+            print(f"{name:<{width}}  packaged (no download)")
+        for name in sorted(beir_registry()):
+            here = (cache / "beir" / name).is_dir()  # where download_beir puts it
+            print(f"{name:<{width}}  {'in the cache' if here else 'downloadable'}")
+        return 0
+    if not args.name:
+        print("kolm-search download: error: give a dataset name (kolm-search download --list shows them)",
+              file=sys.stderr)
+        return 2
     path = download_beir(args.name, args.cache_dir, progress=not args.quiet)
     print(path)
     return 0
@@ -171,32 +124,31 @@ _DATASET_HELP = ("a BEIR folder, a packaged collection (cranfield), a BEIR name 
                  "or an ir_datasets id (irds:beir/arguana, extra irds)")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default once: not when its help already says it, not for a required
+    option, a flag, or a default of None (nothing is set)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if ("default" in text.lower() or action.required or action.default in (None, False, argparse.SUPPRESS)
+                or not action.option_strings):
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from kolm_search import __version__
+    from kolm_search.cli_eval import add_eval_parser
+    from kolm_search.evaluation.stats import CORRECTIONS, TESTS
     from kolm_search.fusion.normalize import NORMALIZATIONS
 
     parser = argparse.ArgumentParser(prog="kolm-search", description="Build, run and measure search pipelines.",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"kolm-search {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{eval,fuse,compare,rerank,download}")
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = HelpFormatter
 
-    p = sub.add_parser("eval", help="evaluate a preset pipeline on a dataset", formatter_class=fmt)
-    p.add_argument("dataset", help=_DATASET_HELP)
-    p.add_argument("--pipeline", choices=["bm25", "bm25-rm3", "bm25-bo1", "bm25-kl", "dense", "hybrid"], default="bm25",
-                   help="the preset to run (bm25-rm3/-bo1/-kl: BM25 with pseudo-relevance feedback)")
-    p.add_argument("--metrics", default=DEFAULT_METRICS, help="comma-separated metric names")
-    p.add_argument("--run-out", help="write the run here (TREC text; .gz or .parquet by extension)")
-    p.add_argument("--limit", type=int, default=100, help="documents retrieved per query")
-    p.add_argument("--split", default=None, help="qrels split: of a BEIR folder (default test), or appended to an "
-                   "ir_datasets id")
-    p.add_argument("--model", default="auto", help=_MODEL_HELP + " (dense and hybrid pipelines)")
-    p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
-    p.add_argument("--self-hits", choices=["auto", "drop", "keep"], default="auto",
-                   help="documents whose id is the query's: 'auto' drops them where BEIR's evaluation does (BEIR "
-                        "datasets; it matters for arguana and quora), 'drop' always, 'keep' never")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_eval)
+    add_eval_parser(sub, fmt, _MODEL_HELP)
 
     p = sub.add_parser("fuse", help="fuse TREC runs into one", formatter_class=fmt)
     p.add_argument("runs", nargs="+", help="run files (TREC text, .gz or parquet)")
@@ -211,17 +163,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="compare runs with significance tests", formatter_class=fmt)
     p.add_argument("runs", nargs="+", help="run files; the first is the baseline unless --baseline says otherwise")
-    p.add_argument("--qrels", required=True, help="qrels file (TREC, BEIR tsv, .gz or parquet)")
+    p.add_argument("--qrels", required=True, help="the judgements: a qrels file (TREC, BEIR tsv, .gz or parquet) or a "
+                   "dataset whose qrels are used (cranfield, scifact, a BEIR folder, irds:...)")
+    p.add_argument("--split", default=None, help="qrels split of a dataset: of a BEIR folder (default: test), or "
+                   "appended to an ir_datasets id")
+    p.add_argument("--cache-dir", help="dataset cache (default: $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
     p.add_argument("--metrics", default="ndcg@10,map", help="comma-separated metric names")
-    p.add_argument("--baseline", help="file name of the baseline run (default: the first)")
-    p.add_argument("--test", choices=["t", "wilcoxon", "fisher", "bootstrap"], default="t", help="paired test")
-    p.add_argument("--correction", choices=["none", "bonferroni", "holm"], default="holm",
-                   help="multiple-testing correction")
+    p.add_argument("--baseline", action="append", metavar="RUN",
+                   help="the baseline run (its file name, or its path when two file names are equal); repeat for "
+                        "several baselines, each compared with every other run (default: the first run)")
+    p.add_argument("--test", choices=list(TESTS), default="t",
+                   help="paired two-sided test, or Tukey's HSD over every run (tukey)")
+    p.add_argument("--correction", choices=list(CORRECTIONS), default=None,
+                   help="multiple-testing correction over each metric's comparisons (bh, by: Benjamini-Hochberg, "
+                        "-Yekutieli false discovery rate; default: holm, and none for tukey)")
+    p.add_argument("--ci", choices=["t", "bootstrap"], default="t",
+                   help="confidence interval of each mean difference, at 1 - alpha")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level on the corrected p-values")
-    p.add_argument("--seed", type=int, default=0, help="seed of the randomised tests (fisher, bootstrap)")
-    p.add_argument("--format", choices=["table", "markdown", "latex", "csv"], default="table",
+    p.add_argument("--seed", type=int, default=0, help="seed of the randomised tests and intervals")
+    p.add_argument("--format", choices=["table", "markdown", "latex", "csv", "html"], default="table",
                    help="output: the full frame as text, a Markdown or LaTeX (booktabs) report of the means with "
-                        "the best in bold and significance marks, or the frame as CSV")
+                        "the best in bold and significance marks, the frame as CSV, or one self-contained HTML page "
+                        "with the report and its pictures (extra plot)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the output here (replaced whole) instead of stdout")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("rerank", help="re-rank each query's top-k of a run", formatter_class=fmt)
@@ -239,8 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_rerank)
 
     p = sub.add_parser("download", help="download a BEIR dataset into the cache", formatter_class=fmt)
-    p.add_argument("name", help="a BEIR dataset name (see kolm_search.io.beir_registry())")
-    p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
+    p.add_argument("name", nargs="?", help="a BEIR dataset name (--list shows them)")
+    p.add_argument("--list", action="store_true", help="list the datasets that can be downloaded, the packaged ones "
+                   "and those already in the cache, and exit")
+    p.add_argument("--cache-dir", help="dataset cache (default: $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_download)
     return parser

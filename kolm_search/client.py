@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from kolm_search._bridge import run_sync
@@ -106,6 +107,23 @@ class SearchClient:
         with self._update_lock:  # two concurrent updates must not both copy the same old retriever
             modules = self.pipeline.modules
             modules.retriever = incremental.updated_copy(modules.retriever, op, arg, embeddings)
+
+    def save(self, path: str | Path) -> None:
+        """Write the client to folder ``path``: its retriever by the retrievers' own ``save``,
+        the planner, the plain options and the names of the modules to pass again at load in
+        ``client.json`` (:mod:`kolm_search.client_store` describes the layout and what is saved)."""
+        from kolm_search.client_store import save_client
+
+        save_client(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path, **modules: Any) -> SearchClient:
+        """The client saved in ``path`` by :meth:`save`; ``modules`` give what is not saved
+        (``embedder=`` for a dense retriever; any reranker, cache, logger... it had)."""
+        from kolm_search.client_store import load_client
+
+        client: SearchClient = load_client(path, **modules)
+        return client
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

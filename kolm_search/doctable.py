@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +32,7 @@ from kolm_search.filters import FieldColumn, compile_filter, date_text, parse_fi
 from kolm_search.selection import Selection, Selections
 from kolm_search.types import SearchDocument
 
-__all__ = ["DOCUMENT_FIELDS", "DocumentTable"]
+__all__ = ["DOCUMENT_FIELDS", "DocumentTable", "IndexesDocuments"]
 
 DOCUMENT_FIELDS = ("id", "content", "title", "source", "tags", "metadata")
 
@@ -43,6 +43,15 @@ def _as_list(value: Any) -> list[Any] | None:
     if isinstance(value, str):
         return [value]
     return list(value)
+
+
+@runtime_checkable
+class IndexesDocuments(Protocol):
+    """An index over a :class:`DocumentTable` (a built or loaded ``BM25Retriever``,
+    ``DenseRetriever``, ``FeedbackRetriever``): wherever documents are taken, its table is."""
+
+    @property
+    def table(self) -> DocumentTable: ...
 
 
 class DocumentTable:
@@ -95,8 +104,8 @@ class DocumentTable:
     @classmethod
     def coerce(cls, documents: Any) -> DocumentTable:
         """A table from what the retrievers and presets take: a ``DocumentTable`` (itself), a
-        DataFrame (:meth:`from_frame`) or an iterable of ``SearchDocument``s or dicts
-        (:meth:`from_documents`).
+        built or loaded index (an :class:`IndexesDocuments`: its table), a DataFrame
+        (:meth:`from_frame`) or an iterable of ``SearchDocument``s or dicts (:meth:`from_documents`).
 
         Raises
         ------
@@ -107,6 +116,8 @@ class DocumentTable:
         """
         if isinstance(documents, DocumentTable):
             return documents
+        if isinstance(documents, IndexesDocuments) and isinstance(documents.table, DocumentTable):
+            return documents.table
         if isinstance(documents, pd.DataFrame):
             return cls.from_frame(documents)
         if isinstance(documents, (str, bytes, Mapping, SearchDocument)) or not hasattr(documents, "__iter__"):

@@ -213,6 +213,7 @@ def as_column(values: Any) -> Any:
 
 
 _BLOCK_ROWS = 1 << 15
+_PARALLEL_LOOKUP = 1 << 20  # rows from which lookup splits the column over threads
 
 
 def _strings(values: Any) -> Any:
@@ -263,8 +264,18 @@ def lookup(values: Any, table: pd.Index) -> I64:
         objects = pd.Index([str_id(v) for v in table], dtype=object)
         wanted = pd.Index([str_id(v) for v in np.asarray(values, dtype=object)], dtype=object)
         return np.asarray(objects.get_indexer(wanted), dtype=np.int64)
-    found = pc.index_in(arr, value_set=keys.cast(arr.type))
-    return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    keys = keys.cast(arr.type)
+    if len(arr) < _PARALLEL_LOOKUP:
+        found = pc.index_in(arr, value_set=keys)
+        return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    # a long column: one part per thread (pyarrow's index_in frees the GIL)
+    from kolm_search._kernels import resolve_threads
+
+    parts = np.array_split(np.arange(len(arr)), resolve_threads(None))
+    with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="kolm-ids") as pool:
+        found_parts = list(pool.map(lambda rows: pc.index_in(arr.slice(int(rows[0]), len(rows)), value_set=keys)
+                                    .fill_null(-1).to_numpy(zero_copy_only=False), [r for r in parts if len(r)]))
+    return np.concatenate(found_parts).astype(np.int64) if found_parts else np.zeros(0, np.int64)
 
 
 def _block_layout(groups: Sequence[I64]) -> list[tuple[I64, I64]] | None:

@@ -2,9 +2,10 @@
 deprecated ``hybrid_plus()``.
 
 Each takes the corpus (``SearchDocument``s, a DataFrame with ``id`` and ``content``, or a
-:class:`DocumentTable`) and returns a :class:`SearchClient` whose retriever has the columnar
-batch path. Every built pipeline is plain arrays plus configuration, so it pickles and
-travels to worker processes.
+:class:`DocumentTable`) or an index built or loaded before (``bm25(BM25Retriever.load(path))``:
+used as it is, nothing rebuilt; another kind of index gives its documents) and returns a
+:class:`SearchClient` whose retriever has the columnar batch path. Every built pipeline is
+plain arrays plus configuration, so it pickles and travels to worker processes.
 """
 
 from __future__ import annotations
@@ -38,6 +39,18 @@ def _options(options: SearchPipelineOptions | dict[str, Any] | None, mode: str) 
     return opts
 
 
+def _index(documents: Any, kind: type[Any], kwargs: dict[str, Any] | None, name: str) -> Any:
+    """``documents`` itself when it is an index of ``kind`` (used as built or loaded; settings
+    that would rebuild it are refused), else None."""
+    if not isinstance(documents, kind):
+        return None
+    if kwargs:
+        raise KolmValueError(f"{sorted(kwargs)} would rebuild the given {kind.__name__}; it is used as it is "
+                             f"(build a new one over its documents, {kind.__name__}(index.table, ...), to change "
+                             f"{name})")
+    return documents
+
+
 def bm25(documents: Any, *, planner: QueryPlanner | None = None,
          options: SearchPipelineOptions | dict[str, Any] | None = None, feedback: Any = None,
          feedback_kwargs: dict[str, Any] | None = None, **bm25_kwargs: Any) -> SearchClient:
@@ -47,7 +60,7 @@ def bm25(documents: Any, *, planner: QueryPlanner | None = None,
     retriever is then a :class:`FeedbackRetriever` (``feedback_kwargs``: ``fb_docs``,
     ``fb_terms``, ...) around the BM25 one.
     """
-    sparse = BM25Retriever(documents, **bm25_kwargs)
+    sparse = _index(documents, BM25Retriever, bm25_kwargs, "bm25_kwargs") or BM25Retriever(documents, **bm25_kwargs)
     retriever: BM25Retriever | FeedbackRetriever = sparse
     if feedback is not None:
         retriever = FeedbackRetriever(sparse, feedback, **(feedback_kwargs or {}))
@@ -60,7 +73,8 @@ def bm25(documents: Any, *, planner: QueryPlanner | None = None,
 def dense(documents: Any, embedder: Embedder, *, planner: QueryPlanner | None = None,
           options: SearchPipelineOptions | dict[str, Any] | None = None, **dense_kwargs: Any) -> SearchClient:
     """A dense client (default mode ``"vector"``); ``dense_kwargs`` go to :class:`DenseRetriever`."""
-    retriever = DenseRetriever(documents, embedder, **dense_kwargs)
+    retriever = _index(documents, DenseRetriever, dense_kwargs, "dense_kwargs") or DenseRetriever(
+        documents, embedder, **dense_kwargs)
     return SearchClient(SearchPipelineModules(planner=planner or DefaultQueryPlanner(), retriever=retriever,
                                               embedder=embedder), _options(options, "vector"))
 
@@ -96,8 +110,10 @@ def hybrid(documents: Any, embedder: Embedder, k: float = 60, *, weights: list[f
         The corpus's vectors when already computed (skips embedding it).
     """
     table = DocumentTable.coerce(documents)
-    sparse = BM25Retriever(table, **(bm25_kwargs or {}))
-    vec = DenseRetriever(table, embedder, embeddings=embeddings, **(dense_kwargs or {}))
+    sparse = _index(documents, BM25Retriever, bm25_kwargs, "bm25_kwargs") or BM25Retriever(table, **(bm25_kwargs or {}))
+    given = {**(dense_kwargs or {}), **({} if embeddings is None else {"embeddings": embeddings})}
+    vec = _index(documents, DenseRetriever, given, "dense_kwargs") or DenseRetriever(
+        table, embedder, embeddings=embeddings, **(dense_kwargs or {}))
     retriever = CompositeRetriever([sparse, vec], k=k, weights=weights, depth=depth)
     return SearchClient(SearchPipelineModules(planner=planner or DefaultQueryPlanner(), retriever=retriever,
                                               embedder=embedder), _options(options, "hybrid"))

@@ -13,7 +13,9 @@ def code(text):
     cells.append(nbf.v4.new_code_cell(text))
 
 
-md("# kolm_search quickstart\n\nLoad a test collection, build BM25, dense and hybrid pipelines, evaluate them with "
+md("# kolm_search quickstart\n\nRun it with `pip install -e '.[notebook]'` and "
+   "`jupyter nbconvert --to notebook --execute notebooks/01_quickstart.ipynb` (or open it in Jupyter). Load a test "
+   "collection, build BM25, dense and hybrid pipelines, evaluate them with "
    "trec_eval's exact semantics, compare with significance tests, and plot.\n\n"
    "The collection is Cranfield, which ships with kolm_search; any BEIR folder or BEIR dataset name works too "
    "(`load_dataset(\"scifact\")` downloads it once).")
@@ -26,13 +28,18 @@ dataset""")
 md("## Three pipelines\n\nThe dense side uses the packaged all-MiniLM-L6-v2 when the `embeddings` or `onnx` "
    "extra is installed, otherwise LSA (truncated SVD of TF-IDF), which needs no model. The corpus is embedded "
    "once and shared by the dense and hybrid pipelines; `CachedEmbedder` keeps the vectors in "
-   "`cache/embeddings.sqlite` (beside the notebook), so running the notebook again embeds nothing twice.")
-code("""from kolm_search.adapters import CachedEmbedder, LSAEmbedder, load_embedder
+   "`cache/embeddings.sqlite` at the repository root, the file the README's examples fill (they run from "
+   "there; this notebook runs from `notebooks/`), so neither embeds Cranfield again after the other.")
+code("""from pathlib import Path
+
+from kolm_search.adapters import CachedEmbedder, LSAEmbedder, load_embedder
 from kolm_search.doctable import DocumentTable
 
+# the README's examples run from the repository root and keep their files in cache/ there
+CACHE = Path("..", "cache") if Path.cwd().name == "notebooks" else Path("cache")
 table = DocumentTable.from_frame(dataset.corpus)
 try:
-    embedder = CachedEmbedder(load_embedder("auto"), "cache/embeddings.sqlite")
+    embedder = CachedEmbedder(load_embedder("auto"), CACHE / "embeddings.sqlite")
 except ImportError:
     embedder = LSAEmbedder(table.texts(), n_components=256)
 print(embedder)

@@ -11,7 +11,8 @@ from scipy import stats
 
 from kolm_search import Experiment, KolmValueError, compare, evaluate, fuse, optimize_fusion, presets
 from kolm_search.cli import main
-from kolm_search.evaluation.compare import _correct, paired_test
+from kolm_search.evaluation.stats import correct as _correct
+from kolm_search.evaluation.stats import paired_test
 from kolm_search.io import load_beir, read_run, write_qrels, write_run
 
 
@@ -61,7 +62,8 @@ def cran_runs(cranfield: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
 
 def test_compare_table(cran_runs: dict[str, pd.DataFrame], cranfield: dict[str, pd.DataFrame]) -> None:
     table = compare(cran_runs, cranfield["qrels"], ["ndcg@10", "map"], test="t")
-    assert list(table.columns) == ["run", "metric", "mean", "delta", "p_value", "p_adjusted", "significant", "wins", "ties", "losses"]
+    assert list(table.columns) == ["run", "metric", "mean", "delta", "p_value", "p_adjusted", "significant", "wins", "ties",
+                                   "losses", "baseline", "ci_low", "ci_high", "effect_size"]
     row = table[(table.run == "title") & (table.metric == "ndcg@10")].iloc[0]
     base = evaluate(cran_runs["bm25"], cranfield["qrels"], ["ndcg@10"])["ndcg@10"]
     other = evaluate(cran_runs["title"], cranfield["qrels"], ["ndcg@10"])["ndcg@10"]
@@ -100,8 +102,11 @@ def test_experiment_plot(cranfield_dir: Path) -> None:
     matplotlib.use("Agg")
     ds = load_beir(cranfield_dir)
     exp = Experiment({"a": presets.bm25(ds.corpus), "b": presets.bm25(ds.corpus, k1=0.9)}, ds, ["ndcg@10", "map"], progress=False)
-    fig = exp.plot()
-    assert len(fig.axes) == 4
+    fig = exp.plot()  # bars per metric, a per-query row per run against the baseline, the precision-recall curves
+    assert len(fig.axes) == 2 + 2 + 1
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[0].startswith("ndcg@10: mean, 95% interval") and "b - a, per query" in titles[2]
+    assert titles[-1].startswith("precision-recall") and len(fig.axes[-1].lines) == 2
 
 
 def test_optimize_fusion_finds_the_best_grid_point(cran_runs: dict[str, pd.DataFrame], cranfield: dict[str, pd.DataFrame]) -> None:

@@ -155,6 +155,8 @@ def test_object_and_categorical_columns_match_pytrec_eval(kind: str) -> None:
 def test_metrics_kernel_matches_numpy_twin(seed: int) -> None:
     """The evaluation kernel against its twin on random rankings and graded judgements."""
     from kolm_search._kernels import load
+    from kolm_search._kernels.measure_ids import Measure
+    from kolm_search._kernels.metrics_twin import evaluate_queries_numpy
 
     kernels = load("metrics")
     rng = np.random.default_rng(seed)
@@ -168,19 +170,22 @@ def test_metrics_kernel_matches_numpy_twin(seed: int) -> None:
     flat = lambda parts: np.concatenate(parts).astype(np.int64)  # noqa: E731
     args = (ptr(ranked), flat(ranked), ptr(judged_docs), flat(judged_docs), flat(grades))
     kernel_args = (args[0], args[1], n_docs, args[1], *args[2:], n_docs)  # judged codes share the space
-    mids = list(kernels.METRIC_IDS.values()) * 2
+    mids = list(Measure) * 2
     cuts = [int(c) for c in rng.integers(1, 40, len(mids))]
+    params = np.column_stack([rng.random(len(mids)) * 2, rng.normal(size=len(mids)), rng.normal(size=len(mids))])
     for level in (1, 2, 4):
-        got, status = kernels.evaluate_queries(*kernel_args, mids, cuts, level, n_threads=3)
-        want = kernels.evaluate_queries_numpy(*args, mids, cuts, level)
+        got, status = kernels.evaluate_queries(*kernel_args, mids, cuts, level, None, params, n_threads=3)
+        want = evaluate_queries_numpy(*args, mids, cuts, level, None, params)
         assert not status.any()
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
-    # per-measure levels, judged-only rankings, RBP persistence and whole-ranking cutoffs (0), in any order
+    # per-measure levels, judged-only rankings, parameters and whole-ranking cutoffs (0), in any order
     mids = mids * 2
-    cuts = [int(c) if m not in (0, 5, 6, 8, 15) or c else 1 for m, c in zip(mids, rng.integers(0, 40, len(mids)), strict=True)]
-    levels, flags, params = rng.integers(1, 4, len(mids)), rng.integers(0, 2, len(mids)), rng.random(len(mids))
+    need_cut = {Measure.NDCG_CUT, Measure.P, Measure.RECALL, Measure.SUCCESS, Measure.ERR_CUT}  # 0 is no cutoff
+    cuts = [int(c) if Measure(m) not in need_cut or c else 1 for m, c in zip(mids, rng.integers(0, 40, len(mids)),
+                                                                             strict=True)]
+    levels, flags, params = rng.integers(1, 4, len(mids)), rng.integers(0, 2, len(mids)), rng.random((len(mids), 3))
     got, status = kernels.evaluate_queries(*kernel_args, mids, cuts, levels, flags, params, n_threads=2)
-    want = kernels.evaluate_queries_numpy(*args, mids, cuts, levels, flags, params)
+    want = evaluate_queries_numpy(*args, mids, cuts, levels, flags, params)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
     for position in (1, 3, 5):  # a code outside its range is refused before the kernel reads it
         bad = list(kernel_args)

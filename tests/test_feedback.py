@@ -189,7 +189,8 @@ def test_batch_equals_single_and_shows_the_expanded_query(model: str) -> None:
     assert list(frame.columns) == ["qid", "term", "weight"]
     assert dict(zip(frame[frame.qid == "b"].term, frame[frame.qid == "b"].weight, strict=True)) == expanded[1]
     shown = batch.expanded_queries()
-    assert list(shown.columns) == ["qid", "text", "term", "weight"] and set(shown.text) == {0}
+    assert list(shown.columns) == ["qid", "position", "query", "term", "weight"] and set(shown.position) == {0}
+    assert (shown["query"] == [batch.plans[q].expanded_queries[0] for q in shown.qid]).all()  # the text searched
     for i in range(len(queries)):
         mine = shown[shown.qid == i]
         assert dict(zip(mine.term, mine.weight, strict=True)) == expanded[i]

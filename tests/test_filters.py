@@ -251,6 +251,7 @@ def filters() -> st.SearchStrategy[dict[str, Any]]:
 FILTERS = filters()
 
 
+@pytest.mark.slow  # 250 filter trees: ~12 s
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(docs=documents(), f=FILTERS)
 def test_compiled_mask_equals_the_per_document_evaluation(docs: list[SearchDocument], f: dict[str, Any]) -> None:

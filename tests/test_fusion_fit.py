@@ -99,6 +99,7 @@ def test_fitted_fusion_applies_to_other_queries_by_run_name() -> None:
         fitted.fuse([runs["a"], runs["b"]])
 
 
+@pytest.mark.slow  # ranx compiles its fusion: ~18 s
 def test_train_split_applied_to_test_split_equals_ranx() -> None:
     ranx = pytest.importorskip("ranx")
     from ranx.fusion import slidefuse_train

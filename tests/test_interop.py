@@ -123,6 +123,7 @@ def _pytrec(run: pd.DataFrame, qrels: pd.DataFrame) -> dict[str, dict[str, float
     return ev.evaluate({q: {d: float(s) for d, s in v.items()} for q, v in _nested(run, "score").items()})
 
 
+@pytest.mark.slow  # every peer's form, ranx and polars among them: ~22 s
 @settings(max_examples=10, deadline=None)
 @given(run_rows, qrel_rows)
 def test_every_form_in_gives_the_native_numbers(rrows: list[Any], qrows: list[Any]) -> None:
@@ -183,6 +184,7 @@ def test_compare_and_optimize_take_peer_forms() -> None:
     assert (best["k"], best["weights"], best["score"]) == (peer["k"], peer["weights"], peer["score"])
 
 
+@pytest.mark.slow  # every peer's tool on every form: ~19 s
 @settings(max_examples=8, deadline=None)
 @given(run_rows, qrel_rows)
 def test_forms_out_round_trip_and_their_tools_agree(rrows: list[Any], qrows: list[Any]) -> None:

@@ -25,7 +25,7 @@ TREC_EVAL = ["nDCG@10", "nDCG@3", "nDCG@50", "nDCG", "AP", "AP@5", "AP(rel=2)@10
              "Success(rel=3)@5", "NumRet", "NumRel", "NumRelRet", "NumRet(rel=2)", "nDCG(judged_only=True)@5",
              "nDCG(judged_only=True)", "AP(judged_only=True)", "P(judged_only=True,rel=2)@3", "Rprec(judged_only=True)",
              "Success(judged_only=True)@2", "RR(judged_only=True)", "R(judged_only=True)@5",
-             "nDCG(gains={0:1,1:3,2:7})@5", "infAP", "infAP(rel=2)", "SetP", "IPrec@0.2"]  # the last two: ir_measures
+             "nDCG(gains={0:1,1:3,2:7})@5", "infAP", "infAP(rel=2)", "SetAP", "SetAP(rel=2)"]  # the last two: ir_measures
 OTHER_TOOLS = ["RR@5", "RR(rel=2)@3", "RR@50", "Judged@5", "Judged@50", "Judged", "RBP(p=0.5,rel=1)", "RBP(rel=2)"]
 ROUNDED = ["ERR@5", "ERR@50"]  # gdeval prints 5 decimals
 LEGACY = {"ndcg@10": "nDCG@10", "ndcg_cut_10": "nDCG@10", "NDCG@10": "nDCG@10", "ndcg": "nDCG", "map": "AP",
@@ -138,7 +138,7 @@ def test_every_name_form_gives_the_same_values(cranfield: dict[str, pd.DataFrame
     run = presets.bm25(cranfield["corpus"]).search_batch(cranfield["queries"].head(60), limit=30).run
     qrels = cranfield["qrels"]
     objects = [irm.nDCG @ 10, irm.P(rel=2) @ 5, irm.NumRelRet, irm.RBP(p=0.5, rel=1), irm.Judged @ 5, irm.infAP,
-               irm.MAP, irm.RR(judged_only=True), irm.SetP]
+               irm.MAP, irm.RR(judged_only=True), irm.SetAP]
     table = evaluate(run, qrels, list(LEGACY) + list(dict.fromkeys(LEGACY.values())), per_query=True)
     assert isinstance(table, pd.DataFrame)
     for legacy, name in LEGACY.items():
@@ -221,20 +221,20 @@ def test_other_inputs() -> None:
         evaluate(run, qrels, ["AP", irm.AP])
     with pytest.raises(KolmValueError, match="ERR@k .*grades up to 4.*grade 5"):
         evaluate(run, qrels, ["ERR@10"])
-    assert parse_measure("SetP").kind == "" and parse_measure("SetP").external is not None  # through ir_measures
+    assert parse_measure("Compat(p=0.8)").kind == "" and parse_measure("Compat(p=0.8)").external is not None  # ir_measures
     assert parse_measure("NumRet").summed and not parse_measure("P@5").summed
     # a measure only ir_measures has, that no tool behind it can compute, names itself and the cause
-    with pytest.raises(KolmValueError, match=r"ir_measures could not compute alpha_nDCG@5"):
-        evaluate(run, qrels, ["alpha_nDCG@5"])
+    with pytest.raises(KolmValueError, match=r"ir_measures could not compute SDCG@5"):
+        evaluate(run, qrels, ["SDCG@5"])
 
 
 def test_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    spec = parse_measure(irm.SetP)
+    spec = parse_measure(irm.Compat(p=0.8))
     monkeypatch.setitem(sys.modules, "ir_measures", None)  # as if not installed
     run = pd.DataFrame({"qid": ["1"], "doc_id": ["a"], "score": [1.0]})
     qrels = pd.DataFrame({"qid": ["1"], "doc_id": ["a"], "relevance": [1]})
-    with pytest.raises(KolmValueError, match=r"unknown metric 'SetP'.*kolm-search\[measures\]"):
+    with pytest.raises(KolmValueError, match=r"unknown metric 'Compat\(p=0.8\)'.*kolm-search\[measures\]"):
         evaluate(run, qrels, [spec.key])
     assert evaluate(run, qrels, ["AP", "nDCG@10"]) == {"AP": 1.0, "nDCG@10": 1.0}  # native names need no extra

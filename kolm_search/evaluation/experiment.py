@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from kolm_search.errors import KolmValueError
@@ -15,6 +14,7 @@ from kolm_search.evaluation.compare import compare, per_query_table
 from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.runner import run_queries
 from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
+from kolm_search.evaluation.stats import Correction, Interval, Test
 from kolm_search.runs import as_qrels
 
 __all__ = ["Experiment"]
@@ -31,8 +31,8 @@ class Experiment:
     metrics : list of str
     limit : int, default 100
         Documents retrieved per query.
-    baseline, test, correction, seed
-        As in :func:`kolm_search.evaluation.compare`.
+    baseline, test, correction, ci, seed
+        As in :func:`kolm_search.evaluation.compare` (several baselines, Tukey's HSD, FDR control).
     cache_dir : path, optional
         Runs are cached there as parquet (``<dataset>__<pipeline>.parquet``) and reused.
     progress : bool
@@ -49,8 +49,8 @@ class Experiment:
     """
 
     def __init__(self, pipelines: Mapping[str, Any], dataset: Any, metrics: Sequence[str] = ("ndcg@10", "recall@100"), *,
-                 limit: int = 100, baseline: str | None = None, test: Literal["t", "wilcoxon", "fisher", "bootstrap"] = "t",
-                 correction: Literal["none", "bonferroni", "holm"] = "holm", seed: int = 0,
+                 limit: int = 100, baseline: str | Sequence[str] | None = None, test: Test = "t",
+                 correction: Correction | None = None, ci: Interval = "t", seed: int = 0,
                  cache_dir: str | Path | None = None, progress: bool = True,
                  drop_self_hits: bool | None = None) -> None:
         if not pipelines:
@@ -63,8 +63,9 @@ class Experiment:
         self.metrics = list(metrics)
         self.limit = int(limit)
         self.baseline = baseline
-        self.test: Literal["t", "wilcoxon", "fisher", "bootstrap"] = test
-        self.correction: Literal["none", "bonferroni", "holm"] = correction
+        self.test: Test = test
+        self.correction: Correction | None = correction
+        self.ci: Interval = ci
         self.seed = seed
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self.progress = progress
@@ -104,50 +105,41 @@ class Experiment:
         ``.to_markdown()`` render it)."""
         self.run_pipelines()
         return compare(self.runs, self.dataset.qrels, self.metrics, baseline=self.baseline, test=self.test,
-                       correction=self.correction, seed=self.seed, drop_self_hits=self.drop_self_hits)
+                       correction=self.correction, ci=self.ci, seed=self.seed, drop_self_hits=self.drop_self_hits)
 
     def per_query(self) -> dict[str, pd.DataFrame]:
         """``{metric: DataFrame qid x pipeline}`` of per-query scores."""
         self.run_pipelines()
         return per_query_table(self.runs, self.dataset.qrels, self.metrics, drop_self_hits=self.drop_self_hits)
 
-    def plot(self, metrics: Sequence[str] | None = None, *, n_boot: int = 2000) -> Any:
-        """Bars of each metric with 95% bootstrap intervals, and per-query deltas vs the baseline.
+    def plot(self, metrics: Sequence[str] | None = None, *, n_boot: int | None = None) -> Any:
+        """The report's pictures in one figure (those of :meth:`ComparisonTable.to_html`,
+        :mod:`kolm_search.evaluation.plots`): a row of metric bars with labelled 95 % intervals
+        and significance marks, a row of per-query win/loss bars for each run against each
+        baseline, and the precision-recall curves.
 
-        Needs matplotlib (extra ``plot``). Returns the Figure.
+        Needs matplotlib (extra ``plot``). Returns the Figure. ``n_boot`` is ignored (the
+        intervals are Student's t now); it is kept so that older calls still run.
         """
         from kolm_search._extras import require
+        from kolm_search.evaluation.plots import draw_bars, draw_deltas, draw_pr
 
         plt = require("matplotlib.pyplot", "plot")
-        metrics = list(metrics or self.metrics)
-        tables = self.per_query()
-        names = list(self.pipelines)
-        base = self.baseline or names[0]
-        rng = np.random.default_rng(self.seed)
-        fig, axes = plt.subplots(2, len(metrics), figsize=(4.2 * len(metrics), 6.5), squeeze=False)
+        table = self.run()
+        conf = dict(table.attrs["compare"])
+        metrics = [str(m) for m in (metrics or self.metrics)]
+        unknown = [m for m in metrics if m not in table.per_query]
+        if unknown:
+            raise KolmValueError(f"plot: {unknown} are not among the experiment's metrics {self.metrics}")
+        pairs = [(str(b), str(r)) for b in conf["baselines"] for r in self.pipelines if str(r) != str(b)]
+        n_rows = 2 + len(pairs)
+        fig, axes = plt.subplots(n_rows, len(metrics), figsize=(4.6 * len(metrics), 3.2 * n_rows), squeeze=False)
         for col, metric in enumerate(metrics):
-            t = tables[metric]
-            means, lows, highs = [], [], []
-            for n in names:
-                x = t[n].to_numpy()
-                boots = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1) if len(x) else np.zeros(1)
-                means.append(x.mean() if len(x) else 0.0)
-                lows.append(means[-1] - np.percentile(boots, 2.5))
-                highs.append(np.percentile(boots, 97.5) - means[-1])
-            ax = axes[0, col]
-            ax.bar(names, means, yerr=[lows, highs], capsize=4, color="#4C72B0")
-            ax.set_title(metric)
-            ax.tick_params(axis="x", rotation=30)
-            ax = axes[1, col]
-            for n in names:
-                if n == base:
-                    continue
-                delta = np.sort(t[n].to_numpy() - t[base].to_numpy())[::-1]
-                ax.plot(np.arange(len(delta)), delta, label=n)
-            ax.axhline(0, color="black", linewidth=0.8)
-            ax.set_title(f"per-query {metric} minus {base}")
-            ax.set_xlabel("queries (sorted)")
-            if len(names) > 1:
-                ax.legend(fontsize=8)
+            draw_bars(axes[0, col], table, metric, table.per_query[metric], conf)
+            for row, (base, run) in enumerate(pairs, start=1):
+                draw_deltas(axes[row, col], table.per_query[metric], run, base, metric)
+        draw_pr(axes[-1, 0], table.curves)
+        for ax in axes[-1, 1:]:
+            fig.delaxes(ax)
         fig.tight_layout()
         return fig

@@ -39,8 +39,11 @@ import numpy as np
 import pandas as pd
 
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.evaluation.compare import TESTS, Test, paired_test, per_query_table
+from kolm_search.evaluation.compare import per_query_table
 from kolm_search.evaluation.measures import metric_key, metric_list
+from kolm_search.evaluation.stats import PAIRED_TESTS as TESTS
+from kolm_search.evaluation.stats import PairedTest as Test
+from kolm_search.evaluation.stats import paired_test
 
 __all__ = ["CRITERIA", "LeaveOneCollectionOut", "collection_runs", "leave_one_collection_out"]
 

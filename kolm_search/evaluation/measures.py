@@ -21,19 +21,25 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
 
 from kolm_search._extras import peer_isinstance
 from kolm_search.errors import KolmTypeError, KolmValueError
 
-__all__ = ["MeasureSpec", "metric_key", "metric_list", "parse_measure"]
+__all__ = ["MeasureSpec", "aggregate", "metric_key", "metric_list", "parse_measure"]
 
 _CANONICAL = {n.lower(): c for n, c in [
     ("nDCG", "nDCG"), ("AP", "AP"), ("MAP", "AP"), ("RR", "RR"), ("MRR", "RR"), ("P", "P"), ("Precision", "P"),
     ("R", "R"), ("Recall", "R"), ("Rprec", "Rprec"), ("Bpref", "Bpref"), ("Success", "Success"),
     ("Judged", "Judged"), ("NumRet", "NumRet"), ("NumRel", "NumRel"), ("NumRelRet", "NumRelRet"), ("ERR", "ERR"),
-    ("RBP", "RBP"), ("infAP", "infAP")]}
+    ("RBP", "RBP"), ("infAP", "infAP"), ("IPrec", "IPrec"), ("SetP", "SetP"), ("SetR", "SetR"), ("SetF", "SetF"),
+    ("NumQ", "NumQ"), ("DCG", "DCG"), ("R_cap", "R_cap"), ("alpha_nDCG", "alpha_nDCG"), ("alpha_DCG", "alpha_DCG"),
+    ("ERR_IA", "ERR_IA"), ("nERR_IA", "nERR_IA")]}
 # ir_measures' parameters of each measure; those marked * need a value
 _PARAMS = {
     "nDCG": {"cutoff", "dcg", "gains", "judged_only"}, "AP": {"cutoff", "rel", "judged_only"},
@@ -41,14 +47,34 @@ _PARAMS = {
     "R": {"cutoff*", "rel", "judged_only"}, "Rprec": {"rel", "judged_only"}, "Bpref": {"rel"},
     "Success": {"cutoff*", "rel", "judged_only"}, "Judged": {"cutoff"}, "NumRet": {"rel"}, "NumRel": {"rel"},
     "NumRelRet": {"rel"}, "ERR": {"cutoff*"}, "RBP": {"cutoff", "p", "rel*"}, "infAP": {"rel"},
+    "IPrec": {"recall*", "rel", "judged_only"}, "SetP": {"rel", "relative", "judged_only"}, "SetR": {"rel"},
+    "SetF": {"rel", "beta", "judged_only"}, "NumQ": set(), "DCG": {"cutoff", "dcg", "judged_only"},
+    "R_cap": {"cutoff*", "rel"}, "alpha_nDCG": {"cutoff*", "alpha", "rel", "judged_only"},
+    "alpha_DCG": {"cutoff*", "alpha", "rel", "judged_only"}, "ERR_IA": {"cutoff*", "rel", "judged_only"},
+    "nERR_IA": {"cutoff*", "rel", "judged_only"},
 }
+_DIVERSITY = {"alpha_nDCG": "alpha_ndcg", "alpha_DCG": "alpha_dcg", "ERR_IA": "err_ia", "nERR_IA": "nerr_ia"}
+_NUMBERS = {"p": (0.0, 1.0, False), "alpha": (0.0, 1.0, True), "recall": (0.0, 1.0, True), "beta": (0.0, 1e6, False)}
 _LEGACY_CUT = {"ndcg_cut": "ndcg_cut", "ndcg": "ndcg_cut", "map_cut": "map_cut", "map": "map_cut", "p": "P",
                "precision": "P", "recall": "recall", "success": "success", "hit_rate": "success",
-               "hitrate": "success", "mrr": "recip_rank_cut", "recip_rank": "recip_rank_cut", "judged": "judged"}
+               "hitrate": "success", "mrr": "recip_rank_cut", "recip_rank": "recip_rank_cut", "judged": "judged",
+               "relative_p": "relative_P"}
 _LEGACY = {"ndcg": "ndcg", "map": "map", "mrr": "recip_rank", "recip_rank": "recip_rank", "r-precision": "Rprec",
            "rprec": "Rprec", "r_precision": "Rprec", "bpref": "bpref", "num_ret": "num_ret", "num_rel": "num_rel",
-           "num_rel_ret": "num_rel_ret"}
-_SUMMED = {"num_ret", "num_rel", "num_rel_ret"}
+           "num_rel_ret": "num_rel_ret", "num_q": "num_q", "num_nonrel_judged_ret": "num_nonrel_judged_ret",
+           "gm_map": "gm_map", "gm_bpref": "gm_bpref", "11pt_avg": "11pt_avg", "set_p": "set_P",
+           "set_recall": "set_recall", "set_f": "set_F", "set_map": "set_map", "set_relative_p": "set_relative_P",
+           "utility": "utility", "bing": "binG", "g": "G", "ndcg_rel": "ndcg_rel", "rndcg": "Rndcg"}
+_LEGACY_FRACTION = {"iprec_at_recall": "iprec_at_recall", "rprec_mult": "Rprec_mult"}  # iprec_at_recall_0.10
+_AGGREGATE: dict[str, Aggregate] = {"num_ret": "sum", "num_rel": "sum", "num_rel_ret": "sum", "num_q": "sum",
+                                    "num_nonrel_judged_ret": "sum", "gm_map": "gmean", "gm_bpref": "gmean"}
+_DEFAULT_PARAMS = {"set_F": (1.0,), "utility": (1.0, -1.0, 0.0), "rbp": (0.8,)}  # trec_eval's defaults
+
+
+def _spec(key: str, kind: str, cutoff: int = 0, rel: int | None = None, judged_only: bool = False,
+          gains: tuple[tuple[int, int], ...] | None = None, params: tuple[float, ...] = ()) -> MeasureSpec:
+    return MeasureSpec(key, kind, cutoff, rel, judged_only, gains, params or _DEFAULT_PARAMS.get(kind, ()),
+                       _AGGREGATE.get(kind, "mean"))
 _HITS = ("{name!r} is refused: ranx's hits@k is the number of relevant documents in the top k, kolm_search's "
          "was the share of queries with one (now success@k, ir_measures' Success@k); for ranx's meaning use "
          "P@k times k")
@@ -56,13 +82,20 @@ _RBP_DOT = ("{name!r} is refused: in ranx rbp.95 / rbp@95 is RBP with persistenc
             "is RBP cut at rank 95; write RBP(p=0.95,rel=1) (or RBP(p=0.8,rel=1)@95)")
 
 
+Aggregate = Literal["mean", "sum", "gmean"]
+
+
 @dataclass(frozen=True)
 class MeasureSpec:
     """One measure, resolved.
 
-    ``kind`` is a key of the metrics kernel's ``METRIC_IDS``, or ``""`` for a measure computed
-    through ir_measures (``external``); ``cutoff`` 0 is the whole ranking; ``rel`` None is the
-    call's ``relevance_level``; ``summed``: aggregated by sum (the counts, as ir_measures does).
+    ``kind`` is a key of the metrics kernel's ``METRIC_IDS`` (trec_eval's family names), or
+    ``""`` for a measure computed through ir_measures (``external``); ``cutoff`` 0 is the whole
+    ranking; ``rel`` None is the call's ``relevance_level``; ``params`` the kernel's float
+    parameters (RBP's persistence, IPrec's recall, ...; empty: the measure's default);
+    ``aggregate`` how per-query values become one: ``"mean"``, ``"sum"`` (the counts, as
+    trec_eval and ir_measures do) or ``"gmean"`` (trec_eval's gm_map: per-query values are
+    logs, the summary is ``exp`` of their mean).
     """
 
     key: str
@@ -71,9 +104,36 @@ class MeasureSpec:
     rel: int | None = None
     judged_only: bool = False
     gains: tuple[tuple[int, int], ...] | None = None
-    p: float = 0.8
-    summed: bool = False
+    params: tuple[float, ...] = ()
+    aggregate: Aggregate = "mean"
     external: Any = None
+
+    @property
+    def summed(self) -> bool:
+        """Aggregated by sum (the counts)."""
+        return self.aggregate == "sum"
+
+    @property
+    def p(self) -> float:
+        """RBP's persistence."""
+        return self.params[0] if self.params else 0.8
+
+
+def aggregate(table: pd.DataFrame, specs: Sequence[MeasureSpec]) -> dict[str, float]:
+    """Per-query values (one column per spec key) as one value per measure, by each spec's
+    ``aggregate``: no query is 0 for a sum, NaN otherwise."""
+    out: dict[str, float] = {}
+    for spec in specs:
+        values = table[spec.key].to_numpy(np.float64)
+        if spec.aggregate == "sum":
+            out[spec.key] = float(values.sum())
+        elif not len(values):
+            out[spec.key] = float("nan")
+        elif spec.aggregate == "gmean":
+            out[spec.key] = float(np.exp(values.mean()))
+        else:
+            out[spec.key] = float(values.mean())
+    return out
 
 
 def metric_key(metric: Any) -> str:
@@ -135,11 +195,18 @@ def _check(name: str, measure: str, params: dict[str, Any]) -> None:
         v = params.get(p)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31):
             raise KolmValueError(f"metric {name!r}: {p} must be an integer >= 1 (and < 2**31), got {v!r}")
-    if not isinstance(params.get("judged_only", False), bool):
-        raise KolmValueError(f"metric {name!r}: judged_only must be True or False")
-    p = params.get("p", 0.8)
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p < 1.0:
-        raise KolmValueError(f"metric {name!r}: p must be a number in (0, 1), got {p!r}")
+    for flag in ("judged_only", "relative"):
+        if not isinstance(params.get(flag, False), bool):
+            raise KolmValueError(f"metric {name!r}: {flag} must be True or False")
+    for p, (low, high, closed) in _NUMBERS.items():
+        v = params.get(p)
+        inside = v is not None and not isinstance(v, bool) and isinstance(v, (int, float)) and (
+            low <= v <= high if closed else low < v < high)
+        if v is not None and not inside:
+            span = f"[{low:g}, {high:g}]" if closed else f"({low:g}, {high:g})"
+            raise KolmValueError(f"metric {name!r}: {p} must be a number in {span}, got {v!r}")
+    if params.get("dcg", "log2") not in ("log2", "exp-log2"):
+        raise KolmValueError(f"metric {name!r}: dcg must be 'log2' or 'exp-log2', got {params['dcg']!r}")
     gains = params.get("gains", {})
     if not isinstance(gains, dict) or not all(type(k) is int and type(v) is int for k, v in gains.items()):
         raise KolmValueError(f"metric {name!r}: gains must map integer grades to integer gains")
@@ -147,17 +214,24 @@ def _check(name: str, measure: str, params: dict[str, Any]) -> None:
 
 def _native(key: str, measure: str, params: dict[str, Any]) -> MeasureSpec | None:
     """The kernel's spec of a checked ir_measures measure, or None if only ir_measures has it."""
-    if params.get("dcg", "log2") != "log2":
-        return None
+    exp = params.get("dcg", "log2") == "exp-log2"
     cutoff, rel = int(params.get("cutoff", 0)), params.get("rel")
     jo = bool(params.get("judged_only", False))
     gains = tuple(sorted(params["gains"].items())) if params.get("gains") else None
-    kind = {"nDCG": "ndcg_cut" if cutoff else "ndcg", "AP": "map_cut" if cutoff else "map",
+    if exp and gains:
+        return None
+    if measure in _DIVERSITY:
+        return _spec(key, _DIVERSITY[measure], cutoff, rel, jo, None, (float(params.get("alpha", 0.5)),))
+    kind = {"nDCG": ("ndcg_exp" if exp else "ndcg_cut" if cutoff else "ndcg"), "AP": "map_cut" if cutoff else "map",
             "RR": "recip_rank_cut" if cutoff else "recip_rank", "P": "P", "R": "recall", "Rprec": "Rprec",
             "Bpref": "bpref", "Success": "success", "Judged": "judged", "NumRel": "num_rel",
             "NumRet": "num_ret" if rel is None else "num_rel_ret", "NumRelRet": "num_rel_ret", "ERR": "err_cut",
-            "RBP": "rbp", "infAP": "infAP"}[measure]
-    return MeasureSpec(key, kind, cutoff, rel, jo, gains, float(params.get("p", 0.8)), kind in _SUMMED)
+            "RBP": "rbp", "infAP": "infAP", "IPrec": "iprec_at_recall", "SetR": "set_recall", "SetF": "set_F",
+            "SetP": "set_relative_P" if params.get("relative") else "set_P", "NumQ": "num_q",
+            "DCG": "dcg_exp" if exp else "dcg", "R_cap": "relative_P"}[measure]
+    values = {"rbp": (float(params.get("p", 0.8)),), "iprec_at_recall": (float(params.get("recall", 0.0)),),
+              "set_F": (float(params.get("beta", 1.0)),)}.get(kind, ())
+    return _spec(key, kind, cutoff, rel, jo, gains, values)
 
 
 def _external(key: str, measure: Any) -> MeasureSpec:
@@ -166,7 +240,7 @@ def _external(key: str, measure: Any) -> MeasureSpec:
         from ir_measures.measures.base import SumAgg
 
         summed = isinstance(measure.aggregator(), SumAgg)
-    return MeasureSpec(key, "", summed=summed, external=measure)
+    return MeasureSpec(key, "", aggregate="sum" if summed else "mean", external=measure)
 
 
 def _legacy(text: str, name: str) -> MeasureSpec | None:
@@ -178,14 +252,19 @@ def _legacy(text: str, name: str) -> MeasureSpec | None:
         if not 1 <= rel < 2**31:
             raise KolmValueError(f"metric {name!r}: the relevance level must be an integer >= 1")
     if key in _LEGACY:
-        kind = _LEGACY[key]
-        return MeasureSpec(name, kind, 0, rel, summed=kind in _SUMMED)
+        return _spec(name, _LEGACY[key], 0, rel)
     match = re.fullmatch(r"([a-z_\-]+?)(?:@|_|\.)(\d+)", key)
     if match and match.group(1) in _LEGACY_CUT:
         k = int(match.group(2))
         if not 1 <= k < 2**31:
             raise KolmValueError(f"metric {name!r}: the cutoff must be a positive integer (below 2**31)")
-        return MeasureSpec(name, _LEGACY_CUT[match.group(1)], k, rel)
+        return _spec(name, _LEGACY_CUT[match.group(1)], k, rel)
+    match = re.fullmatch(r"([a-z_]+?)(?:@|_|\.)(\d*\.?\d+)", key)  # iprec_at_recall_0.10, Rprec_mult_0.20
+    if match and match.group(1) in _LEGACY_FRACTION:
+        kind, x = _LEGACY_FRACTION[match.group(1)], float(match.group(2))
+        if kind == "iprec_at_recall" and not 0.0 <= x <= 1.0:
+            raise KolmValueError(f"metric {name!r}: the recall level must be in [0, 1]")
+        return _spec(name, kind, 0, rel, params=(x,))
     return None
 
 
@@ -199,6 +278,8 @@ def parse_measure(metric: Any) -> MeasureSpec:
     if _is_ir_measure(metric):
         measure = _CANONICAL.get(str(metric.NAME).lower())
         params = dict(metric.params)
+        if measure == "IPrec" and "cutoff" in params:
+            params["recall"] = params.pop("cutoff")
         if measure is None:
             return _external(str(metric), metric)
         _check(str(metric), measure, params)
@@ -213,6 +294,8 @@ def parse_measure(metric: Any) -> MeasureSpec:
     split = _split(text, metric)
     if split is not None and split[0].lower() in _CANONICAL:
         measure = _CANONICAL[split[0].lower()]
+        if measure == "IPrec" and "cutoff" in split[1]:  # IPrec@0.5: the value after @ is the recall level
+            split[1]["recall"] = split[1].pop("cutoff")
         _check(metric, measure, split[1])
         return _native(metric, measure, split[1]) or _external(metric, text)
     spec = _legacy(text, metric)

@@ -23,6 +23,19 @@ ir_measures             trec_eval / ours       meaning
 ``infAP``               ``infAP``              trec_eval's inferred AP (grade < 0: pooled, unjudged)
 ======================  =====================  ==================================================
 
+and the rest of trec_eval's ``all_trec`` by its names: ``gm_map`` and ``gm_bpref`` (geometric
+means; per query the log), ``iprec_at_recall_0.10`` (interpolated precision at a recall level)
+and ``11pt_avg``, ``set_P``, ``set_recall``, ``set_F``, ``set_map``, ``set_relative_P`` (of the
+retrieved set), ``relative_P_k``, ``Rprec_mult_0.20``, ``utility`` (trec_eval's default
+coefficients), ``binG``, ``G``, ``ndcg_rel``, ``Rndcg``, and the counts ``num_q`` and
+``num_nonrel_judged_ret`` (summed).
+
+Also natively, by ir_measures' names: ``IPrec@r``, ``SetP`` (``relative=True``), ``SetR``,
+``SetF`` (``beta=``), ``NumQ``, ``nDCG(dcg='exp-log2')@k``; and ``DCG@k`` (also ``dcg='exp-log2'``)
+and BEIR's capped recall ``R_cap@k`` (trec_eval's ``relative_P``), which ir_measures lacks. Over
+subtopic qrels (a ``subtopic`` or ``iteration`` column), ``alpha_nDCG@k``, ``alpha_DCG@k``,
+``ERR_IA@k`` and ``nERR_IA@k`` as ndeval computes them (:mod:`kolm_search.evaluation.diversity`).
+
 ``rel=`` sets the relevance level of one measure (``P(rel=2)@5`` beside ``P@5``; default the
 call's ``relevance_level``), ``judged_only=True`` ranks only judged documents (trec_eval
 ``-J``), ``gains={grade: gain}`` remaps nDCG's gains. Any other ir_measures measure is
@@ -48,14 +61,20 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search import ids
+from kolm_search._kernels.measure_ids import (
+    ANY_LEVEL,
+    DIVERSITY_IDS,
+    EXPONENTIAL,
+    MAX_EXP_GRADE,
+    METRIC_IDS,
+    N_PARAMS,
+)
 from kolm_search.errors import FrameValidationError, KolmValueError
-from kolm_search.evaluation.measures import MeasureSpec, metric_list, parse_measure
+from kolm_search.evaluation.measures import MeasureSpec, aggregate, metric_list, parse_measure
 from kolm_search.evaluation.self_hits import self_hit_mask, wants_self_hits_dropped
-from kolm_search.runs import as_run, check_ids, check_qrels, numeric_column
+from kolm_search.runs import as_qrels, as_run, check_ids, check_qrels, numeric_column
 
 __all__ = ["evaluate", "parse_metric", "ranking_order"]
-
-_ANY_LEVEL = {"ndcg", "ndcg_cut", "judged", "num_ret", "err_cut"}  # measures that do not read the level
 
 
 def parse_metric(name: Any) -> tuple[str, int]:
@@ -97,22 +116,27 @@ def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32]
     return order
 
 
-def _kernel_group(kernels: Any, specs: list[tuple[int, MeasureSpec]], level: int, r_args: tuple[Any, ...],
-                  qrels_q: npt.NDArray[np.int64], qrels_d: npt.NDArray[np.int64], rel: npt.NDArray[np.int64],
-                  n_judged: int, values: npt.NDArray[np.float64], n_threads: int | None) -> npt.NDArray[np.int64]:
+def _kernel_group(kernels: Any, specs: list[tuple[int, MeasureSpec]], level: int, judged_only: bool,
+                  r_args: tuple[Any, ...], qrels_q: npt.NDArray[np.int64], qrels_d: npt.NDArray[np.int64],
+                  rel: npt.NDArray[np.int64], n_judged: int, values: npt.NDArray[np.float64],
+                  n_threads: int | None) -> npt.NDArray[np.int64]:
     """Fill ``values[:, column]`` of ``specs`` (column, spec) sharing one grade mapping; returns status."""
     gains = specs[0][1].gains if specs else None
     if gains is not None:
         rel = pd.Series(rel).replace(dict(gains)).to_numpy(np.int64)
     j_order = np.lexsort((-rel, qrels_q))
     j_count = np.bincount(qrels_q, minlength=len(r_args[0]) - 1)
-    levels = [level if s.kind in _ANY_LEVEL or s.rel is None else s.rel for _, s in specs]
-    order = sorted(range(len(specs)), key=lambda i: (specs[i][1].judged_only, levels[i]))  # one pass per level
+    levels = [level if METRIC_IDS[s.kind] in ANY_LEVEL or s.rel is None else s.rel for _, s in specs]
+    flags = [int(s.judged_only or judged_only) for _, s in specs]
+    order = sorted(range(len(specs)), key=lambda i: (flags[i], levels[i]))  # one pass per level and flag
     chosen = [specs[i][1] for i in order]
+    params = np.zeros((len(chosen), N_PARAMS))
+    for row, m in enumerate(chosen):
+        params[row, :len(m.params)] = m.params
     got, status = kernels.evaluate_queries(
         *r_args, np.concatenate([[0], np.cumsum(j_count)]), qrels_d[j_order], rel[j_order], n_judged,
-        [kernels.METRIC_IDS[m.kind] for m in chosen], [m.cutoff for m in chosen], [levels[i] for i in order],
-        [int(m.judged_only) for m in chosen], [m.p for m in chosen], n_threads=n_threads)
+        [METRIC_IDS[m.kind] for m in chosen], [m.cutoff for m in chosen], [levels[i] for i in order],
+        [flags[i] for i in order], params, n_threads=n_threads)
     for j, i in enumerate(order):
         values[:, specs[i][0]] = got[:, j]
     return np.asarray(status)
@@ -159,6 +183,7 @@ def evaluate(
     missing: Literal["ignore", "zero"] = "ignore",
     n_threads: int | None = None,
     drop_self_hits: bool | None = None,
+    judged_only: bool = False,
 ) -> dict[str, float] | pd.DataFrame:
     """Evaluate a run against qrels with trec_eval's semantics.
 
@@ -188,12 +213,17 @@ def evaluate(
         Drop the run's documents whose id equals the query id before scoring (BEIR's
         evaluation); None follows the qrels' flag (on for BEIR datasets, see
         :mod:`kolm_search.evaluation.self_hits`).
+    judged_only : bool
+        Rank only judged documents (grade >= 0) for every measure, as trec_eval ``-J`` does
+        (a measure's own ``judged_only=True`` does it for that measure).
 
     Returns
     -------
     dict of str to float, or DataFrame
         Keyed by each metric as given (an ir_measures object by its ``str()``); the counts
-        ``NumRet``, ``NumRel``, ``NumRelRet`` are summed over queries, the rest averaged.
+        ``NumRet``, ``NumRel``, ``NumRelRet`` (``num_q``, ``num_nonrel_judged_ret``) are summed
+        over queries, ``gm_map`` and ``gm_bpref`` are geometric means (their per-query values
+        are logs, as trec_eval's), the rest averaged.
         Query ids are compared, and returned, as strings, in sorted order.
     """
     from kolm_search._kernels import load
@@ -206,6 +236,14 @@ def evaluate(
     if missing not in ("ignore", "zero"):
         raise KolmValueError(f"missing must be 'ignore' or 'zero', got {missing!r}")
     run_df = as_run(run)
+    diversity = [(col, s) for col, s in enumerate(specs) if s.kind in DIVERSITY_IDS]
+    if diversity:  # subtopic qrels: the other measures see each document once, at its best grade
+        from kolm_search.evaluation.diversity import collapse_subtopics, subtopic_column
+
+        sub_qrels = as_qrels(qrels)
+        sub_column = subtopic_column(sub_qrels, [s for _, s in diversity])
+        check_ids(sub_qrels, "qrels")
+        qrels = collapse_subtopics(sub_qrels, sub_column)
     qrels_df, rel = check_qrels(qrels)  # the rules every trainer on qrels shares (fit_fusion)
     emptied: list[str] = []  # queries whose run held only self-hits: scored 0, as BEIR's pytrec_eval call does
     if wants_self_hits_dropped(qrels_df, drop_self_hits):
@@ -216,6 +254,9 @@ def evaluate(
             emptied = sorted(before - set(run_df["qid"].astype(str)))
     check_ids(run_df, "run")
     score32 = numeric_column(run_df, "score", "run").astype(np.float32)
+    if any(METRIC_IDS.get(s.kind) in EXPONENTIAL for s in specs) and len(rel) and rel.max() > MAX_EXP_GRADE:
+        raise KolmValueError(f"exponential gains 2**grade - 1 take grades up to {MAX_EXP_GRADE}; the qrels have "
+                             f"grade {int(rel.max())}")
     if any(s.kind == "err_cut" for s in specs) and len(rel) and rel.max() > 4:
         raise KolmValueError(f"ERR@k (gdeval's, as ir_measures computes it) takes grades up to 4; the qrels have "
                              f"grade {int(rel.max())}")
@@ -235,18 +276,29 @@ def evaluate(
     values = np.zeros((n_q, len(specs)))
     groups: dict[Any, list[tuple[int, MeasureSpec]]] = {None: []}
     for col, spec in enumerate(specs):
-        if spec.kind:
+        if spec.kind in METRIC_IDS:
             groups.setdefault(spec.gains, []).append((col, spec))
     for group in groups.values():  # the first (no gain mapping) also checks for duplicates
-        status = _kernel_group(kernels, group, int(relevance_level), r_args, qrels_q, qrels_d, rel, len(judged),
-                               values, n_threads)
+        status = _kernel_group(kernels, group, int(relevance_level), bool(judged_only), r_args, qrels_q, qrels_d,
+                               rel, len(judged), values, n_threads)
         for code, word in ((2, "run"), (3, "qrels")):
             if (status == code).any():
                 q = q_uniques[int(np.flatnonzero(status == code)[0])]
                 raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
+    if diversity:
+        from kolm_search.evaluation.diversity import diversity_values
+
+        diversity_values(diversity, sub_qrels, sub_column, q_uniques, run_q[order], run_docs.iloc[order],
+                         int(relevance_level), bool(judged_only), values, n_threads)
     external = [(col, spec) for col, spec in enumerate(specs) if not spec.kind]
     if external:
-        _through_ir_measures(external, q_uniques, run_q[order], run_docs.iloc[order], qrels_q,
+        ranked = order
+        if judged_only:  # trec_eval -J for the measures ir_measures computes: unjudged documents leave the ranking
+            width = np.int64(len(judged) + 1)
+            pairs = qrels_q[rel >= 0].astype(np.int64) * width + qrels_d[rel >= 0]
+            ranked = order[np.isin(run_q[order].astype(np.int64) * width + run_judged[order], pairs)
+                           & (run_judged[order] >= 0)]
+        _through_ir_measures(external, q_uniques, run_q[ranked], run_docs.iloc[ranked], qrels_q,
                              judged[qrels_d], rel, values)
     keep = (r_count > 0) & (j_count > 0)
     if missing == "zero":
@@ -257,7 +309,4 @@ def evaluate(
     table.insert(0, "qid", ids.decode(q_uniques, np.flatnonzero(keep)))
     if per_query:
         return table
-    summed = {s.key for s in specs if s.summed}
-    if table.empty:
-        return {key: 0.0 if key in summed else float("nan") for key in keys}
-    return {key: float(table[key].sum() if key in summed else table[key].mean()) for key in keys}
+    return aggregate(table, specs)

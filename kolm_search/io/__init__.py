@@ -3,7 +3,9 @@ qrels, parquet."""
 
 from pathlib import Path
 
-from kolm_search.io.beir import Dataset, load_beir
+import pandas as pd
+
+from kolm_search.io.beir import Dataset, load_beir, load_beir_qrels
 from kolm_search.io.download import beir_registry, default_cache_dir, download_beir
 from kolm_search.io.irds import load_irds
 from kolm_search.io.trec import read_qrels, read_run, write_qrels, write_run
@@ -16,6 +18,7 @@ __all__ = [
     "load_beir",
     "load_dataset",
     "load_irds",
+    "load_qrels",
     "packaged_datasets",
     "read_qrels",
     "read_run",
@@ -51,6 +54,24 @@ def load_dataset(name_or_path: str | Path, split: str | None = None, *, cache_di
     Datasets of BEIR get :attr:`Dataset.drop_self_hits` (BEIR's evaluation drops a document
     whose id is the query's).
     """
+    where, what = _resolve(name_or_path, split, cache_dir)
+    return load_irds(str(what), split) if where == "irds" else load_beir(what, split or "test")
+
+
+def load_qrels(name_or_path: str | Path, split: str | None = None, *, cache_dir: str | Path | None = None
+               ) -> pd.DataFrame:
+    """Qrels from a file (TREC, BEIR tsv, ``.gz``, parquet: :func:`read_qrels`) or of a dataset
+    named as :func:`load_dataset` takes it (a BEIR folder, a packaged or BEIR name, an ir_datasets
+    id), reading only its qrels where the layout allows (BEIR folders): what the command line's
+    ``--qrels`` takes."""
+    if isinstance(name_or_path, (str, Path)) and Path(name_or_path).expanduser().is_file():
+        return read_qrels(Path(name_or_path).expanduser())
+    where, what = _resolve(name_or_path, split, cache_dir)
+    return load_irds(str(what), split).qrels if where == "irds" else load_beir_qrels(what, split or "test")
+
+
+def _resolve(name_or_path: str | Path, split: str | None, cache_dir: str | Path | None) -> tuple[str, str | Path]:
+    """``("folder", path)`` of a BEIR folder (downloaded if need be) or ``("irds", id)``."""
     from kolm_search.errors import KolmTypeError, KolmValueError
     from kolm_search.io.irds import is_irds_id
 
@@ -60,21 +81,21 @@ def load_dataset(name_or_path: str | Path, split: str | None = None, *, cache_di
         raise KolmTypeError(f"split must be a string, got {type(split).__name__}")
     text = str(name_or_path)
     if isinstance(name_or_path, str) and text.startswith("irds:"):
-        return load_irds(text.removeprefix("irds:"), split)
+        return "irds", text.removeprefix("irds:")
     path = Path(name_or_path).expanduser()
     if path.is_dir():
-        return load_beir(path, split or "test")
+        return "folder", path
     if path.exists():
         raise KolmValueError(f"{text!r} is a file; a dataset is a BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
     packaged = packaged_datasets()
     if isinstance(name_or_path, str):
         if text in packaged:
-            return load_beir(packaged[text], split or "test")
+            return "folder", packaged[text]
         if text in beir_registry():
-            return load_beir(download_beir(text, cache_dir), split or "test")
+            return "folder", download_beir(text, cache_dir)
         maybe_irds = not text.startswith((".", "~", "/")) and "\\" not in text and ":" not in text
         if maybe_irds and (is_irds_id(text) or (split is not None and is_irds_id(f"{text}/{split}"))):
-            return load_irds(text, split)
+            return "irds", text
     else:
         maybe_irds = False
     if isinstance(name_or_path, Path) or _looks_like_a_path(text):

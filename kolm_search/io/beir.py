@@ -17,7 +17,7 @@ from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.io._text import text_lines
 from kolm_search.io.trec import read_qrels
 
-__all__ = ["Dataset", "SELF_HITS_ATTR", "load_beir"]
+__all__ = ["Dataset", "SELF_HITS_ATTR", "load_beir", "load_beir_qrels", "report_unknown_queries"]
 
 SELF_HITS_ATTR = "drop_self_hits"
 """Key in a qrels frame's ``attrs`` saying documents whose id is the query's are dropped from
@@ -191,7 +191,43 @@ def load_beir(path: str | Path, split: str = "test") -> Dataset:
     the file (and the line, or the column and row) for a missing file, malformed JSON, TSV or
     parquet, duplicate ids, or a non-integer relevance.
     """
-    root = path_exists("BEIR folder", path, kind="dir")
+    root = _root(path)
+    qrels = _read_qrels(root, split)
+    queries = _read_queries(_find(root, "queries.jsonl"))
+    report_unknown_queries(qrels, queries, f"{root}: qrels/{split}")
+    return Dataset(corpus=_read_corpus(_find(root, "corpus.jsonl")), queries=queries, qrels=qrels, name=root.name)
+
+
+def report_unknown_queries(qrels: pd.DataFrame, queries: pd.DataFrame, where: str) -> int:
+    """Warn (``UserWarning``) when qrels judge queries the dataset does not have, with how many
+    lines and the first ids: those judgements can never be used (no run answers the query), and
+    they are kept as they are. Returns the number of such lines."""
+    known = set(queries["qid"].astype(str))
+    qids = qrels["qid"].astype(str)
+    unknown = ~qids.isin(known)
+    count = int(unknown.sum())
+    if count:
+        import warnings
+
+        first = list(dict.fromkeys(qids[unknown]))
+        shown = ", ".join(repr(q) for q in first[:5]) + (", ..." if len(first) > 5 else "")
+        warnings.warn(f"{where}: {count} judgement(s) of {len(first)} quer{'y' if len(first) == 1 else 'ies'} that "
+                      f"the dataset's queries do not have ({shown}); they are kept, but no run answers them",
+                      UserWarning, stacklevel=3)
+    return count
+
+
+def load_beir_qrels(path: str | Path, split: str = "test") -> pd.DataFrame:
+    """The qrels of a BEIR folder, as :func:`load_beir` gives them (``attrs`` included), without
+    reading its corpus."""
+    return _read_qrels(_root(path), split)
+
+
+def _root(path: str | Path) -> Path:
+    return path_exists("BEIR folder", path, kind="dir")
+
+
+def _read_qrels(root: Path, split: str) -> pd.DataFrame:
     qrels_path = next((p for p in (root / "qrels" / f"{split}{ext}" for ext in (".tsv", ".tsv.gz", ".parquet"))
                        if p.is_file()), None)
     if qrels_path is None:
@@ -199,10 +235,9 @@ def load_beir(path: str | Path, split: str = "test") -> Dataset:
             if (root / "qrels").is_dir() else []
         available = sorted({p.name.removesuffix(".gz").removesuffix(".tsv").removesuffix(".parquet") for p in found})
         raise KolmValueError(f"{str(root)!r} has no qrels for split {split!r}; available: {available}")
-    dataset = Dataset(corpus=_read_corpus(_find(root, "corpus.jsonl")), queries=_read_queries(_find(root, "queries.jsonl")),
-                      qrels=read_qrels(qrels_path), name=root.name)
-    dataset.drop_self_hits = _is_beir_name(root.name)
-    return dataset
+    qrels = read_qrels(qrels_path)
+    qrels.attrs[SELF_HITS_ATTR] = _is_beir_name(root.name)
+    return qrels
 
 
 def _is_beir_name(name: str) -> bool:

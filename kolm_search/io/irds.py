@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from kolm_search.errors import DownloadError, FrameValidationError, KolmValueError
-from kolm_search.io.beir import Dataset
+from kolm_search.io.beir import Dataset, report_unknown_queries
 from kolm_search.runs import relevance_column
 
 __all__ = ["is_irds_id", "load_irds"]
@@ -155,6 +155,7 @@ def load_irds(dataset_id: str, split: str | None = None) -> Dataset:
                       queries=_queries(_read(dataset_id, "queries", ds.queries_iter), dataset_id),
                       qrels=_qrels(_read(dataset_id, "qrels", ds.qrels_iter), dataset_id), name=dataset_id)
     dataset.drop_self_hits = dataset_id.startswith("beir/")
+    report_unknown_queries(dataset.qrels, dataset.queries, f"ir_datasets {dataset_id!r}")
     return dataset
 
 

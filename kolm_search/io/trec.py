@@ -3,12 +3,18 @@
 Run file lines: ``qid Q0 doc_id rank score tag``; qrels lines: ``qid iteration doc_id
 relevance`` (or BEIR's ``query-id corpus-id score`` with its header). In DataFrames runs are
 ``qid, doc_id, rank, score`` with a zero-based rank (a file's 1-based rank minus one) and qrels
-are ``qid, doc_id, relevance`` (:mod:`kolm_search.runs`). The readers return the ids as
-categoricals, so fusion and evaluation take their codes without hashing the ids again. Scores
+are ``qid, doc_id, relevance`` (:mod:`kolm_search.runs`). The readers return query ids as
+categoricals (coded once, here); run document ids are Arrow strings (a categorical of millions of
+distinct documents would cost pandas a second pass over them, more than the read itself) and
+qrels document ids categoricals. Scores
 are written with ``repr`` precision, so a round trip is exact.
 
-Files are parsed by pandas' C reader; when that fails or a value is out of place, the file is
-read again line by line to name the file and the line of the first problem. A byte-order mark
+Run files are parsed by pyarrow's CSV reader (:mod:`kolm_search.io._arrow_trec`: one space
+between fields, on every core); a run file it cannot take as it is, and qrels, by pandas' C
+reader; when that fails or a value is out of place, the file is read again line by line to name
+the file and the line of the first problem. Writes are all or nothing: a temporary file beside
+the target, renamed over it once complete. Big files show a progress bar on stderr
+(``progress=False`` silences it). A byte-order mark
 is ignored; bytes that are not UTF-8, a truncated or corrupt ``.gz`` and a file that is not
 where it is said to be are :class:`~kolm_search.errors.FrameValidationError` or
 :class:`~kolm_search.errors.KolmValueError` naming the file.
@@ -16,27 +22,30 @@ where it is said to be are :class:`~kolm_search.errors.FrameValidationError` or
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
+import os
 import re
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.ids import str_id
+from kolm_search.io._arrow_trec import read_run_arrow, write_run_arrow
+from kolm_search.io._parquet import check_parquet_columns, rank_column, read_parquet, to_parquet
 from kolm_search.io._text import BROKEN, text_lines
 from kolm_search.runs import (
     QRELS_COLUMNS,
     RUN_COLUMNS,
     as_qrels,
     as_run,
-    check_ids,
     numeric_column,
     relevance_column,
 )
@@ -126,13 +135,30 @@ def _scan_run(path: Path) -> pd.DataFrame:
             raise FrameValidationError(f"{path}:{lineno}: score {parts[4]!r} is not finite")
         rows.append((parts[0], parts[2], rank - 1, score))
     frame = pd.DataFrame(rows, columns=list(RUN_COLUMNS)).astype({"rank": np.int64, "score": np.float64})
-    return _categorical_ids(frame)
+    return _run_ids(frame)
 
 
 def _categorical_ids(frame: pd.DataFrame) -> pd.DataFrame:
     for column in ("qid", "doc_id"):
         if not isinstance(frame[column].dtype, pd.CategoricalDtype):
             frame[column] = frame[column].astype("category")
+    return frame
+
+
+def _run_ids(frame: pd.DataFrame) -> pd.DataFrame:
+    """A run's ids as read_run gives them: ``qid`` categorical, ``doc_id`` strings (those of a
+    parquet file that are not strings are kept as they are: integers stay integers)."""
+    if not isinstance(frame["qid"].dtype, pd.CategoricalDtype):
+        frame["qid"] = frame["qid"].astype("category")
+    doc = frame["doc_id"]
+    if isinstance(doc.dtype, pd.CategoricalDtype):
+        doc = doc.astype(doc.cat.categories.dtype)
+    if pd.api.types.infer_dtype(doc, skipna=False) == "string":
+        try:
+            doc = doc.astype("str")
+        except UnicodeError:  # lone surrogates, which Arrow strings cannot hold, stay Python strings
+            doc = doc.astype(object)
+    frame["doc_id"] = doc
     return frame
 
 
@@ -143,13 +169,25 @@ def _no_duplicates(frame: pd.DataFrame, path: Path, what: str) -> None:
         raise FrameValidationError(f"{path}: {what} {row.doc_id!r} appears twice for query {row.qid!r}")
 
 
-def read_run(path: str | Path) -> pd.DataFrame:
+def read_run(path: str | Path, *, progress: bool | None = None, check_duplicates: bool = True) -> pd.DataFrame:
     """Read a TREC run file (or parquet) into ``qid, doc_id, rank, score``.
+
+    Parameters
+    ----------
+    path : str or Path
+        TREC text (``.gz`` too) or parquet.
+    progress : bool, optional
+        A progress bar on stderr; None (default) shows one for files above 256 MiB.
+    check_duplicates : bool
+        Refuse a document given twice for one query (default). False leaves that check to
+        the caller, for a run going straight to a function that refuses duplicates itself
+        (:func:`~kolm_search.evaluate` does; ``kolm-search eval`` reads its runs so).
 
     Returns
     -------
     DataFrame
-        ``qid`` and ``doc_id`` categorical, ``rank`` int64 zero-based, ``score`` float64.
+        ``qid`` categorical, ``doc_id`` strings (integers of a parquet file stay integers),
+        ``rank`` int64 zero-based, ``score`` float64.
 
     Raises
     ------
@@ -163,88 +201,76 @@ def read_run(path: str | Path) -> pd.DataFrame:
     p = _existing(path, "run")
     if _is_parquet(p):
         what = f"run {str(p)!r}"
-        frame = _read_parquet(p, "run")
+        frame = read_parquet(p, "run")
         frame = as_run(frame, what=what)
-        _check_parquet_columns(frame, what, ("score", "rank"))
+        check_parquet_columns(frame, what, ("score", "rank"))
         frame["score"] = numeric_column(frame, "score", what, finite=True)
         if "rank" in frame.columns:
-            frame["rank"] = _rank_column(frame, what)
-        frame = _categorical_ids(frame)
+            frame["rank"] = rank_column(frame, what)
+        frame = _run_ids(frame)
     else:
-        dtypes = {"qid": str, "q0": str, "doc_id": str, "rank": np.int64, "score": np.float64, "tag": str}
-        try:
-            raw = _read_csv(p, _RUN_FIELDS, dtypes)
-            ok = (not (raw["tag"] == "").any() and bool(np.isfinite(raw["score"].to_numpy()).all())
-                  and bool((raw["rank"].to_numpy() > np.iinfo(np.int64).min).all()))  # rank - 1 must fit
-        except (ValueError, OverflowError, pd.errors.ParserError, *BROKEN):
-            ok = False
-        frame = _scan_run(p) if not ok else _categorical_ids(pd.DataFrame({
-            "qid": raw["qid"], "doc_id": raw["doc_id"], "rank": raw["rank"].to_numpy() - 1, "score": raw["score"].to_numpy()}))
+        fast = read_run_arrow(p, progress, check_duplicates)
+        return fast if fast is not None else read_run_text(p, check_duplicates)
     _no_duplicates(frame, p, "document")
     return frame
 
 
-def _check_parquet_columns(frame: pd.DataFrame, what: str, numbers: tuple[str, ...]) -> None:
-    """Ids must be strings or integers (a categorical of them too) and present; ``numbers``
-    (those present) of a numeric dtype other than bool. Raises FrameValidationError naming
-    the column and its dtype."""
-    for column in ("qid", "doc_id"):
-        col = frame[column]
-        values = col.cat.categories if isinstance(col.dtype, pd.CategoricalDtype) else col
-        kind = pd.api.types.infer_dtype(values, skipna=True)
-        if kind not in ("string", "integer", "empty"):
-            raise FrameValidationError(f"{what} column {column} holds {kind} values ({col.dtype}); "
-                                       "ids must be strings or integers")
-    check_ids(frame, what)
-    for column in numbers:
-        if column in frame.columns:
-            dtype = frame[column].dtype
-            if not pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype):
-                raise FrameValidationError(f"{what} column {column} has dtype {dtype}; expected numbers")
-
-
-def _rank_column(frame: pd.DataFrame, what: str) -> npt.NDArray[np.int64]:
-    """The ``rank`` column as int64: integral values within int64, else an error naming the row."""
-    col = frame["rank"]
-    if isinstance(col.dtype, np.dtype) and col.dtype.kind in "iu":
-        ints = col.to_numpy()
-        bad = ints > np.iinfo(np.int64).max if col.dtype == np.uint64 else np.zeros(len(ints), bool)
-    else:
-        values = numeric_column(frame, "rank", what, finite=True)
-        bad = (np.mod(values, 1) != 0) | (np.abs(values) >= 2.0**63)
-        ints = np.where(bad, 0, values)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise FrameValidationError(f"{what} rank must be integers within int64; row {row} has {col.iloc[row]!r}")
-    return ints.astype(np.int64)
-
-
-def _read_parquet(path: Path, what: str) -> pd.DataFrame:
+def read_run_text(p: Path, check_duplicates: bool = True) -> pd.DataFrame:
+    """A TREC run file by the general reader: fields split at runs of spaces and tabs by pandas'
+    C parser, or line by line when that fails (to name the line); what :func:`read_run` falls
+    back to when pyarrow's fast path cannot take the file as it is."""
+    dtypes = {"qid": str, "q0": str, "doc_id": str, "rank": np.int64, "score": np.float64, "tag": str}
     try:
-        return pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises many kinds for a file that is not parquet
-        raise FrameValidationError(f"{path}: cannot read the {what} as parquet ({type(exc).__name__}: {exc})") from exc
+        raw = _read_csv(p, _RUN_FIELDS, dtypes)
+        ok = (not (raw["tag"] == "").any() and bool(np.isfinite(raw["score"].to_numpy()).all())
+              and bool((raw["rank"].to_numpy() > np.iinfo(np.int64).min).all()))  # rank - 1 must fit
+    except (ValueError, OverflowError, pd.errors.ParserError, *BROKEN):
+        ok = False
+    frame = _scan_run(p) if not ok else _run_ids(pd.DataFrame({
+        "qid": raw["qid"], "doc_id": raw["doc_id"], "rank": raw["rank"].to_numpy() - 1, "score": raw["score"].to_numpy()}))
+    if check_duplicates:
+        _no_duplicates(frame, p, "document")
+    return frame
 
 
-def write_run(run: Any, path: str | Path, tag: str = "kolm_search") -> None:
-    """Write ``qid, doc_id, score[, rank]`` as a TREC run (or parquet by extension)."""
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path``, renamed over it when the block ends without error
+    (removed otherwise): a reader sees the old file or the new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + "".join(path.suffixes[-1:]))
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_run(run: Any, path: str | Path, tag: str = "kolm_search", *, progress: bool | None = None) -> None:
+    """Write ``qid, doc_id, score[, rank]`` as a TREC run (or parquet by extension), all or
+    nothing; ``progress``: a bar on stderr (None: for runs above 4M rows)."""
     df = as_run(run)
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     if _is_parquet(p):
-        _to_parquet(df, p)
+        with _replacing(p) as tmp:
+            to_parquet(df, tmp)
         return
     if not isinstance(tag, str) or not tag or any(c.isspace() for c in tag) or not tag.isprintable():
         raise KolmValueError(f"run tag must be one word, got {tag!r}")
     score = numeric_column(df, "score", "run", finite=True)
     if "rank" in df.columns:
-        rank = _rank_column(df, "run") + 1
+        rank = rank_column(df, "run") + 1
     else:
         rank = df.groupby("qid", sort=False, observed=True).cumcount().to_numpy(np.int64) + 1
-    qids, docs = _text_ids(df, "run")  # checked before the file is opened: no half-written file
-    with _open(p, "w") as fh:
-        for q, d, r, s in zip(qids, docs, rank.tolist(), score.tolist(), strict=True):
-            fh.write(f"{q} Q0 {d} {r} {s!r} {tag}\n")
+    with _replacing(p) as tmp:
+        if write_run_arrow(df["qid"], df["doc_id"], rank, score, tag, tmp, progress, p.name):
+            return
+        qids, docs = _text_ids(df, "run")  # names the id the fast path could not write
+        with _open(tmp, "w") as fh:
+            for q, d, r, s in zip(qids, docs, rank.tolist(), score.tolist(), strict=True):
+                fh.write(f"{q} Q0 {d} {r} {s!r} {tag}\n")
 
 
 def _is_header(fields: list[str]) -> bool:
@@ -271,23 +297,16 @@ def _text_ids(df: pd.DataFrame, what: str) -> tuple[list[str], list[str]]:
     return out[0], out[1]
 
 
-def _to_parquet(df: pd.DataFrame, path: Path) -> None:
-    import pyarrow as pa
-
-    try:
-        df.to_parquet(path, index=False)
-    except (pa.ArrowException, UnicodeError, TypeError, ValueError) as exc:
-        path.unlink(missing_ok=True)
-        raise FrameValidationError(f"{path}: cannot write the table as parquet ({type(exc).__name__}: {exc})") from exc
-
-
-def _scan_qrels(path: Path) -> pd.DataFrame:
-    """The qrels read line by line (the slow path; 3 and 4 fields may mix): raises naming the
-    first malformed line."""
+def _scan_qrels(path: Path, subtopics: bool = False) -> pd.DataFrame:
+    """The qrels read line by line (the slow path; 3 and 4 fields may mix unless ``subtopics``):
+    raises naming the first malformed line."""
     rows = []
     for at, (lineno, parts) in enumerate(_lines(path)):
         if at == 0 and lineno == 1 and _is_header(parts):
             continue
+        if subtopics and len(parts) != 4:
+            raise FrameValidationError(f"{path}:{lineno}: subtopic qrels have 4 fields 'qid subtopic doc rel', "
+                                       f"got {len(parts)}")
         if len(parts) not in (3, 4):
             raise FrameValidationError(
                 f"{path}:{lineno}: expected 3 or 4 fields ('qid doc rel' or 'qid iter doc rel'), got {len(parts)}")
@@ -296,31 +315,44 @@ def _scan_qrels(path: Path) -> pd.DataFrame:
             raise FrameValidationError(f"{path}:{lineno}: relevance {parts[-1]!r} is not an integer")
         if not -2**31 <= rel < 2**31:
             raise FrameValidationError(f"{path}:{lineno}: relevance {parts[-1]} does not fit int32")
-        rows.append((parts[0], parts[-2], rel))
-    frame = pd.DataFrame(rows, columns=list(QRELS_COLUMNS)).astype({"relevance": np.int64})
-    return _categorical_ids(frame)
+        rows.append((parts[0], parts[-2], rel, parts[1] if len(parts) == 4 else "0"))
+    frame = pd.DataFrame(rows, columns=[*QRELS_COLUMNS, "subtopic"]).astype({"relevance": np.int64})
+    return _categorical_ids(frame if subtopics else frame.drop(columns="subtopic"))
 
 
-def read_qrels(path: str | Path) -> pd.DataFrame:
+def read_qrels(path: str | Path, *, subtopics: bool = False) -> pd.DataFrame:
     """Read TREC qrels (4 fields), BEIR tsv (3 fields, header optional) or parquet.
+
+    ``subtopics=True`` reads diversity qrels (trec_eval's and ndeval's ``qid subtopic doc rel``,
+    the second field the subtopic; a parquet file's ``subtopic`` or ``iteration`` column) into a
+    ``subtopic`` column: a document may then be judged once per subtopic, for the diversity
+    measures (``alpha_nDCG@k``, ``ERR_IA@k``, :mod:`kolm_search.evaluation.diversity`).
 
     Returns
     -------
     DataFrame
-        ``qid, doc_id`` categorical, ``relevance`` int64 (grades within int32).
+        ``qid, doc_id`` categorical, ``relevance`` int64 (grades within int32) (and ``subtopic``,
+        categorical).
     """
     p = _existing(path, "qrels")
     if _is_parquet(p):
         what = f"qrels {str(p)!r}"
-        frame = _read_parquet(p, "qrels")
+        frame = read_parquet(p, "qrels")
         frame = as_qrels(frame, what=what)
-        _check_parquet_columns(frame, what, ("relevance",))
+        check_parquet_columns(frame, what, ("relevance",))
         frame["relevance"] = relevance_column(frame, what)
+        if subtopics:
+            column = next((c for c in ("subtopic", "iteration") if c in frame.columns), None)
+            if column is None:
+                raise FrameValidationError(f"{what} has no subtopic (or iteration) column; columns: "
+                                           f"{list(frame.columns)}")
+            frame = frame.rename(columns={column: "subtopic"})
+            frame["subtopic"] = frame["subtopic"].astype(str).astype("category")
         frame = _categorical_ids(frame)
     else:
         first = next(_lines(p), None)
         if first is None:
-            frame = _scan_qrels(p)
+            frame = _scan_qrels(p, subtopics)
         else:
             header = first[0] == 1 and _is_header(first[1])
             width = len(first[1]) if not header else 3
@@ -332,25 +364,29 @@ def read_qrels(path: str | Path) -> pd.DataFrame:
                 ok = width in (3, 4) and bool(((rel >= -2**31) & (rel < 2**31)).all())
             except (ValueError, OverflowError, pd.errors.ParserError, *BROKEN):
                 ok = False
-            frame = _scan_qrels(p) if not ok else _categorical_ids(pd.DataFrame(
-                {"qid": raw["qid"], "doc_id": raw["doc_id"], "relevance": rel.astype(np.int64)}))
-    dup = frame.duplicated(["qid", "doc_id"])
+            ok = ok and (width == 4 or not subtopics)
+            frame = _scan_qrels(p, subtopics) if not ok else _categorical_ids(pd.DataFrame(
+                {"qid": raw["qid"], "doc_id": raw["doc_id"], "relevance": rel.astype(np.int64),
+                 **({"subtopic": raw["iteration"].astype("category")} if subtopics else {})}))
+    keys = ["qid", "subtopic", "doc_id"] if subtopics else ["qid", "doc_id"]
+    dup = frame.duplicated(keys)
     if dup.any():
         row = frame[dup].iloc[0]
-        raise FrameValidationError(f"{p}: duplicate judgement for query {row.qid!r}, document {row.doc_id!r}")
+        also = f", subtopic {row.subtopic!r}" if subtopics else ""
+        raise FrameValidationError(f"{p}: duplicate judgement for query {row.qid!r}, document {row.doc_id!r}{also}")
     return frame
 
 
 def write_qrels(qrels: Any, path: str | Path) -> None:
-    """Write ``qid, doc_id, relevance`` as TREC qrels (or parquet by extension)."""
+    """Write ``qid, doc_id, relevance`` as TREC qrels (or parquet by extension), all or nothing."""
     df = as_qrels(qrels)
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     if _is_parquet(p):
-        _to_parquet(df, p)
+        with _replacing(p) as tmp:
+            to_parquet(df, tmp)
         return
     rel = relevance_column(df)
     qids, docs = _text_ids(df, "qrels")
-    with _open(p, "w") as fh:
+    with _replacing(p) as tmp, _open(tmp, "w") as fh:
         for q, d, r in zip(qids, docs, rel.tolist(), strict=True):
             fh.write(f"{q} 0 {d} {r}\n")

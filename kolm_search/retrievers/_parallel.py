@@ -317,22 +317,34 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 
 def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]], n_jobs: int, chunk: int,
-                chunk_timeout: float | None) -> Merger:
+                chunk_timeout: float | None, progress: bool = False) -> Merger:
     """Tokenise and count ``texts`` in chunks of ``chunk`` documents on ``n_jobs`` processes.
 
     ``n_jobs == 1`` or a single chunk: in this process. Otherwise a
     :class:`ProcessPoolExecutor`; each chunk's result is awaited at most ``chunk_timeout``
     seconds (default: 60 s plus 1 s per 100 kB of its text) after the previous one arrived,
-    the first 60 s more (starting the workers).
+    the first 60 s more (starting the workers). ``progress``: a bar on stderr, a step per chunk.
     A failing document raises ``KolmValueError`` naming its row; a worker that dies or
     overruns raises ``KolmError`` naming the rows; the workers are ended either way.
     """
+    from tqdm.auto import tqdm
+
     merger = Merger()
     starts = range(0, len(texts), chunk)
+    bar = tqdm(total=len(texts), unit=" docs", desc="indexing", leave=False, disable=not progress)
+    try:
+        return _count(texts, tokenizer, n_jobs, chunk, chunk_timeout, merger, starts, bar)
+    finally:
+        bar.close()
+
+
+def _count(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]], n_jobs: int, chunk: int,
+           chunk_timeout: float | None, merger: Merger, starts: range, bar: Any) -> Merger:
     if n_jobs == 1 or len(starts) < 2:
         word_ids: dict[str, int] = {}
         for s in starts:
             merger.add(_count_chunk(tokenizer, texts[s:s + chunk], s, merger.vocab, word_ids))
+            bar.update(min(chunk, len(texts) - s))
         return merger
     blob, key = _tokenizer_blob(tokenizer), os.urandom(16)
     maps = WorkerMaps(merger)
@@ -366,6 +378,7 @@ def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]],
                 raise KolmError(f"tokenising document rows {s}-{stop - 1} in a worker process failed "
                                 f"({type(exc).__name__}: {exc}); pass n_jobs=1 to tokenise in this process") from exc
             maps.add(*result)
+            bar.update(stop - s)
     except BaseException:
         _stop(pool)
         raise

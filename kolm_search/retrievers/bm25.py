@@ -62,7 +62,7 @@ class BM25Retriever:
 
     Parameters
     ----------
-    documents : list of SearchDocument, DataFrame, or DocumentTable
+    documents : list of SearchDocument, DataFrame, DocumentTable, or another index (its documents)
     method : {"lucene", "robertson", "atire", "bm25l", "bm25+"}, default "lucene"
     k1, b, delta : float
         Usual BM25 parameters (``delta`` for bm25l / bm25+).
@@ -79,6 +79,9 @@ class BM25Retriever:
         Processes that tokenise and count the documents at build time (default: the usable
         cores; a corpus of under 16 M characters is counted in this process). See
         :meth:`Postings.from_texts`: the result is the same for any value.
+    progress : bool, optional
+        A progress bar on stderr while the documents are tokenised and counted; None
+        (default) shows one for 50,000 documents or more, False never.
     stats : CollectionStats, optional
         Collection-wide statistics: this index is then a shard of a larger collection and
         scores exactly as the whole collection's index would.
@@ -104,7 +107,8 @@ class BM25Retriever:
                  delta: float = 0.5, tokenizer: Tokenizer | None = None,
                  fields: Sequence[str] = ("title", "content"), fusion_k: float = 60,
                  n_threads: int | None = None, stats: CollectionStats | None = None,
-                 postings: Postings | None = None, n_jobs: int | None = None, _arrays: Mapping[str, Any] | None = None, _vocab: list[str] | None = None) -> None:
+                 postings: Postings | None = None, n_jobs: int | None = None, progress: bool | None = None,
+                 _arrays: Mapping[str, Any] | None = None, _vocab: list[str] | None = None) -> None:
         if method not in BM25_METHODS:
             raise KolmValueError(f"method must be one of {BM25_METHODS}, got {method!r}")
         for name, value in (("k1", k1), ("b", b), ("delta", delta), ("fusion_k", fusion_k)):
@@ -126,8 +130,8 @@ class BM25Retriever:
         elif postings is not None:
             self.index_postings(postings, stats=stats)
         else:  # token strings live one chunk at a time
-            self.index_postings(Postings.from_texts(self.table.texts(self.fields), self.tokenizer, n_jobs=n_jobs),
-                                stats=stats)
+            self.index_postings(Postings.from_texts(self.table.texts(self.fields), self.tokenizer, n_jobs=n_jobs,
+                                                    progress=progress), stats=stats)
 
     # -- indexing ----------------------------------------------------------------------
     def index_tokens(self, token_lists: Iterable[Sequence[str]], *, stats: CollectionStats | None = None) -> None:

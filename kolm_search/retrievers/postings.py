@@ -27,7 +27,9 @@ from kolm_search.retrievers._parallel import (
     term_major,
 )
 
-__all__ = ["CollectionStats", "Postings"]
+__all__ = ["CollectionStats", "PROGRESS_DOCS", "Postings"]
+
+PROGRESS_DOCS = 50_000  # corpora this large show a progress bar while they are indexed, by default
 
 _MAX_DOCS = np.iinfo(np.int32).max
 _MIN_CHUNK, _MAX_CHUNK = 2_000, 50_000  # default documents per task of Postings.from_texts
@@ -136,7 +138,8 @@ class Postings:
 
     @classmethod
     def from_texts(cls, texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]], *, n_jobs: int | None = None,
-                   chunk: int | None = None, chunk_timeout: float | None = None) -> Postings:
+                   chunk: int | None = None, chunk_timeout: float | None = None,
+                   progress: bool | None = None) -> Postings:
         """Tokenise and count texts, on several processes for a large corpus.
 
         Equal to ``Postings.from_tokens(tokenizer(t) for t in texts)`` (same vocabulary order,
@@ -160,6 +163,9 @@ class Postings:
         chunk_timeout : float, optional
             Seconds to wait for each chunk after the previous one (default 60 s plus 1 s per
             100 kB of its text; the first chunk 60 s more for starting the workers).
+        progress : bool, optional
+            A progress bar on stderr (a step per chunk); None (default) shows one for
+            :data:`PROGRESS_DOCS` documents or more.
 
         Raises
         ------
@@ -185,7 +191,8 @@ class Postings:
         if chunk_timeout is not None and (isinstance(chunk_timeout, bool) or not isinstance(chunk_timeout, int | float)
                                           or not chunk_timeout > 0):
             raise KolmValueError(f"chunk_timeout must be a number of seconds > 0, got {chunk_timeout!r}")
-        return cls(*count_texts(texts, tokenizer, jobs, chunk, chunk_timeout).finish())
+        show = len(texts) >= PROGRESS_DOCS if progress is None else bool(progress)
+        return cls(*count_texts(texts, tokenizer, jobs, chunk, chunk_timeout, show).finish())
 
     @classmethod
     def from_arrays(cls, vocab: list[str], terms: npt.NDArray[np.int32], lengths: npt.NDArray[np.int64]) -> Postings:

@@ -311,6 +311,7 @@ def test_qrels_files_trec_and_beir_tsv(tmp_path: Path, data: st.DataObject) -> N
 
 
 @FUZZ
+@pytest.mark.filterwarnings("ignore:.*the dataset's queries do not have:UserWarning")  # mutated ids: expected
 @given(st.data(), st.sampled_from(["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"]))
 def test_beir_folders(tmp_path: Path, data: st.DataObject, which: str) -> None:
     root = tmp_path / f"b{abs(hash(which))}"
@@ -430,7 +431,9 @@ def test_parquet_files_with_mutated_bytes(tmp_path: Path, data: st.DataObject, t
             return
     value = "score" if table == "run" else "relevance"  # a file that still reads: checked columns all the same
     assert isinstance(got[value].dtype, np.dtype) and got[value].dtype.kind in "if"
-    assert all(isinstance(got[c].dtype, pd.CategoricalDtype) for c in ("qid", "doc_id"))
+    assert isinstance(got["qid"].dtype, pd.CategoricalDtype)
+    if table == "qrels":
+        assert isinstance(got["doc_id"].dtype, pd.CategoricalDtype)
 
 
 def ref_beir_parquet(frame: pd.DataFrame, corpus: bool) -> list[tuple[Any, ...]]:

@@ -1,0 +1,45 @@
+"""The interpolated precision-recall curve: trec_eval's ``iprec_at_recall`` at 11 recall levels
+(0, 0.1, ..., 1), per query or averaged (what papers plot, and what ranx #38 asked for)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["RECALL_LEVELS", "precision_recall_curve"]
+
+RECALL_LEVELS = tuple(round(i / 10, 1) for i in range(11))
+
+
+def precision_recall_curve(run: Any, qrels: Any, *, per_query: bool = False, **settings: Any) -> pd.DataFrame:
+    """Interpolated precision at recall 0, 0.1, ..., 1 (the best precision at or below the rank
+    where that share of the relevant documents is retrieved, as trec_eval's ``iprec_at_recall``).
+
+    Parameters
+    ----------
+    run, qrels
+        As :func:`~kolm_search.evaluate` takes them.
+    per_query : bool
+        One row per query (``qid`` and one column per recall level) instead of the mean curve.
+    **settings
+        ``relevance_level``, ``judged_only``, ``missing``, ``drop_self_hits``, ... of
+        :func:`~kolm_search.evaluate`.
+
+    Returns
+    -------
+    DataFrame
+        ``recall, precision`` (11 rows; the mean over the evaluated queries), or with
+        ``per_query`` ``qid`` and the columns ``0.0, 0.1, ..., 1.0``.
+    """
+    from kolm_search.evaluation.metrics import evaluate
+
+    names = [f"iprec_at_recall_{r:.2f}" for r in RECALL_LEVELS]
+    table = evaluate(run, qrels, names, per_query=True, **settings)
+    assert isinstance(table, pd.DataFrame)
+    table = table.rename(columns=dict(zip(names, RECALL_LEVELS, strict=True)))
+    if per_query:
+        return table
+    means = [float(table[r].mean()) if len(table) else float("nan") for r in RECALL_LEVELS]
+    return pd.DataFrame({"recall": np.array(RECALL_LEVELS), "precision": means})

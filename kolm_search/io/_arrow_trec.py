@@ -1,0 +1,287 @@
+"""TREC run files through pyarrow's CSV reader and writer: the fast path of
+:func:`~kolm_search.io.read_run` and :func:`~kolm_search.io.write_run`.
+
+Reading parses the file with one space between fields (what every writer of run files writes),
+on every core, then checks what pyarrow's parse does not: no empty field, no tab inside a field
+(the general reader splits at runs of spaces and tabs), finite scores, ranks whose 0-based form
+fits int64, and no document twice for one query (each block of the file coded by pyarrow's
+``dictionary_encode`` on its own thread, queries that straddle blocks checked together). A file
+that does not pass returns ``None``, and the caller's general reader (pandas' C parser, then a
+line-by-line scan naming the line) reads it instead, so the result or the error is the one that
+reader gives. Writing formats every column with Arrow (scores in the shortest text that reads
+back to the same float64) and streams it out in batches.
+
+Both show a progress bar on stderr (tqdm) for files above :data:`PROGRESS_BYTES` unless
+``progress=False`` (``True`` forces it).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from kolm_search.errors import FrameValidationError
+
+__all__ = ["PROGRESS_BYTES", "PROGRESS_ROWS", "read_run_arrow", "write_run_arrow"]
+
+PROGRESS_BYTES = 256 * 2**20  # files above this show a progress bar by default
+PROGRESS_ROWS = 4_000_000  # runs above this many rows show one when written
+_FIELDS = ["qid", "q0", "doc_id", "rank", "score", "tag"]
+_DICT = pa.dictionary(pa.int32(), pa.string())
+_BATCH_ROWS = 1 << 20
+# every character Python's str.isspace() accepts: an id must hold none of them
+_ASCII_SPACE = np.zeros(256, bool)
+_ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # the ASCII characters str.isspace() accepts
+_SPACE_CLASS = ("[\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}"
+                "\\x{202f}\\x{205f}\\x{3000}]")
+
+
+class _Counting:
+    """A binary file whose bytes read are counted, for a progress bar."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.count, self.closed = fh, 0, False
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n)
+        self.count += len(data)
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fh, name)
+
+
+def _show(progress: bool | None, size: int, threshold: int) -> bool:
+    return bool(progress) if progress is not None else size > threshold
+
+
+def _with_progress(fn: Any, counter: _Counting, total: int, desc: str, show: bool) -> Any:
+    """``fn()`` with a byte progress bar fed by ``counter`` from a watching thread."""
+    if not show:
+        return fn()
+    from tqdm.auto import tqdm
+
+    done = threading.Event()
+    with tqdm(total=total, unit="B", unit_scale=True, desc=desc, leave=False, file=None) as bar:
+        def watch() -> None:
+            while not done.wait(0.2):
+                bar.update(min(counter.count, total) - bar.n)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            return fn()
+        finally:
+            done.set()
+            watcher.join()
+            bar.update(min(counter.count, total) - bar.n)
+
+
+def _parse(path: Path, progress: bool | None) -> pa.Table | None:
+    size = path.stat().st_size
+    options = {
+        "read_options": pcsv.ReadOptions(column_names=_FIELDS, block_size=1 << 20),
+        "parse_options": pcsv.ParseOptions(delimiter=" ", quote_char=False, escape_char=False, double_quote=False,
+                                           newlines_in_values=False, ignore_empty_lines=True),
+        "convert_options": pcsv.ConvertOptions(
+            column_types={"qid": _DICT, "q0": _DICT, "doc_id": pa.string(), "rank": pa.int64(), "score": pa.float64(),
+                          "tag": _DICT}, strings_can_be_null=False, quoted_strings_can_be_null=False, null_values=[],
+            true_values=[], false_values=[])}
+    show = _show(progress, size, PROGRESS_BYTES)
+    if not show:  # by path: pyarrow's own reader (read-ahead, decompression by extension) is the fastest
+        try:
+            return pcsv.read_csv(str(path), **options)
+        except (pa.ArrowException, OSError, EOFError, UnicodeError, ValueError):  # the general reader says why
+            return None
+    with path.open("rb") as raw:
+        counter = _Counting(raw)
+        source: Any = pa.PythonFile(counter, mode="r")
+        if path.suffix == ".gz":
+            source = pa.CompressedInputStream(source, "gzip")
+        try:
+            return _with_progress(lambda: pcsv.read_csv(source, **options), counter, size, f"reading {path.name}",
+                                  True)
+        except (pa.ArrowException, OSError, EOFError, UnicodeError, ValueError):
+            return None
+        finally:
+            source.close()
+
+
+def _bad_strings(column: Any, pattern: str | None = None) -> bool:
+    """An empty value, or one holding a tab (where the general reader splits) or, given
+    ``pattern``, matching that regular expression."""
+    values = column.dictionary if pa.types.is_dictionary(column.type) else column
+    if pc.any(pc.equal(pc.utf8_length(values), 0)).as_py() or pc.any(pc.match_substring(values, "\t")).as_py():
+        return True
+    return pattern is not None and bool(pc.any(pc.match_substring_regex(values, pattern)).as_py())
+
+
+def _bad_chunk(chunk: pa.Array) -> bool:
+    """An empty string or one holding a tab in a string array, read off its buffers (offsets,
+    then the bytes once: cheaper than a compute pass per condition over millions of ids)."""
+    if len(chunk) == 0:
+        return False
+    offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+    if bool((np.diff(offsets) == 0).any()):
+        return True
+    data = chunk.buffers()[2]
+    if data is None or offsets[-1] == offsets[0]:
+        return False
+    view = np.frombuffer(data, np.uint8)[int(offsets[0]):int(offsets[-1])]
+    return int(view.min()) <= 9 and bytes(view).find(b"\t") != -1  # a tab is byte 9: most files have none below 32
+
+
+def _query_codes(qid: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    unified = qid.unify_dictionaries()
+    chunks = [c.indices.to_numpy(zero_copy_only=False) for c in unified.chunks]
+    codes = np.concatenate(chunks).astype(np.int64) if chunks else np.zeros(0, np.int64)
+    dictionary = unified.chunks[0].dictionary if unified.num_chunks else pa.array([], pa.string())
+    return codes, dictionary
+
+
+def _duplicate(q: np.ndarray, doc: pa.ChunkedArray) -> int | None:
+    """The first row whose (query, document) pair came before, or None: documents coded within
+    their query by :func:`~kolm_search.ids.codes_within_groups` (small hash tables, in parallel),
+    then the pairs checked for a repeat."""
+    from kolm_search.ids import codes_within_groups
+
+    (codes,), bound, _ = codes_within_groups([pd.Series(doc.to_pandas(), copy=False)], [q], names=["doc_id"])
+    keys = q * np.int64(max(bound, 1)) + codes
+    if not _any_repeat(keys, q):
+        return None
+    return int(np.argmax(pd.Series(keys, copy=False).duplicated().to_numpy()))  # found only if need be
+
+
+def _any_repeat(keys: np.ndarray, q: np.ndarray) -> bool:
+    """Whether a key repeats: sorted (cheaper than a hash table of every pair), in two halves on
+    two threads when every query's rows are together (no key is then in both halves)."""
+    def repeats(part: np.ndarray) -> bool:
+        ordered = np.sort(part)  # numpy releases the GIL while it sorts
+        return bool((ordered[1:] == ordered[:-1]).any())
+
+    n = len(keys)
+    if n < 1 << 20:
+        return repeats(keys)
+    changes = np.flatnonzero(q[1:] != q[:-1]) + 1
+    if len(changes) + 1 != len(np.unique(q)) or not len(changes):  # a query in two places: one sort over all
+        return repeats(keys)
+    cut = int(changes[np.searchsorted(changes, n // 2).clip(0, len(changes) - 1)])
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return any(pool.map(repeats, (keys[:cut], keys[cut:])))
+
+
+def read_run_arrow(path: Path, progress: bool | None = None, check_duplicates: bool = True) -> pd.DataFrame | None:
+    """``qid`` (categorical), ``doc_id`` (Arrow strings), ``rank`` (0-based int64), ``score``
+    (float64) of a run file, or None when the general reader must read it (see the module);
+    raises FrameValidationError for a document given twice for a query."""
+    table = _parse(path, progress)
+    if table is None:
+        return None
+    if any(_bad_strings(table.column(c).combine_chunks()) for c in ("qid", "q0", "tag")) or any(
+            _bad_chunk(chunk) for chunk in table.column("doc_id").chunks):
+        return None
+    score = table.column("score").to_numpy()
+    rank = table.column("rank").to_numpy()
+    if not np.isfinite(score).all() or (rank == np.iinfo(np.int64).min).any():
+        return None
+    q, dictionary = _query_codes(table.column("qid"))
+    doc = table.column("doc_id")
+    dup = _duplicate(q, doc) if check_duplicates else None
+    if dup is not None:
+        raise FrameValidationError(f"{path}: document {doc[dup].as_py()!r} appears twice for query "
+                                   f"{dictionary[int(q[dup])].as_py()!r}")
+    # one chunk of ids: later takes (ties, selections) need not stitch hundreds of parse blocks
+    ids = pa.chunked_array([doc.combine_chunks()]).to_pandas()
+    return pd.DataFrame({"qid": pd.Categorical.from_codes(q, categories=pd.Index(dictionary.to_pandas())),
+                         "doc_id": ids, "rank": rank - 1, "score": np.array(score)}, copy=False)
+
+
+def _unwritable(strings: Any) -> bool:
+    """An empty id, or one holding white space (as ``str.isspace`` counts it) or starting with a
+    byte-order mark: read off the buffers (lengths, then the bytes), the regular expression only
+    for chunks with bytes outside ASCII."""
+    for chunk in strings.chunks if isinstance(strings, pa.ChunkedArray) else [strings]:
+        if len(chunk) == 0:
+            continue
+        wide = pa.types.is_large_string(chunk.type)
+        offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)[
+            chunk.offset:chunk.offset + len(chunk) + 1]
+        if bool((np.diff(offsets) == 0).any()):
+            return True
+        data = chunk.buffers()[2]
+        view = np.frombuffer(data, np.uint8)[int(offsets[0]):int(offsets[-1])] if data is not None else np.zeros(0, np.uint8)
+        if not len(view):
+            continue
+        low, high = int(view.min()), int(view.max())  # one pass each, no array the size of the ids
+        if low <= 32 and bool(_ASCII_SPACE[view].any()):
+            return True
+        if high >= 0x80 and (pc.any(pc.match_substring_regex(chunk, _SPACE_CLASS)).as_py()
+                             or pc.any(pc.starts_with(chunk, "\ufeff")).as_py()):
+            return True
+    return False
+
+
+def _id_array(column: pd.Series) -> Any:
+    """An id column as Arrow strings (a categorical as a dictionary array), or None when an id
+    is empty, holds white space or starts with a byte-order mark, or is not text (bytes, text
+    that is not UTF-8): the general writer then names it."""
+    values = column.cat.categories if isinstance(column.dtype, pd.CategoricalDtype) else column
+    try:
+        if pd.api.types.is_integer_dtype(values.dtype) and not pd.api.types.is_bool_dtype(values.dtype):
+            strings = pc.cast(pa.array(np.asarray(values)), pa.string())
+        elif not isinstance(values.dtype, pd.StringDtype) and pd.api.types.infer_dtype(values, skipna=False) != "string":
+            strings = None  # bytes, mixed types, floats: the general writer converts or names them
+        else:
+            strings = pa.array(values.array if isinstance(values.dtype, pd.StringDtype) else
+                               np.asarray(values, dtype=object), type=pa.string(), from_pandas=True)
+    except (pa.ArrowException, UnicodeError, TypeError, ValueError):
+        strings = None
+    if strings is None or strings.null_count or _unwritable(strings):
+        return None
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = np.asarray(column.cat.codes)
+        if (codes < 0).any():
+            return None
+        return pa.DictionaryArray.from_arrays(pa.array(codes), strings)
+    return strings
+
+
+def write_run_arrow(qid: pd.Series, doc_id: pd.Series, rank: np.ndarray, score: np.ndarray, tag: str, path: Path,
+                    progress: bool | None = None, name: str | None = None) -> bool:
+    """Write the run to ``path`` (plain, or gzip for ``.gz``) in one pass (``name`` on the
+    progress bar); False (nothing written) when an id needs the general writer's checks to be
+    named."""
+    q, d = _id_array(qid), _id_array(doc_id)
+    if q is None or d is None:
+        return False
+    n = len(rank)
+    const = lambda text: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([text]))  # noqa: E731
+    table = pa.table({"qid": q, "q0": const("Q0"), "doc_id": d, "rank": pa.array(rank, pa.int64()),
+                      "score": pa.array(score, pa.float64()), "tag": const(tag)})  # formatted per batch
+    options = pcsv.WriteOptions(include_header=False, delimiter=" ", quoting_style="none")
+    bar = None
+    if _show(progress, n, PROGRESS_ROWS):
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n, unit=" rows", unit_scale=True, desc=f"writing {name or path.name}", leave=False)
+    try:
+        sink: Any = pa.OSFile(str(path), "wb")
+        if path.suffix == ".gz":
+            sink = pa.CompressedOutputStream(sink, "gzip")
+        with sink, pcsv.CSVWriter(sink, table.schema, write_options=options) as writer:
+            for batch in table.to_batches(max_chunksize=_BATCH_ROWS):
+                writer.write_batch(batch)
+                if bar is not None:
+                    bar.update(batch.num_rows)
+    finally:
+        if bar is not None:
+            bar.close()
+    return True
