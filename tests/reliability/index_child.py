@@ -27,6 +27,7 @@ from kolm_search._kernels import load as kernels
 from kolm_search.errors import KolmError
 from kolm_search.frame import QueryBatch
 from kolm_search.retrievers.dense import DenseRetriever
+from kolm_search.selection import Selections
 
 
 class OracleError(AssertionError):
@@ -70,8 +71,7 @@ def check_bm25(path: str, queries: list[str], k: int) -> list[list[Any]]:
     m = len(queries)
     want = kernels("sparse").sparse_topk_numpy(q_ptr, q_ids, np.ones(len(q_ids), np.float32), np.asarray(ret.t_ptr),
                                                np.asarray(ret.t_docs), np.asarray(ret.t_w), offsets,
-                                               np.full(m, -1, np.int64), np.ones((1, 1), np.uint8), n_docs,
-                                               max(1, min(k, n_docs)))
+                                               *Selections.none(m).arrays(), n_docs, max(1, min(k, n_docs)))
     for got_a, want_a in zip((docs, scores, counts), want, strict=True):
         if not np.array_equal(got_a, want_a):
             raise OracleError(f"kernel and numpy twin disagree: {got_a.tolist()} vs {want_a.tolist()}")
