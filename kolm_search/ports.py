@@ -32,6 +32,7 @@ __all__ = [
     "Deduplicator",
     "Embedder",
     "EmbedsMany",
+    "Fingerprinted",
     "FusesChildren",
     "IntentClassifier",
     "Logger",
@@ -39,13 +40,16 @@ __all__ = [
     "NonBlockingCache",
     "QueryExpander",
     "QueryPlanner",
+    "RanksWindows",
     "ReportsDuplicates",
     "Reranker",
     "Retriever",
+    "ScoresPairs",
     "Synthesizer",
     "Telemetry",
     "embed_all",
     "embedding_matrix",
+    "fingerprint_of",
     "implements",
     "missing_methods",
 ]
@@ -187,6 +191,63 @@ class BatchReranker(Protocol):
 
 
 @runtime_checkable
+class Fingerprinted(Protocol):
+    """A stage that says what determines its output (beyond the spec).
+
+    ``fingerprint()`` returns a string that changes whenever the output could: the model
+    (name or path, and a digest of its weights where that is cheap), every parameter that
+    matters, and the fingerprints of the stages it holds (an ``MMRReranker``'s embedder). Equal
+    fingerprints promise equal outputs for equal inputs. Resumable jobs record it (a job folder
+    of another model is refused) and the score cache keys on it. Settings that change only
+    speed (batch sizes, threads, concurrency) stay out.
+    """
+
+    def fingerprint(self) -> str: ...
+
+
+@runtime_checkable
+class ScoresPairs(Protocol):
+    """A pointwise reranker: a score per (query, document), each pair on its own (beyond the spec).
+
+    ``score_pairs(pairs)`` takes ``(query text, document)`` pairs (the query is the request's
+    ``query``) and returns float32 scores, shape ``(len(pairs),)``, higher is better. Its
+    ``rerank`` orders each query's documents by these scores, descending, ties in their input
+    order (:func:`kolm_search.adapters.scoring.rerank_pointwise`), so a score cache can stand
+    between a job and the model (:class:`~kolm_search.adapters.CachedReranker`).
+    """
+
+    def rerank(
+        self, docs: list[SearchDocument], context: SearchPipelineContext
+    ) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+    def score_pairs(self, pairs: Sequence[tuple[str, SearchDocument]]) -> MaybeAwaitable[npt.NDArray[np.float32]]: ...
+
+
+@runtime_checkable
+class RanksWindows(Protocol):
+    """A listwise reranker that orders windows of candidates (RankGPT's sliding window).
+
+    ``rank_window(query, docs)`` returns the window's new order as positions into ``docs``
+    (a permutation of ``range(len(docs))``), or ``None`` when it could not rank it (the window
+    then keeps its order). Its ``rerank`` slides a window of ``window`` documents from the
+    bottom of the list to the top in steps of ``step``
+    (:func:`kolm_search.adapters.listwise.rerank_windows`), at most ``max_concurrency``
+    windows (of different queries) at once, so a score cache can stand between the passes and
+    the model, keyed by the window's content.
+    """
+
+    window: int
+    step: int
+    max_concurrency: int
+
+    def rerank(
+        self, docs: list[SearchDocument], context: SearchPipelineContext
+    ) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+    def rank_window(self, query: str, docs: Sequence[SearchDocument]) -> MaybeAwaitable[Sequence[int] | None]: ...
+
+
+@runtime_checkable
 class Synthesizer(Protocol):
     """Writes an answer from the final page of results (``None`` for no answer)."""
 
@@ -319,3 +380,30 @@ async def embed_all(embedder: Embedder, texts: Sequence[str], *,
     vectors = await asyncio.gather(*(call(embedder.embed, t) for t in texts))
     return embedding_matrix([embedding_matrix(v, 1, what="embed", invalid=invalid)[0] for v in vectors], len(texts),
                             what="embed", invalid=invalid)
+
+
+def fingerprint_of(stage: Any, explicit: str | None = None, *, what: str = "reranker") -> str:
+    """What produced an output, for a job's manifest or a cache key: ``explicit`` when given,
+    else the stage's own ``fingerprint()`` (:class:`Fingerprinted`).
+
+    Raises
+    ------
+    KolmTypeError
+        The stage declares no fingerprint and none is given (nothing is guessed from its
+        class or attributes), or a fingerprint is not a non-empty string.
+    """
+    from kolm_search.errors import KolmTypeError
+
+    if explicit is not None:
+        if not isinstance(explicit, str) or not explicit.strip():
+            raise KolmTypeError(f"fingerprint must be a non-empty string naming the {what} and its version, "
+                                f"got {explicit!r}")
+        return explicit
+    if not implements(stage, Fingerprinted):
+        raise KolmTypeError(f"the {what} {type(stage).__name__} declares no fingerprint() (the Fingerprinted "
+                            f"capability of kolm_search.ports), so what produced this output cannot be recorded: "
+                            f"pass fingerprint='...' naming the model, its version and parameters")
+    found = stage.fingerprint()
+    if not isinstance(found, str) or not found.strip():
+        raise KolmTypeError(f"{type(stage).__name__}.fingerprint() must return a non-empty string, got {found!r}")
+    return found

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import csv
 import gzip
+import os
 import re
+import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,7 +146,8 @@ def _no_duplicates(frame: pd.DataFrame, path: Path, what: str) -> None:
 
 
 def read_run(path: str | Path) -> pd.DataFrame:
-    """Read a TREC run file (or parquet) into ``qid, doc_id, rank, score``.
+    """Read a TREC run file, a parquet file, or the folder of a resumable job (its parts, each
+    checked against its recorded digest; :mod:`kolm_search.io.parts`) into ``qid, doc_id, rank, score``.
 
     Returns
     -------
@@ -158,12 +161,15 @@ def read_run(path: str | Path) -> pd.DataFrame:
         non-integer rank, undecodable bytes or a corrupt ``.gz``; naming the document and
         query when a document is repeated for one query.
     KolmValueError
-        The file does not exist.
+        The file does not exist; a job folder is not finished or holds a damaged part.
     """
-    p = _existing(path, "run")
-    if _is_parquet(p):
+    from kolm_search.io.parts import PartsFolder, is_parts_folder
+
+    folder = is_parts_folder(path)
+    p = Path(path) if folder else _existing(path, "run")
+    if folder or _is_parquet(p):
         what = f"run {str(p)!r}"
-        frame = _read_parquet(p, "run")
+        frame = PartsFolder.open_existing(p).read() if folder else _read_parquet(p, "run")
         frame = as_run(frame, what=what)
         _check_parquet_columns(frame, what, ("score", "rank"))
         frame["score"] = numeric_column(frame, "score", what, finite=True)
@@ -227,7 +233,11 @@ def _read_parquet(path: Path, what: str) -> pd.DataFrame:
 
 
 def write_run(run: Any, path: str | Path, tag: str = "kolm_search") -> None:
-    """Write ``qid, doc_id, score[, rank]`` as a TREC run (or parquet by extension)."""
+    """Write ``qid, doc_id, score[, rank]`` as a TREC run (or parquet by extension), all or
+    nothing (a temporary file renamed into place). ``run`` may be a frame or anything
+    :func:`read_run` reads (a resumable job's folder: ``write_run("job/", "run.trec")``)."""
+    if isinstance(run, (str, os.PathLike)):
+        run = read_run(run)
     df = as_run(run)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -242,9 +252,14 @@ def write_run(run: Any, path: str | Path, tag: str = "kolm_search") -> None:
     else:
         rank = df.groupby("qid", sort=False, observed=True).cumcount().to_numpy(np.int64) + 1
     qids, docs = _text_ids(df, "run")  # checked before the file is opened: no half-written file
-    with _open(p, "w") as fh:
-        for q, d, r, s in zip(qids, docs, rank.tolist(), score.tolist(), strict=True):
-            fh.write(f"{q} Q0 {d} {r} {s!r} {tag}\n")
+    tmp = p.with_name(f".{p.stem}.tmp-{uuid.uuid4().hex[:12]}{p.suffix}")
+    try:
+        with _open(tmp, "w") as fh:
+            for q, d, r, s in zip(qids, docs, rank.tolist(), score.tolist(), strict=True):
+                fh.write(f"{q} Q0 {d} {r} {s!r} {tag}\n")
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _is_header(fields: list[str]) -> bool:
