@@ -111,7 +111,7 @@ class RerankJob:
 
     def fingerprint(self, reranker: str) -> dict[str, str]:
         """What the output depends on: the run, the query texts, the corpus documents the run
-        re-ranks, the reranker's fingerprint, ``top_k`` and the chunking."""
+        names, the reranker's fingerprint, ``top_k`` and the chunking."""
         run = hashlib.sha256()
         for column in ("qid", "doc_id"):
             run.update(f"{column}:{self.frame[column].dtype}".encode())
@@ -121,10 +121,8 @@ class RerankJob:
             run.update(np.ascontiguousarray(self.frame["rank"].to_numpy(np.int64)).tobytes())
         texts = hashlib.sha256()
         _strings_digest(texts, [v for q in self.qids for v in (q, self.texts[str(q)])])
-        position = np.arange(len(self.frame)) - np.repeat(self.bounds[:-1], np.diff(self.bounds))
-        head = np.unique(self.codes[(position < self.top_k) & (self.codes >= 0)])
-        docs = hashlib.sha256()
-        rows = self.table.frame.iloc[head].itertuples(index=False, name=None)
+        docs = hashlib.sha256()  # every document the run names (so the digest does not move with top_k)
+        rows = self.table.frame.iloc[np.unique(self.codes[self.codes >= 0])].itertuples(index=False, name=None)
         docs.update(json.dumps(list(rows), sort_keys=True, ensure_ascii=False, default=repr).encode("utf-8", "surrogatepass"))
         return {"job": JOB_VERSION, "run": "sha256:" + run.hexdigest(), "queries": "sha256:" + texts.hexdigest(),
                 "corpus": "sha256:" + docs.hexdigest(), "reranker": reranker, "top_k": str(self.top_k),

@@ -107,11 +107,12 @@ class LLMPointwiseReranker(PointwiseReranker):
         self.mode = one_of("mode", mode, ("grade", "yes_no"))
         try:
             low, high = scale
+            ordered = real("scale[0]", low) < real("scale[1]", high)
         except (TypeError, ValueError):
-            low = high = None
-        if low is None or not real("scale[0]", low) < real("scale[1]", high):
+            ordered = False
+        if not ordered:
             raise KolmValueError(f"scale must be (lowest, highest) grades with lowest < highest, got {scale!r}")
-        self.scale = (low, high)
+        self.scale: tuple[float, float] = (low, high)
         fields = ("query", "document", "low", "high") if mode == "grade" else ("query", "document")
         default = POINTWISE_GRADE if mode == "grade" else POINTWISE_YES_NO
         self.prompt = (prompt or default).check(fields, "LLMPointwiseReranker prompt")

@@ -69,7 +69,7 @@ def padded_feed(encodings: list[object], inputs: set[str]) -> dict[str, npt.NDAr
     return feed
 
 
-def onnx_session(model_path: str | Path, n_threads: int | None) -> object:
+def onnx_session(model_path: str | Path, n_threads: int | None) -> Any:
     """An ONNX Runtime CPU session on every usable core (or ``n_threads``), sequential execution."""
     from kolm_search._kernels import resolve_threads
 

@@ -61,7 +61,7 @@ class CrossEncoderReranker(PointwiseReranker):
             weights = folder_digest(self._path) if self._path is not None and self._path.is_dir() \
                 else torch_digest(self.model.model)
             self._fingerprint = describe("CrossEncoderReranker", weights=weights,
-                                         max_length=self.model.max_length,
+                                         max_length=self.model.max_seq_length,
                                          activation=type(self.model.activation_fn).__name__)
         return self._fingerprint
 

@@ -170,15 +170,22 @@ class PartsFolder:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Held by the process running the job: a second one on the same folder fails at once."""
+        """Held by the process running the job: a second one on the same folder fails at once.
+        Taking it removes the temporary files of writers killed before (none can be alive)."""
         from filelock import FileLock, Timeout
 
         lock = FileLock(str(self.path / ".lock"), timeout=0)
         try:
-            with lock:
-                yield
+            lock.acquire()
         except Timeout:
             raise KolmValueError(f"job output {str(self.path)!r} is in use by another running job") from None
+        try:
+            for p in self.path.iterdir():
+                if _TMP.fullmatch(p.name):
+                    p.unlink(missing_ok=True)
+            yield
+        finally:
+            lock.release()
 
     def part_path(self, i: int) -> Path:
         return self.path / f"part-{i:05d}.parquet"

@@ -237,7 +237,7 @@ def write_run(run: Any, path: str | Path, tag: str = "kolm_search") -> None:
     nothing (a temporary file renamed into place). ``run`` may be a frame or anything
     :func:`read_run` reads (a resumable job's folder: ``write_run("job/", "run.trec")``)."""
     if isinstance(run, (str, os.PathLike)):
-        run = read_run(run)
+        run = read_run(os.fspath(run))
     df = as_run(run)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
