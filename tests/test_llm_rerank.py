@@ -121,7 +121,7 @@ def test_listwise_sliding_window_from_the_bottom(chat: tuple[ChatModel, OpenAICo
     reranker = LLMListwiseReranker(client)
     out = job(reranker)
     assert reranker.counts["windows"] == len(model.prompts) == 3 * 2  # 30 documents: [10, 30) then [0, 20)
-    first = model.prompts[0]
+    first = next(p for p in model.prompts if f"Query: {QTEXT['q1']}\n" in p)  # queries run concurrently
     incoming = list(RUN[RUN.qid == "q1"].doc_id)
     assert f"[1] {TEXT[incoming[10]]}" in first and f"[20] {TEXT[incoming[29]]}" in first  # the bottom window first
     for qid, block in out.groupby("qid", sort=False):
@@ -176,6 +176,10 @@ def test_usable_in_search_batch(chat: tuple[ChatModel, OpenAICompatibleClient]) 
         got = list(block.doc_id)
         assert got[0] == max(got, key=lambda d: (relevance(QTEXT[qid], TEXT[d]), [-ord(c) for c in TEXT[d]]))
     assert len(model.prompts) == 3
+    import pickle  # shipped to Dask workers after use: the connection pools and SSL context stay behind
+
+    again = pickle.loads(pickle.dumps(pipeline.modules.reranker))
+    assert again.fingerprint() == pipeline.modules.reranker.fingerprint()
 
 
 def test_prompts_are_replaceable_and_checked(chat: tuple[ChatModel, OpenAICompatibleClient]) -> None:

@@ -145,6 +145,7 @@ class OpenAICompatibleClient:
         self.extra_headers = {_header_value("extra_headers key", k): _header_value(f"extra_headers[{k!r}]", v)
                               for k, v in (extra_headers or {}).items()}
         self._ssl_context: Any = None
+        self._pools: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # loop -> [AsyncClient, requests in flight]
 
     def __repr__(self) -> str:
         key = "None" if self.api_key is None else "'***'"
@@ -199,30 +200,57 @@ class OpenAICompatibleClient:
         headers = {"Content-Type": "application/json", "Accept": "application/json", **self.extra_headers}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        auth = None if self.api_key else self._auth  # the api key wins over user:password in base_url
+        loop = asyncio.get_running_loop()
+        entry = await self._acquire(httpx, loop)
+        try:
+            return await self._complete(httpx, entry[0], body, headers)
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:  # the last request in flight on this loop closes the pool
+                if self._pools.get(loop) is entry:
+                    del self._pools[loop]
+                await entry[0].aclose()
+
+    async def _acquire(self, httpx: Any, loop: asyncio.AbstractEventLoop) -> list[Any]:
+        """``[httpx.AsyncClient, requests using it]`` for ``loop``: concurrent requests share one
+        connection pool (keep-alive); it is closed when the last of them ends."""
         if self._ssl_context is None:  # built once, off the loop: loading the CA bundle takes ~0.1 s
             self._ssl_context = await off_loop(httpx.create_ssl_context)
-        async with httpx.AsyncClient(follow_redirects=False, auth=auth, timeout=self.timeout,
-                                     verify=self._ssl_context) as http:
-            for attempt in range(self.retry.max_retries + 1):
-                try:
-                    async with asyncio.timeout(self.timeout):
-                        reply = await self._attempt(httpx, http, body, headers)
-                except TimeoutError:
-                    shown = self._clean(self.url)
-                    reply = _Reply(-1, shown, broken=f"timed out: no complete reply from {shown} within {self.timeout:g}s",
-                                   timed_out=True)
-                status = reply.status
-                if status == 200:
-                    return self._choice(reply.body, reply.shown)
-                last = reply.broken or f"HTTP {status} from {reply.shown}: {reply.body[:200].decode('utf-8', 'replace')}"
-                if not (status == -1 or self.retry.retryable(status)) or attempt == self.retry.max_retries:
-                    break
-                wait = self.retry.wait(attempt, reply.retry_after)
-                if wait is None:
-                    raise self._error(f"{last}; the server asks to retry after {reply.retry_after:g}s, more "
-                                      f"than max_retry_after={self.retry.max_retry_after:g}s: not waiting")
-                await asyncio.sleep(wait)
+        entry = self._pools.get(loop)
+        if entry is None:
+            auth = None if self.api_key else self._auth  # the api key wins over user:password in base_url
+            http = httpx.AsyncClient(follow_redirects=False, auth=auth, timeout=self.timeout, verify=self._ssl_context,
+                                     limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+            entry = self._pools[loop] = [http, 0]
+        entry[1] += 1
+        return entry
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_ssl_context"], state["_pools"] = None, {}  # neither pickles; both are made again on use
+        return state
+
+    async def _complete(self, httpx: Any, http: Any, body: bytes, headers: dict[str, str]) -> ChatReply:
+        """The attempts of one request on ``http`` (retries, deadlines, errors: the module docstring)."""
+        for attempt in range(self.retry.max_retries + 1):
+            try:
+                async with asyncio.timeout(self.timeout):
+                    reply = await self._attempt(httpx, http, body, headers)
+            except TimeoutError:
+                shown = self._clean(self.url)
+                reply = _Reply(-1, shown, broken=f"timed out: no complete reply from {shown} within {self.timeout:g}s",
+                               timed_out=True)
+            status = reply.status
+            if status == 200:
+                return self._choice(reply.body, reply.shown)
+            last = reply.broken or f"HTTP {status} from {reply.shown}: {reply.body[:200].decode('utf-8', 'replace')}"
+            if not (status == -1 or self.retry.retryable(status)) or attempt == self.retry.max_retries:
+                break
+            wait = self.retry.wait(attempt, reply.retry_after)
+            if wait is None:
+                raise self._error(f"{last}; the server asks to retry after {reply.retry_after:g}s, more "
+                                  f"than max_retry_after={self.retry.max_retry_after:g}s: not waiting")
+            await asyncio.sleep(wait)
         raise self._error(f"chat completion failed after {attempt + 1} attempt(s): {last}", timed_out=reply.timed_out)
 
     #: The coroutine :meth:`chat` under the explicit name (see "Sync and async twins" in the README).
