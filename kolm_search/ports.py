@@ -192,29 +192,22 @@ class BatchReranker(Protocol):
 
 @runtime_checkable
 class Fingerprinted(Protocol):
-    """A stage that says what determines its output (beyond the spec).
-
-    ``fingerprint()`` returns a string that changes whenever the output could: the model
-    (name or path, and a digest of its weights where that is cheap), every parameter that
-    matters, and the fingerprints of the stages it holds (an ``MMRReranker``'s embedder). Equal
-    fingerprints promise equal outputs for equal inputs. Resumable jobs record it (a job folder
-    of another model is refused) and the score cache keys on it. Settings that change only
-    speed (batch sizes, threads, concurrency) stay out.
-    """
+    """A stage that says what determines its output (beyond the spec): ``fingerprint()`` is a
+    string that changes whenever the output could (the model: name or path and a digest of its
+    weights where cheap; every parameter that matters; the fingerprints of stages it holds), not
+    with settings of speed only (batch sizes, threads). Equal fingerprints promise equal outputs
+    for equal inputs; resumable jobs record it and the score cache keys on it."""
 
     def fingerprint(self) -> str: ...
 
 
 @runtime_checkable
 class ScoresPairs(Protocol):
-    """A pointwise reranker: a score per (query, document), each pair on its own (beyond the spec).
-
-    ``score_pairs(pairs)`` takes ``(query text, document)`` pairs (the query is the request's
-    ``query``) and returns float32 scores, shape ``(len(pairs),)``, higher is better. Its
-    ``rerank`` orders each query's documents by these scores, descending, ties in their input
+    """A pointwise reranker (beyond the spec): ``score_pairs(pairs)`` scores ``(query text,
+    document)`` pairs on their own, float32 ``(len(pairs),)``, higher is better, NaN where it
+    could not. Its ``rerank`` orders each query's documents by them, descending, ties in input
     order (:func:`kolm_search.adapters.scoring.rerank_pointwise`), so a score cache can stand
-    between a job and the model (:class:`~kolm_search.adapters.CachedReranker`).
-    """
+    between a job and the model (:class:`~kolm_search.adapters.CachedReranker`)."""
 
     def rerank(
         self, docs: list[SearchDocument], context: SearchPipelineContext
@@ -225,16 +218,12 @@ class ScoresPairs(Protocol):
 
 @runtime_checkable
 class RanksWindows(Protocol):
-    """A listwise reranker that orders windows of candidates (RankGPT's sliding window).
-
-    ``rank_window(query, docs)`` returns the window's new order as positions into ``docs``
-    (a permutation of ``range(len(docs))``), or ``None`` when it could not rank it (the window
-    then keeps its order). Its ``rerank`` slides a window of ``window`` documents from the
-    bottom of the list to the top in steps of ``step``
-    (:func:`kolm_search.adapters.listwise.rerank_windows`), at most ``max_concurrency``
-    windows (of different queries) at once, so a score cache can stand between the passes and
-    the model, keyed by the window's content.
-    """
+    """A listwise reranker ordering windows of candidates (RankGPT's sliding window):
+    ``rank_window(query, docs)`` gives the window's new order (a permutation of positions), or
+    ``None`` when it could not (the window keeps its order). Its ``rerank`` slides ``window``
+    documents from the bottom of the list to the top in steps of ``step``, at most
+    ``max_concurrency`` windows at once (:func:`kolm_search.adapters.listwise.rerank_windows`),
+    so a score cache can stand between the passes and the model, keyed by window content."""
 
     window: int
     step: int

@@ -196,3 +196,23 @@ def test_progress_on_stderr_and_silenced(tmp_path: Path, capsys: pytest.CaptureF
                output=tmp_path / "job")
     err = capsys.readouterr().err  # tqdm's line: "rerank:  45%|...| 18/40 [00:00<00:00, 82.8q/s]"
     assert re.search(rf"rerank: +\d+%.*\d+/{N_QUERIES} \[\d\d:\d\d<\d\d:\d\d, +[\d.]+q/s\]", err), err
+
+
+def test_embedding_shows_progress_from_the_first_batch(onnx_minilm: Any, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A corpus being embedded shows texts per second and the time left after its first batch
+    (not only from 5,000 texts on); a job's progress=False silences the embedder it calls."""
+    from kolm_search import _progress
+    from kolm_search._progress import progress_scope
+
+    monkeypatch.setattr(_progress, "DELAY", 0.0)
+    texts = [f"supersonic flow number {i} over a wedge" for i in range(40)]
+    onnx_minilm.embed_many(texts)
+    err = capsys.readouterr().err
+    assert re.search(r"embed: +\d+%.*\d+/40 \[\d\d:\d\d<\d\d:\d\d, +[\d.]+text/s\]", err), err
+    with progress_scope(False):
+        onnx_minilm.embed_many(texts)
+    assert capsys.readouterr().err == ""
+    run, corpus, queries = inputs()
+    rerank_run(run, corpus, MMRReranker(onnx_minilm), top_k=TOP_K, batch_size=BATCH, queries=queries, progress=False)
+    assert capsys.readouterr().err == ""

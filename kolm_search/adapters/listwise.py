@@ -30,6 +30,7 @@ import numpy as np
 from kolm_search._bridge import off_loop
 from kolm_search._logging import log
 from kolm_search._params import positive_int
+from kolm_search._progress import progress_bar
 from kolm_search.adapters._fingerprint import describe, text_digest
 from kolm_search.adapters.llm import OpenAICompatibleClient
 from kolm_search.adapters.prompts import LISTWISE, PromptTemplate
@@ -117,12 +118,15 @@ async def rerank_windows(ranker: Any, items: Items, cache: ScoreCache | None = N
         for start, end in window_bounds(len(current), window, step):
             win = current[start:end]
             order = await ranked(context.request.query, win)
+            bar.update(1)
             if order is not None:
                 current[start:end] = [win[i] for i in order]
         n = len(current)
         return [replace(d, score=float(n - i)) for i, d in enumerate(current)]
 
-    return list(await asyncio.gather(*(one(d, c) for d, c in items)))
+    total = sum(len(window_bounds(len(d), window, step)) for d, _ in items)
+    with progress_bar(total, "listwise", "window") as bar:
+        return list(await asyncio.gather(*(one(d, c) for d, c in items)))
 
 
 class LLMListwiseReranker:

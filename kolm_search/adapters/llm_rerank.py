@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from kolm_search._logging import log
 from kolm_search._params import one_of, positive_int, real
+from kolm_search._progress import progress_bar
 from kolm_search.adapters._fingerprint import describe, text_digest
 from kolm_search.adapters.llm import ChatReply, OpenAICompatibleClient
 from kolm_search.adapters.prompts import POINTWISE_GRADE, POINTWISE_YES_NO, PromptTemplate
@@ -178,9 +179,12 @@ class LLMPointwiseReranker(PointwiseReranker):
                         self.counts["timed_out"] += 1
                     self._report("failed", f"a pair is ranked unscored: {exc}")
                     return math.nan
+                finally:
+                    bar.update(1)
             return self._score(reply)
 
-        return np.asarray(await asyncio.gather(*(one(q, d) for q, d in pairs)), dtype=np.float32)
+        with progress_bar(len(pairs), "llm pointwise", "pair") as bar:
+            return np.asarray(await asyncio.gather(*(one(q, d) for q, d in pairs)), dtype=np.float32)
 
     def __repr__(self) -> str:
         return f"LLMPointwiseReranker({self.client.model!r}, mode={self.mode!r})"
