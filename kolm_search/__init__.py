@@ -27,7 +27,14 @@ from kolm_search.errors import (
     SchemaValidationError,
     SearchError,
 )
-from kolm_search.evaluation import Experiment, compare, cross_validate, evaluate, optimize_fusion
+from kolm_search.evaluation import (
+    Experiment,
+    compare,
+    cross_validate,
+    evaluate,
+    leave_one_collection_out,
+    optimize_fusion,
+)
 from kolm_search.evaluation.optimize import fit_fusion
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import FittedFusion, fuse, merge_with_rrf, rrf_score
@@ -53,6 +60,7 @@ from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
 from kolm_search.text import Tokenizer
+from kolm_search.tokenizers import register_tokenizer
 from kolm_search.types import (
     QueryPlan,
     SearchDocument,
@@ -120,12 +128,14 @@ __all__ = [
     "evaluate",
     "fit_fusion",
     "fuse",
+    "leave_one_collection_out",
     "load_dataset",
     "merge_with_rrf",
     "optimize_fusion",
     "presets",
     "read_qrels",
     "read_run",
+    "register_tokenizer",
     "rrf_score",
     "write_qrels",
     "write_run",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -243,8 +243,8 @@ class DocumentTable:
         return compile_filter(tree, self.field_column, len(self))
 
     # -- persistence (parquet, no pickle) ----------------------------------------------
-    def save(self, path: str | Path) -> None:
-        """Write to a parquet file (tags and metadata as JSON text)."""
+    def save(self, path: str | Path | BinaryIO) -> None:
+        """Write to a parquet file, or a binary file object (tags and metadata as JSON text)."""
         df = self.frame.copy()
         df["tags"] = df["tags"].map(lambda v: None if v is None else json.dumps(list(v), default=_json_value))
         df["metadata"] = df["metadata"].map(lambda v: None if v is None else json.dumps(v, default=_json_value))

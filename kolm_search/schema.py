@@ -2,29 +2,43 @@
 
 A schema is one of:
 
-- a pydantic model class (anything with ``model_validate``),
-- a pydantic ``TypeAdapter`` (anything with ``validate_python``),
+- a pydantic model class, or anything that is a :class:`ModelSchema` (``model_validate``),
+- a pydantic ``TypeAdapter``, or anything that is an :class:`AdapterSchema` (``validate_python``),
 - a callable ``f(value) -> list[SchemaIssue]``, empty when valid.
 
-pydantic is duck-typed, never imported here.
+pydantic is never imported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
+from kolm_search._extras import peer_isinstance
 from kolm_search.errors import KolmTypeError, SchemaIssue, SchemaValidationError
 
-__all__ = ["validate_each", "validate_with_schema"]
+__all__ = ["AdapterSchema", "ModelSchema", "validate_each", "validate_with_schema"]
+
+
+@runtime_checkable
+class ModelSchema(Protocol):
+    """A schema that validates by ``model_validate(value)`` (a pydantic model class)."""
+
+    def model_validate(self, obj: Any) -> Any: ...
+
+
+@runtime_checkable
+class AdapterSchema(Protocol):
+    """A schema that validates by ``validate_python(value)`` (a pydantic ``TypeAdapter``)."""
+
+    def validate_python(self, obj: Any) -> Any: ...
 
 
 def _pydantic_issues(exc: Exception) -> list[SchemaIssue] | None:
-    errors = getattr(exc, "errors", None)
-    if not callable(errors):
+    if not peer_isinstance(exc, "pydantic", "ValidationError"):
         return None
     try:
-        items = errors()
+        items = exc.errors()  # type: ignore[attr-defined]
     except Exception:
         return None
     return [SchemaIssue(message=str(e.get("msg", e)), path=tuple(e.get("loc", ()))) for e in items]
@@ -42,7 +56,8 @@ def validate_with_schema(schema: Any, value: dict[str, Any], target: Literal["in
     """
     if schema is None:
         return
-    validator = getattr(schema, "model_validate", None) or getattr(schema, "validate_python", None)
+    validator = schema.model_validate if isinstance(schema, ModelSchema) else \
+        schema.validate_python if isinstance(schema, AdapterSchema) else None
     if validator is not None:
         try:
             validator(value)

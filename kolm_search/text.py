@@ -6,6 +6,9 @@ Lucene's English stop set, Snowball English stemming via PyStemmer. ``language=`
 stopwords and stemmer together to any Snowball language (:mod:`kolm_search.languages`); runs
 of Chinese, Japanese or Korean characters always become character bigrams. Everything is
 configurable and the configuration round-trips through JSON (for saved indexes).
+
+A saved index must be able to rebuild its tokenizer: :mod:`kolm_search.tokenizers` says which
+tokenizers can be saved (a plain :class:`Tokenizer`, or a registered class).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
-from kolm_search.errors import KolmValueError
+from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.languages import (
     ENGLISH_STOPWORDS,
     cjk_tokens,
@@ -30,6 +33,15 @@ from kolm_search.languages import (
 __all__ = ["ENGLISH_STOPWORDS", "Tokenizer"]
 
 _DEFAULT_PATTERN = r"(?u)\b\w\w+\b"
+# Lowercasing as Lucene's LowerCaseFilter (Unicode's simple case mapping, one code point to
+# one): Python's full mapping turns U+0130 (İ) into "i" + U+0307, a combining mark that split
+# "İstanbul" into "i" and "stanbul". U+0130 is the only character whose full lowercase form
+# adds a mark (tests/test_languages.py enumerates them all).
+_SIMPLE_LOWER = str.maketrans({"\u0130": "i"})
+
+
+def _lower(text: str) -> str:
+    return text.translate(_SIMPLE_LOWER).lower() if "\u0130" in text else text.lower()
 
 
 @cache
@@ -64,13 +76,18 @@ class Tokenizer:
     ----------
     lowercase : bool, default True
     pattern : str, default ``(?u)\\b\\w\\w+\\b``
-        Regular expression whose matches are the tokens (outside runs of CJK characters,
-        which become overlapping character bigrams, as Lucene's ``CJKAnalyzer`` makes them).
-        The default counts combining marks as word characters (Hindi's vowel signs and
-        viramas, Hebrew points ...), which Python's ``\\w`` does not.
+        Regular expression whose whole matches are the tokens (outside runs of CJK characters,
+        which become overlapping character bigrams, as Lucene's ``CJKAnalyzer`` makes them);
+        empty matches are dropped. A pattern with capturing groups is refused (``findall``
+        would return the groups): write groups as ``(?:...)``. The default counts combining
+        marks as word characters (Hindi's vowel signs and viramas, Hebrew points ...), which
+        Python's ``\\w`` does not.
     stopwords : "auto", a language, None, or a collection of str
-        Tokens removed before stemming. ``"auto"``: the list of ``language``; a language name
-        or code (``"english"``, ``"fr"``): that language's list; ``None``: none.
+        Words removed before stemming. ``"auto"``: the list of ``language``; a language name
+        or code (``"english"``, ``"fr"``): that language's list; ``None``: none. Each entry is
+        analysed as documents are (width folding, lowercasing, the pattern): an entry that
+        becomes one word removes that word; one that becomes several (French ``celle-ci``,
+        Indonesian ``seolah-olah``) removes those words where they follow each other.
     stemmer : "auto", a language, or None
         A Snowball language for PyStemmer; ``"auto"``: ``language``'s stemmer (none for CJK);
         ``None`` disables stemming.
@@ -92,7 +109,10 @@ class Tokenizer:
     stemmer: str | None = "auto"
     language: str = "english"
     _regex: Any = field(default=None, init=False, repr=False, compare=False)
+    _entries: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
     _stop: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
+    _phrases: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict, init=False, repr=False,
+                                                              compare=False)
     _stem: Any = field(default=None, init=False, repr=False, compare=False)
     _stem_name: str | None = field(default=None, init=False, repr=False, compare=False)
     _stem_cache: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -101,19 +121,27 @@ class Tokenizer:
         self.language = normalize_language(self.language)
         try:
             self._regex = re.compile(self.pattern)
-        except re.error as exc:
+        except (re.error, TypeError) as exc:
             raise KolmValueError(f"Tokenizer pattern {self.pattern!r} is not a valid regex: {exc}") from exc
+        if self._regex.groups:
+            raise KolmValueError(f"Tokenizer pattern {self.pattern!r} has {self._regex.groups} capturing group(s): "
+                                 "its tokens would be the groups' tuples, not the whole matches; "
+                                 "write groups as (?:...)")
         if self.stopwords is None:
-            self._stop = frozenset()
+            self._entries = frozenset()
         elif isinstance(self.stopwords, str):
             name = self.language if self.stopwords == "auto" else self.stopwords
             try:
-                self._stop = stopwords_for(name)
+                self._entries = stopwords_for(name)
             except KolmValueError as exc:
                 raise KolmValueError(f"unknown stopword list {self.stopwords!r}: {exc}; "
                                      "use 'auto', a language, None or a list of words") from exc
         else:
-            self._stop = frozenset(fold_width(w).lower() if self.lowercase else fold_width(w) for w in self.stopwords)
+            if not all(isinstance(w, str) for w in self.stopwords):
+                raise KolmTypeError("Tokenizer stopwords must be str, got "
+                                    f"{next(type(w).__name__ for w in self.stopwords if not isinstance(w, str))}")
+            self._entries = frozenset(_lower(fold_width(w)) if self.lowercase else fold_width(w) for w in self.stopwords)
+        self._analyse_stopwords()
         stemmer = self.stemmer
         if stemmer == "auto":
             stemmer = None if self.language == "cjk" else self.language
@@ -128,9 +156,40 @@ class Tokenizer:
                     f"unknown stemmer language {stemmer!r}; choose from {Stemmer.algorithms()}"
                 ) from exc
 
+    def _analyse_stopwords(self) -> None:
+        """Stopword entries as documents are analysed: single words and phrases of words."""
+        single: set[str] = set()
+        phrases: dict[str, set[tuple[str, ...]]] = {}
+        for entry in self._entries:
+            ws = self.words(entry)
+            if len(ws) == 1:
+                single.add(ws[0])
+            elif ws:
+                phrases.setdefault(ws[0], set()).add(tuple(ws))
+        self._stop = frozenset(single)
+        self._phrases = {w: tuple(sorted(ps, key=lambda p: (-len(p), p))) for w, ps in phrases.items()}
+
+    def drop_phrases(self, words: list[str]) -> list[str]:
+        """``words`` without the stopword entries of several words where they follow each other
+        (longest first); ``words`` itself when there are none."""
+        phrases = self._phrases
+        if not phrases or phrases.keys().isdisjoint(words):
+            return words
+        out: list[str] = []
+        i, n = 0, len(words)
+        while i < n:
+            for p in phrases.get(words[i], ()):
+                if tuple(words[i:i + len(p)]) == p:
+                    i += len(p)
+                    break
+            else:
+                out.append(words[i])
+                i += 1
+        return out
+
     def __call__(self, text: str) -> list[str]:
         """Tokens of one text, in order (repeats kept)."""
-        tokens = self.words(text)
+        tokens = self.drop_phrases(self.words(text))
         if self._stop:
             stop = self._stop
             tokens = [t for t in tokens if t not in stop]
@@ -141,28 +200,34 @@ class Tokenizer:
         if missing:
             for word, stem in zip(missing, self._stem.stemWords(missing), strict=True):
                 cache[word] = stem
-        return [cache[t] for t in tokens]
+        out = [cache[t] for t in tokens]
+        return [t for t in out if t] if "" in out else out  # a stem of nothing is no token
 
     def words(self, text: str) -> list[str]:
         """The words of one text before stopwords and stemming (lowercased, CJK bigrams).
 
-        ``tokenizer(text)`` equals ``[tokenizer.term(w) for w in tokenizer.words(text)]``
-        without the ``None``s: each word becomes its token alone, so a corpus can map each
-        distinct word once (:meth:`kolm_search.retrievers.postings.Postings.from_texts`).
+        ``tokenizer(text)`` equals ``[tokenizer.term(w) for w in tokenizer.drop_phrases(
+        tokenizer.words(text))]`` without the ``None``s: each word becomes its token alone, so a
+        corpus can map each distinct word once
+        (:meth:`kolm_search.retrievers.postings.Postings.from_texts`).
         """
         if not isinstance(text, str):
             raise KolmValueError(f"Tokenizer expects str, got {type(text).__name__}")
         regex = self._regex
         if text.isascii():  # no width folding, combining mark or CJK run possible
-            return regex.findall(text.lower() if self.lowercase else text)
-        text = fold_width(text)
-        if self.pattern == _DEFAULT_PATTERN:
-            marked, mark = _marked_words()
-            if mark.search(text):
-                regex = marked
-        if has_cjk(text):
-            return cjk_tokens(text.lower() if self.lowercase else text, regex.findall)
-        return regex.findall(text.lower() if self.lowercase else text)
+            words = regex.findall(text.lower() if self.lowercase else text)
+        else:
+            text = fold_width(text)
+            if self.lowercase:  # before looking for marks: lowercasing may change them
+                text = _lower(text)
+            if self.pattern == _DEFAULT_PATTERN:
+                marked, mark = _marked_words()
+                if mark.search(text):
+                    regex = marked
+            words = cjk_tokens(text, regex.findall) if has_cjk(text) else regex.findall(text)
+        if self.pattern != _DEFAULT_PATTERN and "" in words:  # r"\w*" matches nothing between words
+            words = [w for w in words if w]
+        return words
 
     def term(self, word: str) -> str | None:
         """The token of one word of :meth:`words`: ``None`` for a stopword, else its stem."""
@@ -173,7 +238,7 @@ class Tokenizer:
         stem = self._stem_cache.get(word)
         if stem is None:
             stem = self._stem_cache[word] = self._stem.stemWord(word)
-        return stem
+        return stem or None
 
     def many(self, texts: Iterable[str]) -> list[list[str]]:
         """Tokens of many texts."""
@@ -186,8 +251,8 @@ class Tokenizer:
         so a saved index tokenises queries as it did when built, whatever version of
         ``stopwordsiso`` is installed later.
         """
-        stop: Any = sorted(self._stop) if self._stop != ENGLISH_STOPWORDS else "english"
-        if not self._stop:
+        stop: Any = sorted(self._entries) if self._entries != ENGLISH_STOPWORDS else "english"
+        if not self._entries:
             stop = None
         return {"lowercase": self.lowercase, "pattern": self.pattern, "stopwords": stop, "stemmer": self._stem_name,
                 "language": self.language}

@@ -32,6 +32,7 @@ EXPECTED_ALL = [
     "SearchPipelineContext", "SearchPipelineModules", "SearchPipelineOptions", "SearchRequest",
     "SearchResponse", "SearchResponseMetadata", "Synthesizer", "Telemetry", "__version__",
     "merge_with_rrf", "rrf_score", "FittedFusion", "fit_fusion", "FeedbackRetriever", "cross_validate",
+    "register_tokenizer", "leave_one_collection_out",
 ]
 
 

@@ -16,6 +16,7 @@ from kolm_search import BM25Retriever, KolmValueError, SearchDocument, Tokenizer
 from kolm_search._kernels import load
 from kolm_search.frame import QueryBatch
 from tests.conftest import synthetic_corpus
+from tests.reliability.indexes import file_of, reseal
 
 PLAIN = Tokenizer(stopwords=None, stemmer=None)
 
@@ -120,14 +121,18 @@ def test_save_load_round_trip_and_errors(tmp_path: Path) -> None:
     qs = ["w1 w2 w0", "w7", "w3 w3 w9"]
     for a, b in zip(ret.score_texts(qs, 20), loaded.score_texts(qs, 20), strict=True):
         np.testing.assert_array_equal(a, b)
-    (tmp_path / "idx" / "t_w.npy").write_bytes(b"garbage")
-    with pytest.raises(KolmValueError, match="t_w.npy"):
+    file_of(tmp_path / "idx", "t_w").write_bytes(b"garbage")
+    with pytest.raises(KolmValueError, match=r"t_w\.[0-9a-f]{32}\.npy: holds 7 bytes, manifest.json records"):
+        BM25Retriever.load(tmp_path / "idx")
+    reseal(tmp_path / "idx")  # the manifest rewritten too: the file itself is refused
+    with pytest.raises(KolmValueError, match=r"t_w\.[0-9a-f]{32}\.npy: not a readable \.npy file"):
         BM25Retriever.load(tmp_path / "idx")
     with pytest.raises(KolmValueError, match="no manifest"):
         BM25Retriever.load(tmp_path / "nothing")
     ret.save(tmp_path / "idx2")
-    np.save(tmp_path / "idx2" / "t_docs.npy", np.zeros(3, np.int64))
-    with pytest.raises(KolmValueError, match=r"t_w\.npy: has \d+ entries, expected 3 .*t_docs\.npy"):
+    np.save(file_of(tmp_path / "idx2", "t_docs"), np.zeros(3, np.int64))
+    reseal(tmp_path / "idx2")
+    with pytest.raises(KolmValueError, match=r"t_w\.[0-9a-f]{32}\.npy: has \d+ entries, expected 3 .*t_docs"):
         BM25Retriever.load(tmp_path / "idx2")
 
 
@@ -164,7 +169,8 @@ def test_index_from_postings_equals_index_from_texts(tmp_path: Path) -> None:
     with pytest.raises(KolmValueError, match="postings cover 300 documents but the table has 10"):
         BM25Retriever(corpus_frame(texts[:10]), tokenizer=PLAIN, postings=post)
     direct.save(tmp_path / "idx")  # an index written with int64 postings still loads, as int32
-    np.save(tmp_path / "idx" / "t_docs.npy", direct.t_docs.astype(np.int64))
+    np.save(file_of(tmp_path / "idx", "t_docs"), direct.t_docs.astype(np.int64))
+    reseal(tmp_path / "idx")
     old = BM25Retriever.load(tmp_path / "idx")
     assert old.t_docs.dtype == np.int32
     for a, b in zip(direct.score_texts(texts[:5], 10), old.score_texts(texts[:5], 10), strict=True):

@@ -15,6 +15,7 @@ from kolm_search._kernels import load
 from kolm_search.frame import QueryBatch
 from kolm_search.retrievers.dense import exact_topk
 from tests.fakes import HashEmbedder
+from tests.reliability.indexes import file_of, reseal
 
 
 def brute(q: np.ndarray, d: np.ndarray, k: int, mask_ids=None, masks=None):
@@ -81,8 +82,9 @@ def test_retriever_cosine_vs_ip_and_persistence(tmp_path: Path) -> None:
     cos.save(tmp_path / "dense")
     loaded = DenseRetriever.load(tmp_path / "dense")
     np.testing.assert_array_equal(loaded.search_vectors(qv, 5)[0], want_cos)
-    np.save(tmp_path / "dense" / "embeddings.npy", np.zeros((3, 8), np.float32))
-    with pytest.raises(KolmValueError, match=r"embeddings\.npy: has shape \(3, 8\), expected \(50, 8\)"):
+    np.save(file_of(tmp_path / "dense", "embeddings"), np.zeros((3, 8), np.float32))
+    reseal(tmp_path / "dense")
+    with pytest.raises(KolmValueError, match=r"embeddings\.[0-9a-f]{32}\.npy: has shape \(3, 8\), expected \(50, 8\)"):
         DenseRetriever.load(tmp_path / "dense")
 
 

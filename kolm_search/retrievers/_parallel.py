@@ -81,15 +81,31 @@ def _row_error(row: int, exc: Exception) -> KolmValueError:
 
 
 def _token_list(tokens: Iterable[str], row: int) -> Sequence[str]:
-    """``tokens`` as a list or tuple, read once (a generator cannot be read twice)."""
+    """``tokens`` as a list or tuple, read once (a generator cannot be read twice); a str (whose
+    characters would become the tokens) or a non-iterable is a ``KolmTypeError``."""
     if isinstance(tokens, list | tuple):
         return tokens
+    if isinstance(tokens, str | bytes):
+        raise KolmTypeError(f"document row {row}: a tokenizer must return a list of str, got a "
+                            f"{type(tokens).__name__} ({tokens[:40]!r})")
     try:
         return list(tokens)
     except TypeError as exc:
         raise KolmTypeError(f"document row {row}: tokens must be an iterable of str ({exc})") from exc
     except Exception as exc:  # raised while a lazy tokenizer runs
         raise _row_error(row, exc) from exc
+
+
+def _bad_token(tokens: Sequence[Any], row: int) -> KolmError | None:
+    """The error for the first token of ``tokens`` that is not a non-empty str (None: all are)."""
+    for pos, t in enumerate(tokens):
+        if not isinstance(t, str):
+            return KolmTypeError(f"document row {row}: token {pos} is {t!r:.40} of type {type(t).__name__}; "
+                                 "a tokenizer must return a list of non-empty str")
+        if not t:
+            return KolmValueError(f"document row {row}: token {pos} is the empty string; "
+                                  "a tokenizer must return a list of non-empty str")
+    return None
 
 
 def _tokenize(tokenizer: Callable[[str], Iterable[str]], text: str, row: int) -> Sequence[str]:
@@ -116,9 +132,10 @@ def encode_texts(tokenizer: Callable[[str], Sequence[str]], texts: Iterable[str]
     ids: list[int] = []
     lens: list[int] = []
     get, words, term, setdefault = word_ids.__getitem__, tokenizer.words, tokenizer.term, vocab.setdefault
+    drop = tokenizer.drop_phrases
     try:
         for row, text in enumerate(texts, start):  # noqa: B007 (the row an error names)
-            ws = words(text)
+            ws = drop(words(text))
             n0 = len(ids)
             try:
                 ids += map(get, ws)
@@ -140,8 +157,10 @@ def encode_tokens(token_lists: Iterable[Sequence[str]], vocab: dict[str, int], s
     """Term ids of token lists, back to back, and their lengths (new terms enter ``vocab``).
 
     A token list that is not a list or tuple (a generator, say) is read once into a list:
-    its tokens are mapped twice when some are new. Something that is not an iterable of
-    hashable tokens raises ``KolmTypeError`` naming its document row (``start`` + position).
+    its tokens are mapped twice when some are new. Tokens must be non-empty str: anything else
+    (a str instead of a list, a tuple or number token, an empty string) raises
+    ``KolmTypeError``/``KolmValueError`` naming its document row (``start`` + position) and
+    token. Only tokens new to ``vocab`` are checked: every term in it passed the check.
     """
     ids: list[int] = []
     lens: list[int] = []
@@ -150,13 +169,13 @@ def encode_tokens(token_lists: Iterable[Sequence[str]], vocab: dict[str, int], s
         tokens = _token_list(given, row)
         n0 = len(ids)
         try:
-            try:
-                ids += map(get, tokens)
-            except KeyError:
-                del ids[n0:]
-                ids += [setdefault(t, len(vocab)) for t in tokens]
-        except TypeError as exc:  # an unhashable token
-            raise KolmTypeError(f"document row {row}: tokens must be an iterable of str ({exc})") from exc
+            ids += map(get, tokens)
+        except (KeyError, TypeError):  # new (or unhashable) tokens: check, then number them
+            del ids[n0:]
+            bad = _bad_token(tokens, row)
+            if bad is not None:
+                raise bad from None
+            ids += [setdefault(t, len(vocab)) for t in tokens]
         lens.append(len(ids) - n0)
     return ids, lens
 

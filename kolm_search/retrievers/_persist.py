@@ -1,180 +1,284 @@
-"""Index persistence without pickle: one ``.npy`` per array plus JSON files, each written
-atomically (temporary file, then rename) and read defensively.
+"""Saving indexes all or nothing: new files beside the old ones, then one atomic switch.
 
-Reading trusts no file: a missing or non-regular file, bytes that are not UTF-8 JSON, a
-``.npy`` header whose shape and dtype do not account for exactly the bytes on disk, or an
-array of the wrong kind or rank is a :class:`KolmValueError` naming the file, raised before
-numpy maps a byte of data. What the values mean is checked by :mod:`._validate`.
+Every persistable retriever describes what it writes as a :class:`Payload` (manifest keys,
+arrays, JSON values, document tables, children), built and checked in memory; then
+:func:`save_index` writes it. The folder holds::
+
+    manifest.json                      {"format", "version", "generation", "config", ...,
+                                        "files": {key: {"name", "bytes", "sha256"}},
+                                        "children": [{"format", ..., "files": {...}}, ...]}
+    <key>.<generation>.npy|json|parquet
+    .kolm-save.lock                    one save at a time (filelock)
+
+The steps of a save:
+
+1. everything that can fail without the disk fails first: the payload (configuration, the
+   tokenizer's round trip, arrays), its JSON encoded to bytes, the manifest's other keys;
+2. under the folder's lock, every file is written under a new random generation id (never
+   a name in use), flushed and fsync'd, then the folder;
+3. the manifest naming them (sizes and sha256) is written to a temporary file, fsync'd and
+   renamed over ``manifest.json`` (``os.replace``, atomic on POSIX): the switch; then the
+   folder is fsync'd;
+4. the files of earlier generations (and of interrupted saves) are removed; a process that
+   memory-mapped them keeps them until it unmaps (unlinking never shrinks a mapped file).
+
+Until the rename the folder's manifest is the old one, which names only old files, all
+still there; after it the new one, whose files are all complete. A kill at any step
+leaves the old index or the new one, never a mix, and never an index that cannot load; an
+error before the switch removes the new files and re-raises. Files the manifest does not
+name are never read (:mod:`._saved`). ``_step_hook`` (private, for tests) is called with a
+label at each step, so a test can kill or fail the save there.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
-import math
 import os
-import stat
-import threading
-from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO
 
+import filelock
 import numpy as np
 import numpy.lib.format as npy_format
 
 from kolm_search.doctable import DocumentTable
-from kolm_search.errors import KolmValueError
+from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
+from kolm_search.retrievers._saved import FILE_NAME, KEY, read_json
 
-__all__ = ["load_array", "load_table", "read_json", "read_manifest", "replacing", "save_arrays", "save_json",
-           "save_table", "write_manifest"]
+__all__ = ["Payload", "save_index"]
 
-Kind = Literal["int", "float"]
-_KINDS: dict[str, str] = {"int": "iu", "float": "f"}
+_step_hook: Callable[[str], None] | None = None  # tests: called at every step of a save
+_LOCK_NAME = ".kolm-save.lock"
+_LOCK_SECONDS = 600.0  # waiting for another save of the same folder
+_TMP = re.compile(r"\.manifest\.[0-9a-f]{32}\.tmp")
+# files of the format versions before file maps (BM25 1-2, dense 1): removed after a save over them
+_LEGACY = {"kolm-search/bm25": ("vocab.json", "documents.parquet", "t_ptr.npy", "t_docs.npy", "t_w.npy", "nonocc.npy",
+                                "doc_len.npy", "tf.npy"),
+           "kolm-search/dense": ("embeddings.npy", "documents.parquet")}
+_KEY = re.compile(KEY)
 
 
-@contextmanager
-def replacing(path: Path) -> Iterator[Path]:
-    """A temporary sibling of ``path`` to write; on success it replaces ``path`` atomically.
+@dataclass
+class Payload:
+    """What one index writes: its manifest keys and its files, all in memory.
 
-    Readers never see a half-written file, and a process that memory-mapped the old file
-    keeps reading it intact (overwriting a mapped file in place could shrink it under the
-    mapping: SIGBUS).
+    Attributes
+    ----------
+    format, version : str, int
+        The manifest's ``format`` and ``version``.
+    meta : dict
+        The manifest's other keys (``config``, ``n_docs`` ...): JSON values.
+    arrays : dict of str -> ndarray
+        Written as ``.npy`` (no object dtype).
+    blobs : dict of str -> JSON value
+        Each written as its own ``.json`` file (a vocabulary).
+    tables : dict of str -> DocumentTable
+        Written as parquet.
+    children : list of Payload
+        Child indexes (a composite's retrievers, a feedback retriever's BM25 index), stored in
+        the manifest's ``children`` with keys prefixed ``"<i>."``.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+
+    format: str
+    version: int
+    meta: dict[str, Any]
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    blobs: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, DocumentTable] = field(default_factory=dict)
+    children: list[Payload] = field(default_factory=list)
+
+
+def _step(label: str) -> None:
+    if _step_hook is not None:
+        _step_hook(label)
+
+
+def _json_bytes(value: Any, what: str, indent: int | None = None) -> bytes:
     try:
-        yield tmp
-        os.replace(tmp, path)
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, indent=indent).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise KolmValueError(f"{what} cannot be saved as JSON: {type(exc).__name__}: {exc}") from exc
+
+
+@dataclass
+class _File:
+    key: str  # with its children's prefix
+    ext: str
+    value: Any  # ndarray, bytes (JSON), or DocumentTable
+    entry: dict[str, Any] = field(default_factory=dict)  # name, bytes, sha256 once written
+
+
+def _prepared(payload: Payload, prefix: str = "") -> tuple[dict[str, Any], list[_File]]:
+    """The manifest body of ``payload`` (file entries filled in when written) and its files."""
+    files: list[_File] = []
+    body: dict[str, Any] = {"format": payload.format, "version": payload.version, **payload.meta}
+    for name, arr in payload.arrays.items():
+        a = np.ascontiguousarray(arr)
+        if a.dtype.hasobject or a.dtype.fields is not None or a.dtype.kind not in "iuf":
+            raise KolmTypeError(f"array {prefix + name!r} has dtype {a.dtype}; indexes save plain numbers")
+        files.append(_File(prefix + name, "npy", a))
+    files += [_File(prefix + name, "json", _json_bytes(v, f"{prefix + name}.json")) for name, v in payload.blobs.items()]
+    files += [_File(prefix + name, "parquet", t) for name, t in payload.tables.items()]
+    for f in files:
+        if not _KEY.fullmatch(f.key):
+            raise KolmValueError(f"file key {f.key!r} must be letters, digits and '_' (dots between children)")
+    own = list(files)
+    if payload.children:
+        body["children"] = []
+        for i, child in enumerate(payload.children):
+            child_body, child_files = _prepared(child, f"{prefix}{i}.")
+            body["children"].append(child_body)
+            files += child_files
+    body["files"] = {f.key[len(prefix):]: f.entry for f in own}
+    return body, files
+
+
+class _Digesting:
+    """A binary file that hashes and counts what is written to it."""
+
+    def __init__(self, fp: BinaryIO) -> None:
+        self.fp, self.sha, self.size = fp, hashlib.sha256(), 0
+
+    def write(self, data: Any) -> int:
+        self.sha.update(data)
+        self.size += memoryview(data).nbytes
+        return self.fp.write(data)
+
+    def flush(self) -> None:
+        self.fp.flush()
+
+    def tell(self) -> int:
+        return self.size
+
+    @property
+    def closed(self) -> bool:
+        return self.fp.closed
+
+
+def _write(root: Path, f: _File, generation: str) -> None:
+    name = f"{f.key}.{generation}.{f.ext}"
+    with (root / name).open("xb") as fp:
+        _step(f"create {name}")
+        out = _Digesting(fp)
+        if f.ext == "npy":
+            npy_format.write_array(out, f.value, allow_pickle=False)
+        elif f.ext == "json":
+            out.write(f.value)
+        else:
+            f.value.save(out)
+        fp.flush()
+        os.fsync(fp.fileno())
+    f.entry.update(name=name, bytes=out.size, sha256=out.sha.hexdigest())
+    _step(f"wrote {name}")
+
+
+def _sync_dir(root: Path) -> None:
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
     finally:
-        tmp.unlink(missing_ok=True)
+        os.close(fd)
 
 
-def save_arrays(root: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    for name, arr in arrays.items():
-        with replacing(root / f"{name}.npy") as tmp, tmp.open("wb") as fp:
-            np.save(fp, np.ascontiguousarray(arr), allow_pickle=False)
-
-
-def save_json(path: Path, value: Any, **kwargs: Any) -> None:
-    with replacing(path) as tmp:
-        tmp.write_text(json.dumps(value, **kwargs), encoding="utf-8")
-
-
-def save_table(table: DocumentTable, path: Path) -> None:
-    with replacing(path) as tmp:
-        table.save(tmp)
-
-
-def write_manifest(root: Path, fmt: str, version: int, config: Mapping[str, Any], **extra: Any) -> None:
-    """Written last by every ``save``: a reader sees the old manifest until every array is in place."""
-    save_json(root / "manifest.json", {"format": fmt, "version": version, "config": dict(config), **extra}, indent=2)
-
-
-def _regular_size(path: Path) -> int:
-    """Size of ``path`` in bytes; a missing file or a non-file (directory, FIFO, device) is an error."""
-    try:
-        st = path.stat()
-    except FileNotFoundError as exc:
-        raise KolmValueError(f"{path}: file missing") from exc
-    except OSError as exc:
-        raise KolmValueError(f"{path}: cannot read: {exc}") from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise KolmValueError(f"{path}: not a regular file")
-    return int(st.st_size)
-
-
-def read_json(path: Path) -> Any:
-    """The JSON value in ``path`` (UTF-8); every failure names the file."""
-    _regular_size(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KolmValueError(f"{path}: cannot read: {exc}") from exc
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise KolmValueError(f"{path}: invalid JSON: {exc}") from exc
-
-
-def read_manifest(root: Path, fmt: str, version: int | tuple[int, ...], keys: Collection[str],
-                  optional: Collection[str] = ()) -> dict[str, Any]:
-    """``root/manifest.json`` as a dict with the keys ``format``, ``version``, ``config`` (an
-    object) and ``keys``, perhaps ``optional``, no other, of format ``fmt`` and version
-    ``version`` (or one of several)."""
+def _old_manifest(root: Path) -> Any:
+    """The folder's manifest before this save (None if absent or unreadable); a manifest that is
+    not a kolm_search index's is refused: this save would destroy another program's folder."""
     path = root / "manifest.json"
-    if not path.exists() and not path.is_symlink():
-        raise KolmValueError(f"{str(root)!r} is not a saved index (no manifest.json)")
-    body = read_json(path)
-    if not isinstance(body, dict):
-        raise KolmValueError(f"{path}: must hold a JSON object, got {type(body).__name__}")
-    known = ("format", "version", "config", *keys)
-    for key in known:
-        if key not in body:
-            raise KolmValueError(f"{path}: key {key!r} is missing")
-    unknown = sorted(set(body) - set(known) - set(optional))
-    if unknown:
-        raise KolmValueError(f"{path}: unknown key {unknown[0]!r}")
-    if body["format"] != fmt:
-        raise KolmValueError(f"{path}: key 'format' is {body['format']!r}, expected {fmt!r}")
-    versions = (version,) if isinstance(version, int) else version
-    if type(body["version"]) is not int or body["version"] not in versions:
-        shown = " and ".join(str(v) for v in versions)
-        raise KolmValueError(f"{path}: key 'version' is {body['version']!r}; this kolm_search reads {shown}")
-    if not isinstance(body["config"], dict):
-        raise KolmValueError(f"{path}: key 'config' must be an object, got {body['config']!r}")
+    if not path.exists():
+        return None
+    try:
+        body = read_json(path)  # a regular file only: a FIFO would block
+    except KolmValueError:
+        return None
+    fmt = body.get("format") if isinstance(body, dict) else None
+    if not (isinstance(fmt, str) and fmt.startswith("kolm-search/")):
+        raise KolmValueError(f"{path} is not a kolm_search index's manifest; refusing to replace it "
+                             "(save to an empty or new folder)")
     return body
 
 
-def load_array(path: Path, kind: Kind, ndim: int, *, mmap: bool) -> np.ndarray:
-    """A ``.npy`` array of dtype kind ``kind`` and rank ``ndim``, checked before it is read.
+def _stale(root: Path, generation: str, old: Any) -> Iterator[Path]:
+    """Files of other generations, interrupted saves' temporary manifests, and the fixed-name
+    files of a format version before file maps that ``old`` (the manifest replaced) was."""
+    legacy = set(_LEGACY.get(str(old.get("format")), ())) if isinstance(old, dict) and "files" not in old else set()
+    for p in sorted(root.iterdir()):
+        m = FILE_NAME.fullmatch(p.name)
+        if (m is not None and m["gen"] != generation) or _TMP.fullmatch(p.name) or p.name in legacy:
+            yield p
 
-    Parameters
-    ----------
-    path : Path
-    kind : {"int", "float"}
-        Any signed or unsigned integer dtype, or any real floating dtype (never object,
-        bool, complex or structured; no pickle is ever loaded).
-    ndim : int
-    mmap : bool
-        Memory-map (read-only) rather than read into memory.
+
+def save_index(path: str | Path, payload: Payload) -> None:
+    """Write ``payload`` to folder ``path``, replacing any index there all or nothing.
+
+    Raises
+    ------
+    KolmValueError
+        ``path`` is a file, or holds another program's ``manifest.json``; a value that is not JSON.
+    KolmError
+        The disk failed (full, read-only ...) before the switch: naming the file; the old index
+        is intact and the new files are removed. Or another save held the folder's lock for
+        10 minutes.
     """
-    size = _regular_size(path)
+    root = Path(path)
+    body, files = _prepared(payload)  # step 1: nothing written yet
+    _json_bytes(body, "the manifest")  # every child's keys too (the file entries are filled in later)
+    if root.exists() and not root.is_dir():
+        raise KolmValueError(f"{root}: not a folder; an index is saved to a folder")
     try:
-        with path.open("rb") as fp:
-            major, _ = npy_format.read_magic(fp)
-            if major == 1:
-                shape, _, dtype = npy_format.read_array_header_1_0(fp)
-            elif major == 2:
-                shape, _, dtype = npy_format.read_array_header_2_0(fp)
-            else:
-                raise ValueError(f"unsupported .npy format version {major}")
-            offset = fp.tell()
-    except Exception as exc:  # numpy's header parser raises ValueError, EOFError, SyntaxError ...
-        raise KolmValueError(f"{path}: not a readable .npy file: {exc}") from exc
-    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in _KINDS[kind]:
-        raise KolmValueError(f"{path}: dtype {dtype} is not a plain {kind} dtype")
-    if len(shape) != ndim or any(s < 0 for s in shape):
-        raise KolmValueError(f"{path}: expected a {ndim}-d array, got shape {shape}")
-    want = math.prod(shape) * dtype.itemsize
-    if size - offset != want:
-        raise KolmValueError(f"{path}: header declares {dtype} {shape} ({want} bytes) "
-                             f"but the file holds {size - offset} data bytes")
+        root.mkdir(parents=True, exist_ok=True)
+        lock = filelock.FileLock(str(root / _LOCK_NAME), timeout=_LOCK_SECONDS)
+        lock.acquire()
+    except filelock.Timeout as exc:
+        raise KolmError(f"{root}: another save has held {_LOCK_NAME} for {_LOCK_SECONDS:g} s") from exc
+    except OSError as exc:
+        raise KolmError(f"{root}: cannot save here: {exc}") from exc
     try:
-        arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except Exception as exc:
-        raise KolmValueError(f"{path}: cannot read: {exc}") from exc
-    if arr.shape != shape or arr.dtype != dtype:  # the file changed under us
-        raise KolmValueError(f"{path}: changed while being read")
-    return arr
+        _save_locked(root, body, files)
+    finally:
+        lock.release()
 
 
-def load_table(path: Path, n_docs: int) -> DocumentTable:
-    """The document table of an index; it must hold ``n_docs`` rows."""
-    _regular_size(path)
+def _save_locked(root: Path, body: dict[str, Any], files: list[_File]) -> None:
+    old = _old_manifest(root)
+    generation = uuid.uuid4().hex
+    tmp = root / f".manifest.{generation}.tmp"
+    current = root / "manifest.json"
     try:
-        table = DocumentTable.load(path)
-    except Exception as exc:  # pyarrow, JSON and table-schema errors alike
-        detail = str(exc) if isinstance(exc, KolmValueError) else f"{type(exc).__name__}: {exc}"
-        raise KolmValueError(f"{path}: invalid document table: {detail.replace(' ' + repr(str(path)), '')}") from exc
-    if len(table) != n_docs:
-        raise KolmValueError(f"{path}: holds {len(table)} documents; manifest.json key 'n_docs' says {n_docs}")
-    return table
+        for f in files:  # step 2
+            current = root / f"{f.key}.{generation}.{f.ext}"
+            _write(root, f, generation)
+        current = root
+        _sync_dir(root)
+        current = tmp  # step 3
+        with tmp.open("xb") as fp:
+            fp.write(_json_bytes({"format": body["format"], "version": body["version"], "generation": generation,
+                                  **body}, "the manifest", indent=1))
+            fp.flush()
+            os.fsync(fp.fileno())
+        _step("manifest written")
+        os.replace(tmp, root / "manifest.json")
+    except BaseException as exc:
+        with contextlib.suppress(OSError):  # the new files go; the old manifest names none of them
+            for f in files:
+                (root / f"{f.key}.{generation}.{f.ext}").unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise KolmError(f"{current}: cannot save the index: {exc}; the folder keeps the index it held") from exc
+        raise
+    _step("switched")
+    try:
+        _sync_dir(root)
+    except OSError as exc:
+        raise KolmError(f"{root}: index saved, but the folder could not be synced to disk: {exc}") from exc
+    _step("synced")
+    for p in _stale(root, generation, old):  # step 4; a failure leaves files the next save removes
+        _step(f"remove {p.name}")
+        with contextlib.suppress(OSError):
+            p.unlink()
+    _step("done")

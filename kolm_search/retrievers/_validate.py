@@ -8,6 +8,9 @@ the invariants the search kernels rely on (vectorised numpy, a few passes over e
 - ``t_w`` float (nnz,), ``nonocc`` float (V,): finite and non-negative, as every BM25 variant
   stores them (``nonocc`` zero unless BM25L/BM25+);
 - ``doc_len`` int (n_docs,): non-negative;
+- ``tf`` int (nnz,) of an index with its own statistics: counts >= 1 summing to each
+  document's length, from which ``t_w`` and ``nonocc`` are recomputed bit for bit (an
+  ``add`` re-weights from the counts: they must be those the served weights came from);
 - ``embeddings`` float (n_docs, dim): finite; unit (or zero) rows for the cosine metric.
 
 Every problem is a :class:`KolmValueError` naming the file and the key or array position.
@@ -24,10 +27,12 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search.errors import KolmValueError
+from kolm_search.retrievers.bm25_weights import first_unlike
 from kolm_search.text import Tokenizer
+from kolm_search.tokenizers import restore_tokenizer
 
-__all__ = ["bm25_arrays", "bm25_config", "bm25_stats", "bm25_tf", "check_keys", "dense_config", "dense_embeddings", "finite_real", "integer",
-           "number", "vocabulary"]
+__all__ = ["bm25_arrays", "bm25_config", "bm25_stats", "bm25_tf", "bm25_weights", "check_keys", "dense_config",
+           "dense_embeddings", "finite_real", "integer", "number", "vocabulary"]
 
 MAX_DOCS = int(np.iinfo(np.int32).max)
 _BM25_KEYS = ("method", "k1", "b", "delta", "tokenizer", "fields", "fusion_k")
@@ -99,7 +104,17 @@ def _fields(path: Path, key: str, value: Any) -> list[str]:
     return value
 
 
-def _tokenizer(path: Path, value: Any) -> Tokenizer:
+def _tokenizer(path: Path, value: Any) -> Any:
+    """A plain Tokenizer's configuration, or ``{"registered": name, "config": ...}``
+    (:func:`kolm_search.text.register_tokenizer`)."""
+    if isinstance(value, dict) and "registered" in value:
+        cfg = check_keys(path, "config.tokenizer", value, ("registered", "config"))
+        if not isinstance(cfg["registered"], str):
+            raise _bad(path, "config.tokenizer.registered", "a registered tokenizer name", cfg["registered"])
+        try:
+            return restore_tokenizer(cfg)
+        except KolmValueError as exc:
+            raise KolmValueError(f"{path}: key 'config.tokenizer': {exc}") from exc
     cfg = check_keys(path, "config.tokenizer", value, _TOKENIZER_KEYS, optional=("language",))  # language: since 0.2
     if not isinstance(cfg.get("language", ""), str):
         raise _bad(path, "config.tokenizer.language", "a language name", cfg["language"])
@@ -203,13 +218,14 @@ def pointers(path: Path, ptr: np.ndarray, n_entries: int) -> npt.NDArray[np.int6
 
 
 def bm25_arrays(root: Path, arrays: dict[str, np.ndarray], n_vocab: int, n_docs: int, method: str,
-                ) -> dict[str, np.ndarray]:
-    """The BM25 index arrays, checked and in the kernels' dtypes (no copy when already so)."""
-    p = {name: root / f"{name}.npy" for name in arrays}
-    _length(p["t_ptr"], arrays["t_ptr"], n_vocab + 1, "one more than the terms in vocab.json")
+                names: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """The BM25 index arrays, checked and in the kernels' dtypes (no copy when already so);
+    ``names`` maps each array to its file name (default ``<array>.npy``)."""
+    p = {name: root / (names or {}).get(name, f"{name}.npy") for name in arrays}
+    _length(p["t_ptr"], arrays["t_ptr"], n_vocab + 1, "one more than the terms of the vocabulary")
     nnz = arrays["t_docs"].shape[0]
-    _length(p["t_w"], arrays["t_w"], nnz, "one weight per posting: t_docs.npy has as many")
-    _length(p["nonocc"], arrays["nonocc"], n_vocab, "one per term of vocab.json")
+    _length(p["t_w"], arrays["t_w"], nnz, "one weight per posting: t_docs has as many")
+    _length(p["nonocc"], arrays["nonocc"], n_vocab, "one per term of the vocabulary")
     _length(p["doc_len"], arrays["doc_len"], n_docs, "one per document, manifest.json key 'n_docs'")
     t_ptr = pointers(p["t_ptr"], arrays["t_ptr"], nnz)
     t_docs = arrays["t_docs"]
@@ -245,9 +261,9 @@ def bm25_stats(path: Path, manifest: dict[str, Any]) -> str:
 
 
 def bm25_tf(path: Path, tf: np.ndarray, t_docs: npt.NDArray[np.int32], doc_len: npt.NDArray[np.int64],
-            ) -> npt.NDArray[np.int32]:
+            doc_len_name: str = "doc_len.npy") -> npt.NDArray[np.int32]:
     """``tf.npy``: one count >= 1 per posting, summing to each document's length."""
-    _length(path, tf, t_docs.shape[0], "one term frequency per posting: t_docs.npy has as many")
+    _length(path, tf, t_docs.shape[0], "one term frequency per posting: t_docs has as many")
     if tf.size and (int(tf.min()) < 1 or int(tf.max()) > np.iinfo(np.int32).max):
         pos = _first((tf < 1) | (tf > np.iinfo(np.int32).max))
         raise KolmValueError(f"{path}: term frequency {int(tf[pos])} at position {pos} lies outside [1, 2**31)")
@@ -256,8 +272,26 @@ def bm25_tf(path: Path, tf: np.ndarray, t_docs: npt.NDArray[np.int32], doc_len: 
     if bad.any():
         d = _first(bad)
         raise KolmValueError(f"{path}: term frequencies of document row {d} sum to {int(sums[d])}, "
-                             f"but doc_len.npy gives it {int(doc_len[d])} tokens")
+                             f"but {doc_len_name} gives it {int(doc_len[d])} tokens")
     return tf.astype(np.int32, copy=False)
+
+
+def bm25_weights(root: Path, names: dict[str, str], arrays: dict[str, np.ndarray], tf: npt.NDArray[np.int32], *,
+                 method: str, k1: float, b: float, delta: float, n_threads: int | None = None) -> None:
+    """``t_w`` and ``nonocc`` equal, bit for bit, the weights of ``tf`` and ``doc_len`` with the
+    index's own statistics (what a build or a merge computes). ``names`` maps each array to its
+    file name (for the message)."""
+    bad = first_unlike(arrays["t_ptr"], arrays["t_docs"], tf, arrays["doc_len"], arrays["t_w"], arrays["nonocc"],
+                       method=method, k1=k1, b=b, delta=delta, n_threads=n_threads)
+    if bad is None:
+        return
+    name, pos, stored, want = bad
+    if name == "nonocc":
+        raise KolmValueError(f"{root / names['nonocc']}: value at position {pos} is {stored!r}, but the document "
+                             f"frequencies give {want!r} ({method}, k1={k1:g}, delta={delta:g})")
+    raise KolmValueError(f"{root / names['t_w']}: weight at position {pos} is {stored!r}, but {names['tf']}, "
+                         f"{names['doc_len']} and the collection statistics give {want!r} ({method}, k1={k1:g}, "
+                         f"b={b:g}); the weights and the counts come from different indexes")
 
 
 def dense_embeddings(path: Path, emb: np.ndarray, n_docs: int, dim: int, metric: str) -> npt.NDArray[np.float32]:

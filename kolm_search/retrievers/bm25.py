@@ -19,16 +19,8 @@ from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
 from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
-from kolm_search.retrievers._persist import (
-    load_array,
-    load_table,
-    read_json,
-    read_manifest,
-    save_arrays,
-    save_json,
-    save_table,
-    write_manifest,
-)
+from kolm_search.retrievers._persist import Payload, save_index
+from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
 from kolm_search.retrievers.bm25_weights import (
     BM25_METHODS,
     Method,
@@ -39,6 +31,7 @@ from kolm_search.retrievers.bm25_weights import (
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.retrievers.weighted import check_weighted, encode_weighted
 from kolm_search.text import Tokenizer
+from kolm_search.tokenizers import tokenizer_config
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = [
@@ -50,7 +43,9 @@ __all__ = [
 ]
 
 _FORMAT = "kolm-search/bm25"
-_VERSION = 2  # 2: term frequencies (tf.npy) and the "stats" key; version 1 still loads
+_VERSION = 3  # 3: a file map (kolm_search.retrievers._persist); 2: tf and "stats"; 1 and 2 still load
+_FILES_SINCE = 3
+_SAMPLE = 32  # documents tokenised before and after the tokenizer's round trip at save
 _ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # saved arrays: kind, dtype written
     "t_ptr": ("int", np.int64), "t_docs": ("int", np.int32), "t_w": ("float", np.float32),
     "nonocc": ("float", np.float32), "doc_len": ("int", np.int64)}
@@ -259,47 +254,77 @@ class BM25Retriever:
 
     # -- persistence -------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
+        """The manifest's ``config``; a tokenizer that cannot be restored raises (see :meth:`save`)."""
+        sample = self.table.take(np.arange(min(_SAMPLE, len(self.table)))).texts(self.fields)
         return {"method": self.method, "k1": self.k1, "b": self.b, "delta": self.delta,
-                "tokenizer": self.tokenizer.to_config(), "fields": list(self.fields), "fusion_k": self.fusion_k}
+                "tokenizer": tokenizer_config(self.tokenizer, sample), "fields": list(self.fields),
+                "fusion_k": self.fusion_k}
 
-    def save(self, path: str | Path) -> None:
-        """Write the index to directory ``path`` (npy arrays, JSON, parquet; no pickle).
-
-        Pending changes are merged first. Term frequencies (``tf.npy``) are written when the
-        index has its own statistics, so that a loaded index can take further changes.
-        """
+    def _payload(self) -> Payload:
+        """What :meth:`save` writes, pending changes merged, checked in memory."""
         self.merge()
-        root = Path(path)
-        root.mkdir(parents=True, exist_ok=True)
-        save_table(self.table, root / "documents.parquet")
         arrays = {name: np.asarray(getattr(self, name)).astype(dtype, copy=False) for name, (_, dtype) in _ARRAYS.items()}
         stats = "unknown" if self.own_stats is None else "own" if self.own_stats and self.tf is not None else "external"
         if stats == "own":
             arrays["tf"] = np.asarray(self.tf).astype(np.int32, copy=False)
-        save_arrays(root, arrays)
-        save_json(root / "vocab.json", self.vocab, ensure_ascii=False)
-        write_manifest(root, _FORMAT, _VERSION, self.config(), n_docs=len(self.table), stats=stats)
+        return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": len(self.table), "stats": stats},
+                       arrays=arrays, blobs={"vocab": list(self.vocab)}, tables={"documents": self.table})
+
+    def save(self, path: str | Path) -> None:
+        """Write the index to folder ``path``, replacing any index there all or nothing.
+
+        Pending changes are merged first. Term frequencies (``tf``) are written when the index
+        has its own statistics, so that a loaded index can take further changes. Everything is
+        built and checked before the first byte is written: a tokenizer that a loaded index
+        could not rebuild (a function such as ``str.split``, an unregistered subclass; see
+        :func:`kolm_search.register_tokenizer`) raises ``KolmTypeError`` naming its class and
+        leaves the folder as it was. Then the files are written beside the old ones and one
+        rename of ``manifest.json`` switches to them: a kill at any point leaves the old index
+        or the new one (:mod:`kolm_search.retrievers._persist`).
+        """
+        save_index(path, self._payload())
 
     @classmethod
     def load(cls, path: str | Path, *, mmap: bool = True, n_threads: int | None = None) -> BM25Retriever:
         """Load an index written by :meth:`save` (arrays memory-mapped by default).
 
-        Every file is checked before any search can read it (manifest keys and types, array
-        dtypes, shapes, pointers, document rows, finite weights): a damaged index raises
-        ``KolmValueError`` naming the file and the key or position, never a crash.
+        Every file is checked before any search can read it: the manifest's keys and types, each
+        file's size and sha256 against the manifest, array dtypes, shapes, pointers, document
+        rows, finite weights, and weights equal to those of the saved term frequencies. A
+        damaged index raises ``KolmValueError`` naming the file and the key or position, never
+        a crash. Format versions 1 and 2 (before file maps) still load.
         """
         root = Path(path)
-        manifest = read_manifest(root, _FORMAT, (1, _VERSION), ("n_docs",), optional=("stats",))
-        cfg = check.bm25_config(root / "manifest.json", manifest["config"], BM25_METHODS)
-        n_docs = check.integer(root / "manifest.json", "n_docs", manifest["n_docs"])
-        stats = check.bm25_stats(root / "manifest.json", manifest)
-        vocab = check.vocabulary(root / "vocab.json", read_json(root / "vocab.json"))
-        arrays = {name: load_array(root / f"{name}.npy", kind, 1, mmap=mmap) for name, (kind, _) in _ARRAYS.items()}
-        arrays = check.bm25_arrays(root, arrays, len(vocab), n_docs, cfg["method"])
+
+        def read() -> BM25Retriever:
+            body, files = open_index(root, files_since=_FILES_SINCE)
+            return cls._from_saved(files, body, mmap=mmap, n_threads=n_threads)
+
+        return retrying(root, read)
+
+    @classmethod
+    def _from_saved(cls, files: SavedFiles, body: dict[str, Any], *, mmap: bool = True,
+                    n_threads: int | None = None) -> BM25Retriever:
+        """The index of one manifest ``body`` (or a composite's child), checked here, and its files."""
+        where = files.where
+        body = check_manifest(where, body, _FORMAT, (1, 2, _VERSION), ("n_docs", *files.manifest_keys),
+                              optional=("stats",))
+        cfg = check.bm25_config(where, body["config"], BM25_METHODS)
+        n_docs = check.integer(where, "n_docs", body["n_docs"])
+        stats = check.bm25_stats(where, body)
+        saved = (*_ARRAYS, *(("tf",) if stats == "own" else ()))
+        files.expect(("documents", "vocab", *saved))
+        vocab = check.vocabulary(files.path("vocab", "json"), files.json("vocab"))
+        arrays = {name: files.array(name, kind, 1, mmap=mmap) for name, (kind, _) in _ARRAYS.items()}
+        names = {name: files.name(name, "npy") for name in saved}
+        arrays = check.bm25_arrays(files.root, arrays, len(vocab), n_docs, cfg["method"], names)
         if stats == "own":
-            arrays["tf"] = check.bm25_tf(root / "tf.npy", load_array(root / "tf.npy", "int", 1, mmap=mmap),
-                                         arrays["t_docs"], arrays["doc_len"])
-        table = load_table(root / "documents.parquet", n_docs)
+            tf = check.bm25_tf(files.root / names["tf"], files.array("tf", "int", 1, mmap=mmap), arrays["t_docs"],
+                               arrays["doc_len"], names["doc_len"])
+            check.bm25_weights(files.root, names, arrays, tf, method=cfg["method"], k1=cfg["k1"], b=cfg["b"],
+                               delta=cfg["delta"], n_threads=n_threads)
+            arrays["tf"] = tf
+        table = files.table("documents", n_docs)
         self = cls(table, **cfg, n_threads=n_threads, _arrays=arrays, _vocab=vocab)
         self.own_stats = {"own": True, "external": False}.get(stats)
         return self

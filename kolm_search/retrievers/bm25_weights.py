@@ -33,8 +33,8 @@ from kolm_search._kernels import resolve_threads, run_chunks
 from kolm_search.errors import KolmValueError
 from kolm_search.retrievers.postings import CollectionStats, Postings
 
-__all__ = ["BM25_METHODS", "Method", "idf", "query_offsets", "reduce_offsets", "tf_part", "weigh_postings",
-           "weigh_slice"]
+__all__ = ["BM25_METHODS", "Method", "first_unlike", "idf", "query_offsets", "reduce_offsets", "term_constants",
+           "tf_part", "weigh_postings", "weigh_slice"]
 
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 Method = Literal["lucene", "robertson", "atire", "bm25l", "bm25+"]
@@ -98,13 +98,7 @@ def weigh_postings(postings: Postings, df: npt.NDArray[np.float64], n_coll: int,
     KolmValueError
         A weight that is not finite, naming its token and document frequency.
     """
-    with np.errstate(divide="ignore", invalid="ignore"):  # non-finite weights are refused below
-        idf64 = idf(method, df, n_coll)
-        idf32 = idf64.astype(np.float32)
-        if method in ("bm25l", "bm25+"):
-            nonocc = (idf64 * tf_part(method, np.zeros(1), 1.0, k1, delta)).astype(np.float32)
-        else:
-            nonocc = np.zeros(len(postings.vocab), np.float32)
+    idf32, nonocc = term_constants(method, df, n_coll, k1, delta)
     p_term = postings.p_term
     nnz = p_term.shape[0]
     t_w = np.empty(nnz, np.float32)
@@ -118,6 +112,65 @@ def weigh_postings(postings: Postings, df: npt.NDArray[np.float64], n_coll: int,
             raise KolmValueError(f"BM25 ({method}) weight of token {postings.vocab[t]!r} is not finite "
                                  f"(document frequency {df[t]:g} of {n_coll} documents)")
     return t_w, nonocc
+
+
+def term_constants(method: str, df: npt.NDArray[np.float64], n_coll: int, k1: float, delta: float,
+                   ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    """Each term's float32 idf and non-occurrence constant (zeros unless BM25L/BM25+), (V,) each."""
+    with np.errstate(divide="ignore", invalid="ignore"):  # non-finite weights are refused by the callers
+        idf64 = idf(method, df, n_coll)
+        if method in ("bm25l", "bm25+"):
+            nonocc = (idf64 * tf_part(method, np.zeros(1), 1.0, k1, delta)).astype(np.float32)
+        else:
+            nonocc = np.zeros(len(df), np.float32)
+    return idf64.astype(np.float32), nonocc
+
+
+def first_unlike(t_ptr: npt.NDArray[np.int64], p_doc: npt.NDArray[np.int32], tf: npt.NDArray[np.int32],
+                 lengths: npt.NDArray[np.int64], t_w: npt.NDArray[np.float32], nonocc: npt.NDArray[np.float32], *,
+                 method: str, k1: float, b: float, delta: float, n_threads: int | None = None,
+                 ) -> tuple[str, int, float, float] | None:
+    """Where stored weights differ from those of the counts, with the index's own statistics.
+
+    Recomputes, as :func:`weigh_postings` does and bit for bit, each term's constant and each
+    posting's weight from ``t_ptr`` (V + 1,), ``p_doc``/``tf`` (nnz,) and ``lengths`` (n_docs,),
+    in slices of 2**20 postings (memory bounded; on ``n_threads`` threads), and compares them
+    with ``t_w`` (nnz,) and ``nonocc`` (V,).
+
+    Returns
+    -------
+    None, or ("nonocc" or "t_w", position, stored, recomputed) of the first difference.
+    """
+    n = int(lengths.shape[0])
+    df = np.diff(np.asarray(t_ptr)).astype(np.float64)
+    avgdl = float(int(np.asarray(lengths).sum())) / n if n else 0.0
+    idf32, want = term_constants(method, df, n, k1, delta)
+    nonocc = np.asarray(nonocc)
+    if not np.array_equal(want, nonocc):
+        pos = int(np.flatnonzero(want != nonocc)[0])
+        return "nonocc", pos, float(nonocc[pos]), float(want[pos])
+    nnz = int(p_doc.shape[0])
+    weigh = weigh_slice(method, k1, b, delta)
+    found: list[tuple[str, int, float, float]] = []
+
+    def compare(start: int, stop: int) -> None:
+        for s in range(start, stop, _SLICE):
+            e = min(s + _SLICE, stop)
+            t0 = int(np.searchsorted(t_ptr, s, side="right")) - 1
+            t1 = int(np.searchsorted(t_ptr, e, side="left"))
+            bounds = np.clip(np.asarray(t_ptr[t0:t1 + 1]), s, e)
+            terms = np.repeat(np.arange(t0, t0 + len(bounds) - 1, dtype=np.int64), np.diff(bounds))
+            out = np.empty(e - s, np.float32)
+            weigh(idf32, want, terms, p_doc[s:e], tf[s:e], lengths, avgdl or 1.0, out, 0, e - s)
+            stored = np.asarray(t_w[s:e])
+            if not np.array_equal(out, stored):
+                pos = int(np.flatnonzero(out != stored)[0])
+                found.append(("t_w", s + pos, float(stored[pos]), float(out[pos])))
+                return
+
+    span = max(-(-nnz // resolve_threads(n_threads)), _SLICE)
+    run_chunks(compare, np.append(np.arange(0, nnz, span), nnz))
+    return min(found, key=lambda f: f[1]) if found else None
 
 
 def weigh_slice(method: str, k1: float, b: float, delta: float) -> Callable[..., None]:

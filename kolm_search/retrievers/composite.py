@@ -7,6 +7,7 @@ import asyncio
 import numbers
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -18,14 +19,20 @@ from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
 from kolm_search.fusion.frames import resolve as resolve_fusion
 from kolm_search.fusion.methods import METHODS
-from kolm_search.ports import Logger, Retriever
+from kolm_search.ports import Embedder, Logger, Retriever
+from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
+from kolm_search.retrievers._persist import Payload, save_index
+from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
 from kolm_search.types import SearchDocument, SearchPipelineContext, as_documents
 
 __all__ = ["CompositeRetriever"]
 
 Strategy = Literal["fail-fast", "best-effort"]
 _STAGE = PIPELINE_STAGES.COMPOSITE_RETRIEVER
+_FORMAT = "kolm-search/composite"
+_VERSION = 1
+_CONFIG = ("k", "strategy", "weights", "method", "norm", "depth")
 
 
 def retriever_name(retriever: Any) -> str:
@@ -224,6 +231,77 @@ class CompositeRetriever:
     def merge(self) -> None:
         """Merge every child's pending changes; children with equal tables then share one."""
         incremental.share_tables(self)
+
+    # -- persistence (every child a BM25, dense, feedback or composite retriever) ---------
+    def _payload(self) -> Payload:
+        """What :meth:`save` writes: the fusion parameters and every child (nothing written)."""
+        from kolm_search.retrievers.bm25 import BM25Retriever
+        from kolm_search.retrievers.dense import DenseRetriever
+        from kolm_search.retrievers.feedback import FeedbackRetriever
+
+        kinds = (BM25Retriever, DenseRetriever, FeedbackRetriever, CompositeRetriever)
+        for i, child in enumerate(self.retrievers):
+            if not isinstance(child, kinds):
+                raise KolmTypeError(f"CompositeRetriever.save: retrievers[{i}] ({type(child).__name__}) cannot be "
+                                    "saved; a saved composite holds BM25Retriever, DenseRetriever, FeedbackRetriever "
+                                    "and CompositeRetriever children")
+        incremental.share_tables(self)  # pending changes of every child merged
+        config = {"k": self.k, "strategy": self.strategy, "weights": self.weights, "method": self.method,
+                  "norm": self.norm, "depth": self.depth}
+        return Payload(_FORMAT, _VERSION, {"config": config},
+                       children=[child._payload() for child in self.retrievers])  # type: ignore[attr-defined]
+
+    def save(self, path: str | Path) -> None:
+        """Write the composite (fusion parameters and every child, in one manifest) to folder
+        ``path``, all or nothing (:meth:`BM25Retriever.save`). A child of another kind raises
+        ``KolmTypeError`` before anything is written; the logger is not saved."""
+        save_index(path, self._payload())
+
+    @classmethod
+    def load(cls, path: str | Path, embedder: Embedder | None = None, *, logger: Logger | None = None,
+             mmap: bool = True, n_threads: int | None = None) -> CompositeRetriever:
+        """Load a composite written by :meth:`save`; ``embedder`` goes to every dense child (as
+        :meth:`DenseRetriever.load` takes it), each child checked as its own ``load`` checks it."""
+        root = Path(path)
+
+        def read() -> CompositeRetriever:
+            body, files = open_index(root, files_since=1)
+            return cls._from_saved(files, body, embedder, logger=logger, mmap=mmap, n_threads=n_threads)
+
+        return retrying(root, read)
+
+    @classmethod
+    def _from_saved(cls, files: SavedFiles, body: Any, embedder: Embedder | None = None, *,
+                    logger: Logger | None = None, mmap: bool = True, n_threads: int | None = None,
+                    ) -> CompositeRetriever:
+        from kolm_search.retrievers.bm25 import BM25Retriever
+        from kolm_search.retrievers.dense import DenseRetriever
+        from kolm_search.retrievers.feedback import FeedbackRetriever
+
+        where = files.where
+        body = check_manifest(where, body, _FORMAT, _VERSION, ("children", *files.manifest_keys))
+        files.expect(())
+        cfg = check.check_keys(where, "config", body["config"], _CONFIG)
+        children: list[Any] = []
+        for child, child_files in files.children(body):
+            fmt = child.get("format") if isinstance(child, dict) else None
+            if fmt == "kolm-search/dense":
+                children.append(DenseRetriever._from_saved(child_files, child, embedder, mmap=mmap,
+                                                           n_threads=n_threads))
+            elif fmt in ("kolm-search/bm25", "kolm-search/feedback"):
+                kind = BM25Retriever if fmt == "kolm-search/bm25" else FeedbackRetriever
+                children.append(kind._from_saved(child_files, child, mmap=mmap, n_threads=n_threads))
+            elif fmt == _FORMAT:
+                children.append(cls._from_saved(child_files, child, embedder, logger=logger, mmap=mmap,
+                                                n_threads=n_threads))
+            else:
+                raise KolmValueError(f"{child_files.where}: key 'format' is {fmt!r}; a composite's children are "
+                                     "kolm-search/bm25, dense, feedback or composite indexes")
+        try:
+            return cls(children, cfg["k"], cfg["strategy"], logger, weights=cfg["weights"], method=cfg["method"],
+                       norm=cfg["norm"], depth=cfg["depth"])
+        except (KolmValueError, KolmTypeError) as exc:
+            raise KolmValueError(f"{where}: key 'config': {exc}") from exc
 
     # -- columnar fast path --------------------------------------------------------------
     @property

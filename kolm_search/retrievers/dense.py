@@ -20,14 +20,8 @@ from kolm_search.ports import Embedder
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
 from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
-from kolm_search.retrievers._persist import (
-    load_array,
-    load_table,
-    read_manifest,
-    save_arrays,
-    save_table,
-    write_manifest,
-)
+from kolm_search.retrievers._persist import Payload, save_index
+from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
 from kolm_search.retrievers._vectors import embed_texts, normalise_rows
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -35,7 +29,7 @@ __all__ = ["DenseRetriever", "corpus_embeddings", "embed_texts", "exact_topk"]
 
 Metric = Literal["cosine", "ip"]
 _FORMAT = "kolm-search/dense"
-_VERSION = 1
+_VERSION = 2  # 2: a file map (kolm_search.retrievers._persist); version 1 still loads
 
 
 _CORPORA: weakref.WeakKeyDictionary[Any, dict[str, npt.NDArray[np.float32]]] = weakref.WeakKeyDictionary()
@@ -223,34 +217,50 @@ class DenseRetriever:
         """Apply pending :meth:`add`/:meth:`delete` now (otherwise done by the next search or save)."""
         incremental.merge(self)
 
-    def save(self, path: str | Path) -> None:
-        """Write to directory ``path`` (embeddings.npy, documents.parquet, manifest.json);
-        pending changes are merged first."""
+    def _payload(self) -> Payload:
+        """What :meth:`save` writes, pending changes merged (nothing written)."""
         self.merge()
-        root = Path(path)
-        root.mkdir(parents=True, exist_ok=True)
-        save_table(self.table, root / "documents.parquet")
-        save_arrays(root, {"embeddings": self.embeddings})
-        write_manifest(root, _FORMAT, _VERSION, {"metric": self.metric, "fields": list(self.fields),
-                                                 "fusion_k": self.fusion_k}, n_docs=len(self.table), dim=self.dim)
+        config = {"metric": self.metric, "fields": list(self.fields), "fusion_k": self.fusion_k}
+        return Payload(_FORMAT, _VERSION, {"config": config, "n_docs": len(self.table), "dim": self.dim},
+                       arrays={"embeddings": np.asarray(self.embeddings, np.float32)},
+                       tables={"documents": self.table})
+
+    def save(self, path: str | Path) -> None:
+        """Write to folder ``path`` (embeddings, documents, manifest), replacing any index there
+        all or nothing (:meth:`BM25Retriever.save`); pending changes are merged first. The
+        embedder is not saved: pass it to :meth:`load`."""
+        save_index(path, self._payload())
 
     @classmethod
     def load(cls, path: str | Path, embedder: Embedder | None = None, *, mmap: bool = True,
              n_threads: int | None = None) -> DenseRetriever:
         """Load a retriever written by :meth:`save` (embeddings memory-mapped by default).
 
-        Every file is checked first (manifest keys and types, a known metric, the embeddings'
-        dtype, shape and finiteness): a damaged index raises ``KolmValueError`` naming the file
-        and the key or position.
+        Every file is checked first (manifest keys and types, each file's size and sha256, a
+        known metric, the embeddings' dtype, shape and finiteness): a damaged index raises
+        ``KolmValueError`` naming the file and the key or position. Version 1 still loads.
         """
         root = Path(path)
-        manifest = read_manifest(root, _FORMAT, _VERSION, ("n_docs", "dim"))
-        cfg = check.dense_config(root / "manifest.json", manifest["config"])
-        n_docs = check.integer(root / "manifest.json", "n_docs", manifest["n_docs"])
-        dim = check.integer(root / "manifest.json", "dim", manifest["dim"], 0, 1 << 20)
-        path_emb = root / "embeddings.npy"
-        emb = check.dense_embeddings(path_emb, load_array(path_emb, "float", 2, mmap=mmap), n_docs, dim, cfg["metric"])
-        table = load_table(root / "documents.parquet", n_docs)
+
+        def read() -> DenseRetriever:
+            body, files = open_index(root, files_since=2)
+            return cls._from_saved(files, body, embedder, mmap=mmap, n_threads=n_threads)
+
+        return retrying(root, read)
+
+    @classmethod
+    def _from_saved(cls, files: SavedFiles, body: dict[str, Any], embedder: Embedder | None = None, *,
+                    mmap: bool = True, n_threads: int | None = None) -> DenseRetriever:
+        """The retriever of one manifest ``body`` (or a composite's child), checked here, and its files."""
+        body = check_manifest(files.where, body, _FORMAT, (1, _VERSION), ("n_docs", "dim", *files.manifest_keys))
+        cfg = check.dense_config(files.where, body["config"])
+        n_docs = check.integer(files.where, "n_docs", body["n_docs"])
+        dim = check.integer(files.where, "dim", body["dim"], 0, 1 << 20)
+        files.expect(("documents", "embeddings"))
+        path_emb = files.path("embeddings", "npy")
+        emb = check.dense_embeddings(path_emb, files.array("embeddings", "float", 2, mmap=mmap), n_docs, dim,
+                                     cfg["metric"])
+        table = files.table("documents", n_docs)
         self = cls.__new__(cls)
         self.table, self.embedder = table, embedder
         self.metric, self.fields, self.fusion_k = cfg["metric"], tuple(cfg["fields"]), cfg["fusion_k"]

@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Sequence
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +30,8 @@ from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers._batching import frame_from_topk, fuse_expansions, retrieve_single, text_masks
+from kolm_search.retrievers._persist import Payload, save_index
+from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.postings import Postings
 from kolm_search.retrievers.prf_weights import (
@@ -47,6 +50,9 @@ FEEDBACK_MODELS = ("rm3", "bo1", "kl")
 Model = Literal["rm3", "bo1", "kl"]
 _DEFAULT_DOCS = {"rm3": 10, "bo1": 3, "kl": 3}  # Anserini fbDocs; Terrier expansion.documents
 _ELIGIBLE = re.compile(r"[^\W_]{2,20}")  # Anserini: 2-20 chars of [a-z0-9] (here any letter or digit)
+_FORMAT = "kolm-search/feedback"
+_VERSION = 1
+_CONFIG = ("model", "fb_docs", "fb_terms", "original_weight", "max_df_ratio")
 
 
 def _count(name: str, value: Any) -> int:
@@ -251,6 +257,54 @@ class FeedbackRetriever:
     def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
         """The spec's port: candidates for one query, best first."""
         return retrieve_single(self, context)
+
+    # -- persistence -------------------------------------------------------------------
+    def _payload(self) -> Payload:
+        """What :meth:`save` writes: the feedback parameters and the BM25 index (a child)."""
+        config = {"model": self.model, "fb_docs": self.fb_docs, "fb_terms": self.fb_terms,
+                  "original_weight": self.original_weight, "max_df_ratio": self.max_df_ratio}
+        return Payload(_FORMAT, _VERSION, {"config": config}, children=[self.bm25._payload()])
+
+    def save(self, path: str | Path) -> None:
+        """Write the feedback parameters and the BM25 index (with its term frequencies) to
+        folder ``path``, all or nothing (:meth:`BM25Retriever.save`). ``postings=`` is not
+        saved: a loaded shard re-tokenises its table on first use."""
+        save_index(path, self._payload())
+
+    @classmethod
+    def load(cls, path: str | Path, *, mmap: bool = True, n_threads: int | None = None) -> FeedbackRetriever:
+        """Load a retriever written by :meth:`save`, its BM25 index checked as
+        :meth:`BM25Retriever.load` checks one."""
+        root = Path(path)
+
+        def read() -> FeedbackRetriever:
+            body, files = open_index(root, files_since=1)
+            return cls._from_saved(files, body, mmap=mmap, n_threads=n_threads)
+
+        return retrying(root, read)
+
+    @classmethod
+    def _from_saved(cls, files: SavedFiles, body: Any, *, mmap: bool = True,
+                    n_threads: int | None = None) -> FeedbackRetriever:
+        where = files.where
+        body = check_manifest(where, body, _FORMAT, _VERSION, ("children", *files.manifest_keys))
+        files.expect(())
+        cfg = check.check_keys(where, "config", body["config"], _CONFIG)
+        if not isinstance(cfg["model"], str) or cfg["model"] not in FEEDBACK_MODELS:
+            raise KolmValueError(f"{where}: key 'config.model' must be one of {list(FEEDBACK_MODELS)}, "
+                                 f"got {cfg['model']!r}")
+        fb_docs = check.integer(where, "config.fb_docs", cfg["fb_docs"], 1)
+        fb_terms = check.integer(where, "config.fb_terms", cfg["fb_terms"], 1)
+        ow = check.number(where, "config.original_weight", cfg["original_weight"], 0.0, 1.0)
+        ratio = check.number(where, "config.max_df_ratio", cfg["max_df_ratio"], 0.0, 1.0)
+        if ratio == 0:
+            raise KolmValueError(f"{where}: key 'config.max_df_ratio' must lie in (0, 1], got 0")
+        ((child, child_files),) = files.children(body, 1)
+        bm25 = BM25Retriever._from_saved(child_files, child, mmap=mmap, n_threads=n_threads)
+        model = cast(Model, cfg["model"])  # one of FEEDBACK_MODELS, checked above
+        if model != "rm3":
+            return cls(bm25, model, fb_docs=fb_docs, fb_terms=fb_terms)
+        return cls(bm25, model, fb_docs=fb_docs, fb_terms=fb_terms, original_weight=ow, max_df_ratio=ratio)
 
     def __repr__(self) -> str:
         extra = f", original_weight={self.original_weight:g}" if self.model == "rm3" else ""

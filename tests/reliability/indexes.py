@@ -3,6 +3,7 @@ searches many of them in child processes (:mod:`tests.reliability.index_child`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -22,8 +23,6 @@ from tests.conftest import synthetic_corpus
 ROOT = Path(__file__).resolve().parents[2]
 N_DOCS, DIM, K = 40, 8, 7
 QUERIES = ["w1 w2", "", "zz", "w3", "w5 w5 w9 w0", "w7 w11 w13 w2"]  # a last query without terms: h16-batch
-FILES = ("manifest.json", "vocab.json", "documents.parquet", "t_ptr.npy", "t_docs.npy", "t_w.npy", "nonocc.npy",
-         "doc_len.npy", "tf.npy", "embeddings.npy")
 KIND = {"bm25plus": "bm25", "lucene": "bm25", "cosine": "dense", "ip": "dense"}
 
 
@@ -40,6 +39,57 @@ def build_indexes(root: Path) -> dict[str, Path]:
     DenseRetriever(frame, embeddings=emb).save(root / "cosine")
     DenseRetriever(frame, embeddings=emb, metric="ip").save(root / "ip")
     return {name: root / name for name in KIND}
+
+
+def file_of(d: Path, key: str) -> Path:
+    """The file of ``key`` (``"t_w"``, ``"documents"``; ``"0.t_w"`` in a child) that the manifest
+    of the saved index ``d`` names."""
+    body = json.loads((d / "manifest.json").read_text())
+    *path, last = key.split(".")
+    for i in path:
+        body = body["children"][int(i)]
+    if "files" not in body:  # a format before file maps: fixed names
+        ext = {"documents": "parquet", "vocab": "json"}.get(last, "npy")
+        return d / f"{last}.{ext}"
+    return d / body["files"][last]["name"]
+
+
+def _entries(body: dict[str, Any]) -> list[dict[str, Any]]:
+    out = list(body.get("files", {}).values())
+    for child in body.get("children", []):
+        out += _entries(child)
+    return out
+
+
+def reseal(d: Path) -> None:
+    """Record in the manifest of ``d`` the size and sha256 of every file it names, as they are now
+    (what someone who edits the files and the manifest does): the checks of what the files mean,
+    not the digests, must then refuse the damage."""
+    path = d / "manifest.json"
+    body = json.loads(path.read_text())
+    for entry in _entries(body):
+        f = d / entry["name"]
+        if f.is_file():
+            data = f.read_bytes()
+            entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    path.write_text(json.dumps(body))
+
+
+def as_legacy(d: Path, version: int) -> None:
+    """Rewrite the saved BM25 (``version`` 1 or 2) or dense (1) index ``d`` in its format before
+    file maps: fixed names (``t_w.npy``), no ``generation`` or ``files``; version 1 of BM25 without
+    ``stats`` and term frequencies."""
+    path = d / "manifest.json"
+    body = json.loads(path.read_text())
+    for key, entry in body.pop("files").items():
+        ext = entry["name"].rsplit(".", 1)[1]
+        (d / entry["name"]).rename(d / f"{key}.{ext}")
+    del body["generation"]
+    body["version"] = version
+    if version == 1 and body["format"] == "kolm-search/bm25":
+        body.pop("stats")
+        (d / "tf.npy").unlink(missing_ok=True)
+    path.write_text(json.dumps(body))
 
 
 def case(path: Path, kind: str) -> dict[str, Any]:

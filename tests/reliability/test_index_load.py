@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,19 @@ import pytest
 
 from kolm_search import BM25Retriever, KolmValueError
 from kolm_search.retrievers.dense import DenseRetriever
-from tests.reliability.indexes import KIND, N_DOCS, ROOT, build_indexes, case, key_paths, run_cases
+from tests.reliability.indexes import (
+    KIND,
+    N_DOCS,
+    ROOT,
+    build_indexes,
+    case,
+    file_of,
+    key_paths,
+    reseal,
+    run_cases,
+)
+
+G = r"\.[0-9a-f]{32}"  # the generation in a file name: t_w.<generation>.npy
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +49,14 @@ def _copy(pristine: dict[str, Path], name: str, tmp_path: Path) -> Path:
     return d
 
 
-def _edit_npy(path: Path, edit: Callable[[np.ndarray], Any]) -> None:
+def _edit_npy(d: Path, key: str, edit: Callable[[np.ndarray], Any]) -> None:
+    """Edit the array ``key`` of index ``d`` and record its new digest in the manifest: the
+    checks of what the arrays mean must refuse it (the digest check alone is tested apart)."""
+    path = file_of(d, key)
     a = np.load(path).copy()
     edit(a)
     np.save(path, a)
+    reseal(d)
 
 
 def _edit_json(path: Path, edit: Callable[[Any], Any]) -> None:
@@ -49,7 +66,8 @@ def _edit_json(path: Path, edit: Callable[[Any], Any]) -> None:
 
 
 def _load(d: Path, **kwargs: Any) -> Any:
-    return (DenseRetriever if (d / "embeddings.npy").exists() else BM25Retriever).load(d, **kwargs)
+    fmt = json.loads((d / "manifest.json").read_text()).get("format")
+    return (DenseRetriever if fmt == "kolm-search/dense" else BM25Retriever).load(d, **kwargs)
 
 
 def test_altered_pointers_never_reach_the_kernel(pristine: dict[str, Path], tmp_path: Path) -> None:
@@ -62,37 +80,38 @@ def test_altered_pointers_never_reach_the_kernel(pristine: dict[str, Path], tmp_
     for i, edit in enumerate(edits):
         d = tmp_path / f"p{i}"
         shutil.copytree(pristine["bm25plus"], d)
-        _edit_npy(d / "t_ptr.npy", edit)
+        _edit_npy(d, "t_ptr", edit)
         dirs.append(d)
     d = tmp_path / "docs"
     shutil.copytree(pristine["bm25plus"], d)
-    _edit_npy(d / "t_docs.npy", lambda a: a.__setitem__(0, -(2**31)))
+    _edit_npy(d, "t_docs", lambda a: a.__setitem__(0, -(2**31)))
     dirs.append(d)
     records = run_cases([case(d, "bm25") for d in dirs])
     assert [r["status"] for r in records] == ["kolm"] * len(dirs), records
-    assert all(r["type"] == "KolmValueError" and ("t_ptr.npy" in r["error"] or "t_docs.npy" in r["error"])
-               for r in records), records
+    assert all(r["type"] == "KolmValueError" and (file_of(d, "t_ptr").name in r["error"] or
+                                                  file_of(d, "t_docs").name in r["error"])
+               for r, d in zip(records, dirs, strict=True)), records
 
 
 def test_decreasing_pointers(pristine: dict[str, Path], tmp_path: Path) -> None:
     d = _copy(pristine, "bm25plus", tmp_path)
-    _edit_npy(d / "t_ptr.npy", lambda a: a.__setitem__([5, 6], a[[6, 5]]))  # in range, ends intact
-    with pytest.raises(KolmValueError, match=r"t_ptr\.npy: pointers decrease at position 6 "):
+    _edit_npy(d, "t_ptr", lambda a: a.__setitem__([5, 6], a[[6, 5]]))  # in range, ends intact
+    with pytest.raises(KolmValueError, match=rf"t_ptr{G}\.npy: pointers decrease at position 6 "):
         BM25Retriever.load(d)
 
 
 @pytest.mark.parametrize("value", [-1, -(2**31), N_DOCS, 2**31 - 1])
 def test_document_ids_out_of_range(pristine: dict[str, Path], tmp_path: Path, value: int) -> None:
     d = _copy(pristine, "lucene", tmp_path)
-    _edit_npy(d / "t_docs.npy", lambda a: a.__setitem__(9, value))
-    with pytest.raises(KolmValueError, match=rf"t_docs\.npy: document row {value} at position 9 lies outside \[0, {N_DOCS}\)"):
+    _edit_npy(d, "t_docs", lambda a: a.__setitem__(9, value))
+    with pytest.raises(KolmValueError, match=rf"t_docs{G}\.npy: document row {value} at position 9 lies outside \[0, {N_DOCS}\)"):
         BM25Retriever.load(d)
 
 
 def test_unordered_document_ids_within_a_term(pristine: dict[str, Path], tmp_path: Path) -> None:
     d = _copy(pristine, "lucene", tmp_path)
-    _edit_npy(d / "t_docs.npy", lambda a: a.__setitem__(2, a[1]))  # a duplicate within term 0 (df >= 3)
-    with pytest.raises(KolmValueError, match=r"t_docs\.npy: document rows not ascending within a term at position 2"):
+    _edit_npy(d, "t_docs", lambda a: a.__setitem__(2, a[1]))  # a duplicate within term 0 (df >= 3)
+    with pytest.raises(KolmValueError, match=rf"t_docs{G}\.npy: document rows not ascending within a term at position 2"):
         BM25Retriever.load(d)
 
 
@@ -101,8 +120,8 @@ def test_unordered_document_ids_within_a_term(pristine: dict[str, Path], tmp_pat
 def test_non_finite_or_negative_weights(pristine: dict[str, Path], tmp_path: Path, name: str, value: float,
                                         shown: str) -> None:
     d = _copy(pristine, "bm25plus", tmp_path)
-    _edit_npy(d / f"{name}.npy", lambda a: a.__setitem__(3, value))
-    with pytest.raises(KolmValueError, match=rf"{name}\.npy: value at position 3 is {shown}; values must be"):
+    _edit_npy(d, name, lambda a: a.__setitem__(3, value))
+    with pytest.raises(KolmValueError, match=rf"{name}{G}\.npy: value at position 3 is {shown}; values must be"):
         BM25Retriever.load(d)
 
 
@@ -110,15 +129,15 @@ def test_non_finite_or_negative_weights(pristine: dict[str, Path], tmp_path: Pat
 @pytest.mark.parametrize("value", [np.nan, np.inf])
 def test_non_finite_embeddings(pristine: dict[str, Path], tmp_path: Path, metric: str, value: float) -> None:
     d = _copy(pristine, metric, tmp_path)
-    _edit_npy(d / "embeddings.npy", lambda a: a.__setitem__((2, 5), value))
-    with pytest.raises(KolmValueError, match=rf"embeddings\.npy: value at position 2, 5 is {value}; values must be finite"):
+    _edit_npy(d, "embeddings", lambda a: a.__setitem__((2, 5), value))
+    with pytest.raises(KolmValueError, match=rf"embeddings{G}\.npy: value at position 2, 5 is {value}; values must be finite"):
         DenseRetriever.load(d)
 
 
 def test_cosine_index_rows_must_be_unit(pristine: dict[str, Path], tmp_path: Path) -> None:
     d = _copy(pristine, "cosine", tmp_path)
-    _edit_npy(d / "embeddings.npy", lambda a: a.__setitem__((4, 0), 1e30))
-    with pytest.raises(KolmValueError, match=r"embeddings\.npy: row 4 has norm .* unit \(or zero\) rows"):
+    _edit_npy(d, "embeddings", lambda a: a.__setitem__((4, 0), 1e30))
+    with pytest.raises(KolmValueError, match=rf"embeddings{G}\.npy: row 4 has norm .* unit \(or zero\) rows"):
         DenseRetriever.load(d)
 
 
@@ -129,16 +148,23 @@ def test_unknown_metric(pristine: dict[str, Path], tmp_path: Path) -> None:
         DenseRetriever.load(d)
 
 
-BM25_KEYS = ["format", "version", "config", "n_docs", "stats", "config.method", "config.k1", "config.b", "config.delta",
-             "config.tokenizer", "config.fields", "config.fusion_k", "config.tokenizer.lowercase",
-             "config.tokenizer.pattern", "config.tokenizer.stopwords", "config.tokenizer.stemmer"]
-DENSE_KEYS = ["format", "version", "config", "n_docs", "dim", "config.metric", "config.fields", "config.fusion_k"]
+BM25_FILES = ["documents", "vocab", "t_ptr", "t_docs", "t_w", "nonocc", "doc_len", "tf"]
+BM25_KEYS = ["format", "version", "generation", "config", "n_docs", "stats", "files", "config.method", "config.k1",
+             "config.b", "config.delta", "config.tokenizer", "config.fields", "config.fusion_k",
+             "config.tokenizer.lowercase", "config.tokenizer.pattern", "config.tokenizer.stopwords",
+             "config.tokenizer.stemmer", *[f"files.{k}" for k in BM25_FILES]]
+DENSE_KEYS = ["format", "version", "generation", "config", "n_docs", "dim", "files", "config.metric", "config.fields",
+              "config.fusion_k", "files.documents", "files.embeddings"]
+
+
+def _with_entries(keys: list[str]) -> list[str]:
+    return keys + [f"{k}.{part}" for k in keys if k.startswith("files.") for part in ("name", "bytes", "sha256")]
 
 
 def test_key_lists_cover_the_manifests(pristine: dict[str, Path]) -> None:
     for name, keys in (("bm25plus", [*BM25_KEYS, "config.tokenizer.language"]), ("cosine", DENSE_KEYS)):
         body = json.loads((pristine[name] / "manifest.json").read_text())
-        assert sorted(".".join(p) for p in key_paths(body)) == sorted(keys)
+        assert sorted(".".join(p) for p in key_paths(body)) == sorted(_with_entries(keys))
 
 
 def test_an_index_saved_before_languages_loads_as_english(pristine: dict[str, Path], tmp_path: Path) -> None:
@@ -185,22 +211,31 @@ def _set(body: dict[str, Any], key: str, value: Any) -> None:
     ("config.tokenizer.stemmer", "klingon", "stemmer"), ("config.tokenizer.stopwords", [1], "list of strings"),
     ("config.fields", "content", "list of field names"), ("config.fields", [1], "list of field names"), ("config.surplus", 1, "unknown key"),
     ("config.tokenizer.surplus", 1, "unknown key"), ("surplus", 1, "unknown key"),
-    ("stats", "mine", "must be one of")])
+    ("stats", "mine", "must be one of"), ("generation", "0" * 31, "must be 32 hex digits"),
+    ("files", [], "must be an object"), ("files.surplus", 1, "must be an object of 'name', 'bytes' and 'sha256'"),
+    ("files.t_w.name", "../../etc/passwd", "not a file of this save"),
+    ("files.t_w.name", "t_w.00000000000000000000000000000000.npy", "not a file of this save"),
+    ("files.t_w.bytes", -1, "must be a size in bytes"), ("files.t_w.sha256", "ab", "must be 64 hex digits"),
+    ("files.t_w", None, "must be an object of")])
 def test_mistyped_manifest_key(pristine: dict[str, Path], tmp_path: Path, key: str, value: Any, what: str) -> None:
     d = _copy(pristine, "bm25plus", tmp_path)
     _edit_json(d / "manifest.json", lambda m: _set(m, key, value))
     named = "key 'config.tokenizer'" if key in ("config.tokenizer.pattern", "config.tokenizer.stemmer") else f"key '{key}'"
+    named = "key 'files.t_w" if key.startswith("files.t_w") else named
     with pytest.raises(KolmValueError, match=rf"manifest\.json: .*{what}") as info:
         BM25Retriever.load(d)
     assert named in str(info.value)
 
 
-@pytest.mark.parametrize("file", ["manifest.json", "vocab.json"])
+@pytest.mark.parametrize("file", ["manifest", "vocab"])
 @pytest.mark.parametrize("content", [b"{", b"[1, 2", b"\xff\xfe{}", b"[" * 100_000, b""])
 def test_bad_json(pristine: dict[str, Path], tmp_path: Path, file: str, content: bytes) -> None:
     d = _copy(pristine, "bm25plus", tmp_path)
-    (d / file).write_bytes(content)
-    with pytest.raises(KolmValueError, match=rf"{file}: (invalid JSON|cannot read)"):
+    path = d / "manifest.json" if file == "manifest" else file_of(d, file)
+    path.write_bytes(content)
+    if file != "manifest":
+        reseal(d)
+    with pytest.raises(KolmValueError, match=rf"{re.escape(path.name)}: (invalid JSON|cannot read)"):
         BM25Retriever.load(d)
 
 
@@ -211,15 +246,17 @@ def test_npy_header_must_match_the_file_and_nothing_is_unpickled(pristine: dict[
     real = np.load
     monkeypatch.setattr(np, "load", lambda *a, **kw: calls.append(kw.get("allow_pickle")) or real(*a, **kw))
     d = _copy(pristine, "lucene", tmp_path)
-    np.save(d / "t_w.npy", np.load(d / "t_w.npy").astype(object), allow_pickle=True)
-    with pytest.raises(KolmValueError, match=r"t_w\.npy: dtype object is not a plain float dtype"):
+    np.save(file_of(d, "t_w"), np.load(file_of(d, "t_w")).astype(object), allow_pickle=True)
+    reseal(d)
+    with pytest.raises(KolmValueError, match=rf"t_w{G}\.npy: dtype object is not a plain float dtype"):
         BM25Retriever.load(d, mmap=mmap)
-    a = np.load(pristine["lucene"] / "t_docs.npy")
-    with (d / "t_docs.npy").open("wb") as fp:  # a header claiming 1000 times the data on disk
+    a = np.load(file_of(pristine["lucene"], "t_docs"))
+    with file_of(d, "t_docs").open("wb") as fp:  # a header claiming 1000 times the data on disk
         np.lib.format.write_array_header_1_0(fp, {"descr": np.lib.format.dtype_to_descr(a.dtype),
                                                   "fortran_order": False, "shape": (len(a) * 1000,)})
         fp.write(a.tobytes())
-    with pytest.raises(KolmValueError, match=r"t_docs\.npy: header declares int32 \(\d+,\) \(\d+ bytes\) but the file holds \d+ data bytes"):
+    reseal(d)
+    with pytest.raises(KolmValueError, match=rf"t_docs{G}\.npy: header declares int32 \(\d+,\) \(\d+ bytes\) but the file holds \d+ data bytes"):
         BM25Retriever.load(d, mmap=mmap)
     assert calls and not any(calls)  # numpy was only ever asked with allow_pickle=False
 
