@@ -144,6 +144,7 @@ def _reranker(args: argparse.Namespace, dataset: Any, cache: Path | None) -> Any
     import os
 
     from kolm_search import adapters
+    from kolm_search.errors import KolmValueError
 
     score_cache = adapters.ScoreCache(cache / "scores.sqlite") if cache is not None else None
     if args.reranker == "mmr":
@@ -153,12 +154,12 @@ def _reranker(args: argparse.Namespace, dataset: Any, cache: Path | None) -> Any
         return adapters.MMRReranker(embedder, lambda_=args.mmr_lambda)
     if args.reranker in ("cross-encoder", "onnx-cross-encoder"):
         if args.model in (None, "auto"):
-            raise _UsageError(f"--model FOLDER (a cross-encoder) is required for --reranker {args.reranker}")
+            raise KolmValueError(f"--model FOLDER (a cross-encoder) is required for --reranker {args.reranker}")
         if args.reranker == "cross-encoder":
             return adapters.CrossEncoderReranker(args.model, score_cache=score_cache)
         return adapters.OnnxCrossEncoderReranker(args.model, score_cache=score_cache)
     if not (args.llm_url and args.llm_model):
-        raise _UsageError(f"--llm-url and --llm-model are required for --reranker {args.reranker}")
+        raise KolmValueError(f"--llm-url and --llm-model are required for --reranker {args.reranker}")
     client = adapters.OpenAICompatibleClient(args.llm_url, args.llm_model, os.environ.get(args.llm_api_key_env) or None,
                                              timeout=args.llm_timeout)
     if args.reranker == "llm-pointwise":
@@ -168,10 +169,6 @@ def _reranker(args: argparse.Namespace, dataset: Any, cache: Path | None) -> Any
                                         max_concurrency=args.llm_concurrency, score_cache=score_cache)
 
 
-class _UsageError(Exception):
-    """A missing option, reported as ``kolm-search rerank: error: ...`` (exit 1)."""
-
-
 def cmd_rerank(args: argparse.Namespace) -> int:
     from kolm_search.io import default_cache_dir, load_dataset, read_run, write_run
     from kolm_search.rerank import rerank_run
@@ -179,11 +176,7 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     dataset = load_dataset(args.dataset, split=args.split, cache_dir=args.cache_dir)
     cache = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     run = read_run(args.run)
-    try:
-        reranker = _reranker(args, dataset, cache)
-    except _UsageError as exc:
-        print(f"kolm-search rerank: error: {exc}", file=sys.stderr)
-        return 1
+    reranker = _reranker(args, dataset, cache)  # a missing option: KolmValueError, reported by main
     output = Path(args.output)
     to_file = output.suffix in _RUN_SUFFIXES
     folder = output.with_name(output.name + ".parts") if to_file else output
