@@ -1,6 +1,6 @@
 """Batch re-ranking jobs that survive: what resumability, the score cache and the LLM rerankers cost.
 
-Rerun from ``benchmarks/``: ``python bench_rerank_jobs.py --part jobs|cache|llm --repeat 3``
+Rerun from ``benchmarks/``: ``python bench_rerank_jobs.py --part jobs|cache|llm|overhead --repeat 3``
 (``jobs`` and ``cache`` need the ``embeddings`` extra: MiniLM on sentence-transformers). Rows:
 
 - ``jobs``: MMR on MiniLM over 100 Cranfield queries x top-100 of a BM25 run. The in-memory
@@ -13,6 +13,8 @@ Rerun from ``benchmarks/``: ``python bench_rerank_jobs.py --part jobs|cache|llm 
 - ``cache``: a cross-encoder of MiniLM's size (all-MiniLM-L6-v2's encoder weights under a
   randomly initialised classification head: the cost of a real model, no ranking claim) over
   30 queries x top-100, cold score cache, then warm (target: warm at most 5 % of cold).
+- ``overhead``: the job's own cost as the run grows (a reranker that costs nothing), in memory
+  and with ``output=``.
 - ``llm``: the LLM rerankers against a chat server (another process, ``_fake_llm.py``) that
   answers after a fixed 50 ms: requests per second against ``max_concurrency / 0.05`` (target at
   least 0.8x), and the most requests in flight.
@@ -82,6 +84,47 @@ def jobs(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
              "vs_model_bound": f"{t['parts'] / t['model']:.2f}x"},
             {"what": "the same over the warm embedding cache", "seconds": t["warm"],
              "vs_cold": f"{100 * t['warm'] / t['parts']:.1f} %"}]
+
+
+class Identity:
+    """A reranker that costs nothing: what is left is the job's own cost."""
+
+    def fingerprint(self) -> str:
+        return "Identity/1"
+
+    def rerank_batch(self, items: Any) -> list[list[Any]]:
+        return [list(docs) for docs, _ in items]
+
+    def rerank(self, docs: Any, context: Any) -> list[Any]:
+        return list(docs)
+
+
+def overhead(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """The job's own cost as the run grows (a reranker that costs nothing), in memory and resumable."""
+    import numpy as np
+    import pandas as pd
+
+    from kolm_search.rerank import rerank_run
+
+    header("the job's own cost: a no-op reranker, top-100 of each query, chunks of 1,000 queries")
+    rows, counter = [], iter(range(10**6))
+    corpus = pd.DataFrame({"id": [f"d{i}" for i in range(20_000)], "content": [f"text {i}" for i in range(20_000)]})
+    for n_q in (1_000, 10_000):
+        rng = np.random.default_rng(n_q)
+        run = pd.DataFrame({"qid": np.repeat([f"q{i}" for i in range(n_q)], 100),
+                            "doc_id": [f"d{i}" for i in rng.integers(0, 20_000, n_q * 100)],
+                            "score": np.tile(np.arange(100, 0, -1.0), n_q)}).drop_duplicates(["qid", "doc_id"])
+        queries = {f"q{i}": f"query {i}" for i in range(n_q)}
+        t = median_times({
+            "memory": lambda run=run, queries=queries: rerank_run(run, corpus, Identity(), queries=queries, progress=False),
+            "output": lambda run=run, queries=queries: rerank_run(run, corpus, Identity(), queries=queries, progress=False,
+                                                                  output=work / f"o{next(counter)}"),
+        }, args.repeat, warmup=1)
+        rows.append({"what": f"{n_q} queries, {len(run)} rows: in memory", "seconds": t["memory"],
+                     "us_per_row": f"{1e6 * t['memory'] / len(run):.1f}"})
+        rows.append({"what": f"{n_q} queries, {len(run)} rows: output= (parts, records, read back)",
+                     "seconds": t["output"], "extra_us_per_row": f"{1e6 * (t['output'] - t['memory']) / len(run):.2f}"})
+    return rows
 
 
 def minilm_cross_encoder(folder: Path) -> Path:
@@ -162,7 +205,7 @@ def llm(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--part", choices=["jobs", "cache", "llm", "all"], default="all")
+    ap.add_argument("--part", choices=["jobs", "cache", "llm", "overhead", "all"], default="all")
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--cache-queries", type=int, default=30)
     ap.add_argument("--llm-queries", type=int, default=80)
@@ -170,8 +213,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        for part in (("jobs", "cache", "llm") if args.part == "all" else (args.part,)):
-            report({"jobs": jobs, "cache": cache, "llm": llm}[part](args, Path(tmp)))
+        for part in (("jobs", "cache", "llm", "overhead") if args.part == "all" else (args.part,)):
+            report({"jobs": jobs, "cache": cache, "llm": llm, "overhead": overhead}[part](args, Path(tmp)))
 
 
 if __name__ == "__main__":

@@ -167,9 +167,9 @@ class SearchPipeline:
             return self.stages
         if self.modules.reranker is None:
             raise KolmValueError("score_cache= was given but the pipeline has no reranker")
-        from kolm_search.adapters.scoring import CachedReranker
+        from kolm_search.adapters.scoring import with_score_cache
 
-        modules = replace(self.modules, reranker=CachedReranker(self.modules.reranker, score_cache))
+        modules = replace(self.modules, reranker=with_score_cache(self.modules.reranker, score_cache))
         return Stages(modules, self.options)
 
     async def search_batch_async(self, queries: Any, *, limit: int | None = None, offset: int = 0,

@@ -12,7 +12,6 @@ what differs, unless ``restart=True``. ``kolm_search.io.read_run(PATH)`` reads t
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,33 +21,9 @@ from kolm_search._bridge import run_sync
 from kolm_search._params import boolean, positive_int
 from kolm_search._progress import progress_bar, progress_scope
 from kolm_search.ports import fingerprint_of
-from kolm_search.rerank_job import RerankJob
-from kolm_search.runs import RUN_COLUMNS
+from kolm_search.rerank_job import RerankJob, empty_run
 
 __all__ = ["rerank_run"]
-
-_log = logging.getLogger("kolm_search.rerank")
-
-
-def _empty() -> pd.DataFrame:
-    return pd.DataFrame(columns=list(RUN_COLUMNS))
-
-
-def _finish(result: pd.DataFrame, job: RerankJob) -> pd.DataFrame:
-    result.attrs["missing"] = list(job.missing)
-    if job.missing:
-        _log.warning("%d documents of the run are not in the corpus (kept unranked under the block), e.g. %r",
-                     len(job.missing), job.missing[0])
-    return result
-
-
-def with_cache(reranker: Any, score_cache: Any, fingerprint: str | None) -> Any:
-    """``reranker`` behind ``score_cache`` (:class:`~kolm_search.adapters.CachedReranker`), or as is."""
-    if score_cache is None:
-        return reranker
-    from kolm_search.adapters.scoring import CachedReranker
-
-    return CachedReranker(reranker, score_cache, fingerprint=fingerprint)
 
 
 def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_size: int = 1000, *,
@@ -108,7 +83,10 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
     boolean("progress", progress)
     boolean("restart", restart)
     job = RerankJob.build(run, corpus, queries, top_k, batch_size)
-    reranker = with_cache(reranker, score_cache, fingerprint)
+    if score_cache is not None:
+        from kolm_search.adapters.scoring import with_score_cache
+
+        reranker = with_score_cache(reranker, score_cache, fingerprint)
     with progress_scope(progress):
         if output is None:
             frames = []
@@ -116,7 +94,7 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
                 for i in range(job.n_chunks):
                     frames.append(run_sync(job.compute(i, reranker)))
                     bar.update(len(job.chunk(i)))
-            return _finish(pd.concat(frames, ignore_index=True) if frames else _empty(), job)
+            return job.finish(pd.concat(frames, ignore_index=True) if frames else empty_run())
         from kolm_search.io.parts import PartsFolder
 
         folder = PartsFolder(output, kind="rerank_run", fingerprint=job.fingerprint(fingerprint_of(reranker, fingerprint)),
@@ -128,5 +106,5 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
                     if i not in done:
                         folder.write(i, run_sync(job.compute(i, reranker)))
                         bar.update(len(job.chunk(i)))
-            result = folder.read() if job.n_chunks else _empty()
-    return _finish(result, job)
+            result = folder.read() if job.n_chunks else empty_run()
+    return job.finish(result)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,16 +26,22 @@ from kolm_search._bridge import resolve
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError, PipelineStage, SearchError
 from kolm_search.planners import DefaultQueryPlanner
-from kolm_search.runs import as_run, check_ids, numeric_column
+from kolm_search.runs import RUN_COLUMNS, as_run, check_ids, numeric_column
 from kolm_search.stages import rerank_all
 from kolm_search.types import SearchDocument, SearchPipelineContext, SearchRequest
 
-__all__ = ["JOB_VERSION", "RerankJob"]
+__all__ = ["JOB_VERSION", "RerankJob", "empty_run"]
 
 #: Bumped when the output of a chunk changes for the same inputs (a resumable job refuses a
 #: folder written by another version rather than mixing parts).
 JOB_VERSION = "rerank_run/1"
 _STAGE = PipelineStage.RERANKER
+_log = logging.getLogger("kolm_search.rerank")
+
+
+def empty_run() -> pd.DataFrame:
+    """A run of no rows: ``qid, doc_id, rank, score``."""
+    return pd.DataFrame(columns=list(RUN_COLUMNS))
 
 
 def _strings_digest(digest: Any, values: Sequence[Any]) -> None:
@@ -176,3 +183,11 @@ class RerankJob:
                   for q, (d, _, absent, tail), out in zip(qs, prepared, outs, strict=True)]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
             {"qid": [], "doc_id": [], "rank": np.zeros(0, np.int64), "score": np.zeros(0)})
+
+    def finish(self, result: pd.DataFrame) -> pd.DataFrame:
+        """``result`` (the job's run) with ``attrs["missing"]``, the absent documents logged."""
+        result.attrs["missing"] = list(self.missing)
+        if self.missing:
+            _log.warning("%d documents of the run are not in the corpus (kept unranked under the block), e.g. %r",
+                         len(self.missing), self.missing[0])
+        return result

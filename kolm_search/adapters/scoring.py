@@ -28,7 +28,7 @@ from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.ports import RanksWindows, ScoresPairs, fingerprint_of, implements
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
-__all__ = ["CachedReranker", "PointwiseReranker", "order_by_scores", "rerank_pointwise", "scores_of"]
+__all__ = ["CachedReranker", "PointwiseReranker", "order_by_scores", "rerank_pointwise", "scores_of", "with_score_cache"]
 
 Items = Sequence[tuple[list[SearchDocument], SearchPipelineContext]]
 
@@ -169,3 +169,9 @@ class CachedReranker:
 
     def __repr__(self) -> str:
         return f"CachedReranker({self.reranker!r}, {self.cache!r})"
+
+
+def with_score_cache(reranker: Any, score_cache: ScoreCache | None, fingerprint: str | None = None) -> Any:
+    """``reranker`` behind ``score_cache`` (a :class:`CachedReranker`), or as it is when there is
+    no cache: what ``score_cache=`` of ``rerank_run``, ``search_batch`` and ``Experiment`` does."""
+    return reranker if score_cache is None else CachedReranker(reranker, score_cache, fingerprint=fingerprint)

@@ -26,8 +26,7 @@ from kolm_search._params import boolean, positive_int
 from kolm_search._progress import progress_bar, progress_scope
 from kolm_search.errors import DistributedError
 from kolm_search.ports import fingerprint_of
-from kolm_search.rerank import _empty, _finish, with_cache
-from kolm_search.rerank_job import RerankJob
+from kolm_search.rerank_job import RerankJob, empty_run
 
 __all__ = ["rerank_run"]
 
@@ -95,7 +94,10 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
     if batch_size is None:
         batch_size = max(1, -(-len(job.qids) // _default_parts(dask_client, npartitions)))
     job = dataclasses.replace(job, batch_size=positive_int("batch_size", batch_size))
-    reranker = with_cache(reranker, score_cache, fingerprint)
+    if score_cache is not None:
+        from kolm_search.adapters.scoring import with_score_cache
+
+        reranker = with_score_cache(reranker, score_cache, fingerprint)
     folder: Any = None
     spec: dict[str, Any] | None = None
     if output is not None:
@@ -116,8 +118,8 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
                 bar.update(1)
         out = _collect(futures, todo)
         if folder is not None:
-            result = folder.read() if job.n_chunks else _empty()
+            result = folder.read() if job.n_chunks else empty_run()
         else:
-            result = pd.concat(out, ignore_index=True) if out else _empty()
-    return _finish(result, job)
+            result = pd.concat(out, ignore_index=True) if out else empty_run()
+    return job.finish(result)
 
