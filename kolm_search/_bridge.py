@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import inspect
 import os
 import queue
@@ -43,10 +44,11 @@ TIMED_OUT: Any = type("TimedOut", (), {"__repr__": lambda self: "TIMED_OUT"})()
 
 
 class _Job:
-    __slots__ = ("abandoned", "args", "fn", "future")
+    __slots__ = ("abandoned", "args", "context", "fn", "future")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.fn, self.args = fn, args
+        self.context = contextvars.copy_context()  # the caller's context variables, as asyncio.to_thread
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.abandoned = False
 
@@ -124,7 +126,7 @@ class DaemonPool:
             if not job.future.set_running_or_notify_cancel():
                 continue
             try:
-                job.future.set_result(job.fn(*job.args))
+                job.future.set_result(job.context.run(job.fn, *job.args))
             except BaseException as exc:
                 job.future.set_exception(exc)
             with self._lock:
@@ -256,4 +258,4 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     except RuntimeError:
         return _run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kolm-sync") as pool:
-        return pool.submit(_run, coro).result()
+        return pool.submit(contextvars.copy_context().run, _run, coro).result()  # context variables follow

@@ -69,29 +69,61 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_rerank(args: argparse.Namespace) -> int:
-    from kolm_search.adapters import CrossEncoderReranker, MMRReranker
+_RUN_SUFFIXES = (".trec", ".txt", ".run", ".gz", ".tsv", ".parquet", ".pq")
+RERANKERS = ("mmr", "cross-encoder", "onnx-cross-encoder", "llm-pointwise", "llm-listwise")
+
+
+def _reranker(args: argparse.Namespace, dataset: Any, cache: Path | None) -> Any:
+    """The reranker ``--reranker`` names, its model calls through the caches under ``cache``."""
+    import os
+
+    from kolm_search import adapters
     from kolm_search.cli_eval import embedder_for
-    from kolm_search.io import load_dataset, read_run, write_run
+    from kolm_search.errors import KolmValueError
+
+    score_cache = adapters.ScoreCache(cache / "scores.sqlite") if cache is not None else None
+    if args.reranker == "mmr":
+        embedder = embedder_for(args.model or "auto", dataset.corpus)
+        if cache is not None:
+            embedder = adapters.CachedEmbedder(embedder, cache / "embeddings.sqlite")
+        return adapters.MMRReranker(embedder, lambda_=args.mmr_lambda)
+    if args.reranker in ("cross-encoder", "onnx-cross-encoder"):
+        if args.model in (None, "auto"):
+            raise KolmValueError(f"--model FOLDER (a cross-encoder) is required for --reranker {args.reranker}")
+        if args.reranker == "cross-encoder":
+            return adapters.CrossEncoderReranker(args.model, score_cache=score_cache)
+        return adapters.OnnxCrossEncoderReranker(args.model, score_cache=score_cache)
+    if not (args.llm_url and args.llm_model):
+        raise KolmValueError(f"--llm-url and --llm-model are required for --reranker {args.reranker}")
+    client = adapters.OpenAICompatibleClient(args.llm_url, args.llm_model, os.environ.get(args.llm_api_key_env) or None,
+                                             timeout=args.llm_timeout)
+    if args.reranker == "llm-pointwise":
+        return adapters.LLMPointwiseReranker(client, mode=args.llm_mode, max_concurrency=args.llm_concurrency,
+                                             score_cache=score_cache)
+    return adapters.LLMListwiseReranker(client, window=args.window, step=args.step,
+                                        max_concurrency=args.llm_concurrency, score_cache=score_cache)
+
+
+def cmd_rerank(args: argparse.Namespace) -> int:
+    from kolm_search.io import default_cache_dir, load_dataset, read_run, write_run
     from kolm_search.rerank import rerank_run
 
     dataset = load_dataset(args.dataset, split=args.split, cache_dir=args.cache_dir)
+    cache = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     run = read_run(args.run)
-    reranker: Any
-    if args.reranker == "cross-encoder":
-        if args.model in (None, "auto"):
-            print("kolm-search rerank: error: --model FOLDER (a cross-encoder) is required for --reranker "
-                  "cross-encoder", file=sys.stderr)
-            return 1
-        reranker = CrossEncoderReranker(args.model)
-    else:
-        reranker = MMRReranker(embedder_for(args.model or "auto", dataset.corpus), lambda_=args.mmr_lambda)
-    out = rerank_run(run, dataset, reranker, top_k=args.top_k, progress=not args.quiet)
-    write_run(out, args.output, tag=f"kolm_{args.reranker}")
+    reranker = _reranker(args, dataset, cache)  # a missing option: KolmValueError, reported by main
+    output = Path(args.output)
+    to_file = output.suffix in _RUN_SUFFIXES
+    folder = output.with_name(output.name + ".parts") if to_file else output
+    out = rerank_run(run, dataset, reranker, top_k=args.top_k, batch_size=args.batch_size, progress=not args.quiet,
+                     output=folder, restart=args.restart)
+    if to_file:
+        write_run(out, output, tag=f"kolm_{args.reranker}")
     missing = out.attrs.get("missing", [])
     if missing:
         print(f"warning: {len(missing)} run documents are not in the corpus, e.g. {missing[0]}", file=sys.stderr)
-    print(f"re-ranked {out.qid.nunique()} queries into {args.output}", file=sys.stderr)
+    where = f"{output} (resumable parts in {folder})" if to_file else f"{folder} (read it with kolm_search.io.read_run)"
+    print(f"re-ranked {out.qid.nunique()} queries into {where}", file=sys.stderr)
     return 0
 
 
@@ -120,6 +152,23 @@ def cmd_download(args: argparse.Namespace) -> int:
 _MODEL_HELP = ("embedder: 'auto' (the packaged MiniLM on sentence-transformers with the 'embeddings' extra, "
                "else on onnxruntime with the 'onnx' extra, no torch), 'minilm', 'minilm-onnx', 'lsa' (no model "
                "needed) or a sentence-transformers model folder")
+_RERANK_DESCRIPTION = """\
+Re-rank each query's top-k of a run. The job goes through the run in chunks of
+--batch-size queries and writes each finished chunk atomically as a part of a
+parquet dataset with a manifest: run the same command again after a crash or
+Ctrl-C and it computes only the parts not yet written (with other arguments it
+refuses, naming what differs, unless --restart). Embeddings and scores are
+cached under --cache-dir, so a second job over the same documents calls the
+model only for what it has not seen."""
+_RERANK_EXAMPLES = """examples:
+  # MMR on MiniLM embeddings, resumable; parts in reranked.trec.parts/
+  kolm-search rerank bm25.trec --dataset cranfield --reranker mmr -o reranked.trec
+  # an exported cross-encoder on onnxruntime (no torch), output kept as a folder of parts
+  kolm-search rerank bm25.trec --dataset cranfield --reranker onnx-cross-encoder --model ce-onnx/ -o job/
+  # RankGPT-style listwise re-ranking on any OpenAI-compatible server (key from $OPENAI_API_KEY)
+  kolm-search rerank bm25.trec --dataset cranfield --reranker llm-listwise --top-k 20 \\
+      --llm-url http://127.0.0.1:8000/v1 --llm-model qwen2.5-7b-instruct -o llm.trec
+"""
 _DATASET_HELP = ("a BEIR folder, a packaged collection (cranfield), a BEIR name downloaded on first use (e.g. scifact) "
                  "or an ir_datasets id (irds:beir/arguana, extra irds)")
 
@@ -134,6 +183,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
                 or not action.option_strings):
             return text
         return super()._get_help_string(action)
+
+
+class _Raw(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """:class:`HelpFormatter` keeping the description and the examples as written."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -188,18 +241,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE", help="write the output here (replaced whole) instead of stdout")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("rerank", help="re-rank each query's top-k of a run", formatter_class=fmt)
+    p = sub.add_parser("rerank", help="re-rank each query's top-k of a run (resumable, cached)", formatter_class=_Raw,
+                       description=_RERANK_DESCRIPTION, epilog=_RERANK_EXAMPLES)
     p.add_argument("run", help="the run to re-rank (TREC text, .gz or parquet)")
     p.add_argument("--dataset", required=True, help=_DATASET_HELP + "; gives documents and query texts")
-    p.add_argument("--reranker", choices=["cross-encoder", "mmr"], default="mmr", help="re-ranking method")
-    p.add_argument("--model", default="auto", help="for mmr, the " + _MODEL_HELP + "; for cross-encoder, a model folder")
+    p.add_argument("--reranker", choices=RERANKERS, default="mmr", help="re-ranking method")
+    p.add_argument("--model", default="auto", help="for mmr, the " + _MODEL_HELP + "; for cross-encoder, a "
+                   "sentence-transformers model folder; for onnx-cross-encoder, a folder with model.onnx and tokenizer.json")
     p.add_argument("--top-k", type=int, default=100, help="documents re-ranked per query")
+    p.add_argument("--batch-size", type=int, default=100, help="queries per chunk: one part of the output, the most "
+                   "a killed job recomputes")
+    p.add_argument("--restart", action="store_true", help="start over in an output folder holding another job (or "
+                   "this one); without it a folder of another job is refused, naming what differs")
     p.add_argument("--mmr-lambda", type=float, default=0.7, help="MMR trade-off: 1 keeps relevance, 0 maximises diversity")
+    p.add_argument("--llm-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (llm-* rerankers)")
+    p.add_argument("--llm-model", help="model name sent to the server (llm-* rerankers)")
+    p.add_argument("--llm-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key "
+                   "(never passed on the command line; unset: no key)")
+    p.add_argument("--llm-mode", choices=["grade", "yes_no"], default="grade", help="llm-pointwise: a 0-3 grade, or "
+                   "yes/no scored by the log-probability of yes")
+    p.add_argument("--llm-concurrency", type=int, default=8, help="requests in flight at once (llm-* rerankers)")
+    p.add_argument("--llm-timeout", type=float, default=30.0, help="seconds per request attempt (llm-* rerankers)")
+    p.add_argument("--window", type=int, default=20, help="llm-listwise: passages per prompt")
+    p.add_argument("--step", type=int, default=10, help="llm-listwise: how far the window moves up")
     p.add_argument("--split", default=None, help="qrels split: of a BEIR folder (default test), or appended to an "
                    "ir_datasets id")
-    p.add_argument("--cache-dir", help="dataset cache (default $KOLM_SEARCH_CACHE or ~/.cache/kolm_search)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("-o", "--output", required=True, help="the re-ranked run (TREC text, .gz or parquet)")
+    p.add_argument("--cache-dir", help="cache folder: datasets, and the embeddings (embeddings.sqlite) and scores "
+                   "(scores.sqlite) the rerankers compute (default $KOLM_SEARCH_CACHE or the platform's user cache "
+                   "folder, ~/.cache/kolm_search on Linux)")
+    p.add_argument("--no-cache", action="store_true", help="compute every embedding and score again (datasets are "
+                   "still cached)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("-o", "--output", required=True, help="a run file (.trec, .txt, .gz, .parquet: the resumable "
+                   "parts go to OUTPUT.parts/ beside it, the file is written when the job is done) or a folder (the "
+                   "parts themselves: kolm_search.io.read_run reads it)")
     p.set_defaults(func=cmd_rerank)
 
     p = sub.add_parser("download", help="download a BEIR dataset into the cache", formatter_class=fmt)

@@ -66,23 +66,27 @@ class SearchClient:
     search_async = search
 
     async def search_batch_async(self, queries: Any, *, limit: int | None = None, offset: int = 0,
-                                 mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
+                                 mode: str | None = None, filters: dict[str, Any] | None = None,
+                                 score_cache: Any = None) -> BatchResult:
         """Async :meth:`search_batch`; ``input_schema`` and ``output_schema`` check each query's
         request and response as :meth:`search` does (an issue's path starts with the qid)."""
         if self.options.input_schema is not None:  # what single search would check, per query
             qids, _ = parse_queries(queries, limit=limit, offset=offset, mode=mode, filters=filters)
             raw = raw_requests(queries, limit=limit, offset=offset, mode=mode, filters=filters)
             validate_each(self.options.input_schema, zip(qids, raw, strict=True), "input")
-        result = await self.pipeline.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters)
+        result = await self.pipeline.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters,
+                                                        score_cache=score_cache)
         if self.options.output_schema is not None:  # builds the responses that single search checks
             validate_each(self.options.output_schema, ((q, r.to_dict()) for q, r in zip(result.qids, result.responses,
                                                                                           strict=True)), "output")
         return result
 
     def search_batch(self, queries: Any, *, limit: int | None = None, offset: int = 0,
-                     mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
+                     mode: str | None = None, filters: dict[str, Any] | None = None,
+                     score_cache: Any = None) -> BatchResult:
         """Search many queries at once (see :meth:`SearchPipeline.search_batch`)."""
-        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters))
+        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters,
+                                                score_cache=score_cache))
 
     #: The blocking :meth:`search_batch` under the explicit name.
     search_batch_sync = search_batch

@@ -12,6 +12,7 @@ type" it keeps the matching builtin as a second base (``except ValueError`` keep
           +-- SchemaValidationError       an input/output schema rejected a request or response
           +-- KolmValueError (ValueError) bad argument or data; the message names field and value
           |    +-- FrameValidationError   a candidate frame, run or qrels breaks its schema
+          |    +-- JobMismatchError       a job folder holds another job's output (.differences)
           +-- KolmTypeError (TypeError)   argument of the wrong type
           |    +-- ParameterError (also a KolmValueError)  a public argument out of its range or type
           +-- DownloadError (OSError)     a dataset download failed (network, checksum, archive)
@@ -37,6 +38,7 @@ __all__ = [
     "DownloadError",
     "FilterError",
     "FrameValidationError",
+    "JobMismatchError",
     "KolmError",
     "KolmTypeError",
     "KolmValueError",
@@ -249,8 +251,38 @@ class FrameValidationError(KolmValueError):
     """A candidate frame, run or qrels table does not follow its documented schema."""
 
 
+class JobMismatchError(KolmValueError):
+    """A job's output folder holds the output of another job (other inputs, model or parameters).
+
+    Attributes
+    ----------
+    path : str
+        The folder.
+    differences : dict str -> (recorded, now)
+        Each fingerprint key that differs, with the folder's value and this job's.
+    """
+
+    def __init__(self, path: str, differences: Mapping[str, tuple[str, str]]) -> None:
+        self.path = path
+        self.differences = dict(differences)
+        shown = "; ".join(f"{k} differs (recorded {a[:160]!r}, now {b[:160]!r})" for k, (a, b) in self.differences.items())
+        super().__init__(f"job output {path!r} holds another job: {shown}. Pass restart=True (kolm-search rerank "
+                         "--restart) to start over there, or choose another folder")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.path, self.differences)
+
+
 class LLMRequestError(KolmError, RuntimeError):
-    """A chat-completions call failed (HTTP status, timeout, transport, or a malformed reply)."""
+    """A chat-completions call failed (HTTP status, timeout, transport, or a malformed reply).
+
+    ``timed_out`` is true when the last attempt ran out of time (the server answered too slowly
+    or not at all).
+    """
+
+    def __init__(self, message: str = "", *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 class DistributedError(KolmError, RuntimeError):

@@ -24,7 +24,7 @@ from kolm_search.batch import BatchResult, parse_queries, run_frame
 from kolm_search.cachekey import canonical_digest, request_key
 from kolm_search.candidates import Run
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.errors import KolmTypeError, PipelineStage, SearchError
+from kolm_search.errors import KolmTypeError, KolmValueError, PipelineStage, SearchError
 from kolm_search.guards import coerce_request, resolve_request
 from kolm_search.retrievers.incremental import index_revision
 from kolm_search.stages import Stages
@@ -161,8 +161,20 @@ class SearchPipeline:
     #: The coroutine :meth:`search` under the explicit name (see "Sync and async twins" in the README).
     search_async = search
 
+    def _stages_with(self, score_cache: Any) -> Stages:
+        """The stage runner, its reranker behind ``score_cache`` when one is given."""
+        if score_cache is None:
+            return self.stages
+        if self.modules.reranker is None:
+            raise KolmValueError("score_cache= was given but the pipeline has no reranker")
+        from kolm_search.adapters.scoring import with_score_cache
+
+        modules = replace(self.modules, reranker=with_score_cache(self.modules.reranker, score_cache))
+        return Stages(modules, self.options)
+
     async def search_batch_async(self, queries: Any, *, limit: int | None = None, offset: int = 0,
-                                 mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
+                                 mode: str | None = None, filters: dict[str, Any] | None = None,
+                                 score_cache: Any = None) -> BatchResult:
         """Async :meth:`search_batch`."""
         t0 = time.perf_counter()
         started_at = time.time() * 1000.0
@@ -174,7 +186,7 @@ class SearchPipeline:
             except SearchError as exc:
                 raise exc.at_query(qid) from exc
         run = Run()
-        stages = self.stages
+        stages = self._stages_with(score_cache)
         plans = await stages.plan(reqs, run)
         contexts = [SearchPipelineContext(request=r, plan=p, started_at=started_at) for r, p in zip(reqs, plans, strict=True)]
         outcomes = await stages.execute(contexts, run, columnar=True)
@@ -187,7 +199,8 @@ class SearchPipeline:
         return result
 
     def search_batch(self, queries: Any, *, limit: int | None = None, offset: int = 0,
-                     mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
+                     mode: str | None = None, filters: dict[str, Any] | None = None,
+                     score_cache: Any = None) -> BatchResult:
         """Search many queries at once; results equal per-query :meth:`search` calls.
 
         Parameters
@@ -196,6 +209,10 @@ class SearchPipeline:
             Strings and DataFrame rows take ``limit``, ``offset``, ``mode`` and ``filters``
             from the keyword arguments; requests keep their own fields (``limit``/``mode``
             fall back to the keywords, then to the options).
+        score_cache : ScoreCache, optional
+            The reranker's scores are read from it where present and stored there
+            (:class:`~kolm_search.adapters.CachedReranker`: the reranker must score pairs or
+            rank windows, and declare a fingerprint).
 
         Returns
         -------
@@ -205,7 +222,8 @@ class SearchPipeline:
 
         Works inside a running event loop too (a notebook): the batch then runs on a worker thread.
         """
-        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters))
+        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters,
+                                                score_cache=score_cache))
 
     #: The blocking :meth:`search_batch` under the explicit name.
     search_batch_sync = search_batch

@@ -32,6 +32,7 @@ __all__ = [
     "Deduplicator",
     "Embedder",
     "EmbedsMany",
+    "Fingerprinted",
     "FusesChildren",
     "IntentClassifier",
     "Logger",
@@ -39,13 +40,16 @@ __all__ = [
     "NonBlockingCache",
     "QueryExpander",
     "QueryPlanner",
+    "RanksWindows",
     "ReportsDuplicates",
     "Reranker",
     "Retriever",
+    "ScoresPairs",
     "Synthesizer",
     "Telemetry",
     "embed_all",
     "embedding_matrix",
+    "fingerprint_of",
     "implements",
     "missing_methods",
 ]
@@ -187,6 +191,52 @@ class BatchReranker(Protocol):
 
 
 @runtime_checkable
+class Fingerprinted(Protocol):
+    """A stage that says what determines its output (beyond the spec): ``fingerprint()`` is a
+    string that changes whenever the output could (the model: name or path and a digest of its
+    weights where cheap; every parameter that matters; the fingerprints of stages it holds), not
+    with settings of speed only (batch sizes, threads). Equal fingerprints promise equal outputs
+    for equal inputs; resumable jobs record it and the score cache keys on it."""
+
+    def fingerprint(self) -> str: ...
+
+
+@runtime_checkable
+class ScoresPairs(Protocol):
+    """A pointwise reranker (beyond the spec): ``score_pairs(pairs)`` scores ``(query text,
+    document)`` pairs on their own, float32 ``(len(pairs),)``, higher is better, NaN where it
+    could not. Its ``rerank`` orders each query's documents by them, descending, ties in input
+    order (:func:`kolm_search.adapters.scoring.rerank_pointwise`), so a score cache can stand
+    between a job and the model (:class:`~kolm_search.adapters.CachedReranker`)."""
+
+    def rerank(
+        self, docs: list[SearchDocument], context: SearchPipelineContext
+    ) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+    def score_pairs(self, pairs: Sequence[tuple[str, SearchDocument]]) -> MaybeAwaitable[npt.NDArray[np.float32]]: ...
+
+
+@runtime_checkable
+class RanksWindows(Protocol):
+    """A listwise reranker ordering windows of candidates (RankGPT's sliding window):
+    ``rank_window(query, docs)`` gives the window's new order (a permutation of positions), or
+    ``None`` when it could not (the window keeps its order). Its ``rerank`` slides ``window``
+    documents from the bottom of the list to the top in steps of ``step``, at most
+    ``max_concurrency`` windows at once (:func:`kolm_search.adapters.listwise.rerank_windows`),
+    so a score cache can stand between the passes and the model, keyed by window content."""
+
+    window: int
+    step: int
+    max_concurrency: int
+
+    def rerank(
+        self, docs: list[SearchDocument], context: SearchPipelineContext
+    ) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+    def rank_window(self, query: str, docs: Sequence[SearchDocument]) -> MaybeAwaitable[Sequence[int] | None]: ...
+
+
+@runtime_checkable
 class Synthesizer(Protocol):
     """Writes an answer from the final page of results (``None`` for no answer)."""
 
@@ -319,3 +369,30 @@ async def embed_all(embedder: Embedder, texts: Sequence[str], *,
     vectors = await asyncio.gather(*(call(embedder.embed, t) for t in texts))
     return embedding_matrix([embedding_matrix(v, 1, what="embed", invalid=invalid)[0] for v in vectors], len(texts),
                             what="embed", invalid=invalid)
+
+
+def fingerprint_of(stage: Any, explicit: str | None = None, *, what: str = "reranker") -> str:
+    """What produced an output, for a job's manifest or a cache key: ``explicit`` when given,
+    else the stage's own ``fingerprint()`` (:class:`Fingerprinted`).
+
+    Raises
+    ------
+    KolmTypeError
+        The stage declares no fingerprint and none is given (nothing is guessed from its
+        class or attributes), or a fingerprint is not a non-empty string.
+    """
+    from kolm_search.errors import KolmTypeError
+
+    if explicit is not None:
+        if not isinstance(explicit, str) or not explicit.strip():
+            raise KolmTypeError(f"fingerprint must be a non-empty string naming the {what} and its version, "
+                                f"got {explicit!r}")
+        return explicit
+    if not implements(stage, Fingerprinted):
+        raise KolmTypeError(f"the {what} {type(stage).__name__} declares no fingerprint() (the Fingerprinted "
+                            f"capability of kolm_search.ports), so what produced this output cannot be recorded: "
+                            f"pass fingerprint='...' naming the model, its version and parameters")
+    found = stage.fingerprint()
+    if not isinstance(found, str) or not found.strip():
+        raise KolmTypeError(f"{type(stage).__name__}.fingerprint() must return a non-empty string, got {found!r}")
+    return found

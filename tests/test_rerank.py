@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -104,11 +105,75 @@ def test_cli_rerank(cranfield_dir: Path, tmp_path: Path) -> None:
 
     run = presets.bm25(ds.corpus).search_batch(ds.queries.head(30), limit=50).run
     write_run(run, tmp_path / "in.trec")
-    assert main(["rerank", str(tmp_path / "in.trec"), "--dataset", str(cranfield_dir), "--reranker", "mmr", "--model", "lsa",
-                 "--top-k", "10", "-o", str(tmp_path / "out.trec"), "--quiet"]) == 0
+    cache = tmp_path / "cache"
+    base = ["rerank", str(tmp_path / "in.trec"), "--dataset", str(cranfield_dir), "--reranker", "mmr", "--model", "lsa",
+            "--top-k", "10", "--batch-size", "7", "--cache-dir", str(cache), "--quiet"]
+    assert main([*base, "-o", str(tmp_path / "out.trec")]) == 0
     out = read_run(tmp_path / "out.trec")
     assert len(out) == len(run) and set(out.qid) == set(run.qid)
     for qid in list(run.qid.unique())[:5]:  # the tail below top-k keeps its order
         assert list(out[out.qid == qid].doc_id[10:]) == list(run[run.qid == qid].doc_id[10:])
+    assert len(list((tmp_path / "out.trec.parts").glob("part-*.parquet"))) == 5  # 30 queries, 7 a part
+    pd.testing.assert_frame_equal(read_run(tmp_path / "out.trec.parts"), out)
+    # only the run's documents were embedded (and the queries), through the cache: not the corpus
+    with sqlite3.connect(cache / "embeddings.sqlite") as db:
+        stored = db.execute("SELECT COUNT(*) FROM emb").fetchone()[0]
+    assert stored <= run.groupby("qid").head(10).doc_id.nunique() + 30 < len(ds.corpus)
     assert main(["rerank", str(tmp_path / "in.trec"), "--dataset", str(cranfield_dir), "--reranker", "cross-encoder",
-                 "-o", str(tmp_path / "x.trec")]) == 1
+                 "-o", str(tmp_path / "x.trec"), "--no-cache"]) == 1
+
+
+def test_cli_rerank_refuses_another_job_unless_restarted(cranfield_dir: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.reliability._servers import ChatModel, RawServer
+
+    ds = load_beir(cranfield_dir)
+    from kolm_search import presets
+
+    write_run(presets.bm25(ds.corpus).search_batch(ds.queries.head(6), limit=12).run, tmp_path / "in.trec")
+    server = RawServer(ChatModel())
+    try:
+        base = ["rerank", str(tmp_path / "in.trec"), "--dataset", str(cranfield_dir), "--reranker", "llm-listwise",
+                "--llm-url", server.url() + "/v1", "--llm-model", "fake", "--window", "4", "--step", "2",
+                "--no-cache", "--quiet", "-o", str(tmp_path / "job")]
+        assert main([*base, "--top-k", "5"]) == 0
+        assert main([*base, "--top-k", "8"]) == 1
+        assert "top_k differs (recorded '5', now '8')" in capsys.readouterr().err
+        assert main([*base, "--top-k", "8", "--restart"]) == 0
+        out = read_run(tmp_path / "job")  # a folder: the parts themselves
+        assert len(out) == 6 * 12 and out.groupby("qid").size().eq(12).all()
+        assert main([*base[:-2], "-o", str(tmp_path / "missing-args"), "--llm-url", ""]) == 1
+    finally:
+        server.close()
+
+
+def test_cli_rerank_help_shows_a_resumable_job_the_cache_and_an_llm(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["rerank", "--help"])
+    text = capsys.readouterr().out
+    for phrase in ("computes only the parts", "--restart", "--cache-dir", "scores.sqlite", "--no-cache",
+                   "llm-listwise", "--llm-url", "onnx-cross-encoder", "examples:"):
+        assert phrase in text, phrase
+
+
+def test_cli_llm_reranker_reads_the_score_cache_the_second_time(cranfield_dir: Path, tmp_path: Path) -> None:
+    from kolm_search import presets
+    from tests.reliability._servers import ChatModel, RawServer
+
+    ds = load_beir(cranfield_dir)
+    write_run(presets.bm25(ds.corpus).search_batch(ds.queries.head(3), limit=6).run, tmp_path / "in.trec")
+    model = ChatModel()
+    server = RawServer(model)
+    try:
+        base = ["rerank", str(tmp_path / "in.trec"), "--dataset", str(cranfield_dir), "--reranker", "llm-pointwise",
+                "--llm-url", server.url() + "/v1", "--llm-model", "fake", "--top-k", "4", "--quiet",
+                "--cache-dir", str(tmp_path / "cache")]
+        assert main([*base, "-o", str(tmp_path / "a.trec")]) == 0
+        assert len(model.prompts) == 12
+        assert main([*base, "-o", str(tmp_path / "b.trec")]) == 0  # another job, the same pairs: all cached
+        assert len(model.prompts) == 12
+        assert main([*base, "--no-cache", "-o", str(tmp_path / "c.trec")]) == 0
+        assert len(model.prompts) == 24
+        pd.testing.assert_frame_equal(read_run(tmp_path / "a.trec"), read_run(tmp_path / "c.trec"))
+    finally:
+        server.close()

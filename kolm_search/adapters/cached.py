@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,10 @@ import numpy.typing as npt
 
 from kolm_search._bridge import inline, off_loop, run_sync
 from kolm_search._logging import log
-from kolm_search.adapters._sqlite import OnCorrupt, SqliteTable
+from kolm_search.adapters._sqlite import OnCorrupt
+from kolm_search.adapters._vectorstore import VectorStore
 from kolm_search.errors import PIPELINE_STAGES
-from kolm_search.ports import embed_all
+from kolm_search.ports import Fingerprinted, embed_all, fingerprint_of, implements
 
 __all__ = ["CachedEmbedder"]
 
@@ -40,8 +40,9 @@ class CachedEmbedder:
     path : str or Path
         The SQLite file.
     model_id : str, optional
-        Identity of the model (default: ``inner.model_id``, else ``repr(inner)``); a different
-        model never reads another's vectors.
+        Identity of the model (default: ``inner.fingerprint()`` when the embedder declares one,
+        :class:`~kolm_search.ports.Fingerprinted`: the built-in embedders do, from their weights
+        and settings; else ``repr(inner)``); a different model never reads another's vectors.
     on_corrupt : {"rebuild", "raise"}, default "rebuild"
     timeout : float, default 60
         Seconds to wait for another connection's lock.
@@ -51,71 +52,22 @@ class CachedEmbedder:
                  on_corrupt: OnCorrupt = "rebuild", timeout: float = 60.0) -> None:
         self.inner = inner
         self.path = Path(path)
-        self.model_id = model_id or str(getattr(inner, "model_id", repr(inner)))
+        self.model_id = model_id or (fingerprint_of(inner, what="embedder") if implements(inner, Fingerprinted)
+                                     else repr(inner))
         self.logger = logger or logging.getLogger("kolm_search.cache")
         self.hits = 0
         self.misses = 0
-        self._table = SqliteTable(
-            self.path, name="emb", columns=[("key", "TEXT"), ("dim", "INTEGER"), ("vec", "BLOB"), ("digest", "BLOB")],
-            create="CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, dim INTEGER NOT NULL, vec BLOB NOT NULL, "
-                   "digest BLOB NOT NULL)",
-            what="embedding cache", on_corrupt=on_corrupt, timeout=timeout, logger=self.logger,
-            stage=PIPELINE_STAGES.EMBEDDER)
+        self._store = VectorStore(self.path, name="emb", what="embedding cache", stage=PIPELINE_STAGES.EMBEDDER,
+                                  on_corrupt=on_corrupt, timeout=timeout, logger=self.logger)
 
     def _key(self, text: str) -> str:
         return hashlib.sha256(f"{self.model_id}\x00{text}".encode("utf-8", "surrogatepass")).hexdigest()
 
-    @staticmethod
-    def _digest(key: str, dim: int, blob: bytes) -> bytes:
-        digest = hashlib.blake2b(f"{key}:{dim}:".encode(), digest_size=16)
-        digest.update(blob)
-        return digest.digest()
-
-    def _vector(self, key: str, dim: Any, blob: Any, digest: Any) -> npt.NDArray[np.float32] | None:
-        """The stored vector float32 (dim,), or None (with a warning) when the row fails a check."""
-        ok = (isinstance(dim, int) and dim > 0 and isinstance(blob, bytes) and len(blob) == 4 * dim
-              and isinstance(digest, bytes) and digest == self._digest(key, dim, blob))
-        vec = np.frombuffer(blob, dtype="<f4").astype(np.float32) if ok else None
-        if vec is None or not np.all(np.isfinite(vec)):
-            log(self.logger, "warning", f"corrupt cached embedding {key[:12]}… in {str(self.path)!r} recomputed")
-            return None
-        return vec
-
     def _read(self, keys: list[str]) -> dict[str, npt.NDArray[np.float32]]:
-        def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            rows: list[tuple[Any, ...]] = []
-            for start in range(0, len(keys), 500):
-                chunk = keys[start:start + 500]
-                rows.extend(db.execute(f"SELECT key, dim, vec, digest FROM emb WHERE key IN "
-                                       f"({','.join('?' * len(chunk))})", chunk))
-            return rows
-
-        found = {}
-        for key, dim, blob, digest in self._table.run(read, stage=PIPELINE_STAGES.EMBEDDER):
-            vec = self._vector(key, dim, blob, digest)
-            if vec is not None:
-                found[key] = vec
-        return found
+        return self._store.get(keys)
 
     def _write(self, rows: list[tuple[str, npt.NDArray[np.float32]]]) -> None:
-        records = []
-        for key, vec in rows:
-            blob = np.ascontiguousarray(vec, dtype="<f4").tobytes()
-            records.append((key, int(vec.size), blob, self._digest(key, int(vec.size), blob)))
-
-        def write(db: sqlite3.Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany("INSERT OR REPLACE INTO emb (key, dim, vec, digest) VALUES (?, ?, ?, ?)", records)
-                db.execute("COMMIT")
-            except BaseException:
-                try:
-                    db.execute("ROLLBACK")
-                except sqlite3.Error:  # SQLite rolled back already: keep the original error
-                    pass
-                raise
-
-        self._table.run(write, stage=PIPELINE_STAGES.EMBEDDER)
+        self._store.put(dict(rows))
 
     def _compute(self, texts: list[str]) -> npt.NDArray[np.float32]:
         return run_sync(embed_all(self.inner, texts, call=inline))
@@ -156,6 +108,11 @@ class CachedEmbedder:
 
     def embed(self, text: str) -> npt.NDArray[np.float32]:
         return self.embed_many([text])[0]
+
+    def fingerprint(self) -> str:
+        """The wrapped embedder's (the cache changes no vector); a :class:`KolmTypeError` when
+        it declares none (:func:`kolm_search.ports.fingerprint_of`)."""
+        return fingerprint_of(self.inner, what="embedder")
 
     def __repr__(self) -> str:
         return f"CachedEmbedder({self.model_id!r}, {str(self.path)!r})"

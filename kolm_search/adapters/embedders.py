@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._extras import require
+from kolm_search._progress import progress_bar
 
 __all__ = ["SentenceTransformerEmbedder", "packaged_minilm_path"]
 
@@ -48,9 +49,12 @@ class SentenceTransformerEmbedder:
             path = packaged_minilm_path() if str(model_or_path) == "minilm" else model_or_path
             self.model = st.SentenceTransformer(str(path), device=device or "cpu")
             self.model_id = str(model_or_path)
+            self._weights: Path | None = Path(path)
         else:
             self.model = model_or_path
             self.model_id = type(model_or_path).__name__
+            self._weights = None
+        self._fingerprint: str | None = None
         self.batch_size = int(batch_size)
         self.normalize = bool(normalize)
 
@@ -62,14 +66,46 @@ class SentenceTransformerEmbedder:
         return int(get())
 
     def embed_many(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Embeddings of ``texts``: float32 (n, d)."""
-        vecs = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=self.normalize,
-                                 convert_to_numpy=True, show_progress_bar=False)
-        return np.asarray(vecs, dtype=np.float32).reshape(len(texts), -1)
+        """Embeddings of ``texts``: float32 (n, d).
+
+        Texts go to the model ordered by length, in blocks (one ``encode`` call each, batches
+        of ``batch_size`` within), so a progress bar counts from the first block (see
+        :func:`kolm_search._progress.progress_bar`; a job's ``progress=False`` silences it).
+        """
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, 0), np.float32)
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        block = self.batch_size * 4
+        out: npt.NDArray[np.float32] | None = None
+        with progress_bar(len(texts), "embed", "text") as bar:
+            for start in range(0, len(texts), block):
+                rows = order[start:start + block]
+                vecs = np.asarray(self.model.encode([texts[i] for i in rows], batch_size=self.batch_size,
+                                                    normalize_embeddings=self.normalize, convert_to_numpy=True,
+                                                    show_progress_bar=False), dtype=np.float32).reshape(len(rows), -1)
+                if out is None:
+                    out = np.empty((len(texts), vecs.shape[1]), np.float32)
+                out[rows] = vecs
+                bar.update(len(rows))
+        assert out is not None
+        return out
 
     def embed(self, text: str) -> npt.NDArray[np.float32]:
         """Embedding of one text: float32 (d,)."""
         return self.embed_many([text])[0]
+
+    def fingerprint(self) -> str:
+        """The model (its folder's files, or a loaded model's weights, by sha256) and
+        ``normalize`` (:class:`~kolm_search.ports.Fingerprinted`); computed once."""
+        from kolm_search.adapters._fingerprint import describe, folder_digest, torch_digest
+
+        if self._fingerprint is None:
+            weights = folder_digest(self._weights) if self._weights is not None and self._weights.is_dir() \
+                else torch_digest(self.model)
+            self._fingerprint = describe("SentenceTransformerEmbedder", model=self.model_id, weights=weights,
+                                         normalize=self.normalize)
+        return self._fingerprint
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder({self.model_id!r})"

@@ -47,7 +47,8 @@ from kolm_search._params import non_negative_int, positive_int, real, seconds
 from kolm_search.errors import KolmTypeError, KolmValueError, LLMRequestError
 from kolm_search.types import SearchPipelineContext
 
-__all__ = ["LLMRequestError", "OpenAICompatibleClient", "OpenAICompatibleExpander", "OpenAICompatibleSynthesizer"]
+__all__ = ["ChatReply", "LLMRequestError", "OpenAICompatibleClient", "OpenAICompatibleExpander",
+           "OpenAICompatibleSynthesizer"]
 
 _MAX_HOPS = 5
 
@@ -61,6 +62,25 @@ class _Reply:
     body: bytes = b""
     retry_after: float | None = None
     broken: str = ""
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """The first choice of a chat completion.
+
+    Attributes
+    ----------
+    content : str
+        The message text.
+    logprobs : list of dict, optional
+        ``choices[0].logprobs.content`` when the server returned log-probabilities (asked with
+        ``logprobs=True, top_logprobs=k``): one ``{"token", "logprob", "top_logprobs"}`` per
+        generated token, as OpenAI and vLLM send them; ``None`` otherwise.
+    """
+
+    content: str
+    logprobs: list[dict[str, Any]] | None = None
 
 
 def _origin(url: Any) -> tuple[str, str, int | None]:
@@ -125,11 +145,17 @@ class OpenAICompatibleClient:
         self.extra_headers = {_header_value("extra_headers key", k): _header_value(f"extra_headers[{k!r}]", v)
                               for k, v in (extra_headers or {}).items()}
         self._ssl_context: Any = None
+        self._pools: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # loop -> [AsyncClient, requests in flight]
 
     def __repr__(self) -> str:
         key = "None" if self.api_key is None else "'***'"
         return (f"{type(self).__name__}(url={self._clean(self.url)!r}, model={self.model!r}, api_key={key}, "
                 f"timeout={self.timeout:g}, max_retries={self.retry.max_retries}, extra_headers={sorted(self.extra_headers)})")
+
+    @property
+    def endpoint(self) -> str:
+        """The chat-completions URL without user info or query (safe to show or record)."""
+        return self._clean(self.url)
 
     @staticmethod
     def _clean(url: object) -> str:
@@ -146,8 +172,8 @@ class OpenAICompatibleClient:
                 text = text.replace(secret, "***")
         return text
 
-    def _error(self, message: str) -> LLMRequestError:
-        return LLMRequestError(self._redact(message))
+    def _error(self, message: str, *, timed_out: bool = False) -> LLMRequestError:
+        return LLMRequestError(self._redact(message), timed_out=timed_out)
 
     def chat_sync(self, messages: list[dict[str, str]], **params: Any) -> str:
         """Send ``messages``; return the first choice's content (blocking)."""
@@ -161,6 +187,11 @@ class OpenAICompatibleClient:
         LLMRequestError
             Any failure, after the retries described in the module docstring.
         """
+        return (await self.complete(messages, **params)).content
+
+    async def complete(self, messages: list[dict[str, str]], **params: Any) -> ChatReply:
+        """Send ``messages``; return the first choice (content, and log-probabilities when the
+        server sent them). Fails as :meth:`chat` does."""
         httpx = require("httpx", "llm")
         try:
             body = json.dumps({"model": self.model, "messages": messages, **params}).encode("utf-8")
@@ -169,30 +200,58 @@ class OpenAICompatibleClient:
         headers = {"Content-Type": "application/json", "Accept": "application/json", **self.extra_headers}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        auth = None if self.api_key else self._auth  # the api key wins over user:password in base_url
+        loop = asyncio.get_running_loop()
+        entry = await self._acquire(httpx, loop)
+        try:
+            return await self._complete(httpx, entry[0], body, headers)
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:  # the last request in flight on this loop closes the pool
+                if self._pools.get(loop) is entry:
+                    del self._pools[loop]
+                await entry[0].aclose()
+
+    async def _acquire(self, httpx: Any, loop: asyncio.AbstractEventLoop) -> list[Any]:
+        """``[httpx.AsyncClient, requests using it]`` for ``loop``: concurrent requests share one
+        connection pool (keep-alive); it is closed when the last of them ends."""
         if self._ssl_context is None:  # built once, off the loop: loading the CA bundle takes ~0.1 s
             self._ssl_context = await off_loop(httpx.create_ssl_context)
-        async with httpx.AsyncClient(follow_redirects=False, auth=auth, timeout=self.timeout,
-                                     verify=self._ssl_context) as http:
-            for attempt in range(self.retry.max_retries + 1):
-                try:
-                    async with asyncio.timeout(self.timeout):
-                        reply = await self._attempt(httpx, http, body, headers)
-                except TimeoutError:
-                    shown = self._clean(self.url)
-                    reply = _Reply(-1, shown, broken=f"timed out: no complete reply from {shown} within {self.timeout:g}s")
-                status = reply.status
-                if status == 200:
-                    return self._content(reply.body, reply.shown)
-                last = reply.broken or f"HTTP {status} from {reply.shown}: {reply.body[:200].decode('utf-8', 'replace')}"
-                if not (status == -1 or self.retry.retryable(status)) or attempt == self.retry.max_retries:
-                    break
-                wait = self.retry.wait(attempt, reply.retry_after)
-                if wait is None:
-                    raise self._error(f"{last}; the server asks to retry after {reply.retry_after:g}s, more "
-                                      f"than max_retry_after={self.retry.max_retry_after:g}s: not waiting")
-                await asyncio.sleep(wait)
-        raise self._error(f"chat completion failed after {attempt + 1} attempt(s): {last}")
+        entry = self._pools.get(loop)
+        if entry is None:
+            auth = None if self.api_key else self._auth  # the api key wins over user:password in base_url
+            http = httpx.AsyncClient(follow_redirects=False, auth=auth, timeout=self.timeout, verify=self._ssl_context,
+                                     limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+            entry = self._pools[loop] = [http, 0]
+        entry[1] += 1
+        return entry
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_ssl_context"], state["_pools"] = None, {}  # neither pickles; both are made again on use
+        return state
+
+    async def _complete(self, httpx: Any, http: Any, body: bytes, headers: dict[str, str]) -> ChatReply:
+        """The attempts of one request on ``http`` (retries, deadlines, errors: the module docstring)."""
+        for attempt in range(self.retry.max_retries + 1):
+            try:
+                async with asyncio.timeout(self.timeout):
+                    reply = await self._attempt(httpx, http, body, headers)
+            except TimeoutError:
+                shown = self._clean(self.url)
+                reply = _Reply(-1, shown, broken=f"timed out: no complete reply from {shown} within {self.timeout:g}s",
+                               timed_out=True)
+            status = reply.status
+            if status == 200:
+                return self._choice(reply.body, reply.shown)
+            last = reply.broken or f"HTTP {status} from {reply.shown}: {reply.body[:200].decode('utf-8', 'replace')}"
+            if not (status == -1 or self.retry.retryable(status)) or attempt == self.retry.max_retries:
+                break
+            wait = self.retry.wait(attempt, reply.retry_after)
+            if wait is None:
+                raise self._error(f"{last}; the server asks to retry after {reply.retry_after:g}s, more "
+                                  f"than max_retry_after={self.retry.max_retry_after:g}s: not waiting")
+            await asyncio.sleep(wait)
+        raise self._error(f"chat completion failed after {attempt + 1} attempt(s): {last}", timed_out=reply.timed_out)
 
     #: The coroutine :meth:`chat` under the explicit name (see "Sync and async twins" in the README).
     chat_async = chat
@@ -221,7 +280,7 @@ class OpenAICompatibleClient:
                 raise
             except httpx.TimeoutException as exc:
                 return _Reply(-1, shown, broken=f"timed out after {self.timeout:g}s talking to {shown} "
-                                                f"({type(exc).__name__})")
+                                                f"({type(exc).__name__})", timed_out=True)
             except (httpx.ConnectError, httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
                 raise self._error(f"cannot reach {shown}: {type(exc).__name__}: {exc}") from exc
             except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
@@ -246,14 +305,18 @@ class OpenAICompatibleClient:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _content(self, raw: bytes, shown: str) -> str:
+    def _choice(self, raw: bytes, shown: str) -> ChatReply:
         try:
-            content = json.loads(raw)["choices"][0]["message"]["content"]
+            choice = json.loads(raw)["choices"][0]
+            content = choice["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError, RecursionError) as exc:
             raise self._error(f"malformed reply from {shown} ({type(exc).__name__}): {raw[:200]!r}") from None
         if not isinstance(content, str):
             raise self._error(f"malformed reply from {shown}: content is {type(content).__name__}, not str")
-        return content
+        found = choice.get("logprobs") if isinstance(choice, dict) else None
+        tokens = found.get("content") if isinstance(found, dict) else None
+        logprobs = [t for t in tokens if isinstance(t, dict)] if isinstance(tokens, list) else None
+        return ChatReply(content, logprobs or None)
 
 
 class OpenAICompatibleSynthesizer:

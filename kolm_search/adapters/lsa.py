@@ -95,5 +95,16 @@ class LSAEmbedder:
         """Embedding of one text: float32 (dim,)."""
         return self.embed_many([text])[0]
 
+    def fingerprint(self) -> str:
+        """What the embeddings depend on: the tokenizer, the vocabulary and the fitted arrays
+        (:class:`~kolm_search.ports.Fingerprinted`)."""
+        from kolm_search.adapters._fingerprint import array_digest, describe, text_digest
+
+        t = self.tokenizer
+        stop = t.stopwords if t.stopwords is None or isinstance(t.stopwords, str) else sorted(t.stopwords)
+        tokenizer = text_digest(repr((t.lowercase, t.pattern, stop, t.stemmer, t.language)))
+        return describe("LSAEmbedder", dim=self.dim, tokenizer=tokenizer, vocab=text_digest("\x00".join(self.vocab)),
+                        weights=array_digest(self.idf, self.components))
+
     def __repr__(self) -> str:
         return f"LSAEmbedder(dim={self.dim}, vocab={len(self.vocab)})"

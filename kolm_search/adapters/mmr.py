@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from kolm_search._params import positive_int, probability
 from kolm_search.errors import KolmValueError
-from kolm_search.ports import embed_all
+from kolm_search.ports import embed_all, fingerprint_of
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["MMRReranker"]
@@ -78,6 +78,14 @@ class MMRReranker:
             picked = set(order.tolist())
             out.append([docs[j] for j in order] + [d for j, d in enumerate(docs) if j not in picked])
         return out
+
+    def fingerprint(self) -> str:
+        """``lambda_``, ``top_n`` and the embedder's fingerprint
+        (:class:`~kolm_search.ports.Fingerprinted`; an embedder without one is a ``KolmTypeError``)."""
+        from kolm_search.adapters._fingerprint import describe
+
+        return describe("MMRReranker", lambda_=self.lambda_, top_n=self.top_n,
+                        embedder=fingerprint_of(self.embedder, what="MMRReranker's embedder"))
 
     async def rerank(self, docs: list[SearchDocument], context: SearchPipelineContext) -> list[SearchDocument]:
         """The spec's port: :meth:`rerank_batch` of one query."""

@@ -8,24 +8,34 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kolm_search._bridge import off_loop
 from kolm_search._extras import require
 from kolm_search._params import positive_int
+from kolm_search._progress import progress_bar
+from kolm_search.adapters._fingerprint import describe, folder_digest, torch_digest
+from kolm_search.adapters.scorecache import ScoreCache
+from kolm_search.adapters.scoring import PointwiseReranker
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["CrossEncoderReranker", "FusionReranker"]
 
 
-class CrossEncoderReranker:
+class CrossEncoderReranker(PointwiseReranker):
     """Scores (query, document) pairs with ``sentence_transformers.CrossEncoder``, in batches.
+
+    A pointwise reranker (:class:`~kolm_search.ports.ScoresPairs`): the pairs of every query of
+    a batch go to the model in one call (:meth:`score_pairs`), only those missing from
+    ``score_cache`` when one is given.
 
     Parameters
     ----------
     model_or_path : str, Path or CrossEncoder
     batch_size : int, default 32
     max_length : int, optional
+    score_cache : ScoreCache, optional
 
     No cross-encoder weights load offline on this project's machines (every packaged one
     fetches from a hub), so the tests exercise this adapter with a small randomly initialised
@@ -33,41 +43,47 @@ class CrossEncoderReranker:
     """
 
     def __init__(self, model_or_path: Any, batch_size: int = 32, max_length: int | None = None,
-                 device: str | None = None) -> None:
+                 device: str | None = None, *, score_cache: ScoreCache | None = None) -> None:
         st = require("sentence_transformers", "embeddings")
         if isinstance(model_or_path, (str, Path)):
             self.model = st.CrossEncoder(str(model_or_path), max_length=max_length, device=device or "cpu")
+            self._path: Path | None = Path(model_or_path)
         else:
-            self.model = model_or_path
+            self.model, self._path = model_or_path, None
         self.batch_size = positive_int("batch_size", batch_size)
+        self.score_cache = score_cache
+        self._fingerprint: str | None = None
 
-    def score(self, query: str, docs: Sequence[SearchDocument]) -> np.ndarray:
-        pairs = [(query, f"{d.title} {d.content}" if d.title else d.content) for d in docs]
-        out = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
-        return np.asarray(out, dtype=np.float64).reshape(len(docs), -1)[:, 0]
+    def fingerprint(self) -> str:
+        """The model (its folder's files, or a loaded model's weights, by sha256), its maximum
+        length and activation (:class:`~kolm_search.ports.Fingerprinted`); computed once."""
+        if self._fingerprint is None:
+            weights = folder_digest(self._path) if self._path is not None and self._path.is_dir() \
+                else torch_digest(self.model.model)
+            self._fingerprint = describe("CrossEncoderReranker", weights=weights,
+                                         max_length=self.model.max_seq_length,
+                                         activation=type(self.model.activation_fn).__name__)
+        return self._fingerprint
 
-    def rerank_batch(self, items: Sequence[tuple[list[SearchDocument], SearchPipelineContext]],
-                     ) -> list[list[SearchDocument]]:
-        """Re-rank many queries' candidates: the (query, document) pairs of every query go to
-        the model in one ``predict`` call, in full batches."""
-        pairs = [(ctx.request.query, f"{d.title} {d.content}" if d.title else d.content)
-                 for docs, ctx in items for d in docs]
-        if not pairs:
-            return [[] for _ in items]
-        raw = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
-        scores = np.asarray(raw, dtype=np.float64).reshape(len(pairs), -1)[:, 0]
-        if not np.all(np.isfinite(scores)):
+    def score_pairs(self, pairs: Sequence[tuple[str, SearchDocument]]) -> npt.NDArray[np.float32]:
+        """The model's score of each (query, document title and content) pair: float32 (n,)."""
+        texts = [(q, f"{d.title} {d.content}" if d.title else d.content) for q, d in pairs]
+        out = np.empty(len(texts), np.float32)
+        block = self.batch_size * 16
+        with progress_bar(len(texts), "cross-encoder", "pair") as bar:
+            for start in range(0, len(texts), block):
+                part = texts[start:start + block]
+                raw = self.model.predict(part, batch_size=self.batch_size, show_progress_bar=False,
+                                         convert_to_numpy=True)
+                out[start:start + len(part)] = np.asarray(raw, dtype=np.float32).reshape(len(part), -1)[:, 0]
+                bar.update(len(part))
+        if not np.all(np.isfinite(out)):
             raise KolmValueError("the cross-encoder returned non-finite scores")
-        out, start = [], 0
-        for docs, _ in items:
-            block = scores[start:start + len(docs)]
-            start += len(docs)
-            out.append([replace(docs[i], score=float(block[i])) for i in np.argsort(-block, kind="stable")])
         return out
 
-    def rerank(self, docs: list[SearchDocument], context: SearchPipelineContext) -> list[SearchDocument]:
-        """The spec's port: :meth:`rerank_batch` of one query."""
-        return self.rerank_batch([(docs, context)])[0]
+    def score(self, query: str, docs: Sequence[SearchDocument]) -> npt.NDArray[np.float32]:
+        """Scores of ``docs`` for ``query`` (float32 (n,))."""
+        return self.score_pairs([(query, d) for d in docs])
 
 
 class FusionReranker:

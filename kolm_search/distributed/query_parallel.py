@@ -1,4 +1,4 @@
-"""Query-parallel jobs on a Dask cluster: batch search, evaluation, re-ranking."""
+"""Query-parallel jobs on a Dask cluster: batch search and evaluation (re-ranking: :mod:`.rerank`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from kolm_search._extras import require
 from kolm_search._params import positive_int
 from kolm_search.errors import DistributedError, KolmValueError
 
-__all__ = ["DistributedError", "evaluate", "rerank_run", "search_batch", "ship"]
+__all__ = ["DistributedError", "evaluate", "search_batch", "ship"]
 
 
 def _partitions(frame: pd.DataFrame, n: int, by: str | None = None) -> list[pd.DataFrame]:
@@ -162,24 +162,3 @@ def evaluate(run: pd.DataFrame, qrels: pd.DataFrame, metrics: Sequence[Any] | An
     if per_query:
         return table
     return aggregate(table, specs)  # the counts add up over queries, gm_map is a geometric mean
-
-
-def _rerank_part(run: pd.DataFrame, corpus: Any, reranker: Any, kwargs: dict[str, Any]) -> pd.DataFrame:
-    from kolm_search.rerank import rerank_run as local_rerank
-
-    return local_rerank(run, corpus, reranker, progress=False, **kwargs)
-
-
-def rerank_run(run: pd.DataFrame, corpus: Any, reranker: Any, *, dask_client: Any, npartitions: int | None = None,
-               **kwargs: Any) -> pd.DataFrame:
-    """:func:`kolm_search.rerank.rerank_run` mapped over query partitions (corpus and reranker
-    shipped once to every worker)."""
-    require("distributed", "dask")
-    parts = _partitions(run, _default_parts(dask_client, npartitions), by="qid")
-    corpus_f, reranker_f = _shipped(corpus, dask_client), _shipped(reranker, dask_client)
-    futures = [dask_client.submit(_rerank_part, p, corpus_f, reranker_f, dict(kwargs), pure=False) for p in parts]
-    out = _gather(dask_client, futures, "rerank partition")
-    missing = [m for part in out for m in part.attrs.get("missing", [])]
-    result = pd.concat(out, ignore_index=True)
-    result.attrs["missing"] = missing
-    return result

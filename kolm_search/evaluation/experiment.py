@@ -41,6 +41,9 @@ class Experiment:
         Drop documents whose id is the query's, as BEIR does: each pipeline searches
         ``limit + 1`` and keeps the ``limit`` best others. None follows the dataset's
         ``drop_self_hits`` (on for BEIR datasets; see :mod:`kolm_search.evaluation.self_hits`).
+    score_cache : ScoreCache, optional
+        Given to every pipeline's ``search_batch``: rerankers' scores already computed (by
+        this experiment, another one, a job or a notebook) are read, not computed again.
 
     Example
     -------
@@ -52,7 +55,7 @@ class Experiment:
                  limit: int = 100, baseline: str | Sequence[str] | None = None, test: Test = "t",
                  correction: Correction | None = None, ci: Interval = "t", seed: int = 0,
                  cache_dir: str | Path | None = None, progress: bool = True,
-                 drop_self_hits: bool | None = None) -> None:
+                 drop_self_hits: bool | None = None, score_cache: Any = None) -> None:
         if not pipelines:
             raise KolmValueError("Experiment needs at least one pipeline")
         for name, client in pipelines.items():
@@ -71,6 +74,7 @@ class Experiment:
         self.progress = progress
         self.drop_self_hits = wants_self_hits_dropped(as_qrels(dataset), drop_self_hits)
         self.runs: dict[str, pd.DataFrame] = {}
+        self.score_cache = score_cache
 
     def _cache_path(self, name: str) -> Path | None:
         if self.cache_dir is None:
@@ -89,11 +93,12 @@ class Experiment:
             if path is not None and path.exists():
                 self.runs[name] = pd.read_parquet(path)
                 continue
+            extra = {} if self.score_cache is None else {"score_cache": self.score_cache}
             if self.drop_self_hits:
-                run = run_queries(client, queries, limit=self.limit + 1, progress=self.progress, desc=name)
+                run = run_queries(client, queries, limit=self.limit + 1, progress=self.progress, desc=name, **extra)
                 run, _ = drop_self_hits(run, self.limit)
             else:
-                run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name)
+                run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name, **extra)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 run.to_parquet(path, index=False)

@@ -52,8 +52,15 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 def default_cache_dir() -> Path:
-    """``$KOLM_SEARCH_CACHE``, else ``~/.cache/kolm_search``."""
-    return Path(os.environ.get("KOLM_SEARCH_CACHE", Path.home() / ".cache" / "kolm_search"))
+    """``$KOLM_SEARCH_CACHE``, else the platform's user cache folder for kolm_search
+    (``platformdirs.user_cache_dir``: ``~/.cache/kolm_search`` on Linux, ``~/Library/Caches/kolm_search``
+    on macOS, ``%LOCALAPPDATA%\\kolm_search\\Cache`` on Windows)."""
+    found = os.environ.get("KOLM_SEARCH_CACHE")
+    if found:
+        return Path(found)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("kolm_search", appauthor=False))
 
 
 def beir_registry() -> dict[str, dict[str, str]]:

@@ -148,8 +148,9 @@ def _categorical_ids(frame: pd.DataFrame) -> pd.DataFrame:
 def _run_ids(frame: pd.DataFrame) -> pd.DataFrame:
     """A run's ids as read_run gives them: ``qid`` categorical, ``doc_id`` strings (those of a
     parquet file that are not strings are kept as they are: integers stay integers)."""
-    if not isinstance(frame["qid"].dtype, pd.CategoricalDtype):
-        frame["qid"] = frame["qid"].astype("category")
+    if not isinstance(frame["qid"].dtype, pd.CategoricalDtype):  # categories in order of appearance, as the text reader's
+        codes, uniques = pd.factorize(frame["qid"])
+        frame["qid"] = pd.Categorical.from_codes(codes, categories=uniques)
     doc = frame["doc_id"]
     if isinstance(doc.dtype, pd.CategoricalDtype):
         doc = doc.astype(doc.cat.categories.dtype)
@@ -170,12 +171,13 @@ def _no_duplicates(frame: pd.DataFrame, path: Path, what: str) -> None:
 
 
 def read_run(path: str | Path, *, progress: bool | None = None, check_duplicates: bool = True) -> pd.DataFrame:
-    """Read a TREC run file (or parquet) into ``qid, doc_id, rank, score``.
+    """Read a TREC run file, a parquet file, or the folder of a resumable job (its parts, each
+    checked against its recorded digest; :mod:`kolm_search.io.parts`) into ``qid, doc_id, rank, score``.
 
     Parameters
     ----------
     path : str or Path
-        TREC text (``.gz`` too) or parquet.
+        TREC text (``.gz`` too), parquet, or a finished resumable job's folder.
     progress : bool, optional
         A progress bar on stderr; None (default) shows one for files above 256 MiB.
     check_duplicates : bool
@@ -196,12 +198,15 @@ def read_run(path: str | Path, *, progress: bool | None = None, check_duplicates
         non-integer rank, undecodable bytes or a corrupt ``.gz``; naming the document and
         query when a document is repeated for one query.
     KolmValueError
-        The file does not exist.
+        The file does not exist; a job folder is not finished or holds a damaged part.
     """
-    p = _existing(path, "run")
-    if _is_parquet(p):
+    from kolm_search.io.parts import PartsFolder, is_parts_folder
+
+    folder = is_parts_folder(path)
+    p = Path(path) if folder else _existing(path, "run")
+    if folder or _is_parquet(p):
         what = f"run {str(p)!r}"
-        frame = read_parquet(p, "run")
+        frame = PartsFolder.open_existing(p).read() if folder else read_parquet(p, "run")
         frame = as_run(frame, what=what)
         check_parquet_columns(frame, what, ("score", "rank"))
         frame["score"] = numeric_column(frame, "score", what, finite=True)
@@ -250,7 +255,10 @@ def _replacing(path: Path) -> Iterator[Path]:
 
 def write_run(run: Any, path: str | Path, tag: str = "kolm_search", *, progress: bool | None = None) -> None:
     """Write ``qid, doc_id, score[, rank]`` as a TREC run (or parquet by extension), all or
-    nothing; ``progress``: a bar on stderr (None: for runs above 4M rows)."""
+    nothing; ``progress``: a bar on stderr (None: for runs above 4M rows). ``run`` may be a frame
+    or anything :func:`read_run` reads (a resumable job's folder: ``write_run("job/", "run.trec")``)."""
+    if isinstance(run, (str, os.PathLike)):
+        run = read_run(os.fspath(run))
     df = as_run(run)
     p = Path(path)
     if _is_parquet(p):

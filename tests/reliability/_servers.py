@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import http.server
 import json
+import math
 import socket
 import struct
 import threading
@@ -169,3 +170,89 @@ def serve() -> Iterator[Site]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def relevance(query: str, text: str) -> int:
+    """The fake chat model's judgement: how many distinct query words the text contains."""
+    return len(set(query.lower().split()) & set(text.lower().split()))
+
+
+@dataclass
+class ChatModel:
+    """A deterministic chat-completions model behind a :class:`RawServer` (127.0.0.1 only).
+
+    It reads the LLM rerankers' default prompts (kolm_search.adapters.prompts) and answers by
+    :func:`relevance`: a grade ``min(3, relevance)``, yes/no (with log-probabilities of
+    ``P(yes) = relevance / (relevance + 1)`` when asked for them and ``logprobs`` is on), or the
+    window's passages ordered by (relevance desc, text). ``behaviour(kind, query, prompt)`` may return
+    another answer for a request: ``"garbage"``, ``"empty"``, ``"slow"`` (sleeps ``slow``
+    seconds first), ``"silent"`` (never answers), ``"bad_ids"`` (an id repeated, one unknown,
+    one missing), or ``None`` for the right one. ``latency`` delays every answer; the most
+    requests ever in flight at once is ``peak``.
+    """
+
+    behaviour: Callable[[str, str, str], str | None] = lambda kind, query, prompt: None
+    latency: float = 0.0
+    slow: float = 1.0
+    logprobs: bool = True
+    prompts: list[str] = field(default_factory=list)
+    peak: int = 0
+    _active: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @staticmethod
+    def kind(prompt: str) -> str:
+        return "listwise" if "passages, each with an identifier" in prompt else (
+            "yes_no" if "Answer yes or no" in prompt else "grade")
+
+    def answer(self, body: dict[str, object], kind: str, query: str, prompt: str) -> tuple[str, object]:
+        if kind == "listwise":
+            passages = [(int(i), t) for i, t in
+                        (line[1:].split("] ", 1) for line in prompt.split("\n") if line.startswith("["))]
+            order = sorted(passages, key=lambda p: (-relevance(query, p[1]), p[1]))
+            return " > ".join(f"[{i}]" for i, _ in order), None
+        document = prompt.split("Document: ", 1)[1].split("\n\n", 1)[0]
+        r = relevance(query, document)
+        if kind == "grade":
+            return str(min(3, r)), None
+        p = r / (r + 1.0)
+        word = "yes" if p > 0.5 else "no"
+        if not (self.logprobs and body.get("logprobs")):
+            return word, None
+        lp = {"yes": math.log(p) if p > 0 else -1e4, "no": math.log(1 - p) if p < 1 else -1e4}
+        top = [{"token": w.capitalize() if i else w, "logprob": lp[w]} for i, w in enumerate(("yes", "no"))]
+        return word, {"content": [{"token": word, "logprob": lp[word], "top_logprobs": top}]}
+
+    def __call__(self, conn: socket.socket, request: Request) -> None:
+        with self._lock:
+            self._active += 1
+            self.peak = max(self.peak, self._active)
+        try:
+            body = json.loads(request.body)
+            prompt = body["messages"][-1]["content"]
+            self.prompts.append(prompt)
+            kind = self.kind(prompt)
+            query = prompt.split("Query: ", 1)[1].split("\n", 1)[0]
+            special = self.behaviour(kind, query, prompt)
+            if self.latency:
+                time.sleep(self.latency)
+            if special == "silent":
+                time.sleep(3.0)
+                return
+            if special == "slow":
+                time.sleep(self.slow)
+            content, logprobs = self.answer(body, kind, query, prompt)
+            if special == "garbage":
+                content = "I would rather not say."
+            elif special == "empty":
+                content = ""
+            elif special == "bad_ids":
+                ids = content.split(" > ")
+                content = " > ".join([ids[0], ids[0], "[99]", *ids[2:]])  # repeated, unknown, one missing
+            choice: dict[str, object] = {"message": {"role": "assistant", "content": content}}
+            if logprobs is not None:
+                choice["logprobs"] = logprobs
+            conn.sendall(reply(200, {"choices": [choice]}))
+        finally:
+            with self._lock:
+                self._active -= 1
