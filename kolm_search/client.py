@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any
 
 from kolm_search._bridge import run_sync
 from kolm_search.batch import BatchResult, parse_queries, raw_requests
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.errors import KolmTypeError
 from kolm_search.guards import coerce_request
 from kolm_search.pipeline import SearchPipeline
-from kolm_search.retrievers import incremental
+from kolm_search.ports import Updatable, implements
 from kolm_search.schema import validate_each, validate_with_schema
 from kolm_search.types import SearchRequest, SearchResponse
 
@@ -94,7 +96,8 @@ class SearchClient:
         swapped in (searches under way finish on the old one). Cached responses from before
         are not served again (the cache key holds the index revision). ``embeddings`` (n, d)
         go to dense retrievers. Raises ``KolmValueError`` for an id already indexed and
-        ``KolmTypeError`` for a retriever without add/delete, before any change.
+        ``KolmTypeError`` for a retriever that is not :class:`~kolm_search.ports.Updatable`,
+        before any change.
         """
         self._update("add", documents, embeddings)
 
@@ -105,7 +108,18 @@ class SearchClient:
     def _update(self, op: str, arg: Any, embeddings: Any = None) -> None:
         with self._update_lock:  # two concurrent updates must not both copy the same old retriever
             modules = self.pipeline.modules
-            modules.retriever = incremental.updated_copy(modules.retriever, op, arg, embeddings)
+            retriever = modules.retriever
+            if not implements(retriever, Updatable):
+                raise KolmTypeError(f"{type(retriever).__name__} does not support add/delete")
+            changed: Any = copy.copy(retriever)  # shares the arrays, which a merge replaces and never writes
+            if op == "delete":
+                changed.delete(arg)
+            elif embeddings is None:
+                changed.add(arg)
+            else:
+                changed.add(arg, embeddings)
+            changed.merge()
+            modules.retriever = changed
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

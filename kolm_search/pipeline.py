@@ -26,7 +26,7 @@ from kolm_search.candidates import Run
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.errors import KolmTypeError, PipelineStage, SearchError
 from kolm_search.guards import coerce_request, resolve_request
-from kolm_search.retrievers.incremental import index_revision
+from kolm_search.ports import Updatable, implements
 from kolm_search.stages import Stages
 from kolm_search.types import (
     QueryPlan,
@@ -98,7 +98,8 @@ class SearchPipeline:
             return ""
         try:
             key = cache_key(plan, req)
-            revision = index_revision(self.modules.retriever)  # changed by add/delete: no stale hits
+            retriever = self.modules.retriever
+            revision = retriever.revision if implements(retriever, Updatable) else ""  # add/delete: no stale hits
             return f"{key}:{canonical_digest(revision)}" if revision else key
         except KolmTypeError as exc:
             if str(exc) not in self._unkeyable:
