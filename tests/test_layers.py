@@ -66,3 +66,10 @@ def test_the_walker_sees_imports() -> None:
     """The checks above could pass vacuously if the walker found nothing: it must see these."""
     assert "kolm_search.errors" in _imports(ROOT / "_kernels" / "fusion.py")
     assert any(_is(m, "kolm_search.pipeline") for m in _imports(ROOT / "client.py"))
+
+
+def test_the_contract_layer_imports_no_retriever() -> None:
+    """The contract dispatches on the Protocols of ``ports`` (``Updatable`` for add/delete and the
+    cache key's revision), never on a concrete retriever module."""
+    for name in ("client", "pipeline", "stages", "ports", "batch", "guards", "config", "planners", "types"):
+        assert not {m for m in _imports(ROOT / f"{name}.py") if _is(m, "kolm_search.retrievers")}, name
