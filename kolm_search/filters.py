@@ -50,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from kolm_search._params import mapping
 from kolm_search.errors import FilterError, KolmTypeError, KolmValueError
 
 __all__ = ["FIELD_OPERATORS", "FieldColumn", "FilterError", "LOGICAL_OPERATORS", "MAX_DEPTH", "compile_filter",
@@ -212,8 +213,7 @@ def parse_filter(filters: Mapping[str, Any], depth: int = 0) -> Node:
     """
     if depth > MAX_DEPTH:
         raise KolmValueError(f"filter is nested deeper than {MAX_DEPTH} levels")
-    if not isinstance(filters, Mapping):
-        raise KolmTypeError(f"a filter must be a dict, got {type(filters).__name__} {filters!r:.60}")
+    mapping("a filter", filters)
     nodes: list[Node] = []
     for key, cond in filters.items():
         if not isinstance(key, str):
