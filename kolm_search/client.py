@@ -7,10 +7,10 @@ import threading
 from typing import Any
 
 from kolm_search._bridge import run_sync
-from kolm_search.batch import BatchResult, parse_queries, raw_requests
+from kolm_search.batch import BatchResult
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.errors import KolmTypeError
-from kolm_search.guards import coerce_request
+from kolm_search.guards import batch_requests, coerce_request
 from kolm_search.pipeline import SearchPipeline
 from kolm_search.ports import Updatable, implements
 from kolm_search.schema import validate_each, validate_with_schema
@@ -68,22 +68,25 @@ class SearchClient:
 
     async def search_batch_async(self, queries: Any, *, limit: int | None = None, offset: int = 0,
                                  mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
-        """Async :meth:`search_batch`; ``input_schema`` and ``output_schema`` check each query's
-        request and response as :meth:`search` does (an issue's path starts with the qid)."""
-        if self.options.input_schema is not None:  # what single search would check, per query
-            qids, _ = parse_queries(queries, limit=limit, offset=offset, mode=mode, filters=filters)
-            raw = raw_requests(queries, limit=limit, offset=offset, mode=mode, filters=filters)
-            validate_each(self.options.input_schema, zip(qids, raw, strict=True), "input")
-        result = await self.pipeline.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters)
-        if self.options.output_schema is not None:  # builds the responses that single search checks
-            validate_each(self.options.output_schema, ((q, r.to_dict()) for q, r in zip(result.qids, result.responses,
-                                                                                          strict=True)), "output")
+        """Async :meth:`search_batch`."""
+        batch = batch_requests(queries, self.options, limit=limit, offset=offset, mode=mode, filters=filters,
+                               input_schema=self.options.input_schema)
+        result = await self.pipeline.run_batch(batch)
+        validate_each(self.options.output_schema, ((q, r.to_dict()) for q, r in zip(result.qids, result.responses,
+                                                                                      strict=True)), "output")
         return result
 
     def search_batch(self, queries: Any, *, limit: int | None = None, offset: int = 0,
                      mode: str | None = None, filters: dict[str, Any] | None = None) -> BatchResult:
-        """Search many queries at once (see :meth:`SearchPipeline.search_batch`)."""
-        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters))
+        """Search many queries at once (see :meth:`SearchPipeline.search_batch`); ``input_schema``
+        and ``output_schema`` check each query's request and response as :meth:`search` does
+        (an issue's path starts with the qid)."""
+        batch = batch_requests(queries, self.options, limit=limit, offset=offset, mode=mode, filters=filters,
+                               input_schema=self.options.input_schema)
+        result = run_sync(self.pipeline.run_batch(batch))
+        validate_each(self.options.output_schema, ((q, r.to_dict()) for q, r in zip(result.qids, result.responses,
+                                                                                      strict=True)), "output")
+        return result
 
     #: The blocking :meth:`search_batch` under the explicit name.
     search_batch_sync = search_batch
@@ -132,3 +135,4 @@ class SearchClient:
 
     def __repr__(self) -> str:
         return f"SearchClient({self.pipeline!r})"
+
