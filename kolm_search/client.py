@@ -72,8 +72,9 @@ class SearchClient:
         batch = batch_requests(queries, self.options, limit=limit, offset=offset, mode=mode, filters=filters,
                                input_schema=self.options.input_schema)
         result = await self.pipeline.run_batch(batch)
-        validate_each(self.options.output_schema, ((q, r.to_dict()) for q, r in zip(result.qids, result.responses,
-                                                                                      strict=True)), "output")
+        if self.options.output_schema is not None:  # builds the responses that single search checks
+            validate_each(self.options.output_schema, ((q, r.to_dict()) for q, r in zip(result.qids, result.responses,
+                                                                                          strict=True)), "output")
         return result
 
     def search_batch(self, queries: Any, *, limit: int | None = None, offset: int = 0,
@@ -84,8 +85,9 @@ class SearchClient:
         batch = batch_requests(queries, self.options, limit=limit, offset=offset, mode=mode, filters=filters,
                                input_schema=self.options.input_schema)
         result = run_sync(self.pipeline.run_batch(batch))
-        validate_each(self.options.output_schema, ((q, r.to_dict()) for q, r in zip(result.qids, result.responses,
-                                                                                      strict=True)), "output")
+        if self.options.output_schema is not None:  # builds the responses that single search checks
+            validate_each(self.options.output_schema, ((q, r.to_dict()) for q, r in zip(result.qids, result.responses,
+                                                                                          strict=True)), "output")
         return result
 
     #: The blocking :meth:`search_batch` under the explicit name.
