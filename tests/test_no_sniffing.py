@@ -66,3 +66,27 @@ def test_no_module_edits_anothers_dict_or_compares_class_names() -> None:
     found = {path.relative_to(ROOT).as_posix(): violations(path.read_text(encoding="utf-8"))
              for path in sorted(ROOT.rglob("*.py"))}
     assert not {name: v for name, v in found.items() if v}
+
+
+#: ``(file, attribute)`` read by name on purpose: a retriever's display name in log lines; the
+#: worker processes of a ``ProcessPoolExecutor``, which has no public handle on them before
+#: Python 3.14's ``terminate_workers`` (to end a hung tokenising worker).
+_NAMED = {("retrievers/composite.py", "name"), ("retrievers/_parallel.py", "_processes")}
+
+
+def _named_reads(source: str) -> list[str]:
+    """The attribute names that ``getattr(x, "name")`` / ``hasattr(x, "name")`` read (dunders aside)."""
+    return [node.args[1].value for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            and not node.args[1].value.startswith("__")]
+
+
+def test_the_contract_and_the_retrievers_find_no_capability_by_name() -> None:
+    """Capabilities are Protocols (``ports.implements``): no ``getattr(x, "table")``, no class
+    attribute tags such as ``updates = "bm25"`` looked up by name."""
+    assert _named_reads('ok = getattr(r, "retrieve_batch", None)\nok = getattr(f, "__name__", "")') == ["retrieve_batch"]
+    files = [ROOT / f"{m}.py" for m in ("client", "pipeline", "stages", "batch", "guards", "config", "ports")]
+    for path in [*files, *sorted((ROOT / "retrievers").glob("*.py"))]:
+        name = path.relative_to(ROOT).as_posix()
+        assert {(name, a) for a in _named_reads(path.read_text(encoding="utf-8"))} <= _NAMED, name
