@@ -1,39 +1,26 @@
 """Incremental indexes: ``add`` and ``delete`` documents without a rebuild, with exact scores.
 
-:class:`SegmentedIndex` is the part of an index (BM25, dense) that takes changes, and it holds
-them as its own state: pending *segments* of added documents (counted for BM25, embedded for
-dense; only the new documents are), dead rows (tombstones) and a ``revision``. A change goes
-through three steps:
+:class:`SegmentedIndex` is the part of an index (BM25, dense) that takes changes, held as its
+own state: pending *segments* of added documents (only they are counted or embedded), dead rows
+(tombstones) and a ``revision``. A change is *staged* (the slow part, no state changed), then
+*committed* under the index's lock (ids checked, segment appended or rows marked dead, a new
+revision: a response cache keys on it), then *merged* in one vectorised pass whose index equals
+array for array the one rebuilt over the surviving documents in order (the kept old ones, then
+the added ones): BM25 keeps its postings' term frequencies, drops dead postings, appends the
+segments' in term-major order (O(nnz), no sort) and re-weights from counts with the new
+statistics; a term left without documents leaves the vocabulary. Dense stacks the live rows.
 
-1. *staged*: the new documents are counted or embedded into a segment, nothing changes yet
-   (the slow part, done outside any lock);
-2. *committed*: under the index's lock, ids are checked (an id already live, or unknown to a
-   delete, raises), the segment is appended or the rows are marked dead, and the revision
-   changes (a response cache keys on it, so a cached pipeline never serves results from
-   before a change);
-3. *merged*: one vectorised pass, whose index equals array for array the index rebuilt from
-   scratch over the surviving documents in order (the kept old ones, then the added ones), so
-   scores, tie order and collection statistics are those of a rebuild. BM25 keeps its
-   postings' term frequencies (``tf``): a merge drops dead postings, renumbers documents,
-   appends the segments' postings in term-major order (O(nnz), no sort of the old postings)
-   and re-weights from counts with the new document frequencies, ``N`` and exact ``avgdl``;
-   a term left without documents leaves the vocabulary. Dense stacks the live rows.
+``add``/``delete`` merge before they return unless ``defer=True``: deferred changes wait, as
+Lucene's segments do, for :meth:`~SegmentedIndex.merge`, the next search or ``save`` (each
+merges first). Reading an attribute never merges: while changes wait, ``table`` and the arrays
+describe the index before them. :func:`add` and :func:`delete` change several indexes all or
+none (a composite's children): each stages first, then all commit under their locks. A shard
+(weighted with external :class:`~kolm_search.retrievers.postings.CollectionStats`) refuses.
 
-``add`` and ``delete`` merge before they return, unless ``defer=True``: deferred changes wait,
-as Lucene's segments do, for :meth:`~SegmentedIndex.merge`, the next search or ``save`` (each
-merges first). Reading an attribute never merges: while changes are deferred, ``table`` and
-the arrays describe the index before them.
-
-:func:`add` and :func:`delete` change several indexes all or none (a composite's children):
-every index stages its change first, then all commit under their locks. A retriever weighted
-with external :class:`~kolm_search.retrievers.postings.CollectionStats` (a shard) refuses
-changes: its weights belong to the whole collection.
-
-Thread safety: each index has its own lock, held by its commits and merges; a search merges
-deferred changes first, and a merge puts its new arrays in place before it clears the pending
-state, so a search that finds nothing pending reads a whole index. A retriever must not be
-changed while another thread searches it (``SearchClient.add`` and ``delete`` are safe: they
-change a copy, ``copy.copy`` of the retriever, and swap it in).
+Threads: each index has its own lock, held by commits and merges; a merge puts its arrays in
+place before it clears the pending state, so a search that finds nothing pending reads a whole
+index. A retriever must not be changed while another thread searches it (``SearchClient.add``
+and ``delete`` change ``copy.copy`` of it and swap it in).
 """
 
 from __future__ import annotations
