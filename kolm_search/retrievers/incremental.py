@@ -147,8 +147,8 @@ class SegmentedIndex:
                                  f"({len(taken)} of the new ids are; delete them first to replace them)")
 
     def _commit_add(self, segment: Segment) -> None:
-        self._pending = Pending() if self._pending is None else self._pending
-        self._pending.segments.append(segment)
+        old = self._pending or Pending()
+        self._pending = Pending(old.base_keep, [*old.segments, segment])  # whole, in one assignment
         self._revision = uuid.uuid4().hex
 
     def _rows(self, ids: Sequence[str]) -> list[npt.NDArray[np.int64]]:
@@ -161,13 +161,14 @@ class SegmentedIndex:
         return [codes[codes >= 0] for codes in parts]
 
     def _commit_delete(self, rows: list[npt.NDArray[np.int64]]) -> None:
-        pending = self._pending = Pending() if self._pending is None else self._pending
+        pending = (self._pending or Pending()).copy()  # new masks: the pending state changes in one assignment
         if len(rows[0]):
             if pending.base_keep is None:
                 pending.base_keep = np.ones(len(self.table), bool)
             pending.base_keep[rows[0]] = False
         for seg, r in zip(pending.segments, rows[1:], strict=True):
             seg.keep[r] = False
+        self._pending = pending
         self._revision = uuid.uuid4().hex
 
     def _share(self, table: DocumentTable) -> None:
@@ -175,12 +176,10 @@ class SegmentedIndex:
         with self._lock:
             self.table = table
 
-    # -- copies and pickles: the lock is this object's, the pending masks too -------------------
+    # -- copies and pickles: the lock is this object's; the pending state is never written in place --
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_lock", None)
-        if state.get("_pending") is not None:
-            state["_pending"] = state["_pending"].copy()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -188,8 +187,8 @@ class SegmentedIndex:
         self._lock = threading.RLock()
 
     def __copy__(self) -> SegmentedIndex:
-        """A copy sharing the arrays (a merge replaces them, never writes them) with its own
-        pending state: changing one leaves the other as it was."""
+        """A copy sharing the arrays and the pending state (a commit or merge replaces them, never
+        writes them): changing one leaves the other as it was."""
         out = type(self).__new__(type(self))
         out.__setstate__(self.__getstate__())
         return out
