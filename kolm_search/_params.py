@@ -30,25 +30,26 @@ def _fail(name: str, what: str, value: Any, none: bool) -> ParameterError:
     return ParameterError(f"{name} must be {what}{' or None' if none else ''}, got {value!r}")
 
 
-def integer(name: str, value: Any, *, low: int | None = None, high: int | None = None, none: bool = False) -> Any:
-    """``value`` as an ``int`` in ``[low, high]`` (either bound optional)."""
+def integer(name: str, value: Any, *, low: int | None = None, high: int | None = None, none: bool = False,
+            what: str | None = None) -> Any:
+    """``value`` as an ``int`` in ``[low, high]`` (either bound optional); ``what`` names the
+    range in the message (default: from the bounds, "an integer >= 1")."""
     if value is None and none:
         return None
-    names: dict[tuple[int | None, int | None], str] = {(1, None): "a positive integer", (0, None): "a non-negative integer"}
-    what = names.get((low, high)) or (
-        f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}" if low is not None else "an integer")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or \
             (low is not None and int(value) < low) or (high is not None and int(value) > high):
-        raise _fail(name, what, value, none)
+        raise _fail(name, what or (f"an integer in [{low}, {high}]" if low is not None and high is not None else
+                                   f"an integer >= {low}" if low is not None else
+                                   f"an integer <= {high}" if high is not None else "an integer"), value, none)
     return int(value)
 
 
 def positive_int(name: str, value: Any, *, none: bool = False) -> Any:
-    return integer(name, value, low=1, none=none)
+    return integer(name, value, low=1, none=none, what="a positive integer")
 
 
 def non_negative_int(name: str, value: Any, *, none: bool = False) -> Any:
-    return integer(name, value, low=0, none=none)
+    return integer(name, value, low=0, none=none, what="a non-negative integer")
 
 
 def real(name: str, value: Any, *, low: float | None = None, high: float | None = None,
@@ -65,7 +66,10 @@ def real(name: str, value: Any, *, low: float | None = None, high: float | None 
         what = f"a positive {number}" if low == 0 and not left else f"a {number} {'>=' if left else '>'} {low:g}"
     else:
         what = f"a {number}" if high is None else f"a {number} {'<=' if right else '<'} {high:g}"
-    x = math.nan if isinstance(value, bool) or not isinstance(value, numbers.Real) else float(value)
+    try:
+        x = math.nan if isinstance(value, bool) or not isinstance(value, numbers.Real) else float(value)
+    except OverflowError:  # an int beyond float's range (10**400)
+        x = math.inf if value > 0 else -math.inf
     if math.isnan(x) or (finite and math.isinf(x)) or (low is not None and (x < low or (x == low and not left))) or \
             (high is not None and (x > high or (x == high and not right))):
         raise _fail(name, what, value, none)

@@ -1,24 +1,23 @@
-"""What ``search_batch`` takes and gives: query lists and frames in, :class:`BatchResult` out.
+"""What ``search_batch`` gives: :class:`BatchResult`, a run DataFrame with per-query
+``SearchResponse``s built only on demand.
 
-The stages themselves are :mod:`kolm_search.stages`, shared with single search; a batch's
-result is a run DataFrame, with per-query ``SearchResponse``s built only on demand. Caching is
-per single search and is not used here.
+What it takes (query lists and frames, checked as single search checks a request) is
+:func:`kolm_search.guards.batch_requests`; the stages themselves are :mod:`kolm_search.stages`,
+shared with single search. Caching is per single search and is not used here.
 """
 
 from __future__ import annotations
 
-import reprlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from kolm_search._params import mapping
-from kolm_search.candidates import Candidates
-from kolm_search.errors import ParameterError, PipelineStage, SearchError
-from kolm_search.guards import coerce_request
+from kolm_search.candidates import Candidates, Outcome
+from kolm_search.guards import BatchRequests
 from kolm_search.types import (
     QueryPlan,
     SearchPagination,
@@ -27,10 +26,7 @@ from kolm_search.types import (
     SearchResponseMetadata,
 )
 
-__all__ = ["BatchResult", "parse_queries", "raw_requests", "run_frame"]
-
-S = PipelineStage
-
+__all__ = ["BatchResult", "run_frame"]
 
 @dataclass
 class BatchResult:
@@ -96,86 +92,13 @@ class BatchResult:
     def __len__(self) -> int:
         return len(self.qids)
 
-
-def _check_qids(qids: pd.Series) -> None:
-    """``SearchError(client)`` naming the row of a missing (None/NaN/NA) or unhashable qid, or a
-    duplicate."""
-    missing = qids.isna().to_numpy()
-    if missing.any():
-        row = int(np.argmax(missing))
-        raise SearchError(S.CLIENT, f"queries DataFrame row {row} has a missing qid ({qids.iloc[row]!r}); "
-                                    "every query needs an id")
-    if qids.dtype == object:  # typed columns (int, str, ...) hold hashable values only
-        for row, qid in enumerate(qids):
-            if not _hashable(qid):
-                raise SearchError(S.CLIENT, f"queries DataFrame row {row}: qid {reprlib.repr(qid)[:60]} is not hashable "
-                                            f"({type(qid).__name__}); use str or int ids")
-    dup = qids.duplicated().to_numpy()
-    if dup.any():
-        row = int(np.argmax(dup))
-        first = next(i for i, q in enumerate(qids) if q == qids.iloc[row])
-        raise SearchError(S.CLIENT, f"queries DataFrame has duplicate qid {qids.iloc[row]!r} (rows {first} and {row})")
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
-
-
-def parse_queries(queries: Any, *, limit: int | None, offset: int, mode: str | None,
-                  filters: dict[str, Any] | None) -> tuple[list[Any], list[SearchRequest]]:
-    """Query ids and requests from a list of str / SearchRequest / dict, or a DataFrame.
-
-    Raises ``SearchError(stage="client")`` naming the row or position: a DataFrame without
-    ``qid``/``query``, a missing, unhashable or duplicate qid, an item that is not a request,
-    ``filters`` that are not a dict. Each request's fields are checked later, as in single search.
-    """
-    try:
-        mapping("filters", {} if filters is None else filters)
-    except ParameterError as exc:
-        raise SearchError(S.CLIENT, str(exc), cause=exc) from exc
-    defaults = {"limit": limit, "offset": offset, "mode": mode, "filters": dict(filters or {})}
-    if isinstance(queries, pd.DataFrame):
-        missing = [c for c in ("qid", "query") if c not in queries.columns]
-        if missing:
-            raise SearchError(S.CLIENT, f"queries DataFrame lacks column(s) {missing}; has {list(queries.columns)}")
-        _check_qids(queries["qid"])
-        return list(queries["qid"]), [SearchRequest(query=q, **defaults) for q in queries["query"]]  # type: ignore[arg-type]
-    if isinstance(queries, (str, bytes, Mapping)) or not isinstance(queries, Sequence):
-        raise SearchError(S.CLIENT, f"queries must be a list or a DataFrame with qid and query, got {type(queries).__name__}")
-    requests = []
-    for i, q in enumerate(queries):
-        if isinstance(q, str):
-            requests.append(SearchRequest(query=q, **defaults))  # type: ignore[arg-type]
-            continue
-        try:
-            req = coerce_request(q)
-        except SearchError as exc:
-            raise SearchError(S.CLIENT, f"queries[{i}]: {exc.detail}", cause=exc) from exc
-        requests.append(replace(req, limit=req.limit if req.limit is not None else limit,
-                                mode=req.mode if req.mode is not None else mode))  # type: ignore[arg-type]
-    return list(range(len(requests))), requests
-
-
-def raw_requests(queries: Any, *, limit: int | None, offset: Any, mode: Any, filters: Any) -> list[dict[str, Any]]:
-    """Each query as the dict single search would get (what an ``input_schema`` checks): a
-    request's own fields, the keywords it falls back to, and for strings and DataFrame rows the
-    keywords given (``offset`` when not 0). Call after :func:`parse_queries` accepted ``queries``."""
-    given = {k: v for k, v in (("limit", limit), ("mode", mode), ("filters", filters)) if v is not None}
-    if offset != 0:
-        given["offset"] = offset
-    texts = list(queries["query"]) if isinstance(queries, pd.DataFrame) else list(queries)
-    out = []
-    for q in texts:
-        if isinstance(q, str) or isinstance(queries, pd.DataFrame):
-            out.append({"query": q, **given})
-            continue
-        raw = q.to_dict() if isinstance(q, SearchRequest) else dict(q)
-        out.append(raw | {k: given[k] for k in ("limit", "mode") if k in given and raw.get(k) is None})
-    return out
+    @classmethod
+    def of(cls, batch: BatchRequests, plans: list[QueryPlan], outcomes: Sequence[Outcome]) -> BatchResult:
+        """The result of the checked queries ``batch``: their plans and each query's outcome."""
+        pages = [o.page for o in outcomes]
+        return cls(run=run_frame(batch.qids, batch.resolved, pages), qids=batch.qids, requests=batch.requests,
+                   plans=plans, duration_ms=(time.perf_counter() - batch.started) * 1000.0, _resolved=batch.resolved,
+                   _pages=pages, _totals=[o.total for o in outcomes], _answers=[o.answer for o in outcomes])
 
 
 def run_frame(qids: list[Any], reqs: list[SearchRequest], pages: list[Candidates]) -> pd.DataFrame:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 from pathlib import Path
 from typing import Any
 
 from kolm_search._bridge import run_sync
-from kolm_search.batch import BatchResult, parse_queries, raw_requests
+from kolm_search.batch import BatchResult
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.guards import coerce_request
+from kolm_search.errors import KolmTypeError
+from kolm_search.guards import batch_requests, coerce_request
 from kolm_search.pipeline import SearchPipeline
-from kolm_search.retrievers import incremental
+from kolm_search.ports import Updatable, implements
 from kolm_search.schema import validate_each, validate_with_schema
 from kolm_search.types import SearchRequest, SearchResponse
 
@@ -68,14 +70,10 @@ class SearchClient:
     async def search_batch_async(self, queries: Any, *, limit: int | None = None, offset: int = 0,
                                  mode: str | None = None, filters: dict[str, Any] | None = None,
                                  score_cache: Any = None) -> BatchResult:
-        """Async :meth:`search_batch`; ``input_schema`` and ``output_schema`` check each query's
-        request and response as :meth:`search` does (an issue's path starts with the qid)."""
-        if self.options.input_schema is not None:  # what single search would check, per query
-            qids, _ = parse_queries(queries, limit=limit, offset=offset, mode=mode, filters=filters)
-            raw = raw_requests(queries, limit=limit, offset=offset, mode=mode, filters=filters)
-            validate_each(self.options.input_schema, zip(qids, raw, strict=True), "input")
-        result = await self.pipeline.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters,
-                                                        score_cache=score_cache)
+        """Async :meth:`search_batch`."""
+        batch = batch_requests(queries, self.options, limit=limit, offset=offset, mode=mode, filters=filters,
+                               input_schema=self.options.input_schema)
+        result = await self.pipeline.run_batch(batch, score_cache=score_cache)
         if self.options.output_schema is not None:  # builds the responses that single search checks
             validate_each(self.options.output_schema, ((q, r.to_dict()) for q, r in zip(result.qids, result.responses,
                                                                                           strict=True)), "output")
@@ -84,9 +82,16 @@ class SearchClient:
     def search_batch(self, queries: Any, *, limit: int | None = None, offset: int = 0,
                      mode: str | None = None, filters: dict[str, Any] | None = None,
                      score_cache: Any = None) -> BatchResult:
-        """Search many queries at once (see :meth:`SearchPipeline.search_batch`)."""
-        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters,
-                                                score_cache=score_cache))
+        """Search many queries at once (see :meth:`SearchPipeline.search_batch`); ``input_schema``
+        and ``output_schema`` check each query's request and response as :meth:`search` does
+        (an issue's path starts with the qid)."""
+        batch = batch_requests(queries, self.options, limit=limit, offset=offset, mode=mode, filters=filters,
+                               input_schema=self.options.input_schema)
+        result = run_sync(self.pipeline.run_batch(batch, score_cache=score_cache))
+        if self.options.output_schema is not None:  # builds the responses that single search checks
+            validate_each(self.options.output_schema, ((q, r.to_dict()) for q, r in zip(result.qids, result.responses,
+                                                                                          strict=True)), "output")
+        return result
 
     #: The blocking :meth:`search_batch` under the explicit name.
     search_batch_sync = search_batch
@@ -99,7 +104,8 @@ class SearchClient:
         swapped in (searches under way finish on the old one). Cached responses from before
         are not served again (the cache key holds the index revision). ``embeddings`` (n, d)
         go to dense retrievers. Raises ``KolmValueError`` for an id already indexed and
-        ``KolmTypeError`` for a retriever without add/delete, before any change.
+        ``KolmTypeError`` for a retriever that is not :class:`~kolm_search.ports.Updatable`,
+        before any change.
         """
         self._update("add", documents, embeddings)
 
@@ -110,7 +116,18 @@ class SearchClient:
     def _update(self, op: str, arg: Any, embeddings: Any = None) -> None:
         with self._update_lock:  # two concurrent updates must not both copy the same old retriever
             modules = self.pipeline.modules
-            modules.retriever = incremental.updated_copy(modules.retriever, op, arg, embeddings)
+            retriever = modules.retriever
+            if not implements(retriever, Updatable):
+                raise KolmTypeError(f"{type(retriever).__name__} does not support add/delete")
+            changed: Any = copy.copy(retriever)  # shares the arrays, which a merge replaces and never writes
+            if op == "delete":
+                changed.delete(arg)
+            elif embeddings is None:
+                changed.add(arg)
+            else:
+                changed.add(arg, embeddings)
+            changed.merge()
+            modules.retriever = changed
 
     def save(self, path: str | Path) -> None:
         """Write the client to folder ``path``: its retriever by the retrievers' own ``save``,
@@ -126,8 +143,8 @@ class SearchClient:
         (``embedder=`` for a dense retriever; any reranker, cache, logger... it had)."""
         from kolm_search.client_store import load_client
 
-        client: SearchClient = load_client(path, **modules)
-        return client
+        saved_modules, options = load_client(path, **modules)
+        return cls(saved_modules, options)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -140,3 +157,4 @@ class SearchClient:
 
     def __repr__(self) -> str:
         return f"SearchClient({self.pipeline!r})"
+

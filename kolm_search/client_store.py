@@ -140,11 +140,11 @@ def _manifest(root: Path) -> dict[str, Any]:
     return manifest
 
 
-def load_client(path: str | Path, **modules: Any) -> Any:
-    """The client saved in ``path``; ``modules`` give what was not saved (``embedder=`` for a
-    dense retriever, and every module or option the manifest lists under ``pass_at_load``, as
+def load_client(path: str | Path, **modules: Any) -> tuple[Any, Any]:
+    """The modules and options of the client saved in ``path`` (``SearchClient.load`` builds
+    the client of them); ``modules`` give what was not saved (``embedder=`` for a dense
+    retriever, and every module or option the manifest lists under ``pass_at_load``, as
     ``reranker=...`` or ``logger=...``)."""
-    from kolm_search.client import SearchClient
     from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
     from kolm_search.planners import DefaultQueryPlanner
 
@@ -164,4 +164,4 @@ def load_client(path: str | Path, **modules: Any) -> Any:
     options = SearchPipelineOptions.coerce({**manifest.get("options", {}),
                                             **{k: v for k, v in given.items() if k in _OBJECT_OPTIONS}})
     parts = {k: v for k, v in given.items() if k in _MODULES}
-    return SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=retriever, **parts), options)
+    return SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=retriever, **parts), options

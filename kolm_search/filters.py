@@ -56,6 +56,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from kolm_search._params import mapping
 from kolm_search.errors import FilterError, KolmTypeError, KolmValueError
 from kolm_search.selection import ROWS_SHARE, Selection
 
@@ -246,8 +247,7 @@ def parse_filter(filters: Mapping[str, Any], depth: int = 0) -> Node:
     """
     if depth > MAX_DEPTH:
         raise KolmValueError(f"filter is nested deeper than {MAX_DEPTH} levels")
-    if not isinstance(filters, Mapping):
-        raise KolmTypeError(f"a filter must be a dict, got {type(filters).__name__} {_short(filters)}")
+    mapping("a filter", filters)
     nodes: list[Node] = []
     for key, cond in filters.items():
         if not isinstance(key, str):

@@ -20,13 +20,13 @@ from typing import Any
 
 from kolm_search._bridge import run_sync
 from kolm_search._logging import warn
-from kolm_search.batch import BatchResult, parse_queries, run_frame
+from kolm_search.batch import BatchResult
 from kolm_search.cachekey import canonical_digest, request_key
 from kolm_search.candidates import Run
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.errors import KolmTypeError, KolmValueError, PipelineStage, SearchError
-from kolm_search.guards import coerce_request, resolve_request
-from kolm_search.retrievers.incremental import index_revision
+from kolm_search.errors import KolmTypeError, KolmValueError, PipelineStage
+from kolm_search.guards import BatchRequests, batch_requests, coerce_request, resolve_request
+from kolm_search.ports import Updatable, implements
 from kolm_search.stages import Stages
 from kolm_search.types import (
     QueryPlan,
@@ -98,7 +98,8 @@ class SearchPipeline:
             return ""
         try:
             key = cache_key(plan, req)
-            revision = index_revision(self.modules.retriever)  # changed by add/delete: no stale hits
+            retriever = self.modules.retriever
+            revision = retriever.revision if implements(retriever, Updatable) else ""  # add/delete: no stale hits
             return f"{key}:{canonical_digest(revision)}" if revision else key
         except KolmTypeError as exc:
             if str(exc) not in self._unkeyable:
@@ -176,27 +177,8 @@ class SearchPipeline:
                                  mode: str | None = None, filters: dict[str, Any] | None = None,
                                  score_cache: Any = None) -> BatchResult:
         """Async :meth:`search_batch`."""
-        t0 = time.perf_counter()
-        started_at = time.time() * 1000.0
-        qids, originals = parse_queries(queries, limit=limit, offset=offset, mode=mode, filters=filters)
-        reqs = []
-        for qid, req in zip(qids, originals, strict=True):
-            try:
-                reqs.append(resolve_request(req, self.options))
-            except SearchError as exc:
-                raise exc.at_query(qid) from exc
-        run = Run()
-        stages = self._stages_with(score_cache)
-        plans = await stages.plan(reqs, run)
-        contexts = [SearchPipelineContext(request=r, plan=p, started_at=started_at) for r, p in zip(reqs, plans, strict=True)]
-        outcomes = await stages.execute(contexts, run, columnar=True)
-        pages = [o.page for o in outcomes]
-        result = BatchResult(run=run_frame(qids, reqs, pages), qids=qids, requests=originals, plans=plans,
-                             duration_ms=(time.perf_counter() - t0) * 1000.0, _resolved=reqs, _pages=pages,
-                             _totals=[o.total for o in outcomes], _answers=[o.answer for o in outcomes])
-        await stages.track(SEARCH_BATCH_COMPLETED, {"duration_ms": result.duration_ms, "query_count": len(reqs),
-                                                   "result_count": len(result.run), "stage_durations": dict(run.durations)})
-        return result
+        return await self.run_batch(batch_requests(queries, self.options, limit=limit, offset=offset, mode=mode,
+                                                   filters=filters), score_cache=score_cache)
 
     def search_batch(self, queries: Any, *, limit: int | None = None, offset: int = 0,
                      mode: str | None = None, filters: dict[str, Any] | None = None,
@@ -208,7 +190,8 @@ class SearchPipeline:
         queries : list of str / SearchRequest / dict, or DataFrame with ``qid`` and ``query``
             Strings and DataFrame rows take ``limit``, ``offset``, ``mode`` and ``filters``
             from the keyword arguments; requests keep their own fields (``limit``/``mode``
-            fall back to the keywords, then to the options).
+            fall back to the keywords, then to the options). Checked as single search checks a
+            request (:func:`~kolm_search.guards.batch_requests`).
         score_cache : ScoreCache, optional
             The reranker's scores are read from it where present and stored there
             (:class:`~kolm_search.adapters.CachedReranker`: the reranker must score pairs or
@@ -222,8 +205,23 @@ class SearchPipeline:
 
         Works inside a running event loop too (a notebook): the batch then runs on a worker thread.
         """
-        return run_sync(self.search_batch_async(queries, limit=limit, offset=offset, mode=mode, filters=filters,
-                                                score_cache=score_cache))
+        batch = batch_requests(queries, self.options, limit=limit, offset=offset, mode=mode, filters=filters)
+        return run_sync(self.run_batch(batch, score_cache=score_cache))
+
+    async def run_batch(self, batch: BatchRequests, *, score_cache: Any = None) -> BatchResult:
+        """Search queries already checked by :func:`~kolm_search.guards.batch_requests` (what
+        :meth:`search_batch` does after checking them; ``SearchClient`` checks its
+        ``input_schema`` in between); ``score_cache`` as in :meth:`search_batch`."""
+        started_at = time.time() * 1000.0
+        run = Run()
+        stages = self._stages_with(score_cache)
+        plans = await stages.plan(batch.resolved, run)
+        contexts = [SearchPipelineContext(request=r, plan=p, started_at=started_at)
+                    for r, p in zip(batch.resolved, plans, strict=True)]
+        result = BatchResult.of(batch, plans, await stages.execute(contexts, run, columnar=True))
+        await stages.track(SEARCH_BATCH_COMPLETED, {"duration_ms": result.duration_ms, "query_count": len(result),
+                                                   "result_count": len(result.run), "stage_durations": dict(run.durations)})
+        return result
 
     #: The blocking :meth:`search_batch` under the explicit name.
     search_batch_sync = search_batch

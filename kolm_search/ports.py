@@ -5,14 +5,17 @@ the return annotations below read "a value, or an awaitable of it". Any exceptio
 raises surfaces as :class:`~kolm_search.errors.SearchError` carrying that port's stage.
 
 Optional capabilities beyond a port's one method are Protocols too (``BatchRetriever``,
-``BatchReranker``, ``EmbedsMany``, ...): an object has a capability by implementing its
-methods, and the stage runner (:mod:`kolm_search.stages`) finds it with ``isinstance``.
+``BatchReranker``, ``EmbedsMany``, ``Updatable``, ``Persistable``, ...): an object has a
+capability by implementing its methods, and the contract layer (the stage runner of
+:mod:`kolm_search.stages`, the pipeline's cache key, ``SearchClient.add``) finds it with
+:func:`implements`.
 :func:`embed_all` is the one way an embedder is called for many texts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeGuard, TypeVar, Union, runtime_checkable
 
@@ -34,10 +37,12 @@ __all__ = [
     "EmbedsMany",
     "Fingerprinted",
     "FusesChildren",
+    "HoldsIndexes",
     "IntentClassifier",
     "Logger",
     "MaybeAwaitable",
     "NonBlockingCache",
+    "Persistable",
     "QueryExpander",
     "QueryPlanner",
     "RanksWindows",
@@ -47,6 +52,7 @@ __all__ = [
     "ScoresPairs",
     "Synthesizer",
     "Telemetry",
+    "Updatable",
     "embed_all",
     "embedding_matrix",
     "fingerprint_of",
@@ -92,7 +98,8 @@ class BatchRetriever(Protocol):
     children do not share one table); ``retrieve`` is then used.
     """
 
-    table: DocumentTable | None
+    @property
+    def table(self) -> DocumentTable | None: ...
 
     def retrieve(self, context: SearchPipelineContext) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
 
@@ -112,6 +119,54 @@ class FusesChildren(Protocol):
     retrievers: Sequence[Retriever]
 
     def retrieve(self, context: SearchPipelineContext) -> MaybeAwaitable[Sequence[SearchDocument]]: ...
+
+
+@runtime_checkable
+class Updatable(Protocol):
+    """A retriever that takes added and deleted documents without a rebuild (beyond the spec).
+
+    ``add(documents, embeddings=None)`` takes documents as ``DocumentTable.coerce`` does (and,
+    for an index of vectors, their embeddings (n, d); an index that takes none refuses them);
+    ``delete(ids)`` takes document ids; either raises before any change when it cannot apply.
+    ``merge()`` applies changes held back, if any (the stage runner calls it before each
+    search, so it must be cheap when there are none). ``revision`` is a string that changes
+    with every change (``""`` for an index never changed): the response cache keys on it.
+
+    ``SearchClient.add``/``delete`` change ``copy.copy(retriever)``, merge it and swap it in,
+    so that searches under way keep the old one: a copy must not share what ``add`` changes
+    in place (rebind new arrays rather than write into old ones, or define ``__copy__``).
+    """
+
+    @property
+    def revision(self) -> str: ...
+
+    def add(self, documents: Any, embeddings: Matrix | None = None) -> None: ...
+
+    def delete(self, ids: Sequence[str]) -> None: ...
+
+    def merge(self) -> None: ...
+
+
+@runtime_checkable
+class HoldsIndexes(Protocol):
+    """An :class:`Updatable` made of the built-in incremental indexes (BM25, dense): ``indexes()``
+    lists those a change applies to (itself; a feedback retriever's BM25 index; a composite's
+    children's), so that a composite changes every child or none
+    (:mod:`kolm_search.retrievers.incremental`)."""
+
+    def indexes(self) -> Sequence[Any]: ...
+
+
+@runtime_checkable
+class Persistable(Protocol):
+    """A retriever that writes itself to a folder and reads itself back (beyond the spec):
+    ``save(path)`` replaces whatever index the folder held, all or nothing; the class method
+    ``load(path, ...)`` returns the saved retriever, every file checked first."""
+
+    def save(self, path: str | os.PathLike[str]) -> None: ...
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> Any: ...
 
 
 @runtime_checkable
@@ -323,7 +378,8 @@ def missing_methods(port: Any, protocol: type) -> list[str]:
 
 def _methods(protocol: type) -> list[str]:
     """The public methods a Protocol class declares, in declaration order."""
-    return [name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")]
+    return [name for name, value in vars(protocol).items()
+            if (callable(value) or isinstance(value, classmethod)) and not name.startswith("_")]
 
 
 def embedding_matrix(value: Any, n_expected: int, *, what: str,

@@ -36,6 +36,7 @@ from kolm_search.ports import (
     FusesChildren,
     NonBlockingCache,
     ReportsDuplicates,
+    Updatable,
     embed_all,
     embedding_matrix,
     implements,
@@ -281,6 +282,8 @@ class Stages:
         retriever = self.modules.retriever
         t0 = time.perf_counter()
         try:
+            if implements(retriever, Updatable):  # deferred add/delete applied before the table is read
+                await self._merge(retriever, run)
             if columnar and is_batch_retriever(retriever):
                 out: list[Candidates] = [Candidates(docs=[]) for _ in contexts]
                 # one sub-batch per mode, and per target limit where lists are fused (expansions, a
@@ -304,6 +307,14 @@ class Stages:
             return list(await asyncio.gather(*(self._retrieve_one(retriever, c, run) for c in contexts)))
         finally:
             run.timed(S.RETRIEVER, t0)
+
+    async def _merge(self, retriever: Updatable, run: Run) -> None:
+        try:
+            await self.port(run, S.RETRIEVER, retriever.merge)
+        except SearchError:
+            raise
+        except Exception as exc:
+            raise SearchError.wrap(S.RETRIEVER, exc) from exc
 
     async def _retrieve_one(self, retriever: Any, context: SearchPipelineContext, run: Run) -> Candidates:
         try:

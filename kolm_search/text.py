@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
+from kolm_search._params import boolean
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.languages import (
     ENGLISH_STOPWORDS,
@@ -118,6 +119,7 @@ class Tokenizer:
     _stem_cache: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self.lowercase = boolean("Tokenizer lowercase", self.lowercase)
         self.language = normalize_language(self.language)
         try:
             self._regex = re.compile(self.pattern)

@@ -162,3 +162,16 @@ def test_dense_preset_with_single_embed_only() -> None:
     batch = client.search_batch(QUERIES[:3], limit=4)
     singles = [client.search_sync({"query": q, "limit": 4}) for q in QUERIES[:3]]
     assert_same(batch, singles)
+
+
+def test_client_search_batch_builds_responses_only_for_an_output_schema() -> None:
+    """Per-query responses cost more than the whole batch: without an output schema they wait
+    until ``.responses`` is read (sync and async twins alike)."""
+    import asyncio
+
+    from kolm_search import presets
+
+    client = presets.bm25([{"id": "a", "content": "red fox"}, {"id": "b", "content": "blue sky"}])
+    for result in (client.search_batch(["fox", "sky"]), asyncio.run(client.search_batch_async(["fox", "sky"]))):
+        assert result._responses is None
+        assert [r.results[0].id for r in result.responses] == ["a", "b"]

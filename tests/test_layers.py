@@ -66,3 +66,31 @@ def test_the_walker_sees_imports() -> None:
     """The checks above could pass vacuously if the walker found nothing: it must see these."""
     assert "kolm_search.errors" in _imports(ROOT / "_kernels" / "fusion.py")
     assert any(_is(m, "kolm_search.pipeline") for m in _imports(ROOT / "client.py"))
+
+
+def test_the_contract_layer_imports_no_retriever() -> None:
+    """The contract dispatches on the Protocols of ``ports`` (``Updatable`` for add/delete and the
+    cache key's revision), never on a concrete retriever module."""
+    for name in ("client", "pipeline", "stages", "ports", "batch", "guards", "config", "planners", "types"):
+        assert not {m for m in _imports(ROOT / f"{name}.py") if _is(m, "kolm_search.retrievers")}, name
+
+
+def test_no_import_circle() -> None:
+    """No module reaches itself through the imports of others (a package's ``__init__``, which
+    only hands names on, aside)."""
+    files = {".".join(("kolm_search", *p.relative_to(ROOT).with_suffix("").parts)): p
+             for p in ROOT.rglob("*.py") if p.name != "__init__.py"}
+    graph = {m: {i for i in _imports(p) if i in files and i != m} for m, p in files.items()}
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
+
+    def walk(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(graph[module]):
+            assert state.get(nxt) != 1, " -> ".join([*path[path.index(nxt):], module, nxt])
+            if nxt not in state:
+                walk(nxt, [*path, module])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module, [])

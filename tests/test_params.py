@@ -27,8 +27,16 @@ from kolm_search._params import (
 )
 from kolm_search.adapters import InMemoryCache, MMRReranker, NearDuplicateDeduplicator, SynonymExpander
 from kolm_search.errors import KolmTypeError, KolmValueError, ParameterError
+from kolm_search.filters import parse_filter
 from kolm_search.fusion import rrf_score
+from kolm_search.io.trec import read_run
 from kolm_search.rerank import rerank_run
+from kolm_search.retrievers.bm25 import BM25Retriever
+from kolm_search.retrievers.composite import CompositeRetriever
+from kolm_search.retrievers.dense import DenseRetriever
+from kolm_search.retrievers.feedback import FeedbackRetriever
+from kolm_search.retrievers.postings import Postings
+from kolm_search.text import Tokenizer
 
 
 @settings(max_examples=200, deadline=None)
@@ -99,7 +107,21 @@ PUBLIC_CALLS: list[tuple[str, Any, str]] = [
     ("k", lambda: rrf_score(0, k=-1), "k must be a finite number >= 0"),
     ("planner", lambda: ExpandingQueryPlanner(SynonymExpander({}), max_queries=0), "max_queries must be a positive integer"),
     ("rerank_run", lambda: rerank_run(None, None, None, top_k=0), "top_k must be a positive integer"),
+    ("bm25", lambda: BM25Retriever(_DOCS, k1=10**400), "k1 must be a finite number >= 0, got 1000"),
+    ("bm25 method", lambda: BM25Retriever(_DOCS, method="bm26"), "method must be one of"),  # type: ignore[arg-type]
+    ("dense", lambda: DenseRetriever(_DOCS, embeddings=[[1.0]], metric="l2"), "metric must be one of"),  # type: ignore[arg-type]
+    ("composite", lambda: CompositeRetriever([BM25Retriever(_DOCS)], depth=0), "depth must be a positive integer or None"),
+    ("strategy", lambda: CompositeRetriever([BM25Retriever(_DOCS)], strategy="x"), "strategy must be one of"),  # type: ignore[arg-type]
+    ("feedback", lambda: FeedbackRetriever(BM25Retriever(_DOCS), fb_docs=0), "fb_docs must be an integer >= 1, got 0"),
+    ("top_k", lambda: BM25Retriever(_DOCS).score_texts(["a"], 0), "k must be a positive integer, got 0"),
+    ("n_jobs", lambda: Postings.from_texts(["a"], Tokenizer(), n_jobs=0), "n_jobs must be a positive integer or None"),
+    ("chunk_timeout", lambda: Postings.from_texts(["a"], Tokenizer(), chunk_timeout=float("inf")),
+     "chunk_timeout must be a positive finite number of seconds or None"),  # every wait has a deadline
+    ("tokenizer", lambda: Tokenizer(lowercase="no"), "Tokenizer lowercase must be True or False"),  # type: ignore[arg-type]
+    ("filter", lambda: parse_filter(["tags"]), "a filter must be a dict, got list"),
+    ("trec", lambda: read_run(Path(".")), "run file '.' is not a file"),
 ]
+_DOCS = [{"id": "a", "content": "a b"}]
 
 
 @pytest.mark.parametrize(("make", "match"), [c[1:] for c in PUBLIC_CALLS], ids=[c[0] for c in PUBLIC_CALLS])

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kolm_search.evaluation.report import grid
+from kolm_search.evaluation.report_cells import grid
 
 __all__ = ["COLORS", "draw_bars", "draw_deltas", "draw_pr", "mean_interval", "svg"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from kolm_search.evaluation.report import _settings, caption_text, grid, run_label, used_marks
+from kolm_search.evaluation.report_cells import caption_text, grid, report_settings, run_label, used_marks
 
 __all__ = ["html_table", "to_html"]
 
@@ -42,7 +42,7 @@ figcaption { font-size: 0.85em; color: #555; }
 def html_table(table: pd.DataFrame, *, digits: int = 4, caption: str | None = None, **settings: Any) -> str:
     """The report table as an HTML ``<table class="kolm-report">`` with its caption; every name
     and value escaped."""
-    conf = _settings(table, settings)
+    conf = report_settings(table, settings)
     runs, metrics, cells = grid(table, digits, conf)
     esc = html.escape
     head = "<tr><th>Run</th>" + "".join(f"<th>{esc(m)}</th>" for m in metrics) + "</tr>"
@@ -99,7 +99,7 @@ def to_html(table: pd.DataFrame, *, digits: int = 4, caption: str | None = None,
             plots: bool = True, **settings: Any) -> str:
     """One self-contained HTML page: the report table and, with ``plots`` (extra ``plot``) and
     the per-query scores :func:`compare` keeps, its pictures as inline SVG."""
-    conf = _settings(table, settings)
+    conf = report_settings(table, settings)
     esc = html.escape
     name = title or "Comparison of " + ", ".join(str(r) for r in dict.fromkeys(table["run"].astype(str)))
     parts = [f"<h1>{esc(name)}</h1>", html_table(table, digits=digits, caption=caption, **settings)]

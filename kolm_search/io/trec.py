@@ -36,6 +36,7 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
+from kolm_search._params import path_exists
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.ids import str_id
 from kolm_search.io._arrow_trec import read_run_arrow, write_run_arrow
@@ -67,11 +68,7 @@ def _is_parquet(path: Path) -> bool:
 
 
 def _existing(path: str | Path, what: str) -> Path:
-    p = Path(path)
-    if not p.is_file():
-        raise KolmValueError(f"{what} file {str(p)!r} does not exist" if not p.exists() else
-                             f"{what} path {str(p)!r} is not a file")
-    return p
+    return path_exists(f"{what} file", path, kind="file")
 
 
 _SPACE = re.compile(r"[ \t]+")  # fields are separated by spaces and tabs only, as pandas' C reader does

@@ -33,6 +33,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from kolm_search._kernels import usable_cores
+from kolm_search._params import positive_int
 from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
 from kolm_search.text import Tokenizer
 
@@ -66,12 +67,7 @@ def _context() -> BaseContext:
 
 def resolve_n_jobs(n_jobs: Any) -> int:
     """Processes to use: ``None`` -> the usable cores; 1 inside a daemonic process (no children)."""
-    if n_jobs is None:
-        n = usable_cores()
-    elif isinstance(n_jobs, bool) or not isinstance(n_jobs, int | np.integer) or n_jobs < 1:
-        raise KolmValueError(f"n_jobs must be a positive integer or None, got {n_jobs!r}")
-    else:
-        n = int(n_jobs)
+    n = usable_cores() if n_jobs is None else positive_int("n_jobs", n_jobs, none=True)
     return 1 if multiprocessing.current_process().daemon else max(n, 1)
 
 

@@ -26,13 +26,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search.errors import KolmValueError
+from kolm_search._params import positive_int, real
+from kolm_search.errors import KolmValueError, ParameterError
 from kolm_search.retrievers.bm25_weights import first_unlike
 from kolm_search.text import Tokenizer
 from kolm_search.tokenizers import restore_tokenizer
 
 __all__ = ["bm25_arrays", "bm25_config", "bm25_stats", "bm25_tf", "bm25_weights", "check_keys", "dense_config",
-           "dense_embeddings", "finite_real", "integer", "number", "vocabulary"]
+           "dense_embeddings", "integer", "number", "vocabulary"]
 
 MAX_DOCS = int(np.iinfo(np.int32).max)
 _BM25_KEYS = ("method", "k1", "b", "delta", "tokenizer", "fields", "fusion_k")
@@ -61,27 +62,18 @@ def check_keys(path: Path, prefix: str, obj: Any, known: Collection[str],
 
 
 def number(path: Path, key: str, value: Any, lo: float = 0.0, hi: float = math.inf) -> float:
-    """A finite JSON number in ``[lo, hi]`` as float."""
-    if not finite_real(value) or not lo <= value <= hi:
-        raise _bad(path, key, f"a finite number in [{lo:g}, {hi:g}]", value)
-    return float(value)
-
-
-def finite_real(value: Any) -> bool:
-    """``value`` is an int or float (not bool) that is finite as a float (10**400 is not)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
+    """A finite JSON number (int or float, not bool) in ``[lo, hi]`` as float."""
     try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
+        x: float = real(key, value if isinstance(value, (int, float)) else None, low=lo, high=hi)
+    except ParameterError:
+        raise _bad(path, key, f"a finite number in [{lo:g}, {hi:g}]", value) from None
+    return x
 
 
 def top_k(k: Any) -> int:
     """``k`` of a top-k call: a positive integer (``KolmValueError`` naming the value)."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise KolmValueError(f"k must be a positive integer, got {k!r}")
-    return int(k)
+    result: int = positive_int("k", k)
+    return result
 
 
 def integer(path: Path, key: str, value: Any, lo: int = 0, hi: int = MAX_DOCS) -> int:

@@ -5,6 +5,7 @@ Weighting (the variants' formulas) lives in :mod:`kolm_search.retrievers.bm25_we
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -13,11 +14,11 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._kernels import load
+from kolm_search._params import one_of, real
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.retrievers import _validate as check
-from kolm_search.retrievers import incremental
 from kolm_search.retrievers._batching import (
     frame_from_topk,
     fuse_expansions,
@@ -33,7 +34,9 @@ from kolm_search.retrievers.bm25_weights import (
     reduce_offsets,
     weigh_postings,
 )
+from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.retrievers.postings import CollectionStats, Postings
+from kolm_search.retrievers.segments import Pending, combine_postings, merged_table
 from kolm_search.retrievers.weighted import check_bound, check_weighted, encode_weighted, term_bounds
 from kolm_search.selection import Selections
 from kolm_search.text import Tokenizer
@@ -57,7 +60,7 @@ _ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # save
     "nonocc": ("float", np.float32), "doc_len": ("int", np.int64)}
 
 
-class BM25Retriever:
+class BM25Retriever(SegmentedIndex):
     """Sparse BM25 retriever over a :class:`DocumentTable`.
 
     Parameters
@@ -96,42 +99,51 @@ class BM25Retriever:
     """
 
     name = "bm25"
-    updates = "bm25"  # takes add/delete (kolm_search.retrievers.incremental)
-    table = incremental.SyncedTable()  # reading it merges pending add/delete
     tf: npt.NDArray[np.int32] | None = None  # term frequency of each posting (None: a shard, or version 1)
     own_stats: bool | None = None  # weighted with its own statistics (None: unknown, version 1)
-    revision = ""  # changes with every add/delete (response cache keys)
     _bounds: tuple[Any, Any, npt.NDArray[np.float64]] | None = None  # (t_w, nonocc, term_bounds) of score_weighted
 
     def __init__(self, documents: Any, *, method: Method = "lucene", k1: float = 1.5, b: float = 0.75,
                  delta: float = 0.5, tokenizer: Tokenizer | None = None,
                  fields: Sequence[str] = ("title", "content"), fusion_k: float = 60,
                  n_threads: int | None = None, stats: CollectionStats | None = None,
-                 postings: Postings | None = None, n_jobs: int | None = None, progress: bool | None = None,
-                 _arrays: Mapping[str, Any] | None = None, _vocab: list[str] | None = None) -> None:
-        if method not in BM25_METHODS:
-            raise KolmValueError(f"method must be one of {BM25_METHODS}, got {method!r}")
-        for name, value in (("k1", k1), ("b", b), ("delta", delta), ("fusion_k", fusion_k)):
-            if not check.finite_real(value) or value < 0:
-                raise KolmValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if not 0 <= b <= 1:
-            raise KolmValueError(f"b must lie in [0, 1], got {b!r}")
+                 postings: Postings | None = None, n_jobs: int | None = None, progress: bool | None = None) -> None:
+        self._configure(method=method, k1=k1, b=b, delta=delta, tokenizer=tokenizer, fields=fields,
+                        fusion_k=fusion_k, n_threads=n_threads)
+        self._start_index(DocumentTable.coerce(documents))
+        if postings is None:  # token strings live one chunk at a time
+            postings = Postings.from_texts(self.table.texts(self.fields), self.tokenizer, n_jobs=n_jobs,
+                                           progress=progress)
+        self.index_postings(postings, stats=stats)
+
+    def _configure(self, *, method: Method, k1: float, b: float, delta: float, tokenizer: Tokenizer | None,
+                   fields: Sequence[str], fusion_k: float, n_threads: int | None) -> None:
+        """Check and set the parameters (of :meth:`__init__` and of a loaded index)."""
+        one_of("method", method, BM25_METHODS)
+        k1, delta, fusion_k = (real(name, value, low=0) for name, value in
+                               (("k1", k1), ("delta", delta), ("fusion_k", fusion_k)))
+        b = real("b", b, low=0, high=1)
         if k1 == 0 and (method == "bm25+" or (method == "bm25l" and delta == 0)):  # weight(tf=0) is 0/0
             raise KolmValueError(f"method {method!r} needs k1 > 0{' or delta > 0' if method == 'bm25l' else ''}")
-        self.table = DocumentTable.coerce(documents)
         self.method: Method = method
-        self.k1, self.b, self.delta = float(k1), float(b), float(delta)
+        self.k1, self.b, self.delta = k1, b, delta
         self.tokenizer = tokenizer or Tokenizer()
         self.fields = tuple(fields)
-        self.fusion_k = float(fusion_k)
+        self.fusion_k = fusion_k
         self.n_threads = n_threads
-        if _arrays is not None and _vocab is not None:
-            self._set_arrays(_arrays, _vocab)
-        elif postings is not None:
-            self.index_postings(postings, stats=stats)
-        else:  # token strings live one chunk at a time
-            self.index_postings(Postings.from_texts(self.table.texts(self.fields), self.tokenizer, n_jobs=n_jobs,
-                                                    progress=progress), stats=stats)
+
+    @classmethod
+    def _from_arrays(cls, table: DocumentTable, arrays: Mapping[str, Any], vocab: list[str], *,
+                     own_stats: bool | None, **config: Any) -> BM25Retriever:
+        """An index over ``table`` from weighted arrays (``t_ptr``, ``t_docs``, ``t_w``, ``nonocc``,
+        ``doc_len``, perhaps ``tf``) and their ``vocab``, already checked (:meth:`load`'s path);
+        ``config`` as :meth:`_configure` takes it."""
+        self = cls.__new__(cls)
+        self._configure(**config)
+        self._start_index(table)
+        self._set_arrays(arrays, vocab)
+        self.own_stats = own_stats
+        return self
 
     # -- indexing ----------------------------------------------------------------------
     def index_tokens(self, token_lists: Iterable[Sequence[str]], *, stats: CollectionStats | None = None) -> None:
@@ -177,28 +189,57 @@ class BM25Retriever:
         self.vocab = vocab
         self._vocab_index = {t: i for i, t in enumerate(vocab)}
 
-    # -- incremental updates (kolm_search.retrievers.incremental) ------------------------
-    def add(self, documents: Any) -> None:
-        """Add documents (list, DataFrame or DocumentTable) without a rebuild: only they are
-        tokenised now; the merge before the next search re-weights every posting, so scores
-        equal a rebuild's over the same documents (the old ones first). An id already indexed
-        (or given twice) raises ``KolmValueError``; so does a shard weighted with external stats."""
-        incremental.add([self], documents)
+    # -- incremental updates (the steps of kolm_search.retrievers.incremental) -------------
+    def _check_updatable(self) -> None:
+        """A shard refuses changes; a version-1 index (saved without ``tf``) is recounted once."""
+        if self.tf is not None:
+            return
+        if self.own_stats is False:
+            raise KolmValueError("this BM25 index was weighted with external collection statistics (a shard): "
+                                 "add/delete would change every shard's statistics; rebuild the shards instead")
+        self._recount()
 
-    def delete(self, ids: Sequence[str]) -> None:
-        """Delete documents by id (merged before the next search); unknown ids raise ``KolmValueError``."""
-        incremental.delete([self], ids)
+    def _recount(self) -> None:
+        """Recover the term frequencies of an index saved without them (format version 1) by
+        tokenising its table once; the recount must reproduce every stored array exactly, else
+        the index was not weighted from its own documents (a shard) and cannot change."""
+        postings = Postings.from_tokens(self.tokenizer(t) for t in self.table.texts(self.fields))
+        probe = copy.copy(self)
+        probe.index_postings(postings)
+        same = probe.vocab == self.vocab and all(
+            np.array_equal(a, b) for a, b in ((probe.t_ptr, self.t_ptr), (probe.t_docs, self.t_docs),
+                                              (probe.t_w, self.t_w), (probe.nonocc, self.nonocc),
+                                              (probe.doc_len, self.doc_len)))
+        if not same:
+            raise KolmValueError("this BM25 index (format version 1, saved without term frequencies) does not match "
+                                 "its own documents' statistics (a shard weighted with collection-wide statistics?): "
+                                 "rebuild it to add or delete documents")
+        self.tf = postings.tf
+        self.own_stats = True
 
-    def merge(self) -> None:
-        """Apply pending :meth:`add`/:meth:`delete` now (otherwise done by the next search or save)."""
-        incremental.merge(self)
+    def _segment_payload(self, table: DocumentTable, embeddings: Any) -> Postings:
+        return Postings.from_tokens(self.tokenizer(t) for t in table.texts(self.fields))
+
+    def _merge_pending(self, pending: Pending) -> None:
+        """Combined postings of the live rows, re-weighted with their own statistics."""
+        assert self.tf is not None  # _check_updatable: a shard takes no change
+        base = Postings(vocab=self.vocab, t_ptr=self.t_ptr, p_doc=self.t_docs, tf=self.tf, lengths=self.doc_len)
+        parts = [(base, pending.base_keep)] + [(s.payload, s.keep) for s in pending.segments]
+        postings = combine_postings(parts, self._vocab_index)
+        old = self.table
+        self.table = merged_table(old, pending)
+        try:
+            self.index_postings(postings)
+        except BaseException:
+            self.table = old
+            raise
 
     # -- querying ----------------------------------------------------------------------
     def encode(self, texts: Iterable[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Token ids of each text as CSR ``(ptr, ids)``; unknown tokens dropped, repeats kept.
 
         The ids hold until the next :meth:`add`/:meth:`delete` is merged (it renumbers terms)."""
-        incremental.sync(self)  # ids of the merged vocabulary
+        self.merge()  # ids of the merged vocabulary
         ids: list[int] = []
         ptr = [0]
         index = self._vocab_index
@@ -225,6 +266,7 @@ class BM25Retriever:
                       ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """:meth:`score_texts` on token ids from :meth:`encode` (CSR ``q_ptr``, ``q_ids``);
         ``weights`` float32 (nnz,) per token (default 1, checked by :meth:`score_weighted`)."""
+        self.merge()
         m = len(q_ptr) - 1
         if len(q_ids) and not 0 <= int(np.min(q_ids)) <= int(np.max(q_ids)) < len(self.vocab):  # stale ids: no kernel read
             raise KolmValueError(f"token ids must lie in [0, {len(self.vocab)}) (encode again after add/delete)")
@@ -248,7 +290,7 @@ class BM25Retriever:
         """Top-``k`` of weighted queries in CSR form (term ids, float32 weights): a document
         scores ``sum w * bm25(term, doc)`` (:mod:`~kolm_search.retrievers.weighted`); a query
         whose scores could overflow float32 raises ``KolmValueError`` naming it, its term and the bound."""
-        incremental.sync(self)  # ids and bounds of the merged index
+        self.merge()  # ids and bounds of the merged index
         ptr, ids, w = check_weighted(q_ptr, q_ids, q_weights, len(self.vocab), self.vocab)
         check_bound(ptr, ids, w, self._term_bounds(), self.vocab)
         return self.score_encoded(ptr, ids, k, selections, weights=w)
@@ -264,10 +306,12 @@ class BM25Retriever:
     def score_terms(self, queries: Sequence[Mapping[str, float]], k: int, selections: Selections | None = None,
                     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """:meth:`score_weighted` of queries given as analysed term -> weight (unknown terms dropped)."""
+        self.merge()
         return self.score_weighted(*encode_weighted(self._vocab_index, queries), k, selections)
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""
+        self.merge()
         selections = text_selections(batch, self.table)  # a bad filter fails in every mode
         if batch.mode == "vector" or len(self.table) == 0:
             return CandidateFrame.empty(batch.n_queries)
@@ -276,6 +320,7 @@ class BM25Retriever:
 
     def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
         """The spec's port: candidates for one query, best first, with BM25 scores."""
+        self.merge()
         return retrieve_single(self, context)
 
     # -- persistence -------------------------------------------------------------------
@@ -351,9 +396,8 @@ class BM25Retriever:
                                delta=cfg["delta"], n_threads=n_threads)
             arrays["tf"] = tf
         table = files.table("documents", n_docs)
-        self = cls(table, **cfg, n_threads=n_threads, _arrays=arrays, _vocab=vocab)
-        self.own_stats = {"own": True, "external": False}.get(stats)
-        return self
+        return cls._from_arrays(table, arrays, vocab, own_stats={"own": True, "external": False}.get(stats),
+                                n_threads=n_threads, **cfg)
 
     def __repr__(self) -> str:
         return (f"BM25Retriever({len(self.table)} docs, {len(self.vocab)} terms, method={self.method!r}, "

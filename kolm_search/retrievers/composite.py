@@ -4,7 +4,7 @@ unsupervised fusion method of :mod:`kolm_search.fusion`)."""
 from __future__ import annotations
 
 import asyncio
-import numbers
+import copy
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -14,16 +14,18 @@ import numpy as np
 
 from kolm_search._bridge import resolve
 from kolm_search._logging import log
+from kolm_search._params import one_of, positive_int
 from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
 from kolm_search.fusion.frames import resolve as resolve_fusion
 from kolm_search.fusion.methods import METHODS
-from kolm_search.ports import Embedder, Logger, Retriever
+from kolm_search.ports import BatchRetriever, Embedder, HoldsIndexes, Logger, Retriever, Updatable, implements
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
 from kolm_search.retrievers._persist import Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
+from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.types import SearchDocument, SearchPipelineContext, as_documents
 
 __all__ = ["CompositeRetriever"]
@@ -94,18 +96,14 @@ class CompositeRetriever:
         if not retrievers:
             raise KolmValueError("CompositeRetriever needs at least one retriever")
         for i, r in enumerate(retrievers):
-            if not callable(getattr(r, "retrieve", None)):
+            if not implements(r, Retriever):
                 raise KolmTypeError(f"retrievers[{i}] ({type(r).__name__}) has no 'retrieve' method")
-        if strategy not in ("fail-fast", "best-effort"):
-            raise KolmValueError(f"strategy must be 'fail-fast' or 'best-effort', got {strategy!r}")
         self.retrievers = retrievers
         self.k = check_k(k)
-        self.strategy: Strategy = strategy
+        self.strategy: Strategy = one_of("strategy", strategy, ("fail-fast", "best-effort"))
         self.logger = logger
         self.weights = None if weights is None else list(check_weights(weights, len(retrievers)))
-        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, numbers.Integral) or depth < 1):
-            raise KolmValueError(f"depth must be a positive integer or None, got {depth!r}")
-        self.depth = None if depth is None else int(depth)
+        self.depth: int | None = positive_int("depth", depth, none=True)
         self.method, self.norm, _ = resolve_fusion(method, norm, None, len(retrievers), k=self.k, weights=self.weights)
         if METHODS[self.method].supervised:
             raise KolmValueError(f"method {method!r} must be trained on qrels (fit_fusion); "
@@ -218,19 +216,50 @@ class CompositeRetriever:
             )
         return lists, (None if self.weights is None else weights)
 
-    # -- incremental updates (every child: BM25Retriever, DenseRetriever or a composite) ---
-    def add(self, documents: Any, embeddings: Any = None) -> None:
-        """Add documents to every child, all or none (``embeddings`` go to dense children);
-        a child without add/delete raises ``KolmTypeError`` before any change."""
-        incremental.add(incremental.leaves(self), documents, embeddings)
+    # -- incremental updates (every child a BM25, dense, feedback or composite retriever) ---
+    @property
+    def revision(self) -> str:
+        """The children's revisions joined (``""`` while none has changed)."""
+        revs = [c.revision if implements(c, Updatable) else "" for c in self.retrievers]
+        return ",".join(revs) if any(revs) else ""
 
-    def delete(self, ids: Sequence[str]) -> None:
+    def indexes(self) -> list[SegmentedIndex]:
+        """The indexes a change applies to: every child's (:class:`~kolm_search.ports.HoldsIndexes`);
+        a child that cannot change with the others raises ``KolmTypeError``."""
+        out: list[SegmentedIndex] = []
+        for i, child in enumerate(self.retrievers):
+            if not implements(child, HoldsIndexes):
+                name = type(child).__name__
+                raise KolmTypeError(f"{name} does not support add/delete" if not implements(child, Updatable) else
+                                    f"retrievers[{i}] ({name}) cannot change together with the other children (all or "
+                                    "none): a composite takes add/delete when each child is a built-in index")
+            out.extend(child.indexes())
+        return out
+
+    def add(self, documents: Any, embeddings: Any = None, *, defer: bool = False) -> None:
+        """Add documents to every child, all or none (``embeddings`` go to dense children); a
+        child without add/delete raises ``KolmTypeError`` before any change."""
+        incremental.add(self.indexes(), documents, embeddings, defer=defer)
+        if not defer:
+            self.merge()
+
+    def delete(self, ids: Sequence[str], *, defer: bool = False) -> None:
         """Delete documents by id from every child, all or none."""
-        incremental.delete(incremental.leaves(self), ids)
+        incremental.delete(self.indexes(), ids, defer=defer)
+        if not defer:
+            self.merge()
 
     def merge(self) -> None:
-        """Merge every child's pending changes; children with equal tables then share one."""
-        incremental.share_tables(self)
+        """Merge every child's deferred changes; children with equal tables then share one."""
+        for child in self.retrievers:
+            if implements(child, Updatable):
+                child.merge()
+        incremental.share_tables([ix for c in self.retrievers if implements(c, HoldsIndexes) for ix in c.indexes()])
+
+    def __copy__(self) -> CompositeRetriever:
+        """The same fusion over copies of the children (``SearchClient.add`` changes a copy)."""
+        return CompositeRetriever([copy.copy(c) for c in self.retrievers], self.k, self.strategy, self.logger,
+                                  weights=self.weights, method=self.method, norm=self.norm, depth=self.depth)
 
     # -- persistence (every child a BM25, dense, feedback or composite retriever) ---------
     def _payload(self) -> Payload:
@@ -245,7 +274,7 @@ class CompositeRetriever:
                 raise KolmTypeError(f"CompositeRetriever.save: retrievers[{i}] ({type(child).__name__}) cannot be "
                                     "saved; a saved composite holds BM25Retriever, DenseRetriever, FeedbackRetriever "
                                     "and CompositeRetriever children")
-        incremental.share_tables(self)  # pending changes of every child merged
+        self.merge()
         config = {"k": self.k, "strategy": self.strategy, "weights": self.weights, "method": self.method,
                   "norm": self.norm, "depth": self.depth}
         return Payload(_FORMAT, _VERSION, {"config": config},
@@ -309,15 +338,18 @@ class CompositeRetriever:
         """The document table that every child shares (same ids in the same order), or None
         when a child has no ``retrieve_batch``/table or the tables differ: the batch path is
         then off and ``retrieve`` is used per query."""
-        tables = [getattr(r, "table", None) for r in self.retrievers]
-        if not all(callable(getattr(r, "retrieve_batch", None)) for r in self.retrievers) or tables[0] is None:
+        if not all(implements(r, BatchRetriever) for r in self.retrievers):
             return None
+        tables = [r.table for r in self.retrievers]  # type: ignore[attr-defined]
         first = tables[0]
+        if first is None:
+            return None
         same = all(t is first or (t is not None and len(t) == len(first) and (t.ids == first.ids).all()) for t in tables)
         return first if same else None
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Every child's batch frame, fused by (weighted) RRF in one kernel call."""
+        self.merge()
         table = self.table
         if table is None:
             raise SearchError(_STAGE, "retrieve_batch needs children with retrieve_batch over one document table")

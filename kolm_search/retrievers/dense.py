@@ -13,12 +13,12 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._kernels import load
+from kolm_search._params import one_of, real
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.ports import Embedder
+from kolm_search.ports import Embedder, implements
 from kolm_search.retrievers import _validate as check
-from kolm_search.retrievers import incremental
 from kolm_search.retrievers._batching import (
     frame_from_topk,
     fuse_expansions,
@@ -28,6 +28,8 @@ from kolm_search.retrievers._batching import (
 from kolm_search.retrievers._persist import Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
 from kolm_search.retrievers._vectors import embed_texts, normalise_rows
+from kolm_search.retrievers.incremental import EmbeddingsUse, SegmentedIndex
+from kolm_search.retrievers.segments import Pending, merged_table
 from kolm_search.selection import Selections
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -112,7 +114,7 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
                                     n_threads=n_threads)
 
 
-class DenseRetriever:
+class DenseRetriever(SegmentedIndex):
     """Exact (brute-force) dense retriever.
 
     Parameters
@@ -141,29 +143,14 @@ class DenseRetriever:
     """
 
     name = "dense"
-    updates = "dense"  # takes add/delete (kolm_search.retrievers.incremental)
-    table = incremental.SyncedTable()  # reading it merges pending add/delete
-    revision = ""  # changes with every add/delete (response cache keys)
 
     def __init__(self, documents: Any, embedder: Embedder | None = None, *,
                  embeddings: npt.ArrayLike | None = None, metric: Metric = "cosine",
                  fields: Sequence[str] = ("title", "content"), fusion_k: float = 60,
                  batch_size: int = 4096, n_threads: int | None = None, embed_queries: bool = False) -> None:
-        if metric not in ("cosine", "ip"):
-            raise KolmValueError(f"metric must be 'cosine' or 'ip', got {metric!r}")
-        if not check.finite_real(fusion_k) or fusion_k < 0:
-            raise KolmValueError(f"fusion_k must be a finite number >= 0, got {fusion_k!r}")
-        self.table = DocumentTable.coerce(documents)
-        if embedder is not None and not callable(getattr(embedder, "embed", None)):
-            raise KolmTypeError(f"embedder must have an 'embed' method, got {type(embedder).__name__}")
-        if embed_queries and embedder is None:
-            raise KolmValueError("DenseRetriever(embed_queries=True) needs an embedder")
-        self.embedder = embedder
-        self.embed_queries = bool(embed_queries)
-        self.metric: Metric = metric
-        self.fields = tuple(fields)
-        self.fusion_k = float(fusion_k)
-        self.n_threads = n_threads
+        self._configure(embedder, metric=metric, fields=fields, fusion_k=fusion_k, n_threads=n_threads,
+                        embed_queries=embed_queries)
+        self._start_index(DocumentTable.coerce(documents))
         if embeddings is None:
             if embedder is None:
                 raise KolmValueError("DenseRetriever needs an embedder or precomputed embeddings")
@@ -175,6 +162,22 @@ class DenseRetriever:
             raise KolmValueError("document embeddings contain NaN or infinite values")
         self.embeddings = normalise_rows(mat) if metric == "cosine" else np.ascontiguousarray(mat)
 
+    def _configure(self, embedder: Embedder | None, *, metric: Metric, fields: Sequence[str], fusion_k: float,
+                   n_threads: int | None, embed_queries: bool) -> None:
+        """Check and set the parameters (of :meth:`__init__` and of a loaded index)."""
+        one_of("metric", metric, ("cosine", "ip"))
+        fusion_k = real("fusion_k", fusion_k, low=0)
+        if embedder is not None and not implements(embedder, Embedder):
+            raise KolmTypeError(f"embedder must have an 'embed' method, got {type(embedder).__name__}")
+        if embed_queries and embedder is None:
+            raise KolmValueError("DenseRetriever(embed_queries=True) needs an embedder")
+        self.embedder = embedder
+        self.embed_queries = bool(embed_queries)
+        self.metric: Metric = metric
+        self.fields = tuple(fields)
+        self.fusion_k = fusion_k
+        self.n_threads = n_threads
+
     @property
     def dim(self) -> int:
         return int(self.embeddings.shape[1])
@@ -183,7 +186,7 @@ class DenseRetriever:
                        ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Top-``k`` of each query vector: ``(docs (m, k), scores (m, k), counts (m,))``, each
         query limited to its selection (:class:`~kolm_search.selection.Selections`, default all)."""
-        incremental.sync(self)
+        self.merge()
         q = np.asarray(vectors, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != self.dim:
             raise SearchError("retriever", f"query embeddings have shape {q.shape}; the index has dimension {self.dim}")
@@ -193,10 +196,11 @@ class DenseRetriever:
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""
+        self.merge()
         selections = text_selections(batch, self.table)  # a bad filter fails in every mode
         if batch.mode == "fulltext" or len(self.table) == 0:
             return CandidateFrame.empty(batch.n_queries)
-        vectors = None if getattr(self, "embed_queries", False) else batch.embeddings
+        vectors = None if self.embed_queries else batch.embeddings
         if vectors is None:
             if self.embedder is None:
                 raise SearchError("retriever", "DenseRetriever got no query embeddings and has no embedder")
@@ -206,22 +210,43 @@ class DenseRetriever:
 
     def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
         """The spec's port: candidates for one query, best first, with similarity scores."""
+        self.merge()
         return retrieve_single(self, context)
 
-    # -- incremental updates (kolm_search.retrievers.incremental) ------------------------
-    def add(self, documents: Any, embeddings: npt.ArrayLike | None = None) -> None:
-        """Add documents without a rebuild: ``embeddings`` (n, d) as the constructor takes them,
-        else the retriever's embedder embeds only the new documents. Merged before the next
-        search (scores equal a rebuild's); an id already indexed raises ``KolmValueError``."""
-        incremental.add([self], documents, embeddings)
+    # -- incremental updates (the steps of kolm_search.retrievers.incremental) -------------
+    def _embeddings_use(self) -> EmbeddingsUse:
+        return "own model" if self.embed_queries else "given"
 
-    def delete(self, ids: Sequence[str]) -> None:
-        """Delete documents by id (merged before the next search); unknown ids raise ``KolmValueError``."""
-        incremental.delete([self], ids)
+    def _segment_payload(self, table: DocumentTable, embeddings: Any) -> npt.NDArray[np.float32]:
+        """float32 (n, dim) embeddings of new documents (given, or from the embedder), checked as
+        the constructor checks them and normalised for the cosine metric."""
+        dim: int | None = self.dim
+        if self.embeddings.shape == (0, 0):  # an empty corpus has no dimension yet: the first add sets it
+            segments = [] if self._pending is None else self._pending.segments
+            dim = segments[0].payload.shape[1] if segments else None
+        if embeddings is None:
+            if self.embedder is None:
+                raise KolmValueError("add: this DenseRetriever has no embedder; pass embeddings=")
+            mat = embed_texts(self.embedder, table.texts(self.fields))
+        else:
+            try:
+                mat = np.asarray(embeddings, dtype=np.float32)
+            except (TypeError, ValueError) as exc:
+                raise KolmValueError(f"add: embeddings are not a float matrix: {exc}") from exc
+        if mat.ndim != 2 or mat.shape[0] != len(table) or (dim is not None and mat.shape[1] != dim):
+            raise KolmValueError(f"add: embeddings must have shape ({len(table)}, {'d' if dim is None else dim}), "
+                                 f"got {mat.shape}")
+        if not np.all(np.isfinite(mat)):
+            raise KolmValueError("add: embeddings contain NaN or infinite values")
+        return normalise_rows(mat) if self.metric == "cosine" else np.ascontiguousarray(mat)
 
-    def merge(self) -> None:
-        """Apply pending :meth:`add`/:meth:`delete` now (otherwise done by the next search or save)."""
-        incremental.merge(self)
+    def _merge_pending(self, pending: Pending) -> None:
+        """The live rows of every part, stacked."""
+        base = self.embeddings if pending.base_keep is None else self.embeddings[pending.base_keep]
+        rows = [base] * (base.shape[1] > 0 or not pending.segments) + [s.payload[s.keep] for s in pending.segments]
+        table = merged_table(self.table, pending)
+        self.embeddings = np.ascontiguousarray(np.concatenate(rows) if len(rows) > 1 else rows[0], np.float32)
+        self.table = table
 
     def _payload(self) -> Payload:
         """What :meth:`save` writes, pending changes merged (nothing written)."""
@@ -268,9 +293,9 @@ class DenseRetriever:
                                      cfg["metric"])
         table = files.table("documents", n_docs)
         self = cls.__new__(cls)
-        self.table, self.embedder = table, embedder
-        self.metric, self.fields, self.fusion_k = cfg["metric"], tuple(cfg["fields"]), cfg["fusion_k"]
-        self.n_threads = n_threads
+        self._configure(embedder, metric=cfg["metric"], fields=cfg["fields"], fusion_k=cfg["fusion_k"],
+                        n_threads=n_threads, embed_queries=False)
+        self._start_index(table)
         self.embeddings = emb
         return self
 

@@ -20,6 +20,7 @@ metadata, ``response.plan.metadata["feedback"]`` (single search) and
 
 from __future__ import annotations
 
+import copy
 import re
 import weakref
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ import numpy.typing as npt
 import pandas as pd
 import scipy.sparse as sp
 
+from kolm_search._params import integer, one_of, probability, real
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.retrievers import _validate as check
@@ -43,6 +45,7 @@ from kolm_search.retrievers._batching import (
 from kolm_search.retrievers._persist import Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
 from kolm_search.retrievers.bm25 import BM25Retriever
+from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.retrievers.postings import Postings
 from kolm_search.retrievers.prf_weights import (
     bo1_weights,
@@ -64,12 +67,6 @@ _ELIGIBLE = re.compile(r"[^\W_]{2,20}")  # Anserini: 2-20 chars of [a-z0-9] (her
 _FORMAT = "kolm-search/feedback"
 _VERSION = 1
 _CONFIG = ("model", "fb_docs", "fb_terms", "original_weight", "max_df_ratio")
-
-
-def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise KolmValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
 
 
 _SHARED: weakref.WeakKeyDictionary[BM25Retriever, tuple[Any, ...]] = weakref.WeakKeyDictionary()
@@ -95,7 +92,7 @@ def _term_counts(bm25: BM25Retriever, postings: Postings | None) -> tuple[Any, .
         return hit[2:]
     n_docs, n_terms = current
     order, rank = text_order(bm25.vocab)
-    stored = getattr(bm25, "tf", None)  # the index's own term frequencies (kept for add/delete)
+    stored = bm25.tf  # the index's own term frequencies (kept for add/delete)
     if postings is None and stored is not None:
         t_ptr = np.asarray(bm25.t_ptr)
         terms = rank[np.repeat(np.arange(n_terms, dtype=np.int64), np.diff(t_ptr))]
@@ -147,43 +144,62 @@ class FeedbackRetriever:
     """
 
     name = "feedback"
-    updates_through = "bm25"  # add/delete (client, composite) change this index
 
     def __init__(self, bm25: BM25Retriever, model: Model = "rm3", *, fb_docs: int | None = None,
                  fb_terms: int = 10, original_weight: float | None = None, max_df_ratio: float | None = None,
                  postings: Postings | None = None) -> None:
         if not isinstance(bm25, BM25Retriever):
             raise KolmTypeError(f"bm25 must be a BM25Retriever, got {type(bm25).__name__}")
-        if model not in FEEDBACK_MODELS:
-            raise KolmValueError(f"model must be one of {FEEDBACK_MODELS}, got {model!r}")
+        one_of("model", model, FEEDBACK_MODELS)
         for name, value in (("original_weight", original_weight), ("max_df_ratio", max_df_ratio)):
             if value is not None and model != "rm3":
                 raise KolmValueError(f"{name} applies to model 'rm3' only, got {name}={value!r} with model {model!r}")
-        ow = 0.5 if original_weight is None else original_weight
-        if not check.finite_real(ow) or not 0 <= ow <= 1:
-            raise KolmValueError(f"original_weight must be a number in [0, 1], got {original_weight!r}")
-        ratio = 0.1 if max_df_ratio is None else max_df_ratio
-        if not check.finite_real(ratio) or not 0 < ratio <= 1:
-            raise KolmValueError(f"max_df_ratio must be a number in (0, 1], got {max_df_ratio!r}")
         self.bm25 = bm25
         self.model: Model = model
-        self.fb_docs = _count("fb_docs", _DEFAULT_DOCS[model] if fb_docs is None else fb_docs)
-        self.fb_terms = _count("fb_terms", fb_terms)
-        self.original_weight = float(ow)
-        self.max_df_ratio = float(ratio)
+        self.fb_docs: int = integer("fb_docs", _DEFAULT_DOCS[model] if fb_docs is None else fb_docs, low=1)
+        self.fb_terms: int = integer("fb_terms", fb_terms, low=1)
+        self.original_weight = probability("original_weight", 0.5 if original_weight is None else original_weight)
+        self.max_df_ratio: float = real("max_df_ratio", 0.1 if max_df_ratio is None else max_df_ratio, low=0, high=1,
+                                        closed="right")
         self._postings = postings
         self._postings_revision = bm25.revision  # postings= describe the index as it is now
         self._cache: tuple[Any, ...] | None = None
 
     @property
     def table(self) -> Any:
-        """The BM25 index's document table (read by the pipeline's columnar path; merges any
-        pending ``add``/``delete`` of the index)."""
+        """The BM25 index's document table (read by the pipeline's columnar path)."""
         return self.bm25.table
 
-    @table.setter
-    def table(self, value: Any) -> None:
-        self.bm25.table = value
+    # -- incremental updates: changes go to the BM25 index ---------------------------------
+    @property
+    def revision(self) -> str:
+        """The BM25 index's revision (:class:`~kolm_search.ports.Updatable`)."""
+        return self.bm25.revision
+
+    def add(self, documents: Any, embeddings: Any = None, *, defer: bool = False) -> None:
+        """Add documents to the BM25 index (:meth:`BM25Retriever.add`); the feedback then equals
+        feedback over the rebuilt index."""
+        self.bm25.add(documents, embeddings, defer=defer)
+
+    def delete(self, ids: Sequence[str], *, defer: bool = False) -> None:
+        """Delete documents from the BM25 index (:meth:`BM25Retriever.delete`)."""
+        self.bm25.delete(ids, defer=defer)
+
+    def merge(self) -> None:
+        """Merge the BM25 index's deferred changes."""
+        self.bm25.merge()
+
+    def indexes(self) -> list[SegmentedIndex]:
+        """The index a change applies to: the BM25 index (:class:`~kolm_search.ports.HoldsIndexes`)."""
+        return [self.bm25]
+
+    def __copy__(self) -> FeedbackRetriever:
+        """The same feedback over a copy of the BM25 index (``SearchClient.add`` changes a copy)."""
+        rm3 = {"original_weight": self.original_weight, "max_df_ratio": self.max_df_ratio} if self.model == "rm3" else {}
+        out = FeedbackRetriever(copy.copy(self.bm25), self.model, fb_docs=self.fb_docs, fb_terms=self.fb_terms,
+                                postings=self._postings, **rm3)
+        out._postings_revision = self._postings_revision
+        return out
 
     # -- collection term counts (built once per index) ------------------------------------
     def _counts(self) -> tuple[Any, ...]:
@@ -215,6 +231,7 @@ class FeedbackRetriever:
         numbers terms unlike a rebuild, and its feedback still equals the rebuild's bit for bit).
         """
         bm25 = self.bm25
+        bm25.merge()
         tf, coll_freq, eligible, order = self._counts()
         m, n_terms = len(texts), len(bm25.vocab)
         q_ptr, q_ids = bm25.encode(texts)
@@ -273,6 +290,7 @@ class FeedbackRetriever:
         """Candidates of every query of ``batch`` from its expanded weighted queries (several
         planned queries of one batch query fused by RRF, as :class:`BM25Retriever` does)."""
         bm25 = self.bm25
+        bm25.merge()
         selections = text_selections(batch, bm25.table)
         if batch.mode == "vector" or len(bm25.table) == 0:
             return CandidateFrame.empty(batch.n_queries)
@@ -290,6 +308,7 @@ class FeedbackRetriever:
 
     def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
         """The spec's port: candidates for one query, best first."""
+        self.bm25.merge()
         return retrieve_single(self, context)
 
     # -- persistence -------------------------------------------------------------------

@@ -1,77 +1,197 @@
 """Incremental indexes: ``add`` and ``delete`` documents without a rebuild, with exact scores.
 
-A change is recorded, not applied: ``add`` counts (BM25) or embeds (dense) only the new
-documents into a pending *segment*, ``delete`` marks rows dead (tombstones). Pending changes
-are merged lazily, as Lucene merges segments: by the first read of the retriever's
-``table`` (every search reads it first), by ``merge()``, or by ``save``. A merge is one
-vectorised pass, and its index equals array for array the index rebuilt from scratch over
-the surviving documents in order (the kept old ones, then the added ones in order), so
-scores, tie order and collection statistics are those of a rebuild:
+:class:`SegmentedIndex` is the part of an index (BM25, dense) that takes changes, held as its
+own state: pending *segments* of added documents (only they are counted or embedded), dead rows
+(tombstones) and a ``revision``. A change is *staged* (the slow part, no state changed), then
+*committed* under the index's lock (ids checked, segment appended or rows marked dead, a new
+revision: a response cache keys on it), then *merged* in one vectorised pass whose index equals
+array for array the one rebuilt over the surviving documents in order (the kept old ones, then
+the added ones): BM25 keeps its postings' term frequencies, drops dead postings, appends the
+segments' in term-major order (O(nnz), no sort) and re-weights from counts with the new
+statistics; a term left without documents leaves the vocabulary. Dense stacks the live rows.
 
-- BM25 keeps its postings' term frequencies (``tf``): a merge drops dead postings, renumbers
-  documents, appends the segments' postings in term-major order (O(nnz), no sort of the old
-  postings) and re-weights from counts with the new document frequencies, ``N`` and exact
-  ``avgdl`` (integer total length); no old document is tokenised again. A term whose
-  document frequency falls to 0 leaves the vocabulary, so its size equals a rebuild's; the
-  vocabulary order may differ from a rebuild's first-occurrence order (no score depends on it).
-- Dense keeps the new documents' embeddings (normalised for cosine) and stacks the kept rows.
+``add``/``delete`` merge before they return unless ``defer=True``: deferred changes wait, as
+Lucene's segments do, for :meth:`~SegmentedIndex.merge`, the next search or ``save`` (each
+merges first). Reading an attribute never merges: while changes wait, ``table`` and the arrays
+describe the index before them. :func:`add` and :func:`delete` change several indexes all or
+none (a composite's children): each stages first, then all commit under their locks. A shard
+(weighted with external :class:`~kolm_search.retrievers.postings.CollectionStats`) refuses.
 
-A retriever weighted with external :class:`~kolm_search.retrievers.postings.CollectionStats`
-(a shard) refuses changes: its weights belong to the whole collection.
-
-Every change gets a new random ``revision`` (a response cache keys on it, so a cached
-pipeline never serves results from before a change). Merges are serialised by one lock; a
-retriever must not be changed while another thread searches it (``SearchClient.add`` and
-``delete`` are safe: they change a copy and swap it in).
+Threads: each index has its own lock, held by commits and merges; a merge puts its arrays in
+place before it clears the pending state, so a search that finds nothing pending reads a whole
+index. A retriever must not be changed while another thread searches it (``SearchClient.add``
+and ``delete`` change ``copy.copy`` of it and swap it in).
 """
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import threading
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.retrievers.postings import Postings
-from kolm_search.retrievers.segments import Segment, Updates
+from kolm_search.retrievers.segments import Pending, Segment
 
-__all__ = ["Segment", "SyncedTable", "Updates", "add", "as_ids", "as_table", "check_updatable", "delete",
-           "index_revision", "leaves", "locate", "locate_any", "merge", "prepare", "share_tables", "sync", "updated_copy"]
+__all__ = ["EmbeddingsUse", "SegmentedIndex", "add", "as_ids", "as_table", "delete", "share_tables"]
 
-_LOCK = threading.RLock()
 _MAX_DOCS = int(np.iinfo(np.int32).max)
 
-
-class SyncedTable:
-    """The ``table`` attribute of an updatable retriever: reading it merges pending changes."""
-
-    def __get__(self, obj: Any, owner: Any = None) -> Any:
-        if obj is None:
-            return self
-        sync(obj)
-        try:
-            return obj.__dict__["table"]
-        except KeyError:
-            raise AttributeError(f"{type(obj).__name__} has no table yet") from None
-
-    def __set__(self, obj: Any, value: DocumentTable) -> None:
-        obj.__dict__["table"] = value
+#: What an index does with the ``embeddings`` given to an ``add``: ``"none"`` (BM25), ``"given"``
+#: (dense: it takes them), ``"own model"`` (a dense index with its own model: it embeds the new
+#: documents itself, unless no other index takes the embeddings).
+EmbeddingsUse = Literal["none", "given", "own model"]
 
 
-def sync(retriever: Any) -> None:
-    """Merge ``retriever``'s pending changes, if any (cheap when there are none)."""
-    upd = retriever.__dict__.get("_updates")
-    if upd is None or not upd.dirty:
-        return
-    with _LOCK:
-        if not upd.merging:  # merging: the merging thread itself reads the table
-            merge(retriever)
+class SegmentedIndex:
+    """Mixin of an index that takes ``add``/``delete``: its pending changes, lock and revision.
+
+    An index kind calls :meth:`_start_index` when it is made, and supplies
+    :meth:`_segment_payload` (count or embed new documents) and :meth:`_merge_pending` (apply
+    pending changes to its own arrays and ``table``, all or nothing); it may override
+    :meth:`_check_updatable` and :meth:`_embeddings_use`. It implements
+    :class:`~kolm_search.ports.Updatable`.
+    """
+
+    table: DocumentTable
+    _pending: Pending | None
+    _revision: str
+    _lock: threading.RLock
+
+    def _start_index(self, table: DocumentTable) -> None:
+        """Begin as an unchanged index over ``table``."""
+        self.table = table
+        self._pending = None
+        self._revision = ""
+        self._lock = threading.RLock()
+
+    # -- what an index kind supplies ------------------------------------------------------
+    def _check_updatable(self) -> None:
+        """Raise unless this index can take changes (default: it always can)."""
+
+    def _embeddings_use(self) -> EmbeddingsUse:
+        return "none"
+
+    def _segment_payload(self, table: DocumentTable, embeddings: Any) -> Any:
+        """The counted postings or embeddings of the new documents ``table`` (no state change)."""
+        raise NotImplementedError
+
+    def _merge_pending(self, pending: Pending) -> None:
+        """Apply ``pending`` to this index's arrays and ``table`` (on error: left as before)."""
+        raise NotImplementedError
+
+    # -- Updatable -------------------------------------------------------------------------
+    @property
+    def revision(self) -> str:
+        """A new random string at every committed ``add``/``delete`` (``""``: never changed)."""
+        return self._revision
+
+    def add(self, documents: Any, embeddings: npt.ArrayLike | None = None, *, defer: bool = False) -> None:
+        """Add documents (list, DataFrame or DocumentTable) without a rebuild.
+
+        Only the new documents are tokenised (BM25) or embedded (dense: by its embedder, or
+        ``embeddings`` (n, d) as the constructor takes them); scores then equal a rebuild's
+        over the same documents (the old ones first). An id already indexed (or given twice)
+        raises ``KolmValueError``, and so does a BM25 shard weighted with external statistics;
+        nothing changes then. ``defer=True``: merged by :meth:`merge`, the next search or save.
+        """
+        add([self], documents, embeddings, defer=defer)
+
+    def delete(self, ids: Sequence[str], *, defer: bool = False) -> None:
+        """Delete documents by id (all or none: unknown ids raise ``KolmValueError``);
+        ``defer=True``: merged by :meth:`merge`, the next search or save."""
+        delete([self], ids, defer=defer)
+
+    def merge(self) -> None:
+        """Apply deferred changes now (cheap when there are none; every search calls it first)."""
+        if self._pending is None:
+            return
+        with self._lock:
+            pending = self._pending
+            if pending is not None:
+                self._merge_pending(pending)
+                self._pending = None  # last: a search that sees None finds every array in place
+
+    def indexes(self) -> list[SegmentedIndex]:
+        """The indexes a change of this one applies to: itself (:class:`~kolm_search.ports.HoldsIndexes`)."""
+        return [self]
+
+    # -- the steps of a change (see the module docstring) ------------------------------------
+    def _stage_add(self, table: DocumentTable, embeddings: Any) -> Segment:
+        self._check_updatable()
+        return Segment(table, self._segment_payload(table, embeddings), np.ones(len(table), bool))
+
+    def _live(self, ids: Sequence[str]) -> list[npt.NDArray[np.int64]]:
+        """For each part (the merged table, then each pending segment): the row of each of
+        ``ids`` live there, -1 where it is not."""
+        pending = self._pending or Pending()
+        out = []
+        for table, keep in pending.parts(self.table):
+            codes = table.codes(list(ids), missing="ignore") if len(ids) else np.zeros(0, np.int64)
+            if keep is not None:
+                codes[codes >= 0] = np.where(keep[codes[codes >= 0]], codes[codes >= 0], -1)
+            out.append(codes)
+        return out
+
+    def _check_new(self, table: DocumentTable) -> None:
+        """Raise unless every id of ``table`` is new to this index (or deleted from it)."""
+        ids = table.ids.tolist()
+        taken = [ids[i] for codes in self._live(ids) for i in np.flatnonzero(codes >= 0)]
+        if taken:
+            raise KolmValueError(f"add: document id {taken[0]!r} is already in the index "
+                                 f"({len(taken)} of the new ids are; delete them first to replace them)")
+
+    def _commit_add(self, segment: Segment) -> None:
+        old = self._pending or Pending()
+        self._pending = Pending(old.base_keep, [*old.segments, segment])  # whole, in one assignment
+        self._revision = uuid.uuid4().hex
+
+    def _rows(self, ids: Sequence[str]) -> list[npt.NDArray[np.int64]]:
+        """Rows of the live documents ``ids`` in each part; unknown ids raise ``KolmValueError``."""
+        parts = self._live(ids)
+        found = np.logical_or.reduce([codes >= 0 for codes in parts])
+        if not found.all():
+            unknown = [i for i, f in zip(ids, found, strict=True) if not f]
+            raise KolmValueError(f"delete: {len(unknown)} unknown document id(s): {unknown[:10]}")
+        return [codes[codes >= 0] for codes in parts]
+
+    def _commit_delete(self, rows: list[npt.NDArray[np.int64]]) -> None:
+        pending = (self._pending or Pending()).copy()  # new masks: the pending state changes in one assignment
+        if len(rows[0]):
+            if pending.base_keep is None:
+                pending.base_keep = np.ones(len(self.table), bool)
+            pending.base_keep[rows[0]] = False
+        for seg, r in zip(pending.segments, rows[1:], strict=True):
+            seg.keep[r] = False
+        self._pending = pending
+        self._revision = uuid.uuid4().hex
+
+    def _share(self, table: DocumentTable) -> None:
+        """Hold ``table`` (the same ids in the same order as this index's) instead of its own."""
+        with self._lock:
+            self.table = table
+
+    # -- copies and pickles: the lock is this object's; the pending state is never written in place --
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
+    def __copy__(self) -> SegmentedIndex:
+        """A copy sharing the arrays and the pending state (a commit or merge replaces them, never
+        writes them): changing one leaves the other as it was."""
+        out = type(self).__new__(type(self))
+        out.__setstate__(self.__getstate__())
+        return out
 
 
 # -- inputs ----------------------------------------------------------------------------
@@ -98,235 +218,75 @@ def as_ids(ids: Any) -> list[str]:
     return out
 
 
-def _parts(retriever: Any) -> list[tuple[DocumentTable, npt.NDArray[np.bool_] | None]]:
-    """Every part's table and live rows: the merged table, then each pending segment."""
-    upd = retriever.__dict__.get("_updates") or Updates()
-    return [(retriever.__dict__["table"], upd.base_keep)] + [(s.table, s.keep) for s in upd.segments]
+# -- several indexes, all or none ---------------------------------------------------------
+def _distinct(indexes: Sequence[SegmentedIndex]) -> list[SegmentedIndex]:
+    """``indexes`` without repeats (a composite may hold one index twice, e.g. beside its feedback)."""
+    return list({id(ix): ix for ix in indexes}.values())
 
 
-def locate(retriever: Any, ids: Sequence[str]) -> list[npt.NDArray[np.int64]]:
-    """Rows of live documents ``ids`` in each part (see :func:`_parts`); unknown ids raise."""
-    found = np.zeros(len(ids), bool)
-    rows = []
-    for table, keep in _parts(retriever):
-        codes = table.codes(list(ids), missing="ignore") if len(ids) else np.zeros(0, np.int64)
-        hit = codes >= 0
-        if keep is not None:
-            hit[hit] = keep[codes[hit]]
-        found |= hit
-        rows.append(codes[hit])
-    if not found.all():
-        unknown = [i for i, f in zip(ids, found, strict=True) if not f]
-        raise KolmValueError(f"delete: {len(unknown)} unknown document id(s): {unknown[:10]}")
-    return rows
+@contextlib.contextmanager
+def _locked(indexes: Sequence[SegmentedIndex]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for ix in sorted(indexes, key=id):  # one order: two calls never wait on each other
+            stack.enter_context(ix._lock)
+        yield
 
 
-def _check_new(retriever: Any, table: DocumentTable) -> None:
-    ids = table.ids.tolist()
-    taken = [ids[i] for rows in locate_any(retriever, ids) for i in rows]
-    if taken:
-        raise KolmValueError(f"add: document id {taken[0]!r} is already in the index "
-                             f"({len(taken)} of the new ids are; delete them first to replace them)")
+def add(indexes: Sequence[SegmentedIndex], documents: Any, embeddings: Any = None, *, defer: bool = False) -> None:
+    """Add ``documents`` to every index of ``indexes``, all or none.
 
-
-def locate_any(retriever: Any, ids: list[str]) -> list[list[int]]:
-    """Positions in ``ids`` of the ids live in each part (no error for unknown ones)."""
-    out = []
-    for table, keep in _parts(retriever):
-        codes = table.codes(ids, missing="ignore") if ids else np.zeros(0, np.int64)
-        hit = codes >= 0
-        if keep is not None:
-            hit[hit] = keep[codes[hit]]
-        out.append(np.flatnonzero(hit).tolist())
-    return out
-
-
-# -- per kind --------------------------------------------------------------------------
-def _kind(retriever: Any) -> str:
-    """``"bm25"`` or ``"dense"``: the class attribute ``updates`` of the retrievers that take changes."""
-    kind = getattr(type(retriever), "updates", None)
-    if kind in ("bm25", "dense"):
-        return str(kind)
-    raise KolmTypeError(f"{type(retriever).__name__} does not support add/delete")
-
-
-def check_updatable(retriever: Any) -> None:
-    """Raise unless ``retriever`` can take changes (a BM25 shard cannot; a version-1 BM25
-    index is recounted once here, see :func:`kolm_search.retrievers.segments.recount`)."""
-    if _kind(retriever) != "bm25" or retriever.__dict__.get("tf") is not None:
-        return
-    if retriever.__dict__.get("own_stats") is False:
-        raise KolmValueError("this BM25 index was weighted with external collection statistics (a shard): "
-                             "add/delete would change every shard's statistics; rebuild the shards instead")
-    from kolm_search.retrievers.segments import recount
-
-    recount(retriever)
-
-
-def prepare(retriever: Any, table: DocumentTable, embeddings: Any = None) -> Segment:
-    """Count (BM25) or embed (dense) the new documents ``table`` into a segment (slow part,
-    done outside the lock); ``embeddings`` float (n, d) skips the embedder."""
-    check_updatable(retriever)
-    if _kind(retriever) == "bm25":
-        payload: Any = Postings.from_tokens(retriever.tokenizer(t) for t in table.texts(retriever.fields))
-    else:
-        from kolm_search.retrievers.segments import new_embeddings
-
-        payload = new_embeddings(retriever, table, embeddings)
-    return Segment(table, payload, np.ones(len(table), bool))
-
-
-def _updates(retriever: Any) -> Updates:
-    upd: Updates | None = retriever.__dict__.get("_updates")
-    if upd is None:
-        upd = retriever.__dict__["_updates"] = Updates()
-    return upd
-
-
-def _commit_add(retriever: Any, segment: Segment) -> None:
-    _updates(retriever).segments.append(segment)
-    retriever.revision = uuid.uuid4().hex
-
-
-def _commit_delete(retriever: Any, rows: list[npt.NDArray[np.int64]]) -> None:
-    upd = _updates(retriever)
-    if len(rows[0]):
-        if upd.base_keep is None:
-            upd.base_keep = np.ones(len(retriever.__dict__["table"]), bool)
-        upd.base_keep[rows[0]] = False
-    for seg, r in zip(upd.segments, rows[1:], strict=True):
-        seg.keep[r] = False
-    retriever.revision = uuid.uuid4().hex
-
-
-def add(retrievers: Sequence[Any], documents: Any, embeddings: Any = None) -> None:
-    """Add ``documents`` to every retriever of ``retrievers``, all or none.
-
-    ``embeddings`` go to the dense retrievers, except those with ``embed_queries=True`` (their
-    own model) when another dense retriever takes them. Raises ``KolmValueError`` naming an id
-    already in an index (or twice in ``documents``).
+    ``embeddings`` go to the dense indexes, except those with their own model
+    (``DenseRetriever(embed_queries=True)``) when another dense index takes them. Raises
+    ``KolmValueError`` naming an id already in an index (or twice in ``documents``).
     """
+    indexes = _distinct(indexes)
     table = as_table(documents)
     if len(table) == 0:
         return
     if len(table) > _MAX_DOCS:
         raise KolmValueError(f"add: {len(table)} documents exceed one index's int32 limit")
-    dense = [r for r in retrievers if _kind(r) == "dense"]
-    if embeddings is not None and not dense:
+    uses = [ix._embeddings_use() for ix in indexes]
+    if embeddings is not None and all(u == "none" for u in uses):
         raise KolmTypeError("add: embeddings given but no dense retriever takes them")
-    # the embeddings are the pipeline embedder's: a dense retriever with its own model
-    # (embed_queries=True, e.g. hybrid_plus's LSA child) embeds the new documents itself
-    takers = [r for r in dense if not getattr(r, "embed_queries", False)] or dense
-    segments = [prepare(r, table, embeddings if any(r is t for t in takers) else None) for r in retrievers]
-    with _LOCK:
-        for r in retrievers:
-            _check_new(r, table)
-        for r, seg in zip(retrievers, segments, strict=True):
-            _commit_add(r, seg)
+    taker = "given" if "given" in uses else "own model"  # the embeddings are the pipeline embedder's
+    segments = [ix._stage_add(table, embeddings if u == taker else None) for ix, u in zip(indexes, uses, strict=True)]
+    with _locked(indexes):
+        for ix in indexes:  # every check before the first commit
+            ix._check_new(table)
+        for ix, segment in zip(indexes, segments, strict=True):
+            ix._commit_add(segment)
+    if not defer:
+        for ix in indexes:
+            ix.merge()
 
 
-def delete(retrievers: Sequence[Any], ids: Any) -> None:
-    """Delete documents ``ids`` from every retriever of ``retrievers``, all or none.
+def delete(indexes: Sequence[SegmentedIndex], ids: Any, *, defer: bool = False) -> None:
+    """Delete documents ``ids`` from every index of ``indexes``, all or none.
 
     Raises ``KolmValueError`` listing ids that are not (or no longer) in an index.
     """
+    indexes = _distinct(indexes)
     id_list = as_ids(ids)
     if not id_list:
         return
-    for r in retrievers:
-        check_updatable(r)
-    with _LOCK:
-        rows = [locate(r, id_list) for r in retrievers]
-        for r, rw in zip(retrievers, rows, strict=True):
-            _commit_delete(r, rw)
+    for ix in indexes:
+        ix._check_updatable()
+    with _locked(indexes):
+        rows = [ix._rows(id_list) for ix in indexes]
+        for ix, r in zip(indexes, rows, strict=True):
+            ix._commit_delete(r)
+    if not defer:
+        for ix in indexes:
+            ix.merge()
 
 
-def merge(retriever: Any) -> None:
-    """Apply ``retriever``'s pending changes now (one pass; see the module docstring)."""
-    from kolm_search.retrievers.segments import merge_bm25, merge_dense
-
-    with _LOCK:
-        upd = retriever.__dict__.get("_updates")
-        if upd is None or not upd.dirty or upd.merging:
-            return
-        upd.merging = True
-        try:
-            (merge_bm25 if _kind(retriever) == "bm25" else merge_dense)(retriever, upd)
-            retriever.__dict__.pop("_updates", None)  # last: readers wait until every array is in place
-        finally:
-            upd.merging = False
-
-
-# -- composites and clients --------------------------------------------------------------
-def _through(retriever: Any) -> str | None:
-    """The attribute holding the index a wrapper searches (class attribute ``updates_through``,
-    e.g. ``FeedbackRetriever``'s ``"bm25"``): changes go to that index."""
-    via = getattr(type(retriever), "updates_through", None)
-    return via if isinstance(via, str) else None
-
-
-def leaves(retriever: Any) -> list[Any]:
-    """The retrievers a change applies to: ``retriever``, or a composite's children (nested),
-    or the index a wrapper searches."""
-    children = getattr(retriever, "retrievers", None)
-    if isinstance(children, list):
-        return [leaf for c in children for leaf in leaves(c)]
-    via = _through(retriever)
-    if via is not None:
-        return leaves(getattr(retriever, via))
-    _kind(retriever)  # raises for a retriever without add/delete
-    return [retriever]
-
-
-def index_revision(retriever: Any) -> str:
-    """The revisions of ``retriever`` (and its children) joined: ``""`` for an unchanged index."""
-    children = getattr(retriever, "retrievers", None)
-    if isinstance(children, list):
-        revs = [index_revision(c) for c in children]
-        return ",".join(revs) if any(revs) else ""
-    via = _through(retriever)
-    if via is not None:
-        return index_revision(getattr(retriever, via))
-    rev = getattr(retriever, "revision", "")
-    return rev if isinstance(rev, str) else ""
-
-
-def _clone(retriever: Any) -> Any:
-    out = copy.copy(retriever)
-    children = getattr(retriever, "retrievers", None)
-    if isinstance(children, list):
-        out.retrievers = [_clone(c) for c in children]
-    via = _through(retriever)
-    if via is not None:
-        setattr(out, via, _clone(getattr(retriever, via)))
-    upd = retriever.__dict__.get("_updates")
-    if upd is not None:
-        out.__dict__["_updates"] = Updates(None if upd.base_keep is None else upd.base_keep.copy(),
-                                           [Segment(s.table, s.payload, s.keep.copy()) for s in upd.segments])
-    return out
-
-
-def share_tables(retriever: Any) -> None:
-    """Merge a composite's children and let children with equal tables share one object."""
-    kids = leaves(retriever)
-    for r in kids:
-        merge(r)
-    first = kids[0].__dict__["table"]
-    for r in kids[1:]:
-        t = r.__dict__["table"]
+def share_tables(indexes: Sequence[SegmentedIndex]) -> None:
+    """Let indexes whose tables hold the same ids in the same order share one table object
+    (a composite's children after a change: the batch path then sees one table at once)."""
+    if not indexes:
+        return
+    first = indexes[0].table
+    for ix in indexes[1:]:
+        t = ix.table
         if t is not first and len(t) == len(first) and (t.ids == first.ids).all():
-            r.__dict__["table"] = first
-
-
-def updated_copy(retriever: Any, op: str, arg: Any, embeddings: Any = None) -> Any:
-    """A merged copy of ``retriever`` with ``add(arg)`` or ``delete(arg)`` applied; the
-    original (perhaps being searched) is untouched. Arrays are shared until the merge
-    replaces them, never written in place."""
-    out = _clone(retriever)
-    targets = leaves(out)
-    if op == "add":
-        add(targets, arg, embeddings)
-    else:
-        delete(targets, arg)
-    share_tables(out)
-    return out
+            ix._share(first)

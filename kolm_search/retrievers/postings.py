@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from kolm_search._params import positive_int, seconds
 from kolm_search.errors import KolmValueError
 from kolm_search.retrievers._parallel import (
     Merger,
@@ -34,12 +34,6 @@ PROGRESS_DOCS = 50_000  # corpora this large show a progress bar while they are 
 _MAX_DOCS = np.iinfo(np.int32).max
 _MIN_CHUNK, _MAX_CHUNK = 2_000, 50_000  # default documents per task of Postings.from_texts
 _PARALLEL_MIN_CHARS = 16_000_000  # smaller corpora tokenise in under ~2 s: worker start-up would not pay
-
-
-def _positive(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise KolmValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -127,7 +121,7 @@ class Postings:
         chunk : int
             Documents encoded per step (token strings never outlive their chunk).
         """
-        chunk = _positive(chunk, "chunk")
+        chunk = positive_int("chunk", chunk)
         merger, it, start = Merger(), iter(token_lists), 0
         while batch := list(islice(it, chunk)):
             ids, lens = encode_tokens(batch, merger.vocab, start)
@@ -187,10 +181,8 @@ class Postings:
                 size = 0
             share = -(-len(texts) // (4 * jobs))
             chunk = max(len(texts), 1) if size < _PARALLEL_MIN_CHARS else min(max(share, _MIN_CHUNK), _MAX_CHUNK)
-        chunk = _positive(chunk, "chunk")
-        if chunk_timeout is not None and (isinstance(chunk_timeout, bool) or not isinstance(chunk_timeout, int | float)
-                                          or not chunk_timeout > 0):
-            raise KolmValueError(f"chunk_timeout must be a number of seconds > 0, got {chunk_timeout!r}")
+        chunk = positive_int("chunk", chunk)
+        chunk_timeout = seconds("chunk_timeout", chunk_timeout)
         show = len(texts) >= PROGRESS_DOCS if progress is None else bool(progress)
         return cls(*count_texts(texts, tokenizer, jobs, chunk, chunk_timeout, show).finish())
 

@@ -1,4 +1,5 @@
-"""Merging pending segments into a retriever's index (the machinery of :mod:`.incremental`).
+"""Pending changes of an incremental index (:mod:`.incremental`): segments, dead rows, and how
+they combine with the merged index.
 
 :func:`combine_postings` joins counted postings of several parts, each with a mask of live
 documents, into one term-major :class:`Postings` in O(nnz): every kept posting is scattered
@@ -8,7 +9,6 @@ plus its rank within its part), so the old postings are never sorted again.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,10 +18,9 @@ import numpy.typing as npt
 
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
-from kolm_search.retrievers._vectors import embed_texts, normalise_rows
 from kolm_search.retrievers.postings import Postings
 
-__all__ = ["Segment", "Updates", "combine_postings", "merge_bm25", "merge_dense", "new_embeddings", "recount"]
+__all__ = ["Pending", "Segment", "combine_postings", "merged_table"]
 
 _MAX_DOCS = int(np.iinfo(np.int32).max)
 
@@ -37,16 +36,21 @@ class Segment:
 
 
 @dataclass
-class Updates:
-    """A retriever's pending changes: live rows of its merged table (None: all) and segments."""
+class Pending:
+    """An index's changes not merged yet: which rows of its merged table are still live (bool
+    (n_docs,), None: all) and the segments added since, in order."""
 
     base_keep: npt.NDArray[np.bool_] | None = None
     segments: list[Segment] = field(default_factory=list)
-    merging: bool = False
 
-    @property
-    def dirty(self) -> bool:
-        return self.base_keep is not None or bool(self.segments)
+    def copy(self) -> Pending:
+        """A copy whose live-row masks are its own (tables and payloads are never written, so shared)."""
+        return Pending(None if self.base_keep is None else self.base_keep.copy(),
+                       [Segment(s.table, s.payload, s.keep.copy()) for s in self.segments])
+
+    def parts(self, base: DocumentTable) -> list[tuple[DocumentTable, npt.NDArray[np.bool_] | None]]:
+        """Every part's table and live rows: ``base`` (the merged table), then each segment's."""
+        return [(base, self.base_keep)] + [(s.table, s.keep) for s in self.segments]
 
 
 def _exclusive_cumsum(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -113,76 +117,8 @@ def combine_postings(parts: Sequence[tuple[Postings, npt.NDArray[np.bool_] | Non
                     lengths=np.concatenate(lengths).astype(np.int64, copy=False))
 
 
-def _merged_table(retriever: Any, upd: Updates) -> DocumentTable:
-    base: DocumentTable = retriever.__dict__["table"]
-    tables = [base if upd.base_keep is None else base.take(upd.base_keep)]
-    tables += [s.table if s.keep.all() else s.table.take(s.keep) for s in upd.segments]
+def merged_table(base: DocumentTable, pending: Pending) -> DocumentTable:
+    """The live rows of ``base`` then of each segment, in order: the table a rebuild would hold."""
+    tables = [base if pending.base_keep is None else base.take(pending.base_keep)]
+    tables += [s.table if s.keep.all() else s.table.take(s.keep) for s in pending.segments]
     return tables[0] if len(tables) == 1 else DocumentTable.concat(tables)
-
-
-def merge_bm25(retriever: Any, upd: Updates) -> None:
-    """Merge ``upd`` into a BM25 retriever: combined postings, re-weighted with their own stats."""
-    base = Postings(vocab=retriever.vocab, t_ptr=retriever.t_ptr, p_doc=retriever.t_docs, tf=retriever.tf,
-                    lengths=retriever.doc_len)
-    parts = [(base, upd.base_keep)] + [(s.payload, s.keep) for s in upd.segments]
-    postings = combine_postings(parts, retriever._vocab_index)
-    old = retriever.__dict__["table"]
-    retriever.__dict__["table"] = _merged_table(retriever, upd)
-    try:
-        retriever.index_postings(postings)
-    except BaseException:
-        retriever.__dict__["table"] = old
-        raise
-
-
-def merge_dense(retriever: Any, upd: Updates) -> None:
-    """Merge ``upd`` into a dense retriever: the live rows of every part, stacked."""
-    base = retriever.embeddings if upd.base_keep is None else retriever.embeddings[upd.base_keep]
-    rows = [base] * (base.shape[1] > 0 or not upd.segments) + [s.payload[s.keep] for s in upd.segments]
-    table = _merged_table(retriever, upd)
-    retriever.embeddings = np.ascontiguousarray(np.concatenate(rows) if len(rows) > 1 else rows[0], np.float32)
-    retriever.__dict__["table"] = table
-
-
-def new_embeddings(retriever: Any, table: DocumentTable, embeddings: Any) -> npt.NDArray[np.float32]:
-    """float32 (n, dim) embeddings of new documents (given, or from the retriever's embedder),
-    checked as the constructor checks them and normalised for the cosine metric."""
-    dim: int | None = retriever.dim
-    if retriever.embeddings.shape == (0, 0):  # an empty corpus has no dimension yet: the first add sets it
-        upd = retriever.__dict__.get("_updates")
-        dim = upd.segments[0].payload.shape[1] if upd is not None and upd.segments else None
-    if embeddings is None:
-        if retriever.embedder is None:
-            raise KolmValueError("add: this DenseRetriever has no embedder; pass embeddings=")
-        mat = embed_texts(retriever.embedder, table.texts(retriever.fields))
-    else:
-        try:
-            mat = np.asarray(embeddings, dtype=np.float32)
-        except (TypeError, ValueError) as exc:
-            raise KolmValueError(f"add: embeddings are not a float matrix: {exc}") from exc
-    if mat.ndim != 2 or mat.shape[0] != len(table) or (dim is not None and mat.shape[1] != dim):
-        raise KolmValueError(f"add: embeddings must have shape ({len(table)}, {'d' if dim is None else dim}), "
-                             f"got {mat.shape}")
-    if not np.all(np.isfinite(mat)):
-        raise KolmValueError("add: embeddings contain NaN or infinite values")
-    return normalise_rows(mat) if retriever.metric == "cosine" else np.ascontiguousarray(mat)
-
-
-def recount(retriever: Any) -> None:
-    """Recover the term frequencies of a BM25 index saved without them (format version 1)
-    by tokenising its table once; the recount must reproduce every stored array exactly,
-    else the index was not weighted from its own documents (a shard) and cannot change."""
-    table = retriever.__dict__["table"]
-    postings = Postings.from_tokens(retriever.tokenizer(t) for t in table.texts(retriever.fields))
-    probe = copy.copy(retriever)
-    probe.__dict__.pop("_updates", None)
-    probe.index_postings(postings)
-    same = probe.vocab == retriever.vocab and all(
-        np.array_equal(getattr(probe, name), getattr(retriever, name))
-        for name in ("t_ptr", "t_docs", "t_w", "nonocc", "doc_len"))
-    if not same:
-        raise KolmValueError("this BM25 index (format version 1, saved without term frequencies) does not match "
-                             "its own documents' statistics (a shard weighted with collection-wide statistics?): "
-                             "rebuild it to add or delete documents")
-    retriever.tf = postings.tf
-    retriever.own_stats = True
