@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from kolm_search import BM25Retriever, evaluate, presets
-from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.rerank import rerank_run
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.jobs.rerank import rerank_run
 from kolm_search.retrievers.dense import exact_topk
 from tests.conftest import synthetic_corpus
 from tests.reliability.rerank_child import BATCH, N_QUERIES, TOP_K, CountingReranker, inputs
@@ -41,7 +41,7 @@ SYNTH_Q = pd.DataFrame({"qid": [f"q{i}" for i in range(60)],
 def test_query_parallel_equals_in_process(dask_client: Any, cranfield: dict[str, pd.DataFrame], kind: str) -> None:
     from kolm_search import distributed as kd
     from kolm_search.adapters import LSAEmbedder
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
 
     for corpus, queries in ((cranfield["corpus"], cranfield["queries"]), (SYNTH, SYNTH_Q)):
         table = DocumentTable.from_frame(corpus)
@@ -94,7 +94,7 @@ def test_sharded_hybrid_on_cranfield(dask_client: Any, cranfield: dict[str, pd.D
     from kolm_search import fuse
     from kolm_search.adapters import LSAEmbedder
     from kolm_search.distributed import ShardedBM25, ShardedDense
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
 
     corpus, queries = cranfield["corpus"], cranfield["queries"]
     table = DocumentTable.from_frame(corpus)

@@ -141,8 +141,8 @@ def _eval_part(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str], kwarg
 def evaluate(run: pd.DataFrame, qrels: pd.DataFrame, metrics: Sequence[Any] | Any, *, dask_client: Any,
              npartitions: int | None = None, per_query: bool = False, **kwargs: Any) -> dict[str, float] | pd.DataFrame:
     """:func:`kolm_search.evaluate` over query partitions; exact (per-query scores, then means)."""
+    from kolm_search.engine.runs import as_qrels, as_run
     from kolm_search.evaluation.measures import aggregate, metric_list, parse_measure
-    from kolm_search.runs import as_qrels, as_run
 
     require("distributed", "dask")
     metrics = metric_list(metrics)

@@ -60,7 +60,6 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search import ids
 from kolm_search._kernels.measure_ids import (
     ANY_LEVEL,
     DIVERSITY_IDS,
@@ -69,10 +68,11 @@ from kolm_search._kernels.measure_ids import (
     METRIC_IDS,
     N_PARAMS,
 )
+from kolm_search.engine import ids
+from kolm_search.engine.runs import as_qrels, as_run, check_ids, check_qrels, numeric_column
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.evaluation.measures import MeasureSpec, aggregate, metric_list, parse_measure
 from kolm_search.evaluation.self_hits import self_hit_mask, wants_self_hits_dropped
-from kolm_search.runs import as_qrels, as_run, check_ids, check_qrels, numeric_column
 
 __all__ = ["evaluate", "parse_metric", "ranking_order"]
 

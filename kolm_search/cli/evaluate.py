@@ -98,7 +98,7 @@ def parse_metric_list(text: str) -> list[str]:
 
 def embedder_for(model: str, corpus: Any) -> Any:
     from kolm_search.adapters import load_embedder
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
 
     texts = DocumentTable.from_frame(corpus).texts() if model == "lsa" else None
     return load_embedder(model, texts)
