@@ -13,6 +13,7 @@ import pytest
 
 from kolm_search import BM25Retriever, evaluate, presets
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.errors import ParameterError
 from kolm_search.jobs.rerank import rerank_run
 from kolm_search.retrievers.dense import exact_topk
 from tests.conftest import synthetic_corpus
@@ -132,7 +133,11 @@ def test_distributed_evaluate_and_rerank(dask_client: Any, cranfield: dict[str, 
     metrics = ["ndcg@10", "map", "bpref"]
     local = evaluate(run, cranfield["qrels"], metrics)
     remote = kd.evaluate(run, cranfield["qrels"], metrics, dask_client=dask_client, npartitions=4)
-    assert remote == pytest.approx(local, abs=1e-12)
+    assert type(remote) is dict and remote == pytest.approx(local, abs=1e-12)
+    table = kd.evaluate(run, cranfield["qrels"], metrics, dask_client=dask_client, npartitions=4, per_query=True)
+    pd.testing.assert_frame_equal(table, evaluate(run, cranfield["qrels"], metrics, per_query=True))  # the same form
+    with pytest.raises(ParameterError, match="per_query must be True or False"):
+        kd.evaluate(run, cranfield["qrels"], metrics, dask_client=dask_client, per_query="yes")  # type: ignore[call-overload]
     ir_measures = pytest.importorskip("ir_measures")
     measures = [ir_measures.nDCG @ 10, "NumRelRet", "P(rel=2)@5"]
     local = evaluate(run, cranfield["qrels"], measures)

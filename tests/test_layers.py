@@ -54,7 +54,7 @@ MAY_IMPORT = {
     "engine": {"errors", "types", "_params", "_extras", "_kernels"},
     "fusion": {"errors", "types", "_params", "_kernels", "engine"},
     "io": {"errors", "_params", "_extras", "_http", "_logging", "engine"},
-    "evaluation": {"errors", "_extras", "_kernels", "engine", "fusion", "io"},
+    "evaluation": {"errors", "_params", "_extras", "_kernels", "engine", "fusion", "io"},
     "contract": {*_LEAVES, "engine", "contract"},
 }
 

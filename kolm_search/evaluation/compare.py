@@ -68,7 +68,6 @@ def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] 
     for name, frame in frames.items():
         table = evaluate(frame, qrels_df, metrics, per_query=True, relevance_level=relevance_level,
                          drop_self_hits=drop_self_hits)
-        assert isinstance(table, pd.DataFrame)
         table = table.set_index(table["qid"].astype(str))
         for m in keys:
             out[m][name] = table[m].reindex(qids).fillna(0.0).to_numpy()
