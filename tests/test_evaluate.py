@@ -246,3 +246,15 @@ def test_mypy_resolves_each_call_form(tmp_path: object) -> None:
         "assert_type(evaluate(run, qrels), pd.DataFrame)  # wrong on purpose: mypy must say so\n")
     out, _, status = api.run([str(root / "snippet.py"), "--cache-dir", str(root / "cache"), "--follow-imports=silent"])
     assert status == 1 and out.count("error:") == 1 and "snippet.py:11:" in out, out
+
+
+def test_the_kernel_reports_duplicates_by_named_status() -> None:
+    """Query 0 retrieves a document twice, query 1 has it judged twice, query 2 is clean."""
+    from kolm_search._kernels import load
+    from kolm_search._kernels.measure_ids import Measure, QueryStatus
+
+    values, status = load("metrics").evaluate_queries(
+        [0, 2, 3, 4], [0, 0, 0, 0], 1, [0, 0, 0, 0], [0, 1, 3, 4], [0, 0, 0, 0], [1, 1, 1, 1], 1,
+        [Measure.P], [1], 1)
+    assert status.tolist() == [QueryStatus.RUN_DUPLICATE, QueryStatus.QRELS_DUPLICATE, QueryStatus.EVALUATED]
+    assert values[:, 0].tolist() == [0.0, 0.0, 1.0]  # nothing measured for the first two

@@ -67,6 +67,7 @@ from kolm_search._kernels.measure_ids import (
     MAX_EXP_GRADE,
     METRIC_IDS,
     N_PARAMS,
+    QueryStatus,
 )
 from kolm_search._params import boolean
 from kolm_search.engine import ids
@@ -343,7 +344,7 @@ def evaluate(
     for group in groups.values():  # the first (no gain mapping) also checks for duplicates
         status = _kernel_group(kernels, group, int(relevance_level), bool(judged_only), r_args, qrels_q, qrels_d,
                                rel, len(judged), values, n_threads)
-        for code, word in ((2, "run"), (3, "qrels")):
+        for code, word in ((QueryStatus.RUN_DUPLICATE, "run"), (QueryStatus.QRELS_DUPLICATE, "qrels")):
             if (status == code).any():
                 q = q_uniques[int(np.flatnonzero(status == code)[0])]
                 raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
