@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
+from typing import Any
 
 import kolm_search
 
@@ -165,3 +167,51 @@ def test_no_import_circle() -> None:
     for module in sorted(graph):
         if module not in state:
             walk(module, [])
+
+
+def _walk(call: Any, start: Any) -> list[str]:
+    """The package modules a call's data goes through, in order: the frames (of kolm_search) that
+    receive ``start`` or a value returned by such a frame (lists and tuples looked into), each
+    module once per consecutive stay."""
+    held, ids, modules = [start], {id(start)}, []
+
+    def parts(v: Any) -> list[Any]:
+        return [v, *v] if isinstance(v, (list, tuple)) else [v]
+
+    def on_call(frame: Any, event: str, arg: Any) -> Any:
+        module = frame.f_globals.get("__name__", "")
+        if event != "call" or not module.startswith("kolm_search"):
+            return None
+        code = frame.f_code
+        n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 4) + bool(code.co_flags & 8)
+        if not any(id(x) in ids for name in code.co_varnames[:n] for x in parts(frame.f_locals.get(name))):
+            return None
+        if not modules or modules[-1] != module:
+            modules.append(module)
+
+        def on_return(f: Any, ev: str, value: Any) -> Any:
+            if ev == "return" and value is not None:
+                held.extend(parts(value))
+                ids.update(id(x) for x in parts(value))
+            return on_return
+        return on_return
+
+    sys.settrace(on_call)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return modules
+
+
+def test_the_queries_walk_crosses_at_most_four_modules_without_returning() -> None:
+    """Following ``SearchClient.search_batch``'s ``queries`` through the calls (issue 26: seven
+    modules and five returns before it): at most four modules, none entered twice."""
+    from kolm_search import presets
+
+    client = presets.bm25([{"id": "a", "content": "red fox"}, {"id": "b", "content": "blue sky"}])
+    queries = ["red fox", "sky"]
+    walk = _walk(lambda: client.search_batch(queries, limit=2), queries)
+    assert walk[:2] == ["kolm_search.contract.client", "kolm_search.contract.guards"], walk  # the walker sees it
+    assert len(walk) <= 4 and len(set(walk)) == len(walk), walk
+    assert _walk(lambda: [q.upper() for q in queries], queries) == []  # nothing of the package: nothing seen
