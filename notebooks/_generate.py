@@ -33,7 +33,7 @@ md("## Three pipelines\n\nThe dense side uses the packaged all-MiniLM-L6-v2 when
 code("""from pathlib import Path
 
 from kolm_search.adapters import CachedEmbedder, LSAEmbedder, load_embedder
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.doctable import DocumentTable
 
 # the README's examples run from the repository root and keep their files in cache/ there
 CACHE = Path("..", "cache") if Path.cwd().name == "notebooks" else Path("cache")

@@ -21,7 +21,7 @@ from kolm_search.adapters import (
     ScoreCache,
 )
 from kolm_search.adapters.listwise import parse_permutation, window_bounds
-from kolm_search.rerank import rerank_run
+from kolm_search.jobs.rerank import rerank_run
 from kolm_search.types import SearchDocument
 from tests.reliability._servers import ChatModel, RawServer, relevance
 

@@ -20,7 +20,7 @@ from kolm_search import KolmTypeError, SearchError
 from kolm_search.adapters import LSAEmbedder, MMRReranker
 from kolm_search.errors import JobMismatchError
 from kolm_search.io import read_run, write_run
-from kolm_search.rerank import rerank_run
+from kolm_search.jobs.rerank import rerank_run
 from tests.reliability.rerank_child import BATCH, N_QUERIES, TOP_K, CountingReranker, inputs
 
 N_CHUNKS = -(-N_QUERIES // BATCH)

@@ -9,8 +9,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._params import positive_int, probability
+from kolm_search.contract.ports import embed_all, fingerprint_of
 from kolm_search.errors import KolmValueError
-from kolm_search.ports import embed_all, fingerprint_of
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["MMRReranker"]
@@ -81,7 +81,7 @@ class MMRReranker:
 
     def fingerprint(self) -> str:
         """``lambda_``, ``top_n`` and the embedder's fingerprint
-        (:class:`~kolm_search.ports.Fingerprinted`; an embedder without one is a ``KolmTypeError``)."""
+        (:class:`~kolm_search.contract.ports.Fingerprinted`; an embedder without one is a ``KolmTypeError``)."""
         from kolm_search.adapters._fingerprint import describe
 
         return describe("MMRReranker", lambda_=self.lambda_, top_n=self.top_n,

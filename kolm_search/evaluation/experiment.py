@@ -9,19 +9,19 @@ from typing import Any
 
 import pandas as pd
 
+from kolm_search.engine.runs import as_qrels
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.compare import compare, per_query_table
 from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.runner import run_queries
 from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
 from kolm_search.evaluation.stats import Correction, Interval, Test
-from kolm_search.runs import as_qrels
 
 __all__ = ["Experiment"]
 
 
 class Experiment:
-    """PyTerrier-style experiment over :class:`~kolm_search.client.SearchClient` pipelines.
+    """PyTerrier-style experiment over :class:`~kolm_search.contract.client.SearchClient` pipelines.
 
     Parameters
     ----------

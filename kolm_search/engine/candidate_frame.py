@@ -131,7 +131,7 @@ class CandidateFrame:
                               list_id=None if self.list_id is None else self.list_id[keep])
 
     def to_run(self, doc_ids: npt.ArrayLike, qids: npt.ArrayLike) -> pd.DataFrame:
-        """The run DataFrame ``qid, doc_id, rank, score`` (:mod:`kolm_search.runs`; ids looked up by code)."""
+        """The run DataFrame ``qid, doc_id, rank, score`` (:mod:`kolm_search.engine.runs`; ids looked up by code)."""
         doc_ids = np.asarray(doc_ids, dtype=object)
         qids = np.asarray(qids, dtype=object)
         return pd.DataFrame({
