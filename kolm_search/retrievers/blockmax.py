@@ -14,13 +14,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from kolm_search._kernels import load
 from kolm_search.errors import KolmValueError
 
-__all__ = ["BLOCK_SHIFT", "BlockMaxima", "block_pointers"]
+__all__ = ["BLOCK_SHIFT", "MAX_SHIFT", "PRUNE_POSTINGS_PER_K", "PRUNINGS", "BlockMaxima", "Pruning", "block_pointers",
+           "prune_queries"]
+
+Pruning = Literal["auto", "none"]
+PRUNINGS = ("auto", "none")
+PRUNE_POSTINGS_PER_K = 0.0  # "auto" prunes a query with at least this many postings per result wanted
 
 BLOCK_SHIFT = 6  # blocks of 64 postings (0.4 % of the postings' bytes; see benchmarks/bench_pruning.py)
 MAX_SHIFT = 16
@@ -102,3 +109,14 @@ class BlockMaxima:
                                  f"weights' largest is {want[i].item()!r}; the block maxima and the weights come "
                                  "from different indexes")
         return cls._from(b_ptr, want, shift)
+
+
+def prune_queries(q_ptr: npt.NDArray[np.int64], q_ids: npt.NDArray[np.int64], weights: npt.NDArray[np.float32],
+                  t_ptr: npt.NDArray[np.int64], offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64],
+                  sel_ptr: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64], k: int) -> npt.NDArray[np.bool_]:
+    """The queries that ``pruning="auto"`` sends to the pruned kernel, bool (n_q,): those it
+    can take (:func:`kolm_search._kernels.pruned.prunable`) with at least
+    :data:`PRUNE_POSTINGS_PER_K` postings per result wanted (the rule measured by
+    ``benchmarks/bench_pruning.py``)."""
+    return load("pruned").prunable(q_ptr, q_ids, weights, t_ptr, offsets, sel_ids, sel_ptr, sel_mask, k,  # type: ignore[no-any-return]
+                                   min_postings=PRUNE_POSTINGS_PER_K)
