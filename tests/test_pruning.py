@@ -122,3 +122,20 @@ def test_queries_the_pruned_kernel_leaves_to_the_exhaustive_one() -> None:
     with np.errstate(invalid="ignore"):
         pruned, exhaustive = run_both(t_ptr, t_docs, t_w, (q_ptr, q_terms, w, off), sel, n_docs, 5, shift=2)
     assert_same(pruned, exhaustive)
+
+
+def test_float32_rounding_is_inside_the_bounds() -> None:
+    """Document 0's float32 sum rounds up to document 1's score (exact sums differ by half an
+    ulp): the exhaustive kernel ranks 0 first (equal scores, lower code); so must pruning, whose
+    bounds are exact sums and must allow for the rounding."""
+    x1, x2 = np.float32(0.5 + 3 * 2.0**-24), np.float32(0.5)
+    y = np.float32(1 + 2.0**-22)
+    assert x1 + x2 == y and float(x1) + float(x2) < float(y)  # rounds up, to a tie
+    t_ptr = np.array([0, 1, 2, 3], np.int64)
+    t_docs = np.array([1, 0, 0], np.int32)
+    t_w = np.array([y, x1, x2], np.float32)
+    for terms in ([0, 1, 2], [1, 2, 0]):
+        q = (np.array([0, 3], np.int64), np.array(terms, np.int64), np.ones(3, np.float32), np.zeros(1, np.float32))
+        pruned, exhaustive = run_both(t_ptr, t_docs, t_w, q, Selections.none(1), 2, 1, shift=0)
+        assert exhaustive[0][0, 0] == 0
+        assert_same(pruned, exhaustive)

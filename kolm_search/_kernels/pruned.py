@@ -41,145 +41,255 @@ __all__ = ["prunable", "pruned_topk", "pruned_topk_numpy"]
 
 pruned_topk_numpy = sparse_topk_numpy  # the oracle: pruning changes no result
 
-_BIG = np.int64(1) << 62
-_SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(i64), ro(f32), ro(f32), i64,
-                        ro(f32), ro(i64), ro(i64), ro(i64), ro(i64), ro(u8, 2), i64, rw(i64, 2), rw(f32, 2), rw(i64),
-                        rw(f32), rw(i64), rw(i64), rw(i64), rw(f32), rw(f64), rw(f64), rw(i64), rw(f64), rw(f32),
-                        i64, i64)
+GALLOP_FACTOR = 8  # a term's postings are scanned when fewer than this many per candidate, else searched
+_SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(f32), ro(f32), ro(i64),
+                        ro(i64), ro(i64), ro(i64), ro(u8, 2), i64, i64, rw(i64, 2), rw(f32, 2), rw(i64), rw(f32),
+                        rw(i64), rw(f64), rw(i64), rw(i64), rw(i64), rw(i64), rw(f64), rw(f32), rw(i64), rw(f64),
+                        rw(f64), rw(i64), rw(i64), i64, i64)
+
+
+@njit
+def _kth_largest(buf, n, k):  # pragma: no cover - compiled
+    """The ``k``-th largest of ``buf[:n]`` (``1 <= k <= n``), reordering ``buf[:n]`` (quickselect)."""
+    lo, hi, want = 0, n - 1, k - 1  # position of the answer in descending order
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        a, b, c = buf[lo], buf[mid], buf[hi]  # median of three as the pivot
+        pivot = b if (a <= b <= c or c <= b <= a) else (a if (b <= a <= c or c <= a <= b) else c)
+        i, j = lo, hi
+        while i <= j:
+            while buf[i] > pivot:
+                i += 1
+            while buf[j] < pivot:
+                j -= 1
+            if i <= j:
+                buf[i], buf[j] = buf[j], buf[i]
+                i += 1
+                j -= 1
+        if want <= j:
+            hi = j
+        elif want >= i:
+            lo = i
+        else:
+            return buf[want]
+    return buf[want]
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
-def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, b_ptr, b_max, t_max, shift, offsets, sel_ids,
-                  sel_ptr, sel_rows, sel_mask, masks, k, out_d, out_s, counts, hs, hd, pos, ends, wts, ubs, bms,
-                  order, pre, contrib, q0, q1):  # pragma: no cover - compiled
-    """Queries ``q0 <= q < q1``; ``hs``, ``hd`` (k,) and the cursors ``pos``, ``ends``, ``wts``,
-    ``ubs``, ``bms``, ``order``, ``pre``, ``contrib`` (longest query,) are this chunk's scratch."""
+def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets, sel_ids, sel_ptr, sel_rows, sel_mask,
+                  masks, k, gallop, out_d, out_s, counts, hs, hd, acc, stamp, allow, cand, tmp, buf, sc, order, ubs,
+                  rest, runs, runs2, q0, q1):  # pragma: no cover - compiled
+    """Queries ``q0 <= q < q1``; ``acc``, ``stamp``, ``allow`` (all < q0 on entry), ``cand``, ``tmp``,
+    ``buf``, ``sc`` (n_docs,), ``hs``, ``hd`` (k,), ``order``, ``ubs``, ``rest`` (the longest query,)
+    and ``runs``, ``runs2`` (one more) are this chunk's scratch."""
     for q in range(q0, q1):
         j0 = q_ptr[q]
         n = q_ptr[q + 1] - j0
-        off = offsets[q]
-        off64 = np.float64(off)
-        aoff = abs(off64)
-        eps = (n + 2) * 2.0 ** -23  # float32 rounding of an n-term sum and the offset, with room
+        off = np.float64(offsets[q])
         m = sel_ids[q]
         mm = -1
-        sp = np.int64(0)
-        se = np.int64(0)
         if m >= 0:
             mm = sel_mask[m]
-            sp = sel_ptr[m]
-            se = sel_ptr[m + 1]
-        for i in range(n):
-            t = q_terms[j0 + i]
-            pos[i] = t_ptr[t]
-            ends[i] = t_ptr[t + 1]
-            w = q_weights[j0 + i]
-            wts[i] = w
-            ubs[i] = np.float64(w * t_max[t])  # the float32 product the scan computes, at its largest
-            order[i] = i
-        for a in range(1, n):  # order: by upper bound, ascending (insertion sort: few terms)
+            if mm < 0:
+                for r in range(sel_ptr[m], sel_ptr[m + 1]):
+                    allow[sel_rows[r]] = q
+        total = 0.0
+        for e in range(n):
+            ubs[e] = np.float64(q_weights[j0 + e] * t_max[q_terms[j0 + e]])  # the largest float32 product
+            total += ubs[e]
+            order[e] = e
+        for a in range(1, n):  # terms by upper bound, largest first (insertion sort: few terms)
             x = order[a]
             b = a - 1
-            while b >= 0 and ubs[order[b]] > ubs[x]:
+            while b >= 0 and ubs[order[b]] < ubs[x]:
                 order[b + 1] = order[b]
                 b -= 1
             order[b + 1] = x
-        acc = 0.0
-        for a in range(n):
-            acc += ubs[order[a]]
-            pre[a] = acc
-        size = 0
-        theta = -np.inf  # the worst kept score once k are kept
-        ne = 0  # order[:ne] are non-essential
-        while True:
-            d = _BIG
-            for e in range(ne, n):  # the next candidate: the least document of an essential cursor
-                i = order[e]
-                if pos[i] < ends[i]:
-                    dd = np.int64(t_docs[pos[i]])
-                    if dd < d:
-                        d = dd
-            if d == _BIG:
+        r_sum = 0.0
+        for e in range(n - 1, -1, -1):  # rest[e]: the bounds of the terms after the e-th
+            rest[e] = r_sum
+            r_sum += ubs[order[e]]
+        # a float32 score is within delta of the exact sum of its float32 products plus the offset
+        delta = (n + 4) * 2.0 ** -23 * (total + abs(off))
+        theta = -np.inf  # k documents score at least this much: one scoring less is out
+        # phase 1: whole terms, largest bounds first, until the rest cannot lift a new document past theta
+        n_t = 0
+        e = 0
+        while e < n:
+            i = order[e]
+            t = q_terms[j0 + i]
+            w = q_weights[j0 + i]
+            runs[e] = n_t  # the documents a term adds first are ascending: runs to merge
+            for p in range(t_ptr[t], t_ptr[t + 1]):
+                d = t_docs[p]
+                if m >= 0:
+                    if mm >= 0:
+                        if masks[mm, d] == 0:
+                            continue
+                    elif allow[d] != q:
+                        continue
+                if stamp[d] != q:
+                    stamp[d] = q
+                    acc[d] = 0.0
+                    cand[n_t] = d
+                    n_t += 1
+                acc[d] += np.float64(w * t_w[p])
+            r = rest[e]
+            e += 1
+            if n_t >= k and total - r > r + 2 * delta:  # could k documents beat every document not yet seen?
+                cnt = 0
+                lim = r + 2 * delta
+                for c in range(n_t):
+                    v = acc[cand[c]]
+                    if v > lim:
+                        buf[cnt] = v
+                        cnt += 1
+                if cnt >= k:
+                    theta = _kth_largest(buf, cnt, k) + off - delta
+                    break
+        runs[e] = n_t
+        # the documents that may still enter, ascending: each run kept in order, then runs merged
+        r = rest[e - 1] if e > 0 else total
+        n_c = 0
+        n_runs = 0
+        for a in range(e):
+            runs2[n_runs] = n_c
+            for c in range(runs[a], runs[a + 1]):
+                d = cand[c]
+                if acc[d] + r + off + delta >= theta:
+                    cand[n_c] = d
+                    n_c += 1
+                else:
+                    stamp[d] = -1  # no longer a candidate
+            if n_c > runs2[n_runs]:
+                n_runs += 1
+        runs2[n_runs] = n_c
+        src, dst = cand, tmp
+        in_tmp = False
+        while n_runs > 1:  # bottom-up merges of neighbouring runs
+            out = 0
+            for a in range(0, n_runs, 2):
+                lo, mid = runs2[a], runs2[a + 1]
+                hi = runs2[a + 2] if a + 2 <= n_runs else mid
+                x, y, z = lo, mid, lo
+                while x < mid and y < hi:
+                    if src[x] < src[y]:
+                        dst[z] = src[x]
+                        x += 1
+                    else:
+                        dst[z] = src[y]
+                        y += 1
+                    z += 1
+                while x < mid:
+                    dst[z] = src[x]
+                    x += 1
+                    z += 1
+                while y < hi:
+                    dst[z] = src[y]
+                    y += 1
+                    z += 1
+                runs2[out] = lo
+                out += 1
+            runs2[out] = n_c
+            n_runs = out
+            src, dst = dst, src
+            in_tmp = not in_tmp
+        if in_tmp:
+            cand[:n_c] = tmp[:n_c]
+        # phase 2: the remaining terms, only for the candidates (steps < n - e), then every term
+        # in query order for the float32 scores of the survivors (steps >= n - e)
+        n_rem = n - e
+        for step in range(n_rem + n):
+            final = step >= n_rem
+            if final:
+                if step == n_rem:  # survivors: their exact sums could reach the k-th best lower bound
+                    if n_c >= k:
+                        for c in range(n_c):
+                            buf[c] = acc[cand[c]]
+                        low = _kth_largest(buf, n_c, k) + off - delta
+                        if low > theta:
+                            theta = low
+                    kept = 0
+                    for c in range(n_c):
+                        d = cand[c]
+                        if acc[d] + off + delta >= theta:
+                            cand[kept] = d
+                            kept += 1
+                            sc[d] = 0.0
+                        else:
+                            stamp[d] = -1
+                    n_c = kept
+                i = step - n_rem
+            else:
+                i = order[e + step]
+            if n_c == 0:
                 break
-            ok = True
-            if m >= 0:  # the selection test, written out
-                if mm >= 0:
-                    ok = masks[mm, d] != 0
-                else:
-                    while sp < se and sel_rows[sp] < d:  # candidates ascend: a moving pointer
-                        sp += 1
-                    ok = sp < se and sel_rows[sp] == d
-            ess = 0.0
-            for e in range(ne, n):  # essential postings of d, consumed
-                i = order[e]
-                p = pos[i]
-                if p < ends[i] and t_docs[p] == d:
-                    c = wts[i] * t_w[p]
-                    contrib[i] = c
-                    ess += np.float64(c)
-                    pos[i] = p + 1
-                else:
-                    contrib[i] = 0.0
-            if not ok:
-                continue
-            if ne > 0:  # (only once k are kept)
-                bound = ess + pre[ne - 1]
-                if bound + off64 + eps * (bound + aoff) <= theta:
-                    continue
-                bound = ess
-                for e in range(ne):  # shallow: each non-essential cursor to the block that may hold d
-                    i = order[e]
-                    t = q_terms[j0 + i]
-                    start = t_ptr[t]
-                    p = pos[i]
-                    hi = ends[i]
-                    bm = 0.0
-                    while p < hi:
-                        lb = (p - start) >> shift
-                        last = start + ((lb + 1) << shift)
-                        if last > hi:
-                            last = hi
-                        if t_docs[last - 1] >= d:
-                            bm = np.float64(wts[i] * b_max[b_ptr[t] + lb])
-                            break
-                        p = last
-                    pos[i] = p
-                    bms[i] = bm
-                    bound += bm
-                if bound + off64 + eps * (bound + aoff) <= theta:
-                    continue
-                pruned = False
-                for e in range(ne - 1, -1, -1):  # deep: the largest bounds first, stop once d cannot enter
-                    i = order[e]
-                    p = pos[i]
-                    c = np.float32(0.0)
-                    if p < ends[i]:  # its block's last document is >= d
-                        while t_docs[p] < d:
-                            p += 1
-                        pos[i] = p
-                        if t_docs[p] == d:
-                            c = wts[i] * t_w[p]
-                    contrib[i] = c
-                    bound += np.float64(c) - bms[i]
-                    if e > 0 and bound + off64 + eps * (bound + aoff) <= theta:
-                        pruned = True
-                        break
-                if pruned:
-                    continue
-            a32 = np.float32(0.0)
-            for i in range(n):  # query-term order, as the exhaustive kernel (absent terms add 0)
-                a32 += contrib[i]
-            s = a32 + off
+            t = q_terms[j0 + i]
+            w = q_weights[j0 + i]
+            lo0, hi = t_ptr[t], t_ptr[t + 1]
+            if hi - lo0 < gallop * n_c:  # scan the postings
+                for p in range(lo0, hi):
+                    d = t_docs[p]
+                    if stamp[d] == q:
+                        if final:
+                            sc[d] += w * t_w[p]
+                        else:
+                            acc[d] += np.float64(w * t_w[p])
+            else:  # gallop to each candidate
+                p = lo0
+                for c in range(n_c):
+                    d = cand[c]
+                    if p < hi and t_docs[p] < d:
+                        x = p
+                        stride = 1
+                        y = p + 1
+                        while y < hi and t_docs[y] < d:
+                            x = y
+                            stride <<= 1
+                            y = x + stride
+                        if y > hi:
+                            y = hi
+                        x += 1
+                        while x < y:
+                            mid = (x + y) >> 1
+                            if t_docs[mid] < d:
+                                x = mid + 1
+                            else:
+                                y = mid
+                        p = x
+                    if p < hi and t_docs[p] == d:
+                        if final:
+                            sc[d] += w * t_w[p]
+                        else:
+                            acc[d] += np.float64(w * t_w[p])
+            if not final:  # a higher bound, and the candidates it rules out
+                r = rest[e + step]
+                if n_c >= k:
+                    for c in range(n_c):
+                        buf[c] = acc[cand[c]]
+                    low = _kth_largest(buf, n_c, k) + off - delta
+                    if low > theta:
+                        theta = low
+                kept = 0
+                for c in range(n_c):
+                    d = cand[c]
+                    if acc[d] + r + off + delta >= theta:
+                        cand[kept] = d
+                        kept += 1
+                    else:
+                        stamp[d] = -1
+                n_c = kept
+        size = 0
+        o32 = offsets[q]
+        for c in range(n_c):
+            d = cand[c]
+            s = sc[d] + o32
             if size < k or s >= hs[0]:
                 size = heap_push(hs, hd, size, k, s, d)
-                if size == k:
-                    theta = np.float64(hs[0])
-                    while ne < n and pre[ne] + off64 + eps * (pre[ne] + aoff) <= theta:
-                        ne += 1
         sort_heap(hs, hd, size)
-        for i in range(size):
-            out_s[q, i] = hs[i]
-            out_d[q, i] = hd[i]
+        for c in range(size):
+            out_s[q, c] = hs[c]
+            out_d[q, c] = hd[c]
         counts[q] = size
 
 
@@ -222,7 +332,7 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
                 shift: int, offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64],
                 sel_ptr: npt.NDArray[np.int64], sel_rows: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64],
                 masks: npt.NDArray[np.uint8], n_docs: int, k: int, *, n_threads: int | None = None,
-                prune: npt.NDArray[np.bool_] | None = None,
+                prune: npt.NDArray[np.bool_] | None = None, gallop: int = GALLOP_FACTOR,
                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Top-``k`` documents of every query, as :func:`~kolm_search._kernels.sparse.sparse_topk`
     returns them: ``docs int64 (n_q, k), scores float32 (n_q, k), counts int64 (n_q,)``.
@@ -257,19 +367,19 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
     p_d = np.full((n_p, k), -1, np.int64)
     p_s = np.zeros((n_p, k), np.float32)
     p_n = np.zeros(n_p, np.int64)
-    longest = int(np.diff(p_ptr).max()) if n_p else 0
+    longest = max(int(np.diff(p_ptr).max()) if n_p else 0, 1)
     threads = resolve_threads(n_threads) if n_p >= 16 else 1
     bounds = chunk_bounds(np.arange(n_p + 1, dtype=np.int64), threads)
-    arrays = (p_ptr, p_terms, p_w, c(t_ptr, np.int64), c(t_docs, np.int32), c(t_w, np.float32), c(b_ptr, np.int64),
-              c(b_max, np.float32), c(t_max, np.float32), int(shift), c(offsets[prune], np.float32),
-              c(sel_ids[prune], np.int64), c(sel_ptr, np.int64), c(sel_rows, np.int64), c(sel_mask, np.int64),
-              c(masks, np.uint8), int(k), p_d, p_s, p_n)
+    arrays = (p_ptr, p_terms, p_w, c(t_ptr, np.int64), c(t_docs, np.int32), c(t_w, np.float32), c(t_max, np.float32),
+              c(offsets[prune], np.float32), c(sel_ids[prune], np.int64), c(sel_ptr, np.int64), c(sel_rows, np.int64),
+              c(sel_mask, np.int64), c(masks, np.uint8), int(k), int(gallop), p_d, p_s, p_n)
 
     def chunk(q0: int, q1: int) -> None:
-        scratch = (np.empty(k, np.float32), np.empty(k, np.int64), np.empty(longest, np.int64),
-                   np.empty(longest, np.int64), np.empty(longest, np.float32), np.empty(longest, np.float64),
-                   np.empty(longest, np.float64), np.empty(longest, np.int64), np.empty(longest, np.float64),
-                   np.empty(longest, np.float32))
+        scratch = (np.empty(k, np.float32), np.empty(k, np.int64), np.zeros(n_docs, np.float64),
+                   np.full(n_docs, -1, np.int64), np.full(n_docs, -1, np.int64), np.empty(n_docs, np.int64),
+                   np.empty(n_docs, np.int64), np.empty(n_docs, np.float64), np.zeros(n_docs, np.float32),
+                   np.empty(longest, np.int64), np.empty(longest, np.float64), np.empty(longest, np.float64),
+                   np.empty(longest + 1, np.int64), np.empty(longest + 1, np.int64))
         _pruned_chunk(*arrays, *scratch, q0, q1)
 
     run_chunks(chunk, bounds)
