@@ -41,47 +41,58 @@ __all__ = ["prunable", "pruned_topk", "pruned_topk_numpy"]
 
 pruned_topk_numpy = sparse_topk_numpy  # the oracle: pruning changes no result
 
-GALLOP_FACTOR = 8  # a term's postings are scanned when fewer than this many per candidate, else searched
+SCAN_RATIO = 64  # a term's postings are scanned when fewer than this many per candidate, else searched
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(f32), ro(f32), ro(i64),
                         ro(i64), ro(i64), ro(i64), ro(u8, 2), i64, i64, rw(i64, 2), rw(f32, 2), rw(i64), rw(f32),
-                        rw(i64), rw(f64), rw(i64), rw(i64), rw(i64), rw(i64), rw(f64), rw(f32), rw(i64), rw(f64),
-                        rw(f64), rw(i64), rw(i64), i64, i64)
+                        rw(i64), rw(f64), rw(i64), rw(i64), rw(i64), rw(i64), rw(i64), rw(f64), rw(f64), rw(f32),
+                        rw(i64), rw(f64), rw(f64), rw(i64), rw(i64), i64, i64)
 
 
 @njit
-def _kth_largest(buf, n, k):  # pragma: no cover - compiled
-    """The ``k``-th largest of ``buf[:n]`` (``1 <= k <= n``), reordering ``buf[:n]`` (quickselect)."""
-    lo, hi, want = 0, n - 1, k - 1  # position of the answer in descending order
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        a, b, c = buf[lo], buf[mid], buf[hi]  # median of three as the pivot
-        pivot = b if (a <= b <= c or c <= b <= a) else (a if (b <= a <= c or c <= a <= b) else c)
-        i, j = lo, hi
-        while i <= j:
-            while buf[i] > pivot:
-                i += 1
-            while buf[j] < pivot:
-                j -= 1
-            if i <= j:
-                buf[i], buf[j] = buf[j], buf[i]
-                i += 1
-                j -= 1
-        if want <= j:
-            hi = j
-        elif want >= i:
-            lo = i
-        else:
-            return buf[want]
-    return buf[want]
+def _kth_best(val, n, k, heap, lim):  # pragma: no cover - compiled
+    """The ``k``-th largest of the values of ``val[:n]`` above ``lim``, or -inf when fewer than
+    ``k`` are (a min-heap of the best ``k`` in ``heap`` (k,))."""
+    size = 0
+    for c in range(n):
+        v = val[c]
+        if v <= lim:
+            continue
+        if size < k:  # sift up
+            i = size
+            size += 1
+            while i > 0:
+                parent = (i - 1) >> 1
+                if heap[parent] <= v:
+                    break
+                heap[i] = heap[parent]
+                i = parent
+            heap[i] = v
+        elif v > heap[0]:  # replace the root, sift down
+            i = 0
+            while True:
+                child = 2 * i + 1
+                if child >= size:
+                    break
+                if child + 1 < size and heap[child + 1] < heap[child]:
+                    child += 1
+                if heap[child] >= v:
+                    break
+                heap[i] = heap[child]
+                i = child
+            heap[i] = v
+    return heap[0] if size == k else -np.inf
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
 def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets, sel_ids, sel_ptr, sel_rows, sel_mask,
-                  masks, k, gallop, out_d, out_s, counts, hs, hd, acc, stamp, allow, cand, tmp, buf, sc, order, ubs,
-                  rest, runs, runs2, q0, q1):  # pragma: no cover - compiled
-    """Queries ``q0 <= q < q1``; ``acc``, ``stamp``, ``allow`` (all < q0 on entry), ``cand``, ``tmp``,
-    ``buf``, ``sc`` (n_docs,), ``hs``, ``hd`` (k,), ``order``, ``ubs``, ``rest`` (the longest query,)
-    and ``runs``, ``runs2`` (one more) are this chunk's scratch."""
+                  masks, k, scan, out_d, out_s, counts, hs, hd, heap, stamp, allow, slot, cand, tmp, val, val2, sc,
+                  order, ubs, rest, runs, runs2, q0, q1):  # pragma: no cover - compiled
+    """Queries ``q0 <= q < q1``; ``stamp``, ``allow`` (all <= q0 on entry), ``slot`` (n_docs,) and
+    ``cand``, ``tmp``, ``val``, ``val2``, ``sc`` (n_docs,), ``hs``, ``hd``, ``heap`` (k,), ``order``,
+    ``ubs``, ``rest`` (the longest query,) and ``runs``, ``runs2`` (one more) are this chunk's
+    scratch. A document touched by query q has ``stamp[d] == q + 1``, its partial sum in
+    ``val[slot[d]]`` (zero-initialised stamps leave untouched pages unmapped: a small batch
+    costs no pass over the documents)."""
     for q in range(q0, q1):
         j0 = q_ptr[q]
         n = q_ptr[q + 1] - j0
@@ -92,7 +103,7 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
             mm = sel_mask[m]
             if mm < 0:
                 for r in range(sel_ptr[m], sel_ptr[m + 1]):
-                    allow[sel_rows[r]] = q
+                    allow[sel_rows[r]] = q + 1
         total = 0.0
         for e in range(n):
             ubs[e] = np.float64(q_weights[j0 + e] * t_max[q_terms[j0 + e]])  # the largest float32 product
@@ -126,26 +137,23 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
                     if mm >= 0:
                         if masks[mm, d] == 0:
                             continue
-                    elif allow[d] != q:
+                    elif allow[d] != q + 1:
                         continue
-                if stamp[d] != q:
-                    stamp[d] = q
-                    acc[d] = 0.0
+                x = np.float64(w * t_w[p])
+                if stamp[d] != q + 1:
+                    stamp[d] = q + 1
+                    slot[d] = n_t
                     cand[n_t] = d
+                    val[n_t] = x
                     n_t += 1
-                acc[d] += np.float64(w * t_w[p])
+                else:
+                    val[slot[d]] += x
             r = rest[e]
             e += 1
             if n_t >= k and total - r > r + 2 * delta:  # could k documents beat every document not yet seen?
-                cnt = 0
-                lim = r + 2 * delta
-                for c in range(n_t):
-                    v = acc[cand[c]]
-                    if v > lim:
-                        buf[cnt] = v
-                        cnt += 1
-                if cnt >= k:
-                    theta = _kth_largest(buf, cnt, k) + off - delta
+                kth = _kth_best(val, n_t, k, heap, r + 2 * delta)
+                if kth > -np.inf:
+                    theta = kth + off - delta
                     break
         runs[e] = n_t
         # the documents that may still enter, ascending: each run kept in order, then runs merged
@@ -155,18 +163,16 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
         for a in range(e):
             runs2[n_runs] = n_c
             for c in range(runs[a], runs[a + 1]):
-                d = cand[c]
-                if acc[d] + r + off + delta >= theta:
-                    cand[n_c] = d
+                if val[c] + r + off + delta >= theta:
+                    cand[n_c] = cand[c]
+                    val[n_c] = val[c]
                     n_c += 1
-                else:
-                    stamp[d] = -1  # no longer a candidate
             if n_c > runs2[n_runs]:
                 n_runs += 1
         runs2[n_runs] = n_c
-        src, dst = cand, tmp
         in_tmp = False
         while n_runs > 1:  # bottom-up merges of neighbouring runs
+            src, dst, vs, vd = (tmp, cand, val2, val) if in_tmp else (cand, tmp, val, val2)
             out = 0
             for a in range(0, n_runs, 2):
                 lo, mid = runs2[a], runs2[a + 1]
@@ -175,27 +181,33 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
                 while x < mid and y < hi:
                     if src[x] < src[y]:
                         dst[z] = src[x]
+                        vd[z] = vs[x]
                         x += 1
                     else:
                         dst[z] = src[y]
+                        vd[z] = vs[y]
                         y += 1
                     z += 1
                 while x < mid:
                     dst[z] = src[x]
+                    vd[z] = vs[x]
                     x += 1
                     z += 1
                 while y < hi:
                     dst[z] = src[y]
+                    vd[z] = vs[y]
                     y += 1
                     z += 1
                 runs2[out] = lo
                 out += 1
             runs2[out] = n_c
             n_runs = out
-            src, dst = dst, src
             in_tmp = not in_tmp
         if in_tmp:
             cand[:n_c] = tmp[:n_c]
+            val[:n_c] = val2[:n_c]
+        for c in range(n_c):
+            slot[cand[c]] = c
         # phase 2: the remaining terms, only for the candidates (steps < n - e), then every term
         # in query order for the float32 scores of the survivors (steps >= n - e)
         n_rem = n - e
@@ -204,20 +216,17 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
             if final:
                 if step == n_rem:  # survivors: their exact sums could reach the k-th best lower bound
                     if n_c >= k:
-                        for c in range(n_c):
-                            buf[c] = acc[cand[c]]
-                        low = _kth_largest(buf, n_c, k) + off - delta
+                        low = _kth_best(val, n_c, k, heap, -np.inf) + off - delta
                         if low > theta:
                             theta = low
                     kept = 0
                     for c in range(n_c):
-                        d = cand[c]
-                        if acc[d] + off + delta >= theta:
+                        if val[c] + off + delta >= theta:
+                            d = cand[c]
                             cand[kept] = d
+                            slot[d] = kept
+                            sc[kept] = 0.0
                             kept += 1
-                            sc[d] = 0.0
-                        else:
-                            stamp[d] = -1
                     n_c = kept
                 i = step - n_rem
             else:
@@ -227,65 +236,72 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
             t = q_terms[j0 + i]
             w = q_weights[j0 + i]
             lo0, hi = t_ptr[t], t_ptr[t + 1]
-            if hi - lo0 < gallop * n_c:  # scan the postings
+            if hi - lo0 < scan * n_c:  # scan the postings (ascending: the stamps are read in order)
                 for p in range(lo0, hi):
                     d = t_docs[p]
-                    if stamp[d] == q:
-                        if final:
-                            sc[d] += w * t_w[p]
-                        else:
-                            acc[d] += np.float64(w * t_w[p])
-            else:  # gallop to each candidate
-                p = lo0
-                for c in range(n_c):
-                    d = cand[c]
-                    if p < hi and t_docs[p] < d:
-                        x = p
-                        stride = 1
-                        y = p + 1
-                        while y < hi and t_docs[y] < d:
-                            x = y
-                            stride <<= 1
-                            y = x + stride
-                        if y > hi:
-                            y = hi
-                        x += 1
-                        while x < y:
-                            mid = (x + y) >> 1
-                            if t_docs[mid] < d:
-                                x = mid + 1
+                    if stamp[d] == q + 1:
+                        c = slot[d]
+                        if c < n_c and cand[c] == d:
+                            if final:
+                                sc[c] += w * t_w[p]
                             else:
-                                y = mid
-                        p = x
-                    if p < hi and t_docs[p] == d:
-                        if final:
-                            sc[d] += w * t_w[p]
+                                val[c] += np.float64(w * t_w[p])
+                continue_merge = False
+            else:
+                continue_merge = True
+            p = lo0  # merge the (ascending) candidates with the postings: a few steps, then galloping
+            for c in range(n_c if continue_merge else 0):
+                d = cand[c]
+                steps = 0
+                while p < hi and t_docs[p] < d and steps < 8:
+                    p += 1
+                    steps += 1
+                if p < hi and t_docs[p] < d:
+                    x = p
+                    stride = 1
+                    y = p + 1
+                    while y < hi and t_docs[y] < d:
+                        x = y
+                        stride <<= 1
+                        y = x + stride
+                    if y > hi:
+                        y = hi
+                    x += 1
+                    while x < y:
+                        mid = (x + y) >> 1
+                        if t_docs[mid] < d:
+                            x = mid + 1
                         else:
-                            acc[d] += np.float64(w * t_w[p])
+                            y = mid
+                    p = x
+                if p >= hi:
+                    break
+                if t_docs[p] == d:
+                    if final:
+                        sc[c] += w * t_w[p]
+                    else:
+                        val[c] += np.float64(w * t_w[p])
             if not final:  # a higher bound, and the candidates it rules out
                 r = rest[e + step]
                 if n_c >= k:
-                    for c in range(n_c):
-                        buf[c] = acc[cand[c]]
-                    low = _kth_largest(buf, n_c, k) + off - delta
+                    low = _kth_best(val, n_c, k, heap, -np.inf) + off - delta
                     if low > theta:
                         theta = low
                 kept = 0
                 for c in range(n_c):
-                    d = cand[c]
-                    if acc[d] + r + off + delta >= theta:
+                    if val[c] + r + off + delta >= theta:
+                        d = cand[c]
                         cand[kept] = d
+                        val[kept] = val[c]
+                        slot[d] = kept
                         kept += 1
-                    else:
-                        stamp[d] = -1
                 n_c = kept
         size = 0
         o32 = offsets[q]
         for c in range(n_c):
-            d = cand[c]
-            s = sc[d] + o32
+            s = sc[c] + o32
             if size < k or s >= hs[0]:
-                size = heap_push(hs, hd, size, k, s, d)
+                size = heap_push(hs, hd, size, k, s, cand[c])
         sort_heap(hs, hd, size)
         for c in range(size):
             out_s[q, c] = hs[c]
@@ -332,7 +348,7 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
                 shift: int, offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64],
                 sel_ptr: npt.NDArray[np.int64], sel_rows: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64],
                 masks: npt.NDArray[np.uint8], n_docs: int, k: int, *, n_threads: int | None = None,
-                prune: npt.NDArray[np.bool_] | None = None, gallop: int = GALLOP_FACTOR,
+                prune: npt.NDArray[np.bool_] | None = None, scan: int = SCAN_RATIO,
                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Top-``k`` documents of every query, as :func:`~kolm_search._kernels.sparse.sparse_topk`
     returns them: ``docs int64 (n_q, k), scores float32 (n_q, k), counts int64 (n_q,)``.
@@ -372,12 +388,13 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
     bounds = chunk_bounds(np.arange(n_p + 1, dtype=np.int64), threads)
     arrays = (p_ptr, p_terms, p_w, c(t_ptr, np.int64), c(t_docs, np.int32), c(t_w, np.float32), c(t_max, np.float32),
               c(offsets[prune], np.float32), c(sel_ids[prune], np.int64), c(sel_ptr, np.int64), c(sel_rows, np.int64),
-              c(sel_mask, np.int64), c(masks, np.uint8), int(k), int(gallop), p_d, p_s, p_n)
+              c(sel_mask, np.int64), c(masks, np.uint8), int(k), int(scan), p_d, p_s, p_n)
 
     def chunk(q0: int, q1: int) -> None:
-        scratch = (np.empty(k, np.float32), np.empty(k, np.int64), np.zeros(n_docs, np.float64),
-                   np.full(n_docs, -1, np.int64), np.full(n_docs, -1, np.int64), np.empty(n_docs, np.int64),
-                   np.empty(n_docs, np.int64), np.empty(n_docs, np.float64), np.zeros(n_docs, np.float32),
+        scratch = (np.empty(k, np.float32), np.empty(k, np.int64), np.empty(k, np.float64),
+                   np.zeros(n_docs, np.int64), np.zeros(n_docs, np.int64), np.empty(n_docs, np.int64),
+                   np.empty(n_docs, np.int64), np.empty(n_docs, np.int64), np.empty(n_docs, np.float64),
+                   np.empty(n_docs, np.float64), np.empty(n_docs, np.float32),
                    np.empty(longest, np.int64), np.empty(longest, np.float64), np.empty(longest, np.float64),
                    np.empty(longest + 1, np.int64), np.empty(longest + 1, np.int64))
         _pruned_chunk(*arrays, *scratch, q0, q1)
