@@ -41,20 +41,22 @@ __all__ = ["prunable", "pruned_topk", "pruned_topk_numpy"]
 
 pruned_topk_numpy = sparse_topk_numpy  # the oracle: pruning changes no result
 
-SCAN_RATIO = 64  # a term's postings are scanned when fewer than this many per candidate, else searched
+SCAN_RATIO = 32  # a term's postings are scanned when fewer than this many per candidate, else searched
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(f32), ro(f32), ro(i64),
                         ro(i64), ro(i64), ro(i64), ro(u8, 2), i64, i64, rw(i64, 2), rw(f32, 2), rw(i64), rw(f32),
-                        rw(i64), rw(f64), rw(i64), rw(i64), rw(i64), rw(i64), rw(i64), rw(f64), rw(f64), rw(f32),
-                        rw(i64), rw(f64), rw(f64), rw(i64), rw(i64), i64, i64)
+                        rw(i64), rw(f64), rw(f64), rw(i64), rw(i64), rw(i64), rw(i64), rw(i64), rw(f64), rw(f64),
+                        rw(i64), rw(i64), i64, i64)
+_UNSEEN = -1.0  # acc of a document no query term reached yet (partial sums are >= 0)
+_OUT = -2.0  # acc of a document ruled out
 
 
 @njit
-def _kth_best(val, n, k, heap, lim):  # pragma: no cover - compiled
-    """The ``k``-th largest of the values of ``val[:n]`` above ``lim``, or -inf when fewer than
-    ``k`` are (a min-heap of the best ``k`` in ``heap`` (k,))."""
+def _kth_best(acc, docs, n, k, heap, lim):  # pragma: no cover - compiled
+    """The ``k``-th largest of ``acc[docs[:n]]`` among those above ``lim``, or -inf when fewer
+    than ``k`` are (a min-heap of the best ``k`` in ``heap`` (k,))."""
     size = 0
     for c in range(n):
-        v = val[c]
+        v = acc[docs[c]]
         if v <= lim:
             continue
         if size < k:  # sift up
@@ -85,14 +87,13 @@ def _kth_best(val, n, k, heap, lim):  # pragma: no cover - compiled
 
 @njit(_SIGNATURE, cache=True, nogil=True)
 def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets, sel_ids, sel_ptr, sel_rows, sel_mask,
-                  masks, k, scan, out_d, out_s, counts, hs, hd, heap, stamp, allow, slot, cand, tmp, val, val2, sc,
-                  order, ubs, rest, runs, runs2, q0, q1):  # pragma: no cover - compiled
-    """Queries ``q0 <= q < q1``; ``stamp``, ``allow`` (all <= q0 on entry), ``slot`` (n_docs,) and
-    ``cand``, ``tmp``, ``val``, ``val2``, ``sc`` (n_docs,), ``hs``, ``hd``, ``heap`` (k,), ``order``,
-    ``ubs``, ``rest`` (the longest query,) and ``runs``, ``runs2`` (one more) are this chunk's
-    scratch. A document touched by query q has ``stamp[d] == q + 1``, its partial sum in
-    ``val[slot[d]]`` (zero-initialised stamps leave untouched pages unmapped: a small batch
-    costs no pass over the documents)."""
+                  masks, k, scan, out_d, out_s, counts, hs, hd, heap, acc, allow, touched, cand, tmp, order, ubs, rest,
+                  runs, runs2, q0, q1):  # pragma: no cover - compiled
+    """Queries ``q0 <= q < q1``; ``acc`` (n_docs,, all ``_UNSEEN`` on entry and on return),
+    ``allow`` (n_docs,, all <= q0), ``touched``, ``cand``, ``tmp`` (n_docs,), ``hs``, ``hd``,
+    ``heap`` (k,), ``order``, ``ubs``, ``rest`` (the longest query,) and ``runs``, ``runs2`` (one
+    more) are this chunk's scratch. ``acc[d]`` is d's partial sum (float64) while d is a
+    candidate, then its float32 score."""
     for q in range(q0, q1):
         j0 = q_ptr[q]
         n = q_ptr[q + 1] - j0
@@ -140,18 +141,17 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
                     elif allow[d] != q + 1:
                         continue
                 x = np.float64(w * t_w[p])
-                if stamp[d] != q + 1:
-                    stamp[d] = q + 1
-                    slot[d] = n_t
-                    cand[n_t] = d
-                    val[n_t] = x
+                v = acc[d]
+                if v < 0.0:  # unseen
+                    acc[d] = x
+                    touched[n_t] = d
                     n_t += 1
                 else:
-                    val[slot[d]] += x
+                    acc[d] = v + x
             r = rest[e]
             e += 1
             if n_t >= k and total - r > r + 2 * delta:  # could k documents beat every document not yet seen?
-                kth = _kth_best(val, n_t, k, heap, r + 2 * delta)
+                kth = _kth_best(acc, touched, n_t, k, heap, r + 2 * delta)
                 if kth > -np.inf:
                     theta = kth + off - delta
                     break
@@ -163,16 +163,18 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
         for a in range(e):
             runs2[n_runs] = n_c
             for c in range(runs[a], runs[a + 1]):
-                if val[c] + r + off + delta >= theta:
-                    cand[n_c] = cand[c]
-                    val[n_c] = val[c]
+                d = touched[c]
+                if acc[d] + r + off + delta >= theta:
+                    cand[n_c] = d
                     n_c += 1
+                else:
+                    acc[d] = _OUT
             if n_c > runs2[n_runs]:
                 n_runs += 1
         runs2[n_runs] = n_c
         in_tmp = False
         while n_runs > 1:  # bottom-up merges of neighbouring runs
-            src, dst, vs, vd = (tmp, cand, val2, val) if in_tmp else (cand, tmp, val, val2)
+            src, dst = (tmp, cand) if in_tmp else (cand, tmp)
             out = 0
             for a in range(0, n_runs, 2):
                 lo, mid = runs2[a], runs2[a + 1]
@@ -181,21 +183,17 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
                 while x < mid and y < hi:
                     if src[x] < src[y]:
                         dst[z] = src[x]
-                        vd[z] = vs[x]
                         x += 1
                     else:
                         dst[z] = src[y]
-                        vd[z] = vs[y]
                         y += 1
                     z += 1
                 while x < mid:
                     dst[z] = src[x]
-                    vd[z] = vs[x]
                     x += 1
                     z += 1
                 while y < hi:
                     dst[z] = src[y]
-                    vd[z] = vs[y]
                     y += 1
                     z += 1
                 runs2[out] = lo
@@ -205,9 +203,6 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
             in_tmp = not in_tmp
         if in_tmp:
             cand[:n_c] = tmp[:n_c]
-            val[:n_c] = val2[:n_c]
-        for c in range(n_c):
-            slot[cand[c]] = c
         # phase 2: the remaining terms, only for the candidates (steps < n - e), then every term
         # in query order for the float32 scores of the survivors (steps >= n - e)
         n_rem = n - e
@@ -216,17 +211,18 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
             if final:
                 if step == n_rem:  # survivors: their exact sums could reach the k-th best lower bound
                     if n_c >= k:
-                        low = _kth_best(val, n_c, k, heap, -np.inf) + off - delta
+                        low = _kth_best(acc, cand, n_c, k, heap, -np.inf) + off - delta
                         if low > theta:
                             theta = low
                     kept = 0
                     for c in range(n_c):
-                        if val[c] + off + delta >= theta:
-                            d = cand[c]
+                        d = cand[c]
+                        if acc[d] + off + delta >= theta:
                             cand[kept] = d
-                            slot[d] = kept
-                            sc[kept] = 0.0
                             kept += 1
+                            acc[d] = 0.0  # from here the float32 score
+                        else:
+                            acc[d] = _OUT
                     n_c = kept
                 i = step - n_rem
             else:
@@ -236,72 +232,76 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
             t = q_terms[j0 + i]
             w = q_weights[j0 + i]
             lo0, hi = t_ptr[t], t_ptr[t + 1]
-            if hi - lo0 < scan * n_c:  # scan the postings (ascending: the stamps are read in order)
-                for p in range(lo0, hi):
-                    d = t_docs[p]
-                    if stamp[d] == q + 1:
-                        c = slot[d]
-                        if c < n_c and cand[c] == d:
-                            if final:
-                                sc[c] += w * t_w[p]
+            if hi - lo0 < scan * n_c:  # scan the postings (ascending: acc is read in order)
+                if final:
+                    for p in range(lo0, hi):
+                        d = t_docs[p]
+                        v = acc[d]
+                        if v >= 0.0:
+                            acc[d] = np.float64(np.float32(v) + w * t_w[p])
+                else:
+                    for p in range(lo0, hi):
+                        d = t_docs[p]
+                        v = acc[d]
+                        if v >= 0.0:
+                            acc[d] = v + np.float64(w * t_w[p])
+            else:  # merge the (ascending) candidates with the postings: a few steps, then galloping
+                p = lo0
+                for c in range(n_c):
+                    d = cand[c]
+                    steps = 0
+                    while p < hi and t_docs[p] < d and steps < 8:
+                        p += 1
+                        steps += 1
+                    if p < hi and t_docs[p] < d:
+                        x = p
+                        stride = 1
+                        y = p + 1
+                        while y < hi and t_docs[y] < d:
+                            x = y
+                            stride <<= 1
+                            y = x + stride
+                        if y > hi:
+                            y = hi
+                        x += 1
+                        while x < y:
+                            mid = (x + y) >> 1
+                            if t_docs[mid] < d:
+                                x = mid + 1
                             else:
-                                val[c] += np.float64(w * t_w[p])
-                continue_merge = False
-            else:
-                continue_merge = True
-            p = lo0  # merge the (ascending) candidates with the postings: a few steps, then galloping
-            for c in range(n_c if continue_merge else 0):
-                d = cand[c]
-                steps = 0
-                while p < hi and t_docs[p] < d and steps < 8:
-                    p += 1
-                    steps += 1
-                if p < hi and t_docs[p] < d:
-                    x = p
-                    stride = 1
-                    y = p + 1
-                    while y < hi and t_docs[y] < d:
-                        x = y
-                        stride <<= 1
-                        y = x + stride
-                    if y > hi:
-                        y = hi
-                    x += 1
-                    while x < y:
-                        mid = (x + y) >> 1
-                        if t_docs[mid] < d:
-                            x = mid + 1
+                                y = mid
+                        p = x
+                    if p >= hi:
+                        break
+                    if t_docs[p] == d:
+                        if final:
+                            acc[d] = np.float64(np.float32(acc[d]) + w * t_w[p])
                         else:
-                            y = mid
-                    p = x
-                if p >= hi:
-                    break
-                if t_docs[p] == d:
-                    if final:
-                        sc[c] += w * t_w[p]
-                    else:
-                        val[c] += np.float64(w * t_w[p])
+                            acc[d] += np.float64(w * t_w[p])
             if not final:  # a higher bound, and the candidates it rules out
                 r = rest[e + step]
                 if n_c >= k:
-                    low = _kth_best(val, n_c, k, heap, -np.inf) + off - delta
+                    low = _kth_best(acc, cand, n_c, k, heap, -np.inf) + off - delta
                     if low > theta:
                         theta = low
                 kept = 0
                 for c in range(n_c):
-                    if val[c] + r + off + delta >= theta:
-                        d = cand[c]
+                    d = cand[c]
+                    if acc[d] + r + off + delta >= theta:
                         cand[kept] = d
-                        val[kept] = val[c]
-                        slot[d] = kept
                         kept += 1
+                    else:
+                        acc[d] = _OUT
                 n_c = kept
         size = 0
         o32 = offsets[q]
         for c in range(n_c):
-            s = sc[c] + o32
+            d = cand[c]
+            s = np.float32(acc[d]) + o32
             if size < k or s >= hs[0]:
-                size = heap_push(hs, hd, size, k, s, cand[c])
+                size = heap_push(hs, hd, size, k, s, d)
+        for c in range(n_t):  # leave acc as found
+            acc[touched[c]] = _UNSEEN
         sort_heap(hs, hd, size)
         for c in range(size):
             out_s[q, c] = hs[c]
@@ -392,11 +392,10 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
 
     def chunk(q0: int, q1: int) -> None:
         scratch = (np.empty(k, np.float32), np.empty(k, np.int64), np.empty(k, np.float64),
-                   np.zeros(n_docs, np.int64), np.zeros(n_docs, np.int64), np.empty(n_docs, np.int64),
-                   np.empty(n_docs, np.int64), np.empty(n_docs, np.int64), np.empty(n_docs, np.float64),
-                   np.empty(n_docs, np.float64), np.empty(n_docs, np.float32),
-                   np.empty(longest, np.int64), np.empty(longest, np.float64), np.empty(longest, np.float64),
-                   np.empty(longest + 1, np.int64), np.empty(longest + 1, np.int64))
+                   np.full(n_docs, _UNSEEN, np.float64), np.zeros(n_docs, np.int64), np.empty(n_docs, np.int64),
+                   np.empty(n_docs, np.int64), np.empty(n_docs, np.int64), np.empty(longest, np.int64),
+                   np.empty(longest, np.float64), np.empty(longest, np.float64), np.empty(longest + 1, np.int64),
+                   np.empty(longest + 1, np.int64))
         _pruned_chunk(*arrays, *scratch, q0, q1)
 
     run_chunks(chunk, bounds)
