@@ -15,6 +15,7 @@ equal, bit for bit, to the exhaustive kernel's; bm25s's top-k scores are checked
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import numpy as np
@@ -63,7 +64,7 @@ def run(n_docs: int, args: argparse.Namespace) -> list[dict]:
                         fields=("content",), n_threads=args.threads)
     del postings
     rows.append({"what": f"[{n_docs:,}] kolm index from the ids", "seconds": time.perf_counter() - t0,
-                 "postings": f"{ret.t_docs.size:,}", "block_max_MB": f"{ret.blocks.b_max.nbytes / 1e6:.1f}"})
+                 "postings": f"{ret.t_docs.size:,}"})
     t0 = time.perf_counter()
     ends = np.cumsum(lengths)
     doc_ids = [a.tolist() for a in np.split(tokens, ends[:-1])]
@@ -72,21 +73,20 @@ def run(n_docs: int, args: argparse.Namespace) -> list[dict]:
     del doc_ids
     rows.append({"what": f"[{n_docs:,}] bm25s index from the same ids", "seconds": time.perf_counter() - t0})
     del tokens
-    bq = [q_ids[a:b].tolist() for a, b in zip(q_ptr[:-1], q_ptr[1:], strict=True)]
+    bq = [q_ids[a:b].tolist() for a, b in itertools.pairwise(q_ptr)]
     threads = args.threads or 0
     weights = np.ones(len(q_ids), np.float32)
     offsets = np.zeros(len(q_ptr) - 1, np.float32)
     sel = Selections.none(len(q_ptr) - 1)
     pruned = load("pruned")
-    b = ret.blocks
 
     for k in args.k:
         every = pruned.prunable(q_ptr, q_ids, weights, ret.t_ptr, offsets, sel.ids, sel.ptr, sel.mask_of, k)
         fns = {
             "auto": lambda k=k: ret.score_encoded(q_ptr, q_ids, k, pruning="auto"),
             "all": lambda k=k, every=every: pruned.pruned_topk(
-                q_ptr, q_ids, weights, ret.t_ptr, ret.t_docs, ret.t_w, b.b_ptr, b.b_max, b.t_max, b.shift, offsets,
-                *sel.arrays(), n_docs, k, n_threads=args.threads, prune=every),
+                q_ptr, q_ids, weights, ret.t_ptr, ret.t_docs, ret.t_w, ret.t_max, offsets, *sel.arrays(), n_docs, k,
+                n_threads=args.threads, prune=every),
             "none": lambda k=k: ret.score_encoded(q_ptr, q_ids, k, pruning="none"),
             "bm25s": lambda k=k: model.retrieve(bq, k=k, show_progress=False, n_threads=threads),
         }

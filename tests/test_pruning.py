@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kolm_search._kernels import load
-from kolm_search.retrievers.blockmax import BlockMaxima
+from kolm_search.retrievers.bounds import term_maxima
 from kolm_search.selection import Selection, Selections
 
 
@@ -54,11 +54,11 @@ def random_selections(rng: np.random.Generator, n_q: int, n_docs: int, kind: str
 
 
 def run_both(t_ptr: np.ndarray, t_docs: np.ndarray, t_w: np.ndarray, q: tuple[np.ndarray, ...], sel: Selections,
-             n_docs: int, k: int, shift: int, threads: int = 1) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+             n_docs: int, k: int, scan: int = 16, threads: int = 1,
+             ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
     q_ptr, q_terms, w, off = q
-    bm = BlockMaxima.of(t_ptr, t_w, shift)
-    pruned = load("pruned").pruned_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, bm.b_ptr, bm.b_max, bm.t_max, shift,
-                                        off, *sel.arrays(), n_docs, k, n_threads=threads)
+    pruned = load("pruned").pruned_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, term_maxima(t_ptr, t_w), off,
+                                        *sel.arrays(), n_docs, k, n_threads=threads, scan=scan)
     exhaustive = load("sparse").sparse_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, off, *sel.arrays(), n_docs, k,
                                             n_threads=threads)
     return pruned, exhaustive
@@ -71,16 +71,16 @@ def assert_same(pruned: tuple[np.ndarray, ...], exhaustive: tuple[np.ndarray, ..
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), n_docs=st.integers(1, 80), vocab=st.integers(1, 12),
-       k_frac=st.floats(0, 1), shift=st.integers(0, 4), weighted=st.booleans(),
+       k_frac=st.floats(0, 1), scan=st.sampled_from([0, 4, 10**9]), weighted=st.booleans(),
        offsets=st.sampled_from(["none", "ties", "random"]), filters=st.sampled_from(["none", "some"]))
-def test_pruned_equals_exhaustive(seed: int, n_docs: int, vocab: int, k_frac: float, shift: int, weighted: bool,
+def test_pruned_equals_exhaustive(seed: int, n_docs: int, vocab: int, k_frac: float, scan: int, weighted: bool,
                                   offsets: str, filters: str) -> None:
     rng = np.random.default_rng(seed)
     t_ptr, t_docs, t_w = random_index(rng, n_docs, vocab, max_df=int(rng.integers(1, n_docs + 1)))
     q = random_queries(rng, 20, vocab, 6, weighted, offsets)
     sel = random_selections(rng, 20, n_docs, filters)
     k = 1 + round(k_frac * n_docs)  # 1 .. n_docs + 1
-    pruned, exhaustive = run_both(t_ptr, t_docs, t_w, q, sel, n_docs, k, shift)
+    pruned, exhaustive = run_both(t_ptr, t_docs, t_w, q, sel, n_docs, k, scan)  # scan always, sometimes, never
     assert_same(pruned, exhaustive)
     want = load("sparse").sparse_topk_numpy(q[0], q[1], q[2], t_ptr, t_docs, t_w, q[3], *sel.arrays(), n_docs, k)
     np.testing.assert_array_equal(pruned[2], want[2])
@@ -90,7 +90,7 @@ def test_pruned_equals_exhaustive(seed: int, n_docs: int, vocab: int, k_frac: fl
 
 @pytest.mark.parametrize("k", [1, 10, 100])
 def test_pruned_equals_exhaustive_on_long_postings(k: int) -> None:
-    """Zipf postings long enough that whole blocks are skipped, two threads."""
+    """Zipf postings long enough that phase 2 gallops and scans, two threads."""
     rng = np.random.default_rng(k)
     n_docs, vocab = 5000, 300
     df = np.minimum(n_docs, (n_docs / np.arange(1, vocab + 1) ** 0.9).astype(int))
@@ -102,7 +102,7 @@ def test_pruned_equals_exhaustive_on_long_postings(k: int) -> None:
     q = random_queries(rng, 64, vocab, 8, weighted=False, offsets="random")
     sel = random_selections(rng, 64, n_docs, "some")
     for s in (Selections.none(64), sel):
-        pruned, exhaustive = run_both(t_ptr, t_docs, t_w, q, s, n_docs, k, shift=6, threads=2)
+        pruned, exhaustive = run_both(t_ptr, t_docs, t_w, q, s, n_docs, k, threads=2)
         assert_same(pruned, exhaustive)
 
 
@@ -120,7 +120,7 @@ def test_queries_the_pruned_kernel_leaves_to_the_exhaustive_one() -> None:
     ok = load("pruned").prunable(q_ptr, q_terms, w, t_ptr, off, *sel.arrays()[:2], sel.arrays()[3], 5)
     assert ok.tolist() == [False, False, False, True]
     with np.errstate(invalid="ignore"):
-        pruned, exhaustive = run_both(t_ptr, t_docs, t_w, (q_ptr, q_terms, w, off), sel, n_docs, 5, shift=2)
+        pruned, exhaustive = run_both(t_ptr, t_docs, t_w, (q_ptr, q_terms, w, off), sel, n_docs, 5)
     assert_same(pruned, exhaustive)
 
 
@@ -136,6 +136,6 @@ def test_float32_rounding_is_inside_the_bounds() -> None:
     t_w = np.array([y, x1, x2], np.float32)
     for terms in ([0, 1, 2], [1, 2, 0]):
         q = (np.array([0, 3], np.int64), np.array(terms, np.int64), np.ones(3, np.float32), np.zeros(1, np.float32))
-        pruned, exhaustive = run_both(t_ptr, t_docs, t_w, q, Selections.none(1), 2, 1, shift=0)
+        pruned, exhaustive = run_both(t_ptr, t_docs, t_w, q, Selections.none(1), 2, 1)
         assert exhaustive[0][0, 0] == 0
         assert_same(pruned, exhaustive)

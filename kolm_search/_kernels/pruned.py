@@ -1,24 +1,21 @@
-"""Sparse top-k with exact dynamic pruning: block-max MaxScore, document at a time.
+"""Sparse top-k with exact dynamic pruning: MaxScore, term at a time.
 
-Same inputs and outputs as :func:`kolm_search._kernels.sparse.sparse_topk` (see there), plus the
-block maxima of the postings:
+Same inputs and outputs as :func:`kolm_search._kernels.sparse.sparse_topk` (see there), plus
+``t_max`` float32 (V,): each term's largest stored weight (0 for a term without postings).
 
-- ``b_ptr`` int64 (V + 1,): term t's blocks are ``[b_ptr[t], b_ptr[t+1])``; block ``i`` of t
-  holds its postings ``[t_ptr[t] + i * B, min(t_ptr[t] + (i + 1) * B, t_ptr[t+1]))``, ``B = 1 << shift``;
-- ``b_max`` float32 (n_blocks,): the largest stored weight of each block;
-- ``t_max`` float32 (V,): the largest stored weight of each term (0 for a term without postings).
-
-Results are those of the exhaustive kernel bit for bit (scores, order, ties). Every document
-that is fully scored gets the exhaustive kernel's float32 sum, ``sum(q_weight * t_w)`` over the
-query's terms in query-term order, plus the query's offset. Documents are visited in ascending
-order, so one that scores no more than the worst of ``k`` kept results would lose to it (equal
-scores: the lower document code wins) and may be skipped: a document is skipped only when an
-upper bound of its score, taken in float64 with a margin that covers float32's rounding of the
-sum (``(n_terms + 2) * 2**-23`` of the bound), is at most that worst score. Query terms are
-ordered by their upper bound ``q_weight * t_max``; the longest prefix whose bounds sum (plus the
-offset) to at most the worst kept score is *non-essential*: only documents in an essential term's
-postings can enter, and non-essential postings are looked up (block by block, their block
-maxima tightening the bound first) only for documents that may still enter.
+Results are those of the exhaustive kernel bit for bit (scores, order, ties). A query's terms
+are taken by upper bound ``q_weight * t_max``, largest first. Phase 1 adds whole terms into a
+float64 partial sum per document until ``k`` documents are sure to beat any document that only
+the remaining terms hold (the k-th best partial sum exceeds the sum of the remaining bounds):
+from then on no new document can enter. Phase 2 adds each remaining term only to the documents
+that may still enter (a partial sum plus the remaining bounds reaching the k-th best partial
+sum), scanning its postings or galloping through them to each candidate, whichever reads less,
+and drops those the rising bound rules out. The survivors are then scored as the exhaustive
+kernel scores them: ``sum(q_weight * t_w)`` in float32, over the query's terms in query-term
+order, plus the offset, and the best ``k`` kept (equal scores: the lower document code).
+Every bound is taken in float64 with a margin of ``(n_terms + 4) * 2**-23`` of the largest
+possible score (plus the offset), more than float32's rounding of the sum can move a score; a
+document is ruled out only when its bound is strictly below a score that ``k`` documents reach.
 
 Queries must have weights >= 0 (stored weights are >= 0: the index checks both) and a finite
 offset; :func:`pruned_topk` scores any other query, and one whose few selected rows the exhaustive
@@ -41,7 +38,7 @@ __all__ = ["prunable", "pruned_topk", "pruned_topk_numpy"]
 
 pruned_topk_numpy = sparse_topk_numpy  # the oracle: pruning changes no result
 
-SCAN_RATIO = 32  # a term's postings are scanned when fewer than this many per candidate, else searched
+SCAN_RATIO = 16  # a term's postings are scanned when fewer than this many per candidate, else searched
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(f32), ro(f32), ro(i64),
                         ro(i64), ro(i64), ro(i64), ro(u8, 2), i64, i64, rw(i64, 2), rw(f32, 2), rw(i64), rw(f32),
                         rw(i64), rw(f64), rw(f64), rw(i64), rw(i64), rw(i64), rw(i64), rw(i64), rw(f64), rw(f64),
@@ -344,8 +341,7 @@ def _take(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_weight
 
 def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_weights: npt.NDArray[np.float32],
                 t_ptr: npt.NDArray[np.int64], t_docs: npt.NDArray[np.int32], t_w: npt.NDArray[np.float32],
-                b_ptr: npt.NDArray[np.int64], b_max: npt.NDArray[np.float32], t_max: npt.NDArray[np.float32],
-                shift: int, offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64],
+                t_max: npt.NDArray[np.float32], offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64],
                 sel_ptr: npt.NDArray[np.int64], sel_rows: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64],
                 masks: npt.NDArray[np.uint8], n_docs: int, k: int, *, n_threads: int | None = None,
                 prune: npt.NDArray[np.bool_] | None = None, scan: int = SCAN_RATIO,
@@ -355,9 +351,10 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
 
     ``prune`` bool (n_q,) (default :func:`prunable` with any length) marks the queries that the
     pruned kernel scores; it must imply :func:`prunable`'s conditions. The others go to the
-    exhaustive kernel. The caller guarantees the layout as for ``sparse_topk``, and block maxima
-    that bound every block (``b_max``, ``t_max``: :mod:`kolm_search.retrievers.blockmax` checks
-    them), else results are wrong.
+    exhaustive kernel. The caller guarantees the layout as for ``sparse_topk``, and term maxima
+    at least every weight of their term (:mod:`kolm_search.retrievers.bounds` checks them), else
+    results are wrong. ``scan``: a term's postings are scanned when fewer than ``scan`` per
+    candidate, else searched.
     """
     c = np.ascontiguousarray
     q_ptr, q_terms, q_weights = c(q_ptr, np.int64), c(q_terms, np.int64), c(q_weights, np.float32)

@@ -27,7 +27,6 @@ from kolm_search.retrievers._batching import (
 )
 from kolm_search.retrievers._persist import Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
-from kolm_search.retrievers.blockmax import MAX_SHIFT, PRUNINGS, BlockMaxima, Pruning, prune_queries
 from kolm_search.retrievers.bm25_weights import (
     BM25_METHODS,
     Method,
@@ -35,6 +34,7 @@ from kolm_search.retrievers.bm25_weights import (
     reduce_offsets,
     weigh_postings,
 )
+from kolm_search.retrievers.bounds import PRUNINGS, Pruning, checked_term_maxima, prune_queries, term_maxima
 from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.retrievers.segments import Pending, combine_postings, merged_table
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 _FORMAT = "kolm-search/bm25"
-_VERSION = 4  # 4: block maxima; 3: a file map (kolm_search.retrievers._persist); 2: tf and "stats"; 1-3 still load
+_VERSION = 4  # 4: term maxima; 3: a file map (kolm_search.retrievers._persist); 2: tf and "stats"; 1-3 still load
 _FILES_SINCE = 3
 _SAMPLE = 32  # documents tokenised before and after the tokenizer's round trip at save
 _ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # saved arrays: kind, dtype written
@@ -94,7 +94,7 @@ class BM25Retriever(SegmentedIndex):
     pruning : {"auto", "none"}, default "auto"
         Top-k by exact dynamic pruning (block-max MaxScore, :mod:`kolm_search._kernels.pruned`)
         for the queries where it pays (long postings, small k:
-        :func:`~kolm_search.retrievers.blockmax.prune_queries`), or ``"none"``: every query
+        :func:`~kolm_search.retrievers.bounds.prune_queries`), or ``"none"``: every query
         scores every posting of its terms. Results are the same bit for bit; each scoring call
         may override it.
 
@@ -146,7 +146,7 @@ class BM25Retriever(SegmentedIndex):
     def _from_arrays(cls, table: DocumentTable, arrays: Mapping[str, Any], vocab: list[str], *,
                      own_stats: bool | None, **config: Any) -> BM25Retriever:
         """An index over ``table`` from weighted arrays (``t_ptr``, ``t_docs``, ``t_w``, ``nonocc``,
-        ``doc_len``, perhaps ``tf`` and ``blocks``) and their ``vocab``, already checked (:meth:`load`'s path);
+        ``doc_len``, perhaps ``tf`` and ``t_max``) and their ``vocab``, already checked (:meth:`load`'s path);
         ``config`` as :meth:`_configure` takes it."""
         self = cls.__new__(cls)
         self._configure(**config)
@@ -196,8 +196,8 @@ class BM25Retriever(SegmentedIndex):
         self.nonocc = arrays["nonocc"]
         self.doc_len = arrays["doc_len"]
         self.tf = arrays.get("tf")
-        blocks = arrays.get("blocks")  # checked against t_w by the loader, else computed here
-        self.blocks: BlockMaxima = BlockMaxima.of(self.t_ptr, self.t_w) if blocks is None else blocks
+        t_max = arrays.get("t_max")  # checked against t_w by the loader, else computed here
+        self.t_max: npt.NDArray[np.float32] = term_maxima(self.t_ptr, self.t_w) if t_max is None else t_max
         self.vocab = vocab
         self._vocab_index = {t: i for i, t in enumerate(vocab)}
 
@@ -297,12 +297,12 @@ class BM25Retriever(SegmentedIndex):
             raise KolmValueError(str(exc)) from exc
         k = min(check.top_k(k), max(n_docs, 1))
         if mode == "auto":
-            prune = prune_queries(q_ptr, q_ids, weights, self.t_ptr, offsets, sel.ids, sel.ptr, sel.mask_of, k)
+            prune = prune_queries(q_ptr, q_ids, weights, self.t_ptr, self.t_max, offsets, sel.ids, sel.ptr,
+                                  sel.mask_of, k)
             if prune.any():
-                b = self.blocks
-                return load("pruned").pruned_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, b.b_ptr,
-                                                  b.b_max, b.t_max, b.shift, offsets, *sel.arrays(), n_docs, k,
-                                                  n_threads=self.n_threads, prune=prune)
+                return load("pruned").pruned_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, self.t_max,
+                                                  offsets, *sel.arrays(), n_docs, k, n_threads=self.n_threads,
+                                                  prune=prune)
         return load("sparse").sparse_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, offsets,
                                           *sel.arrays(), n_docs, k, n_threads=self.n_threads)
 
@@ -361,17 +361,16 @@ class BM25Retriever(SegmentedIndex):
         stats = "unknown" if self.own_stats is None else "own" if self.own_stats and self.tf is not None else "external"
         if stats == "own":
             arrays["tf"] = np.asarray(self.tf).astype(np.int32, copy=False)
-        arrays["block_max"] = np.asarray(self.blocks.b_max, np.float32)
-        return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": len(self.table), "stats": stats,
-                                           "block_shift": self.blocks.shift},
+        arrays["term_max"] = np.asarray(self.t_max, np.float32)
+        return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": len(self.table), "stats": stats},
                        arrays=arrays, blobs={"vocab": list(self.vocab)}, tables={"documents": self.table})
 
     def save(self, path: str | Path) -> None:
         """Write the index to folder ``path``, replacing any index there all or nothing.
 
         Pending changes are merged first. Term frequencies (``tf``) are written when the index
-        has its own statistics, so that a loaded index can take further changes; the block
-        maxima of the postings (``block_max``, what pruning reads) always. Everything is
+        has its own statistics, so that a loaded index can take further changes; each term's
+        largest weight (``term_max``, what pruning reads) always. Everything is
         built and checked before the first byte is written: a tokenizer that a loaded index
         could not rebuild (a function such as ``str.split``, an unregistered subclass; see
         :func:`kolm_search.register_tokenizer`) raises ``KolmTypeError`` naming its class and
@@ -390,8 +389,8 @@ class BM25Retriever(SegmentedIndex):
         file's size and sha256 against the manifest, array dtypes, shapes, pointers, document
         rows, finite weights, and weights equal to those of the saved term frequencies. A
         damaged index raises ``KolmValueError`` naming the file and the key or position, never
-        a crash. Block maxima must equal those of the loaded weights. Format versions 1 and 2
-        (before file maps) and 3 (before block maxima: they are computed) still load.
+        a crash. Term maxima must equal those of the loaded weights. Format versions 1 and 2
+        (before file maps) and 3 (before term maxima: they are computed) still load.
         """
         root = Path(path)
         one_of("pruning", pruning, PRUNINGS)
@@ -410,15 +409,12 @@ class BM25Retriever(SegmentedIndex):
         """The index of one manifest ``body`` (or a composite's child), checked here, and its files."""
         where = files.where
         body = check_manifest(where, body, _FORMAT, (1, 2, 3, _VERSION), ("n_docs", *files.manifest_keys),
-                              optional=("stats", "block_shift"))
+                              optional=("stats",))
         cfg = check.bm25_config(where, body["config"], BM25_METHODS)
         n_docs = check.integer(where, "n_docs", body["n_docs"])
         stats = check.bm25_stats(where, body)
-        blocked = body["version"] >= 4  # block maxima saved
-        if blocked != ("block_shift" in body):
-            raise KolmValueError(f"{where}: key 'block_shift' is " + ("missing" if blocked else
-                                 f"unknown in version {body['version']}"))
-        saved = (*_ARRAYS, *(("tf",) if stats == "own" else ()), *(("block_max",) if blocked else ()))
+        bounded = body["version"] >= 4  # term maxima saved
+        saved = (*_ARRAYS, *(("tf",) if stats == "own" else ()), *(("term_max",) if bounded else ()))
         files.expect(("documents", "vocab", *saved))
         vocab = check.vocabulary(files.path("vocab", "json"), files.json("vocab"))
         arrays = {name: files.array(name, kind, 1, mmap=mmap) for name, (kind, _) in _ARRAYS.items()}
@@ -430,11 +426,10 @@ class BM25Retriever(SegmentedIndex):
             check.bm25_weights(files.root, names, arrays, tf, method=cfg["method"], k1=cfg["k1"], b=cfg["b"],
                                delta=cfg["delta"], n_threads=n_threads)
             arrays["tf"] = tf
-        if blocked:
-            shift = check.integer(where, "block_shift", body["block_shift"], 0, MAX_SHIFT)
-            arrays["blocks"] = BlockMaxima.checked(files.root / names["block_max"],
-                                                   files.array("block_max", "float", 1, mmap=mmap), arrays["t_ptr"],
-                                                   arrays["t_w"], shift)
+        if bounded:
+            arrays["t_max"] = checked_term_maxima(files.root / names["term_max"],
+                                                  files.array("term_max", "float", 1, mmap=mmap), arrays["t_ptr"],
+                                                  arrays["t_w"])
         table = files.table("documents", n_docs)
         return cls._from_arrays(table, arrays, vocab, own_stats={"own": True, "external": False}.get(stats),
                                 n_threads=n_threads, **cfg)

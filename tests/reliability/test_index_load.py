@@ -148,8 +148,8 @@ def test_unknown_metric(pristine: dict[str, Path], tmp_path: Path) -> None:
         DenseRetriever.load(d)
 
 
-BM25_FILES = ["documents", "vocab", "t_ptr", "t_docs", "t_w", "nonocc", "doc_len", "tf", "block_max"]
-BM25_KEYS = ["format", "version", "generation", "config", "n_docs", "stats", "block_shift", "files", "config.method", "config.k1",
+BM25_FILES = ["documents", "vocab", "t_ptr", "t_docs", "t_w", "nonocc", "doc_len", "tf", "term_max"]
+BM25_KEYS = ["format", "version", "generation", "config", "n_docs", "stats", "files", "config.method", "config.k1",
              "config.b", "config.delta", "config.tokenizer", "config.fields", "config.fusion_k",
              "config.tokenizer.lowercase", "config.tokenizer.pattern", "config.tokenizer.stopwords",
              "config.tokenizer.stemmer", *[f"files.{k}" for k in BM25_FILES]]
@@ -211,8 +211,7 @@ def _set(body: dict[str, Any], key: str, value: Any) -> None:
     ("config.tokenizer.stemmer", "klingon", "stemmer"), ("config.tokenizer.stopwords", [1], "list of strings"),
     ("config.fields", "content", "list of field names"), ("config.fields", [1], "list of field names"), ("config.surplus", 1, "unknown key"),
     ("config.tokenizer.surplus", 1, "unknown key"), ("surplus", 1, "unknown key"),
-    ("stats", "mine", "must be one of"), ("block_shift", 17, r"must be an integer in \[0, 16\]"),
-    ("block_shift", "6", "must be an integer"), ("generation", "0" * 31, "must be 32 hex digits"),
+    ("stats", "mine", "must be one of"), ("generation", "0" * 31, "must be 32 hex digits"),
     ("files", [], "must be an object"), ("files.surplus", 1, "must be an object of 'name', 'bytes' and 'sha256'"),
     ("files.t_w.name", "../../etc/passwd", "not a file of this save"),
     ("files.t_w.name", "t_w.00000000000000000000000000000000.npy", "not a file of this save"),
