@@ -100,8 +100,8 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
         if m >= 0:
             mm = sel_mask[m]
             if mm < 0:
-                for r in range(sel_ptr[m], sel_ptr[m + 1]):
-                    allow[sel_rows[r]] = q + 1
+                for row in range(sel_ptr[m], sel_ptr[m + 1]):
+                    allow[sel_rows[row]] = q + 1
         total = 0.0
         for e in range(n):
             ubs[e] = np.float64(q_weights[j0 + e] * t_max[q_terms[j0 + e]])  # the largest float32 product
