@@ -268,3 +268,13 @@ def test_merged_stats_equal_whole_collection_stats(lengths: list[int], n_parts: 
     merged, whole = CollectionStats.merge(parts), Postings.from_tokens(docs).stats()
     assert merged.avgdl == whole.avgdl  # exact: integer totals are merged, not rounded means
     assert dict(merged.df) == dict(whole.df) and merged.n_docs == whole.n_docs
+
+
+def test_postings_from_arrays_leaves_its_input() -> None:
+    from kolm_search.retrievers.postings import Postings
+
+    terms = np.array([2, 0, 2, 1, 1, 0], np.int32)
+    before = terms.copy()
+    p = Postings.from_arrays(["a", "b", "c"], terms, np.array([3, 3]))
+    assert np.array_equal(terms, before)  # counting used to sort the caller's array in place
+    assert p.t_ptr.tolist() == [0, 2, 3, 4] and p.p_doc.tolist() == [0, 1, 1, 0] and p.tf.tolist() == [1, 1, 2, 2]

@@ -37,6 +37,7 @@ from kolm_search.retrievers.bm25_weights import (
     reduce_offsets,
     weigh_postings,
 )
+from kolm_search.retrievers.bounds import PRUNINGS, Pruning, checked_term_maxima, prune_queries, term_maxima
 from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.retrievers.segments import Pending, combine_postings, merged_table
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 _FORMAT = "kolm-search/bm25"
-_VERSION = 3  # 3: a file map (kolm_search.retrievers._persist); 2: tf and "stats"; 1 and 2 still load
+_VERSION = 4  # 4: term maxima; 3: a file map (kolm_search.retrievers._persist); 2: tf and "stats"; 1-3 still load
 _FILES_SINCE = 3
 _SAMPLE = 32  # documents tokenised before and after the tokenizer's round trip at save
 _ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # saved arrays: kind, dtype written
@@ -90,6 +91,12 @@ class BM25Retriever(SegmentedIndex):
         scores exactly as the whole collection's index would.
     postings : Postings, optional
         Already counted postings of the table's rows (skips tokenisation).
+    pruning : {"auto", "none"}, default "auto"
+        Top-k by exact dynamic pruning (block-max MaxScore, :mod:`kolm_search._kernels.pruned`)
+        for the queries where it pays (long postings, small k:
+        :func:`~kolm_search.retrievers.bounds.prune_queries`), or ``"none"``: every query
+        scores every posting of its terms. Results are the same bit for bit; each scoring call
+        may override it.
 
     Notes
     -----
@@ -107,9 +114,10 @@ class BM25Retriever(SegmentedIndex):
                  delta: float = 0.5, tokenizer: Tokenizer | None = None,
                  fields: Sequence[str] = ("title", "content"), fusion_k: float = 60,
                  n_threads: int | None = None, stats: CollectionStats | None = None,
-                 postings: Postings | None = None, n_jobs: int | None = None, progress: bool | None = None) -> None:
+                 postings: Postings | None = None, n_jobs: int | None = None, progress: bool | None = None,
+                 pruning: Pruning = "auto") -> None:
         self._configure(method=method, k1=k1, b=b, delta=delta, tokenizer=tokenizer, fields=fields,
-                        fusion_k=fusion_k, n_threads=n_threads)
+                        fusion_k=fusion_k, n_threads=n_threads, pruning=pruning)
         self._start_index(DocumentTable.coerce(documents))
         if postings is None:  # token strings live one chunk at a time
             postings = Postings.from_texts(self.table.texts(self.fields), self.tokenizer, n_jobs=n_jobs,
@@ -117,9 +125,10 @@ class BM25Retriever(SegmentedIndex):
         self.index_postings(postings, stats=stats)
 
     def _configure(self, *, method: Method, k1: float, b: float, delta: float, tokenizer: Tokenizer | None,
-                   fields: Sequence[str], fusion_k: float, n_threads: int | None) -> None:
+                   fields: Sequence[str], fusion_k: float, n_threads: int | None, pruning: Pruning = "auto") -> None:
         """Check and set the parameters (of :meth:`__init__` and of a loaded index)."""
         one_of("method", method, BM25_METHODS)
+        one_of("pruning", pruning, PRUNINGS)
         k1, delta, fusion_k = (real(name, value, low=0) for name, value in
                                (("k1", k1), ("delta", delta), ("fusion_k", fusion_k)))
         b = real("b", b, low=0, high=1)
@@ -131,12 +140,13 @@ class BM25Retriever(SegmentedIndex):
         self.fields = tuple(fields)
         self.fusion_k = fusion_k
         self.n_threads = n_threads
+        self.pruning: Pruning = pruning
 
     @classmethod
     def _from_arrays(cls, table: DocumentTable, arrays: Mapping[str, Any], vocab: list[str], *,
                      own_stats: bool | None, **config: Any) -> BM25Retriever:
         """An index over ``table`` from weighted arrays (``t_ptr``, ``t_docs``, ``t_w``, ``nonocc``,
-        ``doc_len``, perhaps ``tf``) and their ``vocab``, already checked (:meth:`load`'s path);
+        ``doc_len``, perhaps ``tf`` and ``t_max``) and their ``vocab``, already checked (:meth:`load`'s path);
         ``config`` as :meth:`_configure` takes it."""
         self = cls.__new__(cls)
         self._configure(**config)
@@ -186,6 +196,8 @@ class BM25Retriever(SegmentedIndex):
         self.nonocc = arrays["nonocc"]
         self.doc_len = arrays["doc_len"]
         self.tf = arrays.get("tf")
+        t_max = arrays.get("t_max")  # checked against t_w by the loader, else computed here
+        self.t_max: npt.NDArray[np.float32] = term_maxima(self.t_ptr, self.t_w) if t_max is None else t_max
         self.vocab = vocab
         self._vocab_index = {t: i for i, t in enumerate(vocab)}
 
@@ -249,23 +261,26 @@ class BM25Retriever(SegmentedIndex):
         return np.asarray(ptr, np.int64), np.asarray(ids, np.int64)
 
     def score_texts(self, texts: Sequence[str], k: int, selections: Selections | None = None, *,
-                    offsets: npt.ArrayLike | None = None,
+                    offsets: npt.ArrayLike | None = None, pruning: Pruning | None = None,
                     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Top-``k`` documents of each text: ``(docs (m, k), scores (m, k), counts (m,))``, each
         limited to its selection (:class:`~kolm_search.engine.selection.Selections`, default all).
 
         ``offsets`` overrides the per-query BM25L/BM25+ constant (a sharded index passes the
-        collection-wide one, see :meth:`CollectionStats.query_offsets`).
+        collection-wide one, see :meth:`CollectionStats.query_offsets`). ``pruning`` overrides
+        the retriever's (``"none"``: the exhaustive kernel; the results are the same).
         """
         q_ptr, q_ids = self.encode(texts)
-        return self.score_encoded(q_ptr, q_ids, k, selections, offsets=offsets)
+        return self.score_encoded(q_ptr, q_ids, k, selections, offsets=offsets, pruning=pruning)
 
     def score_encoded(self, q_ptr: npt.NDArray[np.int64], q_ids: npt.NDArray[np.int64], k: int,
                       selections: Selections | None = None,
                       *, offsets: npt.ArrayLike | None = None, weights: npt.NDArray[np.float32] | None = None,
+                      pruning: Pruning | None = None,
                       ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """:meth:`score_texts` on token ids from :meth:`encode` (CSR ``q_ptr``, ``q_ids``);
         ``weights`` float32 (nnz,) per token (default 1, checked by :meth:`score_weighted`)."""
+        mode = self.pruning if pruning is None else one_of("pruning", pruning, PRUNINGS)
         self.merge()
         m = len(q_ptr) - 1
         if len(q_ids) and not 0 <= int(np.min(q_ids)) <= int(np.max(q_ids)) < len(self.vocab):  # stale ids: no kernel read
@@ -281,11 +296,18 @@ class BM25Retriever(SegmentedIndex):
         except ValueError as exc:
             raise KolmValueError(str(exc)) from exc
         k = min(check.top_k(k), max(n_docs, 1))
+        if mode == "auto":
+            prune = prune_queries(q_ptr, q_ids, weights, self.t_ptr, self.t_max, offsets, sel.ids, sel.ptr,
+                                  sel.mask_of, k)
+            if prune.any():
+                return load("pruned").pruned_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, self.t_max,
+                                                  offsets, *sel.arrays(), n_docs, k, n_threads=self.n_threads,
+                                                  prune=prune)
         return load("sparse").sparse_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, offsets,
                                           *sel.arrays(), n_docs, k, n_threads=self.n_threads)
 
     def score_weighted(self, q_ptr: npt.ArrayLike, q_ids: npt.ArrayLike, q_weights: npt.ArrayLike, k: int,
-                       selections: Selections | None = None,
+                       selections: Selections | None = None, *, pruning: Pruning | None = None,
                        ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Top-``k`` of weighted queries in CSR form (term ids, float32 weights): a document
         scores ``sum w * bm25(term, doc)`` (:mod:`~kolm_search.retrievers.weighted`); a query
@@ -293,7 +315,7 @@ class BM25Retriever(SegmentedIndex):
         self.merge()  # ids and bounds of the merged index
         ptr, ids, w = check_weighted(q_ptr, q_ids, q_weights, len(self.vocab), self.vocab)
         check_bound(ptr, ids, w, self._term_bounds(), self.vocab)
-        return self.score_encoded(ptr, ids, k, selections, weights=w)
+        return self.score_encoded(ptr, ids, k, selections, weights=w, pruning=pruning)
 
     def _term_bounds(self) -> npt.NDArray[np.float64]:
         """:func:`~kolm_search.retrievers.weighted.term_bounds` of the current arrays (computed
@@ -303,11 +325,12 @@ class BM25Retriever(SegmentedIndex):
             cached = self._bounds = (self.t_w, self.nonocc, term_bounds(self.t_ptr, self.t_w, self.nonocc))
         return cached[2]
 
-    def score_terms(self, queries: Sequence[Mapping[str, float]], k: int, selections: Selections | None = None,
+    def score_terms(self, queries: Sequence[Mapping[str, float]], k: int, selections: Selections | None = None, *,
+                    pruning: Pruning | None = None,
                     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """:meth:`score_weighted` of queries given as analysed term -> weight (unknown terms dropped)."""
         self.merge()
-        return self.score_weighted(*encode_weighted(self._vocab_index, queries), k, selections)
+        return self.score_weighted(*encode_weighted(self._vocab_index, queries), k, selections, pruning=pruning)
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""
@@ -338,6 +361,7 @@ class BM25Retriever(SegmentedIndex):
         stats = "unknown" if self.own_stats is None else "own" if self.own_stats and self.tf is not None else "external"
         if stats == "own":
             arrays["tf"] = np.asarray(self.tf).astype(np.int32, copy=False)
+        arrays["term_max"] = np.asarray(self.t_max, np.float32)
         return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": len(self.table), "stats": stats},
                        arrays=arrays, blobs={"vocab": list(self.vocab)}, tables={"documents": self.table})
 
@@ -345,7 +369,8 @@ class BM25Retriever(SegmentedIndex):
         """Write the index to folder ``path``, replacing any index there all or nothing.
 
         Pending changes are merged first. Term frequencies (``tf``) are written when the index
-        has its own statistics, so that a loaded index can take further changes. Everything is
+        has its own statistics, so that a loaded index can take further changes; each term's
+        largest weight (``term_max``, what pruning reads) always. Everything is
         built and checked before the first byte is written: a tokenizer that a loaded index
         could not rebuild (a function such as ``str.split``, an unregistered subclass; see
         :func:`kolm_search.register_tokenizer`) raises ``KolmTypeError`` naming its class and
@@ -356,20 +381,25 @@ class BM25Retriever(SegmentedIndex):
         save_index(path, self._payload())
 
     @classmethod
-    def load(cls, path: str | Path, *, mmap: bool = True, n_threads: int | None = None) -> BM25Retriever:
+    def load(cls, path: str | Path, *, mmap: bool = True, n_threads: int | None = None,
+             pruning: Pruning = "auto") -> BM25Retriever:
         """Load an index written by :meth:`save` (arrays memory-mapped by default).
 
         Every file is checked before any search can read it: the manifest's keys and types, each
         file's size and sha256 against the manifest, array dtypes, shapes, pointers, document
         rows, finite weights, and weights equal to those of the saved term frequencies. A
         damaged index raises ``KolmValueError`` naming the file and the key or position, never
-        a crash. Format versions 1 and 2 (before file maps) still load.
+        a crash. Term maxima must equal those of the loaded weights. Format versions 1 and 2
+        (before file maps) and 3 (before term maxima: they are computed) still load.
         """
         root = Path(path)
+        one_of("pruning", pruning, PRUNINGS)
 
         def read() -> BM25Retriever:
             body, files = open_index(root, files_since=_FILES_SINCE)
-            return cls._from_saved(files, body, mmap=mmap, n_threads=n_threads)
+            out = cls._from_saved(files, body, mmap=mmap, n_threads=n_threads)
+            out.pruning = pruning
+            return out
 
         return retrying(root, read)
 
@@ -378,12 +408,13 @@ class BM25Retriever(SegmentedIndex):
                     n_threads: int | None = None) -> BM25Retriever:
         """The index of one manifest ``body`` (or a composite's child), checked here, and its files."""
         where = files.where
-        body = check_manifest(where, body, _FORMAT, (1, 2, _VERSION), ("n_docs", *files.manifest_keys),
+        body = check_manifest(where, body, _FORMAT, (1, 2, 3, _VERSION), ("n_docs", *files.manifest_keys),
                               optional=("stats",))
         cfg = check.bm25_config(where, body["config"], BM25_METHODS)
         n_docs = check.integer(where, "n_docs", body["n_docs"])
         stats = check.bm25_stats(where, body)
-        saved = (*_ARRAYS, *(("tf",) if stats == "own" else ()))
+        bounded = body["version"] >= 4  # term maxima saved
+        saved = (*_ARRAYS, *(("tf",) if stats == "own" else ()), *(("term_max",) if bounded else ()))
         files.expect(("documents", "vocab", *saved))
         vocab = check.vocabulary(files.path("vocab", "json"), files.json("vocab"))
         arrays = {name: files.array(name, kind, 1, mmap=mmap) for name, (kind, _) in _ARRAYS.items()}
@@ -395,6 +426,10 @@ class BM25Retriever(SegmentedIndex):
             check.bm25_weights(files.root, names, arrays, tf, method=cfg["method"], k1=cfg["k1"], b=cfg["b"],
                                delta=cfg["delta"], n_threads=n_threads)
             arrays["tf"] = tf
+        if bounded:
+            arrays["t_max"] = checked_term_maxima(files.root / names["term_max"],
+                                                  files.array("term_max", "float", 1, mmap=mmap), arrays["t_ptr"],
+                                                  arrays["t_w"])
         table = files.table("documents", n_docs)
         return cls._from_arrays(table, arrays, vocab, own_stats={"own": True, "external": False}.get(stats),
                                 n_threads=n_threads, **cfg)

@@ -188,9 +188,10 @@ class Postings:
 
     @classmethod
     def from_arrays(cls, vocab: list[str], terms: npt.NDArray[np.int32], lengths: npt.NDArray[np.int64]) -> Postings:
-        """Count term ids (int32 (n_tokens,), documents' tokens back to back; ``lengths`` (n_docs,))."""
+        """Count term ids (int32 (n_tokens,), documents' tokens back to back; ``lengths`` (n_docs,));
+        ``terms`` is left as it was (counting sorts a copy)."""
         lengths = np.asarray(lengths, np.int64)
-        return cls(vocab, *term_major([count_ids(np.asarray(terms), lengths, len(vocab))], len(vocab)))
+        return cls(vocab, *term_major([count_ids(np.array(terms, np.int32), lengths, len(vocab))], len(vocab)))
 
     def stats(self) -> CollectionStats:
         """This corpus's own :class:`CollectionStats` (mergeable across shards)."""

@@ -72,9 +72,13 @@ def check_bm25(path: str, queries: list[str], k: int) -> list[list[Any]]:
     want = kernels("sparse").sparse_topk_numpy(q_ptr, q_ids, np.ones(len(q_ids), np.float32), np.asarray(ret.t_ptr),
                                                np.asarray(ret.t_docs), np.asarray(ret.t_w), offsets,
                                                *Selections.none(m).arrays(), n_docs, max(1, min(k, n_docs)))
-    for got_a, want_a in zip((docs, scores, counts), want, strict=True):
-        if not np.array_equal(got_a, want_a):
-            raise OracleError(f"kernel and numpy twin disagree: {got_a.tolist()} vs {want_a.tolist()}")
+    pruned = kernels("pruned").pruned_topk(q_ptr, q_ids, np.ones(len(q_ids), np.float32), np.asarray(ret.t_ptr),
+                                           np.asarray(ret.t_docs), np.asarray(ret.t_w), np.asarray(ret.t_max), offsets,
+                                           *Selections.none(m).arrays(), n_docs, max(1, min(k, n_docs)))
+    for got in ((docs, scores, counts), pruned):  # the pruned kernel on the loaded term maxima too
+        for got_a, want_a in zip(got, want, strict=True):
+            if not np.array_equal(got_a, want_a):
+                raise OracleError(f"kernel and numpy twin disagree: {got_a.tolist()} vs {want_a.tolist()}")
     return _valid_rows(docs, scores, counts, n_docs)
 
 

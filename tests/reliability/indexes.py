@@ -86,6 +86,8 @@ def as_legacy(d: Path, version: int) -> None:
         (d / entry["name"]).rename(d / f"{key}.{ext}")
     del body["generation"]
     body["version"] = version
+    if body["format"] == "kolm-search/bm25":  # term maxima came with version 4
+        (d / "term_max.npy").unlink()
     if version == 1 and body["format"] == "kolm-search/bm25":
         body.pop("stats")
         (d / "tf.npy").unlink(missing_ok=True)

@@ -13,7 +13,8 @@ per copy); a crash or hang is pinned to the copy that caused it and the rest run
 
 The oracle: the child exits normally; each copy either fails to load with a ``KolmError`` whose
 message names one of the index's files, or loads and searches with results that equal a numpy
-twin over the loaded arrays and are valid (rows in range, finite, best first); a copy whose files
+twin over the loaded arrays (BM25: the exhaustive and the pruned kernel, the latter on the loaded
+term maxima) and are valid (rows in range, finite, best first); a copy whose files
 are byte-identical to the original gives exactly the original's results.
 ``KOLM_INDEX_FUZZ_CASES`` / ``KOLM_INDEX_FUZZ_SEED`` widen the search. One test per defect class
 is in ``test_index_load.py``.
