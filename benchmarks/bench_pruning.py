@@ -48,8 +48,8 @@ def run(n_docs: int, args: argparse.Namespace) -> list[dict]:
 
     from kolm_search import BM25Retriever, Tokenizer
     from kolm_search._kernels import load
+    from kolm_search.engine.selection import Selections
     from kolm_search.retrievers.postings import Postings
-    from kolm_search.selection import Selections
 
     rows: list[dict] = []
     t0 = time.perf_counter()

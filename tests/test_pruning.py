@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kolm_search._kernels import load
+from kolm_search.engine.selection import Selection, Selections
 from kolm_search.retrievers.bounds import term_maxima
-from kolm_search.selection import Selection, Selections
 
 
 def random_index(rng: np.random.Generator, n_docs: int, vocab: int, max_df: int,

@@ -15,12 +15,12 @@ import pytest
 
 from kolm_search import BM25Retriever
 from kolm_search._kernels import load
+from kolm_search.engine.candidate_frame import QueryBatch
+from kolm_search.engine.selection import Selection, Selections
 from kolm_search.errors import KolmError, KolmValueError
-from kolm_search.frame import QueryBatch
 from kolm_search.retrievers import bounds
 from kolm_search.retrievers.bounds import term_maxima
 from kolm_search.retrievers.feedback import FeedbackRetriever
-from kolm_search.selection import Selection, Selections
 from tests.reliability.indexes import file_of, reseal
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
