@@ -16,6 +16,8 @@ texts in, responses out; the embedder a dict lookup of the query vectors) agains
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import gc
 import time
 from typing import Any
@@ -24,6 +26,8 @@ import numpy as np
 from _common import header, median_times
 
 KINDS = ("exact", "hnsw", "ivf", "ivfpq")
+SWEEP = {"hnsw": (("ef_search", 128), ("ef_search", 512)), "ivf": (("nprobe", 8), ("nprobe", 16), ("nprobe", 128)),
+         "ivfpq": (("rerank", 2), ("rerank", 8), ("nprobe", 128))}
 
 
 def mixture(n: int, d: int, seed: int, topics: int, per_cluster: int = 50) -> np.ndarray:
@@ -96,10 +100,13 @@ def main() -> None:
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: exact, hnsw, ivf, ivfpq, or factory strings")
     ap.add_argument("--params", default="", help="index parameters for every kind, e.g. nprobe=32,ef_search=128")
     ap.add_argument("--pipeline", action="store_true", help="also time exact search_batch against faiss's flat index")
+    ap.add_argument("--sweep", action="store_true",
+                    help="also time each built index at other search parameters (ef_search, nprobe, rerank)")
     args = ap.parse_args()
     header(f"dense ANN top-{args.k}: {args.queries} queries x {args.docs} docs x {args.dim} float32 (mixture)")
     import faiss
 
+    from kolm_search.retrievers.ann import AnnIndex
     from kolm_search.retrievers.dense import DenseRetriever, exact_topk
 
     t0 = time.perf_counter()
@@ -117,6 +124,7 @@ def main() -> None:
     fns: dict[str, Any] = {}
     rows: dict[str, dict[str, Any]] = {}
     for kind in args.kinds.split(","):
+        ret: Any = None
         gc.collect()
         before = rss_mb()
         t0 = time.perf_counter()
@@ -137,7 +145,17 @@ def main() -> None:
                       "params": "" if kind in ("exact", "faiss-flat") else
                       {k: v for k, v in ret.ann.spec.params.items() if k in ("nprobe", "ef_search", "rerank")}}
         print(f"built {kind}: {rows[kind]}", flush=True)
-        del ret
+        if args.sweep and ret is not None and ret.ann is not None:
+            for name, value in SWEEP.get(kind, ()):
+                other = copy.copy(ret)  # the same faiss index, searched with other parameters
+                spec = ret.ann.spec
+                other.ann = AnnIndex(dataclasses.replace(spec, params={**spec.params, name: value}), ret.ann.index,
+                                     ret.ann.live)
+                label = f"{kind} {name}={value}"
+                fns[label] = lambda other=other: other.search_vectors(queries, args.k)[0]
+                rows[label] = {**rows[kind], "recall": recall(fns[label](), want),
+                               "params": {k: v for k, v in other.ann.spec.params.items()
+                                          if k in ("nprobe", "ef_search", "rerank")}}
     times = median_times(fns, repeat=args.repeat)
     base = times.get("exact")
     print(f"\n| index | build s | resident MB | faiss index MB | recall@{args.k} | queries/s | x exact |")

@@ -9,7 +9,7 @@ parameters (``None``: chosen from the corpus when the index is built):
 kind       faiss index                     parameters (defaults)
 =========  ==============================  ====================================================
 hnsw       ``HNSW{m},Flat``                ``m`` 32, ``ef_construction`` 100, ``ef_search`` 256
-ivf        ``IVF{nlist},Flat``             ``nlist`` ~ 4 sqrt(n), ``nprobe`` nlist / 16 (>= 8)
+ivf        ``IVF{nlist},Flat``             ``nlist`` ~ 4 sqrt(n), ``nprobe`` nlist / 64 (>= 16)
 ivfpq      ``IVF{nlist},PQ{pq_m}x{bits}``  ``nlist``, ``nprobe`` as ivf; ``pq_m`` d / 8 (a
                                            divisor of d), ``rerank`` 4
 =========  ==============================  ====================================================
@@ -107,7 +107,7 @@ def resolve(index: str, given: Mapping[str, int], n: int, d: int) -> tuple[str, 
         factory = f"HNSW{p['m']},Flat"
     elif kind in ("ivf", "ivfpq"):
         p.setdefault("nlist", max(1, min(round(4 * math.sqrt(n)), n // 40)))
-        p.setdefault("nprobe", min(p["nlist"], max(8, p["nlist"] // 16)))
+        p.setdefault("nprobe", min(p["nlist"], max(16, p["nlist"] // 64)))
         factory = f"IVF{p['nlist']},Flat"
         if kind == "ivfpq":
             p.setdefault("pq_m", _largest_divisor(d, d // 8))
