@@ -276,3 +276,19 @@ def test_bad_arguments(data: Any) -> None:
         DenseRetriever(small[0], embeddings=small[1], index="Nonsense12")
     with pytest.raises(KolmValueError, match=r"pq_m=5 must divide the dimension 32"):
         DenseRetriever(small[0], embeddings=small[1], index="ivfpq", pq_m=5)
+
+
+def test_a_composite_saves_and_loads_its_approximate_child(data: Any, tmp_path: Path) -> None:
+    from kolm_search import BM25Retriever
+    from kolm_search.retrievers.composite import CompositeRetriever
+
+    frame, docs, queries = data
+    small = frame.iloc[:1500].assign(content=[f"w{i % 13} w{i % 7}" for i in range(1500)])
+    dense = DenseRetriever(small, embeddings=docs[:1500], index="ivf")
+    dense.delete(["d3", "d4"])
+    CompositeRetriever([BM25Retriever(small.drop(index=[3, 4])), dense]).save(tmp_path / "c")
+    loaded = CompositeRetriever.load(tmp_path / "c")
+    child = loaded.retrievers[1]
+    assert isinstance(child, DenseRetriever) and child.index == "ivf" and child.ann.n_live == 1498
+    for a, b in zip(child.search_vectors(queries, 20), dense.search_vectors(queries, 20), strict=True):
+        np.testing.assert_array_equal(a, b)
