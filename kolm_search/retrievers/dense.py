@@ -29,6 +29,7 @@ from kolm_search.retrievers._batching import (
 from kolm_search.retrievers._persist import Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
 from kolm_search.retrievers._vectors import embed_texts, normalise_rows
+from kolm_search.retrievers.ann_spec import AnnSpec
 from kolm_search.retrievers.incremental import EmbeddingsUse, SegmentedIndex
 from kolm_search.retrievers.segments import Pending, merged_table
 from kolm_search.types import SearchDocument, SearchPipelineContext
@@ -115,7 +116,7 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
 
 
 class DenseRetriever(SegmentedIndex):
-    """Exact (brute-force) dense retriever.
+    """Dense retriever: exact (brute-force) by default, or approximate on a faiss index.
 
     Parameters
     ----------
@@ -135,6 +136,14 @@ class DenseRetriever(SegmentedIndex):
         pipeline passes (those of the pipeline's embedder): for a second dense retriever
         whose model differs from the pipeline's (e.g. an :class:`~kolm_search.adapters.LSAEmbedder`
         beside MiniLM in one composite). Not saved by :meth:`save`.
+    index : str, default "exact"
+        ``"exact"`` (the exact kernel), ``"hnsw"``, ``"ivf"``, ``"ivfpq"`` or a faiss factory
+        string (extra ``ann``): an approximate index trained on a sample of the embeddings and
+        kept beside them (:mod:`kolm_search.retrievers.ann`; what each costs and promises:
+        :mod:`kolm_search.retrievers.ann_spec` and the README).
+    **index_params : int
+        The approximate index's parameters (``ef_search``, ``nprobe``, ``nlist``, ``m``,
+        ``pq_m``, ``rerank``, ``train_size``, ...; :mod:`kolm_search.retrievers.ann_spec`).
 
     Notes
     -----
@@ -147,7 +156,8 @@ class DenseRetriever(SegmentedIndex):
     def __init__(self, documents: Any, embedder: Embedder | None = None, *,
                  embeddings: npt.ArrayLike | None = None, metric: Metric = "cosine",
                  fields: Sequence[str] = ("title", "content"), fusion_k: float = 60,
-                 batch_size: int = 4096, n_threads: int | None = None, embed_queries: bool = False) -> None:
+                 batch_size: int = 4096, n_threads: int | None = None, embed_queries: bool = False,
+                 index: str = "exact", **index_params: int) -> None:
         self._configure(embedder, metric=metric, fields=fields, fusion_k=fusion_k, n_threads=n_threads,
                         embed_queries=embed_queries)
         self._start_index(DocumentTable.coerce(documents))
@@ -161,6 +171,23 @@ class DenseRetriever(SegmentedIndex):
         if not np.all(np.isfinite(mat)):
             raise KolmValueError("document embeddings contain NaN or infinite values")
         self.embeddings = normalise_rows(mat) if metric == "cosine" else np.ascontiguousarray(mat)
+        if index == "exact" and index_params:
+            raise KolmValueError(f"DenseRetriever(index='exact') takes no index parameters, got {sorted(index_params)}")
+        self.ann_spec = None if index == "exact" else AnnSpec.of(index, index_params)
+        self.ann = self._built_ann(self.embeddings)
+
+    def _built_ann(self, embeddings: npt.NDArray[np.float32]) -> Any:
+        """A faiss index over ``embeddings`` (None: exact, or no documents yet)."""
+        if self.ann_spec is None or len(embeddings) == 0:
+            return None
+        from kolm_search.retrievers.ann import AnnIndex
+
+        return AnnIndex.build(self.ann_spec, embeddings, n_threads=self.n_threads)
+
+    @property
+    def index(self) -> str:
+        """``"exact"``, or the approximate index's kind or factory string."""
+        return "exact" if self.ann_spec is None else self.ann_spec.index
 
     def _configure(self, embedder: Embedder | None, *, metric: Metric, fields: Sequence[str], fusion_k: float,
                    n_threads: int | None, embed_queries: bool) -> None:
@@ -192,7 +219,15 @@ class DenseRetriever(SegmentedIndex):
             raise SearchError("retriever", f"query embeddings have shape {q.shape}; the index has dimension {self.dim}")
         if self.metric == "cosine":
             q = normalise_rows(q)
-        return exact_topk(q, self.embeddings, k, selections=selections, n_threads=self.n_threads)
+        if self.ann is None:
+            return exact_topk(q, self.embeddings, k, selections=selections, n_threads=self.n_threads)
+        k = check.top_k(k)
+        sel = Selections.none(len(q)) if selections is None else selections
+        try:
+            sel.check(len(q), len(self.table))
+        except ValueError as exc:
+            raise KolmValueError(str(exc)) from exc
+        return self.ann.search(np.ascontiguousarray(q), k, sel, self.embeddings, n_threads=self.n_threads)
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""
@@ -245,16 +280,27 @@ class DenseRetriever(SegmentedIndex):
         base = self.embeddings if pending.base_keep is None else self.embeddings[pending.base_keep]
         rows = [base] * (base.shape[1] > 0 or not pending.segments) + [s.payload[s.keep] for s in pending.segments]
         table = merged_table(self.table, pending)
-        self.embeddings = np.ascontiguousarray(np.concatenate(rows) if len(rows) > 1 else rows[0], np.float32)
-        self.table = table
+        embeddings = np.ascontiguousarray(np.concatenate(rows) if len(rows) > 1 else rows[0], np.float32)
+        ann = self.ann
+        if self.ann_spec is not None:
+            added = rows[1:] if base.shape[1] > 0 or not pending.segments else rows
+            new = np.concatenate(added) if added else np.zeros((0, embeddings.shape[1]), np.float32)
+            ann = self._built_ann(embeddings) if ann is None else ann.merged(pending.base_keep, new, embeddings,
+                                                                                 n_threads=self.n_threads)
+        self.embeddings, self.table, self.ann = embeddings, table, ann
 
     def _payload(self) -> Payload:
         """What :meth:`save` writes, pending changes merged (nothing written)."""
         self.merge()
         config = {"metric": self.metric, "fields": list(self.fields), "fusion_k": self.fusion_k}
-        return Payload(_FORMAT, _VERSION, {"config": config, "n_docs": len(self.table), "dim": self.dim},
-                       arrays={"embeddings": np.asarray(self.embeddings, np.float32)},
-                       tables={"documents": self.table})
+        meta: dict[str, Any] = {"config": config, "n_docs": len(self.table), "dim": self.dim}
+        arrays = {"embeddings": np.asarray(self.embeddings, np.float32)}
+        if self.ann_spec is not None:  # the faiss index beside the embeddings (kolm_search.retrievers.ann_store)
+            from kolm_search.retrievers.ann_store import ann_arrays, ann_meta
+
+            meta["ann"] = ann_meta(self.ann_spec, self.ann)
+            arrays.update(ann_arrays(self.ann))
+        return Payload(_FORMAT, _VERSION, meta, arrays=arrays, tables={"documents": self.table})
 
     def save(self, path: str | Path) -> None:
         """Write to folder ``path`` (embeddings, documents, manifest), replacing any index there
@@ -283,11 +329,12 @@ class DenseRetriever(SegmentedIndex):
     def _from_saved(cls, files: SavedFiles, body: dict[str, Any], embedder: Embedder | None = None, *,
                     mmap: bool = True, n_threads: int | None = None) -> DenseRetriever:
         """The retriever of one manifest ``body`` (or a composite's child), checked here, and its files."""
-        body = check_manifest(files.where, body, _FORMAT, (1, _VERSION), ("n_docs", "dim", *files.manifest_keys))
+        body = check_manifest(files.where, body, _FORMAT, (1, _VERSION), ("n_docs", "dim", *files.manifest_keys),
+                              optional=("ann",))
         cfg = check.dense_config(files.where, body["config"])
         n_docs = check.integer(files.where, "n_docs", body["n_docs"])
         dim = check.integer(files.where, "dim", body["dim"], 0, 1 << 20)
-        files.expect(("documents", "embeddings"))
+        files.expect(("documents", "embeddings"), ("ann", "ann_live") if "ann" in body else ())
         path_emb = files.path("embeddings", "npy")
         emb = check.dense_embeddings(path_emb, files.array("embeddings", "float", 2, mmap=mmap), n_docs, dim,
                                      cfg["metric"])
@@ -297,7 +344,13 @@ class DenseRetriever(SegmentedIndex):
                         n_threads=n_threads, embed_queries=False)
         self._start_index(table)
         self.embeddings = emb
+        self.ann_spec, self.ann = None, None
+        if "ann" in body:
+            from kolm_search.retrievers.ann_store import load_ann
+
+            self.ann_spec, self.ann = load_ann(files, body["ann"], n_docs, dim)
         return self
 
     def __repr__(self) -> str:
-        return f"DenseRetriever({len(self.table)} docs, dim={self.dim}, metric={self.metric!r})"
+        index = "" if self.ann_spec is None else f", index={self.ann_spec.index!r}"
+        return f"DenseRetriever({len(self.table)} docs, dim={self.dim}, metric={self.metric!r}{index})"
