@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 
 from kolm_search import DenseRetriever, KolmValueError
-from kolm_search.frame import QueryBatch
+from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.retrievers.dense import exact_topk
-from kolm_search.selection import Selection, Selections
+from kolm_search.engine.selection import Selection, Selections
 from tests.reliability.indexes import file_of, reseal
 
 faiss = pytest.importorskip("faiss")
