@@ -14,6 +14,7 @@ datasets), ``kolm_search.fusion`` (``fuse_frame``, normalisations), ``kolm_searc
 from kolm_search import presets
 from kolm_search.batch import BatchResult
 from kolm_search.client import SearchClient
+from kolm_search.compose import Fuse, Stage, as_stage
 from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import (
@@ -95,6 +96,7 @@ __all__ = [
     "FeedbackRetriever",
     "FittedFusion",
     "FrameValidationError",
+    "Fuse",
     "IntentClassifier",
     "KolmError",
     "KolmTypeError",
@@ -121,10 +123,12 @@ __all__ = [
     "SearchRequest",
     "SearchResponse",
     "SearchResponseMetadata",
+    "Stage",
     "Synthesizer",
     "Telemetry",
     "Tokenizer",
     "__version__",
+    "as_stage",
     "compare",
     "compare_runs",
     "cross_validate",

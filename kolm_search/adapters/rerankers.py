@@ -17,6 +17,7 @@ from kolm_search._progress import progress_bar
 from kolm_search.adapters._fingerprint import describe, folder_digest, torch_digest
 from kolm_search.adapters.scorecache import ScoreCache
 from kolm_search.adapters.scoring import PointwiseReranker
+from kolm_search.compose.kinds import RerankerStage
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -86,7 +87,7 @@ class CrossEncoderReranker(PointwiseReranker):
         return self.score_pairs([(query, d) for d in docs])
 
 
-class FusionReranker:
+class FusionReranker(RerankerStage):
     """Re-scores candidates by a weighted sum of min-max normalised scorers.
 
     Parameters

@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from kolm_search._kernels import load
 from kolm_search._params import one_of, real
+from kolm_search.compose.kinds import RetrieverStage
 from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
@@ -114,7 +115,7 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
                                     n_threads=n_threads)
 
 
-class DenseRetriever(SegmentedIndex):
+class DenseRetriever(SegmentedIndex, RetrieverStage):
     """Exact (brute-force) dense retriever.
 
     Parameters
@@ -255,6 +256,22 @@ class DenseRetriever(SegmentedIndex):
         return Payload(_FORMAT, _VERSION, {"config": config, "n_docs": len(self.table), "dim": self.dim},
                        arrays={"embeddings": np.asarray(self.embeddings, np.float32)},
                        tables={"documents": self.table})
+
+    # -- stage parameters (kolm_search.compose) ---------------------------------------------
+    def stage_params(self) -> dict[str, Any]:
+        """``embedder, metric, fields, fusion_k, embed_queries`` (scikit-learn's ``get_params``)."""
+        return {"embedder": self.embedder, "metric": self.metric, "fields": self.fields, "fusion_k": self.fusion_k,
+                "embed_queries": self.embed_queries}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        """Set ``fusion_k`` or ``embed_queries``; the others change the vectors (build a new index)."""
+        fixed = set(changes) - {"fusion_k", "embed_queries"}
+        if fixed:
+            raise KolmValueError(f"DenseRetriever: {sorted(fixed)} change the document vectors; build a new index "
+                                 "(only fusion_k and embed_queries can be set)")
+        merged = {**self.stage_params(), **changes}
+        self._configure(self.embedder, metric=self.metric, fields=self.fields, fusion_k=merged["fusion_k"],
+                        n_threads=self.n_threads, embed_queries=merged["embed_queries"])
 
     def save(self, path: str | Path) -> None:
         """Write to folder ``path`` (embeddings, documents, manifest), replacing any index there
