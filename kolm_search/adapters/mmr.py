@@ -103,3 +103,6 @@ class MMRReranker(RerankerStage):
     async def rerank(self, docs: list[SearchDocument], context: SearchPipelineContext) -> list[SearchDocument]:
         """The spec's port: :meth:`rerank_batch` of one query."""
         return (await self.rerank_batch([(docs, context)]))[0]
+
+    def __repr__(self) -> str:
+        return f"MMRReranker(lambda_={self.lambda_!r}, top_n={self.top_n!r})"

@@ -51,7 +51,8 @@ def batch_contexts(batch: QueryBatch) -> list[SearchPipelineContext]:
 
 
 def _frame_of(lists: list[list[SearchDocument]], table: DocumentTable, stage: Any) -> CandidateFrame:
-    """A frame of document lists (ids looked up in ``table``; a document without a score gets ``1 / (rank + 1)``)."""
+    """A frame of document lists (ids looked up in ``table``; a document without a score gets
+    ``1 / (rank + 1)``; each query's scores, sorted descending, follow the list's order)."""
     counts = np.array([len(x) for x in lists], np.int64)
     flat = [d for x in lists for d in x]
     codes = table.codes([d.id for d in flat], missing="ignore") if flat else np.zeros(0, np.int64)
@@ -62,6 +63,10 @@ def _frame_of(lists: list[list[SearchDocument]], table: DocumentTable, stage: An
     rank = np.arange(len(flat)) - np.repeat(ptr[:-1], counts)
     score = np.array([np.nan if d.score is None else float(d.score) for d in flat], np.float64)
     score = np.where(np.isnan(score), 1.0 / (rank + 1.0), score)
+    query = np.repeat(np.arange(len(lists)), counts)
+    # a reranker that re-orders without re-scoring (MMR keeps the incoming scores): the scores,
+    # sorted, follow its order, so that rank and score agree (evaluate and '+' read scores)
+    score = score[np.lexsort((-score, query))]
     return CandidateFrame.from_ptr(ptr, codes, score)
 
 

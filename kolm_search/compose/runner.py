@@ -34,7 +34,8 @@ def stage_name(stage: Any) -> str:
         return stage
     short = reprlib.Repr()
     short.maxother = 100
-    return short.repr(stage)
+    text = short.repr(stage)
+    return f"<{type(stage).__name__}>" if "\n" in text else text
 
 
 class SharedOutputs(Protocol):
