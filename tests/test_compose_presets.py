@@ -84,3 +84,18 @@ def test_hybrid_plus_is_a_fuse_of_three(cran) -> None:  # type: ignore[no-untype
     old = _old(CompositeRetriever([FeedbackRetriever(bm, "bo1"), vec, lsa], k=60, depth=1000), emb)
     assert isinstance(new.modules.retriever, Fuse)
     pd.testing.assert_frame_equal(new.search_batch(queries, limit=10).run, old.search_batch(queries, limit=10).run)
+
+
+def test_fuse_of_cutoffs_is_hybrid_at_that_depth(cran) -> None:  # type: ignore[no-untyped-def]
+    table, queries, emb = cran
+    bm25, dense = BM25Retriever(table), DenseRetriever(table, emb)
+    composed = _old(Fuse(bm25 % 100, dense % 100), emb)
+    preset = presets.hybrid(table, emb, depth=100)
+    for limit in (10, 30):
+        pd.testing.assert_frame_equal(composed.search_batch(queries, limit=limit).run,
+                                      preset.search_batch(queries, limit=limit).run)
+    for text in queries["query"][:5]:
+        a = composed.search_sync({"query": text, "limit": 10})
+        b = preset.search_sync({"query": text, "limit": 10})
+        assert [d.id for d in a.results] == [d.id for d in b.results]
+        assert [d.score for d in a.results] == pytest.approx([d.score for d in b.results], abs=1e-12)

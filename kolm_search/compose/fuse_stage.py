@@ -6,9 +6,12 @@ from typing import Any
 
 from kolm_search.compose.kinds import as_stage
 from kolm_search.compose.runner import stage_name
+from kolm_search.compose.stage import Composed
 from kolm_search.errors import KolmTypeError, KolmValueError
+from kolm_search.frame import QueryBatch
 from kolm_search.ports import Logger
 from kolm_search.retrievers.composite import CompositeRetriever, Strategy
+from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["Fuse"]
 
@@ -53,5 +56,23 @@ class Fuse(CompositeRetriever):
                 others = ", ".join(stage_name(x) for x in found)
                 raise KolmTypeError(f"Fuse({others}): stages[{i}] ({stage_name(s)}) re-ranks; Fuse fuses retrieving "
                                     "stages (to fuse two re-rankings of one list: Fuse(a >> r1, a >> r2))")
+        self._composed = any(isinstance(s, Composed) for s in found)
         super().__init__(found, k, strategy, logger, weights=weights, method=method, norm=norm,  # type: ignore[arg-type]
                          depth=depth)
+
+    async def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
+        """One query's documents. Over built-in retrievers only, the spec's path (as
+        :class:`CompositeRetriever`); with a composed stage among them, :meth:`retrieve_batch`
+        of a batch of one, so that ``bm25 % 100`` gives the fusion its 100 best here too."""
+        if not self._composed:
+            return await super().retrieve(context)
+        table = self.table
+        if table is None:
+            return await super().retrieve(context)
+        target = max(1, min(int(context.plan.target_limit), len(table)))
+        frame = self.retrieve_batch(QueryBatch.from_contexts([context], limit=target))
+        return table.documents(frame.doc, frame.score)  # type: ignore[no-any-return]
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        super().apply_params(changes)
+        self._composed = any(isinstance(s, Composed) for s in self.retrievers)

@@ -15,7 +15,6 @@ import numpy as np
 from kolm_search._bridge import resolve
 from kolm_search._logging import log
 from kolm_search._params import one_of, positive_int
-from kolm_search.compose.frame_ops import cutoff
 from kolm_search.compose.kinds import RetrieverStage
 from kolm_search.compose.runner import run_stage
 from kolm_search.compose.stage import Stage
@@ -48,10 +47,11 @@ def retriever_name(retriever: Any) -> str:
 
 
 def _child_frame(child: Any, batch: QueryBatch) -> CandidateFrame:
-    """A child's frame of ``batch``: a stage's through the stage runner of
-    :mod:`kolm_search.compose` (shared and cached inside an experiment), cut at the limit."""
+    """A child's frame of ``batch``: a stage's whole output through the stage runner of
+    :mod:`kolm_search.compose` (shared and cached inside an experiment; a retriever's is at
+    most ``batch.limit`` long, ``bm25 % 100``'s 100), else ``retrieve_batch``."""
     if isinstance(child, Stage):
-        return cutoff(run_stage(child, batch, None), batch.limit)
+        return run_stage(child, batch, None)
     return child.retrieve_batch(batch)
 
 
