@@ -124,3 +124,25 @@ def test_a_damaged_cache_file_is_recomputed_with_a_warning(ds, tmp_path: Path) -
 def test_experiment_refuses_a_reranker_as_a_pipeline(ds) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(KolmValueError, match="re-ranks"):
         _experiment({"r": MMRReranker(Embedder())}, ds)
+
+
+def test_stage_cache_round_trips_and_refuses_another_entry(tmp_path: Path) -> None:
+    from kolm_search import CandidateFrame
+
+    cache = StageCache(tmp_path)
+    frame = CandidateFrame.from_ptr([0, 2, 2, 3], [4, 1, 7], [2.5, 1.0, 0.5])
+    frame = CandidateFrame(query=frame.query, doc=frame.doc, score=frame.score, rank=frame.rank, n_queries=3,
+                           features=np.arange(6, dtype=np.float64).reshape(3, 2))
+    cache.put("stage-a", "input-1", frame)
+    back = cache.get("stage-a", "input-1", 3)
+    assert back is not None
+    for name in ("query", "doc", "score", "rank", "features"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(frame, name))
+    assert cache.get("stage-a", "input-2", 3) is None  # no file: not a warning
+    # another entry's file where this one's should be: its metadata names the other key
+    cache.file_for("stage-b", "input-1").write_bytes(cache.file_for("stage-a", "input-1").read_bytes())
+    with pytest.warns(RuntimeWarning, match="damaged.*'stage' is 'stage-a'"):
+        assert cache.get("stage-b", "input-1", 3) is None
+    with pytest.warns(RuntimeWarning, match="n_queries"):
+        assert cache.get("stage-a", "input-1", 4) is None
+    assert cache.damaged == 2 and cache.reads == 1

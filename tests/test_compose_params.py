@@ -100,3 +100,14 @@ def test_grid_search_with_folds_reports_the_held_out_score(ds, tmp_path) -> None
     pd.testing.assert_frame_equal(again.table, found.table)
     with pytest.raises(KolmValueError, match="does not have"):
         grid_search(pipe, {"k9": [1]}, queries, qrels)
+
+
+def test_reranker_params() -> None:
+    from kolm_search.adapters import FusionReranker
+
+    fusion = FusionReranker(["original"], [1.0])
+    assert fusion.set_params(weights=[2.0]).get_params()["weights"] == [2.0]
+    with pytest.raises(KolmValueError, match="one per scorer"):
+        fusion.set_params(weights=[1.0, 2.0])
+    mmr = MMRReranker(Embedder(), lambda_=0.3, top_n=4)
+    assert mmr.set_params(top_n=None).get_params() == {"embedder": mmr.embedder, "lambda_": 0.3, "top_n": None}

@@ -55,6 +55,18 @@ class CrossEncoderReranker(PointwiseReranker):
         self.score_cache = score_cache
         self._fingerprint: str | None = None
 
+    def stage_params(self) -> dict[str, Any]:
+        """``batch_size`` (scikit-learn's ``get_params``; the model is fixed at construction)."""
+        return {"batch_size": self.batch_size}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        unknown = set(changes) - {"batch_size"}
+        if unknown:
+            raise KolmValueError(f"CrossEncoderReranker has no settable parameter(s) {sorted(unknown)}; it has "
+                                 "['batch_size'] (build a new one for another model)")
+        if "batch_size" in changes:
+            self.batch_size = positive_int("batch_size", changes["batch_size"])
+
     def fingerprint(self) -> str:
         """The model (its folder's files, or a loaded model's weights, by sha256), its maximum
         length and activation (:class:`~kolm_search.ports.Fingerprinted`); computed once."""
@@ -109,6 +121,18 @@ class FusionReranker(RerankerStage):
         if w.shape != (len(scorers),) or not np.all(np.isfinite(w)):
             raise KolmValueError(f"weights must be finite, one per scorer; got {weights!r}")
         self.weights = w
+
+    def stage_params(self) -> dict[str, Any]:
+        """``scorers, weights`` (scikit-learn's ``get_params``)."""
+        return {"scorers": list(self.scorers), "weights": [float(w) for w in self.weights]}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        """Set ``scorers`` or ``weights``, checked as the constructor checks them."""
+        unknown = set(changes) - {"scorers", "weights"}
+        if unknown:
+            raise KolmValueError(f"FusionReranker has no parameter(s) {sorted(unknown)}; it has ['scorers', 'weights']")
+        merged = {**self.stage_params(), **changes}
+        self.__init__(merged["scorers"], merged["weights"])  # type: ignore[misc]
 
     async def rerank(self, docs: list[SearchDocument], context: SearchPipelineContext) -> list[SearchDocument]:
         if not docs:

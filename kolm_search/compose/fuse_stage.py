@@ -71,7 +71,7 @@ class Fuse(CompositeRetriever):
             return await super().retrieve(context)
         target = max(1, min(int(context.plan.target_limit), len(table)))
         frame = self.retrieve_batch(QueryBatch.from_contexts([context], limit=target))
-        return table.documents(frame.doc, frame.score)  # type: ignore[no-any-return]
+        return table.documents(frame.doc, frame.score)
 
     def apply_params(self, changes: dict[str, Any]) -> None:
         super().apply_params(changes)

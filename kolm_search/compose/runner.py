@@ -12,7 +12,6 @@ declaring none) is shared by identity within the block and never written to disk
 from __future__ import annotations
 
 import reprlib
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,7 +54,6 @@ class RunState:
     memo: dict[tuple[str, str], CandidateFrame] = field(default_factory=dict)
     computed: Counter[str] = field(default_factory=Counter)
     reused: Counter[str] = field(default_factory=Counter)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 _STATE: ContextVar[RunState | None] = ContextVar("kolm_search_compose_state", default=None)
