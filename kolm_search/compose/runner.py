@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import reprlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
 from kolm_search.frame import CandidateFrame, QueryBatch
 
-__all__ = ["RunState", "SharedOutputs", "run_stage", "sharing", "stage_name"]
+__all__ = ["RunState", "SharedOutputs", "run_stage", "shared_value", "sharing", "stage_name"]
 
 
 def stage_name(stage: Any) -> str:
@@ -54,8 +54,10 @@ class RunState:
     memo: dict[tuple[str, str], CandidateFrame] = field(default_factory=dict)
     computed: Counter[str] = field(default_factory=Counter)
     reused: Counter[str] = field(default_factory=Counter)
+    values: dict[Any, Any] = field(default_factory=dict)
 
 
+T = TypeVar("T")
 _STATE: ContextVar[RunState | None] = ContextVar("kolm_search_compose_state", default=None)
 _ACTIVE: ContextVar[tuple[int, ...]] = ContextVar("kolm_search_compose_active", default=())
 
@@ -69,6 +71,18 @@ def sharing(state: RunState | None = None) -> Iterator[RunState]:
         yield state
     finally:
         _STATE.reset(token)
+
+
+def shared_value(key: Any, make: Callable[[], T]) -> T:
+    """``make()``, kept under ``key`` for the length of a :func:`sharing` block (outside one,
+    made every time): what several stages derive alike from one input, e.g. the documents of
+    the candidates that five rerankers re-rank."""
+    state = _STATE.get()
+    if state is None:
+        return make()
+    if key not in state.values:
+        state.values[key] = make()
+    return state.values[key]
 
 
 def check_output(stage: Any, out: Any, batch: QueryBatch) -> CandidateFrame:
