@@ -7,7 +7,8 @@ corpus; ``--docs`` changes its size). Rows:
   ``presets.hybrid(depth=100)`` and against the wiring before stages existed (a
   ``CompositeRetriever([bm25, dense], depth=100)``): ratios of medians of paired rounds;
 - ``experiment``: an ``Experiment`` of five MMR rerankers over one ``bm25 % 100`` against the
-  slowest of the five pipelines run alone (its own BM25 included);
+  slowest of the five pipelines run alone (its own BM25 included), and the same with five
+  columnar rerankers (a document-length prior, vectorised: the cost of sharing itself);
 - ``cached``: the same experiment again over its ``cache_dir`` against its first run.
 
 The embedder is a lookup of precomputed random vectors (64 dimensions) by text, so the figures
@@ -27,9 +28,19 @@ import numpy as np
 import pandas as pd
 from _common import header, median_times, report
 
-from kolm_search import BM25Retriever, CompositeRetriever, DenseRetriever, Experiment, Fuse, SearchClient, presets
+from kolm_search import (
+    BM25Retriever,
+    CompositeRetriever,
+    DenseRetriever,
+    Experiment,
+    Fuse,
+    SearchClient,
+    presets,
+)
 from kolm_search.adapters import MMRReranker
+from kolm_search.compose import RerankerStage
 from kolm_search.doctable import DocumentTable
+from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.io import Dataset, load_dataset
 from kolm_search.planners import DefaultQueryPlanner
 
@@ -57,6 +68,23 @@ class LookupEmbedder:
 
     def fingerprint(self) -> str:
         return f"lookup-{len(self.rows)}-{self.dim}"
+
+
+class LengthPrior(RerankerStage):
+    """``score + weight * log(1 + length)`` of each candidate, re-sorted: a columnar reranker."""
+
+    def __init__(self, lengths: np.ndarray, weight: float) -> None:
+        self.lengths, self.weight = lengths, weight
+
+    def stage_params(self) -> dict[str, Any]:
+        return {"weight": self.weight}
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        assert candidates is not None
+        score = candidates.score + self.weight * np.log1p(self.lengths[candidates.doc])
+        order = np.lexsort((candidates.rank, -score, candidates.query))
+        return CandidateFrame(query=candidates.query[order], doc=candidates.doc[order], score=score[order],
+                              rank=candidates.rank, n_queries=candidates.n_queries)
 
 
 def synthetic(n_docs: int, n_queries: int, seed: int = 0) -> Dataset:
@@ -96,12 +124,15 @@ def hybrid_rows(name: str, ds: Dataset, repeat: int) -> list[dict[str, Any]]:
             {"what": f"{name} hybrid: CompositeRetriever (before)", "seconds": med["before"]}]
 
 
-def experiment_rows(name: str, ds: Dataset, repeat: int) -> list[dict[str, Any]]:
+def experiment_rows(name: str, ds: Dataset, repeat: int, kind: str) -> list[dict[str, Any]]:
     table = DocumentTable.coerce(ds.corpus)
     emb = LookupEmbedder(table.texts())
     first = BM25Retriever(table) % 100
-    pipes = {f"mmr{lam}": first >> MMRReranker(emb, lambda_=lam) for lam in (0.5, 0.6, 0.7, 0.8, 0.9)}
+    lengths = np.array([len(t.split()) for t in table.texts()], np.float64)
+    pipes: dict[str, Any] = {f"{kind}{w}": first >> (MMRReranker(emb, lambda_=w) if kind == "mmr" else
+                                                      LengthPrior(lengths, w)) for w in (0.5, 0.6, 0.7, 0.8, 0.9)}
     queries = ds.judged_queries() if name == "cranfield" else ds.queries
+    label = "MMR rerankers" if kind == "mmr" else "columnar rerankers"
 
     def experiment(cache: Path | None = None) -> Experiment:
         exp = Experiment(pipes, ds, ["ndcg@10"], limit=100, progress=False, cache_dir=cache, drop_self_hits=False)
@@ -112,9 +143,9 @@ def experiment_rows(name: str, ds: Dataset, repeat: int) -> list[dict[str, Any]]
     fns = {"experiment": experiment, **singles}
     med = median_times(fns, repeat=repeat)
     slowest = max(med[k] for k in singles)
-    rows = [{"what": f"{name} Experiment of 5 rerankers over one BM25", "seconds": med["experiment"],
+    rows = [{"what": f"{name} Experiment of 5 {label} over one BM25", "seconds": med["experiment"],
              "vs_slowest_single": round(med["experiment"] / slowest, 3)},
-            {"what": f"{name} slowest single pipeline", "seconds": slowest}]
+            {"what": f"{name} slowest single pipeline ({label})", "seconds": slowest}]
     firsts, seconds = [], []
     for _ in range(repeat):
         folder = Path(tempfile.mkdtemp(prefix="kolm-bench-compose-"))
@@ -128,8 +159,10 @@ def experiment_rows(name: str, ds: Dataset, repeat: int) -> list[dict[str, Any]]
             assert not again.shared.computed
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-    rows.append({"what": f"{name} same Experiment, first run with cache_dir", "seconds": float(np.median(firsts))})
-    rows.append({"what": f"{name} same Experiment, second run over the cache", "seconds": float(np.median(seconds)),
+    rows.append({"what": f"{name} same Experiment ({label}), first run with cache_dir",
+                 "seconds": float(np.median(firsts))})
+    rows.append({"what": f"{name} same Experiment ({label}), second run over the cache",
+                 "seconds": float(np.median(seconds)),
                  "vs_first": round(float(np.median(np.array(seconds) / np.array(firsts))), 4)})
     return rows
 
@@ -139,13 +172,20 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--only", choices=("hybrid", "experiment"), default=None)
+    ap.add_argument("--no-synthetic", action="store_true")
     args = ap.parse_args()
     header("stage algebra: composed vs fixed wiring, shared prefixes, cached reruns")
     rows: list[dict[str, Any]] = []
-    for name, ds in (("cranfield", load_dataset("cranfield")), (f"synthetic{args.docs}", synthetic(args.docs,
-                                                                                                   args.queries))):
-        rows += hybrid_rows(name, ds, args.repeat)
-        rows += experiment_rows(name, ds, args.repeat)
+    sets = [("cranfield", load_dataset("cranfield"))]
+    if not args.no_synthetic:
+        sets.append((f"synthetic{args.docs}", synthetic(args.docs, args.queries)))
+    for name, ds in sets:
+        if args.only in (None, "hybrid"):
+            rows += hybrid_rows(name, ds, args.repeat)
+        if args.only in (None, "experiment"):
+            rows += experiment_rows(name, ds, args.repeat, "mmr")
+            rows += experiment_rows(name, ds, args.repeat, "prior")
     report(rows)
 
 

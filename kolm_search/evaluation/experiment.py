@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from kolm_search.compose.cache import StageCache
+from kolm_search.compose.queries import PreparedQueries, prepare_queries, run_prepared
 from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
 from kolm_search.errors import KolmValueError
@@ -91,6 +92,7 @@ class Experiment:
         self.drop_self_hits = wants_self_hits_dropped(as_qrels(dataset), drop_self_hits)
         self.runs: dict[str, pd.DataFrame] = {}
         self.score_cache = score_cache
+        self._prepared: tuple[Any, PreparedQueries] | None = None
         self.shared = RunState(cache=None if self.cache_dir is None else StageCache(self.cache_dir / "stages"))
 
     def _cache_path(self, name: str) -> Path | None:
@@ -126,12 +128,14 @@ class Experiment:
         return self.runs
 
     def _run_stage(self, stage: Stage, queries: pd.DataFrame) -> pd.DataFrame:
-        """A stage's run, prefixes shared with the experiment's other stages (and cached)."""
+        """A stage's run, prefixes shared with the experiment's other stages (and cached); the
+        queries are checked and planned once for all of them."""
+        limit = self.limit + 1 if self.drop_self_hits else self.limit
+        if self._prepared is None or self._prepared[0] is not queries:
+            self._prepared = (queries, prepare_queries(queries, limit=limit))
         with sharing(self.shared):
-            if not self.drop_self_hits:
-                return stage(queries, limit=self.limit)
-            run, _ = drop_self_hits(stage(queries, limit=self.limit + 1), self.limit)
-            return run
+            run = run_prepared(stage, self._prepared[1])
+        return drop_self_hits(run, self.limit)[0] if self.drop_self_hits else run
 
     def run(self) -> ComparisonTable:
         """Search (or reuse cached runs) and return the :func:`compare` table (``.to_latex()``,
