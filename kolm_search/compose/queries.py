@@ -8,13 +8,15 @@ over one set); :func:`run_prepared` runs one stage over them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from kolm_search.config import SearchPipelineOptions
+from kolm_search.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError
 from kolm_search.frame import QueryBatch
 from kolm_search.guards import batch_requests
@@ -32,6 +34,25 @@ class PreparedQueries:
 
     qids: list[Any]
     groups: list[tuple[np.ndarray, list[SearchPipelineContext], np.ndarray, np.ndarray]]
+    qid_column: Any = field(default=None, compare=False)  # the qids as the column a DataFrame would make
+
+    def __post_init__(self) -> None:
+        qid_arr = np.empty(len(self.qids), dtype=object)
+        for i, qid in enumerate(self.qids):  # element-wise: tuple qids stay tuples
+            qid_arr[i] = qid
+        object.__setattr__(self, "qid_column", pd.Series(qid_arr, dtype=None).array)
+
+
+_ID_COLUMNS: weakref.WeakKeyDictionary[DocumentTable, Any] = weakref.WeakKeyDictionary()
+
+
+def _id_column(table: DocumentTable) -> Any:
+    """The table's ids as the array a DataFrame column of them would hold (made once per
+    table; taking rows from it is an arrow ``take``, not a conversion of Python strings)."""
+    found = _ID_COLUMNS.get(table)
+    if found is None:
+        found = _ID_COLUMNS[table] = pd.Series(table.ids).array
+    return found
 
 
 def prepare_queries(queries: Any, *, limit: int | None = None, offset: int = 0, mode: str | None = None,
@@ -60,17 +81,15 @@ def run_prepared(stage: Any, prepared: PreparedQueries) -> pd.DataFrame:
         raise KolmTypeError(f"{stage_name(stage)} re-ranks: a stage called on queries must retrieve "
                             "(put a retrieving stage first, e.g. bm25 >> reranker)")
     table = stage.table
-    qid_arr = np.empty(len(prepared.qids), dtype=object)
-    for i, qid in enumerate(prepared.qids):  # element-wise: tuple qids stay tuples
-        qid_arr[i] = qid
+    ids = _id_column(table)
     parts: list[pd.DataFrame] = []
     for rows, contexts, first, target in prepared.groups:
         batch = QueryBatch.from_contexts(contexts, limit=max(1, min(int(target.max()), len(table))))
         frame = stage.retrieve_batch(batch)
         keep = (frame.rank >= first[frame.query]) & (frame.rank < target[frame.query])
         q = rows[frame.query[keep]]
-        parts.append(pd.DataFrame({"qid": qid_arr[q] if len(q) else np.zeros(0, object),
-                                   "doc_id": table.ids[frame.doc[keep]] if len(q) else np.zeros(0, object),
+        parts.append(pd.DataFrame({"qid": prepared.qid_column.take(q) if len(q) else np.zeros(0, object),
+                                   "doc_id": ids.take(frame.doc[keep]) if len(q) else np.zeros(0, object),
                                    "rank": frame.rank[keep].astype(np.int64),
                                    "score": frame.score[keep].astype(np.float64), "_order": q}))
     if not parts:
