@@ -21,7 +21,7 @@ def main() -> None:
     args = ap.parse_args()
     from kolm_search import presets
     from kolm_search.adapters import LSAEmbedder
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
     from kolm_search.io import load_dataset
 
     ds = load_dataset(args.dataset)

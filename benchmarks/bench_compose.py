@@ -39,10 +39,10 @@ from kolm_search import (
 )
 from kolm_search.adapters import MMRReranker
 from kolm_search.compose import RerankerStage
-from kolm_search.doctable import DocumentTable
-from kolm_search.frame import CandidateFrame, QueryBatch
+from kolm_search.contract.planners import DefaultQueryPlanner
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.io import Dataset, load_dataset
-from kolm_search.planners import DefaultQueryPlanner
 
 
 class LookupEmbedder:

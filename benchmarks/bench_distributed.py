@@ -75,7 +75,7 @@ def main() -> None:
 
     from kolm_search import distributed as kd
     from kolm_search import presets
-    from kolm_search.text import Tokenizer
+    from kolm_search.engine.text import Tokenizer
 
     header(f"Dask: overhead, and {args.docs} docs in {args.shards} shards")
     plain = Tokenizer(stopwords=None, stemmer=None)

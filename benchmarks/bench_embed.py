@@ -23,7 +23,7 @@ from _common import header, median_time, median_times, report
 
 
 def mixed_corpus(n: int, seed: int = 0) -> list[str]:
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
     from kolm_search.io import load_dataset
 
     ds = load_dataset("cranfield")
@@ -87,7 +87,7 @@ def main() -> None:
     from kolm_search import presets
     from kolm_search.adapters import MMRReranker, OnnxEmbedder, packaged_minilm_onnx
     from kolm_search.io import load_dataset
-    from kolm_search.rerank import rerank_run
+    from kolm_search.jobs.rerank import rerank_run
 
     model, tok_path = packaged_minilm_onnx()
     texts = mixed_corpus(args.texts)

@@ -33,10 +33,10 @@ def main() -> None:
         synthetic_timing(args)
         return
     from kolm_search import FeedbackRetriever, evaluate
-    from kolm_search.client import SearchClient
-    from kolm_search.config import SearchPipelineModules
+    from kolm_search.contract.client import SearchClient
+    from kolm_search.contract.config import SearchPipelineModules
+    from kolm_search.contract.planners import DefaultQueryPlanner
     from kolm_search.io import load_dataset
-    from kolm_search.planners import DefaultQueryPlanner
     from kolm_search.retrievers import BM25Retriever
 
     ds = load_dataset(args.dataset)

@@ -55,9 +55,9 @@ def child(index: str, case: str, n_queries: int, repeat: int) -> None:
     from bench_bm25 import synthetic
 
     from kolm_search import BM25Retriever
-    from kolm_search.client import SearchClient
-    from kolm_search.config import SearchPipelineModules
-    from kolm_search.planners import DefaultQueryPlanner
+    from kolm_search.contract.client import SearchClient
+    from kolm_search.contract.config import SearchPipelineModules
+    from kolm_search.contract.planners import DefaultQueryPlanner
 
     ret = BM25Retriever.load(index)
     client = SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=ret), {"default_mode": "fulltext"})
@@ -142,7 +142,7 @@ def main() -> None:
         return
     from kolm_search import presets
     from kolm_search.adapters import LSAEmbedder
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
     from kolm_search.io import load_dataset
 
     ds = load_dataset(args.dataset)

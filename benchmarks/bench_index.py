@@ -85,7 +85,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from kolm_search import BM25Retriever, Tokenizer
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
     from kolm_search.retrievers.postings import Postings
 
     t0 = time.perf_counter()

@@ -43,7 +43,7 @@ import pandas as pd
 
 from kolm_search import evaluate, fuse, leave_one_collection_out, presets
 from kolm_search.adapters import CachedEmbedder, load_embedder
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.evaluation import collection_runs, paired_test, per_query_table
 from kolm_search.io import load_beir
 from kolm_search.retrievers.dense import DenseRetriever

@@ -51,7 +51,7 @@ def distinct_texts(ds: Any, run: Any) -> list[str]:
 
 def jobs(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     from kolm_search.adapters import CachedEmbedder, MMRReranker, SentenceTransformerEmbedder
-    from kolm_search.rerank import rerank_run
+    from kolm_search.jobs.rerank import rerank_run
 
     ds, queries, run = cranfield_run(args.queries, 100)
     texts = distinct_texts(ds, run)
@@ -104,7 +104,7 @@ def overhead(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     import numpy as np
     import pandas as pd
 
-    from kolm_search.rerank import rerank_run
+    from kolm_search.jobs.rerank import rerank_run
 
     header("the job's own cost: a no-op reranker, top-100 of each query, chunks of 1,000 queries")
     rows, counter = [], iter(range(10**6))
@@ -144,7 +144,7 @@ def minilm_cross_encoder(folder: Path) -> Path:
 
 def cache(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     from kolm_search.adapters import CrossEncoderReranker, ScoreCache
-    from kolm_search.rerank import rerank_run
+    from kolm_search.jobs.rerank import rerank_run
 
     ds, queries, run = cranfield_run(args.cache_queries, 100)
     reranker = CrossEncoderReranker(minilm_cross_encoder(work / "ce"), batch_size=32)
@@ -168,7 +168,7 @@ def llm(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     import pandas as pd
 
     from kolm_search.adapters import LLMListwiseReranker, LLMPointwiseReranker, OpenAICompatibleClient
-    from kolm_search.rerank import rerank_run
+    from kolm_search.jobs.rerank import rerank_run
 
     latency, width = 0.05, args.concurrency
     server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_fake_llm.py")), str(latency)],

@@ -16,10 +16,12 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["DELAY", "progress_bar", "progress_enabled", "progress_scope"]
+__all__ = ["DELAY", "MININTERVAL", "progress_bar", "progress_enabled", "progress_scope"]
 
 #: Seconds a phase runs before its bar appears.
 DELAY = 1.0
+#: Least seconds between two redraws of a bar (tqdm's ``mininterval``).
+MININTERVAL = 0.1
 _ENABLED: ContextVar[bool] = ContextVar("kolm_search_progress", default=True)
 
 
@@ -55,4 +57,4 @@ def progress_bar(total: int, desc: str, unit: str, *, progress: bool | None = No
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not progress_enabled(progress),
-                leave=False, delay=DELAY, file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+                leave=False, delay=DELAY, mininterval=MININTERVAL, file=sys.stderr, dynamic_ncols=True, smoothing=0.1)

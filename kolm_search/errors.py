@@ -56,7 +56,7 @@ __all__ = [
 class PipelineStage(StrEnum):
     """Every stage name a search can report, in the order a search runs them: the one list of
     names that errors (:attr:`SearchError.stage`), timeouts
-    (:data:`~kolm_search.config.TIMED_STAGES`), ordering (:data:`~kolm_search.stages.STAGE_ORDER`)
+    (:data:`~kolm_search.contract.config.TIMED_STAGES`), ordering (:data:`~kolm_search.contract.stages.STAGE_ORDER`)
     and re-ranking jobs use. Members are ``str``: ``PipelineStage.EMBEDDER == "embedder"``.
 
     The spec's ten are :data:`PIPELINE_STAGES`; beyond them: ``DEDUPLICATOR`` (a failing

@@ -35,7 +35,7 @@ code("""from pathlib import Path
 
 from kolm_search import BM25Retriever, DenseRetriever, FeedbackRetriever, Fuse
 from kolm_search.adapters import CachedEmbedder, LSAEmbedder, MMRReranker, load_embedder
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.doctable import DocumentTable
 
 # the README's examples run from the repository root and keep their files in cache/ there
 CACHE = Path("..", "cache") if Path.cwd().name == "notebooks" else Path("cache")

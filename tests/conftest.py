@@ -60,7 +60,7 @@ def cranfield_store(tmp_path_factory: pytest.TempPathFactory, cranfield, request
     embedder with a copy, so Cranfield is embedded once per model and session, not per test.
     """
     from kolm_search.adapters import CachedEmbedder, available_model, load_embedder
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
 
     texts = DocumentTable.from_frame(cranfield["corpus"]).texts(("title", "content"))
     made: dict[str, Path] = {}

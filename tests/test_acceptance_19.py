@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kolm_search import SearchDocument
-from kolm_search.doctable import DocumentTable
-from kolm_search.languages import ENGLISH_STOPWORDS
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.languages import ENGLISH_STOPWORDS
+from kolm_search.engine.text import Tokenizer
 from kolm_search.retrievers.bm25 import BM25Retriever
-from kolm_search.text import Tokenizer
 
 try:
     import regex  # Unicode Script and Word_Break properties (an oracle only)
@@ -117,8 +117,8 @@ def test_bm25_index_with_numpy_metadata_filters_after_a_round_trip(tmp_path: Pat
 
 # -- fusion ---------------------------------------------------------------------------------
 def test_fuse_frame_with_too_few_lists_is_a_clear_error() -> None:
+    from kolm_search.engine.candidate_frame import CandidateFrame
     from kolm_search.errors import KolmValueError
-    from kolm_search.frame import CandidateFrame
     from kolm_search.fusion import fuse_frame
 
     stacked = CandidateFrame.concat([CandidateFrame.from_ptr([0, 3], [5, 6, 7], [3.0, 2.0, 1.0]),

@@ -191,7 +191,7 @@ async def test_mmr_reranker_diversifies() -> None:
 
 
 def test_wired_pipeline_on_cranfield(cranfield: dict[str, pd.DataFrame]) -> None:
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
 
     table = DocumentTable.from_frame(cranfield["corpus"])
     emb = LSAEmbedder(table.texts(), n_components=128)

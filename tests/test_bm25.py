@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kolm_search import BM25Retriever, KolmValueError, SearchDocument, Tokenizer
 from kolm_search._kernels import load
-from kolm_search.frame import QueryBatch
+from kolm_search.engine.candidate_frame import QueryBatch
 from tests.conftest import synthetic_corpus
 from tests.reliability.indexes import file_of, reseal
 
@@ -64,7 +64,7 @@ def test_scores_equal_bm25s(method: str, seed: int) -> None:
 @pytest.mark.parametrize("dense_ratio", [0, 16, 10**9])  # always sparse, adaptive, always dense
 @pytest.mark.parametrize("row_cost", [0, 16, 10**9])  # row selections: always, adaptively or never row by row
 def test_sparse_kernel_matches_numpy_twin(seed: int, threads: int, dense_ratio: int, row_cost: int) -> None:
-    from kolm_search.selection import Selection, Selections
+    from kolm_search.engine.selection import Selection, Selections
 
     rng = np.random.default_rng(seed)
     n_docs, vocab = 60, 25

@@ -18,9 +18,9 @@ from kolm_search import (
     presets,
 )
 from kolm_search.adapters.lsa import LSAEmbedder
-from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.doctable import DocumentTable
-from kolm_search.planners import DefaultQueryPlanner
+from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.contract.planners import DefaultQueryPlanner
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.retrievers.feedback import FeedbackRetriever
 from tests.fakes import BatchHashEmbedder
 

@@ -8,9 +8,9 @@ from typing import ClassVar
 import pytest
 
 from kolm_search import PIPELINE_STAGES
-from kolm_search.config import TIMED_STAGES, SearchPipelineOptions
+from kolm_search.contract.config import TIMED_STAGES, SearchPipelineOptions
+from kolm_search.contract.stages import STAGE_ORDER
 from kolm_search.errors import DEDUPLICATOR_STAGE, PipelineStage
-from kolm_search.stages import STAGE_ORDER
 
 
 def test_one_list_of_stage_names() -> None:
@@ -37,7 +37,7 @@ def test_reranking_jobs_report_the_reranker_stage() -> None:
     import pandas as pd
 
     from kolm_search.errors import SearchError
-    from kolm_search.rerank import rerank_run
+    from kolm_search.jobs.rerank import rerank_run
 
     class Broken:
         def rerank(self, docs: object, context: object) -> object:
@@ -114,7 +114,7 @@ async def test_async_adapters_never_block_the_loop_on_a_sync_embedder(tmp_path: 
         MMRReranker,
         NearDuplicateDeduplicator,
     )
-    from kolm_search.planners import DefaultQueryPlanner
+    from kolm_search.contract.planners import DefaultQueryPlanner
 
     loop_thread = threading.get_ident()
     emb = ThreadEmbedder()
@@ -219,7 +219,7 @@ def test_a_cache_that_never_blocks_says_so_and_is_called_inline(monkeypatch: pyt
     from kolm_search import DefaultQueryPlanner, SearchPipeline
     from kolm_search._bridge import DAEMON_POOL
     from kolm_search.adapters import InMemoryCache
-    from kolm_search.ports import NonBlockingCache
+    from kolm_search.contract.ports import NonBlockingCache
     from tests.fakes import ListRetriever, MemoryCache
 
     class Nowait(MemoryCache):
@@ -254,7 +254,7 @@ def test_ports_are_checked_against_their_protocols() -> None:
 
 def test_the_stage_runner_is_built_once_per_modules_and_options() -> None:
     from kolm_search import DefaultQueryPlanner, SearchPipeline
-    from kolm_search.config import SearchPipelineModules
+    from kolm_search.contract.config import SearchPipelineModules
     from tests.fakes import ListRetriever
 
     pipe = SearchPipeline({"planner": DefaultQueryPlanner(), "retriever": ListRetriever()})
@@ -306,7 +306,13 @@ def test_one_rm3_the_text_expander_has_its_own_name() -> None:
 
 def test_implements_agrees_with_isinstance() -> None:
     from kolm_search.adapters import ExactDeduplicator, InMemoryCache, MMRReranker, SqliteCache
-    from kolm_search.ports import BatchReranker, EmbedsMany, NonBlockingCache, ReportsDuplicates, implements
+    from kolm_search.contract.ports import (
+        BatchReranker,
+        EmbedsMany,
+        NonBlockingCache,
+        ReportsDuplicates,
+        implements,
+    )
     from tests.fakes import BatchHashEmbedder, HashEmbedder, MemoryCache
 
     class OnInstance:  # methods set on the instance, not the class: found by the slow path

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from kolm_search import DenseRetriever, KolmValueError, SearchDocument, SearchError
 from kolm_search._kernels import load
-from kolm_search.frame import QueryBatch
+from kolm_search.engine.candidate_frame import QueryBatch
+from kolm_search.engine.selection import Selection, Selections
 from kolm_search.retrievers.dense import exact_topk
-from kolm_search.selection import Selection, Selections
 from tests.fakes import HashEmbedder
 from tests.reliability.indexes import file_of, reseal
 

@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from kolm_search import BM25Retriever, evaluate, presets
-from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.rerank import rerank_run
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.errors import ParameterError
+from kolm_search.jobs.rerank import rerank_run
 from kolm_search.retrievers.dense import exact_topk
 from tests.conftest import synthetic_corpus
 from tests.reliability.rerank_child import BATCH, N_QUERIES, TOP_K, CountingReranker, inputs
@@ -41,7 +42,7 @@ SYNTH_Q = pd.DataFrame({"qid": [f"q{i}" for i in range(60)],
 def test_query_parallel_equals_in_process(dask_client: Any, cranfield: dict[str, pd.DataFrame], kind: str) -> None:
     from kolm_search import distributed as kd
     from kolm_search.adapters import LSAEmbedder
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
 
     for corpus, queries in ((cranfield["corpus"], cranfield["queries"]), (SYNTH, SYNTH_Q)):
         table = DocumentTable.from_frame(corpus)
@@ -94,7 +95,7 @@ def test_sharded_hybrid_on_cranfield(dask_client: Any, cranfield: dict[str, pd.D
     from kolm_search import fuse
     from kolm_search.adapters import LSAEmbedder
     from kolm_search.distributed import ShardedBM25, ShardedDense
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
 
     corpus, queries = cranfield["corpus"], cranfield["queries"]
     table = DocumentTable.from_frame(corpus)
@@ -132,7 +133,11 @@ def test_distributed_evaluate_and_rerank(dask_client: Any, cranfield: dict[str, 
     metrics = ["ndcg@10", "map", "bpref"]
     local = evaluate(run, cranfield["qrels"], metrics)
     remote = kd.evaluate(run, cranfield["qrels"], metrics, dask_client=dask_client, npartitions=4)
-    assert remote == pytest.approx(local, abs=1e-12)
+    assert type(remote) is dict and remote == pytest.approx(local, abs=1e-12)
+    table = kd.evaluate(run, cranfield["qrels"], metrics, dask_client=dask_client, npartitions=4, per_query=True)
+    pd.testing.assert_frame_equal(table, evaluate(run, cranfield["qrels"], metrics, per_query=True))  # the same form
+    with pytest.raises(ParameterError, match="per_query must be True or False"):
+        kd.evaluate(run, cranfield["qrels"], metrics, dask_client=dask_client, per_query="yes")  # type: ignore[call-overload]
     ir_measures = pytest.importorskip("ir_measures")
     measures = [ir_measures.nDCG @ 10, "NumRelRet", "P(rel=2)@5"]
     local = evaluate(run, cranfield["qrels"], measures)

@@ -193,3 +193,68 @@ def test_metrics_kernel_matches_numpy_twin(seed: int) -> None:
         bad[position][0] = n_docs
         with pytest.raises(ValueError, match="codes outside"):
             kernels.evaluate_queries(*bad, mids, cuts, 1)
+
+
+def _tiny() -> tuple[pd.DataFrame, pd.DataFrame]:
+    run = pd.DataFrame({"qid": ["q1", "q1", "q2"], "doc_id": ["a", "b", "a"], "score": [2.0, 1.0, 1.0]})
+    qrels = pd.DataFrame({"qid": ["q1", "q2"], "doc_id": ["b", "a"], "relevance": [1, 1]})
+    return run, qrels
+
+
+def test_each_call_form_has_one_return_type() -> None:
+    """``evaluate(...)`` is a dict of floats, ``evaluate(..., per_query=True)`` a DataFrame, by
+    keyword or by position; ``per_query`` takes only a bool."""
+    from kolm_search.errors import ParameterError
+
+    run, qrels = _tiny()
+    for means in (evaluate(run, qrels), evaluate(run, qrels, ["ndcg@10", "map"]),
+                  evaluate(run, qrels, "map", False), evaluate(run, qrels, "map", per_query=False)):
+        assert type(means) is dict and all(type(v) is float for v in means.values())
+    for table in (evaluate(run, qrels, ["map"], True), evaluate(run, qrels, per_query=True)):
+        assert type(table) is pd.DataFrame and list(table["qid"]) == ["q1", "q2"]
+        assert all(table[c].dtype == np.float64 for c in table.columns[1:])
+    assert evaluate(run, qrels, ["map"]) == {"map": evaluate(run, qrels, ["map"], per_query=True)["map"].mean()}
+    for bad in (1, "yes", None):
+        with pytest.raises(ParameterError, match=rf"per_query must be True or False, got {bad!r}"):
+            evaluate(run, qrels, ["map"], per_query=bad)  # type: ignore[call-overload]
+
+
+def test_the_overloads_say_so() -> None:
+    import typing
+
+    from kolm_search.evaluation import metrics
+
+    returns = [o.__annotations__["return"] for o in typing.get_overloads(metrics.evaluate)]
+    assert returns == ["dict[str, float]", "pd.DataFrame", "pd.DataFrame", "dict[str, float] | pd.DataFrame"]
+
+
+@pytest.mark.slow
+def test_mypy_resolves_each_call_form(tmp_path: object) -> None:
+    """mypy (the project's checker) picks the overload of each form (about 10 s: it reads the package)."""
+    from pathlib import Path
+
+    api = pytest.importorskip("mypy.api")
+    root = Path(tmp_path)  # type: ignore[arg-type]
+    (root / "snippet.py").write_text(
+        "from typing import assert_type\nimport pandas as pd\nfrom kolm_search import evaluate\n"
+        "run = qrels = pd.DataFrame()\nflag: bool = bool(len(run))\n"
+        "assert_type(evaluate(run, qrels), dict[str, float])\n"
+        "assert_type(evaluate(run, qrels, ['map'], False), dict[str, float])\n"
+        "assert_type(evaluate(run, qrels, ['map'], True), pd.DataFrame)\n"
+        "assert_type(evaluate(run, qrels, per_query=True), pd.DataFrame)\n"
+        "assert_type(evaluate(run, qrels, per_query=flag), dict[str, float] | pd.DataFrame)\n"
+        "assert_type(evaluate(run, qrels), pd.DataFrame)  # wrong on purpose: mypy must say so\n")
+    out, _, status = api.run([str(root / "snippet.py"), "--cache-dir", str(root / "cache"), "--follow-imports=silent"])
+    assert status == 1 and out.count("error:") == 1 and "snippet.py:11:" in out, out
+
+
+def test_the_kernel_reports_duplicates_by_named_status() -> None:
+    """Query 0 retrieves a document twice, query 1 has it judged twice, query 2 is clean."""
+    from kolm_search._kernels import load
+    from kolm_search._kernels.measure_ids import Measure, QueryStatus
+
+    values, status = load("metrics").evaluate_queries(
+        [0, 2, 3, 4], [0, 0, 0, 0], 1, [0, 0, 0, 0], [0, 1, 3, 4], [0, 0, 0, 0], [1, 1, 1, 1], 1,
+        [Measure.P], [1], 1)
+    assert status.tolist() == [QueryStatus.RUN_DUPLICATE, QueryStatus.QRELS_DUPLICATE, QueryStatus.EVALUATED]
+    assert values[:, 0].tolist() == [0.0, 0.0, 1.0]  # nothing measured for the first two

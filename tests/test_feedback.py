@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kolm_search import evaluate
-from kolm_search.client import SearchClient
-from kolm_search.config import SearchPipelineModules
+from kolm_search.contract.client import SearchClient
+from kolm_search.contract.config import SearchPipelineModules
+from kolm_search.contract.planners import DefaultQueryPlanner
+from kolm_search.engine.candidate_frame import QueryBatch
+from kolm_search.engine.text import Tokenizer
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.frame import QueryBatch
-from kolm_search.planners import DefaultQueryPlanner
 from kolm_search.retrievers import BM25Retriever, FeedbackRetriever
 from kolm_search.retrievers.prf_weights import row_topk
-from kolm_search.text import Tokenizer
 from kolm_search.types import SearchDocument
 from tests.conftest import synthetic_corpus
 from tests.test_weighted_bm25 import SETTINGS, WORDS, corpora, make_retriever

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kolm_search import SearchDocument, SearchError, presets
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.candidate_frame import QueryBatch
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.filters import FilterError, parse_filter
 from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
-from kolm_search.filters import FilterError, parse_filter
-from kolm_search.frame import QueryBatch
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.dense import DenseRetriever
 from tests.conftest import synthetic_corpus
@@ -465,7 +465,7 @@ ROWS = st.lists(st.integers(0, 63), max_size=64, unique=True).map(sorted)
 
 
 def _sel(kind: str, rows: list[int], n: int = 64) -> Any:
-    from kolm_search.selection import Selection
+    from kolm_search.engine.selection import Selection
 
     mask = np.zeros(n, bool)
     mask[rows] = True
@@ -475,7 +475,7 @@ def _sel(kind: str, rows: list[int], n: int = 64) -> Any:
 @settings(max_examples=150, deadline=None)
 @given(ROWS, ROWS, st.sampled_from(["rows", "mask"]), st.sampled_from(["rows", "mask"]))
 def test_selections_combine_as_masks_do_and_stay_small_as_rows(a: list[int], b: list[int], ka: str, kb: str) -> None:
-    from kolm_search.selection import ROWS_SHARE
+    from kolm_search.engine.selection import ROWS_SHARE
 
     x, y = _sel(ka, a), _sel(kb, b)
     ma, mb = x.as_mask(), y.as_mask()
@@ -513,8 +513,8 @@ def test_a_batch_of_distinct_small_filters_costs_what_it_matches() -> None:
 
 
 def test_the_representation_switches_at_rows_share() -> None:
+    from kolm_search.engine.selection import ROWS_SHARE
     from kolm_search.retrievers._batching import filter_selections
-    from kolm_search.selection import ROWS_SHARE
 
     n = 1600
     table = _id_table(n)

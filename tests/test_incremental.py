@@ -15,15 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kolm_search import presets
-from kolm_search.client import SearchClient
-from kolm_search.config import SearchPipelineModules
+from kolm_search.contract.client import SearchClient
+from kolm_search.contract.config import SearchPipelineModules
+from kolm_search.contract.planners import DefaultQueryPlanner
+from kolm_search.engine.text import Tokenizer
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.planners import DefaultQueryPlanner
 from kolm_search.retrievers.bm25 import BM25_METHODS, BM25Retriever, CollectionStats
 from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
-from kolm_search.text import Tokenizer
 from tests.fakes import HashEmbedder, MemoryCache
 from tests.reliability.indexes import as_legacy, file_of, reseal
 

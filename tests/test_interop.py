@@ -25,8 +25,8 @@ from kolm_search import (
     read_qrels,
     read_run,
 )
+from kolm_search.engine.interop import table_of, to_ir_measures, to_pyterrier, to_ranx, to_trec_dict
 from kolm_search.evaluation import optimize_fusion
-from kolm_search.interop import table_of, to_ir_measures, to_pyterrier, to_ranx, to_trec_dict
 
 METRICS = ["ndcg@10", "map", "mrr", "precision@5", "recall@10", "bpref"]
 TREC = {"ndcg@10": "ndcg_cut_10", "map": "map", "mrr": "recip_rank", "precision@5": "P_5", "recall@10": "recall_10",

@@ -14,7 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kolm_search import BM25Retriever, KolmValueError, Tokenizer
-from kolm_search.languages import ENGLISH_STOPWORDS, normalize_language, stopword_languages, stopwords_for
+from kolm_search.engine.languages import (
+    ENGLISH_STOPWORDS,
+    normalize_language,
+    stopword_languages,
+    stopwords_for,
+)
 
 SNOWBALL = sorted(Stemmer.algorithms())
 ISO = {"french": "fr", "german": "de", "russian": "ru", "spanish": "es", "arabic": "ar", "greek": "el",

@@ -8,7 +8,7 @@ import pytest
 
 from kolm_search import KolmValueError, evaluate, presets
 from kolm_search.adapters import LSAEmbedder
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.doctable import DocumentTable
 
 
 def test_shapes_norms_determinism() -> None:

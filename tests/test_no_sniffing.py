@@ -1,6 +1,6 @@
 """No module reaches into another object's state or tells classes apart by their names (AST).
 
-Capabilities are declared (the Protocols of ``kolm_search.ports``), so no module needs to
+Capabilities are declared (the Protocols of ``kolm_search.contract.ports``), so no module needs to
 assign into another object's ``__dict__`` (or ``vars(obj)``) or compare a class's
 ``__name__`` / ``__qualname__`` / ``__module__``.
 """
@@ -86,7 +86,7 @@ def test_the_contract_and_the_retrievers_find_no_capability_by_name() -> None:
     """Capabilities are Protocols (``ports.implements``): no ``getattr(x, "table")``, no class
     attribute tags such as ``updates = "bm25"`` looked up by name."""
     assert _named_reads('ok = getattr(r, "retrieve_batch", None)\nok = getattr(f, "__name__", "")') == ["retrieve_batch"]
-    files = [ROOT / f"{m}.py" for m in ("client", "pipeline", "stages", "batch", "guards", "config", "ports")]
+    files = [ROOT / "contract" / f"{m}.py" for m in ("client", "pipeline", "stages", "batch", "guards", "config", "ports")]
     for path in [*files, *sorted((ROOT / "retrievers").glob("*.py"))]:
         name = path.relative_to(ROOT).as_posix()
         assert {(name, a) for a in _named_reads(path.read_text(encoding="utf-8"))} <= _NAMED, name

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch", reason="extra 'embeddings' not installed")
 
 from kolm_search import KolmValueError  # noqa: E402
 from kolm_search.adapters import CrossEncoderReranker, OnnxCrossEncoderReranker, packaged_minilm_path  # noqa: E402
-from kolm_search.rerank import rerank_run  # noqa: E402
+from kolm_search.jobs.rerank import rerank_run  # noqa: E402
 from kolm_search.types import SearchDocument  # noqa: E402
 
 

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kolm_search import BM25Retriever, KolmError, KolmTypeError, KolmValueError, Tokenizer
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.retrievers import _parallel
 from kolm_search.retrievers.postings import Postings
 

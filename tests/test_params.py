@@ -26,17 +26,17 @@ from kolm_search._params import (
     seconds,
 )
 from kolm_search.adapters import InMemoryCache, MMRReranker, NearDuplicateDeduplicator, SynonymExpander
+from kolm_search.engine.filters import parse_filter
+from kolm_search.engine.text import Tokenizer
 from kolm_search.errors import KolmTypeError, KolmValueError, ParameterError
-from kolm_search.filters import parse_filter
 from kolm_search.fusion import rrf_score
 from kolm_search.io.trec import read_run
-from kolm_search.rerank import rerank_run
+from kolm_search.jobs.rerank import rerank_run
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
 from kolm_search.retrievers.postings import Postings
-from kolm_search.text import Tokenizer
 
 
 @settings(max_examples=200, deadline=None)

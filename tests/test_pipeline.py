@@ -22,7 +22,7 @@ from kolm_search import (
     SearchRequest,
     SearchResponse,
 )
-from kolm_search.pipeline import cache_key
+from kolm_search.contract.pipeline import cache_key
 from tests.fakes import (
     CORPUS,
     AsyncBoom,

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from kolm_search import BM25Retriever, KolmTypeError, KolmValueError, Tokenizer
 from kolm_search._kernels import run_chunks
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.retrievers.bm25_weights import idf, weigh_slice
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from tests.test_parallel_index import assert_oracle, text_st

@@ -20,10 +20,10 @@ import pytest
 
 from kolm_search import fuse, leave_one_collection_out, presets
 from kolm_search.adapters import FeedbackTermExpander, LSAEmbedder
-from kolm_search.doctable import DocumentTable
+from kolm_search.contract.planners import DefaultQueryPlanner, ExpandingQueryPlanner
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation import collection_runs
-from kolm_search.planners import DefaultQueryPlanner, ExpandingQueryPlanner
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.dense import DenseRetriever
 from tests.conftest import synthetic_corpus

@@ -13,7 +13,7 @@ from kolm_search import KolmValueError, SearchError, evaluate
 from kolm_search.adapters import FusionReranker
 from kolm_search.cli import main
 from kolm_search.io import load_beir, read_run, write_run
-from kolm_search.rerank import rerank_run
+from kolm_search.jobs.rerank import rerank_run
 
 CORPUS = pd.DataFrame({"id": [f"d{i}" for i in range(8)], "content": [f"text {i}" for i in range(8)]})
 QUERIES = pd.DataFrame({"qid": ["q1", "q2"], "query": ["one", "two"]})

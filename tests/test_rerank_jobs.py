@@ -20,7 +20,7 @@ from kolm_search import KolmTypeError, SearchError
 from kolm_search.adapters import LSAEmbedder, MMRReranker
 from kolm_search.errors import JobMismatchError
 from kolm_search.io import read_run, write_run
-from kolm_search.rerank import rerank_run
+from kolm_search.jobs.rerank import rerank_run
 from tests.reliability.rerank_child import BATCH, N_QUERIES, TOP_K, CountingReranker, inputs
 
 N_CHUNKS = -(-N_QUERIES // BATCH)
@@ -187,6 +187,7 @@ def test_progress_on_stderr_and_silenced(tmp_path: Path, capsys: pytest.CaptureF
     from kolm_search import _progress
 
     monkeypatch.setattr(_progress, "DELAY", 0.0)
+    monkeypatch.setattr(_progress, "MININTERVAL", 0.0)
     run, corpus, queries = inputs()
     docs = corpus["content"].tolist()
     mmr = MMRReranker(LSAEmbedder(docs, n_components=8))
@@ -206,6 +207,7 @@ def test_embedding_shows_progress_from_the_first_batch(onnx_minilm: Any, capsys:
     from kolm_search._progress import progress_scope
 
     monkeypatch.setattr(_progress, "DELAY", 0.0)
+    monkeypatch.setattr(_progress, "MININTERVAL", 0.0)  # a quick batch still redraws the bar
     texts = [f"supersonic flow number {i} over a wedge" for i in range(40)]
     onnx_minilm.embed_many(texts)
     err = capsys.readouterr().err

@@ -18,7 +18,7 @@ from kolm_search import KolmTypeError, presets
 from kolm_search.adapters import CachedReranker, PointwiseReranker, ScoreCache
 from kolm_search.adapters.listwise import rerank_windows
 from kolm_search.errors import KolmValueError
-from kolm_search.rerank import rerank_run
+from kolm_search.jobs.rerank import rerank_run
 from kolm_search.types import SearchDocument
 from tests.reliability.rerank_child import inputs
 

@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kolm_search import presets
-from kolm_search.client import SearchClient
+from kolm_search.contract.client import SearchClient
+from kolm_search.contract.planners import DefaultQueryPlanner
+from kolm_search.contract.ports import HoldsIndexes, Persistable, Updatable, implements
 from kolm_search.errors import KolmTypeError
-from kolm_search.planners import DefaultQueryPlanner
-from kolm_search.ports import HoldsIndexes, Persistable, Updatable, implements
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever

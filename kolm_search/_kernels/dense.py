@@ -116,7 +116,7 @@ def dense_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
 
     ``queries`` float32 (m, d) and ``docs`` float32 (n, d) C-contiguous with one ``d``;
     ``sel_ids, sel_ptr, sel_rows, sel_mask, masks`` each query's filter, the arrays of
-    :class:`kolm_search.selection.Selections` (checked by the caller);
+    :class:`kolm_search.engine.selection.Selections` (checked by the caller);
     ``query_block`` queries per tile (default: the batch split over the threads, at most 512),
     ``doc_block`` documents per tile.
     """

@@ -13,10 +13,18 @@ from enum import IntEnum
 
 __all__ = [
     "ANY_LEVEL", "DIVERSITY_IDS", "Diversity", "EXPONENTIAL", "MAX_EXP_GRADE", "METRIC_IDS", "Measure", "N_PARAMS",
-    "WHOLE_RANKING",
+    "QueryStatus", "WHOLE_RANKING",
 ]
 
 N_PARAMS = 3  # float parameters per measure (utility's three coefficients are the most)
+
+
+class QueryStatus(IntEnum):
+    """What the evaluation kernel says of each query (its ``status`` output, int64 (n_q,))."""
+
+    EVALUATED = 0  # measured (or left at zero: no retrieved documents or no judgements)
+    RUN_DUPLICATE = 2  # a document retrieved twice for the query: nothing measured
+    QRELS_DUPLICATE = 3  # a document judged twice for the query: nothing measured
 
 
 class Measure(IntEnum):

@@ -16,9 +16,10 @@ Input (built by :mod:`kolm_search.evaluation.metrics`, which ranks the run):
   IPrec's recall, set_F's x, Rprec_mult's multiple, utility's coefficients). A query's ranking
   is read once per distinct (level, flag) in a row, so callers order measures by them.
 
-Output: ``values`` float64 (n_q, m) and ``status`` int64 (n_q,): 0 evaluated (or left at
-zero when the query has no retrieved documents or no judgements: the caller decides whether
-it counts), 2 a document retrieved twice for the query, 3 a document judged twice.
+Output: ``values`` float64 (n_q, m) and ``status`` int64 (n_q,), members of
+:class:`~kolm_search._kernels.measure_ids.QueryStatus`: ``EVALUATED`` (or left at zero when the
+query has no retrieved documents or no judgements: the caller decides whether it counts),
+``RUN_DUPLICATE`` (a document retrieved twice for the query), ``QRELS_DUPLICATE`` (judged twice).
 
 Beyond trec_eval: ``judged`` (share of the top k that is judged, any grade), ``recip_rank_cut``
 (reciprocal rank within the top k), ``err_cut`` (gdeval's ERR@k: stop probability
@@ -35,7 +36,7 @@ import numpy.typing as npt
 from numba import njit, types
 
 from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
-from kolm_search._kernels.measure_ids import METRIC_IDS, N_PARAMS, Measure
+from kolm_search._kernels.measure_ids import METRIC_IDS, N_PARAMS, Measure, QueryStatus
 from kolm_search._kernels.sig import f64, i64, ro, rw
 
 __all__ = ["METRIC_IDS", "Measure", "evaluate_queries"]
@@ -128,15 +129,15 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
         for t in range(js, js + n_j):
             d = j_doc[t]
             if judged[d] == q:
-                status[q] = 3
+                status[q] = QueryStatus.QRELS_DUPLICATE
             judged[d] = q
             rel_of[d] = max(j_rel[t], -1)
         for t in range(s, s + n_r):
             d = r_doc[t]
             if retrieved[d] == q:
-                status[q] = 2
+                status[q] = QueryStatus.RUN_DUPLICATE
             retrieved[d] = q
-        if n_r == 0 or n_j == 0 or status[q] != 0:
+        if n_r == 0 or n_j == 0 or status[q] != QueryStatus.EVALUATED:
             continue
         n_pos = 0
         for t in range(js, js + n_j):

@@ -1,4 +1,4 @@
-"""The selections of a batch (:class:`kolm_search.selection.Selections`) as the kernels read
+"""The selections of a batch (:class:`kolm_search.engine.selection.Selections`) as the kernels read
 them, and their numpy twin.
 
 A selection ``s >= 0`` is a row of ``masks`` (``mask_of[s] >= 0``) or sorted rows

@@ -8,7 +8,7 @@ Inputs of :func:`sparse_topk`:
   term t, documents ascending, each with its stored weight;
 - ``offsets`` float32 (n_q,): added to every candidate's score (the BM25L/BM25+ constants);
 - ``sel_ids, sel_ptr, sel_rows, sel_mask, masks``: the filter of each query, the arrays of
-  :class:`kolm_search.selection.Selections` (sorted rows or a mask row per selection; -1: none).
+  :class:`kolm_search.engine.selection.Selections` (sorted rows or a mask row per selection; -1: none).
 
 A document's score is ``sum(q_weight * t_w)`` over the query's postings that hold it, in
 query-term order, in float32; only documents holding at least one query term are candidates.
@@ -158,7 +158,7 @@ def sparse_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
 
     The caller guarantees the index layout (term ids below ``len(t_ptr) - 1``, pointers
     monotone, documents below ``n_docs``) and selections that fit it
-    (:meth:`kolm_search.selection.Selections.check`). A query whose postings exceed
+    (:meth:`kolm_search.engine.selection.Selections.check`). A query whose postings exceed
     ``n_docs / dense_ratio`` takes the dense path (0: never; huge: always); one whose selected
     rows times its terms times ``row_cost`` (default :data:`ROW_LOOKUP_COST`; 0: always, huge:
     never) are fewer than its postings is scored row by row.

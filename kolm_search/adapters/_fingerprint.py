@@ -1,4 +1,4 @@
-"""Building blocks of the adapters' ``fingerprint()`` (:class:`~kolm_search.ports.Fingerprinted`):
+"""Building blocks of the adapters' ``fingerprint()`` (:class:`~kolm_search.contract.ports.Fingerprinted`):
 a readable description of a configuration, and digests of model files and weights.
 
 A fingerprint reads ``Name(param=value, ..., weights=sha256:1a2b...)``: readable in a job's

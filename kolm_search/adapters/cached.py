@@ -15,8 +15,8 @@ from kolm_search._bridge import inline, off_loop, run_sync
 from kolm_search._logging import log
 from kolm_search.adapters._sqlite import OnCorrupt
 from kolm_search.adapters._vectorstore import VectorStore
+from kolm_search.contract.ports import Fingerprinted, embed_all, fingerprint_of, implements
 from kolm_search.errors import PIPELINE_STAGES
-from kolm_search.ports import Fingerprinted, embed_all, fingerprint_of, implements
 
 __all__ = ["CachedEmbedder"]
 
@@ -41,7 +41,7 @@ class CachedEmbedder:
         The SQLite file.
     model_id : str, optional
         Identity of the model (default: ``inner.fingerprint()`` when the embedder declares one,
-        :class:`~kolm_search.ports.Fingerprinted`: the built-in embedders do, from their weights
+        :class:`~kolm_search.contract.ports.Fingerprinted`: the built-in embedders do, from their weights
         and settings; else ``repr(inner)``); a different model never reads another's vectors.
     on_corrupt : {"rebuild", "raise"}, default "rebuild"
     timeout : float, default 60
@@ -111,7 +111,7 @@ class CachedEmbedder:
 
     def fingerprint(self) -> str:
         """The wrapped embedder's (the cache changes no vector); a :class:`KolmTypeError` when
-        it declares none (:func:`kolm_search.ports.fingerprint_of`)."""
+        it declares none (:func:`kolm_search.contract.ports.fingerprint_of`)."""
         return fingerprint_of(self.inner, what="embedder")
 
     def __repr__(self) -> str:

@@ -41,7 +41,7 @@ class InMemoryCache:
         Returns seconds (monotonic); injectable for tests.
 
     Safe under concurrent async use (operations are atomic) and across threads (a lock). A
-    :class:`~kolm_search.ports.NonBlockingCache`: the pipeline calls it inline.
+    :class:`~kolm_search.contract.ports.NonBlockingCache`: the pipeline calls it inline.
     """
 
     def __init__(self, max_entries: int = 1024, ttl_seconds: float | None = None, *, clock: Any = time.monotonic) -> None:

@@ -22,7 +22,7 @@ def packaged_minilm_path() -> Path:
 
 
 class SentenceTransformerEmbedder:
-    """``sentence_transformers.SentenceTransformer`` as an :class:`~kolm_search.ports.Embedder`.
+    """``sentence_transformers.SentenceTransformer`` as an :class:`~kolm_search.contract.ports.Embedder`.
 
     Parameters
     ----------
@@ -97,7 +97,7 @@ class SentenceTransformerEmbedder:
 
     def fingerprint(self) -> str:
         """The model (its folder's files, or a loaded model's weights, by sha256) and
-        ``normalize`` (:class:`~kolm_search.ports.Fingerprinted`); computed once."""
+        ``normalize`` (:class:`~kolm_search.contract.ports.Fingerprinted`); computed once."""
         from kolm_search.adapters._fingerprint import describe, folder_digest, torch_digest
 
         if self._fingerprint is None:

@@ -25,7 +25,7 @@ class FeedbackTermExpander:
     A term is weighted by ``sum_d P(t|d) P(d|q)`` over the ``fb_docs`` top documents (``P(d|q)``
     from their BM25 scores, normalised; a term counts by presence); the ``fb_terms`` best terms
     not already in the query are appended to it, as one alternative phrasing, so
-    :class:`~kolm_search.planners.ExpandingQueryPlanner` fuses the original and the expanded
+    :class:`~kolm_search.contract.planners.ExpandingQueryPlanner` fuses the original and the expanded
     query by RRF. The appended terms are the index's analysed terms (stems), analysed again.
 
     Parameters

@@ -1,6 +1,6 @@
 """Listwise re-ranking: RankGPT's sliding window, and ``LLMListwiseReranker`` on it.
 
-:func:`rerank_windows` re-ranks each query's list with any :class:`~kolm_search.ports.RanksWindows`:
+:func:`rerank_windows` re-ranks each query's list with any :class:`~kolm_search.contract.ports.RanksWindows`:
 a window of ``window`` documents starts at the bottom of the list and moves up by ``step``
 until it has ranked the top, each window ordered by ``rank_window`` and put back in place, so
 the best documents of each window are carried up into the next (Sun et al., "Is ChatGPT Good

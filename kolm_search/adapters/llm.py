@@ -26,7 +26,7 @@ What the client guarantees:
   :class:`LLMRequestError` naming the URL (without its user info or query).
 
 In a pipeline a failing synthesizer surfaces as ``SearchError(stage="synthesizer")`` and a
-failing expander makes :class:`~kolm_search.planners.ExpandingQueryPlanner` fall back to the
+failing expander makes :class:`~kolm_search.contract.planners.ExpandingQueryPlanner` fall back to the
 primary query.
 """
 

@@ -14,8 +14,8 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
+from kolm_search.engine.text import Tokenizer
 from kolm_search.errors import KolmValueError
-from kolm_search.text import Tokenizer
 
 __all__ = ["LSAEmbedder"]
 
@@ -97,7 +97,7 @@ class LSAEmbedder:
 
     def fingerprint(self) -> str:
         """What the embeddings depend on: the tokenizer, the vocabulary and the fitted arrays
-        (:class:`~kolm_search.ports.Fingerprinted`)."""
+        (:class:`~kolm_search.contract.ports.Fingerprinted`)."""
         from kolm_search.adapters._fingerprint import array_digest, describe, text_digest
 
         t = self.tokenizer

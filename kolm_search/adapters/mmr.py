@@ -10,8 +10,8 @@ import numpy.typing as npt
 
 from kolm_search._params import positive_int, probability
 from kolm_search.compose.kinds import RerankerStage
+from kolm_search.contract.ports import embed_all, fingerprint_of
 from kolm_search.errors import KolmValueError
-from kolm_search.ports import embed_all, fingerprint_of
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["MMRReranker"]
@@ -94,7 +94,7 @@ class MMRReranker(RerankerStage):
 
     def fingerprint(self) -> str:
         """``lambda_``, ``top_n`` and the embedder's fingerprint
-        (:class:`~kolm_search.ports.Fingerprinted`; an embedder without one is a ``KolmTypeError``)."""
+        (:class:`~kolm_search.contract.ports.Fingerprinted`; an embedder without one is a ``KolmTypeError``)."""
         from kolm_search.adapters._fingerprint import describe
 
         return describe("MMRReranker", lambda_=self.lambda_, top_n=self.top_n,

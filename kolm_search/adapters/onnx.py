@@ -166,7 +166,7 @@ class OnnxEmbedder:
 
     def fingerprint(self) -> str:
         """The model and tokenizer files (sha256) and the settings that change a vector
-        (:class:`~kolm_search.ports.Fingerprinted`)."""
+        (:class:`~kolm_search.contract.ports.Fingerprinted`)."""
         from kolm_search.adapters._fingerprint import describe, file_digest
 
         return describe("OnnxEmbedder", model=file_digest(self.model_path), tokenizer=file_digest(self.tokenizer_path),

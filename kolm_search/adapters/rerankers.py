@@ -27,7 +27,7 @@ __all__ = ["CrossEncoderReranker", "FusionReranker"]
 class CrossEncoderReranker(PointwiseReranker):
     """Scores (query, document) pairs with ``sentence_transformers.CrossEncoder``, in batches.
 
-    A pointwise reranker (:class:`~kolm_search.ports.ScoresPairs`): the pairs of every query of
+    A pointwise reranker (:class:`~kolm_search.contract.ports.ScoresPairs`): the pairs of every query of
     a batch go to the model in one call (:meth:`score_pairs`), only those missing from
     ``score_cache`` when one is given.
 
@@ -69,7 +69,7 @@ class CrossEncoderReranker(PointwiseReranker):
 
     def fingerprint(self) -> str:
         """The model (its folder's files, or a loaded model's weights, by sha256), its maximum
-        length and activation (:class:`~kolm_search.ports.Fingerprinted`); computed once."""
+        length and activation (:class:`~kolm_search.contract.ports.Fingerprinted`); computed once."""
         if self._fingerprint is None:
             weights = folder_digest(self._path) if self._path is not None and self._path.is_dir() \
                 else torch_digest(self.model.model)

@@ -1,13 +1,13 @@
 """``ScoreCache``: re-ranking scores on disk, shared by jobs, experiments and notebooks.
 
-An entry is keyed by the reranker's fingerprint (:class:`~kolm_search.ports.Fingerprinted`),
+An entry is keyed by the reranker's fingerprint (:class:`~kolm_search.contract.ports.Fingerprinted`),
 the query text and the documents it scores, each by id and a digest of its content (id, text,
 title, source, tags, metadata: everything a reranker is given but the incoming score), and
 holds float32 scores:
 
-- a pointwise reranker (:class:`~kolm_search.ports.ScoresPairs`) stores one score per
+- a pointwise reranker (:class:`~kolm_search.contract.ports.ScoresPairs`) stores one score per
   (query, document) pair (:meth:`ScoreCache.pair_keys`);
-- a listwise one (:class:`~kolm_search.ports.RanksWindows`) stores each window's ranking as
+- a listwise one (:class:`~kolm_search.contract.ports.RanksWindows`) stores each window's ranking as
   one score per document of the window (:meth:`ScoreCache.window_key`: the window's documents
   in their order), since a ranking depends on the whole window.
 

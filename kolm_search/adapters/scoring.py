@@ -1,6 +1,6 @@
 """Re-ranking by scores, through a score cache: the one mechanism behind ``score_cache=``.
 
-- :func:`rerank_pointwise` is how every pointwise reranker (:class:`~kolm_search.ports.ScoresPairs`)
+- :func:`rerank_pointwise` is how every pointwise reranker (:class:`~kolm_search.contract.ports.ScoresPairs`)
   re-ranks: the pairs of every query of a batch scored in one ``score_pairs`` call (only those
   missing from the cache, when one is given), each query's documents ordered by score,
   descending, ties in their input order; a pair scored NaN (the scorer could not score it) is
@@ -9,7 +9,7 @@
   the LLM grader): a subclass writes ``score_pairs`` and ``fingerprint``, and is built with
   ``score_cache=`` or without.
 - :class:`CachedReranker` puts a :class:`~kolm_search.adapters.ScoreCache` between any
-  pointwise or listwise (:class:`~kolm_search.ports.RanksWindows`) reranker and its model;
+  pointwise or listwise (:class:`~kolm_search.contract.ports.RanksWindows`) reranker and its model;
   ``rerank_run``, ``search_batch`` and ``Experiment`` build it when given ``score_cache=``.
 """
 
@@ -25,8 +25,8 @@ import numpy.typing as npt
 from kolm_search._bridge import off_loop
 from kolm_search.adapters.scorecache import ScoreCache
 from kolm_search.compose.kinds import RerankerStage
+from kolm_search.contract.ports import RanksWindows, ScoresPairs, fingerprint_of, implements
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.ports import RanksWindows, ScoresPairs, fingerprint_of, implements
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["CachedReranker", "PointwiseReranker", "order_by_scores", "rerank_pointwise", "scores_of", "with_score_cache"]

@@ -14,9 +14,9 @@ import numpy as np
 
 from kolm_search._bridge import inline, off_loop, run_sync
 from kolm_search._params import real
+from kolm_search.contract.planners import normalize_query
+from kolm_search.contract.ports import embed_all
 from kolm_search.errors import KolmValueError
-from kolm_search.planners import normalize_query
-from kolm_search.ports import embed_all
 from kolm_search.types import SearchDocument
 
 __all__ = [
@@ -47,7 +47,7 @@ class ExactDeduplicator:
     """Drops exact duplicates, keeping the best-ranked copy: first by id, then by content.
 
     Content is compared after lowercasing and collapsing white space (SHA-256 of the result).
-    A :class:`~kolm_search.ports.ReportsDuplicates`: :meth:`deduplicate_pairs` also returns the
+    A :class:`~kolm_search.contract.ports.ReportsDuplicates`: :meth:`deduplicate_pairs` also returns the
     ``(dropped_id, kept_id)`` pairs (``last_dropped`` keeps the latest call's, for inspection).
     """
 
@@ -166,7 +166,7 @@ class NearDuplicateDeduplicator:
     """Drops near duplicates: cosine similarity of embeddings at or above ``threshold``.
 
     The best-ranked copy is kept (greedy in rank order, one matrix product). A
-    :class:`~kolm_search.ports.ReportsDuplicates`, as :class:`ExactDeduplicator`.
+    :class:`~kolm_search.contract.ports.ReportsDuplicates`, as :class:`ExactDeduplicator`.
     """
 
     def __init__(self, embedder: Any, threshold: float = 0.95) -> None:

@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kolm_search.compose.fingerprints import frame_digest
+from kolm_search.engine.candidate_frame import CandidateFrame
 from kolm_search.errors import KolmValueError
-from kolm_search.frame import CandidateFrame
 
 __all__ = ["StageCache"]
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from kolm_search.doctable import DocumentTable
+from kolm_search.contract.ports import Fingerprinted, implements
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError
-from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.ports import Fingerprinted, implements
 
 __all__ = ["frame_digest", "input_digest", "table_digest", "value_fingerprint"]
 
@@ -49,7 +49,7 @@ def table_digest(table: DocumentTable) -> str:
 
 def value_fingerprint(value: Any, *, what: str = "parameter") -> str:
     """A parameter value as a string that changes with it: numbers, strings, None and bools
-    by ``repr``; lists, tuples and dicts item by item; a :class:`~kolm_search.ports.Fingerprinted`
+    by ``repr``; lists, tuples and dicts item by item; a :class:`~kolm_search.contract.ports.Fingerprinted`
     object (a stage, an embedder, a tokenizer ...) by its ``fingerprint()``.
 
     Raises
@@ -73,7 +73,7 @@ def value_fingerprint(value: Any, *, what: str = "parameter") -> str:
         found = value.fingerprint()
         if isinstance(found, str) and found:
             return found
-    raise KolmTypeError(f"{what} {type(value).__name__} declares no fingerprint() (kolm_search.ports.Fingerprinted), "
+    raise KolmTypeError(f"{what} {type(value).__name__} declares no fingerprint() (kolm_search.contract.ports.Fingerprinted), "
                         "so outputs that depend on it cannot be shared or cached")
 
 

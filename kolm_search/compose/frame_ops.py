@@ -1,9 +1,9 @@
 """The operators of stage algebra over candidate frames, every query of a batch at once.
 
-Each function takes single-list :class:`~kolm_search.frame.CandidateFrame`\\ s of one batch
+Each function takes single-list :class:`~kolm_search.engine.candidate_frame.CandidateFrame`\\ s of one batch
 (entries sorted by query, then rank) and returns one, ranks renumbered ``0..`` per query. A
 document is matched across frames by ``(query, document code)``: both frames' codes refer to
-one :class:`~kolm_search.doctable.DocumentTable`. The meanings (PyTerrier's, with the
+one :class:`~kolm_search.engine.doctable.DocumentTable`. The meanings (PyTerrier's, with the
 differences the README's table lists):
 
 - :func:`cutoff` (``a % k``): the entries of rank below ``k``;
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kolm_search.engine.candidate_frame import CandidateFrame
 from kolm_search.errors import FrameValidationError
-from kolm_search.frame import CandidateFrame
 from kolm_search.fusion import fuse_frame
 
 __all__ = ["EPSILON", "concatenate", "cutoff", "feature_union", "intersection", "linear", "scale", "union"]

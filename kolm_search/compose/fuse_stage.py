@@ -7,9 +7,9 @@ from typing import Any
 from kolm_search.compose.kinds import as_stage
 from kolm_search.compose.runner import stage_name
 from kolm_search.compose.stage import Composed
+from kolm_search.contract.ports import Logger
+from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.frame import QueryBatch
-from kolm_search.ports import Logger
 from kolm_search.retrievers.composite import CompositeRetriever, Strategy
 from kolm_search.types import SearchDocument, SearchPipelineContext
 

@@ -15,10 +15,17 @@ from kolm_search._bridge import inline, run_sync
 from kolm_search.compose.fingerprints import frame_digest, table_digest
 from kolm_search.compose.runner import shared_value, stage_name
 from kolm_search.compose.stage import Stage
-from kolm_search.doctable import DocumentTable
+from kolm_search.contract.ports import (
+    BatchRetriever,
+    Reranker,
+    Retriever,
+    Updatable,
+    fingerprint_of,
+    implements,
+)
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
-from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.ports import BatchRetriever, Reranker, Retriever, Updatable, fingerprint_of, implements
 from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest
 
 __all__ = ["PortReranker", "PortRetriever", "RerankerStage", "RetrieverStage", "as_stage", "batch_contexts"]
@@ -88,7 +95,7 @@ class RetrieverStage(Stage):
 class RerankerStage(Stage):
     """A reranker as a stage: ``transform`` re-ranks each query's candidates (documents read
     from ``batch.table``) in one ``rerank_batch`` call, or ``rerank`` per query
-    (:func:`kolm_search.stages.rerank_all`)."""
+    (:func:`kolm_search.contract.stages.rerank_all`)."""
 
     @property
     def is_source(self) -> bool:
@@ -98,7 +105,7 @@ class RerankerStage(Stage):
         return self
 
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
-        from kolm_search.stages import rerank_all
+        from kolm_search.contract.stages import rerank_all
 
         name = stage_name(self)
         if candidates is None:

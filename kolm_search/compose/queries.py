@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kolm_search.config import SearchPipelineOptions
-from kolm_search.doctable import DocumentTable
+from kolm_search.contract.config import SearchPipelineOptions
+from kolm_search.contract.guards import batch_requests
+from kolm_search.contract.planners import DefaultQueryPlanner
+from kolm_search.engine.candidate_frame import QueryBatch
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.runs import RUN_COLUMNS
 from kolm_search.errors import KolmTypeError
-from kolm_search.frame import QueryBatch
-from kolm_search.guards import batch_requests
-from kolm_search.planners import DefaultQueryPlanner
-from kolm_search.runs import RUN_COLUMNS
 from kolm_search.types import SearchPipelineContext
 
 __all__ = ["PreparedQueries", "prepare_queries", "run_prepared", "run_queries"]

@@ -21,8 +21,8 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
-from kolm_search.frame import CandidateFrame, QueryBatch
 
 __all__ = ["RunState", "SharedOutputs", "run_stage", "shared_value", "sharing", "stage_name"]
 

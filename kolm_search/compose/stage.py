@@ -38,9 +38,9 @@ import pandas as pd
 from kolm_search.compose import frame_ops as ops
 from kolm_search.compose.params import Parameters
 from kolm_search.compose.runner import run_stage, stage_name
+from kolm_search.contract.ports import Reranker, Retriever, implements
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
-from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.ports import Reranker, Retriever, implements
 
 if TYPE_CHECKING:
     from kolm_search.types import SearchDocument, SearchPipelineContext
@@ -57,7 +57,7 @@ class Stage(Parameters):
     """The base of every stage (see the module docstring).
 
     A subclass implements :meth:`transform` and says whether it retrieves (:attr:`is_source`);
-    a retrieving stage also has ``table``, the :class:`~kolm_search.doctable.DocumentTable`
+    a retrieving stage also has ``table``, the :class:`~kolm_search.engine.doctable.DocumentTable`
     its document codes refer to. Its parameters are :meth:`stage_params` (what determines
     its output), changed by :meth:`apply_params` (:class:`~kolm_search.compose.params.Parameters`).
     """
@@ -178,8 +178,8 @@ def _cutoff(this: Stage, k: Any) -> int:
 class Composed(Stage):
     """A stage made of others by an operator: ``operands`` in order, under :attr:`names`
     (their parameter names), and the operator's own parameters. As a retrieving stage it is
-    a :class:`~kolm_search.ports.BatchRetriever` (``table``, ``retrieve_batch``, ``retrieve``),
-    so it can be a :class:`~kolm_search.client.SearchClient`'s retriever."""
+    a :class:`~kolm_search.contract.ports.BatchRetriever` (``table``, ``retrieve_batch``, ``retrieve``),
+    so it can be a :class:`~kolm_search.contract.client.SearchClient`'s retriever."""
 
     names: tuple[str, ...] = ("left", "right")
     symbol = "?"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import pandas as pd
 
 from kolm_search._extras import require
-from kolm_search._params import positive_int
+from kolm_search._params import boolean, positive_int
 from kolm_search.errors import DistributedError, KolmValueError
 
 __all__ = ["DistributedError", "evaluate", "search_batch", "ship"]
@@ -134,17 +134,31 @@ def _eval_part(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str], kwarg
     from kolm_search.evaluation import evaluate as local_evaluate
 
     table = local_evaluate(run, qrels, metrics, per_query=True, **kwargs)
-    assert isinstance(table, pd.DataFrame)
     return table
 
 
+@overload
+def evaluate(run: pd.DataFrame, qrels: pd.DataFrame, metrics: Sequence[Any] | Any, *, dask_client: Any,
+             npartitions: int | None = ..., per_query: Literal[False] = ..., **kwargs: Any) -> dict[str, float]: ...
+@overload
+def evaluate(run: pd.DataFrame, qrels: pd.DataFrame, metrics: Sequence[Any] | Any, *, dask_client: Any,
+             npartitions: int | None = ..., per_query: Literal[True], **kwargs: Any) -> pd.DataFrame: ...
+@overload
+def evaluate(run: pd.DataFrame, qrels: pd.DataFrame, metrics: Sequence[Any] | Any, *, dask_client: Any,
+             npartitions: int | None = ..., per_query: bool = ...,
+             **kwargs: Any) -> dict[str, float] | pd.DataFrame: ...  # a bool known only at run time
 def evaluate(run: pd.DataFrame, qrels: pd.DataFrame, metrics: Sequence[Any] | Any, *, dask_client: Any,
              npartitions: int | None = None, per_query: bool = False, **kwargs: Any) -> dict[str, float] | pd.DataFrame:
-    """:func:`kolm_search.evaluate` over query partitions; exact (per-query scores, then means)."""
+    """:func:`kolm_search.evaluate` over query partitions; exact (per-query scores, then means).
+
+    The same two call forms and return types: the ``dict`` of means, or with ``per_query=True``
+    the ``DataFrame`` of each query's values (``bool`` only).
+    """
+    from kolm_search.engine.runs import as_qrels, as_run
     from kolm_search.evaluation.measures import aggregate, metric_list, parse_measure
-    from kolm_search.runs import as_qrels, as_run
 
     require("distributed", "dask")
+    per_query = boolean("per_query", per_query)
     metrics = metric_list(metrics)
     specs = [parse_measure(m) for m in metrics]  # names and ir_measures objects, checked before shipping
     keys = [s.key for s in specs]

@@ -1,6 +1,6 @@
 """Batch re-ranking on a Dask cluster: the local job's chunks as tasks, the same parts and manifest.
 
-The job's plan (:class:`~kolm_search.rerank_job.RerankJob`: the run, corpus and query texts)
+The job's plan (:class:`~kolm_search.jobs.rerank_plan.RerankJob`: the run, corpus and query texts)
 and the reranker are shipped to every worker once; each chunk of ``batch_size`` queries is a
 task that computes it with the local job's code. With ``output`` each task writes its part
 into the job folder (atomically; the folder must be on storage every worker sees), so:
@@ -8,7 +8,7 @@ into the job folder (atomically; the folder must be on storage every worker sees
 - a worker killed while computing a chunk only loses that chunk: Dask runs the task again
   elsewhere, and a part written twice is written with the same bytes;
 - a job stopped for any reason is resumed from any client (or locally with
-  :func:`kolm_search.rerank.rerank_run` and the same ``batch_size``): finished parts are kept;
+  :func:`kolm_search.jobs.rerank.rerank_run` and the same ``batch_size``): finished parts are kept;
 - the folder equals the local job's, part for part.
 """
 
@@ -24,9 +24,9 @@ import pandas as pd
 from kolm_search._extras import require
 from kolm_search._params import boolean, positive_int
 from kolm_search._progress import progress_bar, progress_scope
+from kolm_search.contract.ports import fingerprint_of
 from kolm_search.errors import DistributedError
-from kolm_search.ports import fingerprint_of
-from kolm_search.rerank_job import RerankJob, empty_run
+from kolm_search.jobs.rerank_plan import RerankJob, empty_run
 
 __all__ = ["rerank_run"]
 
@@ -61,12 +61,12 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
                dask_client: Any, queries: Any = None, output: str | Path | None = None, restart: bool = False,
                fingerprint: str | None = None, score_cache: Any = None, npartitions: int | None = None,
                progress: bool = False) -> pd.DataFrame:
-    """:func:`kolm_search.rerank.rerank_run` with its chunks computed on a Dask cluster.
+    """:func:`kolm_search.jobs.rerank.rerank_run` with its chunks computed on a Dask cluster.
 
     Parameters
     ----------
     run, corpus, reranker, top_k, queries, output, restart, fingerprint, score_cache
-        As :func:`kolm_search.rerank.rerank_run`; the reranker must pickle (and a score cache
+        As :func:`kolm_search.jobs.rerank.rerank_run`; the reranker must pickle (and a score cache
         be on storage the workers share). The result equals the local job's with the same
         ``batch_size``.
     batch_size : int, optional

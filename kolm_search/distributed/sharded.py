@@ -12,7 +12,7 @@ import pandas as pd
 from kolm_search._extras import require
 from kolm_search._params import one_of, positive_int
 from kolm_search.distributed.query_parallel import _gather
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.retrievers.bm25 import query_offsets
 from kolm_search.retrievers.postings import CollectionStats
@@ -56,8 +56,8 @@ def _bounds(n: int, n_shards: int) -> npt.NDArray[np.int64]:
 
 def _count_shard(frame: pd.DataFrame, kwargs: dict[str, Any]) -> tuple[DocumentTable, Any]:
     """Tokenise and count a shard once, where it lives (phase 1 of the build)."""
+    from kolm_search.engine.text import Tokenizer
     from kolm_search.retrievers.postings import Postings
-    from kolm_search.text import Tokenizer
 
     tok = kwargs.get("tokenizer") or Tokenizer()
     table = DocumentTable.from_frame(frame)
@@ -107,7 +107,7 @@ class ShardedBM25:
         self.ids = frame["id"].to_numpy(dtype=object)
         self.bounds = _bounds(len(frame), n_shards)
         self.dask_client = dask_client
-        from kolm_search.text import Tokenizer
+        from kolm_search.engine.text import Tokenizer
 
         self.tokenizer = bm25_kwargs.get("tokenizer") or Tokenizer()
         self.method = bm25_kwargs.get("method", "lucene")

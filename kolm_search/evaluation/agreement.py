@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kolm_search import ids
+from kolm_search.engine import ids
+from kolm_search.engine.runs import as_run, check_ids, numeric_column
 from kolm_search.errors import KolmValueError
-from kolm_search.runs import as_run, check_ids, numeric_column
 
 __all__ = ["compare_runs", "rbo"]
 

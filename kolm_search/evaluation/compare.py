@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kolm_search.engine.runs import as_qrels, as_run
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.curves import RECALL_LEVELS, precision_recall_curve
 from kolm_search.evaluation.measures import metric_key, metric_list
@@ -34,7 +35,6 @@ from kolm_search.evaluation.stats import (
     rng_of,
     tukey_hsd,
 )
-from kolm_search.runs import as_qrels, as_run
 
 __all__ = ["TESTS", "compare", "paired_test", "per_query_table"]
 
@@ -68,7 +68,6 @@ def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] 
     for name, frame in frames.items():
         table = evaluate(frame, qrels_df, metrics, per_query=True, relevance_level=relevance_level,
                          drop_self_hits=drop_self_hits)
-        assert isinstance(table, pd.DataFrame)
         table = table.set_index(table["qid"].astype(str))
         for m in keys:
             out[m][name] = table[m].reindex(qids).fillna(0.0).to_numpy()

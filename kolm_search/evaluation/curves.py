@@ -37,7 +37,6 @@ def precision_recall_curve(run: Any, qrels: Any, *, per_query: bool = False, **s
 
     names = [f"iprec_at_recall_{r:.2f}" for r in RECALL_LEVELS]
     table = evaluate(run, qrels, names, per_query=True, **settings)
-    assert isinstance(table, pd.DataFrame)
     table = table.rename(columns=dict(zip(names, RECALL_LEVELS, strict=True)))
     if per_query:
         return table

@@ -19,11 +19,11 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search import ids
 from kolm_search._kernels.measure_ids import DIVERSITY_IDS
+from kolm_search.engine import ids
+from kolm_search.engine.runs import relevance_column
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.evaluation.measures import MeasureSpec
-from kolm_search.runs import relevance_column
 
 __all__ = ["SUBTOPIC_COLUMNS", "collapse_subtopics", "diversity_values", "subtopic_column"]
 

@@ -13,20 +13,20 @@ from kolm_search.compose.cache import StageCache
 from kolm_search.compose.queries import PreparedQueries, prepare_queries, run_prepared
 from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
+from kolm_search.engine.runs import as_qrels
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.compare import compare, per_query_table
 from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.runner import run_queries
 from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
 from kolm_search.evaluation.stats import Correction, Interval, Test
-from kolm_search.runs import as_qrels
 
 __all__ = ["Experiment"]
 
 
 class Experiment:
     """PyTerrier-style experiment over stages (:class:`~kolm_search.compose.Stage`) and
-    :class:`~kolm_search.client.SearchClient` pipelines.
+    :class:`~kolm_search.contract.client.SearchClient` pipelines.
 
     Stage pipelines share their work: equal prefixes (equal stage fingerprints, the same
     queries) run once per experiment (``bm25 % 100 >> r1`` and ``bm25 % 100 >> r2`` run BM25

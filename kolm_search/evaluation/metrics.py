@@ -54,13 +54,12 @@ trec_eval's default) or count as zero (``missing="zero"``, trec_eval ``-c``, ir_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search import ids
 from kolm_search._kernels.measure_ids import (
     ANY_LEVEL,
     DIVERSITY_IDS,
@@ -68,11 +67,14 @@ from kolm_search._kernels.measure_ids import (
     MAX_EXP_GRADE,
     METRIC_IDS,
     N_PARAMS,
+    QueryStatus,
 )
+from kolm_search._params import boolean
+from kolm_search.engine import ids
+from kolm_search.engine.runs import as_qrels, as_run, check_ids, check_qrels, numeric_column
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.evaluation.measures import MeasureSpec, aggregate, metric_list, parse_measure
 from kolm_search.evaluation.self_hits import self_hit_mask, wants_self_hits_dropped
-from kolm_search.runs import as_qrels, as_run, check_ids, check_qrels, numeric_column
 
 __all__ = ["evaluate", "parse_metric", "ranking_order"]
 
@@ -173,6 +175,58 @@ def _through_ir_measures(specs: list[tuple[int, MeasureSpec]], q_uniques: pd.Ind
         raise KolmValueError(f"ir_measures could not compute {names}: {type(exc).__name__}: {exc}") from exc
 
 
+@overload
+def evaluate(
+    run: Any,
+    qrels: Any,
+    metrics: Sequence[Any] | str | Any = ...,
+    per_query: Literal[False] = ...,
+    *,
+    relevance_level: int = 1,
+    missing: Literal["ignore", "zero"] = "ignore",
+    n_threads: int | None = None,
+    drop_self_hits: bool | None = None,
+    judged_only: bool = False,
+) -> dict[str, float]: ...
+@overload
+def evaluate(
+    run: Any,
+    qrels: Any,
+    metrics: Sequence[Any] | str | Any,
+    per_query: Literal[True],
+    *,
+    relevance_level: int = 1,
+    missing: Literal["ignore", "zero"] = "ignore",
+    n_threads: int | None = None,
+    drop_self_hits: bool | None = None,
+    judged_only: bool = False,
+) -> pd.DataFrame: ...
+@overload
+def evaluate(
+    run: Any,
+    qrels: Any,
+    metrics: Sequence[Any] | str | Any = ...,
+    *,
+    per_query: Literal[True],
+    relevance_level: int = 1,
+    missing: Literal["ignore", "zero"] = "ignore",
+    n_threads: int | None = None,
+    drop_self_hits: bool | None = None,
+    judged_only: bool = False,
+) -> pd.DataFrame: ...
+@overload
+def evaluate(
+    run: Any,
+    qrels: Any,
+    metrics: Sequence[Any] | str | Any = ...,
+    per_query: bool = ...,
+    *,
+    relevance_level: int = 1,
+    missing: Literal["ignore", "zero"] = "ignore",
+    n_threads: int | None = None,
+    drop_self_hits: bool | None = None,
+    judged_only: bool = False,
+) -> dict[str, float] | pd.DataFrame: ...  # a bool known only at run time
 def evaluate(
     run: Any,
     qrels: Any,
@@ -186,6 +240,11 @@ def evaluate(
     judged_only: bool = False,
 ) -> dict[str, float] | pd.DataFrame:
     """Evaluate a run against qrels with trec_eval's semantics.
+
+    Two call forms, each with one return type: ``evaluate(run, qrels, metrics)`` returns the
+    ``dict`` of each metric's value over the queries; ``evaluate(run, qrels, metrics,
+    per_query=True)`` returns a ``DataFrame`` of each query's values. ``per_query`` must be a
+    ``bool`` (anything else is a :class:`~kolm_search.errors.ParameterError`).
 
     Parameters
     ----------
@@ -219,15 +278,19 @@ def evaluate(
 
     Returns
     -------
-    dict of str to float, or DataFrame
+    dict of str to float (``per_query=False``)
         Keyed by each metric as given (an ir_measures object by its ``str()``); the counts
         ``NumRet``, ``NumRel``, ``NumRelRet`` (``num_q``, ``num_nonrel_judged_ret``) are summed
         over queries, ``gm_map`` and ``gm_bpref`` are geometric means (their per-query values
-        are logs, as trec_eval's), the rest averaged.
-        Query ids are compared, and returned, as strings, in sorted order.
+        are logs, as trec_eval's), the rest averaged. No query evaluated (run and qrels share
+        none): each mean NaN, each count 0.
+    DataFrame (``per_query=True``)
+        One row per evaluated query, sorted by ``qid`` (``str``, the ids compared as strings),
+        then one ``float64`` column per metric, named as the dict's keys.
     """
     from kolm_search._kernels import load
 
+    per_query = boolean("per_query", per_query)
     names = metric_list(metrics)
     specs = [parse_measure(m) for m in names]
     keys = [s.key for s in specs]
@@ -281,7 +344,7 @@ def evaluate(
     for group in groups.values():  # the first (no gain mapping) also checks for duplicates
         status = _kernel_group(kernels, group, int(relevance_level), bool(judged_only), r_args, qrels_q, qrels_d,
                                rel, len(judged), values, n_threads)
-        for code, word in ((2, "run"), (3, "qrels")):
+        for code, word in ((QueryStatus.RUN_DUPLICATE, "run"), (QueryStatus.QRELS_DUPLICATE, "qrels")):
             if (status == code).any():
                 q = q_uniques[int(np.flatnonzero(status == code)[0])]
                 raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")

@@ -7,7 +7,7 @@ method's free parameters (RRF's ``k`` and weights, ``gamma``, ``phi``, ``sigma``
 over the full grid or by coordinate ascent (:mod:`kolm_search.evaluation.param_search`).
 Each point fuses the runs (read once) and evaluates the fused run; tables are trained once
 per distinct training setting. Qrels are checked by :func:`~kolm_search.evaluate`'s rules
-(:func:`~kolm_search.runs.check_qrels`) before anything is trained on them.
+(:func:`~kolm_search.engine.runs.check_qrels`) before anything is trained on them.
 
 Cost is bounded: by default a search over at most three runs is the full grid (728 points
 for RRF over three runs), and beyond three runs default weights are searched by coordinate
@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from kolm_search.engine.runs import as_run, check_qrels
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation import param_search
 from kolm_search.evaluation.measures import metric_key
@@ -33,7 +34,6 @@ from kolm_search.fusion.fitted import FittedFusion, judge, train_tables
 from kolm_search.fusion.frames import prepare_runs, resolve
 from kolm_search.fusion.methods import METHODS, canonical_method
 from kolm_search.fusion.normalize import canonical_norm
-from kolm_search.runs import as_run, check_qrels
 
 __all__ = ["DEFAULT_GRID", "DEFAULT_MAX_POINTS", "SEARCHES", "fit_fusion", "optimize_fusion"]
 

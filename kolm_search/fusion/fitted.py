@@ -16,15 +16,15 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search import ids
 from kolm_search._params import positive_int
+from kolm_search.engine import ids
+from kolm_search.engine.candidate_frame import CandidateFrame
+from kolm_search.engine.runs import as_qrels, relevance_column
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.frame import CandidateFrame
 from kolm_search.fusion import probabilistic
 from kolm_search.fusion.entries import Entries
 from kolm_search.fusion.frames import PreparedRuns, fuse, fuse_frame
 from kolm_search.fusion.normalize import apply_norm
-from kolm_search.runs import as_qrels, relevance_column
 
 __all__ = ["FittedFusion", "Judged", "judge", "train_tables"]
 

@@ -17,14 +17,14 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search import ids
 from kolm_search._params import mapping, non_negative_int
+from kolm_search.engine import ids
+from kolm_search.engine.candidate_frame import CandidateFrame
+from kolm_search.engine.runs import RUN_COLUMNS, as_run, numeric_column
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.frame import CandidateFrame
 from kolm_search.fusion.entries import Entries, first_in_block
 from kolm_search.fusion.methods import METHODS, canonical_method, check_params, fuse_entries
 from kolm_search.fusion.normalize import Norm, canonical_norm
-from kolm_search.runs import RUN_COLUMNS, as_run, numeric_column
 
 __all__ = ["PreparedRuns", "fuse", "fuse_frame", "prepare_runs", "resolve"]
 

@@ -149,9 +149,9 @@ def _query_codes(qid: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
 
 def _duplicate(q: np.ndarray, doc: pa.ChunkedArray) -> int | None:
     """The first row whose (query, document) pair came before, or None: documents coded within
-    their query by :func:`~kolm_search.ids.codes_within_groups` (small hash tables, in parallel),
+    their query by :func:`~kolm_search.engine.ids.codes_within_groups` (small hash tables, in parallel),
     then the pairs checked for a repeat."""
-    from kolm_search.ids import codes_within_groups
+    from kolm_search.engine.ids import codes_within_groups
 
     (codes,), bound, _ = codes_within_groups([pd.Series(doc.to_pandas(), copy=False)], [q], names=["doc_id"])
     keys = q * np.int64(max(bound, 1)) + codes

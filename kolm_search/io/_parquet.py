@@ -8,8 +8,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from kolm_search.engine.runs import check_ids, numeric_column
 from kolm_search.errors import FrameValidationError
-from kolm_search.runs import check_ids, numeric_column
 
 __all__ = ["check_parquet_columns", "rank_column", "read_parquet", "to_parquet"]
 

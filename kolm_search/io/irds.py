@@ -23,9 +23,9 @@ from typing import Any
 
 import pandas as pd
 
+from kolm_search.engine.runs import relevance_column
 from kolm_search.errors import DownloadError, FrameValidationError, KolmValueError
 from kolm_search.io.beir import Dataset, report_unknown_queries
-from kolm_search.runs import relevance_column
 
 __all__ = ["is_irds_id", "load_irds"]
 

@@ -3,7 +3,7 @@
 Run file lines: ``qid Q0 doc_id rank score tag``; qrels lines: ``qid iteration doc_id
 relevance`` (or BEIR's ``query-id corpus-id score`` with its header). In DataFrames runs are
 ``qid, doc_id, rank, score`` with a zero-based rank (a file's 1-based rank minus one) and qrels
-are ``qid, doc_id, relevance`` (:mod:`kolm_search.runs`). The readers return query ids as
+are ``qid, doc_id, relevance`` (:mod:`kolm_search.engine.runs`). The readers return query ids as
 categoricals (coded once, here); run document ids are Arrow strings (a categorical of millions of
 distinct documents would cost pandas a second pass over them, more than the read itself) and
 qrels document ids categoricals. Scores
@@ -37,12 +37,8 @@ import numpy as np
 import pandas as pd
 
 from kolm_search._params import path_exists
-from kolm_search.errors import FrameValidationError, KolmValueError
-from kolm_search.ids import str_id
-from kolm_search.io._arrow_trec import read_run_arrow, write_run_arrow
-from kolm_search.io._parquet import check_parquet_columns, rank_column, read_parquet, to_parquet
-from kolm_search.io._text import BROKEN, text_lines
-from kolm_search.runs import (
+from kolm_search.engine.ids import str_id
+from kolm_search.engine.runs import (
     QRELS_COLUMNS,
     RUN_COLUMNS,
     as_qrels,
@@ -50,6 +46,10 @@ from kolm_search.runs import (
     numeric_column,
     relevance_column,
 )
+from kolm_search.errors import FrameValidationError, KolmValueError
+from kolm_search.io._arrow_trec import read_run_arrow, write_run_arrow
+from kolm_search.io._parquet import check_parquet_columns, rank_column, read_parquet, to_parquet
+from kolm_search.io._text import BROKEN, text_lines
 
 __all__ = ["read_qrels", "read_run", "write_qrels", "write_run"]
 

@@ -7,13 +7,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search.doctable import DocumentTable
+from kolm_search.contract.ports import BatchRetriever
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.filters import parse_filter
+from kolm_search.engine.selection import Selection, Selections
 from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmError
-from kolm_search.filters import parse_filter
-from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import fuse_frame
-from kolm_search.ports import BatchRetriever
-from kolm_search.selection import Selection, Selections
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["batch_from_context", "filter_selections", "frame_from_topk", "fuse_expansions", "retrieve_single",
@@ -39,13 +39,13 @@ def retrieve_single(retriever: BatchRetriever, context: SearchPipelineContext) -
 
 
 def filter_selections(table: DocumentTable, filters: list[dict[str, Any]]) -> Selections:
-    """The :class:`~kolm_search.selection.Selections` of a batch's filters (one per query).
+    """The :class:`~kolm_search.engine.selection.Selections` of a batch's filters (one per query).
 
     Each distinct filter (by its parsed tree) is evaluated once per call, to the rows it
     matches or, when it matches many, to a mask; memory grows with what the filters match,
     not with queries x documents. The table keeps the last call's selections (up to 64 MB):
     the children of a composite, which get the same batch, evaluate once.
-    A bad filter raises :class:`~kolm_search.filters.FilterError` (stage ``retriever``) naming
+    A bad filter raises :class:`~kolm_search.engine.filters.FilterError` (stage ``retriever``) naming
     the field and operator, its ``row`` the query's row in ``filters``.
     """
     if not any(filters):

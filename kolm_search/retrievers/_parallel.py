@@ -34,8 +34,8 @@ import scipy.sparse as sp
 
 from kolm_search._kernels import usable_cores
 from kolm_search._params import positive_int
+from kolm_search.engine.text import Tokenizer
 from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
-from kolm_search.text import Tokenizer
 
 __all__ = ["Counted", "Merger", "WorkerMaps", "count_ids", "count_texts", "encode_texts", "encode_tokens", "resolve_n_jobs", "term_major"]
 

@@ -47,7 +47,7 @@ import filelock
 import numpy as np
 import numpy.lib.format as npy_format
 
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
 from kolm_search.retrievers._saved import FILE_NAME, KEY, read_json
 

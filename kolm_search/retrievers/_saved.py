@@ -32,7 +32,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import numpy.lib.format as npy_format
 
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 
 __all__ = ["EXTENSIONS", "FILE_NAME", "SavedFiles", "check_manifest", "load_array", "load_table", "open_index",

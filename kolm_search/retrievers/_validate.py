@@ -27,10 +27,10 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._params import positive_int, real
+from kolm_search.engine.text import Tokenizer
+from kolm_search.engine.tokenizers import restore_tokenizer
 from kolm_search.errors import KolmValueError, ParameterError
 from kolm_search.retrievers.bm25_weights import first_unlike
-from kolm_search.text import Tokenizer
-from kolm_search.tokenizers import restore_tokenizer
 
 __all__ = ["bm25_arrays", "bm25_config", "bm25_stats", "bm25_tf", "bm25_weights", "check_keys", "dense_config",
            "dense_embeddings", "integer", "number", "vocabulary"]
@@ -98,7 +98,7 @@ def _fields(path: Path, key: str, value: Any) -> list[str]:
 
 def _tokenizer(path: Path, value: Any) -> Any:
     """A plain Tokenizer's configuration, or ``{"registered": name, "config": ...}``
-    (:func:`kolm_search.text.register_tokenizer`)."""
+    (:func:`kolm_search.engine.text.register_tokenizer`)."""
     if isinstance(value, dict) and "registered" in value:
         cfg = check_keys(path, "config.tokenizer", value, ("registered", "config"))
         if not isinstance(cfg["registered"], str):

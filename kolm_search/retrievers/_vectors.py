@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._bridge import inline, run_sync
-from kolm_search.ports import Embedder, embed_all
+from kolm_search.contract.ports import Embedder, embed_all
 
 __all__ = ["embed_texts", "normalise_rows"]
 

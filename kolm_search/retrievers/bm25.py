@@ -16,9 +16,12 @@ import numpy.typing as npt
 from kolm_search._kernels import load
 from kolm_search._params import one_of, real
 from kolm_search.compose.kinds import RetrieverStage
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.selection import Selections
+from kolm_search.engine.text import Tokenizer
+from kolm_search.engine.tokenizers import tokenizer_config
 from kolm_search.errors import KolmValueError
-from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers._batching import (
     frame_from_topk,
@@ -39,9 +42,6 @@ from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.retrievers.segments import Pending, combine_postings, merged_table
 from kolm_search.retrievers.weighted import check_bound, check_weighted, encode_weighted, term_bounds
-from kolm_search.selection import Selections
-from kolm_search.text import Tokenizer
-from kolm_search.tokenizers import tokenizer_config
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = [
@@ -253,7 +253,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
                     offsets: npt.ArrayLike | None = None,
                     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Top-``k`` documents of each text: ``(docs (m, k), scores (m, k), counts (m,))``, each
-        limited to its selection (:class:`~kolm_search.selection.Selections`, default all).
+        limited to its selection (:class:`~kolm_search.engine.selection.Selections`, default all).
 
         ``offsets`` overrides the per-query BM25L/BM25+ constant (a sharded index passes the
         collection-wide one, see :meth:`CollectionStats.query_offsets`).

@@ -18,12 +18,20 @@ from kolm_search._params import one_of, positive_int
 from kolm_search.compose.kinds import RetrieverStage
 from kolm_search.compose.runner import run_stage
 from kolm_search.compose.stage import Stage
+from kolm_search.contract.ports import (
+    BatchRetriever,
+    Embedder,
+    HoldsIndexes,
+    Logger,
+    Retriever,
+    Updatable,
+    implements,
+)
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmTypeError, KolmValueError, SearchError
-from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
 from kolm_search.fusion.frames import resolve as resolve_fusion
 from kolm_search.fusion.methods import METHODS
-from kolm_search.ports import BatchRetriever, Embedder, HoldsIndexes, Logger, Retriever, Updatable, implements
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
 from kolm_search.retrievers._persist import Payload, save_index
@@ -236,7 +244,7 @@ class CompositeRetriever(RetrieverStage):
         return ",".join(revs) if any(revs) else ""
 
     def indexes(self) -> list[SegmentedIndex]:
-        """The indexes a change applies to: every child's (:class:`~kolm_search.ports.HoldsIndexes`);
+        """The indexes a change applies to: every child's (:class:`~kolm_search.contract.ports.HoldsIndexes`);
         a child that cannot change with the others raises ``KolmTypeError``."""
         out: list[SegmentedIndex] = []
         for i, child in enumerate(self.retrievers):

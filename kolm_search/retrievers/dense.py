@@ -15,10 +15,11 @@ import numpy.typing as npt
 from kolm_search._kernels import load
 from kolm_search._params import one_of, real
 from kolm_search.compose.kinds import RetrieverStage
-from kolm_search.doctable import DocumentTable
+from kolm_search.contract.ports import Embedder, implements
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.selection import Selections
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
-from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.ports import Embedder, implements
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers._batching import (
     frame_from_topk,
@@ -31,7 +32,6 @@ from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index
 from kolm_search.retrievers._vectors import embed_texts, normalise_rows
 from kolm_search.retrievers.incremental import EmbeddingsUse, SegmentedIndex
 from kolm_search.retrievers.segments import Pending, merged_table
-from kolm_search.selection import Selections
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["DenseRetriever", "corpus_embeddings", "embed_texts", "exact_topk"]
@@ -85,7 +85,7 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
     docs : float32 (n, d)
     k : int
     selections : Selections, optional
-        The documents each query may return (:class:`~kolm_search.selection.Selections`, one
+        The documents each query may return (:class:`~kolm_search.engine.selection.Selections`, one
         per query row; default: all).
     query_block : int, optional
         Queries per tile (default: the batch split over the threads, at most 512).
@@ -186,7 +186,7 @@ class DenseRetriever(SegmentedIndex, RetrieverStage):
     def search_vectors(self, vectors: npt.ArrayLike, k: int, selections: Selections | None = None,
                        ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Top-``k`` of each query vector: ``(docs (m, k), scores (m, k), counts (m,))``, each
-        query limited to its selection (:class:`~kolm_search.selection.Selections`, default all)."""
+        query limited to its selection (:class:`~kolm_search.engine.selection.Selections`, default all)."""
         self.merge()
         q = np.asarray(vectors, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != self.dim:

@@ -34,8 +34,9 @@ import scipy.sparse as sp
 
 from kolm_search._params import integer, one_of, probability, real
 from kolm_search.compose.kinds import RetrieverStage
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.selection import Selections
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers._batching import (
     frame_from_topk,
@@ -56,7 +57,6 @@ from kolm_search.retrievers.prf_weights import (
     rm3_expand,
     rm3_weights,
 )
-from kolm_search.selection import Selections
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["FEEDBACK_MODELS", "FeedbackRetriever"]
@@ -174,7 +174,7 @@ class FeedbackRetriever(RetrieverStage):
     # -- incremental updates: changes go to the BM25 index ---------------------------------
     @property
     def revision(self) -> str:
-        """The BM25 index's revision (:class:`~kolm_search.ports.Updatable`)."""
+        """The BM25 index's revision (:class:`~kolm_search.contract.ports.Updatable`)."""
         return self.bm25.revision
 
     def add(self, documents: Any, embeddings: Any = None, *, defer: bool = False) -> None:
@@ -191,7 +191,7 @@ class FeedbackRetriever(RetrieverStage):
         self.bm25.merge()
 
     def indexes(self) -> list[SegmentedIndex]:
-        """The index a change applies to: the BM25 index (:class:`~kolm_search.ports.HoldsIndexes`)."""
+        """The index a change applies to: the BM25 index (:class:`~kolm_search.contract.ports.HoldsIndexes`)."""
         return [self.bm25]
 
     # -- stage parameters (kolm_search.compose) ---------------------------------------------

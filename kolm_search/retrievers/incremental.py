@@ -34,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.retrievers.segments import Pending, Segment
 
@@ -55,7 +55,7 @@ class SegmentedIndex:
     :meth:`_segment_payload` (count or embed new documents) and :meth:`_merge_pending` (apply
     pending changes to its own arrays and ``table``, all or nothing); it may override
     :meth:`_check_updatable` and :meth:`_embeddings_use`. It implements
-    :class:`~kolm_search.ports.Updatable`.
+    :class:`~kolm_search.contract.ports.Updatable`.
     """
 
     table: DocumentTable
@@ -118,7 +118,7 @@ class SegmentedIndex:
                 self._pending = None  # last: a search that sees None finds every array in place
 
     def indexes(self) -> list[SegmentedIndex]:
-        """The indexes a change of this one applies to: itself (:class:`~kolm_search.ports.HoldsIndexes`)."""
+        """The indexes a change of this one applies to: itself (:class:`~kolm_search.contract.ports.HoldsIndexes`)."""
         return [self]
 
     # -- the steps of a change (see the module docstring) ------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.retrievers.postings import Postings
 

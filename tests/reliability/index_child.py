@@ -24,10 +24,10 @@ import numpy as np
 
 from kolm_search import BM25Retriever
 from kolm_search._kernels import load as kernels
+from kolm_search.engine.candidate_frame import QueryBatch
+from kolm_search.engine.selection import Selections
 from kolm_search.errors import KolmError
-from kolm_search.frame import QueryBatch
 from kolm_search.retrievers.dense import DenseRetriever
-from kolm_search.selection import Selections
 
 
 class OracleError(AssertionError):

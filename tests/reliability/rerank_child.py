@@ -55,7 +55,7 @@ class CountingReranker:
 
 
 def job(output: str, log: str, delay: float) -> pd.DataFrame:
-    from kolm_search.rerank import rerank_run
+    from kolm_search.jobs.rerank import rerank_run
 
     run, corpus, queries = inputs()
     return rerank_run(run, corpus, CountingReranker(log, delay), top_k=TOP_K, batch_size=BATCH, queries=queries,

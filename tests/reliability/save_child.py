@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from kolm_search import BM25Retriever, CompositeRetriever, DenseRetriever, FeedbackRetriever
-from kolm_search.frame import QueryBatch
+from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.retrievers import _persist
 from tests.conftest import synthetic_corpus
 

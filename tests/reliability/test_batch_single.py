@@ -31,7 +31,7 @@ from kolm_search import (
     SearchResponse,
     presets,
 )
-from kolm_search.batch import BatchResult
+from kolm_search.contract.batch import BatchResult
 from tests.conftest import synthetic_corpus
 from tests.fakes import BatchHashEmbedder, HashEmbedder
 

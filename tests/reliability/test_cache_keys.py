@@ -26,9 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kolm_search import DefaultQueryPlanner, SearchPipeline, SearchRequest
-from kolm_search.cachekey import canonical_digest
+from kolm_search.contract.cachekey import canonical_digest
+from kolm_search.contract.pipeline import cache_key
 from kolm_search.errors import KolmTypeError
-from kolm_search.pipeline import cache_key
 from tests.fakes import ListLogger, ListRetriever, MemoryCache
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -235,7 +235,7 @@ def test_swapped_values_under_mixed_keys_do_not_share_a_key() -> None:
 
 
 def test_keys_do_not_depend_on_hash_seed() -> None:
-    code = ("from kolm_search.cachekey import canonical_digest as c;"
+    code = ("from kolm_search.contract.cachekey import canonical_digest as c;"
             "print(c([{'a', 'b', 'c', 'dd'}, frozenset({b'x', b'y'}), {'k': 1, 2: 'v', (3,): None}]))")
     outs = set()
     for seed in ("1", "2"):

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kolm_search import SearchDocument, SearchError, presets
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.filters import MAX_DEPTH
 from kolm_search.errors import KolmError
-from kolm_search.filters import MAX_DEPTH
 from tests.test_filters import oracle
 
 DOCS = [SearchDocument(id=f"d{i}", content="alpha beta" if i % 2 else "alpha",

@@ -1,6 +1,6 @@
 """Odd runs (tied scores, rows out of rank order, a rank column that disagrees with the
 scores, 1-based or gapped ranks, int-like ids) through every converter of
-:mod:`kolm_search.interop` and back: what a converter can carry survives (issue 25, defect 12).
+:mod:`kolm_search.engine.interop` and back: what a converter can carry survives (issue 25, defect 12).
 
 Oracles: the input itself. ``to_pyterrier`` carries the rank order, so ``fuse([to_pyterrier(run)])``
 equals ``fuse([run])`` (fuse reads ``rank`` when given); every converter carries the scored
@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kolm_search import evaluate, fuse
-from kolm_search.interop import to_ir_measures, to_pyterrier, to_ranx, to_trec_dict
-from kolm_search.runs import as_run
+from kolm_search.engine.interop import to_ir_measures, to_pyterrier, to_ranx, to_trec_dict
+from kolm_search.engine.runs import as_run
 
 QIDS = ["q1", "q2", "3", "10"]
 DOCS = [f"d{i}" for i in range(10)] + ["10", "9", "é"]

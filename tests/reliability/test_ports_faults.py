@@ -33,9 +33,9 @@ from kolm_search import (
     SearchPipelineOptions,
 )
 from kolm_search._bridge import TIMED_OUT, DaemonPool, call_with_deadline
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.candidate_frame import CandidateFrame
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.frame import CandidateFrame
 from tests.fakes import CORPUS, HashEmbedder, ListLogger, ListRetriever, ListTelemetry, MemoryCache
 
 ROOT = Path(__file__).resolve().parents[2]

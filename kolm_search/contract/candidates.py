@@ -1,4 +1,4 @@
-"""What the stage runner (:mod:`kolm_search.stages`) passes along, and checks on the way: a
+"""What the stage runner (:mod:`kolm_search.contract.stages`) passes along, and checks on the way: a
 query's :class:`Candidates` (document-table codes until documents are needed) and its
 :class:`Outcome`, the :class:`Run` state of one search or batch, the planner's output
 (:func:`check_plan`) and the deduplicator's report (:func:`dedup_report`)."""

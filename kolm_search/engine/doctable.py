@@ -10,7 +10,7 @@ content    str          text
 title      str or None
 source     str or None
 tags       list or None
-metadata   dict or None arbitrary metadata; filters match its keys (kolm_search.filters)
+metadata   dict or None arbitrary metadata; filters match its keys (kolm_search.engine.filters)
 =========  ===========  =====================================================
 
 Everything below the edge speaks codes (``int64`` row positions), never string ids.
@@ -27,9 +27,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from kolm_search.engine.filters import FieldColumn, compile_filter, date_text, parse_filter, select_filter
+from kolm_search.engine.selection import Selection, Selections
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.filters import FieldColumn, compile_filter, date_text, parse_filter, select_filter
-from kolm_search.selection import Selection, Selections
 from kolm_search.types import SearchDocument
 
 __all__ = ["DOCUMENT_FIELDS", "DocumentTable", "IndexesDocuments"]
@@ -209,7 +209,7 @@ class DocumentTable:
         frames = [t.frame for t in tables if len(t)] or [tables[0].frame]  # empty frames: pandas warns
         return cls._checked_rows(pd.concat(frames, ignore_index=True), np.concatenate([t.ids for t in tables]))
 
-    # -- filters (grammar and semantics: kolm_search.filters) ----------------------------
+    # -- filters (grammar and semantics: kolm_search.engine.filters) ----------------------------
     def field_values(self, name: str) -> list[Any]:
         """One value per document of field ``name``: a document field, else a metadata key
         (``metadata.<key>`` names a metadata key explicitly), else a dotted path into nested
@@ -241,7 +241,7 @@ class DocumentTable:
     def filter_mask(self, filters: Mapping[str, Any] | None) -> npt.NDArray[np.bool_] | None:
         """Boolean mask (n_docs,) of the documents matching ``filters``; ``None`` for no filter.
 
-        ``filters`` follows :mod:`kolm_search.filters` (MongoDB-style operators; a bare value
+        ``filters`` follows :mod:`kolm_search.engine.filters` (MongoDB-style operators; a bare value
         means ``$eq``, a list ``$in``; on list fields such as ``tags`` any element may match).
         Raises ``KolmValueError``/``KolmTypeError`` naming the field and operator for an
         unknown field or operator or an operand of the wrong type.
@@ -251,11 +251,11 @@ class DocumentTable:
         return self.compile(parse_filter(filters))
 
     def compile(self, tree: Any) -> npt.NDArray[np.bool_]:
-        """The mask (n_docs,) of a filter tree from :func:`kolm_search.filters.parse_filter`."""
+        """The mask (n_docs,) of a filter tree from :func:`kolm_search.engine.filters.parse_filter`."""
         return compile_filter(tree, self.field_column, len(self))
 
     def select(self, tree: Any) -> Selection:
-        """The :class:`~kolm_search.selection.Selection` of a filter tree (its matching rows
+        """The :class:`~kolm_search.engine.selection.Selection` of a filter tree (its matching rows
         when they are few, else a mask)."""
         return select_filter(tree, self.field_column, len(self))
 

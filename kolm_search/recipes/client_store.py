@@ -86,7 +86,7 @@ def _load_retriever(spec: Any, folder: Path, embedder: Any, where: str) -> Any:
 def save_client(client: Any, path: str | Path) -> None:
     """Write ``client`` to folder ``path`` (see the module); refuses, before writing anything, a
     retriever or planner it cannot save."""
-    from kolm_search.planners import DefaultQueryPlanner
+    from kolm_search.contract.planners import DefaultQueryPlanner
 
     modules, options = client.modules, client.options
     if type(modules.planner) is not DefaultQueryPlanner:
@@ -149,8 +149,8 @@ def load_client(path: str | Path, **modules: Any) -> tuple[Any, Any]:
     the client of them); ``modules`` give what was not saved (``embedder=`` for a dense
     retriever, and every module or option the manifest lists under ``pass_at_load``, as
     ``reranker=...`` or ``logger=...``)."""
-    from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-    from kolm_search.planners import DefaultQueryPlanner
+    from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
+    from kolm_search.contract.planners import DefaultQueryPlanner
 
     root = Path(path)
     manifest = _manifest(root)

@@ -1,6 +1,6 @@
 """Runs and qrels in the shapes of PyTerrier, ir_measures/ir_datasets and ranx, in and out.
 
-In: :func:`~kolm_search.runs.as_run` and :func:`~kolm_search.runs.as_qrels` (so ``evaluate``,
+In: :func:`~kolm_search.engine.runs.as_run` and :func:`~kolm_search.engine.runs.as_qrels` (so ``evaluate``,
 ``compare``, ``fuse``, ``Experiment``, ``write_run``, ...) take through :func:`table_of`:
 
 - pandas DataFrames whose columns use any of these names (other columns are kept, unused):
@@ -37,9 +37,9 @@ import numpy as np
 import pandas as pd
 
 from kolm_search._extras import peer_isinstance
+from kolm_search.engine.peer_columns import QRELS_NAMES, RUN_NAMES, Kind, _to_pandas, table_of
+from kolm_search.engine.runs import check_ids, numeric_column, relevance_column
 from kolm_search.errors import FrameValidationError, KolmValueError
-from kolm_search.peer_tables import QRELS_NAMES, RUN_NAMES, Kind, _to_pandas, table_of
-from kolm_search.runs import check_ids, numeric_column, relevance_column
 
 __all__ = ["QRELS_NAMES", "RUN_NAMES", "table_of", "to_ir_measures", "to_pyterrier", "to_ranx", "to_trec_dict"]
 

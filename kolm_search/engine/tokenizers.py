@@ -1,6 +1,6 @@
 """Tokenizers in saved indexes: which ones a manifest can rebuild, and how.
 
-A plain :class:`~kolm_search.text.Tokenizer` is saved as its configuration. Any other tokenizer
+A plain :class:`~kolm_search.engine.text.Tokenizer` is saved as its configuration. Any other tokenizer
 (a subclass, a callable) is saved only as an instance of a class registered with
 :func:`register_tokenizer` under a name (the class implements ``to_config`` and
 ``from_config``); otherwise ``save`` refuses it, naming its class, before writing anything
@@ -15,8 +15,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from kolm_search.engine.text import Tokenizer
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.text import Tokenizer
 
 __all__ = ["register_tokenizer", "restore_tokenizer", "tokenizer_config"]
 

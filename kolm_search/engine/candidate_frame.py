@@ -33,7 +33,7 @@ import pandas as pd
 from kolm_search.errors import FrameValidationError
 
 if TYPE_CHECKING:
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
     from kolm_search.types import SearchPipelineContext
 
 __all__ = ["CandidateFrame", "QueryBatch"]
@@ -137,7 +137,7 @@ class CandidateFrame:
                               list_id=None if self.list_id is None else self.list_id[keep])
 
     def to_run(self, doc_ids: npt.ArrayLike, qids: npt.ArrayLike) -> pd.DataFrame:
-        """The run DataFrame ``qid, doc_id, rank, score`` (:mod:`kolm_search.runs`; ids looked up by code)."""
+        """The run DataFrame ``qid, doc_id, rank, score`` (:mod:`kolm_search.engine.runs`; ids looked up by code)."""
         doc_ids = np.asarray(doc_ids, dtype=object)
         qids = np.asarray(qids, dtype=object)
         return pd.DataFrame({

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kolm_search._params import one_of, positive_int, real, seconds
-from kolm_search.errors import KolmTypeError, PipelineStage
-from kolm_search.ports import (
+from kolm_search.contract.ports import (
     CacheStore,
     Deduplicator,
     Embedder,
@@ -24,6 +23,7 @@ from kolm_search.ports import (
     Telemetry,
     missing_methods,
 )
+from kolm_search.errors import KolmTypeError, PipelineStage
 from kolm_search.types import SEARCH_MODES, SearchMode
 
 __all__ = ["SearchPipelineModules", "SearchPipelineOptions", "TIMED_STAGES"]
@@ -38,7 +38,7 @@ class SearchPipelineModules:
     """The port implementations a pipeline wires together.
 
     ``planner`` and ``retriever`` are required; every other port is optional. Each port is
-    checked against the Protocol its field names (:mod:`kolm_search.ports`) when the dataclass
+    checked against the Protocol its field names (:mod:`kolm_search.contract.ports`) when the dataclass
     is built: a clear ``KolmTypeError`` naming the first missing method.
     """
 
@@ -127,7 +127,7 @@ class SearchPipelineOptions:
     (so even a call that never returns cannot block ``search_sync`` or interpreter exit)
     and is abandoned at the deadline. Without a timeout a port is called inline, so the
     default options cost normal searches nothing but the thread hop of a *sync* cache or
-    telemetry port (a :class:`~kolm_search.ports.NonBlockingCache`, such as the built-in
+    telemetry port (a :class:`~kolm_search.contract.ports.NonBlockingCache`, such as the built-in
     ``InMemoryCache``, is called inline).
 
     Limits: an ``async`` method that blocks the event loop itself (``time.sleep`` inside

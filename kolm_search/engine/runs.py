@@ -15,7 +15,7 @@ Fusion, evaluation, the readers and writers and re-ranking all take their tables
 :func:`as_run` and :func:`as_qrels`, which accept a DataFrame, an object with a ``.run`` or
 ``.qrels`` DataFrame (``BatchResult``, ``Dataset``), nested dicts ``{qid: {doc_id: value}}``
 and the frames and objects of PyTerrier, ir_measures/ir_datasets, ranx, polars and pyarrow
-(:mod:`kolm_search.peer_tables` maps their column names to these), and raise
+(:mod:`kolm_search.engine.peer_columns` maps their column names to these), and raise
 :class:`~kolm_search.errors.FrameValidationError` naming the table, the column and the first
 bad row.
 """
@@ -28,9 +28,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search import ids
+from kolm_search.engine import ids
+from kolm_search.engine.peer_columns import table_of
 from kolm_search.errors import FrameValidationError
-from kolm_search.peer_tables import table_of
 
 __all__ = ["QRELS_COLUMNS", "RUN_COLUMNS", "as_qrels", "as_run", "check_ids", "check_qrels", "numeric_column",
            "relevance_column"]
@@ -51,7 +51,7 @@ def as_run(run: Any, *, what: str = "run") -> pd.DataFrame:
 
 def as_qrels(qrels: Any, *, what: str = "qrels") -> pd.DataFrame:
     """Qrels as a DataFrame with ``qid, doc_id, relevance`` (from ``label``, ``score``... as
-    :mod:`kolm_search.interop` says); a DataFrame in these names is returned as is."""
+    :mod:`kolm_search.engine.interop` says); a DataFrame in these names is returned as is."""
     return table_of(qrels, "qrels", what)
 
 

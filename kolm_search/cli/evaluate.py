@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 __all__ = [
     "add_eval_parser", "build_client", "cmd_eval", "embedder_for", "load_qrels_arg", "parse_metric_list", "run_names",
     "write_output",
@@ -98,7 +96,7 @@ def parse_metric_list(text: str) -> list[str]:
 
 def embedder_for(model: str, corpus: Any) -> Any:
     from kolm_search.adapters import load_embedder
-    from kolm_search.doctable import DocumentTable
+    from kolm_search.engine.doctable import DocumentTable
 
     texts = DocumentTable.from_frame(corpus).texts() if model == "lsa" else None
     return load_embedder(model, texts)
@@ -194,7 +192,6 @@ def _report(runs: dict[str, Any], qrels: Any, args: argparse.Namespace, measures
                              judged_only=args.judged_only)
         except FrameValidationError as exc:
             raise FrameValidationError(f"run {name}: {exc}") from exc
-        assert isinstance(table, pd.DataFrame)
         results.append(RunEvaluation(name, aggregate(table, specs), table if args.per_query else None))
     text = format_evaluations(results, specs, args.format or "table", digits=args.digits, runid=runid)
     write_output(text, args.output)

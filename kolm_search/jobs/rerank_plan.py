@@ -1,7 +1,7 @@
 """A batch re-ranking job's plan: inputs checked once, queries cut into chunks, a fingerprint of
 what the output depends on, and one chunk computed at a time.
 
-The same plan runs in this process (:func:`kolm_search.rerank.rerank_run`) and on a Dask
+The same plan runs in this process (:func:`kolm_search.jobs.rerank.rerank_run`) and on a Dask
 cluster (:func:`kolm_search.distributed.rerank_run`): chunk ``i`` is always the same queries,
 computed by the same code, so a job's parts are the same wherever they were computed and a
 job can be resumed by either.
@@ -23,11 +23,11 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search._bridge import resolve
-from kolm_search.doctable import DocumentTable
+from kolm_search.contract.planners import DefaultQueryPlanner
+from kolm_search.contract.stages import rerank_all
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.runs import RUN_COLUMNS, as_run, check_ids, numeric_column
 from kolm_search.errors import KolmValueError, PipelineStage, SearchError
-from kolm_search.planners import DefaultQueryPlanner
-from kolm_search.runs import RUN_COLUMNS, as_run, check_ids, numeric_column
-from kolm_search.stages import rerank_all
 from kolm_search.types import SearchDocument, SearchPipelineContext, SearchRequest
 
 __all__ = ["JOB_VERSION", "RerankJob", "empty_run"]

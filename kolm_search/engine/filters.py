@@ -35,7 +35,7 @@ empty ``$and``, operators nested deeper than :data:`MAX_DEPTH`, an operand -- or
 value -- whose dicts and lists nest deeper than :data:`MAX_DEPTH`) raises :class:`KolmValueError` / :class:`KolmTypeError` naming the field
 and the operator. Compilation is vectorised per field: each field's elements are laid out
 once per table (:class:`FieldColumn`), each operator is one numpy/pandas operation over them.
-A filter evaluates to a :class:`~kolm_search.selection.Selection` (:func:`select_filter`):
+A filter evaluates to a :class:`~kolm_search.engine.selection.Selection` (:func:`select_filter`):
 equality and membership look their operands up in a per-field index (cost: the operands and
 the documents they match, not the table), and a result matching few documents stays a list of
 rows, so ids and selective equalities never build a mask over the whole table.
@@ -57,8 +57,8 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search._params import mapping
+from kolm_search.engine.selection import ROWS_SHARE, Selection
 from kolm_search.errors import FilterError, KolmTypeError, KolmValueError
-from kolm_search.selection import ROWS_SHARE, Selection
 
 __all__ = ["FIELD_OPERATORS", "FieldColumn", "FilterError", "LOGICAL_OPERATORS", "MAX_DEPTH", "compile_filter",
            "date_text", "parse_filter", "select_filter"]
@@ -386,7 +386,7 @@ def compile_filter(node: Node, column: Callable[[str], FieldColumn], n_docs: int
 
 
 def select_filter(node: Node, column: Callable[[str], FieldColumn], n_docs: int) -> Selection:
-    """The :class:`~kolm_search.selection.Selection` of a tree from :func:`parse_filter` (rows
+    """The :class:`~kolm_search.engine.selection.Selection` of a tree from :func:`parse_filter` (rows
     when few documents match, else a mask); ``column(name)`` as for :func:`compile_filter`.
     Every clause is evaluated (and so validated), whatever the others select."""
     tag = node[0]

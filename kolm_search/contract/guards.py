@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from kolm_search._params import mapping, non_negative_int, one_of, positive_int
-from kolm_search.config import SearchPipelineOptions
+from kolm_search.contract.config import SearchPipelineOptions
+from kolm_search.contract.schema import validate_each
 from kolm_search.errors import KolmTypeError, KolmValueError, ParameterError, PipelineStage, SearchError
-from kolm_search.schema import validate_each
 from kolm_search.types import SEARCH_MODES, SearchRequest
 
 __all__ = ["BatchRequests", "batch_requests", "coerce_request", "resolve_request"]

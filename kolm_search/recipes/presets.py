@@ -15,13 +15,13 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from kolm_search.client import SearchClient
 from kolm_search.compose.fuse_stage import Fuse
-from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.doctable import DocumentTable
+from kolm_search.contract.client import SearchClient
+from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.contract.planners import DefaultQueryPlanner
+from kolm_search.contract.ports import Embedder, QueryPlanner
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
-from kolm_search.planners import DefaultQueryPlanner
-from kolm_search.ports import Embedder, QueryPlanner
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
@@ -167,7 +167,7 @@ def hybrid_plus(documents: Any, embedder: Embedder, *, k: float = 60, depth: int
     lsa_components, lsa_seed : int, default 128 and 0
         LSA dimensions and the seed of its SVD.
     planner : QueryPlanner, optional
-        Default :class:`~kolm_search.planners.DefaultQueryPlanner`; e.g.
+        Default :class:`~kolm_search.contract.planners.DefaultQueryPlanner`; e.g.
         ``ExpandingQueryPlanner(FeedbackTermExpander(bm25, fb_docs=5, fb_terms=30), max_queries=2)``
         expands every child's query text.
     """

@@ -7,7 +7,7 @@ raises surfaces as :class:`~kolm_search.errors.SearchError` carrying that port's
 Optional capabilities beyond a port's one method are Protocols too (``BatchRetriever``,
 ``BatchReranker``, ``EmbedsMany``, ``Updatable``, ``Persistable``, ...): an object has a
 capability by implementing its methods, and the contract layer (the stage runner of
-:mod:`kolm_search.stages`, the pipeline's cache key, ``SearchClient.add``) finds it with
+:mod:`kolm_search.contract.stages`, the pipeline's cache key, ``SearchClient.add``) finds it with
 :func:`implements`.
 :func:`embed_all` is the one way an embedder is called for many texts.
 """
@@ -23,9 +23,9 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._bridge import off_loop
-from kolm_search.doctable import DocumentTable
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
-from kolm_search.frame import CandidateFrame, QueryBatch
 from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest
 
 __all__ = [
@@ -91,8 +91,8 @@ class BatchRetriever(Protocol):
     whole batch instead of ``retrieve`` per query.
 
     ``retrieve_batch`` gets every (expanded) query text of the batch with its owner row,
-    filters and embeddings (:class:`~kolm_search.frame.QueryBatch`) and returns one
-    :class:`~kolm_search.frame.CandidateFrame` of ``batch.n_queries`` queries whose document
+    filters and embeddings (:class:`~kolm_search.engine.candidate_frame.QueryBatch`) and returns one
+    :class:`~kolm_search.engine.candidate_frame.CandidateFrame` of ``batch.n_queries`` queries whose document
     codes are rows of ``table``, each query's list best first and at most ``batch.limit``
     long. ``table`` may be ``None`` when the retriever cannot serve a batch (a composite whose
     children do not share one table); ``retrieve`` is then used.
@@ -232,7 +232,7 @@ class BatchReranker(Protocol):
 
     ``rerank_batch`` gets ``(docs, context)`` pairs and returns one re-ranked list per pair,
     each a permutation of its documents; ``search_batch`` and
-    :func:`kolm_search.rerank.rerank_run` prefer it to ``rerank`` per query, so a model sees
+    :func:`kolm_search.jobs.rerank.rerank_run` prefer it to ``rerank`` per query, so a model sees
     every distinct document or pair of the batch once, in full batches.
     """
 
@@ -446,7 +446,7 @@ def fingerprint_of(stage: Any, explicit: str | None = None, *, what: str = "rera
         return explicit
     if not implements(stage, Fingerprinted):
         raise KolmTypeError(f"the {what} {type(stage).__name__} declares no fingerprint() (the Fingerprinted "
-                            f"capability of kolm_search.ports), so what produced this output cannot be recorded: "
+                            f"capability of kolm_search.contract.ports), so what produced this output cannot be recorded: "
                             f"pass fingerprint='...' naming the model, its version and parameters")
     found = stage.fingerprint()
     if not isinstance(found, str) or not found.strip():

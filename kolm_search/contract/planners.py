@@ -8,8 +8,8 @@ from typing import Any
 from kolm_search._bridge import TIMED_OUT, call_with_deadline
 from kolm_search._logging import log
 from kolm_search._params import positive_int, seconds
+from kolm_search.contract.ports import Logger, QueryExpander, missing_methods
 from kolm_search.errors import KolmValueError
-from kolm_search.ports import Logger, QueryExpander, missing_methods
 from kolm_search.types import QueryPlan, SearchRequest
 
 __all__ = ["DefaultQueryPlanner", "ExpandingQueryPlanner", "normalize_query"]

@@ -1,6 +1,6 @@
 """Column names and table kinds of the peers (PyTerrier, ir_measures/ir_datasets, ranx, BEIR),
-mapped to the run and qrels schema; :mod:`kolm_search.interop` documents the table and holds the
-conversions the other way. Used by :func:`~kolm_search.runs.as_run` / ``as_qrels``.
+mapped to the run and qrels schema; :mod:`kolm_search.engine.interop` documents the table and holds the
+conversions the other way. Used by :func:`~kolm_search.engine.runs.as_run` / ``as_qrels``.
 """
 
 from __future__ import annotations

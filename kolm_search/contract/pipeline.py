@@ -1,7 +1,7 @@
 """``SearchPipeline``: single and batch search over one stage runner, with thin sync shells.
 
-Both paths run :class:`kolm_search.stages.Stages` (stage order in
-:data:`~kolm_search.stages.STAGE_ORDER`); single search adds the response cache around it and
+Both paths run :class:`kolm_search.contract.stages.Stages` (stage order in
+:data:`~kolm_search.contract.stages.STAGE_ORDER`); single search adds the response cache around it and
 both report to telemetry. Every port may be sync or async; any exception a port raises
 becomes ``SearchError(stage=...)`` with the original as ``cause``.
 
@@ -20,14 +20,14 @@ from typing import Any
 
 from kolm_search._bridge import run_sync
 from kolm_search._logging import warn
-from kolm_search.batch import BatchResult
-from kolm_search.cachekey import canonical_digest, request_key
-from kolm_search.candidates import Run
-from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.contract.batch import BatchResult
+from kolm_search.contract.cachekey import canonical_digest, request_key
+from kolm_search.contract.candidates import Run
+from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.contract.guards import BatchRequests, batch_requests, coerce_request, resolve_request
+from kolm_search.contract.ports import Updatable, implements
+from kolm_search.contract.stages import Stages
 from kolm_search.errors import KolmTypeError, KolmValueError, PipelineStage
-from kolm_search.guards import BatchRequests, batch_requests, coerce_request, resolve_request
-from kolm_search.ports import Updatable, implements
-from kolm_search.stages import Stages
 from kolm_search.types import (
     QueryPlan,
     SearchPagination,
@@ -51,7 +51,7 @@ def _feedback(plan: QueryPlan) -> dict[str, Any] | None:
 
 def cache_key(plan: QueryPlan, request: SearchRequest) -> str:
     """Content-addressed cache key of the normalised query, mode, limit, offset, filters and
-    context (see :mod:`kolm_search.cachekey`: types kept, arrays by dtype, shape and bytes).
+    context (see :mod:`kolm_search.contract.cachekey`: types kept, arrays by dtype, shape and bytes).
 
     Raises
     ------
@@ -64,7 +64,7 @@ def cache_key(plan: QueryPlan, request: SearchRequest) -> str:
 
 
 class SearchPipeline:
-    """The execution engine behind :class:`~kolm_search.client.SearchClient`.
+    """The execution engine behind :class:`~kolm_search.contract.client.SearchClient`.
 
     Parameters
     ----------
@@ -191,7 +191,7 @@ class SearchPipeline:
             Strings and DataFrame rows take ``limit``, ``offset``, ``mode`` and ``filters``
             from the keyword arguments; requests keep their own fields (``limit``/``mode``
             fall back to the keywords, then to the options). Checked as single search checks a
-            request (:func:`~kolm_search.guards.batch_requests`).
+            request (:func:`~kolm_search.contract.guards.batch_requests`).
         score_cache : ScoreCache, optional
             The reranker's scores are read from it where present and stored there
             (:class:`~kolm_search.adapters.CachedReranker`: the reranker must score pairs or
@@ -209,7 +209,7 @@ class SearchPipeline:
         return run_sync(self.run_batch(batch, score_cache=score_cache))
 
     async def run_batch(self, batch: BatchRequests, *, score_cache: Any = None) -> BatchResult:
-        """Search queries already checked by :func:`~kolm_search.guards.batch_requests` (what
+        """Search queries already checked by :func:`~kolm_search.contract.guards.batch_requests` (what
         :meth:`search_batch` does after checking them; ``SearchClient`` checks its
         ``input_schema`` in between); ``score_cache`` as in :meth:`search_batch`."""
         started_at = time.time() * 1000.0

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from kolm_search._bridge import run_sync
-from kolm_search.batch import BatchResult
-from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.contract.batch import BatchResult
+from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.contract.guards import batch_requests, coerce_request
+from kolm_search.contract.pipeline import SearchPipeline
+from kolm_search.contract.ports import Updatable, implements
+from kolm_search.contract.schema import validate_each, validate_with_schema
 from kolm_search.errors import KolmTypeError
-from kolm_search.guards import batch_requests, coerce_request
-from kolm_search.pipeline import SearchPipeline
-from kolm_search.ports import Updatable, implements
-from kolm_search.schema import validate_each, validate_with_schema
 from kolm_search.types import SearchRequest, SearchResponse
 
 __all__ = ["SearchClient"]
@@ -26,7 +26,7 @@ class SearchClient:
     Parameters
     ----------
     modules : SearchPipelineModules or dict
-        Port implementations (prefer the factories in :mod:`kolm_search.presets`).
+        Port implementations (prefer the factories in :mod:`kolm_search.recipes.presets`).
     options : SearchPipelineOptions or dict, optional
         Pipeline configuration.
 
@@ -104,7 +104,7 @@ class SearchClient:
         swapped in (searches under way finish on the old one). Cached responses from before
         are not served again (the cache key holds the index revision). ``embeddings`` (n, d)
         go to dense retrievers. Raises ``KolmValueError`` for an id already indexed and
-        ``KolmTypeError`` for a retriever that is not :class:`~kolm_search.ports.Updatable`,
+        ``KolmTypeError`` for a retriever that is not :class:`~kolm_search.contract.ports.Updatable`,
         before any change.
         """
         self._update("add", documents, embeddings)
@@ -132,8 +132,8 @@ class SearchClient:
     def save(self, path: str | Path) -> None:
         """Write the client to folder ``path``: its retriever by the retrievers' own ``save``,
         the planner, the plain options and the names of the modules to pass again at load in
-        ``client.json`` (:mod:`kolm_search.client_store` describes the layout and what is saved)."""
-        from kolm_search.client_store import save_client
+        ``client.json`` (:mod:`kolm_search.recipes.client_store` describes the layout and what is saved)."""
+        from kolm_search.recipes.client_store import save_client
 
         save_client(self, path)
 
@@ -141,7 +141,7 @@ class SearchClient:
     def load(cls, path: str | Path, **modules: Any) -> SearchClient:
         """The client saved in ``path`` by :meth:`save`; ``modules`` give what is not saved
         (``embedder=`` for a dense retriever; any reranker, cache, logger... it had)."""
-        from kolm_search.client_store import load_client
+        from kolm_search.recipes.client_store import load_client
 
         saved_modules, options = load_client(path, **modules)
         return cls(saved_modules, options)

@@ -2,7 +2,7 @@
 ``SearchResponse``s built only on demand.
 
 What it takes (query lists and frames, checked as single search checks a request) is
-:func:`kolm_search.guards.batch_requests`; the stages themselves are :mod:`kolm_search.stages`,
+:func:`kolm_search.contract.guards.batch_requests`; the stages themselves are :mod:`kolm_search.contract.stages`,
 shared with single search. Caching is per single search and is not used here.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kolm_search.candidates import Candidates, Outcome
-from kolm_search.guards import BatchRequests
+from kolm_search.contract.candidates import Candidates, Outcome
+from kolm_search.contract.guards import BatchRequests
 from kolm_search.types import (
     QueryPlan,
     SearchPagination,

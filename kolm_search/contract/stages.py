@@ -6,10 +6,10 @@ the next stage starts:
 
 planner -> (cache lookup, single search only) -> intent classifier -> embedder (one call for
 every expanded query of every query) -> retriever -> deduplicator -> reranker -> pagination
--> synthesizer -> (cache write) -> telemetry; :mod:`kolm_search.pipeline` says which run when.
+-> synthesizer -> (cache write) -> telemetry; :mod:`kolm_search.contract.pipeline` says which run when.
 
 The retriever stage calls ``retrieve_batch`` once for the whole batch when the retriever is a
-:class:`~kolm_search.ports.BatchRetriever` and the caller asks for the columnar path, and the
+:class:`~kolm_search.contract.ports.BatchRetriever` and the caller asks for the columnar path, and the
 spec's ``retrieve(context)`` per query otherwise (concurrently). Candidates stay columnar
 (document-table codes) until a deduplicator, reranker or synthesizer needs documents, or the
 response is built. Any exception a port raises becomes ``SearchError(stage=...)``.
@@ -26,11 +26,9 @@ import numpy as np
 
 from kolm_search._bridge import TIMED_OUT, call_with_deadline, resolve
 from kolm_search._logging import log, warn
-from kolm_search.candidates import Candidates, Outcome, Run, check_plan, dedup_report
-from kolm_search.config import SearchPipelineModules, SearchPipelineOptions
-from kolm_search.errors import FilterError, PipelineStage, SearchError
-from kolm_search.frame import CandidateFrame, QueryBatch
-from kolm_search.ports import (
+from kolm_search.contract.candidates import Candidates, Outcome, Run, check_plan, dedup_report
+from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.contract.ports import (
     BatchReranker,
     BatchRetriever,
     FusesChildren,
@@ -41,6 +39,8 @@ from kolm_search.ports import (
     embedding_matrix,
     implements,
 )
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.errors import FilterError, PipelineStage, SearchError
 from kolm_search.types import (
     QueryPlan,
     SearchDocument,
@@ -67,10 +67,10 @@ async def rerank_all(reranker: Any, items: Sequence[tuple[list[SearchDocument], 
                      call: Callable[..., Awaitable[Any]], queries: Sequence[Any] | None = None,
                      by_position: bool = False) -> list[list[SearchDocument]]:
     """Re-ranked lists, one per ``(docs, context)`` item, checked: the re-ranking step of the
-    reranker stage and of batch re-ranking jobs (:func:`kolm_search.rerank.rerank_run`).
+    reranker stage and of batch re-ranking jobs (:func:`kolm_search.jobs.rerank.rerank_run`).
 
     One ``rerank_batch`` call when there are several items and the reranker is a
-    :class:`~kolm_search.ports.BatchReranker`, else ``rerank`` per item, concurrently.
+    :class:`~kolm_search.contract.ports.BatchReranker`, else ``rerank`` per item, concurrently.
     ``call(fn, *args)`` makes each port call (timing, deadline and error wrapping are the
     caller's). ``queries`` names each item's query in errors (``SearchError.query``).
     """
@@ -103,7 +103,7 @@ async def rerank_all(reranker: Any, items: Sequence[tuple[list[SearchDocument], 
 
 class Stages:
     """The stage runner over a pipeline's modules (see the module docstring): the one place
-    that dispatches on the capabilities of :mod:`kolm_search.ports`. It holds no state of a
+    that dispatches on the capabilities of :mod:`kolm_search.contract.ports`. It holds no state of a
     run (that is :class:`Run`), so one runner serves every search of a pipeline."""
 
     def __init__(self, modules: SearchPipelineModules, options: SearchPipelineOptions) -> None:
@@ -165,7 +165,7 @@ class Stages:
 
     async def cache_get(self, key: str) -> SearchResponse | None:
         """The cached response of ``key``, or ``None`` (a miss, or a warning when the cache
-        fails, is late or returns garbage). A :class:`~kolm_search.ports.NonBlockingCache` is
+        fails, is late or returns garbage). A :class:`~kolm_search.contract.ports.NonBlockingCache` is
         called inline, any other within ``cache_timeout_seconds``."""
         cache = self.modules.cache
         if cache is None:
@@ -237,7 +237,7 @@ class Stages:
 
     async def embed(self, contexts: list[SearchPipelineContext], run: Run) -> None:
         """One embedding call for every expanded query of every non-fulltext query: ``embed``
-        for a single text, :func:`~kolm_search.ports.embed_all` (``embed_many``, or concurrent
+        for a single text, :func:`~kolm_search.contract.ports.embed_all` (``embed_many``, or concurrent
         ``embed`` calls) for several."""
         rows = [c for c in contexts if c.plan.mode != "fulltext"]
         embedder = self.modules.embedder

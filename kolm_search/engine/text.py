@@ -3,11 +3,11 @@
 Defaults follow the common BM25 set-up (and bm25s's defaults, so scores can be compared
 token for token): lowercase, tokens of two or more word characters (``(?u)\\b\\w\\w+\\b``),
 Lucene's English stop set, Snowball English stemming via PyStemmer. ``language=`` switches
-stopwords and stemmer together to any Snowball language (:mod:`kolm_search.languages`); runs
+stopwords and stemmer together to any Snowball language (:mod:`kolm_search.engine.languages`); runs
 of Chinese, Japanese or Korean characters always become character bigrams. Everything is
 configurable and the configuration round-trips through JSON (for saved indexes).
 
-A saved index must be able to rebuild its tokenizer: :mod:`kolm_search.tokenizers` says which
+A saved index must be able to rebuild its tokenizer: :mod:`kolm_search.engine.tokenizers` says which
 tokenizers can be saved (a plain :class:`Tokenizer`, or a registered class).
 """
 
@@ -21,8 +21,7 @@ from functools import cache
 from typing import Any
 
 from kolm_search._params import boolean
-from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.languages import (
+from kolm_search.engine.languages import (
     ENGLISH_STOPWORDS,
     cjk_tokens,
     fold_width,
@@ -30,6 +29,7 @@ from kolm_search.languages import (
     normalize_language,
     stopwords_for,
 )
+from kolm_search.errors import KolmTypeError, KolmValueError
 
 __all__ = ["ENGLISH_STOPWORDS", "Tokenizer"]
 
@@ -247,7 +247,7 @@ class Tokenizer:
         return [self(t) for t in texts]
 
     def fingerprint(self) -> str:
-        """The class and :meth:`to_config` (:class:`~kolm_search.ports.Fingerprinted`): what an
+        """The class and :meth:`to_config` (:class:`~kolm_search.contract.ports.Fingerprinted`): what an
         index's tokens depend on. A subclass with state of its own overrides it."""
         import json
 

@@ -1,6 +1,6 @@
 """Batch re-ranking jobs: read a run, re-rank each query's top-k with any Reranker, write a run.
 
-A job goes through the run in chunks of ``batch_size`` queries (:mod:`kolm_search.rerank_job`).
+A job goes through the run in chunks of ``batch_size`` queries (:mod:`kolm_search.jobs.rerank_plan`).
 Given ``output=PATH`` it is resumable: each finished chunk is written, atomically, as a part of
 a parquet dataset under ``PATH`` with a manifest recording the job's fingerprint (the run, the
 query texts, the documents re-ranked, the reranker's fingerprint, ``top_k``, ``batch_size``;
@@ -20,8 +20,8 @@ import pandas as pd
 from kolm_search._bridge import run_sync
 from kolm_search._params import boolean, positive_int
 from kolm_search._progress import progress_bar, progress_scope
-from kolm_search.ports import fingerprint_of
-from kolm_search.rerank_job import RerankJob, empty_run
+from kolm_search.contract.ports import fingerprint_of
+from kolm_search.jobs.rerank_plan import RerankJob, empty_run
 
 __all__ = ["rerank_run"]
 
@@ -37,8 +37,8 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
     corpus : Dataset, DataFrame ``id, content[, title]``, DocumentTable or documents
     reranker : Reranker
         Any object with ``rerank(docs, context)`` (sync or async), called as the pipeline's
-        reranker stage calls it (:func:`kolm_search.stages.rerank_all`): a
-        :class:`~kolm_search.ports.BatchReranker` (``MMRReranker``, ``CrossEncoderReranker``,
+        reranker stage calls it (:func:`kolm_search.contract.stages.rerank_all`): a
+        :class:`~kolm_search.contract.ports.BatchReranker` (``MMRReranker``, ``CrossEncoderReranker``,
         the LLM rerankers) gets each chunk of queries in one ``rerank_batch`` call, so its model
         sees every distinct document (MMR) or pair (cross-encoder) of the chunk once, in full
         batches; other rerankers are called per query, concurrently.
@@ -57,7 +57,7 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
         With ``output``: start over in a folder holding another job's (or this job's) parts.
     fingerprint : str, optional
         What the reranker is, for ``output`` and ``score_cache``, when it declares no
-        ``fingerprint()`` (:class:`~kolm_search.ports.Fingerprinted`; the built-in rerankers do).
+        ``fingerprint()`` (:class:`~kolm_search.contract.ports.Fingerprinted`; the built-in rerankers do).
     score_cache : ScoreCache, optional
         Scores already computed (by any job, experiment or notebook) are read, not computed
         again (:class:`~kolm_search.adapters.CachedReranker`; the reranker must score pairs or

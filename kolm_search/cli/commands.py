@@ -41,7 +41,7 @@ def cmd_fuse(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from kolm_search.cli_eval import load_qrels_arg, parse_metric_list, run_names, write_output
+    from kolm_search.cli.evaluate import load_qrels_arg, parse_metric_list, run_names, write_output
     from kolm_search.evaluation.compare import compare
     from kolm_search.io import read_run
 
@@ -78,7 +78,7 @@ def _reranker(args: argparse.Namespace, dataset: Any, cache: Path | None) -> Any
     import os
 
     from kolm_search import adapters
-    from kolm_search.cli_eval import embedder_for
+    from kolm_search.cli.evaluate import embedder_for
     from kolm_search.errors import KolmValueError
 
     score_cache = adapters.ScoreCache(cache / "scores.sqlite") if cache is not None else None
@@ -106,7 +106,7 @@ def _reranker(args: argparse.Namespace, dataset: Any, cache: Path | None) -> Any
 
 def cmd_rerank(args: argparse.Namespace) -> int:
     from kolm_search.io import default_cache_dir, load_dataset, read_run, write_run
-    from kolm_search.rerank import rerank_run
+    from kolm_search.jobs.rerank import rerank_run
 
     dataset = load_dataset(args.dataset, split=args.split, cache_dir=args.cache_dir)
     cache = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir()
@@ -191,7 +191,7 @@ class _Raw(HelpFormatter, argparse.RawDescriptionHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     from kolm_search import __version__
-    from kolm_search.cli_eval import add_eval_parser
+    from kolm_search.cli.evaluate import add_eval_parser
     from kolm_search.evaluation.stats import CORRECTIONS, TESTS
     from kolm_search.fusion.normalize import NORMALIZATIONS
 
