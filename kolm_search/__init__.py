@@ -19,7 +19,7 @@ documentation named at the package root before that layout keep their old paths 
 
 import sys as _sys
 
-from kolm_search.compose import Fuse, Stage, as_stage
+from kolm_search.compose import Stage, as_stage
 from kolm_search.contract import ports, stages
 from kolm_search.contract.batch import BatchResult
 from kolm_search.contract.client import SearchClient
@@ -75,6 +75,7 @@ from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
+from kolm_search.retrievers.fuse_stage import Fuse
 from kolm_search.types import (
     QueryPlan,
     SearchDocument,

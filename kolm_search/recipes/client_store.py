@@ -56,7 +56,7 @@ def _classes() -> dict[str, type]:
 
 def _save_retriever(retriever: Any, folder: Path) -> dict[str, Any]:
     """The retriever written by its own ``save`` (all or nothing) into ``folder``; its kind."""
-    from kolm_search.compose.fuse_stage import Fuse  # a composite whose children are stages: saved as one
+    from kolm_search.retrievers.fuse_stage import Fuse  # a composite whose children are stages: saved as one
 
     kind = next((k for k, cls in _classes().items() if type(retriever) is cls), None)
     if type(retriever) is Fuse:

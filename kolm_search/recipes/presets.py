@@ -15,7 +15,6 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from kolm_search.compose.fuse_stage import Fuse
 from kolm_search.contract.client import SearchClient
 from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.contract.planners import DefaultQueryPlanner
@@ -25,6 +24,7 @@ from kolm_search.errors import KolmValueError
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
+from kolm_search.retrievers.fuse_stage import Fuse
 
 __all__ = ["bm25", "dense", "hybrid", "hybrid_plus"]
 
