@@ -19,6 +19,7 @@ documentation named at the package root before that layout keep their old paths 
 
 import sys as _sys
 
+from kolm_search.compose import Stage, as_stage
 from kolm_search.contract import ports, stages
 from kolm_search.contract.batch import BatchResult
 from kolm_search.contract.client import SearchClient
@@ -74,6 +75,7 @@ from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
+from kolm_search.retrievers.fuse_stage import Fuse
 from kolm_search.types import (
     QueryPlan,
     SearchDocument,
@@ -115,6 +117,7 @@ __all__ = [
     "FeedbackRetriever",
     "FittedFusion",
     "FrameValidationError",
+    "Fuse",
     "IntentClassifier",
     "KolmError",
     "KolmTypeError",
@@ -141,10 +144,12 @@ __all__ = [
     "SearchRequest",
     "SearchResponse",
     "SearchResponseMetadata",
+    "Stage",
     "Synthesizer",
     "Telemetry",
     "Tokenizer",
     "__version__",
+    "as_stage",
     "compare",
     "compare_runs",
     "cross_validate",

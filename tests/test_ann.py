@@ -15,8 +15,8 @@ import pytest
 
 from kolm_search import DenseRetriever, KolmValueError
 from kolm_search.engine.candidate_frame import QueryBatch
-from kolm_search.retrievers.dense import exact_topk
 from kolm_search.engine.selection import Selection, Selections
+from kolm_search.retrievers.dense import exact_topk
 from tests.reliability.indexes import file_of, reseal
 
 faiss = pytest.importorskip("faiss")

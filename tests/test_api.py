@@ -33,6 +33,7 @@ EXPECTED_ALL = [
     "SearchResponse", "SearchResponseMetadata", "Synthesizer", "Telemetry", "__version__",
     "merge_with_rrf", "rrf_score", "FittedFusion", "fit_fusion", "FeedbackRetriever", "cross_validate",
     "register_tokenizer", "leave_one_collection_out", "compare_runs", "precision_recall_curve",
+    "Stage", "as_stage", "Fuse",
 ]
 
 

@@ -56,8 +56,9 @@ MAY_IMPORT = {
     "engine": {"errors", "types", "_params", "_extras", "_kernels"},
     "fusion": {"errors", "types", "_params", "_kernels", "engine"},
     "io": {"errors", "_params", "_extras", "_http", "_logging", "engine"},
-    "evaluation": {"errors", "_params", "_extras", "_kernels", "engine", "fusion", "io"},
+    "evaluation": {"errors", "_params", "_extras", "_kernels", "engine", "fusion", "io", "compose"},
     "contract": {*_LEAVES, "engine", "contract"},
+    "compose": {*_LEAVES, "_kernels", "engine", "fusion", "contract"},
 }
 
 #: The contract's imports up, each inside the one function that needs it: reading a saved client

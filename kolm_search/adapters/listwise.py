@@ -35,6 +35,7 @@ from kolm_search.adapters._fingerprint import describe, text_digest
 from kolm_search.adapters.llm import OpenAICompatibleClient
 from kolm_search.adapters.prompts import LISTWISE, PromptTemplate
 from kolm_search.adapters.scorecache import ScoreCache
+from kolm_search.compose.kinds import RerankerStage
 from kolm_search.errors import KolmValueError, LLMRequestError
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -129,7 +130,7 @@ async def rerank_windows(ranker: Any, items: Items, cache: ScoreCache | None = N
         return list(await asyncio.gather(*(one(d, c) for d, c in items)))
 
 
-class LLMListwiseReranker:
+class LLMListwiseReranker(RerankerStage):
     """Re-ranks by asking a chat model to order windows of passages (RankGPT's sliding window).
 
     Parameters

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._params import positive_int, probability
+from kolm_search.compose.kinds import RerankerStage
 from kolm_search.contract.ports import embed_all, fingerprint_of
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
@@ -16,7 +17,7 @@ from kolm_search.types import SearchDocument, SearchPipelineContext
 __all__ = ["MMRReranker"]
 
 
-class MMRReranker:
+class MMRReranker(RerankerStage):
     """Reranker selecting documents by MMR: relevance to the query minus redundancy.
 
     Parameters
@@ -79,6 +80,18 @@ class MMRReranker:
             out.append([docs[j] for j in order] + [d for j, d in enumerate(docs) if j not in picked])
         return out
 
+    def stage_params(self) -> dict[str, Any]:
+        """``embedder, lambda_, top_n`` (scikit-learn's ``get_params``)."""
+        return {"embedder": self.embedder, "lambda_": self.lambda_, "top_n": self.top_n}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        """Set parameters, checked as the constructor checks them (on error nothing changes)."""
+        unknown = set(changes) - set(self.stage_params())
+        if unknown:
+            raise KolmValueError(f"MMRReranker has no parameter(s) {sorted(unknown)}; it has {sorted(self.stage_params())}")
+        merged = {**self.stage_params(), **changes}
+        self.__init__(merged["embedder"], merged["lambda_"], merged["top_n"])  # type: ignore[misc]
+
     def fingerprint(self) -> str:
         """``lambda_``, ``top_n`` and the embedder's fingerprint
         (:class:`~kolm_search.contract.ports.Fingerprinted`; an embedder without one is a ``KolmTypeError``)."""
@@ -90,3 +103,6 @@ class MMRReranker:
     async def rerank(self, docs: list[SearchDocument], context: SearchPipelineContext) -> list[SearchDocument]:
         """The spec's port: :meth:`rerank_batch` of one query."""
         return (await self.rerank_batch([(docs, context)]))[0]
+
+    def __repr__(self) -> str:
+        return f"MMRReranker(lambda_={self.lambda_!r}, top_n={self.top_n!r})"

@@ -17,6 +17,7 @@ from kolm_search._progress import progress_bar
 from kolm_search.adapters._fingerprint import describe, folder_digest, torch_digest
 from kolm_search.adapters.scorecache import ScoreCache
 from kolm_search.adapters.scoring import PointwiseReranker
+from kolm_search.compose.kinds import RerankerStage
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -54,6 +55,18 @@ class CrossEncoderReranker(PointwiseReranker):
         self.score_cache = score_cache
         self._fingerprint: str | None = None
 
+    def stage_params(self) -> dict[str, Any]:
+        """``batch_size`` (scikit-learn's ``get_params``; the model is fixed at construction)."""
+        return {"batch_size": self.batch_size}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        unknown = set(changes) - {"batch_size"}
+        if unknown:
+            raise KolmValueError(f"CrossEncoderReranker has no settable parameter(s) {sorted(unknown)}; it has "
+                                 "['batch_size'] (build a new one for another model)")
+        if "batch_size" in changes:
+            self.batch_size = positive_int("batch_size", changes["batch_size"])
+
     def fingerprint(self) -> str:
         """The model (its folder's files, or a loaded model's weights, by sha256), its maximum
         length and activation (:class:`~kolm_search.contract.ports.Fingerprinted`); computed once."""
@@ -86,7 +99,7 @@ class CrossEncoderReranker(PointwiseReranker):
         return self.score_pairs([(query, d) for d in docs])
 
 
-class FusionReranker:
+class FusionReranker(RerankerStage):
     """Re-scores candidates by a weighted sum of min-max normalised scorers.
 
     Parameters
@@ -108,6 +121,18 @@ class FusionReranker:
         if w.shape != (len(scorers),) or not np.all(np.isfinite(w)):
             raise KolmValueError(f"weights must be finite, one per scorer; got {weights!r}")
         self.weights = w
+
+    def stage_params(self) -> dict[str, Any]:
+        """``scorers, weights`` (scikit-learn's ``get_params``)."""
+        return {"scorers": list(self.scorers), "weights": [float(w) for w in self.weights]}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        """Set ``scorers`` or ``weights``, checked as the constructor checks them."""
+        unknown = set(changes) - {"scorers", "weights"}
+        if unknown:
+            raise KolmValueError(f"FusionReranker has no parameter(s) {sorted(unknown)}; it has ['scorers', 'weights']")
+        merged = {**self.stage_params(), **changes}
+        self.__init__(merged["scorers"], merged["weights"])  # type: ignore[misc]
 
     async def rerank(self, docs: list[SearchDocument], context: SearchPipelineContext) -> list[SearchDocument]:
         if not docs:

@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from kolm_search._bridge import off_loop
 from kolm_search.adapters.scorecache import ScoreCache
+from kolm_search.compose.kinds import RerankerStage
 from kolm_search.contract.ports import RanksWindows, ScoresPairs, fingerprint_of, implements
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
@@ -100,7 +101,7 @@ async def rerank_pointwise(scorer: Any, items: Items, cache: ScoreCache | None =
     return out
 
 
-class PointwiseReranker:
+class PointwiseReranker(RerankerStage):
     """Base of pointwise rerankers: ``rerank`` / ``rerank_batch`` by :meth:`score_pairs`.
 
     A subclass implements ``score_pairs(pairs) -> float32 (n,)`` (sync or async) and
@@ -126,7 +127,7 @@ class PointwiseReranker:
         return (await self.rerank_batch([(docs, context)]))[0]
 
 
-class CachedReranker:
+class CachedReranker(RerankerStage):
     """A pointwise or listwise reranker whose model calls go through a :class:`ScoreCache`.
 
     Parameters

@@ -10,6 +10,8 @@ doc        int64 (n,)       document code (row of the :class:`DocumentTable`)
 score      float32/float64  retrieval or fused score, higher is better
 rank       int32 (n,)       zero-based rank inside (query, list)
 list_id    int32 (n,)       optional: which retriever / expanded query produced the entry
+features   float64 (n, f)   optional: one row of ``f`` feature values per entry (the ``**``
+                            operator of :mod:`kolm_search.compose`, the input of learning to rank)
 =========  ===============  ==============================================================
 
 Entries are sorted by (query, list_id, rank). Retrievers break score ties by document code
@@ -31,6 +33,7 @@ import pandas as pd
 from kolm_search.errors import FrameValidationError
 
 if TYPE_CHECKING:
+    from kolm_search.engine.doctable import DocumentTable
     from kolm_search.types import SearchPipelineContext
 
 __all__ = ["CandidateFrame", "QueryBatch"]
@@ -46,6 +49,7 @@ class CandidateFrame:
     rank: npt.NDArray[np.int32]
     n_queries: int
     list_id: npt.NDArray[np.int32] | None = None
+    features: npt.NDArray[np.float64] | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -94,6 +98,8 @@ class CandidateFrame:
                 raise FrameValidationError(f"frame column {name!r} has shape {arr.shape}, expected ({n},)")
         if self.list_id is not None and self.list_id.shape != (n,):
             raise FrameValidationError(f"frame column 'list_id' has shape {self.list_id.shape}, expected ({n},)")
+        if self.features is not None and (self.features.ndim != 2 or self.features.shape[0] != n):
+            raise FrameValidationError(f"frame column 'features' has shape {self.features.shape}, expected ({n}, f)")
         if n == 0:
             return
         if self.query.min() < 0 or self.query.max() >= self.n_queries:
@@ -170,6 +176,9 @@ class QueryBatch:
         Per batch query, a dict a retriever may annotate (e.g. the expanded query of
         pseudo-relevance feedback); the pipeline passes each query's ``plan.metadata``, so the
         annotations show in ``SearchResponse.plan`` and ``BatchResult.plans``.
+    table : DocumentTable, optional
+        The table the candidates' document codes refer to, when a composed stage
+        (:mod:`kolm_search.compose`) runs: a re-ranking stage reads its documents there.
     """
 
     texts: list[str]
@@ -180,6 +189,7 @@ class QueryBatch:
     embeddings: npt.NDArray[np.float32] | None = None
     mode: str = "hybrid"
     metadata: list[dict[str, Any]] | None = None
+    table: DocumentTable | None = None
 
     def __post_init__(self) -> None:
         self.owner = np.asarray(self.owner, dtype=np.int64)

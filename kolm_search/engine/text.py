@@ -246,6 +246,13 @@ class Tokenizer:
         """Tokens of many texts."""
         return [self(t) for t in texts]
 
+    def fingerprint(self) -> str:
+        """The class and :meth:`to_config` (:class:`~kolm_search.contract.ports.Fingerprinted`): what an
+        index's tokens depend on. A subclass with state of its own overrides it."""
+        import json
+
+        return f"{type(self).__qualname__}{json.dumps(self.to_config(), sort_keys=True)}"
+
     def to_config(self) -> dict[str, Any]:
         """JSON-ready configuration: the language, and the stopwords as the list itself.
 

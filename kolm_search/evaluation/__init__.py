@@ -6,6 +6,7 @@ from kolm_search.evaluation.compare import compare, paired_test, per_query_table
 from kolm_search.evaluation.crossval import CrossValidation, cross_validate, grid_points, make_folds
 from kolm_search.evaluation.curves import precision_recall_curve
 from kolm_search.evaluation.experiment import Experiment
+from kolm_search.evaluation.grid import GridSearch, grid_search
 from kolm_search.evaluation.loco import LeaveOneCollectionOut, collection_runs, leave_one_collection_out
 from kolm_search.evaluation.metrics import evaluate, parse_metric
 from kolm_search.evaluation.optimize import optimize_fusion
@@ -14,6 +15,7 @@ from kolm_search.evaluation.runner import run_queries
 __all__ = [
     "CrossValidation",
     "Experiment",
+    "GridSearch",
     "LeaveOneCollectionOut",
     "collection_runs",
     "compare",
@@ -21,6 +23,7 @@ __all__ = [
     "cross_validate",
     "evaluate",
     "grid_points",
+    "grid_search",
     "leave_one_collection_out",
     "make_folds",
     "optimize_fusion",

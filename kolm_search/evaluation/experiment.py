@@ -9,6 +9,10 @@ from typing import Any
 
 import pandas as pd
 
+from kolm_search.compose.cache import StageCache
+from kolm_search.compose.queries import PreparedQueries, prepare_queries, run_prepared
+from kolm_search.compose.runner import RunState, sharing
+from kolm_search.compose.stage import Stage
 from kolm_search.engine.runs import as_qrels
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.compare import compare, per_query_table
@@ -21,11 +25,19 @@ __all__ = ["Experiment"]
 
 
 class Experiment:
-    """PyTerrier-style experiment over :class:`~kolm_search.contract.client.SearchClient` pipelines.
+    """PyTerrier-style experiment over stages (:class:`~kolm_search.compose.Stage`) and
+    :class:`~kolm_search.contract.client.SearchClient` pipelines.
+
+    Stage pipelines share their work: equal prefixes (equal stage fingerprints, the same
+    queries) run once per experiment (``bm25 % 100 >> r1`` and ``bm25 % 100 >> r2`` run BM25
+    once), and with ``cache_dir`` every stage's output is kept on disk
+    (:class:`~kolm_search.compose.StageCache`, under ``cache_dir/stages``), so a second
+    experiment over the folder runs only the stages whose parameters, index or input changed.
+    ``shared`` (a :class:`~kolm_search.compose.RunState`) counts what was computed and reused.
 
     Parameters
     ----------
-    pipelines : dict name -> SearchClient
+    pipelines : dict name -> Stage or SearchClient
     dataset : Dataset
         From :func:`kolm_search.io.load_beir` / ``load_dataset``; its judged queries are run.
     metrics : list of str
@@ -34,7 +46,8 @@ class Experiment:
     baseline, test, correction, ci, seed
         As in :func:`kolm_search.evaluation.compare` (several baselines, Tukey's HSD, FDR control).
     cache_dir : path, optional
-        Runs are cached there as parquet (``<dataset>__<pipeline>.parquet``) and reused.
+        A client's runs are cached there as parquet (``<dataset>__<pipeline>.parquet``) and
+        reused; a stage's outputs go to ``cache_dir/stages``, keyed by fingerprints.
     progress : bool
         Progress bars while searching.
     drop_self_hits : bool, optional
@@ -59,8 +72,12 @@ class Experiment:
         if not pipelines:
             raise KolmValueError("Experiment needs at least one pipeline")
         for name, client in pipelines.items():
-            if not callable(getattr(client, "search_batch", None)):
-                raise KolmValueError(f"pipeline {name!r} has no search_batch (use a SearchClient)")
+            if isinstance(client, Stage):
+                if not client.is_source:
+                    raise KolmValueError(f"pipeline {name!r} ({client!r}) re-ranks: a pipeline starts with a retrieving "
+                                         "stage (e.g. bm25 >> reranker)")
+            elif not callable(getattr(client, "search_batch", None)):
+                raise KolmValueError(f"pipeline {name!r} is neither a Stage nor a SearchClient")
         self.pipelines = dict(pipelines)
         self.dataset = dataset
         self.metrics = list(metrics)
@@ -75,6 +92,8 @@ class Experiment:
         self.drop_self_hits = wants_self_hits_dropped(as_qrels(dataset), drop_self_hits)
         self.runs: dict[str, pd.DataFrame] = {}
         self.score_cache = score_cache
+        self._prepared: tuple[Any, PreparedQueries] | None = None
+        self.shared = RunState(cache=None if self.cache_dir is None else StageCache(self.cache_dir / "stages"))
 
     def _cache_path(self, name: str) -> Path | None:
         if self.cache_dir is None:
@@ -88,6 +107,9 @@ class Experiment:
         queries = self.dataset.judged_queries()
         for name, client in self.pipelines.items():
             if name in self.runs:
+                continue
+            if isinstance(client, Stage):
+                self.runs[name] = self._run_stage(client, queries)
                 continue
             path = self._cache_path(name)
             if path is not None and path.exists():
@@ -104,6 +126,16 @@ class Experiment:
                 run.to_parquet(path, index=False)
             self.runs[name] = run
         return self.runs
+
+    def _run_stage(self, stage: Stage, queries: pd.DataFrame) -> pd.DataFrame:
+        """A stage's run, prefixes shared with the experiment's other stages (and cached); the
+        queries are checked and planned once for all of them."""
+        limit = self.limit + 1 if self.drop_self_hits else self.limit
+        if self._prepared is None or self._prepared[0] is not queries:
+            self._prepared = (queries, prepare_queries(queries, limit=limit))
+        with sharing(self.shared):
+            run = run_prepared(stage, self._prepared[1])
+        return drop_self_hits(run, self.limit)[0] if self.drop_self_hits else run
 
     def run(self) -> ComparisonTable:
         """Search (or reuse cached runs) and return the :func:`compare` table (``.to_latex()``,

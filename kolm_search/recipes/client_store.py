@@ -56,7 +56,11 @@ def _classes() -> dict[str, type]:
 
 def _save_retriever(retriever: Any, folder: Path) -> dict[str, Any]:
     """The retriever written by its own ``save`` (all or nothing) into ``folder``; its kind."""
+    from kolm_search.retrievers.fuse_stage import Fuse  # a composite whose children are stages: saved as one
+
     kind = next((k for k, cls in _classes().items() if type(retriever) is cls), None)
+    if type(retriever) is Fuse:
+        kind = "composite"
     if kind is None:
         raise KolmTypeError(f"SearchClient.save cannot save a retriever of type {type(retriever).__name__}: it saves "
                             "BM25Retriever, DenseRetriever, FeedbackRetriever and CompositeRetriever (of those)")

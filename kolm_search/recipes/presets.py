@@ -1,7 +1,9 @@
 """Ready-made clients: ``bm25()``, ``dense()``, ``hybrid()`` (the recommended default) and the
 deprecated ``hybrid_plus()``.
 
-Each takes the corpus (``SearchDocument``s, a DataFrame with ``id`` and ``content``, or a
+Each is a stage expression (:mod:`kolm_search.compose`) in a client: ``bm25()``'s retriever
+is a :class:`BM25Retriever` (a stage), ``hybrid()``'s is ``Fuse(bm25, dense, k=60)``. Each
+takes the corpus (``SearchDocument``s, a DataFrame with ``id`` and ``content``, or a
 :class:`DocumentTable`) or an index built or loaded before (``bm25(BM25Retriever.load(path))``:
 used as it is, nothing rebuilt; another kind of index gives its documents) and returns a
 :class:`SearchClient` whose retriever has the columnar batch path. Every built pipeline is
@@ -20,9 +22,9 @@ from kolm_search.contract.ports import Embedder, QueryPlanner
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.retrievers.bm25 import BM25Retriever
-from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
+from kolm_search.retrievers.fuse_stage import Fuse
 
 __all__ = ["bm25", "dense", "hybrid", "hybrid_plus"]
 
@@ -86,8 +88,10 @@ def hybrid(documents: Any, embedder: Embedder, k: float = 60, *, weights: list[f
            embeddings: Any = None) -> SearchClient:
     """BM25 + dense fused by RRF; mode ``"hybrid"``. The recommended default.
 
-    Exactly: a :class:`~kolm_search.retrievers.composite.CompositeRetriever` fusing by RRF
-    (``k``, default 60; optional ``weights`` [bm25, dense]) the lists of a
+    Exactly the expression ``Fuse(bm25, dense, k=k, weights=weights, depth=depth)``
+    (:class:`~kolm_search.compose.Fuse`, a
+    :class:`~kolm_search.retrievers.composite.CompositeRetriever`) fusing by RRF (``k``,
+    default 60; optional ``weights`` [bm25, dense]) the lists of a
     :class:`BM25Retriever` (Lucene variant, k1 1.5, b 0.75, English stopwords and stemming,
     over title and content) and an exact-cosine :class:`DenseRetriever` over ``embedder``
     (title and content). Each child gives the fusion ``offset + limit`` documents, or
@@ -114,7 +118,7 @@ def hybrid(documents: Any, embedder: Embedder, k: float = 60, *, weights: list[f
     given = {**(dense_kwargs or {}), **({} if embeddings is None else {"embeddings": embeddings})}
     vec = _index(documents, DenseRetriever, given, "dense_kwargs") or DenseRetriever(
         table, embedder, embeddings=embeddings, **(dense_kwargs or {}))
-    retriever = CompositeRetriever([sparse, vec], k=k, weights=weights, depth=depth)
+    retriever = Fuse(sparse, vec, k=k, weights=weights, depth=depth)
     return SearchClient(SearchPipelineModules(planner=planner or DefaultQueryPlanner(), retriever=retriever,
                                               embedder=embedder), _options(options, "hybrid"))
 
@@ -136,8 +140,8 @@ def hybrid_plus(documents: Any, embedder: Embedder, *, k: float = 60, depth: int
     (p < 0.001), +0.014 on lisa: -0.010 on their mean (``benchmarks/bench_recipe.py``). It
     still builds the pipeline below, so old results can be reproduced; it will be removed.
 
-    The pipeline: a :class:`~kolm_search.retrievers.composite.CompositeRetriever` fusing by
-    RRF (``k``) the ``depth`` best documents of
+    The pipeline: ``Fuse(sparse, dense, lsa, k=k, depth=depth)`` (:class:`~kolm_search.compose.Fuse`)
+    fusing by RRF (``k``) the ``depth`` best documents of
 
     - :class:`~kolm_search.retrievers.feedback.FeedbackRetriever` (``feedback``: Bo1 with
       Terrier's defaults, 3 documents and 10 terms) around :class:`BM25Retriever`;
@@ -180,6 +184,6 @@ def hybrid_plus(documents: Any, embedder: Embedder, *, k: float = 60, depth: int
     vec = DenseRetriever(table, embedder, embeddings=embeddings, **(dense_kwargs or {}))
     lsa_model = LSAEmbedder(table.texts(vec.fields), n_components=lsa_components, seed=lsa_seed)
     lsa = DenseRetriever(table, lsa_model, fields=vec.fields, embed_queries=True)
-    retriever = CompositeRetriever([sparse, vec, lsa], k=k, depth=depth)
+    retriever = Fuse(sparse, vec, lsa, k=k, depth=depth)
     return SearchClient(SearchPipelineModules(planner=planner or DefaultQueryPlanner(), retriever=retriever,
                                               embedder=embedder), _options(options, "hybrid"))

@@ -35,9 +35,9 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._kernels import load
+from kolm_search.engine.selection import Selections
 from kolm_search.errors import KolmValueError
 from kolm_search.retrievers.ann_spec import AnnSpec, faiss_module
-from kolm_search.engine.selection import Selections
 
 __all__ = ["AnnIndex", "faiss_threads", "set_search_parameters"]
 

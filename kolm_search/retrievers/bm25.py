@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from kolm_search._kernels import load
 from kolm_search._params import one_of, real
+from kolm_search.compose.kinds import RetrieverStage
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.engine.selection import Selections
@@ -61,7 +62,7 @@ _ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # save
     "nonocc": ("float", np.float32), "doc_len": ("int", np.int64)}
 
 
-class BM25Retriever(SegmentedIndex):
+class BM25Retriever(SegmentedIndex, RetrieverStage):
     """Sparse BM25 retriever over a :class:`DocumentTable`.
 
     Parameters
@@ -364,6 +365,26 @@ class BM25Retriever(SegmentedIndex):
         arrays["term_max"] = np.asarray(self.t_max, np.float32)
         return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": len(self.table), "stats": stats},
                        arrays=arrays, blobs={"vocab": list(self.vocab)}, tables={"documents": self.table})
+
+    # -- stage parameters (kolm_search.compose) ---------------------------------------------
+    def stage_params(self) -> dict[str, Any]:
+        """``method, k1, b, delta, tokenizer, fields, fusion_k`` (scikit-learn's ``get_params``)."""
+        return {"method": self.method, "k1": self.k1, "b": self.b, "delta": self.delta, "tokenizer": self.tokenizer,
+                "fields": self.fields, "fusion_k": self.fusion_k}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        """Re-index the same documents with the changed parameters (checked as the constructor
+        checks them; on error nothing changes). An index of a shard (``stats=``) refuses."""
+        if not changes:
+            return
+        unknown = set(changes) - set(self.stage_params())
+        if unknown:
+            raise KolmValueError(f"BM25Retriever has no parameter(s) {sorted(unknown)}; it has {sorted(self.stage_params())}")
+        if self.own_stats is False:
+            raise KolmValueError("a BM25 shard weighted with external statistics cannot change its parameters")
+        self.merge()
+        rebuilt = BM25Retriever(self.table, **{**self.stage_params(), **changes}, n_threads=self.n_threads)
+        self.__dict__.update(rebuilt.__dict__)
 
     def save(self, path: str | Path) -> None:
         """Write the index to folder ``path``, replacing any index there all or nothing.

@@ -15,6 +15,9 @@ import numpy as np
 from kolm_search._bridge import resolve
 from kolm_search._logging import log
 from kolm_search._params import one_of, positive_int
+from kolm_search.compose.kinds import RetrieverStage
+from kolm_search.compose.runner import run_stage
+from kolm_search.compose.stage import Stage
 from kolm_search.contract.ports import (
     BatchRetriever,
     Embedder,
@@ -51,7 +54,16 @@ def retriever_name(retriever: Any) -> str:
     return name if isinstance(name, str) else type(retriever).__name__
 
 
-class CompositeRetriever:
+def _child_frame(child: Any, batch: QueryBatch) -> CandidateFrame:
+    """A child's frame of ``batch``: a stage's whole output through the stage runner of
+    :mod:`kolm_search.compose` (shared and cached inside an experiment; a retriever's is at
+    most ``batch.limit`` long, ``bm25 % 100``'s 100), else ``retrieve_batch``."""
+    if isinstance(child, Stage):
+        return run_stage(child, batch, None)
+    return child.retrieve_batch(batch)
+
+
+class CompositeRetriever(RetrieverStage):
     """Runs child retrievers concurrently and fuses their lists with (weighted) RRF, or
     another fusion method over normalised scores.
 
@@ -367,9 +379,10 @@ class CompositeRetriever:
         child_batch = batch
         if self.depth is not None and min(self.depth, len(table)) > batch.limit:
             child_batch = replace(batch, limit=min(self.depth, len(table)))
+        child_batch = replace(child_batch, table=table)
         for index, child in enumerate(self.retrievers):
             try:
-                frames.append(child.retrieve_batch(child_batch))  # type: ignore[attr-defined]
+                frames.append(_child_frame(child, child_batch))
                 weights.append(1.0 if self.weights is None else self.weights[index])
             except Exception as exc:
                 if isinstance(exc, FilterError):  # the query's filter is bad: fails every child alike
@@ -384,6 +397,23 @@ class CompositeRetriever:
             raise SearchError(_STAGE, f"all {len(self.retrievers)} retrievers failed; first error: {errors[0]}", cause=errors[0])
         stacked = CandidateFrame.concat(frames)
         return self._fuse(stacked, weights, batch.limit, len(frames), max(len(table), 1))
+
+    # -- stage parameters (kolm_search.compose) ---------------------------------------------
+    def stage_params(self) -> dict[str, Any]:
+        """The children as ``s0``, ``s1``, ... and ``k, method, norm, weights, depth, strategy``."""
+        return {**{f"s{i}": r for i, r in enumerate(self.retrievers)}, "k": self.k, "method": self.method,
+                "norm": self.norm, "weights": self.weights, "depth": self.depth, "strategy": self.strategy}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        """Set children or fusion parameters (checked as the constructor checks them; on error
+        nothing changes)."""
+        if not changes:
+            return
+        merged = {**self.stage_params(), **changes}
+        children = [merged[f"s{i}"] for i in range(len(self.retrievers))]
+        rebuilt = CompositeRetriever(children, merged["k"], merged["strategy"], self.logger, weights=merged["weights"],
+                                     method=merged["method"], norm=merged["norm"], depth=merged["depth"])
+        self.__dict__.update(rebuilt.__dict__)
 
     def __repr__(self) -> str:
         names = ", ".join(retriever_name(r) for r in self.retrievers)

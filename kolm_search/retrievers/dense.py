@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from kolm_search._kernels import load
 from kolm_search._params import one_of, real
+from kolm_search.compose.kinds import RetrieverStage
 from kolm_search.contract.ports import Embedder, implements
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.doctable import DocumentTable
@@ -115,7 +116,7 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
                                     n_threads=n_threads)
 
 
-class DenseRetriever(SegmentedIndex):
+class DenseRetriever(SegmentedIndex, RetrieverStage):
     """Dense retriever: exact (brute-force) by default, or approximate on a faiss index.
 
     Parameters
@@ -301,6 +302,25 @@ class DenseRetriever(SegmentedIndex):
             meta["ann"] = ann_meta(self.ann_spec, self.ann)
             arrays.update(ann_arrays(self.ann))
         return Payload(_FORMAT, _VERSION, meta, arrays=arrays, tables={"documents": self.table})
+
+    # -- stage parameters (kolm_search.compose) ---------------------------------------------
+    def stage_params(self) -> dict[str, Any]:
+        """``embedder, metric, fields, fusion_k, embed_queries, index, index_params`` (scikit-learn's
+        ``get_params``; the index type and its parameters are part of what an output depends on)."""
+        spec = self.ann_spec
+        return {"embedder": self.embedder, "metric": self.metric, "fields": self.fields, "fusion_k": self.fusion_k,
+                "embed_queries": self.embed_queries, "index": self.index,
+                "index_params": {} if spec is None or spec.params is None else dict(spec.params)}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        """Set ``fusion_k`` or ``embed_queries``; the others change the vectors (build a new index)."""
+        fixed = set(changes) - {"fusion_k", "embed_queries"}
+        if fixed:
+            raise KolmValueError(f"DenseRetriever: {sorted(fixed)} change the document vectors; build a new index "
+                                 "(only fusion_k and embed_queries can be set)")
+        merged = {**self.stage_params(), **changes}
+        self._configure(self.embedder, metric=self.metric, fields=self.fields, fusion_k=merged["fusion_k"],
+                        n_threads=self.n_threads, embed_queries=merged["embed_queries"])
 
     def save(self, path: str | Path) -> None:
         """Write to folder ``path`` (embeddings, documents, manifest), replacing any index there

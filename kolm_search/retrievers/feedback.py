@@ -33,6 +33,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from kolm_search._params import integer, one_of, probability, real
+from kolm_search.compose.kinds import RetrieverStage
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.selection import Selections
 from kolm_search.errors import KolmTypeError, KolmValueError
@@ -115,7 +116,7 @@ def _term_counts(bm25: BM25Retriever, postings: Postings | None) -> tuple[Any, .
     return tf, coll_freq, order, rank
 
 
-class FeedbackRetriever:
+class FeedbackRetriever(RetrieverStage):
     """BM25 with pseudo-relevance feedback: RM3 (Anserini), Bo1 or KL (Terrier).
 
     Parameters
@@ -192,6 +193,24 @@ class FeedbackRetriever:
     def indexes(self) -> list[SegmentedIndex]:
         """The index a change applies to: the BM25 index (:class:`~kolm_search.contract.ports.HoldsIndexes`)."""
         return [self.bm25]
+
+    # -- stage parameters (kolm_search.compose) ---------------------------------------------
+    def stage_params(self) -> dict[str, Any]:
+        """``bm25, model, fb_docs, fb_terms, original_weight, max_df_ratio`` (``bm25__k1`` reaches the index)."""
+        return {"bm25": self.bm25, "model": self.model, "fb_docs": self.fb_docs, "fb_terms": self.fb_terms,
+                "original_weight": self.original_weight, "max_df_ratio": self.max_df_ratio}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        """Set feedback parameters (checked as the constructor checks them; on error nothing changes)."""
+        if not changes:
+            return
+        merged = {**self.stage_params(), **changes}
+        rm3 = {"original_weight": merged["original_weight"], "max_df_ratio": merged["max_df_ratio"]} \
+            if merged["model"] == "rm3" else {}
+        fb_docs = merged["fb_docs"] if "fb_docs" in changes or "model" not in changes else None
+        rebuilt = FeedbackRetriever(merged["bm25"], merged["model"], fb_docs=fb_docs, fb_terms=merged["fb_terms"],
+                                    postings=self._postings if merged["bm25"] is self.bm25 else None, **rm3)
+        self.__dict__.update(rebuilt.__dict__)
 
     def __copy__(self) -> FeedbackRetriever:
         """The same feedback over a copy of the BM25 index (``SearchClient.add`` changes a copy)."""

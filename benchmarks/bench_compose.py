@@ -1,0 +1,193 @@
+"""Stage algebra (issue 27): what composing, sharing and caching cost, in one process.
+
+Rerun: ``python benchmarks/bench_compose.py`` (Cranfield, then a 100,000-document synthetic
+corpus; ``--docs`` changes its size). Rows:
+
+- ``hybrid``: ``search_batch`` (limit 10) through ``Fuse(bm25 % 100, dense % 100)`` against
+  ``presets.hybrid(depth=100)`` and against the wiring before stages existed (a
+  ``CompositeRetriever([bm25, dense], depth=100)``): ratios of medians of paired rounds;
+- ``experiment``: an ``Experiment`` of five MMR rerankers over one ``bm25 % 100`` against the
+  slowest of the five pipelines run alone (its own BM25 included), and the same with five
+  columnar rerankers (a document-length prior, vectorised: the cost of sharing itself);
+- ``cached``: the same experiment again over its ``cache_dir`` against its first run.
+
+The embedder is a lookup of precomputed random vectors (64 dimensions) by text, so the figures
+are the engine's, not a model's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from _common import header, median_times, report
+
+from kolm_search import (
+    BM25Retriever,
+    CompositeRetriever,
+    DenseRetriever,
+    Experiment,
+    Fuse,
+    SearchClient,
+    presets,
+)
+from kolm_search.adapters import MMRReranker
+from kolm_search.compose import RerankerStage
+from kolm_search.contract.planners import DefaultQueryPlanner
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.io import Dataset, load_dataset
+
+
+class LookupEmbedder:
+    """Vectors of known texts from a table; others hashed into a seed (deterministic)."""
+
+    def __init__(self, texts: list[str], dim: int = 64, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.dim = dim
+        self.rows = {t: i for i, t in enumerate(texts)}
+        self.matrix = rng.standard_normal((len(texts), dim)).astype(np.float32)
+
+    def _one(self, text: str) -> np.ndarray:
+        row = self.rows.get(text)
+        if row is not None:
+            return self.matrix[row]
+        return np.random.default_rng(abs(hash(text)) % (2**32)).standard_normal(self.dim).astype(np.float32)
+
+    def embed(self, text: str) -> np.ndarray:
+        return self._one(text)
+
+    def embed_many(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self._one(t) for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+    def fingerprint(self) -> str:
+        return f"lookup-{len(self.rows)}-{self.dim}"
+
+
+class LengthPrior(RerankerStage):
+    """``score + weight * log(1 + length)`` of each candidate, re-sorted: a columnar reranker."""
+
+    def __init__(self, lengths: np.ndarray, weight: float) -> None:
+        self.lengths, self.weight = lengths, weight
+
+    def stage_params(self) -> dict[str, Any]:
+        return {"weight": self.weight}
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        assert candidates is not None
+        score = candidates.score + self.weight * np.log1p(self.lengths[candidates.doc])
+        order = np.lexsort((candidates.rank, -score, candidates.query))
+        return CandidateFrame(query=candidates.query[order], doc=candidates.doc[order], score=score[order],
+                              rank=candidates.rank, n_queries=candidates.n_queries)
+
+
+def synthetic(n_docs: int, n_queries: int, seed: int = 0) -> Dataset:
+    rng = np.random.default_rng(seed)
+    vocab = 20_000
+    p = 1.0 / np.arange(1, vocab + 1)
+    p /= p.sum()
+    docs = [" ".join(f"w{t}" for t in rng.choice(vocab, size=int(rng.integers(5, 60)), p=p)) for _ in range(n_docs)]
+    queries = [" ".join(f"w{t}" for t in rng.choice(2000, size=int(rng.integers(2, 6)))) for _ in range(n_queries)]
+    corpus = pd.DataFrame({"id": [f"d{i}" for i in range(n_docs)], "title": "", "content": docs})
+    q = pd.DataFrame({"qid": [f"q{i}" for i in range(n_queries)], "query": queries})
+    qrels = pd.DataFrame({"qid": q["qid"], "doc_id": [f"d{i}" for i in rng.integers(0, n_docs, n_queries)],
+                          "relevance": 1})
+    return Dataset(name="synthetic", corpus=corpus, queries=q, qrels=qrels)
+
+
+def hybrid_rows(name: str, ds: Dataset, repeat: int) -> list[dict[str, Any]]:
+    table = DocumentTable.coerce(ds.corpus)
+    emb = LookupEmbedder(table.texts())
+    bm25, dense = BM25Retriever(table), DenseRetriever(table, emb, embeddings=emb.matrix)
+    queries = ds.judged_queries() if name == "cranfield" else ds.queries
+
+    def client(retriever: Any) -> SearchClient:
+        return SearchClient({"planner": DefaultQueryPlanner(), "retriever": retriever, "embedder": emb})
+
+    clients = {"composed": client(Fuse(bm25 % 100, dense % 100)),
+               "before": client(CompositeRetriever([bm25, dense], depth=100)),
+               "preset": presets.hybrid(table, emb, depth=100, embeddings=emb.matrix)}
+    fns = {k: (lambda c=c: c.search_batch(queries, limit=10)) for k, c in clients.items()}
+    samples: dict[str, list[float]] = {}
+    med = median_times(fns, repeat=repeat, samples=samples)
+    ratio = {k: float(np.median(np.array(samples["composed"]) / np.array(samples[k]))) for k in ("before", "preset")}
+    return [{"what": f"{name} hybrid: Fuse(bm25 % 100, dense % 100)", "seconds": med["composed"],
+             "vs_preset": round(ratio["preset"], 3), "vs_before": round(ratio["before"], 3),
+             "queries": len(queries), "docs": len(table)},
+            {"what": f"{name} hybrid: presets.hybrid(depth=100)", "seconds": med["preset"]},
+            {"what": f"{name} hybrid: CompositeRetriever (before)", "seconds": med["before"]}]
+
+
+def experiment_rows(name: str, ds: Dataset, repeat: int, kind: str) -> list[dict[str, Any]]:
+    table = DocumentTable.coerce(ds.corpus)
+    emb = LookupEmbedder(table.texts())
+    first = BM25Retriever(table) % 100
+    lengths = np.array([len(t.split()) for t in table.texts()], np.float64)
+    pipes: dict[str, Any] = {f"{kind}{w}": first >> (MMRReranker(emb, lambda_=w) if kind == "mmr" else
+                                                      LengthPrior(lengths, w)) for w in (0.5, 0.6, 0.7, 0.8, 0.9)}
+    queries = ds.judged_queries() if name == "cranfield" else ds.queries
+    label = "MMR rerankers" if kind == "mmr" else "columnar rerankers"
+
+    def experiment(cache: Path | None = None) -> Experiment:
+        exp = Experiment(pipes, ds, ["ndcg@10"], limit=100, progress=False, cache_dir=cache, drop_self_hits=False)
+        exp.run_pipelines()
+        return exp
+
+    singles = {k: (lambda p=p: p(queries, limit=100)) for k, p in pipes.items()}
+    fns = {"experiment": experiment, **singles}
+    med = median_times(fns, repeat=repeat)
+    slowest = max(med[k] for k in singles)
+    rows = [{"what": f"{name} Experiment of 5 {label} over one BM25", "seconds": med["experiment"],
+             "vs_slowest_single": round(med["experiment"] / slowest, 3)},
+            {"what": f"{name} slowest single pipeline ({label})", "seconds": slowest}]
+    firsts, seconds = [], []
+    for _ in range(repeat):
+        folder = Path(tempfile.mkdtemp(prefix="kolm-bench-compose-"))
+        try:
+            t0 = time.perf_counter()
+            experiment(folder)
+            firsts.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            again = experiment(folder)
+            seconds.append(time.perf_counter() - t0)
+            assert not again.shared.computed
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    rows.append({"what": f"{name} same Experiment ({label}), first run with cache_dir",
+                 "seconds": float(np.median(firsts))})
+    rows.append({"what": f"{name} same Experiment ({label}), second run over the cache",
+                 "seconds": float(np.median(seconds)),
+                 "vs_first": round(float(np.median(np.array(seconds) / np.array(firsts))), 4)})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--docs", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--only", choices=("hybrid", "experiment"), default=None)
+    ap.add_argument("--no-synthetic", action="store_true")
+    args = ap.parse_args()
+    header("stage algebra: composed vs fixed wiring, shared prefixes, cached reruns")
+    rows: list[dict[str, Any]] = []
+    sets = [("cranfield", load_dataset("cranfield"))]
+    if not args.no_synthetic:
+        sets.append((f"synthetic{args.docs}", synthetic(args.docs, args.queries)))
+    for name, ds in sets:
+        if args.only in (None, "hybrid"):
+            rows += hybrid_rows(name, ds, args.repeat)
+        if args.only in (None, "experiment"):
+            rows += experiment_rows(name, ds, args.repeat, "mmr")
+            rows += experiment_rows(name, ds, args.repeat, "prior")
+    report(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""``StageCache``: stage outputs on disk, one parquet file per (stage fingerprint, input
+fingerprint), so that a second experiment over the same folder runs no stage it has run.
+
+A file holds one candidate frame (``query`` int32, ``doc`` int64, ``score`` float64, ``rank``
+int32, and ``f0 .. f{k-1}`` float64 for features) and, in the parquet key-value metadata
+``kolm_search``, the two fingerprints, the batch size, the row count and a digest of the
+entries. A file is used only when all of it checks (it parses, the fingerprints are the
+ones asked for, the columns have their types, the frame follows the schema, the digest
+matches); otherwise a ``RuntimeWarning`` names it and the output is computed again and the
+file replaced. Writes go to a temporary file renamed into place (all or nothing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kolm_search.compose.fingerprints import frame_digest
+from kolm_search.engine.candidate_frame import CandidateFrame
+from kolm_search.errors import KolmValueError
+
+__all__ = ["StageCache"]
+
+_FORMAT = "kolm-search/stage-output"
+_VERSION = 1
+_KEY = b"kolm_search"
+_TYPES = {"query": pa.int32(), "doc": pa.int64(), "score": pa.float64(), "rank": pa.int32()}
+
+
+class StageCache:
+    """A folder of stage outputs (see the module doc).
+
+    Parameters
+    ----------
+    path : str or Path
+        The folder (made when missing).
+
+    Attributes
+    ----------
+    reads, writes, damaged : int
+        Files read back, written, and found damaged (recomputed) by this object.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise KolmValueError(f"cache_dir {str(self.path)!r} is a file, not a folder")
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.reads = self.writes = self.damaged = 0
+
+    def file_for(self, stage_fp: str, input_fp: str) -> Path:
+        """The file of one (stage, input) pair."""
+        name = hashlib.sha256(f"{stage_fp}\x1f{input_fp}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
+        return self.path / f"{name}.parquet"
+
+    def get(self, stage_fp: str, input_fp: str, n_queries: int) -> CandidateFrame | None:
+        """The stored frame, or None when there is none or it is damaged (warned)."""
+        path = self.file_for(stage_fp, input_fp)
+        if not path.exists():
+            return None
+        try:
+            frame = self._read(path, stage_fp, input_fp, n_queries)
+        except Exception as exc:  # any failure to read or check means: do not use it
+            self.damaged += 1
+            warnings.warn(f"stage cache file {path} is damaged ({type(exc).__name__}: {exc}); computing the output "
+                          "again", RuntimeWarning, stacklevel=3)
+            return None
+        self.reads += 1
+        return frame
+
+    @staticmethod
+    def _read(path: Path, stage_fp: str, input_fp: str, n_queries: int) -> CandidateFrame:
+        table = pq.read_table(path)
+        meta_raw = (table.schema.metadata or {}).get(_KEY)
+        if meta_raw is None:
+            raise KolmValueError("no kolm_search metadata")
+        meta = json.loads(meta_raw)
+        expected = {"format": _FORMAT, "version": _VERSION, "stage": stage_fp, "input": input_fp, "n_queries": n_queries,
+                    "rows": table.num_rows}
+        for key, value in expected.items():
+            if meta.get(key) != value:
+                raise KolmValueError(f"metadata {key!r} is {meta.get(key)!r}, expected {value!r}")
+        n_features = meta.get("features")
+        if not isinstance(n_features, int) or n_features < 0:
+            raise KolmValueError(f"metadata 'features' is {n_features!r}")
+        names = [*_TYPES, *(f"f{i}" for i in range(n_features))]
+        if table.column_names != names:
+            raise KolmValueError(f"columns {table.column_names}, expected {names}")
+        for name in names:
+            want = _TYPES.get(name, pa.float64())
+            if table.schema.field(name).type != want or table.column(name).null_count:
+                raise KolmValueError(f"column {name!r} is {table.schema.field(name).type} with nulls or not {want}")
+        cols = {name: table.column(name).to_numpy() for name in names}
+        features = np.column_stack([cols[f"f{i}"] for i in range(n_features)]) if n_features else None
+        frame = CandidateFrame(query=cols["query"], doc=cols["doc"], score=cols["score"], rank=cols["rank"],
+                               n_queries=n_queries, features=features)
+        if frame_digest(frame) != meta.get("digest"):
+            raise KolmValueError("the entries' digest does not match the one recorded")
+        return frame
+
+    def put(self, stage_fp: str, input_fp: str, frame: CandidateFrame) -> None:
+        """Store ``frame`` (atomically replacing any file of the pair)."""
+        n_features = 0 if frame.features is None else int(frame.features.shape[1])
+        arrays = {"query": frame.query.astype(np.int32), "doc": frame.doc.astype(np.int64),
+                  "score": frame.score.astype(np.float64), "rank": frame.rank.astype(np.int32)}
+        for i in range(n_features):
+            arrays[f"f{i}"] = np.ascontiguousarray(frame.features[:, i], np.float64)  # type: ignore[index]
+        meta = {"format": _FORMAT, "version": _VERSION, "stage": stage_fp, "input": input_fp,
+                "n_queries": frame.n_queries, "rows": len(frame), "features": n_features, "digest": frame_digest(frame)}
+        table = pa.table(arrays).replace_schema_metadata({_KEY: json.dumps(meta).encode()})
+        path = self.file_for(stage_fp, input_fp)
+        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".tmp-", suffix=".parquet")
+        os.close(fd)
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.writes += 1
+
+    def __repr__(self) -> str:
+        return f"StageCache({str(self.path)!r})"

@@ -1,0 +1,107 @@
+"""Digests that key shared and cached stage outputs: of a stage's parameter values, of a
+document table (what an index was built over), of a query batch and of a candidate frame.
+
+A stage's fingerprint (:meth:`kolm_search.compose.Stage.fingerprint`) is its class, its
+parameters (each through :func:`value_fingerprint`) and, for an index, :func:`table_digest`
+and its revision: equal fingerprints promise equal outputs for equal inputs. An input's
+fingerprint is :func:`input_digest` of the batch and the candidates it is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from kolm_search.contract.ports import Fingerprinted, implements
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.errors import KolmTypeError
+
+__all__ = ["frame_digest", "input_digest", "table_digest", "value_fingerprint"]
+
+_TABLES: weakref.WeakKeyDictionary[DocumentTable, str] = weakref.WeakKeyDictionary()
+
+
+def _sha(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(len(p).to_bytes(8, "little"))
+        h.update(p)
+    return h.hexdigest()[:32]
+
+
+def table_digest(table: DocumentTable) -> str:
+    """A digest of a table's ids and title and content texts (computed once per table object;
+    an incremental index rebinds a new table at every change)."""
+    found = _TABLES.get(table)
+    if found is None:
+        ids = "\x1f".join(map(str, table.ids)).encode("utf-8", "surrogatepass")
+        texts = "\x1f".join(table.texts(("title", "content"))).encode("utf-8", "surrogatepass")
+        found = _TABLES[table] = f"{len(table)}:{_sha(ids, texts)}"
+    return found
+
+
+def value_fingerprint(value: Any, *, what: str = "parameter") -> str:
+    """A parameter value as a string that changes with it: numbers, strings, None and bools
+    by ``repr``; lists, tuples and dicts item by item; a :class:`~kolm_search.contract.ports.Fingerprinted`
+    object (a stage, an embedder, a tokenizer ...) by its ``fingerprint()``.
+
+    Raises
+    ------
+    KolmTypeError
+        Any other object (nothing is guessed from its class or attributes).
+    """
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)
+    if isinstance(value, (np.integer, np.floating)):
+        return repr(value.item())
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(value_fingerprint(v, what=what) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k!r}: {value_fingerprint(v, what=what)}" for k, v in value.items()) + "}"
+    if isinstance(value, np.ndarray):
+        return f"array{value.shape}:{_sha(np.ascontiguousarray(value).tobytes())}"
+    if implements(value, Fingerprinted):
+        found = value.fingerprint()
+        if isinstance(found, str) and found:
+            return found
+    raise KolmTypeError(f"{what} {type(value).__name__} declares no fingerprint() (kolm_search.contract.ports.Fingerprinted), "
+                        "so outputs that depend on it cannot be shared or cached")
+
+
+def frame_digest(frame: CandidateFrame | None) -> str:
+    """A digest of a frame's entries (``"none"`` for no frame)."""
+    if frame is None:
+        return "none"
+    parts = [np.ascontiguousarray(a).tobytes() for a in (frame.query, frame.doc, frame.rank)]
+    parts.append(np.ascontiguousarray(frame.score, dtype=np.float64).tobytes())
+    if frame.features is not None:
+        parts.append(np.ascontiguousarray(frame.features, dtype=np.float64).tobytes())
+    return _sha(str(frame.n_queries).encode(), *parts)
+
+
+def _batch_digest(batch: QueryBatch) -> str:
+    texts = "\x1f".join(batch.texts).encode("utf-8", "surrogatepass")
+    filters = json.dumps(batch.filters, sort_keys=True, default=str).encode()
+    head = f"{batch.n_queries}|{batch.limit}|{batch.mode}".encode()
+    emb = b"" if batch.embeddings is None else np.ascontiguousarray(batch.embeddings, np.float32).tobytes()
+    return _sha(head, texts, batch.owner.tobytes(), filters, emb)
+
+
+def input_digest(batch: QueryBatch, candidates: CandidateFrame | None) -> str:
+    """A digest of what a stage is given: the batch (texts, owners, limit, mode, filters,
+    embeddings) and the candidates."""
+    return _sha(_batch_digest(batch).encode(), frame_digest(candidates).encode())
+
+
+def describe(name: str, params: Sequence[tuple[str, Any]], *, what: str) -> str:
+    """``name(k=fingerprint, ...)`` of a stage's parameters (:func:`value_fingerprint`)."""
+    return f"{name}(" + ", ".join(f"{k}={value_fingerprint(v, what=f'{what} {k!r}')}" for k, v in params) + ")"

@@ -1,0 +1,162 @@
+"""The operators of stage algebra over candidate frames, every query of a batch at once.
+
+Each function takes single-list :class:`~kolm_search.engine.candidate_frame.CandidateFrame`\\ s of one batch
+(entries sorted by query, then rank) and returns one, ranks renumbered ``0..`` per query. A
+document is matched across frames by ``(query, document code)``: both frames' codes refer to
+one :class:`~kolm_search.engine.doctable.DocumentTable`. The meanings (PyTerrier's, with the
+differences the README's table lists):
+
+- :func:`cutoff` (``a % k``): the entries of rank below ``k``;
+- :func:`scale` (``w * a``): scores times ``w``; re-ranked by score only when ``w < 0``;
+- :func:`linear` (``a + b``): the union of documents, scores summed (a missing side adds 0),
+  by descending sum, ties by first appearance (``a``'s order, then ``b``'s); one call of the
+  fusion kernel (ranx's CombSUM);
+- :func:`union` (``a | b``): the documents of either, by document code, score 0;
+- :func:`intersection` (``a & b``): ``a``'s entries whose document ``b`` has, ``a``'s order and scores;
+- :func:`concatenate` (``a ^ b``): ``a``'s entries, then ``b``'s documents not in ``a`` in
+  ``b``'s order, their scores shifted below ``a``'s lowest by ``EPSILON`` (kept as they are
+  where ``a`` has none);
+- :func:`feature_union` (``a ** b``): ``a``'s entries with ``features`` (float64 ``(n, fa + fb)``):
+  ``a``'s features (its score when it has none) then ``b``'s for the same document, 0 where
+  ``b`` lacks it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kolm_search.engine.candidate_frame import CandidateFrame
+from kolm_search.errors import FrameValidationError
+from kolm_search.fusion import fuse_frame
+
+__all__ = ["EPSILON", "concatenate", "cutoff", "feature_union", "intersection", "linear", "scale", "union"]
+
+#: The gap between ``a``'s lowest score and ``b``'s first appended document in ``a ^ b`` (PyTerrier's).
+EPSILON = 1e-4
+
+I64 = npt.NDArray[np.int64]
+
+
+def _ranked(frame: CandidateFrame) -> CandidateFrame:
+    """``frame`` with entries in (query, rank) order and ranks ``0..`` per query."""
+    order = np.lexsort((frame.rank, frame.query))
+    return _build(frame.n_queries, frame.query[order], frame.doc[order], frame.score[order],
+                  None if frame.features is None else frame.features[order])
+
+
+def _build(n_queries: int, query: npt.NDArray[Any], doc: npt.NDArray[Any], score: npt.NDArray[Any],
+           features: npt.NDArray[np.float64] | None = None) -> CandidateFrame:
+    """A frame of entries already in their final order (grouped by query): ranks renumbered."""
+    query = np.asarray(query, np.int32)
+    counts = np.bincount(query, minlength=n_queries).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = (np.arange(len(query), dtype=np.int64) - np.repeat(starts, counts)).astype(np.int32)
+    return CandidateFrame(query=query, doc=np.asarray(doc, np.int64), score=np.asarray(score, np.float64), rank=rank,
+                          n_queries=n_queries, features=features)
+
+
+def _same_batch(a: CandidateFrame, b: CandidateFrame, op: str) -> None:
+    if a.n_queries != b.n_queries:
+        raise FrameValidationError(f"{op}: the two sides cover different batches ({a.n_queries} and {b.n_queries} queries)")
+
+
+def _keys(frame: CandidateFrame, n_docs: int) -> I64:
+    return frame.query.astype(np.int64) * n_docs + frame.doc
+
+
+def _n_docs(*frames: CandidateFrame) -> int:
+    return max([int(f.doc.max()) + 1 for f in frames if len(f)] or [1])
+
+
+def _lookup(keys: I64, table: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
+    """For each of ``keys``: its position in ``table`` (unique keys) and whether it is there."""
+    order = np.argsort(table, kind="stable")
+    pos = np.searchsorted(table[order], keys)
+    pos = np.minimum(pos, max(len(table) - 1, 0))
+    found = (table[order][pos] == keys) if len(table) else np.zeros(len(keys), bool)
+    return order[pos] if len(table) else np.zeros(len(keys), np.int64), found
+
+
+def cutoff(frame: CandidateFrame, k: int) -> CandidateFrame:
+    """The entries of rank below ``k`` (``a % k``)."""
+    frame = _ranked(frame)
+    keep = frame.rank < k
+    return _build(frame.n_queries, frame.query[keep], frame.doc[keep], frame.score[keep],
+                  None if frame.features is None else frame.features[keep])
+
+
+def scale(frame: CandidateFrame, weight: float) -> CandidateFrame:
+    """Scores times ``weight`` (``w * a``); re-ranked by descending score (ties by rank) when ``weight < 0``."""
+    frame = _ranked(frame)
+    score = frame.score.astype(np.float64) * weight
+    order = np.lexsort((frame.rank, -score, frame.query)) if weight < 0 else np.arange(len(frame))
+    return _build(frame.n_queries, frame.query[order], frame.doc[order], score[order],
+                  None if frame.features is None else frame.features[order])
+
+
+def linear(a: CandidateFrame, b: CandidateFrame) -> CandidateFrame:
+    """Scores summed over the union of documents (``a + b``), one fusion-kernel call."""
+    _same_batch(a, b, "+")
+    stacked = CandidateFrame.concat([_ranked(a), _ranked(b)])
+    fused = fuse_frame(stacked, method="sum", norm=None, n_lists=2, n_docs=_n_docs(a, b))
+    return _build(fused.n_queries, fused.query, fused.doc, fused.score)
+
+
+def union(a: CandidateFrame, b: CandidateFrame) -> CandidateFrame:
+    """The documents of either side (``a | b``), ordered by document code, score 0."""
+    _same_batch(a, b, "|")
+    n_docs = _n_docs(a, b)
+    keys = np.unique(np.concatenate([_keys(a, n_docs), _keys(b, n_docs)]))
+    return _build(a.n_queries, keys // n_docs, keys % n_docs, np.zeros(len(keys)))
+
+
+def intersection(a: CandidateFrame, b: CandidateFrame) -> CandidateFrame:
+    """``a``'s entries whose document ``b`` also has (``a & b``), in ``a``'s order with ``a``'s scores."""
+    _same_batch(a, b, "&")
+    a = _ranked(a)
+    n_docs = _n_docs(a, b)
+    keep = np.isin(_keys(a, n_docs), _keys(b, n_docs))
+    return _build(a.n_queries, a.query[keep], a.doc[keep], a.score[keep],
+                  None if a.features is None else a.features[keep])
+
+
+def concatenate(a: CandidateFrame, b: CandidateFrame) -> CandidateFrame:
+    """``a``'s entries, then ``b``'s documents that ``a`` lacks (``a ^ b``; see the module doc)."""
+    _same_batch(a, b, "^")
+    a, b = _ranked(a), _ranked(b)
+    n_docs = _n_docs(a, b)
+    extra = ~np.isin(_keys(b, n_docs), _keys(a, n_docs))
+    eq, ed, es = b.query[extra], b.doc[extra], b.score[extra].astype(np.float64)
+    n_q = a.n_queries
+    a_min = np.full(n_q, np.nan)
+    if len(a):
+        np.fmin.at(a_min, a.query, a.score.astype(np.float64))
+    e_max = np.full(n_q, -np.inf)
+    if len(es):
+        np.maximum.at(e_max, eq, es)
+    shifted = np.where(np.isnan(a_min[eq]), es, es - e_max[eq] + a_min[eq] - EPSILON)
+    query = np.concatenate([a.query, eq])
+    # stable: within a query, a's entries (in rank order) first, then b's extras (in b's rank order)
+    order = np.argsort(query, kind="stable")
+    return _build(n_q, query[order], np.concatenate([a.doc, ed])[order],
+                  np.concatenate([a.score.astype(np.float64), shifted])[order])
+
+
+def _feature_block(frame: CandidateFrame) -> npt.NDArray[np.float64]:
+    return frame.score.astype(np.float64)[:, None] if frame.features is None else frame.features
+
+
+def feature_union(a: CandidateFrame, b: CandidateFrame) -> CandidateFrame:
+    """``a``'s entries with ``b``'s scores (or features) appended as features (``a ** b``)."""
+    _same_batch(a, b, "**")
+    a, b = _ranked(a), _ranked(b)
+    n_docs = _n_docs(a, b)
+    pos, found = _lookup(_keys(a, n_docs), _keys(b, n_docs))
+    right = _feature_block(b)
+    rows = np.zeros((len(a), right.shape[1]), np.float64)
+    if len(b):
+        rows[found] = right[pos[found]]
+    return _build(a.n_queries, a.query, a.doc, a.score, np.hstack([_feature_block(a), rows]))

@@ -1,0 +1,189 @@
+"""The two kinds of stage over the ports: :class:`RetrieverStage` (the base of the built-in
+retrievers: ``transform`` is ``retrieve_batch``) and :class:`RerankerStage` (the base of the
+built-in rerankers: ``transform`` re-ranks each query's candidates through ``rerank_batch``
+or ``rerank``), and :func:`as_stage`, which wraps any user port object as one of them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import numpy as np
+
+from kolm_search._bridge import inline, run_sync
+from kolm_search.compose.fingerprints import frame_digest, table_digest
+from kolm_search.compose.runner import shared_value, stage_name
+from kolm_search.compose.stage import Stage
+from kolm_search.contract.ports import (
+    BatchRetriever,
+    Reranker,
+    Retriever,
+    Updatable,
+    fingerprint_of,
+    implements,
+)
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
+from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest
+
+__all__ = ["PortReranker", "PortRetriever", "RerankerStage", "RetrieverStage", "as_stage", "batch_contexts"]
+
+
+def _settle(value: Any) -> Any:
+    """A port's return value, awaited when it is awaitable (from sync code, inside a loop or not)."""
+    if inspect.isawaitable(value):
+        async def wait() -> Any:
+            return await value
+        return run_sync(wait())
+    return value
+
+
+def batch_contexts(batch: QueryBatch) -> list[SearchPipelineContext]:
+    """One pipeline context per query of ``batch``: its texts (the first is the query), mode,
+    limit and, when the batch has them, the first text's embedding."""
+    starts = np.searchsorted(batch.owner, np.arange(batch.n_queries + 1))
+    out = []
+    for j in range(batch.n_queries):
+        texts = batch.texts[starts[j]:starts[j + 1]] or [""]
+        plan = QueryPlan(normalized_query=texts[0], mode=batch.mode, target_limit=batch.limit,  # type: ignore[arg-type]
+                         expanded_queries=list(texts), metadata={} if batch.metadata is None else batch.metadata[j])
+        ctx = SearchPipelineContext(request=SearchRequest(query=texts[0], limit=batch.limit, filters=batch.filters[j]),
+                                    plan=plan, started_at=0.0)
+        if batch.embeddings is not None and starts[j + 1] > starts[j]:
+            ctx.embeddings = batch.embeddings[starts[j]]
+        out.append(ctx)
+    return out
+
+
+def _frame_of(lists: list[list[SearchDocument]], table: DocumentTable, stage: Any) -> CandidateFrame:
+    """A frame of document lists (ids looked up in ``table``; a document without a score gets
+    ``1 / (rank + 1)``; each query's scores, sorted descending, follow the list's order)."""
+    counts = np.array([len(x) for x in lists], np.int64)
+    flat = [d for x in lists for d in x]
+    codes = table.codes([d.id for d in flat], missing="ignore") if flat else np.zeros(0, np.int64)
+    if (codes < 0).any():
+        bad = flat[int(np.argmax(codes < 0))].id
+        raise SearchError(stage_name(stage), f"returned document {bad!r}, which is not in the table")
+    ptr = np.concatenate([[0], np.cumsum(counts)])
+    rank = np.arange(len(flat)) - np.repeat(ptr[:-1], counts)
+    score = np.array([np.nan if d.score is None else float(d.score) for d in flat], np.float64)
+    score = np.where(np.isnan(score), 1.0 / (rank + 1.0), score)
+    query = np.repeat(np.arange(len(lists)), counts)
+    # a reranker that re-orders without re-scoring (MMR keeps the incoming scores): the scores,
+    # sorted, follow its order, so that rank and score agree (evaluate and '+' read scores)
+    score = score[np.lexsort((-score, query))]
+    return CandidateFrame.from_ptr(ptr, codes, score)
+
+
+class RetrieverStage(Stage):
+    """A retriever as a stage: ``transform(batch, None)`` is ``retrieve_batch(batch)``; its
+    identity is its documents' digest and revision."""
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        if candidates is not None:
+            raise SearchError(stage_name(self), "a retrieving stage takes no candidates")
+        return _settle(self.retrieve_batch(batch))  # type: ignore[attr-defined]
+
+    def stage_identity(self) -> str:
+        table = self.table if implements(self, BatchRetriever) else None
+        revision = self.revision if implements(self, Updatable) else ""
+        return "" if table is None else f"{table_digest(table)}@{revision}"
+
+
+class RerankerStage(Stage):
+    """A reranker as a stage: ``transform`` re-ranks each query's candidates (documents read
+    from ``batch.table``) in one ``rerank_batch`` call, or ``rerank`` per query
+    (:func:`kolm_search.contract.stages.rerank_all`)."""
+
+    @property
+    def is_source(self) -> bool:
+        return False
+
+    def _port(self) -> Any:
+        return self
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        from kolm_search.contract.stages import rerank_all
+
+        name = stage_name(self)
+        if candidates is None:
+            raise SearchError(name, "a re-ranking stage needs candidates: put a retrieving stage before it (a >> r)")
+        table = batch.table
+        if table is None:
+            raise SearchError(name, "the batch carries no document table to read the candidates' documents from")
+        ptr = candidates.ptr
+        docs = shared_value(("documents", id(table), frame_digest(candidates)),
+                            lambda: table.documents(candidates.doc, candidates.score))
+        contexts = batch_contexts(batch)
+        rows = [j for j in range(batch.n_queries) if ptr[j + 1] > ptr[j]]
+        items = [(docs[ptr[j]:ptr[j + 1]], contexts[j]) for j in rows]
+        lists: list[list[SearchDocument]] = [[] for _ in range(batch.n_queries)]
+        if items:
+            for j, out in zip(rows, run_sync(rerank_all(self._port(), items, call=inline)), strict=True):
+                lists[j] = out
+        return _frame_of(lists, table, self)
+
+
+class PortRetriever(RetrieverStage):
+    """A user retriever (``retrieve``, perhaps ``retrieve_batch`` and ``table``) as a stage.
+    Without a batch path its ``retrieve`` is called per query and the ids it returns are
+    looked up in ``table``."""
+
+    def __init__(self, port: Any, table: DocumentTable | None = None) -> None:
+        self.port = port
+        own = port.table if implements(port, BatchRetriever) else None
+        if own is None and table is None:
+            raise KolmValueError(f"as_stage({type(port).__name__}): a retriever without retrieve_batch and table "
+                                 "needs table= (the DocumentTable its document ids are in)")
+        self.table = own if own is not None else DocumentTable.coerce(table)
+        self._batch = own is not None
+
+    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
+        if self._batch:
+            return _settle(self.port.retrieve_batch(batch))
+        lists = [list(_settle(self.port.retrieve(c))) for c in batch_contexts(batch)]
+        return _frame_of(lists, self.table, self)
+
+    def fingerprint(self) -> str:
+        return fingerprint_of(self.port, what="stage")
+
+    def __repr__(self) -> str:
+        return f"as_stage({self.port!r})"
+
+
+class PortReranker(RerankerStage):
+    """A user reranker (``rerank``, perhaps ``rerank_batch``; sync or async) as a stage."""
+
+    def __init__(self, port: Any) -> None:
+        self.port = port
+
+    def _port(self) -> Any:
+        return self.port
+
+    def fingerprint(self) -> str:
+        return fingerprint_of(self.port, what="stage")
+
+    def __repr__(self) -> str:
+        return f"as_stage({self.port!r})"
+
+
+def as_stage(obj: Any, *, table: Any = None) -> Stage:
+    """``obj`` as a :class:`Stage`: a stage as it is; a retriever (``retrieve``/``retrieve_batch``)
+    as a :class:`PortRetriever` (``table``: where its ids are, when it has no batch path); a
+    reranker (``rerank``/``rerank_batch``) as a :class:`PortReranker`.
+
+    Raises
+    ------
+    KolmTypeError
+        ``obj`` is none of these.
+    """
+    if isinstance(obj, Stage):
+        return obj
+    if implements(obj, Retriever):
+        return PortRetriever(obj, table)
+    if implements(obj, Reranker):
+        return PortReranker(obj)
+    raise KolmTypeError(f"{type(obj).__name__} has neither retrieve(context) nor rerank(docs, context), so it cannot "
+                        "be a stage")

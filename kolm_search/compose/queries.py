@@ -1,0 +1,105 @@
+"""``stage(queries)``: a retrieving stage over queries in any form ``search_batch`` takes, as
+the run DataFrame ``qid, doc_id, rank, score`` that ``search_batch`` with the stage as its
+retriever returns (the default planner: queries normalised, not expanded).
+
+:func:`prepare_queries` checks and plans the queries once (an experiment runs many stages
+over one set); :func:`run_prepared` runs one stage over them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kolm_search.contract.config import SearchPipelineOptions
+from kolm_search.contract.guards import batch_requests
+from kolm_search.contract.planners import DefaultQueryPlanner
+from kolm_search.engine.candidate_frame import QueryBatch
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.runs import RUN_COLUMNS
+from kolm_search.errors import KolmTypeError
+from kolm_search.types import SearchPipelineContext
+
+__all__ = ["PreparedQueries", "prepare_queries", "run_prepared", "run_queries"]
+
+
+@dataclass(frozen=True)
+class PreparedQueries:
+    """Checked and planned queries: their ids, and per search mode the batch rows, contexts,
+    page starts and ends (``offset``, ``offset + limit``)."""
+
+    qids: list[Any]
+    groups: list[tuple[np.ndarray, list[SearchPipelineContext], np.ndarray, np.ndarray]]
+    qid_column: Any = field(default=None, compare=False)  # the qids as the column a DataFrame would make
+
+    def __post_init__(self) -> None:
+        qid_arr = np.empty(len(self.qids), dtype=object)
+        for i, qid in enumerate(self.qids):  # element-wise: tuple qids stay tuples
+            qid_arr[i] = qid
+        object.__setattr__(self, "qid_column", pd.Series(qid_arr, dtype=None).array)
+
+
+_ID_COLUMNS: weakref.WeakKeyDictionary[DocumentTable, Any] = weakref.WeakKeyDictionary()
+
+
+def _id_column(table: DocumentTable) -> Any:
+    """The table's ids as the array a DataFrame column of them would hold (made once per
+    table; taking rows from it is an arrow ``take``, not a conversion of Python strings)."""
+    found = _ID_COLUMNS.get(table)
+    if found is None:
+        found = _ID_COLUMNS[table] = pd.Series(table.ids).array
+    return found
+
+
+def prepare_queries(queries: Any, *, limit: int | None = None, offset: int = 0, mode: str | None = None,
+                    filters: dict[str, Any] | None = None) -> PreparedQueries:
+    """The queries checked as ``search_batch`` checks them and planned by the default planner,
+    grouped by mode (one batch per mode, as the stage runner makes them)."""
+    reqs = batch_requests(queries, SearchPipelineOptions(), limit=limit, offset=offset, mode=mode, filters=filters)
+    planner = DefaultQueryPlanner()
+    contexts = [SearchPipelineContext(request=r, plan=planner.plan(r), started_at=0.0) for r in reqs.resolved]
+    modes = [c.plan.mode for c in contexts]
+    groups = []
+    for m in dict.fromkeys(modes):
+        rows = np.array([i for i, x in enumerate(modes) if x == m], np.int64)
+        sub = [contexts[i] for i in rows]
+        groups.append((rows, sub, np.array([c.request.offset for c in sub], np.int64),
+                       np.array([c.plan.target_limit for c in sub], np.int64)))
+    return PreparedQueries(list(reqs.qids), groups)
+
+
+def run_prepared(stage: Any, prepared: PreparedQueries) -> pd.DataFrame:
+    """The run of ``prepared`` through a retrieving ``stage``: each query's page, ``rank``
+    counted over the full ranking, in input order."""
+    from kolm_search.compose.runner import stage_name
+
+    if not stage.is_source:
+        raise KolmTypeError(f"{stage_name(stage)} re-ranks: a stage called on queries must retrieve "
+                            "(put a retrieving stage first, e.g. bm25 >> reranker)")
+    table = stage.table
+    ids = _id_column(table)
+    parts: list[pd.DataFrame] = []
+    for rows, contexts, first, target in prepared.groups:
+        batch = QueryBatch.from_contexts(contexts, limit=max(1, min(int(target.max()), len(table))))
+        frame = stage.retrieve_batch(batch)
+        keep = (frame.rank >= first[frame.query]) & (frame.rank < target[frame.query])
+        q = rows[frame.query[keep]]
+        parts.append(pd.DataFrame({"qid": prepared.qid_column.take(q) if len(q) else np.zeros(0, object),
+                                   "doc_id": ids.take(frame.doc[keep]) if len(q) else np.zeros(0, object),
+                                   "rank": frame.rank[keep].astype(np.int64),
+                                   "score": frame.score[keep].astype(np.float64), "_order": q}))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("qid", "doc_id") else float) for c in RUN_COLUMNS})
+    run = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True).sort_values(["_order", "rank"],
+                                                                                           kind="stable")
+    return run.drop(columns="_order").reset_index(drop=True)
+
+
+def run_queries(stage: Any, queries: Any, *, limit: int | None = None, offset: int = 0, mode: str | None = None,
+                filters: dict[str, Any] | None = None) -> pd.DataFrame:
+    """:func:`run_prepared` of :func:`prepare_queries` (what ``stage(queries)`` does)."""
+    return run_prepared(stage, prepare_queries(queries, limit=limit, offset=offset, mode=mode, filters=filters))

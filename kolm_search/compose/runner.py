@@ -1,0 +1,150 @@
+"""How a composed stage calls its operands: :func:`run_stage`, the one place that checks a
+stage's output, guards against cycles, and shares or caches outputs.
+
+Outside a :func:`sharing` block a call is ``stage.transform(batch, candidates)``, checked.
+Inside one (an :class:`~kolm_search.evaluation.Experiment`, a grid search), an output is
+kept under (stage fingerprint, input fingerprint) for the block's length, so that equal
+prefixes of several pipelines run once, and, with a cache (:class:`~kolm_search.compose.cache.StageCache`),
+read from and written to disk. A stage whose fingerprint cannot be made (a user object
+declaring none) is shared by identity within the block and never written to disk.
+"""
+
+from __future__ import annotations
+
+import reprlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
+
+__all__ = ["RunState", "SharedOutputs", "run_stage", "shared_value", "sharing", "stage_name"]
+
+
+def stage_name(stage: Any) -> str:
+    """A short readable name of a stage for errors: its ``repr``, shortened."""
+    if isinstance(stage, str):
+        return stage
+    short = reprlib.Repr()
+    short.maxother = 100
+    text = short.repr(stage)
+    return f"<{type(stage).__name__}>" if "\n" in text else text
+
+
+class SharedOutputs(Protocol):
+    """A store of stage outputs on disk (:class:`~kolm_search.compose.cache.StageCache`)."""
+
+    def get(self, stage_fp: str, input_fp: str, n_queries: int) -> CandidateFrame | None: ...
+
+    def put(self, stage_fp: str, input_fp: str, frame: CandidateFrame) -> None: ...
+
+
+@dataclass
+class RunState:
+    """What a :func:`sharing` block holds: outputs by key, the optional disk cache, and how
+    many times each stage fingerprint was computed (``computed``) or read back (``reused``)."""
+
+    cache: SharedOutputs | None = None
+    memo: dict[tuple[str, str], CandidateFrame] = field(default_factory=dict)
+    computed: Counter[str] = field(default_factory=Counter)
+    reused: Counter[str] = field(default_factory=Counter)
+    values: dict[Any, Any] = field(default_factory=dict)
+
+
+T = TypeVar("T")
+_STATE: ContextVar[RunState | None] = ContextVar("kolm_search_compose_state", default=None)
+_ACTIVE: ContextVar[tuple[int, ...]] = ContextVar("kolm_search_compose_active", default=())
+
+
+@contextmanager
+def sharing(state: RunState | None = None) -> Iterator[RunState]:
+    """Share (and with ``state.cache``, cache) stage outputs inside the block."""
+    state = state or RunState()
+    token = _STATE.set(state)
+    try:
+        yield state
+    finally:
+        _STATE.reset(token)
+
+
+def shared_value(key: Any, make: Callable[[], T]) -> T:
+    """``make()``, kept under ``key`` for the length of a :func:`sharing` block (outside one,
+    made every time): what several stages derive alike from one input, e.g. the documents of
+    the candidates that five rerankers re-rank."""
+    state = _STATE.get()
+    if state is None:
+        return make()
+    if key not in state.values:
+        state.values[key] = make()
+    return state.values[key]
+
+
+def check_output(stage: Any, out: Any, batch: QueryBatch) -> CandidateFrame:
+    """``out`` if it is a candidate frame of the batch's queries over its table, else a
+    ``SearchError`` naming the stage."""
+    if not isinstance(out, CandidateFrame):
+        raise SearchError(stage_name(stage), f"returned {type(out).__name__}, not a CandidateFrame")
+    if out.n_queries != batch.n_queries:
+        raise SearchError(stage_name(stage), f"returned a frame of {out.n_queries} queries for a batch of {batch.n_queries}")
+    if batch.table is not None and len(out) and int(out.doc.max()) >= len(batch.table):
+        raise SearchError(stage_name(stage), f"returned document code {int(out.doc.max())}; the table has {len(batch.table)} rows")
+    if len(out) and not np.all(np.isfinite(out.score)):
+        raise SearchError(stage_name(stage), "returned NaN or infinite scores")
+    return out
+
+
+def _key(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> tuple[str, str, bool]:
+    """(stage key, input key, persistent): the fingerprint when the stage has one, else its identity."""
+    from kolm_search.compose.fingerprints import input_digest
+
+    try:
+        fp, persistent = stage.fingerprint(), True
+    except KolmError:
+        fp, persistent = f"object@{id(stage):x}", False
+    return fp, input_digest(batch, candidates), persistent
+
+
+def _compute(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+    active = _ACTIVE.get()
+    if id(stage) in active:
+        raise KolmValueError(f"stage {stage_name(stage)} is reached again while it runs: the composition has a cycle "
+                             "(through a user object that calls a stage holding it)")
+    token = _ACTIVE.set((*active, id(stage)))
+    try:
+        out = stage.transform(batch, candidates)
+    except SearchError:
+        raise
+    except FrameValidationError as exc:
+        raise SearchError(stage_name(stage), f"returned a frame that breaks the schema: {exc}", cause=exc) from exc
+    finally:
+        _ACTIVE.reset(token)
+    return check_output(stage, out, batch)
+
+
+def run_stage(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+    """``stage.transform(batch, candidates)``, checked, shared and cached (see the module doc)."""
+    state = _STATE.get()
+    if state is None:
+        return _compute(stage, batch, candidates)
+    stage_fp, input_fp, persistent = _key(stage, batch, candidates)
+    key = (stage_fp, input_fp)
+    found = state.memo.get(key)
+    if found is None and persistent and state.cache is not None:
+        found = state.cache.get(stage_fp, input_fp, batch.n_queries)
+        if found is not None:
+            state.memo[key] = found
+    if found is not None:
+        state.reused[stage_fp] += 1
+        return found
+    out = _compute(stage, batch, candidates)
+    state.memo[key] = out
+    state.computed[stage_fp] += 1
+    if persistent and state.cache is not None:
+        state.cache.put(stage_fp, input_fp, out)
+    return out

@@ -1,0 +1,366 @@
+"""``Stage``: the base of every retriever and reranker, and the algebra that composes them.
+
+A stage has one columnar method, ``transform(batch, candidates) -> CandidateFrame``: a
+*retrieving* stage (``is_source`` True: BM25, dense, feedback, composite, and any expression
+that starts with one) makes candidates from the queries of ``batch`` and takes none; a
+*re-ranking* stage (``is_source`` False: MMR, cross-encoders, LLM rerankers, fusion
+rerankers) re-scores the candidates it is given. ``stage(queries)`` runs a retrieving stage
+over queries in any form ``search_batch`` takes and returns the run DataFrame
+(``qid, doc_id, rank, score``). The operators build new stages (PyTerrier's meanings; the
+README's table has the details and the differences):
+
+===========  =====================================================================
+``a >> b``   ``b`` transforms ``a``'s candidates (``b`` must re-rank)
+``a + b``    scores summed over the union of documents (a missing side adds 0)
+``w * a``    scores times ``w`` (also ``a * w``)
+``a | b``    documents of either (score 0); ``a & b``: ``a``'s documents that ``b`` has
+``a % k``    the ``k`` best of ``a`` (``a`` is asked for ``k``)
+``a ^ b``    ``b``'s documents not in ``a`` appended below ``a``'s
+``a ** b``   ``a``'s candidates with ``b``'s score of each as a feature (``features``)
+===========  =====================================================================
+
+Each node runs its operands once per batch (through :func:`~kolm_search.compose.runner.run_stage`)
+and combines their frames in one vectorised call (:mod:`~kolm_search.compose.frame_ops`).
+An ill-typed composition fails when it is written, with a ``KolmError`` naming the operator
+and both operands. Parameters follow scikit-learn (:meth:`Stage.get_params`,
+:meth:`Stage.set_params`, nested names ``left__k1``).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from kolm_search.compose import frame_ops as ops
+from kolm_search.compose.params import Parameters
+from kolm_search.compose.runner import run_stage, stage_name
+from kolm_search.contract.ports import Reranker, Retriever, implements
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
+
+if TYPE_CHECKING:
+    from kolm_search.types import SearchDocument, SearchPipelineContext
+
+__all__ = ["Composed", "Concatenate", "Cutoff", "FeatureUnion", "Intersection", "Scale", "Stage", "Sum", "Then",
+           "Union"]
+
+
+def _fail(op: str, left: Any, right: Any, why: str, kind: type[Exception] = KolmTypeError) -> Exception:
+    return kind(f"{stage_name(left)} {op} {stage_name(right)}: {why}")
+
+
+class Stage(Parameters):
+    """The base of every stage (see the module docstring).
+
+    A subclass implements :meth:`transform` and says whether it retrieves (:attr:`is_source`);
+    a retrieving stage also has ``table``, the :class:`~kolm_search.engine.doctable.DocumentTable`
+    its document codes refer to. Its parameters are :meth:`stage_params` (what determines
+    its output), changed by :meth:`apply_params` (:class:`~kolm_search.compose.params.Parameters`).
+    """
+
+    __pandas_priority__ = 10_000  # ``run + stage`` reaches Stage.__radd__, which refuses it
+    __array_ufunc__ = None
+
+    # -- what a stage declares ------------------------------------------------------------
+    @property
+    def is_source(self) -> bool:
+        """True for a stage that makes candidates from queries (takes none), False for one that re-ranks."""
+        return True
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        """The candidates of every query of ``batch``: a retrieving stage's own (``candidates``
+        None), or a re-ranking stage's new scores and order of ``candidates``."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement transform")
+
+    def __call__(self, queries: Any, *, limit: int | None = None, offset: int = 0, mode: str | None = None,
+                 filters: dict[str, Any] | None = None) -> pd.DataFrame:
+        """The run DataFrame ``qid, doc_id, rank, score`` of ``queries`` (any form ``search_batch``
+        takes; ``limit`` default 10), equal to ``search_batch``'s with this stage as retriever."""
+        from kolm_search.compose.queries import run_queries
+
+        return run_queries(self, queries, limit=limit, offset=offset, mode=mode, filters=filters)
+
+    # -- operators ----------------------------------------------------------------------------
+    def __rshift__(self, other: Any) -> Stage:
+        right = _operand(">>", self, other)
+        if right.is_source:
+            raise _fail(">>", self, right, "the right side retrieves; after '>>' comes a stage that re-ranks "
+                                           "the candidates it is given")
+        return Then(self, right)
+
+    def __rrshift__(self, other: Any) -> Stage:
+        return _operand(">>", self, other, other_is_left=True) >> self
+
+    def __add__(self, other: Any) -> Stage:
+        return Sum(self, _same_kind("+", self, other))
+
+    def __radd__(self, other: Any) -> Stage:
+        return Sum(_same_kind("+", self, other, other_is_left=True), self)
+
+    def __mul__(self, other: Any) -> Stage:
+        return Scale(self, _weight(self, other))
+
+    def __rmul__(self, other: Any) -> Stage:
+        return Scale(self, _weight(self, other, other_is_left=True))
+
+    def __or__(self, other: Any) -> Stage:
+        return Union(self, _same_kind("|", self, other))
+
+    def __ror__(self, other: Any) -> Stage:
+        return Union(_same_kind("|", self, other, other_is_left=True), self)
+
+    def __and__(self, other: Any) -> Stage:
+        return Intersection(self, _same_kind("&", self, other))
+
+    def __rand__(self, other: Any) -> Stage:
+        return Intersection(_same_kind("&", self, other, other_is_left=True), self)
+
+    def __xor__(self, other: Any) -> Stage:
+        return Concatenate(self, _same_kind("^", self, other))
+
+    def __rxor__(self, other: Any) -> Stage:
+        return Concatenate(_same_kind("^", self, other, other_is_left=True), self)
+
+    def __pow__(self, other: Any) -> Stage:
+        return FeatureUnion(self, _operand("**", self, other))
+
+    def __rpow__(self, other: Any) -> Stage:
+        return FeatureUnion(_operand("**", self, other, other_is_left=True), self)
+
+    def __mod__(self, other: Any) -> Stage:
+        return Cutoff(self, _cutoff(self, other))
+
+
+def _sides(this: Any, other: Any, other_is_left: bool) -> tuple[Any, Any]:
+    return (other, this) if other_is_left else (this, other)
+
+
+def _operand(op: str, this: Stage, other: Any, *, other_is_left: bool = False) -> Stage:
+    """``other`` when it is a stage, else a ``KolmTypeError`` naming the operator and both
+    operands (a user port object becomes a stage by ``as_stage(obj)``, said explicitly)."""
+    if isinstance(other, Stage):
+        return other
+    left, right = _sides(this, other, other_is_left)
+    hint = " (wrap a retriever or reranker of your own with kolm_search.as_stage)" \
+        if implements(other, Retriever) or implements(other, Reranker) else ""
+    raise _fail(op, left, right, f"{type(other).__name__} is not a stage{hint}")
+
+
+def _same_kind(op: str, this: Stage, other: Any, *, other_is_left: bool = False) -> Stage:
+    """``other`` as a stage of the same kind as ``this`` (both retrieve or both re-rank)."""
+    found = _operand(op, this, other, other_is_left=other_is_left)
+    left, right = _sides(this, found, other_is_left)
+    if left.is_source != right.is_source:
+        which = "left" if not left.is_source else "right"
+        raise _fail(op, left, right, f"the {which} side re-ranks and the other retrieves; '{op}' combines two "
+                                     "retrieving stages or two re-ranking stages (write 'a >> (r1 " + op + " r2)')")
+    return found
+
+
+def _weight(this: Stage, other: Any, *, other_is_left: bool = False) -> float:
+    if isinstance(other, bool) or not isinstance(other, numbers.Real) or not float(other) == float(other) \
+            or abs(float(other)) == float("inf"):
+        left, right = _sides(this, other, other_is_left)
+        raise _fail("*", left, right, "a stage is scaled by a finite number")
+    return float(other)
+
+
+def _cutoff(this: Stage, k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or int(k) < 1:
+        raise _fail("%", this, k, "the rank cutoff must be a positive int", KolmValueError)
+    return int(k)
+
+
+class Composed(Stage):
+    """A stage made of others by an operator: ``operands`` in order, under :attr:`names`
+    (their parameter names), and the operator's own parameters. As a retrieving stage it is
+    a :class:`~kolm_search.contract.ports.BatchRetriever` (``table``, ``retrieve_batch``, ``retrieve``),
+    so it can be a :class:`~kolm_search.contract.client.SearchClient`'s retriever."""
+
+    names: tuple[str, ...] = ("left", "right")
+    symbol = "?"
+
+    def __init__(self, *operands: Stage) -> None:
+        self.operands = list(operands)
+        _check_acyclic(self)
+
+    @property
+    def is_source(self) -> bool:
+        return self.operands[0].is_source
+
+    @property
+    def table(self) -> Any:
+        """The document table of the first retrieving operand (None for a re-ranking stage)."""
+        for stage in self.operands:
+            if stage.is_source:
+                return stage.table  # type: ignore[attr-defined]
+        return None
+
+    def stage_params(self) -> dict[str, Any]:
+        return dict(zip(self.names, self.operands, strict=True))
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        old = list(self.operands)
+        for name, value in changes.items():
+            if name not in self.names:
+                super().apply_params({name: value})
+            if not isinstance(value, Stage) or value.is_source != self.operands[self.names.index(name)].is_source:
+                raise KolmTypeError(f"{type(self).__name__}.{name} must be a stage of the same kind as "
+                                    f"{stage_name(self.operands[self.names.index(name)])}, got {stage_name(value)}")
+            self.operands[self.names.index(name)] = value
+        try:
+            _check_acyclic(self)
+        except KolmValueError:
+            self.operands = old
+            raise
+
+    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
+        """The candidates of ``batch`` (at most ``batch.limit`` per query), as the stage runner asks them."""
+        table = self.table
+        if table is None:
+            raise SearchError(stage_name(self), "a re-ranking stage cannot retrieve: put a retrieving stage first")
+        out = run_stage(self, replace(batch, table=table), None)
+        return ops.cutoff(out, batch.limit)
+
+    def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
+        """One query's documents (:meth:`retrieve_batch` of a batch of one)."""
+        table = self.table
+        if table is None:
+            raise SearchError(stage_name(self), "a re-ranking stage cannot retrieve: put a retrieving stage first")
+        frame = self.retrieve_batch(QueryBatch.from_contexts([context], limit=max(1, min(context.plan.target_limit,
+                                                                                          len(table)))))
+        return table.documents(frame.doc, frame.score)
+
+    def __repr__(self) -> str:
+        return "(" + f" {self.symbol} ".join(repr(s) for s in self.operands) + ")"
+
+
+def _check_acyclic(root: Stage) -> None:
+    """``KolmValueError`` when ``root`` is reached again through its operands."""
+    def walk(node: Stage, path: tuple[int, ...]) -> None:
+        if id(node) in path:
+            raise KolmValueError(f"{type(root).__name__} {root.symbol if isinstance(root, Composed) else ''}: the "
+                                 f"composition holds itself ({stage_name(node)}): a cycle")
+        for child in node.stage_params().values():
+            if isinstance(child, Stage):
+                walk(child, (*path, id(node)))
+    walk(root, ())
+
+
+class _Binary(Composed):
+    kernel: Callable[[CandidateFrame, CandidateFrame], CandidateFrame]
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        left, right = self.operands
+        return type(self).kernel(run_stage(left, batch, candidates), run_stage(right, batch, candidates))
+
+
+class Then(Composed):
+    """``a >> b``: ``b`` transforms ``a``'s candidates."""
+
+    symbol = ">>"
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        left, right = self.operands
+        return run_stage(right, batch, run_stage(left, batch, candidates))
+
+
+class Sum(_Binary):
+    """``a + b``: scores summed over the union of documents (:func:`~kolm_search.compose.frame_ops.linear`)."""
+
+    symbol = "+"
+    kernel = staticmethod(ops.linear)
+
+
+class Union(_Binary):
+    """``a | b``: the documents of either (:func:`~kolm_search.compose.frame_ops.union`)."""
+
+    symbol = "|"
+    kernel = staticmethod(ops.union)
+
+
+class Intersection(_Binary):
+    """``a & b``: ``a``'s documents that ``b`` has (:func:`~kolm_search.compose.frame_ops.intersection`)."""
+
+    symbol = "&"
+    kernel = staticmethod(ops.intersection)
+
+
+class Concatenate(_Binary):
+    """``a ^ b``: ``b``'s documents not in ``a`` appended (:func:`~kolm_search.compose.frame_ops.concatenate`)."""
+
+    symbol = "^"
+    kernel = staticmethod(ops.concatenate)
+
+
+class FeatureUnion(Composed):
+    """``a ** b``: ``a``'s candidates with ``b``'s scores as features
+    (:func:`~kolm_search.compose.frame_ops.feature_union`). A re-ranking ``b`` scores ``a``'s
+    candidates (or, when ``a`` re-ranks too, the candidates both are given)."""
+
+    symbol = "**"
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        left, right = self.operands
+        out = run_stage(left, batch, candidates)
+        given = None if right.is_source else (candidates if not left.is_source else out)
+        return ops.feature_union(out, run_stage(right, batch, given))
+
+
+class _Unary(Composed):
+    names = ("stage",)
+    param = "k"
+
+    def __init__(self, stage: Stage, value: Any) -> None:
+        self.value = value
+        super().__init__(stage)
+
+    def stage_params(self) -> dict[str, Any]:
+        return {"stage": self.operands[0], self.param: self.value}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        if self.param in changes:
+            self.value = self._check(changes.pop(self.param))
+        super().apply_params(changes)
+
+    def _check(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"({self.operands[0]!r} {self.symbol} {self.value!r})"
+
+
+class Cutoff(_Unary):
+    """``a % k``: the ``k`` best of each query; ``a`` is asked for ``k`` (a retriever retrieves ``k``)."""
+
+    symbol = "%"
+
+    def _check(self, value: Any) -> int:
+        return _cutoff(self.operands[0], value)
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        stage = self.operands[0]
+        k = int(self.value)
+        table = batch.table
+        limit = k if table is None else max(1, min(k, len(table)))
+        return ops.cutoff(run_stage(stage, replace(batch, limit=limit), candidates), k)
+
+
+class Scale(_Unary):
+    """``w * a``: scores times ``w`` (re-ranked when ``w < 0``)."""
+
+    symbol = "*"
+    param = "weight"
+
+    def _check(self, value: Any) -> float:
+        return _weight(self.operands[0], value)
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        return ops.scale(run_stage(self.operands[0], batch, candidates), float(self.value))
+
+    def __repr__(self) -> str:
+        return f"({self.value!r} * {self.operands[0]!r})"

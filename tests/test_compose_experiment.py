@@ -1,0 +1,156 @@
+"""Experiments that share work (issue 27, item 4): five rerankers over one BM25 first stage run
+BM25 once; a second experiment over the same cache runs no stage; a changed parameter runs only
+what it changes; a damaged cache file is recomputed with a warning. Oracle: each pipeline run
+on its own, outside any experiment."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kolm_search import BM25Retriever, Experiment, KolmValueError
+from kolm_search.adapters import MMRReranker
+from kolm_search.compose import StageCache
+from kolm_search.io import load_dataset
+from tests.fakes import BatchHashEmbedder
+
+
+class Embedder(BatchHashEmbedder):
+    def fingerprint(self) -> str:
+        return "hash-embedder-8"
+
+
+class Counted(BM25Retriever):
+    """BM25 counting its kernel calls (every batch search goes through ``retrieve_batch``)."""
+
+    calls = 0
+
+    def retrieve_batch(self, batch: Any) -> Any:
+        type(self).calls += 1
+        return super().retrieve_batch(batch)
+
+
+@pytest.fixture(scope="module")
+def ds():  # type: ignore[no-untyped-def]
+    data = load_dataset("cranfield")
+    keep = set(data.judged_queries()["qid"].iloc[:25])
+    data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
+    data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
+    return data
+
+
+def _pipelines(corpus: pd.DataFrame, lambdas: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)) -> dict[str, Any]:
+    first = Counted(corpus) % 30
+    emb = Embedder()
+    return {f"mmr{lam}": first >> MMRReranker(emb, lambda_=lam) for lam in lambdas}
+
+
+def _experiment(pipes: dict[str, Any], ds: Any, cache: Path | None = None) -> Experiment:
+    return Experiment(pipes, ds, ["ndcg@10"], limit=20, progress=False, cache_dir=cache, drop_self_hits=False)
+
+
+def test_five_rerankers_run_bm25_once_and_equal_their_own_runs(ds) -> None:  # type: ignore[no-untyped-def]
+    pipes = _pipelines(ds.corpus)
+    Counted.calls = 0
+    exp = _experiment(pipes, ds)
+    exp.run_pipelines()
+    assert Counted.calls == 1
+    queries = ds.judged_queries()
+    for name, pipe in pipes.items():
+        pd.testing.assert_frame_equal(exp.runs[name], pipe(queries, limit=20))
+    assert Counted.calls == 1 + len(pipes)  # alone, each pipeline runs its own BM25
+    assert len(set(map(tuple, (exp.runs[n]["doc_id"] for n in pipes)))) > 1  # the rerankers differ
+
+
+def test_second_experiment_over_the_cache_runs_nothing(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    first = _experiment(_pipelines(ds.corpus), ds, tmp_path)
+    first.run_pipelines()
+    Counted.calls = 0
+    again = _experiment(_pipelines(ds.corpus), ds, tmp_path)  # new objects, equal configuration
+    again.run_pipelines()
+    assert Counted.calls == 0 and not again.shared.computed
+    for name in first.runs:
+        pd.testing.assert_frame_equal(again.runs[name], first.runs[name])
+    # one changed parameter: only that reranker runs, BM25 is read from the cache
+    changed = _experiment(_pipelines(ds.corpus, (0.1, 0.3, 0.5, 0.7, 0.95)), ds, tmp_path)
+    changed.run_pipelines()
+    assert Counted.calls == 0
+    assert sum(changed.shared.computed.values()) == 2  # the new ``>>`` node and its reranker
+    # a changed index (another k1) runs BM25 again, once
+    other = {n: p.set_params(left__stage__k1=1.2) for n, p in _pipelines(ds.corpus).items()}
+    _experiment(other, ds, tmp_path).run_pipelines()
+    assert Counted.calls == 1
+
+
+def test_a_damaged_cache_file_is_recomputed_with_a_warning(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    pipes = dict(list(_pipelines(ds.corpus).items())[:1])
+    exp = _experiment(pipes, ds, tmp_path)
+    exp.run_pipelines()
+    files = sorted((tmp_path / "stages").glob("*.parquet"))
+    assert files
+    for i, path in enumerate(files):  # truncated or emptied (single flipped bytes: the unit test below)
+        raw = path.read_bytes()
+        path.write_bytes(raw[: len(raw) // 2] if i % 2 == 0 else b"")
+    Counted.calls = 0
+    again = _experiment(dict(list(_pipelines(ds.corpus).items())[:1]), ds, tmp_path)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        again.run_pipelines()
+    assert any("damaged" in str(w.message) for w in seen)
+    assert Counted.calls == 1
+    name = next(iter(pipes))
+    pd.testing.assert_frame_equal(again.runs[name], exp.runs[name])
+    assert isinstance(again.shared.cache, StageCache) and again.shared.cache.damaged >= 1
+    third = _experiment(dict(list(_pipelines(ds.corpus).items())[:1]), ds, tmp_path)  # the files were replaced
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        third.run_pipelines()
+    assert Counted.calls == 1 and not third.shared.computed
+
+
+def test_experiment_refuses_a_reranker_as_a_pipeline(ds) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(KolmValueError, match="re-ranks"):
+        _experiment({"r": MMRReranker(Embedder())}, ds)
+
+
+def test_stage_cache_round_trips_and_refuses_another_entry(tmp_path: Path) -> None:
+    from kolm_search import CandidateFrame
+
+    cache = StageCache(tmp_path)
+    frame = CandidateFrame.from_ptr([0, 2, 2, 3], [4, 1, 7], [2.5, 1.0, 0.5])
+    frame = CandidateFrame(query=frame.query, doc=frame.doc, score=frame.score, rank=frame.rank, n_queries=3,
+                           features=np.arange(6, dtype=np.float64).reshape(3, 2))
+    cache.put("stage-a", "input-1", frame)
+    back = cache.get("stage-a", "input-1", 3)
+    assert back is not None
+    for name in ("query", "doc", "score", "rank", "features"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(frame, name))
+    assert cache.get("stage-a", "input-2", 3) is None  # no file: not a warning
+    # another entry's file where this one's should be: its metadata names the other key
+    cache.file_for("stage-b", "input-1").write_bytes(cache.file_for("stage-a", "input-1").read_bytes())
+    with pytest.warns(RuntimeWarning, match="damaged.*'stage' is 'stage-a'"):
+        assert cache.get("stage-b", "input-1", 3) is None
+    with pytest.warns(RuntimeWarning, match="n_queries"):
+        assert cache.get("stage-a", "input-1", 4) is None
+    assert cache.damaged == 2 and cache.reads == 1
+    # any flipped byte: the entry reads back equal, or is refused with a warning; never different
+    path = cache.file_for("stage-a", "input-1")
+    good = path.read_bytes()
+    rng = np.random.default_rng(0)
+    for j in rng.choice(len(good), size=40, replace=False):
+        raw = bytearray(good)
+        raw[int(j)] ^= 0xFF
+        path.write_bytes(bytes(raw))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            got = cache.get("stage-a", "input-1", 3)
+        if got is None:
+            assert any("damaged" in str(w.message) for w in seen)
+        else:
+            for name in ("query", "doc", "score", "rank", "features"):
+                np.testing.assert_array_equal(getattr(got, name), getattr(frame, name))

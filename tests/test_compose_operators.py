@@ -1,0 +1,212 @@
+"""The operators of stage algebra against plain pandas implementations of their documented
+meanings, on random runs with tied scores (hypothesis), and composition-time errors (issue 27,
+item 2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kolm_search import CandidateFrame, DocumentTable, Fuse, KolmTypeError, KolmValueError, QueryBatch, Stage
+from kolm_search.adapters import MMRReranker
+from kolm_search.compose.frame_ops import EPSILON
+from kolm_search.compose.kinds import RerankerStage
+from tests.fakes import BatchHashEmbedder
+
+N_DOCS = 12
+TABLE = DocumentTable.coerce(pd.DataFrame({"id": [f"d{i}" for i in range(N_DOCS)], "content": ["x"] * N_DOCS}))
+
+
+class Given(Stage):
+    """A retrieving stage returning a fixed frame, counting its calls."""
+
+    def __init__(self, frame: CandidateFrame) -> None:
+        self.frame, self.calls, self.table = frame, 0, TABLE
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        self.calls += 1
+        return self.frame
+
+    def __repr__(self) -> str:
+        return "Given()"
+
+
+class Rescore(RerankerStage):
+    """A re-ranking stage: score = doc code mod 3 (ties), order by it, ties by input rank."""
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        assert candidates is not None
+        score = (candidates.doc % 3).astype(np.float64)
+        order = np.lexsort((candidates.rank, -score, candidates.query))
+        return CandidateFrame(query=candidates.query[order], doc=candidates.doc[order], score=score[order],
+                              rank=candidates.rank, n_queries=candidates.n_queries)
+
+
+@st.composite
+def frames(draw: Any, n_queries: int) -> CandidateFrame:
+    """Each query: distinct random documents, integer scores (many ties), best first."""
+    ptr, docs, scores = [0], [], []
+    for _ in range(n_queries):
+        chosen = draw(st.lists(st.integers(0, N_DOCS - 1), unique=True, max_size=8))
+        sc = sorted((draw(st.integers(0, 3)) for _ in chosen), reverse=True)
+        docs += chosen
+        scores += sc
+        ptr.append(len(docs))
+    return CandidateFrame.from_ptr(ptr, np.asarray(docs, np.int64), np.asarray(scores, np.float64))
+
+
+def _batch(n: int) -> QueryBatch:
+    return QueryBatch(texts=["q"] * n, owner=np.arange(n), n_queries=n, limit=100, filters=[{}] * n, table=TABLE)
+
+
+def _df(f: CandidateFrame) -> pd.DataFrame:
+    return pd.DataFrame({"q": f.query.astype(int), "doc": f.doc.astype(int), "score": f.score.astype(float),
+                         "rank": f.rank.astype(int)})
+
+
+def _ranked(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.reset_index(drop=True)
+    return df.assign(rank=df.groupby("q").cumcount())[["q", "doc", "score", "rank"]].reset_index(drop=True)
+
+
+def _same(frame: CandidateFrame, expected: pd.DataFrame) -> None:
+    got = _df(frame)
+    pd.testing.assert_frame_equal(got[["q", "doc", "rank"]], expected[["q", "doc", "rank"]], check_dtype=False)
+    np.testing.assert_allclose(got["score"], expected["score"], rtol=0, atol=1e-12)
+
+
+# -- the pandas meanings -----------------------------------------------------------------------
+def p_sum(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    m = a.merge(b, on=["q", "doc"], how="outer", suffixes=("_a", "_b"))
+    m["score"] = m["score_a"].fillna(0) + m["score_b"].fillna(0)
+    m["src"] = np.where(m["rank_a"].notna(), 0, 1)
+    m["first"] = np.where(m["rank_a"].notna(), m["rank_a"], m["rank_b"])
+    return _ranked(m.sort_values(["q", "score", "src", "first"], ascending=[True, False, True, True]))
+
+
+def p_union(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    u = pd.concat([a, b]).drop_duplicates(["q", "doc"]).sort_values(["q", "doc"])
+    return _ranked(u.assign(score=0.0))
+
+
+def p_intersection(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    return _ranked(a[a.set_index(["q", "doc"]).index.isin(b.set_index(["q", "doc"]).index)])
+
+
+def p_concat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    rest = b[~b.set_index(["q", "doc"]).index.isin(a.set_index(["q", "doc"]).index)].copy()
+    last = a.groupby("q")["score"].min()
+    first = rest.groupby("q")["score"].max()
+    has = rest["q"].isin(last.index)
+    rest.loc[has, "score"] = (rest.loc[has, "score"] - rest.loc[has, "q"].map(first) + rest.loc[has, "q"].map(last)
+                              - EPSILON)
+    both = pd.concat([a.assign(src=0), rest.assign(src=1)]).sort_values(["q", "src", "rank"])
+    return _ranked(both)
+
+
+def p_scale(a: pd.DataFrame, w: float) -> pd.DataFrame:
+    out = a.assign(score=a["score"] * w)
+    return _ranked(out.sort_values(["q", "score", "rank"], ascending=[True, False, True]) if w < 0 else out)
+
+
+def p_features(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    m = a.merge(b[["q", "doc", "score"]].rename(columns={"score": "fb"}), on=["q", "doc"], how="left")
+    return m.assign(fa=m["score"], fb=m["fb"].fillna(0.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda n: st.tuples(frames(n), frames(n))))
+def test_binary_operators_match_pandas(pair: tuple[CandidateFrame, CandidateFrame]) -> None:
+    fa, fb = pair
+    a, b = Given(fa), Given(fb)
+    batch = _batch(fa.n_queries)
+    da, db = _df(fa), _df(fb)
+    _same((a + b).transform(batch, None), p_sum(da, db))
+    _same((a | b).transform(batch, None), p_union(da, db))
+    _same((a & b).transform(batch, None), p_intersection(da, db))
+    _same((a ^ b).transform(batch, None), p_concat(da, db))
+    feat = (a ** b).transform(batch, None)
+    exp = p_features(da, db)
+    _same(feat, _ranked(exp))
+    np.testing.assert_array_equal(feat.features, exp[["fa", "fb"]].to_numpy())
+    assert a.calls == b.calls == 5  # once per operator and batch, whatever the number of queries
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 4).flatmap(frames), st.integers(1, 9), st.sampled_from([2.0, 0.5, 0.0, -1.0, -0.25]))
+def test_unary_operators_match_pandas(frame: CandidateFrame, k: int, w: float) -> None:
+    a = Given(frame)
+    batch = _batch(frame.n_queries)
+    df = _df(frame)
+    _same((a % k).transform(batch, None), _ranked(df[df["rank"] < k]))
+    _same((w * a).transform(batch, None), p_scale(df, w))
+    _same((a * w).transform(batch, None), p_scale(df, w))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 3).flatmap(lambda n: st.tuples(frames(n), frames(n))))
+def test_then_and_nested_feature_union(pair: tuple[CandidateFrame, CandidateFrame]) -> None:
+    fa, fb = pair
+    a, b = Given(fa), Given(fb)
+    batch = _batch(fa.n_queries)
+    out = (a >> Rescore()).transform(batch, None)
+    ref = Rescore().transform(batch, fa)
+    _same(out, _df(ref))
+    three = ((a ** b) ** (a + b)).transform(batch, None)
+    exp = p_features(_df(fa), _df(fb)).merge(p_sum(_df(fa), _df(fb))[["q", "doc", "score"]].rename(
+        columns={"score": "fc"}), on=["q", "doc"], how="left")
+    assert three.features.shape == (len(fa), 3)
+    np.testing.assert_array_equal(three.features, exp[["fa", "fb", "fc"]].fillna(0.0).to_numpy())
+    # a re-ranking right side scores the left side's candidates
+    fr = (a ** Rescore()).transform(batch, None)
+    np.testing.assert_array_equal(fr.features[:, 1], (_df(fa)["doc"] % 3).to_numpy(float))
+
+
+def _frame() -> CandidateFrame:
+    return CandidateFrame.from_ptr([0, 1], [0], [1.0])
+
+
+def test_compositions_fail_when_written_naming_operator_and_operands() -> None:
+    a, b, r = Given(_frame()), Given(_frame()), MMRReranker(BatchHashEmbedder())
+    run = pd.DataFrame({"qid": ["1"], "doc_id": ["d0"], "score": [1.0]})
+    cases = [
+        (lambda: a >> b, KolmTypeError, r"Given\(\) >> Given\(\): the right side retrieves"),
+        (lambda: r + a, KolmTypeError, r"MMRReranker.* \+ Given\(\): the left side re-ranks"),
+        (lambda: a | r, KolmTypeError, r"\|"),
+        (lambda: a + run, KolmTypeError, r"Given\(\) \+ <DataFrame>: DataFrame is not a stage"),
+        (lambda: run + a, KolmTypeError, r"<DataFrame> \+ Given\(\): DataFrame is not a stage"),
+        (lambda: a * b, KolmTypeError, r"Given\(\) \* Given\(\): a stage is scaled by a finite number"),
+        (lambda: a * float("nan"), KolmTypeError, r"\*"),
+        (lambda: a % 0, KolmValueError, r"Given\(\) % 0: the rank cutoff must be a positive int"),
+        (lambda: a % -3, KolmValueError, "% -3"),
+        (lambda: a % 2.5, KolmValueError, "% 2.5"),
+        (lambda: a % True, KolmValueError, "% True"),
+        (lambda: a ^ object(), KolmTypeError, r"\^ .*object is not a stage"),
+        (lambda: Fuse(a, r), KolmTypeError, r"Fuse\(Given\(\), MMRReranker.*stages\[1\].*re-ranks"),
+    ]
+    for make, kind, pattern in cases:
+        with pytest.raises(kind, match=pattern):
+            make()
+
+
+def test_cycles_are_refused() -> None:
+    a = Given(_frame())
+    pipe = Rescore() >> Rescore()
+    with pytest.raises(KolmValueError, match="cycle"):
+        pipe.set_params(right=pipe)
+    assert pipe.operands[1] is not pipe  # unchanged
+    with pytest.raises(KolmTypeError, match="same kind"):
+        (a >> Rescore()).set_params(right=a)
+
+    class Loop(RerankerStage):  # a user stage that calls the pipeline holding it
+        def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+            return outer.transform(batch, None)
+
+    outer = a >> Loop()
+    with pytest.raises(KolmValueError, match="cycle"):
+        outer.retrieve_batch(_batch(1))

@@ -1,0 +1,113 @@
+"""Parameters and grids (issue 27, item 5): scikit-learn's ``get_params``/``set_params`` with nested
+names through operators (oracle: a stage built with those parameters), and ``grid_search``
+(oracle: ``evaluate`` of each point's pipeline built from scratch; ``cross_validate``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from kolm_search import BM25Retriever, DenseRetriever, FeedbackRetriever, Fuse, KolmValueError, evaluate
+from kolm_search.adapters import MMRReranker
+from kolm_search.evaluation import cross_validate, grid_search
+from kolm_search.io import load_dataset
+from tests.fakes import BatchHashEmbedder
+
+
+class Embedder(BatchHashEmbedder):
+    def fingerprint(self) -> str:
+        return "hash-embedder-8"
+
+
+@pytest.fixture(scope="module")
+def ds():  # type: ignore[no-untyped-def]
+    data = load_dataset("cranfield")
+    queries = data.judged_queries().iloc[:30].reset_index(drop=True)
+    qrels = data.qrels[data.qrels["qid"].isin(set(queries["qid"]))]
+    return data.corpus, queries, qrels
+
+
+def test_get_params_nested_through_operators(ds) -> None:  # type: ignore[no-untyped-def]
+    corpus = ds[0]
+    emb = Embedder()
+    bm25 = BM25Retriever(corpus.iloc[:200])
+    pipe = Fuse(bm25 % 50, DenseRetriever(corpus.iloc[:200], emb), k=30) >> MMRReranker(emb, lambda_=0.4)
+    params = pipe.get_params()
+    assert params["right__lambda_"] == 0.4
+    assert params["left__k"] == 30
+    assert params["left__s0__k"] == 50 and params["left__s0__stage__k1"] == 1.5
+    assert params["left__s1__metric"] == "cosine"
+    assert set(pipe.get_params(deep=False)) == {"left", "right"}
+    with pytest.raises(KolmValueError, match="no parameter 'nope'"):
+        pipe.set_params(nope=1)
+    with pytest.raises(KolmValueError, match="lambda_"):
+        pipe.set_params(right__lambda_=2.0)  # checked as the constructor checks it
+    assert pipe.get_params()["right__lambda_"] == 0.4
+    with pytest.raises(KolmValueError, match="change the document vectors"):
+        pipe.set_params(left__s1__metric="ip")
+
+
+def test_set_params_equals_a_stage_built_with_them(ds) -> None:  # type: ignore[no-untyped-def]
+    corpus, queries, _ = ds
+    pipe = FeedbackRetriever(BM25Retriever(corpus), "rm3") % 30
+    pipe.set_params(k=20, stage__fb_terms=5, stage__bm25__k1=0.9, stage__bm25__b=0.4)
+    fresh = FeedbackRetriever(BM25Retriever(corpus, k1=0.9, b=0.4), "rm3", fb_terms=5) % 20
+    pd.testing.assert_frame_equal(pipe(queries, limit=20), fresh(queries, limit=20))
+    assert pipe.fingerprint() == fresh.fingerprint()
+
+
+def _counted(calls: list[int]) -> Any:
+    class Counted(BM25Retriever):
+        def retrieve_batch(self, batch: Any) -> Any:
+            calls.append(1)
+            return super().retrieve_batch(batch)
+    return Counted
+
+
+def test_grid_search_scores_every_point_and_shares_the_first_stage(ds) -> None:  # type: ignore[no-untyped-def]
+    corpus, queries, qrels = ds
+    calls: list[int] = []
+    emb = Embedder()
+    pipe = _counted(calls)(corpus) % 30 >> MMRReranker(emb, lambda_=0.5)
+    grid = {"right__lambda_": [0.2, 1.0], "right__top_n": [None, 5]}
+    found = grid_search(pipe, grid, queries, qrels, "ndcg@10", limit=30)
+    assert len(calls) == 1  # four points, one BM25 run
+    assert pipe.get_params()["right__lambda_"] == 0.5  # restored
+    for _, row in found.table.iterrows():
+        top_n = None if pd.isna(row["right__top_n"]) else int(row["right__top_n"])
+        oracle = BM25Retriever(corpus) % 30 >> MMRReranker(emb, lambda_=row["right__lambda_"], top_n=top_n)
+        expect = evaluate(oracle(queries, limit=30), qrels, ["ndcg@10"])["ndcg@10"]
+        assert row["ndcg@10"] == pytest.approx(expect, abs=1e-12)
+    best = found.table["ndcg@10"].idxmax()
+    assert found.best_score == found.table["ndcg@10"][best]
+    assert found.best_params["right__lambda_"] == found.table["right__lambda_"][best]
+
+
+def test_grid_search_with_folds_reports_the_held_out_score(ds, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    corpus, queries, qrels = ds
+    pipe = BM25Retriever(corpus)
+    found = grid_search(pipe, {"k1": [0.6, 1.2], "b": [0.3, 0.75]}, queries, qrels, "ndcg@10", folds=4, limit=50,
+                        cache_dir=tmp_path)
+    oracle = cross_validate(found.runs, qrels, metric="ndcg@10", folds=4, seed=0)
+    assert found.held_out_score == pytest.approx(oracle.mean)
+    assert found.cross_validation is not None and len(found.cross_validation.folds) == 4
+    assert pipe.get_params()["k1"] == 1.5
+    again = grid_search(pipe, {"k1": [0.6, 1.2], "b": [0.3, 0.75]}, queries, qrels, "ndcg@10", limit=50,
+                        cache_dir=tmp_path)
+    assert not again.shared.computed  # every point read back from the cache
+    pd.testing.assert_frame_equal(again.table, found.table)
+    with pytest.raises(KolmValueError, match="does not have"):
+        grid_search(pipe, {"k9": [1]}, queries, qrels)
+
+
+def test_reranker_params() -> None:
+    from kolm_search.adapters import FusionReranker
+
+    fusion = FusionReranker(["original"], [1.0])
+    assert fusion.set_params(weights=[2.0]).get_params()["weights"] == [2.0]
+    with pytest.raises(KolmValueError, match="one per scorer"):
+        fusion.set_params(weights=[1.0, 2.0])
+    mmr = MMRReranker(Embedder(), lambda_=0.3, top_n=4)
+    assert mmr.set_params(top_n=None).get_params() == {"embedder": mmr.embedder, "lambda_": 0.3, "top_n": None}

@@ -1,0 +1,123 @@
+"""``Stage``: built-in retrievers and rerankers as stages, ``stage(queries)``, ``as_stage``, a stage
+as a ``SearchClient``'s retriever (issue 27, item 1). Oracles: ``search_batch`` of the same
+stage, the pipeline's own reranker stage."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kolm_search import (
+    BM25Retriever,
+    CandidateFrame,
+    DefaultQueryPlanner,
+    DenseRetriever,
+    KolmTypeError,
+    SearchClient,
+    SearchError,
+    Stage,
+    as_stage,
+)
+from kolm_search.adapters import MMRReranker
+from kolm_search.compose import RerankerStage
+from tests.fakes import CORPUS, AsyncListRetriever, BatchHashEmbedder, ListRetriever
+
+
+@pytest.fixture(scope="module")
+def small(cranfield):  # type: ignore[no-untyped-def]
+    corpus = cranfield["corpus"].iloc[:400].reset_index(drop=True)
+    queries = cranfield["queries"].iloc[:40].reset_index(drop=True)
+    emb = BatchHashEmbedder()
+    return corpus, queries, BM25Retriever(corpus), DenseRetriever(corpus, emb), emb
+
+
+def _client(retriever, **modules):  # type: ignore[no-untyped-def]
+    return SearchClient({"planner": DefaultQueryPlanner(), "retriever": retriever, **modules})
+
+
+def test_built_ins_are_stages(small) -> None:  # type: ignore[no-untyped-def]
+    _, _, bm25, dense, emb = small
+    assert isinstance(bm25, Stage) and isinstance(dense, Stage) and bm25.is_source
+    mmr = MMRReranker(emb)
+    assert isinstance(mmr, RerankerStage) and not mmr.is_source
+    assert as_stage(bm25) is bm25
+
+
+@pytest.mark.parametrize("offset", [0, 3])
+def test_call_equals_search_batch(small, offset: int) -> None:  # type: ignore[no-untyped-def]
+    _, queries, bm25, _, _ = small
+    for stage in (bm25, bm25 % 30, 0.5 * bm25 + bm25):
+        run = stage(queries, limit=15, offset=offset)
+        ref = _client(stage).search_batch(queries, limit=15, offset=offset).run
+        pd.testing.assert_frame_equal(run, ref, check_dtype=False)
+        assert list(run.columns) == ["qid", "doc_id", "rank", "score"]
+    # a bare string list: positions are the qids
+    assert list(bm25(["wing flutter", "heat transfer"], limit=3)["qid"]) == [0, 0, 0, 1, 1, 1]
+
+
+def test_reranker_stage_equals_the_pipeline_reranker(small) -> None:  # type: ignore[no-untyped-def]
+    _, queries, bm25, _, emb = small
+    mmr = MMRReranker(emb, lambda_=0.3)
+    ours = (bm25 >> mmr)(queries, limit=10)
+    ref = _client(bm25, reranker=mmr, embedder=emb).search_batch(queries, limit=10, mode="fulltext").run
+    assert (ours["doc_id"].to_numpy() == ref["doc_id"].to_numpy()).all()
+    assert not (ours["score"].to_numpy() == ref["score"].to_numpy()).all()  # MMR re-orders, keeping scores
+    # the stage's scores follow its order: each query's incoming scores, sorted descending
+    expected = ref.groupby("qid", sort=False)["score"].transform(lambda s: np.sort(s.to_numpy())[::-1])
+    assert np.allclose(ours["score"], expected)
+
+
+def test_composed_stage_serves_the_spec_api(small) -> None:  # type: ignore[no-untyped-def]
+    _, queries, bm25, dense, emb = small
+    pipe = (bm25 % 40) >> MMRReranker(emb, lambda_=0.5)
+    client = _client(pipe)
+    batch = client.search_batch(queries, limit=8).run
+    pd.testing.assert_frame_equal(batch, pipe(queries, limit=8), check_dtype=False)
+    single = client.search_sync({"query": queries["query"][0], "limit": 8})
+    assert [r.id for r in single.results] == list(batch[batch["qid"] == queries["qid"][0]]["doc_id"])
+
+
+def test_as_stage_wraps_user_ports(small) -> None:  # type: ignore[no-untyped-def]
+    docs = CORPUS[:12]
+    table = pd.DataFrame({"id": [d.id for d in CORPUS], "content": [d.content for d in CORPUS]})
+    for port in (ListRetriever(docs), AsyncListRetriever(docs)):
+        stage = as_stage(port, table=table)
+        run = stage(["a", "b"], limit=5)
+        assert list(run["doc_id"]) == [d.id for d in docs[:5]] * 2
+
+    class Reverse:
+        async def rerank(self, documents, context):  # type: ignore[no-untyped-def]
+            await asyncio.sleep(0)
+            return documents[::-1]
+
+    pipe = as_stage(ListRetriever(docs), table=table) >> as_stage(Reverse())
+    assert list(pipe(["q"], limit=4)["doc_id"]) == [d.id for d in docs[:4][::-1]]
+    with pytest.raises(KolmTypeError, match="neither retrieve"):
+        as_stage(object())
+    with pytest.raises(ValueError, match="needs table="):
+        as_stage(ListRetriever(docs))
+
+
+def test_a_stage_breaking_the_frame_schema_is_a_search_error_naming_it(small) -> None:  # type: ignore[no-untyped-def]
+    _, queries, bm25, _, _ = small
+
+    class Broken:
+        table = bm25.table
+
+        def retrieve(self, context):  # type: ignore[no-untyped-def]
+            return []
+
+        def retrieve_batch(self, batch):  # type: ignore[no-untyped-def]
+            return CandidateFrame.from_ptr([0, 1] + [1] * (batch.n_queries - 1), [10**6], [1.0])
+
+        def __repr__(self) -> str:
+            return "Broken()"
+
+    with pytest.raises(SearchError, match=r"document code 1000000") as info:
+        (as_stage(Broken()) % 5)(queries, limit=5)
+    assert "Broken()" in info.value.stage
+    with pytest.raises(KolmTypeError, match="re-ranks"):
+        MMRReranker(BatchHashEmbedder())(["q"])
