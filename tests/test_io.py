@@ -304,3 +304,20 @@ def test_wheel_ships_the_data_and_the_tokenizer(tmp_path: Path) -> None:
                    "kolm_search/data/cranfield/qrels/test.tsv.gz", "kolm_search/data/beir.json",
                    "kolm_search/data/models/all-MiniLM-L6-v2/tokenizer.json", "kolm_search/py.typed"):
         assert member in names, member
+
+
+@pytest.mark.parametrize("rank", ["0x1", "0X1F", "+0x2", "0x"])
+def test_a_rank_that_is_not_a_decimal_integer_is_refused_naming_the_line(tmp_path: Path, rank: str) -> None:
+    """pyarrow's integer parser takes ``0x1`` as 1; trec_eval refuses it, and so does read_run
+    (integral decimals such as ``1.0`` are ranks, as the general reader documents)."""
+    path = tmp_path / "run.trec"
+    path.write_text(f"q1 Q0 d1 1 2.5 tag\nq1 Q0 d2 {rank} 1.5 tag\n")
+    with pytest.raises(FrameValidationError, match=r"run.trec:2: rank"):
+        read_run(path)
+
+
+def test_ranks_read_as_their_integers(tmp_path: Path) -> None:
+    path = tmp_path / "run.trec"
+    path.write_text("q1 Q0 d1 7 2.5 tag\nq1 Q0 d2 007 1.5 tag\nq2 Q0 d1 -3 0.5 tag\nq2 Q0 d2 +4 0.2 tag\n"
+                    "q2 Q0 d3 5.0 0.1 tag\n")
+    assert read_run(path)["rank"].tolist() == [6, 6, -4, 3, 4]

@@ -92,7 +92,7 @@ def _parse(path: Path, progress: bool | None) -> pa.Table | None:
         "parse_options": pcsv.ParseOptions(delimiter=" ", quote_char=False, escape_char=False, double_quote=False,
                                            newlines_in_values=False, ignore_empty_lines=True),
         "convert_options": pcsv.ConvertOptions(
-            column_types={"qid": _DICT, "q0": _DICT, "doc_id": pa.string(), "rank": pa.int64(), "score": pa.float64(),
+            column_types={"qid": _DICT, "q0": _DICT, "doc_id": pa.string(), "rank": _DICT, "score": pa.float64(),
                           "tag": _DICT}, strings_can_be_null=False, quoted_strings_can_be_null=False, null_values=[],
             true_values=[], false_values=[])}
     show = _show(progress, size, PROGRESS_BYTES)
@@ -178,6 +178,24 @@ def _any_repeat(keys: np.ndarray, q: np.ndarray) -> bool:
         return any(pool.map(repeats, (keys[:cut], keys[cut:])))
 
 
+def _ranks(column: pa.ChunkedArray) -> np.ndarray | None:
+    """The rank column, read as a dictionary of its few distinct texts, as int64: None (the
+    general reader then names the line) unless every text is a decimal integer within int64
+    (pyarrow's own integer parser would also take ``0x1``, which ``int()`` and trec_eval refuse)."""
+    unified = column.unify_dictionaries()
+    if not unified.num_chunks:
+        return np.zeros(0, np.int64)
+    texts = unified.chunks[0].dictionary
+    if len(texts) and not pc.all(pc.match_substring_regex(texts, r"^-?[0-9]+$")).as_py():
+        return None
+    try:
+        values = pc.cast(texts, pa.int64()).to_numpy(zero_copy_only=False)
+    except pa.ArrowInvalid:  # beyond int64
+        return None
+    codes = [c.indices.to_numpy(zero_copy_only=False) for c in unified.chunks]
+    return values[np.concatenate(codes)] if codes else np.zeros(0, np.int64)
+
+
 def read_run_arrow(path: Path, progress: bool | None = None, check_duplicates: bool = True) -> pd.DataFrame | None:
     """``qid`` (categorical), ``doc_id`` (Arrow strings), ``rank`` (0-based int64), ``score``
     (float64) of a run file, or None when the general reader must read it (see the module);
@@ -189,8 +207,8 @@ def read_run_arrow(path: Path, progress: bool | None = None, check_duplicates: b
             _bad_chunk(chunk) for chunk in table.column("doc_id").chunks):
         return None
     score = table.column("score").to_numpy()
-    rank = table.column("rank").to_numpy()
-    if not np.isfinite(score).all() or (rank == np.iinfo(np.int64).min).any():
+    rank = _ranks(table.column("rank"))
+    if rank is None or not np.isfinite(score).all() or (rank == np.iinfo(np.int64).min).any():
         return None
     q, dictionary = _query_codes(table.column("qid"))
     doc = table.column("doc_id")
