@@ -17,9 +17,7 @@ is an error that says which form was read and why.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -146,16 +144,9 @@ def write_output(text: str, path: str | None) -> None:
     if path is None:
         sys.stdout.write(text)
         return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from kolm_search.io._atomic import write_text
+
+    write_text(path, text)
     print(f"written to {path}", file=sys.stderr)
 
 

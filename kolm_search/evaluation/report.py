@@ -25,6 +25,7 @@ from kolm_search.evaluation.report_cells import (
     run_label,
     used_marks,
 )
+from kolm_search.io._atomic import write_text
 
 __all__ = [
     "CORRECTION_NAMES", "ComparisonTable", "TEST_NAMES", "baseline_letters", "caption_text", "grid", "latex_escape",
@@ -69,7 +70,7 @@ class ComparisonTable(pd.DataFrame):
         text = to_html(self, digits=digits, caption=caption, title=title, plots=plots, **settings)
         if buf is None or hasattr(buf, "write"):
             return _write(text, buf)
-        _replace(Path(buf), text)
+        write_text(Path(buf), text)
         return text
 
     def to_markdown(self, buf: Any = None, *, digits: int = 4, caption: str | None = None,
@@ -81,22 +82,6 @@ class ComparisonTable(pd.DataFrame):
                  label: str | None = None, **settings: Any) -> str:
         """The report as a LaTeX ``table`` with booktabs rules (``\\usepackage{booktabs}``)."""
         return _write(to_latex(self, digits=digits, caption=caption, label=label, **settings), buf)
-
-
-def _replace(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole: a temporary file beside it, renamed over it."""
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _write(text: str, buf: Any) -> str:

@@ -22,12 +22,10 @@ where it is said to be are :class:`~kolm_search.errors.FrameValidationError` or
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import gzip
 import os
 import re
-import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +46,7 @@ from kolm_search.engine.runs import (
 )
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.io._arrow_trec import read_run_arrow, write_run_arrow
+from kolm_search.io._atomic import replacing
 from kolm_search.io._parquet import check_parquet_columns, rank_column, read_parquet, to_parquet
 from kolm_search.io._text import BROKEN, text_lines
 
@@ -235,21 +234,6 @@ def read_run_text(p: Path, check_duplicates: bool = True) -> pd.DataFrame:
     return frame
 
 
-@contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path``, renamed over it when the block ends without error
-    (removed otherwise): a reader sees the old file or the new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + "".join(path.suffixes[-1:]))
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_run(run: Any, path: str | Path, tag: str = "kolm_search", *, progress: bool | None = None) -> None:
     """Write ``qid, doc_id, score[, rank]`` as a TREC run (or parquet by extension), all or
     nothing; ``progress``: a bar on stderr (None: for runs above 4M rows). ``run`` may be a frame
@@ -259,7 +243,7 @@ def write_run(run: Any, path: str | Path, tag: str = "kolm_search", *, progress:
     df = as_run(run)
     p = Path(path)
     if _is_parquet(p):
-        with _replacing(p) as tmp:
+        with replacing(p) as tmp:
             to_parquet(df, tmp)
         return
     if not isinstance(tag, str) or not tag or any(c.isspace() for c in tag) or not tag.isprintable():
@@ -269,7 +253,7 @@ def write_run(run: Any, path: str | Path, tag: str = "kolm_search", *, progress:
         rank = rank_column(df, "run") + 1
     else:
         rank = df.groupby("qid", sort=False, observed=True).cumcount().to_numpy(np.int64) + 1
-    with _replacing(p) as tmp:
+    with replacing(p) as tmp:
         if write_run_arrow(df["qid"], df["doc_id"], rank, score, tag, tmp, progress, p.name):
             return
         qids, docs = _text_ids(df, "run")  # names the id the fast path could not write
@@ -387,11 +371,11 @@ def write_qrels(qrels: Any, path: str | Path) -> None:
     df = as_qrels(qrels)
     p = Path(path)
     if _is_parquet(p):
-        with _replacing(p) as tmp:
+        with replacing(p) as tmp:
             to_parquet(df, tmp)
         return
     rel = relevance_column(df)
     qids, docs = _text_ids(df, "qrels")
-    with _replacing(p) as tmp, _open(tmp, "w") as fh:
+    with replacing(p) as tmp, _open(tmp, "w") as fh:
         for q, d, r in zip(qids, docs, rel.tolist(), strict=True):
             fh.write(f"{q} 0 {d} {r}\n")
