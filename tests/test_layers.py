@@ -58,7 +58,7 @@ MAY_IMPORT = {
     "io": {"errors", "_params", "_extras", "_http", "_logging", "engine"},
     "evaluation": {"errors", "_params", "_extras", "_kernels", "engine", "fusion", "io", "compose"},
     "contract": {*_LEAVES, "engine", "contract"},
-    "compose": {*_LEAVES, "_kernels", "engine", "fusion", "contract"},
+    "compose": {*_LEAVES, "_kernels", "engine", "fusion", "io", "contract"},
 }
 
 #: The contract's imports up, each inside the one function that needs it: reading a saved client

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pyarrow.parquet as pq
 from kolm_search.compose.fingerprints import frame_digest
 from kolm_search.engine.candidate_frame import CandidateFrame
 from kolm_search.errors import KolmValueError
+from kolm_search.io._atomic import replacing
 
 __all__ = ["StageCache"]
 
@@ -117,14 +117,8 @@ class StageCache:
                 "n_queries": frame.n_queries, "rows": len(frame), "features": n_features, "digest": frame_digest(frame)}
         table = pa.table(arrays).replace_schema_metadata({_KEY: json.dumps(meta).encode()})
         path = self.file_for(stage_fp, input_fp)
-        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".tmp-", suffix=".parquet")
-        os.close(fd)
-        try:
+        with replacing(path) as tmp:
             pq.write_table(table, tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         self.writes += 1
 
     def __repr__(self) -> str:
