@@ -34,7 +34,6 @@ SearchMode = Literal["vector", "fulltext", "hybrid"]
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
 
 _DOC_KEYS = ("id", "content", "title", "source", "tags", "metadata", "score")
-_REQUEST_KEYS = ("query", "limit", "offset", "mode", "filters", "context")
 
 
 @dataclass
@@ -105,25 +104,9 @@ class SearchRequest:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SearchRequest:
-        """Build from a dict with the same keys; an unknown key is a ``KolmValueError``."""
-        if isinstance(data, SearchRequest):
-            return data
-        if not isinstance(data, Mapping):
-            raise KolmTypeError(
-                f"a request must be a SearchRequest or a dict, got {type(data).__name__}"
-            )
-        extra = set(data) - set(_REQUEST_KEYS)
-        if extra:
-            raise KolmValueError(f"unknown request field(s) {sorted(extra)}")
-        if "query" not in data:
-            raise KolmValueError("request field 'query' is missing")
-        kwargs = {k: data[k] for k in _REQUEST_KEYS if k in data}
-        for key in ("filters", "context"):
-            if kwargs.get(key) is None:
-                kwargs[key] = {}
-        if kwargs.get("offset") is None:
-            kwargs["offset"] = 0
-        return cls(**kwargs)
+        """Inverse of :meth:`to_dict` (a ``None`` value takes the field's default). Requests from
+        users are checked by the client (:func:`kolm_search.contract.guards.coerce_request`)."""
+        return cls(**{k: v for k, v in data.items() if v is not None})
 
 
 @dataclass

@@ -87,7 +87,7 @@ class SearchClient:
         (an issue's path starts with the qid)."""
         batch = batch_requests(queries, self.options, limit=limit, offset=offset, mode=mode, filters=filters,
                                input_schema=self.options.input_schema)
-        result = run_sync(self.pipeline.run_batch(batch, score_cache=score_cache))
+        result = self.pipeline.run_batch_sync(batch, score_cache=score_cache)
         if self.options.output_schema is not None:  # builds the responses that single search checks
             validate_each(self.options.output_schema, ((q, r.to_dict()) for q, r in zip(result.qids, result.responses,
                                                                                           strict=True)), "output")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import reprlib
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -21,21 +21,30 @@ import pandas as pd
 from kolm_search._params import mapping, non_negative_int, one_of, positive_int
 from kolm_search.contract.config import SearchPipelineOptions
 from kolm_search.contract.schema import validate_each
-from kolm_search.errors import KolmTypeError, KolmValueError, ParameterError, PipelineStage, SearchError
+from kolm_search.errors import ParameterError, PipelineStage, SearchError
 from kolm_search.types import SEARCH_MODES, SearchRequest
 
 __all__ = ["BatchRequests", "batch_requests", "coerce_request", "resolve_request"]
 
 _STAGE = S = PipelineStage.CLIENT
 _INT64_MAX = 2**63 - 1
+_REQUEST_FIELDS = tuple(f.name for f in fields(SearchRequest))
 
 
 def coerce_request(request: Any) -> SearchRequest:
-    """A ``SearchRequest`` from a ``SearchRequest`` or a dict; ``SearchError(client)`` if neither."""
-    try:
-        return SearchRequest.from_dict(request)
-    except (KolmTypeError, KolmValueError, TypeError) as exc:
-        raise SearchError(_STAGE, str(exc), cause=exc) from exc
+    """A ``SearchRequest`` from a ``SearchRequest`` or a dict with its fields (a ``None`` value
+    taking the field's default); ``SearchError(client)`` for anything else, an unknown field or
+    a missing ``query``."""
+    if isinstance(request, SearchRequest):
+        return request
+    if not isinstance(request, Mapping):
+        raise SearchError(_STAGE, f"a request must be a SearchRequest or a dict, got {type(request).__name__}")
+    unknown = [str(k) for k in request if k not in _REQUEST_FIELDS]
+    if unknown:
+        raise SearchError(_STAGE, f"unknown request field(s) {sorted(unknown)}; known: {list(_REQUEST_FIELDS)}")
+    if "query" not in request:
+        raise SearchError(_STAGE, "request field 'query' is missing")
+    return SearchRequest(**{k: v for k, v in request.items() if v is not None})
 
 
 def resolve_request(request: SearchRequest, options: SearchPipelineOptions) -> SearchRequest:

@@ -206,7 +206,7 @@ class SearchPipeline:
         Works inside a running event loop too (a notebook): the batch then runs on a worker thread.
         """
         batch = batch_requests(queries, self.options, limit=limit, offset=offset, mode=mode, filters=filters)
-        return run_sync(self.run_batch(batch, score_cache=score_cache))
+        return self.run_batch_sync(batch, score_cache=score_cache)
 
     async def run_batch(self, batch: BatchRequests, *, score_cache: Any = None) -> BatchResult:
         """Search queries already checked by :func:`~kolm_search.contract.guards.batch_requests` (what
@@ -222,6 +222,13 @@ class SearchPipeline:
         await stages.track(SEARCH_BATCH_COMPLETED, {"duration_ms": result.duration_ms, "query_count": len(result),
                                                    "result_count": len(result.run), "stage_durations": dict(run.durations)})
         return result
+
+    def run_batch_sync(self, batch: BatchRequests, *, score_cache: Any = None) -> BatchResult:
+        """Blocking :meth:`run_batch` (inside a running event loop too: it then runs on a worker thread)."""
+        async def searched() -> BatchResult:
+            return await self.run_batch(batch, score_cache=score_cache)
+
+        return run_sync(searched())
 
     #: The blocking :meth:`search_batch` under the explicit name.
     search_batch_sync = search_batch
