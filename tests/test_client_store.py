@@ -97,7 +97,7 @@ def test_what_is_not_saved_is_asked_for_and_what_cannot_be_is_refused(corpus: Do
 
 def test_a_failed_re_save_leaves_the_old_client(corpus: DocumentTable, cranfield: dict[str, pd.DataFrame],
                                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kolm_search.recipes.client_store as store
+    import kolm_search.contract.client_store as store
 
     old = presets.bm25(corpus)
     old.save(tmp_path / "c")

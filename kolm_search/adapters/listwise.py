@@ -34,7 +34,7 @@ from kolm_search._progress import progress_bar
 from kolm_search.adapters._fingerprint import describe, text_digest
 from kolm_search.adapters.llm import OpenAICompatibleClient
 from kolm_search.adapters.prompts import LISTWISE, PromptTemplate
-from kolm_search.adapters.scorecache import ScoreCache
+from kolm_search.adapters.score_keys import ScoreStore, window_key
 from kolm_search.compose.kinds import RerankerStage
 from kolm_search.errors import KolmValueError, LLMRequestError
 from kolm_search.types import SearchDocument, SearchPipelineContext
@@ -85,7 +85,7 @@ def parse_permutation(answer: str, n: int) -> tuple[list[int], Counter[str]]:
     return order + rest, problems
 
 
-async def rerank_windows(ranker: Any, items: Items, cache: ScoreCache | None = None,
+async def rerank_windows(ranker: Any, items: Items, cache: ScoreStore | None = None,
                          fingerprint: str | None = None) -> list[list[SearchDocument]]:
     """Each query's documents re-ranked by sliding windows of ``ranker`` (module docstring).
 
@@ -95,7 +95,7 @@ async def rerank_windows(ranker: Any, items: Items, cache: ScoreCache | None = N
     slots = asyncio.Semaphore(positive_int("max_concurrency", ranker.max_concurrency))
 
     async def ranked(query: str, docs: list[SearchDocument]) -> list[int] | None:
-        key = ScoreCache.window_key(fingerprint, query, docs) if cache is not None and fingerprint else None
+        key = window_key(fingerprint, query, docs) if cache is not None and fingerprint else None
         if key is not None and cache is not None:
             hit = (await off_loop(cache.get, [key])).get(key)
             if hit is not None and hit.shape == (len(docs),):
@@ -160,7 +160,7 @@ class LLMListwiseReranker(RerankerStage):
 
     def __init__(self, client: OpenAICompatibleClient, *, window: int = 20, step: int = 10,
                  prompt: PromptTemplate = LISTWISE, max_chars: int = 500, max_concurrency: int = 8,
-                 score_cache: ScoreCache | None = None, **params: Any) -> None:
+                 score_cache: ScoreStore | None = None, **params: Any) -> None:
         self.client = client
         self.window = positive_int("window", window)
         self.step = positive_int("step", step)

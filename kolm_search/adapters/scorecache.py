@@ -18,8 +18,6 @@ Pairs a model could not score (an LLM's unparseable answer, a timeout) are never
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,21 +29,11 @@ import numpy.typing as npt
 from kolm_search._params import boolean
 from kolm_search.adapters._sqlite import OnCorrupt
 from kolm_search.adapters._vectorstore import VectorStore
+from kolm_search.adapters.score_keys import document_digest, pair_keys, window_key
+from kolm_search.adapters.scoring import CachedReranker
 from kolm_search.errors import PipelineStage
-from kolm_search.types import SearchDocument
 
 __all__ = ["ScoreCache", "document_digest"]
-
-
-def document_digest(doc: SearchDocument) -> str:
-    """A digest of everything a reranker sees of ``doc`` but its score (hex, 32 digits)."""
-    fields = [doc.id, doc.content, doc.title, doc.source, doc.tags, doc.metadata]
-    text = json.dumps(fields, sort_keys=True, ensure_ascii=False, default=repr)
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def _key(*parts: str) -> str:
-    return hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class ScoreCache:
@@ -85,15 +73,10 @@ class ScoreCache:
         self.hits = 0
         self.misses = 0
 
-    @staticmethod
-    def pair_keys(fingerprint: str, pairs: Sequence[tuple[str, SearchDocument]]) -> list[str]:
-        """The key of each (query, document) pair scored by the reranker ``fingerprint``."""
-        return [_key("pair", fingerprint, query, doc.id, document_digest(doc)) for query, doc in pairs]
-
-    @staticmethod
-    def window_key(fingerprint: str, query: str, docs: Sequence[SearchDocument]) -> str:
-        """The key of a window: its documents, in their order, ranked for ``query``."""
-        return _key("window", fingerprint, query, *(f"{d.id}\x01{document_digest(d)}" for d in docs))
+    #: The key of each (query, document) pair (:func:`~kolm_search.adapters.score_keys.pair_keys`).
+    pair_keys = staticmethod(pair_keys)
+    #: The key of a window (:func:`~kolm_search.adapters.score_keys.window_key`).
+    window_key = staticmethod(window_key)
 
     def get(self, keys: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
         """The stored scores of ``keys`` (absent and damaged entries left out)."""
@@ -107,6 +90,12 @@ class ScoreCache:
         """Store ``entries`` (key -> scores) in one transaction (nothing under ``read_only``)."""
         if not self.read_only:
             self._store.put(entries)
+
+    def in_front_of(self, reranker: Any, fingerprint: str | None = None) -> CachedReranker:
+        """``reranker`` behind this cache (a :class:`~kolm_search.adapters.CachedReranker`;
+        ``fingerprint`` when the reranker declares none): what ``score_cache=`` of
+        ``search_batch``, ``rerank_run`` and ``Experiment`` does."""
+        return CachedReranker(reranker, self, fingerprint=fingerprint)
 
     def __len__(self) -> int:
         return len(self._store)

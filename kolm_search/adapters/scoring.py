@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._bridge import off_loop
-from kolm_search.adapters.scorecache import ScoreCache
+from kolm_search.adapters.score_keys import ScoreStore, pair_keys
 from kolm_search.compose.kinds import RerankerStage
 from kolm_search.contract.ports import RanksWindows, ScoresPairs, fingerprint_of, implements
 from kolm_search.errors import KolmTypeError, KolmValueError
@@ -46,7 +46,7 @@ def _checked(raw: Any, n: int, what: str) -> npt.NDArray[np.float32]:
     return scores
 
 
-async def scores_of(scorer: Any, pairs: Sequence[tuple[str, SearchDocument]], cache: ScoreCache | None = None,
+async def scores_of(scorer: Any, pairs: Sequence[tuple[str, SearchDocument]], cache: ScoreStore | None = None,
                     fingerprint: str | None = None) -> npt.NDArray[np.float32]:
     """Scores of ``pairs`` (float32, ``(len(pairs),)``): read from ``cache`` (keyed by
     ``fingerprint``) where present, the rest computed in one ``score_pairs`` call (each
@@ -57,7 +57,7 @@ async def scores_of(scorer: Any, pairs: Sequence[tuple[str, SearchDocument]], ca
     if cache is None:
         return _checked(await off_loop(scorer.score_pairs, list(pairs)), len(pairs), what)
     assert fingerprint is not None
-    keys = ScoreCache.pair_keys(fingerprint, pairs)
+    keys = pair_keys(fingerprint, pairs)
     found = await off_loop(cache.get, keys)
     first: dict[str, int] = {}
     for i, k in enumerate(keys):
@@ -72,7 +72,7 @@ async def scores_of(scorer: Any, pairs: Sequence[tuple[str, SearchDocument]], ca
     for i, k in enumerate(keys):
         vec = found[k]
         if vec.shape != (1,):
-            raise KolmValueError(f"score cache {str(cache.path)!r} holds {vec.size} values for a pair")
+            raise KolmValueError(f"score cache {cache!r} holds {vec.size} values for a pair")
         out[i] = vec[0]
     return out
 
@@ -88,7 +88,7 @@ def order_by_scores(docs: Sequence[SearchDocument], scores: npt.NDArray[np.float
     return [replace(docs[i], score=float(filled[i])) for i in order]
 
 
-async def rerank_pointwise(scorer: Any, items: Items, cache: ScoreCache | None = None,
+async def rerank_pointwise(scorer: Any, items: Items, cache: ScoreStore | None = None,
                            fingerprint: str | None = None) -> list[list[SearchDocument]]:
     """Re-rank each ``(docs, context)`` of ``items`` by ``scorer.score_pairs`` (see the module
     docstring); the query of a pair is the request's ``query``."""
@@ -108,7 +108,7 @@ class PointwiseReranker(RerankerStage):
     ``fingerprint()``, and sets ``self.score_cache`` (a :class:`ScoreCache` or ``None``).
     """
 
-    score_cache: ScoreCache | None = None
+    score_cache: ScoreStore | None = None
 
     def score_pairs(self, pairs: Sequence[tuple[str, SearchDocument]]) -> Any:
         raise NotImplementedError
@@ -144,9 +144,10 @@ class CachedReranker(RerankerStage):
         ``reranker`` neither scores pairs nor ranks windows, or has no fingerprint.
     """
 
-    def __init__(self, reranker: Any, cache: ScoreCache, *, fingerprint: str | None = None) -> None:
-        if not isinstance(cache, ScoreCache):
-            raise KolmTypeError(f"score_cache must be a ScoreCache, got {type(cache).__name__}")
+    def __init__(self, reranker: Any, cache: ScoreStore, *, fingerprint: str | None = None) -> None:
+        if not implements(cache, ScoreStore):
+            raise KolmTypeError(f"score_cache must be a ScoreCache (ScoreStore: get, put), "
+                                f"got {type(cache).__name__}")
         self.pointwise = implements(reranker, ScoresPairs)
         if not (self.pointwise or implements(reranker, RanksWindows)):
             raise KolmTypeError(f"a score cache needs a reranker that scores pairs (ScoresPairs: score_pairs) or "
@@ -172,7 +173,7 @@ class CachedReranker(RerankerStage):
         return f"CachedReranker({self.reranker!r}, {self.cache!r})"
 
 
-def with_score_cache(reranker: Any, score_cache: ScoreCache | None, fingerprint: str | None = None) -> Any:
+def with_score_cache(reranker: Any, score_cache: ScoreStore | None, fingerprint: str | None = None) -> Any:
     """``reranker`` behind ``score_cache`` (a :class:`CachedReranker`), or as it is when there is
     no cache: what ``score_cache=`` of ``rerank_run``, ``search_batch`` and ``Experiment`` does."""
     return reranker if score_cache is None else CachedReranker(reranker, score_cache, fingerprint=fingerprint)

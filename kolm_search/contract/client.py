@@ -9,6 +9,7 @@ from typing import Any
 
 from kolm_search._bridge import run_sync
 from kolm_search.contract.batch import BatchResult
+from kolm_search.contract.client_store import load_client, save_client
 from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.contract.guards import batch_requests, coerce_request
 from kolm_search.contract.pipeline import SearchPipeline
@@ -132,17 +133,13 @@ class SearchClient:
     def save(self, path: str | Path) -> None:
         """Write the client to folder ``path``: its retriever by the retrievers' own ``save``,
         the planner, the plain options and the names of the modules to pass again at load in
-        ``client.json`` (:mod:`kolm_search.recipes.client_store` describes the layout and what is saved)."""
-        from kolm_search.recipes.client_store import save_client
-
+        ``client.json`` (:mod:`kolm_search.contract.client_store` describes the layout and what is saved)."""
         save_client(self, path)
 
     @classmethod
     def load(cls, path: str | Path, **modules: Any) -> SearchClient:
         """The client saved in ``path`` by :meth:`save`; ``modules`` give what is not saved
         (``embedder=`` for a dense retriever; any reranker, cache, logger... it had)."""
-        from kolm_search.recipes.client_store import load_client
-
         saved_modules, options = load_client(path, **modules)
         return cls(saved_modules, options)
 

@@ -25,7 +25,7 @@ from kolm_search.contract.cachekey import canonical_digest, request_key
 from kolm_search.contract.candidates import Run
 from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.contract.guards import BatchRequests, batch_requests, coerce_request, resolve_request
-from kolm_search.contract.ports import Updatable, implements
+from kolm_search.contract.ports import CachesScores, Updatable, implements
 from kolm_search.contract.stages import Stages
 from kolm_search.errors import KolmTypeError, KolmValueError, PipelineStage
 from kolm_search.types import (
@@ -168,9 +168,10 @@ class SearchPipeline:
             return self.stages
         if self.modules.reranker is None:
             raise KolmValueError("score_cache= was given but the pipeline has no reranker")
-        from kolm_search.adapters.scoring import with_score_cache
-
-        modules = replace(self.modules, reranker=with_score_cache(self.modules.reranker, score_cache))
+        if not implements(score_cache, CachesScores):
+            raise KolmTypeError(f"score_cache must be a ScoreCache (CachesScores: in_front_of), got "
+                                f"{type(score_cache).__name__}")
+        modules = replace(self.modules, reranker=score_cache.in_front_of(self.modules.reranker))
         return Stages(modules, self.options)
 
     async def search_batch_async(self, queries: Any, *, limit: int | None = None, offset: int = 0,

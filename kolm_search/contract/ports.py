@@ -32,6 +32,7 @@ __all__ = [
     "BatchReranker",
     "BatchRetriever",
     "CacheStore",
+    "CachesScores",
     "Deduplicator",
     "Embedder",
     "EmbedsMany",
@@ -312,6 +313,16 @@ class CacheStore(Protocol):
     def get(self, key: str) -> MaybeAwaitable[Any | None]: ...
 
     def set(self, key: str, value: Any, ttl_seconds: float | None = None) -> MaybeAwaitable[None]: ...
+
+
+@runtime_checkable
+class CachesScores(Protocol):
+    """A store of a reranker's scores (``score_cache=`` of ``search_batch``; the built-in one is
+    :class:`~kolm_search.adapters.ScoreCache`): ``in_front_of(reranker)`` is a reranker that
+    returns what ``reranker`` returns, reading each score from the store where it is there and
+    storing the ones it computes."""
+
+    def in_front_of(self, reranker: Any, fingerprint: str | None = None) -> Any: ...
 
 
 @runtime_checkable

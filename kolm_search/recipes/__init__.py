@@ -1,2 +1,1 @@
-"""Clients assembled of the built-in parts: ``presets`` (ready clients) and ``client_store``
-(a saved client read back into them)."""
+"""Clients assembled of the built-in parts: ``presets`` (ready clients)."""

@@ -16,6 +16,7 @@ import numpy.typing as npt
 from kolm_search._kernels import load
 from kolm_search._params import one_of, real
 from kolm_search.compose.kinds import RetrieverStage
+from kolm_search.contract.saved_kinds import saved_kind
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.engine.selection import Selections
@@ -62,6 +63,7 @@ _ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # save
     "nonocc": ("float", np.float32), "doc_len": ("int", np.int64)}
 
 
+@saved_kind("bm25")
 class BM25Retriever(SegmentedIndex, RetrieverStage):
     """Sparse BM25 retriever over a :class:`DocumentTable`.
 

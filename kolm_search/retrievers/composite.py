@@ -27,6 +27,7 @@ from kolm_search.contract.ports import (
     Updatable,
     implements,
 )
+from kolm_search.contract.saved_kinds import saved_kind
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmTypeError, KolmValueError, SearchError
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
@@ -63,6 +64,7 @@ def _child_frame(child: Any, batch: QueryBatch) -> CandidateFrame:
     return child.retrieve_batch(batch)
 
 
+@saved_kind("composite")
 class CompositeRetriever(RetrieverStage):
     """Runs child retrievers concurrently and fuses their lists with (weighted) RRF, or
     another fusion method over normalised scores.

@@ -16,6 +16,7 @@ from kolm_search._kernels import load
 from kolm_search._params import one_of, real
 from kolm_search.compose.kinds import RetrieverStage
 from kolm_search.contract.ports import Embedder, implements
+from kolm_search.contract.saved_kinds import saved_kind
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.engine.selection import Selections
@@ -116,6 +117,7 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
                                     n_threads=n_threads)
 
 
+@saved_kind("dense")
 class DenseRetriever(SegmentedIndex, RetrieverStage):
     """Dense retriever: exact (brute-force) by default, or approximate on a faiss index.
 

@@ -34,6 +34,7 @@ import scipy.sparse as sp
 
 from kolm_search._params import integer, one_of, probability, real
 from kolm_search.compose.kinds import RetrieverStage
+from kolm_search.contract.saved_kinds import saved_kind
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.selection import Selections
 from kolm_search.errors import KolmTypeError, KolmValueError
@@ -116,6 +117,7 @@ def _term_counts(bm25: BM25Retriever, postings: Postings | None) -> tuple[Any, .
     return tf, coll_freq, order, rank
 
 
+@saved_kind("feedback")
 class FeedbackRetriever(RetrieverStage):
     """BM25 with pseudo-relevance feedback: RM3 (Anserini), Bo1 or KL (Terrier).
 

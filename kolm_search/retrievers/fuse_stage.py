@@ -8,6 +8,7 @@ from kolm_search.compose.kinds import as_stage
 from kolm_search.compose.runner import stage_name
 from kolm_search.compose.stage import Composed
 from kolm_search.contract.ports import Logger
+from kolm_search.contract.saved_kinds import saved_kind
 from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.retrievers.composite import CompositeRetriever, Strategy
@@ -16,6 +17,7 @@ from kolm_search.types import SearchDocument, SearchPipelineContext
 __all__ = ["Fuse"]
 
 
+@saved_kind("composite", loads=False)  # a composite whose children are stages: saved, and loaded, as one
 class Fuse(CompositeRetriever):
     """The lists of ``stages`` fused into one per query, in one fusion-kernel call per batch.
 

@@ -7,8 +7,9 @@ Layout of ``path``::
                           the options, and the modules that must be passed again to load
     retriever-<id>/       the retriever's own save (its manifest and files)
 
-Saved: a :class:`BM25Retriever`, :class:`DenseRetriever`, :class:`FeedbackRetriever` or
-:class:`CompositeRetriever`, each by its own ``save`` (all or nothing, one manifest); a
+Saved: a retriever of a kind registered with :func:`~kolm_search.contract.saved_kinds.saved_kind`
+(of the built-ins: :class:`BM25Retriever`, :class:`DenseRetriever`, :class:`FeedbackRetriever`,
+:class:`CompositeRetriever` and ``Fuse``), each by its own ``save`` (all or nothing, one manifest); a
 :class:`DefaultQueryPlanner`; the options that are plain values. Not saved, and asked for by name
 at load: the embedder (a model: pass ``embedder=``), and any other module or option the client
 had (a reranker, a cache, a logger, schemas...). Another retriever or planner is refused at save,
@@ -29,6 +30,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.contract.planners import DefaultQueryPlanner
+from kolm_search.contract.saved_kinds import class_of_kind, kind_of
 from kolm_search.errors import KolmTypeError, KolmValueError
 
 __all__ = ["FORMAT", "load_client", "save_client"]
@@ -39,31 +43,15 @@ _PLAIN_OPTIONS = ("default_limit", "default_mode", "cache_ttl_seconds", "max_que
                   "stage_timeouts", "cache_timeout_seconds", "telemetry_timeout_seconds")
 _OBJECT_OPTIONS = ("logger", "input_schema", "output_schema")
 _MODULES = ("embedder", "deduplicator", "reranker", "synthesizer", "intent_classifier", "cache", "telemetry")
-
-
 _KINDS = ("bm25", "dense", "feedback", "composite")
-
-
-def _classes() -> dict[str, type]:
-    from kolm_search.retrievers.bm25 import BM25Retriever
-    from kolm_search.retrievers.composite import CompositeRetriever
-    from kolm_search.retrievers.dense import DenseRetriever
-    from kolm_search.retrievers.feedback import FeedbackRetriever
-
-    return {"bm25": BM25Retriever, "dense": DenseRetriever, "feedback": FeedbackRetriever,
-            "composite": CompositeRetriever}
 
 
 def _save_retriever(retriever: Any, folder: Path) -> dict[str, Any]:
     """The retriever written by its own ``save`` (all or nothing) into ``folder``; its kind."""
-    from kolm_search.retrievers.fuse_stage import Fuse  # a composite whose children are stages: saved as one
-
-    kind = next((k for k, cls in _classes().items() if type(retriever) is cls), None)
-    if type(retriever) is Fuse:
-        kind = "composite"
+    kind = kind_of(retriever)
     if kind is None:
         raise KolmTypeError(f"SearchClient.save cannot save a retriever of type {type(retriever).__name__}: it saves "
-                            "BM25Retriever, DenseRetriever, FeedbackRetriever and CompositeRetriever (of those)")
+                            f"the retriever kinds registered with saved_kind ({', '.join(_KINDS)} of the built-ins)")
     if kind == "composite" and retriever.logger is not None:
         raise KolmValueError("SearchClient.save: the CompositeRetriever has a logger, which is not saved; build the "
                              "client again with it after load")
@@ -72,9 +60,10 @@ def _save_retriever(retriever: Any, folder: Path) -> dict[str, Any]:
 
 
 def _load_retriever(spec: Any, folder: Path, embedder: Any, where: str) -> Any:
-    if not isinstance(spec, dict) or spec.get("kind") not in _KINDS:
+    cls = class_of_kind(spec.get("kind")) if isinstance(spec, dict) else None
+    if cls is None:
         raise KolmValueError(f"{where}: unknown retriever entry {spec!r}")
-    kind, cls = spec["kind"], _classes()[spec["kind"]]
+    kind = spec["kind"]
     if kind in ("bm25", "feedback"):
         return cls.load(folder)  # type: ignore[attr-defined]
     if embedder is None and kind == "dense":
@@ -86,8 +75,6 @@ def _load_retriever(spec: Any, folder: Path, embedder: Any, where: str) -> Any:
 def save_client(client: Any, path: str | Path) -> None:
     """Write ``client`` to folder ``path`` (see the module); refuses, before writing anything, a
     retriever or planner it cannot save."""
-    from kolm_search.contract.planners import DefaultQueryPlanner
-
     modules, options = client.modules, client.options
     if type(modules.planner) is not DefaultQueryPlanner:
         raise KolmTypeError(f"SearchClient.save saves a DefaultQueryPlanner only, not a {type(modules.planner).__name__}"
@@ -149,9 +136,6 @@ def load_client(path: str | Path, **modules: Any) -> tuple[Any, Any]:
     the client of them); ``modules`` give what was not saved (``embedder=`` for a dense
     retriever, and every module or option the manifest lists under ``pass_at_load``, as
     ``reranker=...`` or ``logger=...``)."""
-    from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
-    from kolm_search.contract.planners import DefaultQueryPlanner
-
     root = Path(path)
     manifest = _manifest(root)
     where = str(root / _MANIFEST)
