@@ -199,3 +199,39 @@ def test_prompts_are_replaceable_and_checked(chat: tuple[ChatModel, OpenAICompat
         LLMPointwiseReranker(client, scale=(3, 1))
     with pytest.raises(KolmValueError, match="step at most window"):
         LLMListwiseReranker(client, window=4, step=5)
+
+
+def test_llm_rerankers_declare_their_parameters_and_set_them_checked() -> None:
+    """Issue 27: every built-in stage has get_params/set_params; a changed parameter changes the
+    fingerprint (an Experiment never shares the output of another setting), a bad one changes
+    nothing."""
+    from kolm_search.adapters import LLMListwiseReranker, LLMPointwiseReranker
+    from kolm_search.adapters.llm import OpenAICompatibleClient
+
+    client = OpenAICompatibleClient("http://127.0.0.1:9/v1", model="m")
+    point = LLMPointwiseReranker(client, max_tokens=4)
+    assert point.get_params()["params"] == {"max_tokens": 4} and point.get_params()["mode"] == "grade"
+    before = point.fingerprint()
+    point.counts["requests"] = 3
+    point.set_params(mode="yes_no", top_logprobs=3)
+    assert point.mode == "yes_no" and point.params["logprobs"] is True and point.params["top_logprobs"] == 3
+    assert point.params["max_tokens"] == 4 and point.counts["requests"] == 3
+    assert point.fingerprint() != before
+    changed = point.fingerprint()
+    for bad in ({"scale": (3, 0)}, {"max_chars": 0}, {"params": [1]}, {"model": "other"}):
+        with pytest.raises((KolmValueError, TypeError)):
+            point.set_params(**bad)
+        assert point.fingerprint() == changed  # nothing changed
+
+    listwise = LLMListwiseReranker(client, window=4, step=2)
+    assert {k: v for k, v in listwise.get_params().items() if k != "prompt"} == {
+        "window": 4, "step": 2, "max_chars": 500, "max_concurrency": 8, "params": {}}
+    first = listwise.fingerprint()
+    listwise.set_params(window=6, params={"temperature": 0})
+    assert (listwise.window, listwise.step, listwise.params) == (6, 2, {"temperature": 0})
+    assert listwise.fingerprint() != first
+    with pytest.raises(KolmValueError, match="step at most window"):
+        listwise.set_params(window=2, step=3)
+    assert (listwise.window, listwise.step) == (6, 2)
+    with pytest.raises(KolmValueError, match="no parameter .client."):
+        listwise.set_params(client=client)

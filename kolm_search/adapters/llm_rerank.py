@@ -29,13 +29,14 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._logging import log
-from kolm_search._params import one_of, positive_int, real
+from kolm_search._params import mapping, one_of, positive_int, real
 from kolm_search._progress import progress_bar
 from kolm_search.adapters._fingerprint import describe, text_digest
 from kolm_search.adapters.llm import ChatReply, OpenAICompatibleClient
 from kolm_search.adapters.prompts import POINTWISE_GRADE, POINTWISE_YES_NO, PromptTemplate
-from kolm_search.adapters.scorecache import ScoreCache
+from kolm_search.adapters.score_keys import ScoreStore
 from kolm_search.adapters.scoring import PointwiseReranker
+from kolm_search.compose.params import merged_params
 from kolm_search.errors import KolmValueError, LLMRequestError
 from kolm_search.types import SearchDocument
 
@@ -102,7 +103,7 @@ class LLMPointwiseReranker(PointwiseReranker):
 
     def __init__(self, client: OpenAICompatibleClient, *, mode: Literal["grade", "yes_no"] = "grade",
                  scale: tuple[int, int] = (0, 3), prompt: PromptTemplate | None = None, max_chars: int = 1000,
-                 max_concurrency: int = 8, top_logprobs: int = 5, score_cache: ScoreCache | None = None,
+                 max_concurrency: int = 8, top_logprobs: int = 5, score_cache: ScoreStore | None = None,
                  **params: Any) -> None:
         self.client = client
         self.mode = one_of("mode", mode, ("grade", "yes_no"))
@@ -117,14 +118,34 @@ class LLMPointwiseReranker(PointwiseReranker):
         fields = ("query", "document", "low", "high") if mode == "grade" else ("query", "document")
         default = POINTWISE_GRADE if mode == "grade" else POINTWISE_YES_NO
         self.prompt = (prompt or default).check(fields, "LLMPointwiseReranker prompt")
+        self._prompt_given = prompt  # None: the mode's default (stage_params)
         self.max_chars = positive_int("max_chars", max_chars)
         self.max_concurrency = positive_int("max_concurrency", max_concurrency)
         self.top_logprobs = positive_int("top_logprobs", top_logprobs)
         self.score_cache = score_cache
+        self._request_params = dict(params)  # as given (stage_params); self.params is what is sent
         self.params = {"temperature": 0, **params}
         if mode == "yes_no":
             self.params = {"logprobs": True, "top_logprobs": self.top_logprobs, **self.params}
         self.counts: Counter[str] = Counter()
+
+    def stage_params(self) -> dict[str, Any]:
+        """``mode, scale, prompt, max_chars, max_concurrency, top_logprobs, params`` (``prompt``
+        ``None`` for the mode's default, ``params`` the request parameters given as ``**params``;
+        scikit-learn's ``get_params``). The client is fixed."""
+        return {"mode": self.mode, "scale": self.scale, "prompt": self._prompt_given, "max_chars": self.max_chars,
+                "max_concurrency": self.max_concurrency, "top_logprobs": self.top_logprobs,
+                "params": dict(self._request_params)}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        """Set some of :meth:`stage_params`, checked as the constructor checks them (on error
+        nothing changes; ``counts`` are kept)."""
+        merged = merged_params(self, changes, fixed="the client")
+        extra = mapping("params", merged.pop("params"))
+        type(self)(self.client, score_cache=self.score_cache, **merged, **extra)  # checks, changing nothing
+        counts = self.counts
+        self.__init__(self.client, score_cache=self.score_cache, **merged, **extra)  # type: ignore[misc]
+        self.counts = counts
 
     def fingerprint(self) -> str:
         """The model, the server, the mode and scale, the prompt and the request parameters."""

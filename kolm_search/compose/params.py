@@ -14,7 +14,25 @@ from typing import Any
 from kolm_search.compose.fingerprints import describe
 from kolm_search.errors import KolmTypeError, KolmValueError
 
-__all__ = ["Parameters"]
+__all__ = ["Parameters", "merged_params"]
+
+
+def merged_params(stage: Parameters, changes: dict[str, Any], *, fixed: str = "") -> dict[str, Any]:
+    """``stage``'s :meth:`~Parameters.stage_params` with ``changes`` over them (what an
+    ``apply_params`` that rebuilds the stage passes to its constructor).
+
+    Raises
+    ------
+    KolmValueError
+        A name in ``changes`` the stage does not have, listing the ones it has (and, when given,
+        what is ``fixed`` at construction).
+    """
+    own = stage.stage_params()
+    unknown = sorted(set(changes) - set(own))
+    if unknown:
+        also = f" ({fixed} is fixed: build a new one for another)" if fixed else ""
+        raise KolmValueError(f"{type(stage).__name__} has no parameter(s) {unknown}; it has {sorted(own)}{also}")
+    return {**own, **changes}
 
 
 class Parameters:
