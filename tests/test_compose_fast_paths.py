@@ -82,3 +82,24 @@ def test_judged_queries_equal_isin() -> None:
                  qrels=qrels)
     want = queries[queries["qid"].isin(set(qrels["qid"]))].reset_index(drop=True)
     pd.testing.assert_frame_equal(ds.judged_queries(), want)
+
+
+def test_an_alias_entry_reads_through_its_target(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from kolm_search.compose import StageCache
+
+    cache = StageCache(tmp_path)
+    frame = CandidateFrame.from_ptr([0, 2, 3], [4, 1, 7], [2.5, 1.0, 0.5])
+    cache.put("stage-a", "input-1", frame)
+    cache.put("then", "input-0", frame, same_as=("stage-a", "input-1"))
+    back = cache.get("then", "input-0", 2)
+    assert back is not None
+    for name in ("query", "doc", "score", "rank"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(frame, name))
+    assert cache.file_for("then", "input-0").stat().st_size < cache.file_for("stage-a", "input-1").stat().st_size
+    other = CandidateFrame.from_ptr([0, 1, 3], [4, 1, 7], [2.5, 1.0, 0.5])
+    cache.put("stage-a", "input-1", other)  # the target now holds other entries: the alias no longer holds
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        assert cache.get("then", "input-0", 2) is None
+    cache.file_for("stage-a", "input-1").write_bytes(b"")
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        assert cache.get("then", "input-0", 2) is None

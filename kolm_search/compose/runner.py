@@ -47,7 +47,8 @@ class SharedOutputs(Protocol):
 
     def get(self, stage_fp: str, input_fp: str, n_queries: int) -> CandidateFrame | None: ...
 
-    def put(self, stage_fp: str, input_fp: str, frame: CandidateFrame) -> None: ...
+    def put(self, stage_fp: str, input_fp: str, frame: CandidateFrame, *,
+            same_as: tuple[str, str] | None = None) -> None: ...
 
 
 @dataclass
@@ -61,6 +62,7 @@ class RunState:
     reused: Counter[str] = field(default_factory=Counter)
     values: dict[Any, Any] = field(default_factory=dict)
     origins: dict[int, str] = field(default_factory=dict)  # id of a kept output -> the key that made it
+    stored: dict[int, tuple[str, str]] = field(default_factory=dict)  # id of a kept output -> its cache entry
 
 
 T = TypeVar("T")
@@ -183,6 +185,7 @@ def run_stage(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) 
         found = state.cache.get(stage_fp, input_fp, batch.n_queries)
         if found is not None:
             _keep(state, key, found, persistent)
+            state.stored[id(found)] = key
     if found is not None:
         state.reused[stage_fp] += 1
         return found
@@ -190,5 +193,6 @@ def run_stage(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) 
     _keep(state, key, out, persistent)
     state.computed[stage_fp] += 1
     if persistent and state.cache is not None:
-        state.cache.put(stage_fp, input_fp, out)
+        state.cache.put(stage_fp, input_fp, out, same_as=state.stored.get(id(out)))  # ``a >> r``: ``r``'s frame
+        state.stored.setdefault(id(out), key)
     return out
