@@ -7,8 +7,9 @@ corpus; ``--docs`` changes its size). Rows:
   ``presets.hybrid(depth=100)`` and against the wiring before stages existed (a
   ``CompositeRetriever([bm25, dense], depth=100)``): ratios of medians of paired rounds;
 - ``experiment``: an ``Experiment`` of five MMR rerankers over one ``bm25 % 100`` against the
-  slowest of the five pipelines run alone (its own BM25 included), and the same with five
-  columnar rerankers (a document-length prior, vectorised: the cost of sharing itself);
+  slowest of the five pipelines run alone (its own BM25 included), the same with five MMR
+  rerankers over ``bm25 % 20`` (cheaper than the first stage), and with five columnar rerankers
+  (a document-length prior, vectorised: the cost of sharing itself); ``--rerankers`` picks some;
 - ``cached``: the same experiment again over its ``cache_dir`` against its first run.
 
 The embedder is a lookup of precomputed random vectors (64 dimensions) by text, so the figures
@@ -39,6 +40,7 @@ from kolm_search import (
 )
 from kolm_search.adapters import MMRReranker
 from kolm_search.compose import RerankerStage
+from kolm_search.compose.frame_ops import rescored
 from kolm_search.contract.planners import DefaultQueryPlanner
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.doctable import DocumentTable
@@ -71,7 +73,8 @@ class LookupEmbedder:
 
 
 class LengthPrior(RerankerStage):
-    """``score + weight * log(1 + length)`` of each candidate, re-sorted: a columnar reranker."""
+    """``score + weight * log(1 + length)`` of each candidate, re-sorted (``frame_ops.rescored``):
+    a columnar reranker."""
 
     def __init__(self, lengths: np.ndarray, weight: float) -> None:
         self.lengths, self.weight = lengths, weight
@@ -81,10 +84,7 @@ class LengthPrior(RerankerStage):
 
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
         assert candidates is not None
-        score = candidates.score + self.weight * np.log1p(self.lengths[candidates.doc])
-        order = np.lexsort((candidates.rank, -score, candidates.query))
-        return CandidateFrame(query=candidates.query[order], doc=candidates.doc[order], score=score[order],
-                              rank=candidates.rank, n_queries=candidates.n_queries)
+        return rescored(candidates, candidates.score + self.weight * np.log1p(self.lengths[candidates.doc]))
 
 
 def synthetic(n_docs: int, n_queries: int, seed: int = 0) -> Dataset:
@@ -124,15 +124,19 @@ def hybrid_rows(name: str, ds: Dataset, repeat: int) -> list[dict[str, Any]]:
             {"what": f"{name} hybrid: CompositeRetriever (before)", "seconds": med["before"]}]
 
 
+KINDS = {"mmr": "MMR rerankers (depth 100)", "mmr20": "MMR rerankers (depth 20)",
+         "prior": "columnar rerankers"}
+
+
 def experiment_rows(name: str, ds: Dataset, repeat: int, kind: str) -> list[dict[str, Any]]:
     table = DocumentTable.coerce(ds.corpus)
     emb = LookupEmbedder(table.texts())
-    first = BM25Retriever(table) % 100
+    first = BM25Retriever(table) % (20 if kind == "mmr20" else 100)
     lengths = np.array([len(t.split()) for t in table.texts()], np.float64)
-    pipes: dict[str, Any] = {f"{kind}{w}": first >> (MMRReranker(emb, lambda_=w) if kind == "mmr" else
-                                                      LengthPrior(lengths, w)) for w in (0.5, 0.6, 0.7, 0.8, 0.9)}
+    pipes: dict[str, Any] = {f"{kind}{w}": first >> (LengthPrior(lengths, w) if kind == "prior" else
+                                                      MMRReranker(emb, lambda_=w)) for w in (0.5, 0.6, 0.7, 0.8, 0.9)}
     queries = ds.judged_queries() if name == "cranfield" else ds.queries
-    label = "MMR rerankers" if kind == "mmr" else "columnar rerankers"
+    label = KINDS[kind]
 
     def experiment(cache: Path | None = None) -> Experiment:
         exp = Experiment(pipes, ds, ["ndcg@10"], limit=100, progress=False, cache_dir=cache, drop_self_hits=False)
@@ -174,6 +178,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--only", choices=("hybrid", "experiment"), default=None)
     ap.add_argument("--no-synthetic", action="store_true")
+    ap.add_argument("--rerankers", nargs="+", choices=tuple(KINDS), default=list(KINDS),
+                    help="which experiments to run (default all)")
     args = ap.parse_args()
     header("stage algebra: composed vs fixed wiring, shared prefixes, cached reruns")
     rows: list[dict[str, Any]] = []
@@ -184,8 +190,8 @@ def main() -> None:
         if args.only in (None, "hybrid"):
             rows += hybrid_rows(name, ds, args.repeat)
         if args.only in (None, "experiment"):
-            rows += experiment_rows(name, ds, args.repeat, "mmr")
-            rows += experiment_rows(name, ds, args.repeat, "prior")
+            for kind in args.rerankers:
+                rows += experiment_rows(name, ds, args.repeat, kind)
     report(rows)
 
 

@@ -8,6 +8,10 @@ entries. A file is used only when all of it checks (it parses, the fingerprints 
 ones asked for, the columns have their types, the frame follows the schema, the digest
 matches); otherwise a ``RuntimeWarning`` names it and the output is computed again and the
 file replaced. Writes go to a temporary file renamed into place (all or nothing).
+
+An output that is the very frame of another entry (``a >> r`` returns ``r``'s) is stored as
+an *alias*: a file of no rows whose metadata names the other entry and the digest of its
+entries; it is read through that entry (and is damaged when that one is).
 """
 
 from __future__ import annotations
@@ -35,6 +39,11 @@ _KEY = b"kolm_search"
 _TYPES = {"query": pa.int32(), "doc": pa.int64(), "score": pa.float64(), "rank": pa.int32()}
 
 
+def _file_name(stage_fp: str, input_fp: str) -> str:
+    name = hashlib.sha256(f"{stage_fp}\x1f{input_fp}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return f"{name}.parquet"
+
+
 class StageCache:
     """A folder of stage outputs (see the module doc).
 
@@ -58,8 +67,7 @@ class StageCache:
 
     def file_for(self, stage_fp: str, input_fp: str) -> Path:
         """The file of one (stage, input) pair."""
-        name = hashlib.sha256(f"{stage_fp}\x1f{input_fp}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
-        return self.path / f"{name}.parquet"
+        return self.path / _file_name(stage_fp, input_fp)
 
     def get(self, stage_fp: str, input_fp: str, n_queries: int) -> CandidateFrame | None:
         """The stored frame, or None when there is none or it is damaged (warned)."""
@@ -77,17 +85,26 @@ class StageCache:
         return frame
 
     @staticmethod
-    def _read(path: Path, stage_fp: str, input_fp: str, n_queries: int) -> CandidateFrame:
+    def _read(path: Path, stage_fp: str, input_fp: str, n_queries: int, depth: int = 0) -> CandidateFrame:
         table = pq.read_table(path)
         meta_raw = (table.schema.metadata or {}).get(_KEY)
         if meta_raw is None:
             raise KolmValueError("no kolm_search metadata")
         meta = json.loads(meta_raw)
+        alias = meta.get("alias")
         expected = {"format": _FORMAT, "version": _VERSION, "stage": stage_fp, "input": input_fp, "n_queries": n_queries,
-                    "rows": table.num_rows}
+                    "rows": table.num_rows if alias is None else 0}
         for key, value in expected.items():
             if meta.get(key) != value:
                 raise KolmValueError(f"metadata {key!r} is {meta.get(key)!r}, expected {value!r}")
+        if alias is not None:
+            if not (isinstance(alias, list) and len(alias) == 2 and all(isinstance(a, str) for a in alias)) or depth > 8:
+                raise KolmValueError(f"metadata 'alias' is {alias!r} (at depth {depth})")
+            target = path.parent / _file_name(*alias)
+            frame = StageCache._read(target, alias[0], alias[1], n_queries, depth + 1)
+            if frame_digest(frame) != meta.get("digest"):
+                raise KolmValueError(f"the entry {alias!r} it refers to has other entries than the ones recorded")
+            return frame
         n_features = meta.get("features")
         if not isinstance(n_features, int) or n_features < 0:
             raise KolmValueError(f"metadata 'features' is {n_features!r}")
@@ -106,8 +123,15 @@ class StageCache:
             raise KolmValueError("the entries' digest does not match the one recorded")
         return frame
 
-    def put(self, stage_fp: str, input_fp: str, frame: CandidateFrame) -> None:
-        """Store ``frame`` (atomically replacing any file of the pair)."""
+    def put(self, stage_fp: str, input_fp: str, frame: CandidateFrame, *,
+            same_as: tuple[str, str] | None = None) -> None:
+        """Store ``frame`` (atomically replacing any file of the pair); with ``same_as``, the
+        (stage, input) pair already stored with this very frame, as an alias of that entry."""
+        if same_as is not None:
+            meta = {"format": _FORMAT, "version": _VERSION, "stage": stage_fp, "input": input_fp,
+                    "n_queries": frame.n_queries, "rows": 0, "alias": list(same_as), "digest": frame_digest(frame)}
+            self._write(stage_fp, input_fp, pa.table({"query": pa.array([], pa.int32())}), meta)
+            return
         n_features = 0 if frame.features is None else int(frame.features.shape[1])
         arrays = {"query": frame.query.astype(np.int32), "doc": frame.doc.astype(np.int64),
                   "score": frame.score.astype(np.float64), "rank": frame.rank.astype(np.int32)}
@@ -115,7 +139,10 @@ class StageCache:
             arrays[f"f{i}"] = np.ascontiguousarray(frame.features[:, i], np.float64)  # type: ignore[index]
         meta = {"format": _FORMAT, "version": _VERSION, "stage": stage_fp, "input": input_fp,
                 "n_queries": frame.n_queries, "rows": len(frame), "features": n_features, "digest": frame_digest(frame)}
-        table = pa.table(arrays).replace_schema_metadata({_KEY: json.dumps(meta).encode()})
+        self._write(stage_fp, input_fp, pa.table(arrays), meta)
+
+    def _write(self, stage_fp: str, input_fp: str, table: pa.Table, meta: dict[str, object]) -> None:
+        table = table.replace_schema_metadata({_KEY: json.dumps(meta).encode()})
         path = self.file_for(stage_fp, input_fp)
         with replacing(path) as tmp:
             pq.write_table(table, tmp)

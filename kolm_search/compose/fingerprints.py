@@ -23,7 +23,7 @@ from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError
 
-__all__ = ["frame_digest", "input_digest", "table_digest", "value_fingerprint"]
+__all__ = ["frame_digest", "input_digest", "node_digest", "table_digest", "value_fingerprint"]
 
 _TABLES: weakref.WeakKeyDictionary[DocumentTable, str] = weakref.WeakKeyDictionary()
 
@@ -96,10 +96,16 @@ def _batch_digest(batch: QueryBatch) -> str:
     return _sha(head, texts, batch.owner.tobytes(), filters, emb)
 
 
-def input_digest(batch: QueryBatch, candidates: CandidateFrame | None) -> str:
+def input_digest(batch: QueryBatch, candidates: CandidateFrame | None, *, frame_fp: str | None = None) -> str:
     """A digest of what a stage is given: the batch (texts, owners, limit, mode, filters,
-    embeddings) and the candidates."""
-    return _sha(_batch_digest(batch).encode(), frame_digest(candidates).encode())
+    embeddings) and the candidates (``frame_fp`` when the caller knows a key of their entries,
+    e.g. the key of the node that made them, else :func:`frame_digest`)."""
+    return _sha(_batch_digest(batch).encode(), (frame_fp or frame_digest(candidates)).encode())
+
+
+def node_digest(stage_fp: str, input_fp: str) -> str:
+    """The key of a node's output: its stage and input fingerprints (equal keys, equal outputs)."""
+    return "node:" + _sha(stage_fp.encode("utf-8", "surrogatepass"), input_fp.encode())
 
 
 def describe(name: str, params: Sequence[tuple[str, Any]], *, what: str) -> str:

@@ -32,7 +32,8 @@ from kolm_search.engine.candidate_frame import CandidateFrame
 from kolm_search.errors import FrameValidationError
 from kolm_search.fusion import fuse_frame
 
-__all__ = ["EPSILON", "concatenate", "cutoff", "feature_union", "intersection", "linear", "scale", "union"]
+__all__ = ["EPSILON", "concatenate", "cutoff", "feature_union", "intersection", "linear", "rescored", "scale",
+           "union"]
 
 #: The gap between ``a``'s lowest score and ``b``'s first appended document in ``a ^ b`` (PyTerrier's).
 EPSILON = 1e-4
@@ -80,21 +81,84 @@ def _lookup(keys: I64, table: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
     return order[pos] if len(table) else np.zeros(len(keys), np.int64), found
 
 
+def _is_ranked(frame: CandidateFrame) -> bool:
+    """True when ``frame`` is one list already in (query, rank) order with ranks ``0..`` per query
+    (what :func:`_build` makes: a retriever's or an operator's output), checked in one pass."""
+    if frame.list_id is not None:
+        return False
+    if len(frame) == 0:
+        return True
+    rank, query = frame.rank, frame.query
+    if rank[0] != 0:
+        return False
+    starts = query[1:] != query[:-1]
+    return bool(np.all(np.where(starts, rank[1:] == 0, rank[1:] == rank[:-1] + 1)))
+
+
+def _typed(frame: CandidateFrame, keep: npt.NDArray[np.bool_] | None = None) -> CandidateFrame:
+    """A ranked ``frame`` (or its entries ``keep``, a prefix of every query's) in :func:`_build`'s
+    dtypes, without sorting or renumbering; the frame itself when nothing changes."""
+    if keep is None and frame.query.dtype == np.int32 and frame.doc.dtype == np.int64 \
+            and frame.score.dtype == np.float64 and frame.rank.dtype == np.int32:
+        return frame
+
+    def pick(a: npt.NDArray[Any], dtype: Any) -> npt.NDArray[Any]:
+        return np.asarray(a if keep is None else a[keep], dtype)
+
+    return CandidateFrame(query=pick(frame.query, np.int32), doc=pick(frame.doc, np.int64),
+                          score=pick(frame.score, np.float64), rank=pick(frame.rank, np.int32),
+                          n_queries=frame.n_queries,
+                          features=None if frame.features is None else pick(frame.features, np.float64))
+
+
 def cutoff(frame: CandidateFrame, k: int) -> CandidateFrame:
     """The entries of rank below ``k`` (``a % k``)."""
+    if _is_ranked(frame):  # already in order: keep a prefix of each query's entries, no sort
+        return _typed(frame, None if len(frame) == 0 or int(frame.rank.max()) < k else frame.rank < k)
     frame = _ranked(frame)
     keep = frame.rank < k
     return _build(frame.n_queries, frame.query[keep], frame.doc[keep], frame.score[keep],
                   None if frame.features is None else frame.features[keep])
 
 
-def scale(frame: CandidateFrame, weight: float) -> CandidateFrame:
-    """Scores times ``weight`` (``w * a``); re-ranked by descending score (ties by rank) when ``weight < 0``."""
-    frame = _ranked(frame)
-    score = frame.score.astype(np.float64) * weight
-    order = np.lexsort((frame.rank, -score, frame.query)) if weight < 0 else np.arange(len(frame))
+def _score_order(frame: CandidateFrame, score: npt.NDArray[np.float64]) -> I64:
+    """The entries of a ranked ``frame`` by query, then descending ``score``, ties by rank: a
+    stable sort of each query's row of a (queries x longest list) matrix when it is not much
+    larger than the frame, else one ``lexsort``."""
+    counts = np.bincount(frame.query, minlength=frame.n_queries)
+    width = int(counts.max()) if len(frame) else 0
+    if width == 0 or frame.n_queries * width > 2 * len(frame):
+        return np.lexsort((frame.rank, -score, frame.query))
+    neg = np.full((frame.n_queries, width), np.inf)
+    neg[frame.query, frame.rank] = -score  # scores are finite (the runner checks): +inf pads sort last
+    cols = np.argsort(neg, axis=1, kind="stable")  # the ranks of each row's entries, best first, pads last
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return (starts[:, None] + cols)[cols < counts[:, None]].astype(np.int64)
+
+
+def rescored(frame: CandidateFrame, score: npt.ArrayLike) -> CandidateFrame:
+    """``frame`` with new scores (one per entry), re-ranked by descending score, ties by the
+    old rank: what a columnar reranker returns (``score`` finite)."""
+    if not _is_ranked(frame):
+        frame, score = _ranked_with(frame, np.asarray(score, np.float64))
+    score = np.asarray(score, np.float64)
+    order = _score_order(frame, score)
     return _build(frame.n_queries, frame.query[order], frame.doc[order], score[order],
                   None if frame.features is None else frame.features[order])
+
+
+def _ranked_with(frame: CandidateFrame, score: npt.NDArray[np.float64]) -> tuple[CandidateFrame, npt.NDArray[np.float64]]:
+    order = np.lexsort((frame.rank, frame.query))
+    return _ranked(frame), score[order]
+
+
+def scale(frame: CandidateFrame, weight: float) -> CandidateFrame:
+    """Scores times ``weight`` (``w * a``); re-ranked by descending score (ties by rank) when ``weight < 0``."""
+    frame = frame if _is_ranked(frame) else _ranked(frame)
+    score = frame.score.astype(np.float64) * weight
+    if weight < 0:
+        return rescored(frame, score)
+    return _build(frame.n_queries, frame.query, frame.doc, score, frame.features)
 
 
 def linear(a: CandidateFrame, b: CandidateFrame) -> CandidateFrame:

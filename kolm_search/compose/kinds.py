@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from kolm_search._bridge import inline, run_sync
-from kolm_search.compose.fingerprints import frame_digest, table_digest
-from kolm_search.compose.runner import shared_value, stage_name
+from kolm_search.compose.fingerprints import table_digest
+from kolm_search.compose.runner import frame_key, shared_value, stage_name
 from kolm_search.compose.stage import Stage
 from kolm_search.contract.ports import (
     BatchRetriever,
@@ -114,7 +114,7 @@ class RerankerStage(Stage):
         if table is None:
             raise SearchError(name, "the batch carries no document table to read the candidates' documents from")
         ptr = candidates.ptr
-        docs = shared_value(("documents", id(table), frame_digest(candidates)),
+        docs = shared_value(("documents", id(table), frame_key(candidates)),
                             lambda: table.documents(candidates.doc, candidates.score))
         contexts = batch_contexts(batch)
         rows = [j for j in range(batch.n_queries) if ptr[j + 1] > ptr[j]]

@@ -35,6 +35,8 @@ class PreparedQueries:
     qids: list[Any]
     groups: list[tuple[np.ndarray, list[SearchPipelineContext], np.ndarray, np.ndarray]]
     qid_column: Any = field(default=None, compare=False)  # the qids as the column a DataFrame would make
+    last_qids: dict[int, tuple[np.ndarray, Any]] = field(default_factory=dict, compare=False, repr=False)
+    batches: dict[tuple[int, int], QueryBatch] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         qid_arr = np.empty(len(self.qids), dtype=object)
@@ -83,20 +85,46 @@ def run_prepared(stage: Any, prepared: PreparedQueries) -> pd.DataFrame:
     table = stage.table
     ids = _id_column(table)
     parts: list[pd.DataFrame] = []
-    for rows, contexts, first, target in prepared.groups:
-        batch = QueryBatch.from_contexts(contexts, limit=max(1, min(int(target.max()), len(table))))
-        frame = stage.retrieve_batch(batch)
-        keep = (frame.rank >= first[frame.query]) & (frame.rank < target[frame.query])
-        q = rows[frame.query[keep]]
-        parts.append(pd.DataFrame({"qid": prepared.qid_column.take(q) if len(q) else np.zeros(0, object),
-                                   "doc_id": ids.take(frame.doc[keep]) if len(q) else np.zeros(0, object),
-                                   "rank": frame.rank[keep].astype(np.int64),
-                                   "score": frame.score[keep].astype(np.float64), "_order": q}))
+    for group, (rows, _, first, target) in enumerate(prepared.groups):
+        frame = stage.retrieve_batch(_batch(prepared, group, max(1, min(int(target.max()), len(table)))))
+        query, doc, rank, score = frame.query, frame.doc, frame.rank, frame.score
+        if len(frame) and (int(first.max()) > 0 or int(rank.max()) >= int(target.min())):  # else every entry is kept
+            keep = (rank >= first[query]) & (rank < target[query])
+            query, doc, rank, score = query[keep], doc[keep], rank[keep], score[keep]
+        q = rows[query]
+        cols = {"qid": _qid_column(prepared, group, q), "doc_id": ids.take(doc) if len(q) else np.zeros(0, object),
+                "rank": rank.astype(np.int64), "score": score.astype(np.float64)}
+        if len(prepared.groups) > 1:
+            cols["_order"] = q
+        parts.append(pd.DataFrame(cols))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("qid", "doc_id") else float) for c in RUN_COLUMNS})
-    run = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True).sort_values(["_order", "rank"],
-                                                                                           kind="stable")
+    if len(parts) == 1:
+        return parts[0]
+    run = pd.concat(parts, ignore_index=True).sort_values(["_order", "rank"], kind="stable")
     return run.drop(columns="_order").reset_index(drop=True)
+
+
+def _batch(prepared: PreparedQueries, group: int, limit: int) -> QueryBatch:
+    """The batch of a group's contexts (made once per limit: every stage of an experiment is
+    given the same texts, owners, filters and embeddings; stages derive theirs by ``replace``)."""
+    found = prepared.batches.get((group, limit))
+    if found is None:
+        found = prepared.batches[(group, limit)] = QueryBatch.from_contexts(prepared.groups[group][1], limit=limit)
+    return found
+
+
+def _qid_column(prepared: PreparedQueries, group: int, q: np.ndarray) -> Any:
+    """The qids of batch rows ``q`` as a column, the last one of the group reused when ``q`` is
+    the same (the rerankers of one first stage keep its number of candidates per query)."""
+    if not len(q):
+        return np.zeros(0, object)
+    last = prepared.last_qids.get(group)
+    if last is not None and np.array_equal(last[0], q):
+        return last[1]
+    column = prepared.qid_column.take(q)
+    prepared.last_qids[group] = (q, column)
+    return column
 
 
 def run_queries(stage: Any, queries: Any, *, limit: int | None = None, offset: int = 0, mode: str | None = None,

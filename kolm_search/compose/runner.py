@@ -7,6 +7,11 @@ kept under (stage fingerprint, input fingerprint) for the block's length, so tha
 prefixes of several pipelines run once, and, with a cache (:class:`~kolm_search.compose.cache.StageCache`),
 read from and written to disk. A stage whose fingerprint cannot be made (a user object
 declaring none) is shared by identity within the block and never written to disk.
+
+Inside a block each stage is fingerprinted once, and the input key of a stage given the
+output of another (persistent) node is that node's key with the batch's digest, not a hash
+of the candidates' arrays: equal keys promise equal outputs, so the node key names the
+frame as well as its entries would (:func:`frame_key`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import numpy as np
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
 
-__all__ = ["RunState", "SharedOutputs", "run_stage", "shared_value", "sharing", "stage_name"]
+__all__ = ["RunState", "SharedOutputs", "frame_key", "run_stage", "shared_value", "sharing", "stage_name"]
 
 
 def stage_name(stage: Any) -> str:
@@ -42,7 +47,8 @@ class SharedOutputs(Protocol):
 
     def get(self, stage_fp: str, input_fp: str, n_queries: int) -> CandidateFrame | None: ...
 
-    def put(self, stage_fp: str, input_fp: str, frame: CandidateFrame) -> None: ...
+    def put(self, stage_fp: str, input_fp: str, frame: CandidateFrame, *,
+            same_as: tuple[str, str] | None = None) -> None: ...
 
 
 @dataclass
@@ -55,11 +61,15 @@ class RunState:
     computed: Counter[str] = field(default_factory=Counter)
     reused: Counter[str] = field(default_factory=Counter)
     values: dict[Any, Any] = field(default_factory=dict)
+    origins: dict[int, str] = field(default_factory=dict)  # id of a kept output -> the key that made it
+    stored: dict[int, tuple[str, str]] = field(default_factory=dict)  # id of a kept output -> its cache entry
 
 
 T = TypeVar("T")
 _STATE: ContextVar[RunState | None] = ContextVar("kolm_search_compose_state", default=None)
 _ACTIVE: ContextVar[tuple[int, ...]] = ContextVar("kolm_search_compose_active", default=())
+_FINGERPRINTS: ContextVar[dict[int, tuple[Any, str, bool]] | None] = ContextVar("kolm_search_compose_fps",
+                                                                                 default=None)
 
 
 @contextmanager
@@ -67,9 +77,11 @@ def sharing(state: RunState | None = None) -> Iterator[RunState]:
     """Share (and with ``state.cache``, cache) stage outputs inside the block."""
     state = state or RunState()
     token = _STATE.set(state)
+    fps = _FINGERPRINTS.set({})  # stages are fingerprinted once per block (parameters may change between blocks)
     try:
         yield state
     finally:
+        _FINGERPRINTS.reset(fps)
         _STATE.reset(token)
 
 
@@ -99,15 +111,49 @@ def check_output(stage: Any, out: Any, batch: QueryBatch) -> CandidateFrame:
     return out
 
 
-def _key(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> tuple[str, str, bool]:
-    """(stage key, input key, persistent): the fingerprint when the stage has one, else its identity."""
-    from kolm_search.compose.fingerprints import input_digest
+def frame_key(frame: CandidateFrame | None) -> str:
+    """A key of a frame's entries: inside a :func:`sharing` block, the key of the persistent
+    node that made it (when it did), else :func:`~kolm_search.compose.fingerprints.frame_digest`."""
+    from kolm_search.compose.fingerprints import frame_digest
 
+    state = _STATE.get()
+    if frame is not None and state is not None:
+        found = state.origins.get(id(frame))
+        if found is not None:
+            return found
+    return frame_digest(frame)
+
+
+def _stage_key(stage: Any) -> tuple[str, bool]:
+    memo = _FINGERPRINTS.get()
+    found = None if memo is None else memo.get(id(stage))
+    if found is not None and found[0] is stage:
+        return found[1], found[2]
     try:
         fp, persistent = stage.fingerprint(), True
     except KolmError:
         fp, persistent = f"object@{id(stage):x}", False
-    return fp, input_digest(batch, candidates), persistent
+    if memo is not None:
+        memo[id(stage)] = (stage, fp, persistent)
+    return fp, persistent
+
+
+def _key(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> tuple[str, str, bool]:
+    """(stage key, input key, persistent): the fingerprint when the stage has one, else its identity."""
+    from kolm_search.compose.fingerprints import input_digest
+
+    fp, persistent = _stage_key(stage)
+    return fp, input_digest(batch, candidates, frame_fp=None if candidates is None else frame_key(candidates)), \
+        persistent
+
+
+def _keep(state: RunState, key: tuple[str, str], out: CandidateFrame, persistent: bool) -> None:
+    """Keep ``out`` under ``key`` for the block; a persistent key also names the frame (:func:`frame_key`)."""
+    from kolm_search.compose.fingerprints import node_digest
+
+    state.memo[key] = out
+    if persistent:
+        state.origins[id(out)] = node_digest(*key)
 
 
 def _compute(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
@@ -138,13 +184,15 @@ def run_stage(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) 
     if found is None and persistent and state.cache is not None:
         found = state.cache.get(stage_fp, input_fp, batch.n_queries)
         if found is not None:
-            state.memo[key] = found
+            _keep(state, key, found, persistent)
+            state.stored[id(found)] = key
     if found is not None:
         state.reused[stage_fp] += 1
         return found
     out = _compute(stage, batch, candidates)
-    state.memo[key] = out
+    _keep(state, key, out, persistent)
     state.computed[stage_fp] += 1
     if persistent and state.cache is not None:
-        state.cache.put(stage_fp, input_fp, out)
+        state.cache.put(stage_fp, input_fp, out, same_as=state.stored.get(id(out)))  # ``a >> r``: ``r``'s frame
+        state.stored.setdefault(id(out), key)
     return out

@@ -58,7 +58,9 @@ class Dataset:
 
     def judged_queries(self) -> pd.DataFrame:
         """The queries that have at least one judgement (what BEIR evaluates)."""
-        return self.queries[self.queries["qid"].isin(set(self.qrels["qid"]))].reset_index(drop=True)
+        judged = set(self.qrels["qid"])  # a set lookup per query (pandas' isin of arrow strings boxes every value)
+        keep = np.fromiter((qid in judged for qid in self.queries["qid"]), bool, count=len(self.queries))
+        return self.queries[keep].reset_index(drop=True)
 
     def __repr__(self) -> str:
         return (f"Dataset({self.name!r}: {len(self.corpus)} documents, {len(self.queries)} queries, "

@@ -1,0 +1,105 @@
+"""The shortcuts of the stage runner (issue 27, the experiment's speed): a cutoff of a frame
+already in rank order keeps a prefix without sorting, ``rescored`` sorts each query's row,
+a node's output is keyed by the node that made it, and a dataset's judged queries are found
+by a set lookup. Oracles: the sorting paths (``lexsort``), ``frame_digest`` and pandas'
+``isin``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kolm_search import BM25Retriever, CandidateFrame
+from kolm_search.compose import sharing
+from kolm_search.compose.fingerprints import frame_digest
+from kolm_search.compose.frame_ops import _ranked, cutoff, rescored, scale
+from kolm_search.compose.queries import prepare_queries, run_prepared
+from kolm_search.compose.runner import RunState, frame_key
+from kolm_search.io import Dataset
+
+
+def _frames(seed: int) -> list[CandidateFrame]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for trial in range(60):
+        n_q = int(rng.integers(1, 7))
+        counts = rng.integers(0, 6, n_q) if trial % 2 else np.full(n_q, int(rng.integers(0, 5)))
+        if trial % 5 == 0:
+            counts[0] = 30  # one long list: the row matrix would be mostly padding
+        ptr = np.concatenate([[0], np.cumsum(counts)])
+        n = int(ptr[-1])
+        out.append(CandidateFrame.from_ptr(ptr, rng.integers(0, 40, n), rng.integers(0, 4, n).astype(np.float64)))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rescored_and_scale_match_lexsort(seed: int) -> None:
+    rng = np.random.default_rng(seed + 10)
+    for frame in _frames(seed):
+        new = rng.integers(0, 3, len(frame)).astype(np.float64)  # many ties: broken by the old rank
+        out = rescored(frame, new)
+        order = np.lexsort((frame.rank, -new, frame.query))
+        for got, want in ((out.query, frame.query[order]), (out.doc, frame.doc[order]), (out.score, new[order]),
+                          (out.rank, _ranked(out).rank)):
+            np.testing.assert_array_equal(got, want)
+        neg = scale(frame, -2.0)
+        order = np.lexsort((frame.rank, -(frame.score * -2.0), frame.query))
+        np.testing.assert_array_equal(neg.doc, frame.doc[order])
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 100])
+def test_cutoff_of_a_ranked_frame_equals_the_sorting_path(k: int) -> None:
+    for frame in _frames(3):
+        fast = cutoff(frame, k)
+        shuffled = CandidateFrame(query=frame.query, doc=frame.doc, score=frame.score, rank=frame.rank,
+                                  n_queries=frame.n_queries, list_id=np.zeros(len(frame), np.int32))  # slow path
+        slow = cutoff(shuffled, k)
+        for name in ("query", "doc", "score", "rank"):
+            np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name))
+            assert getattr(fast, name).dtype == getattr(slow, name).dtype
+
+
+def test_a_node_output_is_keyed_by_its_node() -> None:
+    corpus = pd.DataFrame({"id": ["a", "b", "c"], "title": "", "content": ["x y", "y z", "z z x"]})
+    first = BM25Retriever(corpus) % 2
+    loose = CandidateFrame.from_ptr([0, 1], [0], [1.0])
+    assert frame_key(loose) == frame_digest(loose)  # outside a block: the entries' digest
+    state = RunState()
+    prepared = prepare_queries(["x", "z"], limit=2)
+    with sharing(state):
+        run_prepared(first, prepared)
+        outputs = list(state.memo.values())
+        assert all(frame_key(f).startswith("node:") for f in outputs)
+        assert frame_key(loose) == frame_digest(loose)
+    assert frame_key(outputs[0]) == frame_digest(outputs[0])  # the block is over
+
+
+def test_judged_queries_equal_isin() -> None:
+    queries = pd.DataFrame({"qid": ["q1", "q2", "q3", "q4"], "query": ["a", "b", "c", "d"]})
+    qrels = pd.DataFrame({"qid": ["q3", "q1", "q1", "zz"], "doc_id": ["d", "d", "e", "f"], "relevance": 1})
+    ds = Dataset(name="t", corpus=pd.DataFrame({"id": ["d"], "title": "", "content": ["x"]}), queries=queries,
+                 qrels=qrels)
+    want = queries[queries["qid"].isin(set(qrels["qid"]))].reset_index(drop=True)
+    pd.testing.assert_frame_equal(ds.judged_queries(), want)
+
+
+def test_an_alias_entry_reads_through_its_target(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from kolm_search.compose import StageCache
+
+    cache = StageCache(tmp_path)
+    frame = CandidateFrame.from_ptr([0, 2, 3], [4, 1, 7], [2.5, 1.0, 0.5])
+    cache.put("stage-a", "input-1", frame)
+    cache.put("then", "input-0", frame, same_as=("stage-a", "input-1"))
+    back = cache.get("then", "input-0", 2)
+    assert back is not None
+    for name in ("query", "doc", "score", "rank"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(frame, name))
+    assert cache.file_for("then", "input-0").stat().st_size < cache.file_for("stage-a", "input-1").stat().st_size
+    other = CandidateFrame.from_ptr([0, 1, 3], [4, 1, 7], [2.5, 1.0, 0.5])
+    cache.put("stage-a", "input-1", other)  # the target now holds other entries: the alias no longer holds
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        assert cache.get("then", "input-0", 2) is None
+    cache.file_for("stage-a", "input-1").write_bytes(b"")
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        assert cache.get("then", "input-0", 2) is None
