@@ -104,9 +104,9 @@ class SearchRequest:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SearchRequest:
-        """Inverse of :meth:`to_dict` (a ``None`` value takes the field's default). Requests from
+        """Inverse of :meth:`to_dict` (a ``None`` value but ``query``'s takes the field's default). Requests from
         users are checked by the client (:func:`kolm_search.contract.guards.coerce_request`)."""
-        return cls(**{k: v for k, v in data.items() if v is not None})
+        return cls(**{k: v for k, v in data.items() if v is not None or k == "query"})
 
 
 @dataclass

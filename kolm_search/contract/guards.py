@@ -33,7 +33,7 @@ _REQUEST_FIELDS = tuple(f.name for f in fields(SearchRequest))
 
 def coerce_request(request: Any) -> SearchRequest:
     """A ``SearchRequest`` from a ``SearchRequest`` or a dict with its fields (a ``None`` value
-    taking the field's default); ``SearchError(client)`` for anything else, an unknown field or
+    but ``query``'s taking the field's default); ``SearchError(client)`` for anything else, an unknown field or
     a missing ``query``."""
     if isinstance(request, SearchRequest):
         return request
@@ -44,7 +44,7 @@ def coerce_request(request: Any) -> SearchRequest:
         raise SearchError(_STAGE, f"unknown request field(s) {sorted(unknown)}; known: {list(_REQUEST_FIELDS)}")
     if "query" not in request:
         raise SearchError(_STAGE, "request field 'query' is missing")
-    return SearchRequest(**{k: v for k, v in request.items() if v is not None})
+    return SearchRequest(**{k: v for k, v in request.items() if v is not None or k == "query"})  # query: checked later
 
 
 def resolve_request(request: SearchRequest, options: SearchPipelineOptions) -> SearchRequest:
