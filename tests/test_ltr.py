@@ -134,3 +134,11 @@ def test_cross_validation_never_shows_a_held_out_query(setup, monkeypatch) -> No
     both = direct.merge(mine, on=["qid", "doc_id"], suffixes=("_direct", "_cv"))
     assert len(both) >= 0.98 * len(direct)
     np.testing.assert_allclose(both["score_direct"], both["score_cv"])
+
+
+def test_fit_stops_early_on_validation_queries(setup) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, qrels = setup
+    stage = _features(bm).set_params(n_estimators=200)
+    stage.fit(queries.head(40), qrels, valid=(queries.tail(20), qrels))
+    assert 1 <= stage.booster.best_iteration <= 200
+    assert len(stage(queries.tail(5), limit=10)) == 50
