@@ -1,0 +1,252 @@
+"""Learning to rank: LightGBM's LambdaMART over the features of a feature union (extra ``ltr``).
+
+``LTRReranker(bm25 % 100 ** (bo1 + dense + DocumentLength()))`` is a retrieving stage: it runs
+its ``features`` stage (any retrieving stage; a frame without ``features`` gives its score as
+the one feature), scores every candidate with a LambdaMART model trained by :meth:`LTRReranker.fit`
+on judged queries, and orders each query's candidates by that score (ties by the features
+stage's rank) -- PyTerrier's ``(bm25 % 100 ** features) >> pt.ltr.apply_learned_model(...)``
+fitted with ``pipe.fit(topics, qrels)``.
+
+The learner is seeded and deterministic (``seed``, ``deterministic=True``, a fixed
+``num_threads``): two fits on the same data give the same model. The stage's fingerprint
+holds a digest of the trained model, so a run cached for one model is never reused for
+another (nor for an unfitted stage, which refuses to run).
+
+:func:`cross_validated_run` is K-fold cross-validation over queries: fit on the other folds'
+queries and judgements, rank the held-out fold, concatenate the held-out runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from kolm_search._extras import require
+from kolm_search.compose.queries import prepare_queries
+from kolm_search.compose.runner import run_stage, stage_name
+from kolm_search.compose.stage import Composed, Stage
+from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
+
+__all__ = ["FIT_DEPTH", "LTRReranker", "cross_validated_run"]
+
+#: Candidates per query asked of the features stage, when fitting and when ranking alike (a
+#: ``% k`` inside it asks its retriever for ``k``): a feature of a stage on the right of ``**``
+#: (a retriever's score, 0 for a document it did not return) must not depend on the page asked.
+FIT_DEPTH = 1000
+
+_OWN = ("n_estimators", "num_leaves", "learning_rate", "min_data_in_leaf", "seed", "num_threads", "params")
+
+
+def _lightgbm() -> Any:
+    return require("lightgbm", "ltr")
+
+
+def _positive(owner: str, name: str, value: Any, kind: type = int) -> Any:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    if kind is int:
+        ok = ok and isinstance(value, int)
+    if not ok:
+        raise KolmValueError(f"{owner}.{name} must be a positive {kind.__name__}, got {value!r}")
+    return value
+
+
+class LTRReranker(Composed):
+    """LambdaMART over the features of ``features`` (see the module doc).
+
+    Parameters
+    ----------
+    features : Stage
+        A retrieving stage whose candidates carry the features (``a % k ** (b + c)``).
+    n_estimators : int, default 200
+        Boosting rounds.
+    num_leaves, learning_rate, min_data_in_leaf : default 15, 0.05, 20
+        LightGBM's tree settings.
+    seed : int, default 0
+        Seeds every random choice of the learner.
+    num_threads : int, default 1
+        LightGBM's threads (fixed, so the model does not depend on the machine).
+    params : dict, optional
+        More LightGBM parameters (e.g. ``{"lambdarank_truncation_level": 20}``).
+    """
+
+    names = ("features",)
+    symbol = "ltr"
+
+    def __init__(self, features: Stage, *, n_estimators: int = 200, num_leaves: int = 15,
+                 learning_rate: float = 0.05, min_data_in_leaf: int = 20, seed: int = 0, num_threads: int = 1,
+                 params: dict[str, Any] | None = None) -> None:
+        if not isinstance(features, Stage) or not features.is_source:
+            raise KolmTypeError(f"LTRReranker.features must be a retrieving stage, got {stage_name(features)}")
+        self._own: dict[str, Any] = {}
+        super().__init__(features)
+        self.booster: Any = None
+        self.n_features: int | None = None
+        self._digest = "unfitted"
+        self._set_own({"n_estimators": n_estimators, "num_leaves": num_leaves, "learning_rate": learning_rate,
+                       "min_data_in_leaf": min_data_in_leaf, "seed": seed, "num_threads": num_threads,
+                       "params": dict(params or {})})
+
+    # -- parameters ---------------------------------------------------------------------------
+    def _set_own(self, changes: dict[str, Any]) -> None:
+        new = {**self._own, **changes}
+        if set(new) != set(_OWN):
+            raise KolmValueError(f"LTRReranker has no parameters {sorted(set(new) - set(_OWN))}")
+        for name in ("n_estimators", "num_leaves", "min_data_in_leaf", "num_threads"):
+            _positive("LTRReranker", name, new[name])
+        _positive("LTRReranker", "learning_rate", new["learning_rate"], float)
+        if isinstance(new["seed"], bool) or not isinstance(new["seed"], int):
+            raise KolmTypeError(f"LTRReranker.seed must be an int, got {new['seed']!r}")
+        if not isinstance(new["params"], dict):
+            raise KolmTypeError(f"LTRReranker.params must be a dict, got {type(new['params']).__name__}")
+        self._own = new
+
+    def stage_params(self) -> dict[str, Any]:
+        return {**super().stage_params(), **self._own}
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        own = {k: changes[k] for k in changes if k in _OWN}
+        if own:
+            self._set_own(own)
+        rest = {k: v for k, v in changes.items() if k not in _OWN}
+        if rest:
+            super().apply_params(rest)
+
+    def stage_identity(self) -> str:
+        """The trained model's digest (``"unfitted"`` before :meth:`fit`)."""
+        return f"model:{self._digest}"
+
+    def lightgbm_params(self) -> dict[str, Any]:
+        """The parameters given to ``lightgbm.train``."""
+        o = self._own
+        return {"objective": "lambdarank", "metric": "ndcg", "eval_at": [10], "num_leaves": o["num_leaves"],
+                "learning_rate": o["learning_rate"], "min_data_in_leaf": o["min_data_in_leaf"], "seed": o["seed"],
+                "deterministic": True, "force_row_wise": True, "num_threads": o["num_threads"], "verbosity": -1,
+                **o["params"]}
+
+    # -- training -----------------------------------------------------------------------------
+    def _frames(self, queries: Any) -> tuple[npt.NDArray[np.float64], pd.DataFrame]:
+        """The features of every candidate of ``queries`` and their ``qid, doc_id, group`` rows."""
+        stage = self.operands[0]
+        table = stage.table  # type: ignore[attr-defined]
+        prepared = prepare_queries(queries, limit=FIT_DEPTH)
+        mats, keys = [], []
+        for rows, contexts, _, _ in prepared.groups:
+            batch = QueryBatch.from_contexts(contexts, limit=max(1, min(FIT_DEPTH, len(table))))
+            frame = run_stage(stage, replace(batch, table=table), None)
+            mats.append(self._matrix(frame, check_width=False))
+            q = rows[frame.query]
+            keys.append(pd.DataFrame({"qid": [str(prepared.qids[i]) for i in q],
+                                      "doc_id": np.asarray(table.ids, dtype=object)[frame.doc].astype(str),
+                                      "group": q}))
+        return np.vstack(mats), pd.concat(keys, ignore_index=True)
+
+    def fit(self, queries: Any, qrels: pd.DataFrame, valid: tuple[Any, pd.DataFrame] | None = None) -> LTRReranker:
+        """Train the model on ``queries`` (any form ``search_batch`` takes; ids as the qrels')
+        and their judgements ``qrels`` (``qid, doc_id, relevance``; unjudged candidates are
+        0, negative grades 0). ``valid``: ``(queries, qrels)`` to stop early on (nDCG@10,
+        20 rounds without gain). Returns the stage."""
+        X, keys = self._frames(queries)
+        return self._fit_rows(X, keys, qrels, None if valid is None else (*self._frames(valid[0]), valid[1]))
+
+    def _fit_rows(self, X: npt.NDArray[np.float64], keys: pd.DataFrame, qrels: pd.DataFrame,
+                  valid: tuple[npt.NDArray[np.float64], pd.DataFrame, pd.DataFrame] | None) -> LTRReranker:
+        """Train on feature rows ``X`` of the candidates ``keys`` (``qid, doc_id, group``)."""
+        lgb = _lightgbm()
+        if not len(X):
+            raise KolmValueError(f"{stage_name(self)}.fit: the features stage gave no candidates to learn from")
+        train = lgb.Dataset(X, label=_labels(keys, qrels), group=_groups(keys), free_raw_data=False)
+        sets, callbacks = [], []
+        if valid is not None:
+            vx, vkeys, vqrels = valid
+            sets = [lgb.Dataset(vx, label=_labels(vkeys, vqrels), group=_groups(vkeys), reference=train)]
+            callbacks = [lgb.early_stopping(20, verbose=False)]
+        self.booster = lgb.train(self.lightgbm_params(), train, num_boost_round=self._own["n_estimators"],
+                                 valid_sets=sets, callbacks=callbacks)
+        self.n_features = int(X.shape[1])
+        text = self.booster.model_to_string(num_iteration=-1)
+        self._digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+        return self
+
+    # -- ranking ------------------------------------------------------------------------------
+    def _matrix(self, frame: CandidateFrame, *, check_width: bool = True) -> npt.NDArray[np.float64]:
+        x = frame.score.astype(np.float64)[:, None] if frame.features is None else frame.features
+        if x.ndim != 2 or not np.issubdtype(x.dtype, np.floating):
+            raise KolmValueError(f"{stage_name(self)}: features must be a 2-D float matrix, got {x.dtype} {x.shape}")
+        if check_width and x.shape[1] != self.n_features:
+            raise KolmValueError(f"{stage_name(self)}: the features stage gives {x.shape[1]} features; the model "
+                                 f"was fitted on {self.n_features}")
+        return x
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        if self.booster is None:
+            raise KolmError(f"{stage_name(self)}: the model is not trained; call fit(queries, qrels) first")
+        stage = self.operands[0]
+        table = batch.table if batch.table is not None else stage.table  # type: ignore[attr-defined]
+        frame = run_stage(stage, replace(batch, limit=max(1, min(FIT_DEPTH, len(table)))), candidates)
+        x = self._matrix(frame)
+        score = (self.booster.predict(x, num_threads=self._own["num_threads"]) if len(x)
+                 else np.zeros(0, np.float64)).astype(np.float64)
+        order = np.lexsort((frame.rank, -score, frame.query))
+        query = frame.query[order]
+        counts = np.bincount(query, minlength=frame.n_queries)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        rank = (np.arange(len(query)) - np.repeat(starts, counts)).astype(np.int32)
+        return CandidateFrame(query=query, doc=frame.doc[order], score=score[order], rank=rank,
+                              n_queries=frame.n_queries, features=x[order])
+
+    def __repr__(self) -> str:
+        return f"LTRReranker({self.operands[0]!r})"
+
+
+def _labels(keys: pd.DataFrame, qrels: pd.DataFrame) -> npt.NDArray[np.int64]:
+    """Each candidate's grade in ``qrels`` (0 when unjudged or negative)."""
+    judged = qrels.astype({"qid": str, "doc_id": str}).drop_duplicates(["qid", "doc_id"], keep="last")
+    merged = keys[["qid", "doc_id"]].merge(judged[["qid", "doc_id", "relevance"]], on=["qid", "doc_id"], how="left")
+    return merged["relevance"].fillna(0).clip(lower=0).to_numpy().astype(np.int64)
+
+
+def _groups(keys: pd.DataFrame) -> npt.NDArray[np.int64]:
+    """The candidates per query, in the order they come (grouped by query)."""
+    g = keys["group"].to_numpy()
+    if len(g) and np.any(np.diff(g) < 0):
+        raise KolmValueError("LTRReranker.fit: candidates are not grouped by query")
+    return np.unique(g, return_counts=True)[1].astype(np.int64)
+
+
+def cross_validated_run(stage: LTRReranker, queries: pd.DataFrame, qrels: pd.DataFrame, *, folds: int = 5,
+                        seed: int = 0, limit: int = 100) -> pd.DataFrame:
+    """The run (``qid, doc_id, rank, score``) of ``queries`` (``qid, query``) where each query is
+    ranked by a model fitted on the other folds only (their queries and their judgements),
+    ``folds`` disjoint folds of :func:`~kolm_search.evaluation.make_folds` (``seed``);
+    ``limit`` results per query.
+
+    The features of every query's candidates are computed once (a query's candidates and
+    features do not depend on the other queries of its batch) and each fold's model scores its
+    held-out rows, as ``stage(held_out, limit=limit)`` would. The stage is left fitted on the
+    last fold's training queries.
+    """
+    from kolm_search.evaluation import make_folds
+
+    if not isinstance(stage, LTRReranker):
+        raise KolmTypeError(f"cross_validated_run takes an LTRReranker, got {stage_name(stage)}")
+    X, keys = stage._frames(queries)
+    judged_qid = qrels["qid"].astype(str)
+    runs = []
+    for held_out in make_folds(list(queries["qid"].astype(str)), folds, seed=seed):
+        test = keys["qid"].isin(held_out).to_numpy()
+        stage._fit_rows(X[~test], keys[~test].reset_index(drop=True), qrels[~judged_qid.isin(held_out)], None)
+        part = keys.loc[test, ["qid", "doc_id", "group"]].copy()
+        part["score"] = stage.booster.predict(X[test], num_threads=stage.get_params()["num_threads"]) \
+            if test.any() else np.zeros(0)
+        part["_order"] = np.arange(len(part))  # the features stage's rank breaks ties
+        part = part.sort_values(["group", "score", "_order"], ascending=[True, False, True], kind="stable")
+        part["rank"] = part.groupby("group").cumcount()
+        runs.append(part[part["rank"] < limit])
+    out = pd.concat(runs, ignore_index=True).sort_values(["group", "rank"], kind="stable")
+    return out[["qid", "doc_id", "rank", "score"]].reset_index(drop=True)

@@ -1,0 +1,144 @@
+"""LTRReranker (LambdaMART over a feature union), its features and K-fold cross-validation over queries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kolm_search import evaluate
+from kolm_search.compose.runner import sharing
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
+from kolm_search.retrievers.bm25 import BM25Retriever
+from kolm_search.retrievers.feedback import FeedbackRetriever
+from kolm_search.retrievers.ltr import LTRReranker, cross_validated_run
+from kolm_search.retrievers.ltr_features import DocumentLength, QueryLength
+
+pytest.importorskip("lightgbm")
+
+SMALL = {"n_estimators": 20, "min_data_in_leaf": 5}
+
+
+@pytest.fixture(scope="module")
+def setup(cranfield: dict[str, pd.DataFrame]) -> tuple[BM25Retriever, pd.DataFrame, pd.DataFrame]:
+    table = DocumentTable.from_frame(cranfield["corpus"])
+    queries = cranfield["queries"].head(60).reset_index(drop=True)
+    qrels = cranfield["qrels"]
+    return BM25Retriever(table), queries, qrels[qrels["qid"].astype(str).isin(queries["qid"].astype(str))]
+
+
+def _features(bm: BM25Retriever) -> LTRReranker:
+    return LTRReranker(((bm % 50) ** FeedbackRetriever(bm, "bo1")) ** (DocumentLength() ** QueryLength()), **SMALL)
+
+
+def test_features_are_the_union_of_the_stages(setup) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, _ = setup
+    X, keys = _features(bm)._frames(queries.head(3))
+    assert X.shape == (150, 4) and X.dtype == np.float64
+    table = bm.table
+    lengths = {i: len(t.split()) for i, t in zip(table.ids, table.texts(("title", "content")), strict=True)}
+    np.testing.assert_allclose(X[:, 2], np.log1p([lengths[d] for d in keys["doc_id"]]))
+    words = dict(zip(queries["qid"].astype(str), queries["query"].str.split().str.len(), strict=True))
+    np.testing.assert_allclose(X[:, 3], np.log1p([words[q] for q in keys["qid"]]))
+    bm_run = bm(queries.head(3), limit=50)
+    np.testing.assert_allclose(X[:, 0], bm_run["score"].to_numpy())
+
+
+def test_before_fit_the_stage_refuses_to_run(setup) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, _ = setup
+    with pytest.raises(KolmError, match="not trained"):
+        _features(bm)(queries.head(2))
+
+
+def test_fits_are_seeded_and_learn(setup) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, qrels = setup
+    a, b = _features(bm).fit(queries, qrels), _features(bm).fit(queries, qrels)
+    assert a.booster.model_to_string() == b.booster.model_to_string()
+    assert a.fingerprint() == b.fingerprint()
+    ra, rb = a(queries, limit=50), b(queries, limit=50)
+    pd.testing.assert_frame_equal(ra, rb)
+    # the model re-orders BM25's 50 candidates: same documents per query, learned order
+    base = bm(queries, limit=50)
+    assert (ra.groupby("qid")["doc_id"].apply(frozenset) == base.groupby("qid")["doc_id"].apply(frozenset)).all()
+    assert evaluate(ra, qrels)["ndcg@10"] > evaluate(base, qrels)["ndcg@10"]  # in sample: fitted to these
+
+
+def test_the_fingerprint_holds_the_model(setup) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, qrels = setup
+    stage = _features(bm)
+    unfitted = stage.fingerprint()
+    stage.fit(queries.head(30), qrels)
+    first = stage.fingerprint()
+    stage.fit(queries.tail(30), qrels)
+    assert len({unfitted, first, stage.fingerprint()}) == 3
+    with sharing():  # a shared run of one model is not the output of another
+        one = stage(queries.head(5), limit=10)
+        stage.fit(queries.head(30), qrels)
+        two = stage(queries.head(5), limit=10)
+    assert not one.equals(two)
+
+
+def test_feature_width_and_type_are_checked(setup) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, qrels = setup
+    stage = _features(bm).fit(queries.head(30), qrels)
+    stage.set_params(features=bm % 50)
+    with pytest.raises(KolmValueError, match="gives 1 features; the model was fitted on 4"):
+        stage(queries.head(2))
+    with pytest.raises(KolmTypeError, match="retrieving stage"):
+        LTRReranker(DocumentLength())
+
+
+def test_get_params_round_trip(setup) -> None:  # type: ignore[no-untyped-def]
+    bm, _, _ = setup
+    stage = _features(bm)
+    params = stage.get_params(deep=False)
+    assert params["n_estimators"] == 20 and params["seed"] == 0 and params["num_threads"] == 1
+    other = LTRReranker(bm % 10).set_params(**params)
+    assert other.get_params(deep=False) == params and other.fingerprint() == stage.fingerprint()
+    stage.set_params(num_leaves=7, features__right__right__log=False)
+    assert stage.get_params()["num_leaves"] == 7 and stage.lightgbm_params()["num_leaves"] == 7
+    assert stage.get_params()["features__right__right__log"] is False
+    for bad in ({"num_leaves": 0}, {"learning_rate": -1.0}, {"seed": 1.5}, {"nope": 1}):
+        with pytest.raises((KolmValueError, KolmTypeError)):
+            stage.set_params(**bad)
+    assert stage.get_params()["num_leaves"] == 7  # a refused change leaves the stage as it was
+
+
+def test_cross_validation_never_shows_a_held_out_query(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, qrels = setup
+    stage = _features(bm)
+    seen: list[tuple[set[str], set[str]]] = []
+    fit_rows = LTRReranker._fit_rows
+
+    def spy(self, X, keys, judged, valid):  # type: ignore[no-untyped-def]
+        seen.append((set(keys["qid"]), set(judged["qid"].astype(str))))
+        return fit_rows(self, X, keys, judged, valid)
+
+    monkeypatch.setattr(LTRReranker, "_fit_rows", spy)
+    run = cross_validated_run(stage, queries, qrels, folds=3, seed=1)
+    all_q = set(queries["qid"].astype(str))
+    assert len(seen) == 3 and set(run["qid"]) == all_q
+    held = [all_q - trained for trained, _ in seen]
+    assert set().union(*held) == all_q and sum(len(h) for h in held) == len(all_q)  # folds partition the queries
+    for (trained, judged), out in zip(seen, held, strict=True):
+        assert not trained & out and not judged & out  # neither the queries nor their judgements
+    # each held-out fold is ranked as the stage fitted on the other folds ranks it
+    monkeypatch.undo()
+    last = held[-1]
+    stage.fit(queries[~queries["qid"].astype(str).isin(last)], qrels[~qrels["qid"].astype(str).isin(last)])
+    direct = stage(queries[queries["qid"].astype(str).isin(last)], limit=100)
+    mine = run[run["qid"].isin(last)].reset_index(drop=True)
+    # the same model scores: equal scores for the same (query, document); the candidate sets agree but
+    # where BM25's cutoff falls among tied documents (its tie order depends on the batch)
+    both = direct.merge(mine, on=["qid", "doc_id"], suffixes=("_direct", "_cv"))
+    assert len(both) >= 0.98 * len(direct)
+    np.testing.assert_allclose(both["score_direct"], both["score_cv"])
+
+
+def test_fit_stops_early_on_validation_queries(setup) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, qrels = setup
+    stage = _features(bm).set_params(n_estimators=200)
+    stage.fit(queries.head(40), qrels, valid=(queries.tail(20), qrels))
+    assert 1 <= stage.booster.best_iteration <= 200
+    assert len(stage(queries.tail(5), limit=10)) == 50
