@@ -124,6 +124,13 @@ def _bad_strings(column: Any, pattern: str | None = None) -> bool:
     return pattern is not None and bool(pc.any(pc.match_substring_regex(values, pattern)).as_py())
 
 
+def _one_dictionary(column: pa.ChunkedArray) -> pa.Array:
+    """The distinct texts of a dictionary column, unified over its blocks (the indices are not
+    concatenated: only the texts are checked)."""
+    unified = column.unify_dictionaries()
+    return unified.chunks[0].dictionary if unified.num_chunks else pa.array([], pa.string())
+
+
 def _bad_chunk(chunk: pa.Array) -> bool:
     """An empty string or one holding a tab in a string array, read off its buffers (offsets,
     then the bytes once: cheaper than a compute pass per condition over millions of ids)."""
@@ -147,7 +154,48 @@ def _query_codes(qid: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     return codes, dictionary
 
 
+def _chunk_repeats(q: np.ndarray, doc: pa.ChunkedArray) -> bool:
+    """Whether a (query, document) pair may repeat, hashing each parse block's ids once with
+    pyarrow (``dictionary_encode`` of one block, on two threads) when every query's rows are
+    together: pairs repeated inside a block show in its codes, and the queries that straddle
+    blocks are checked over their whole rows by :func:`_exact_duplicate`. True, without that
+    shortcut, when the queries are not together (the caller then checks every pair)."""
+    n = len(q)
+    changes = np.flatnonzero(q[1:] != q[:-1]) + 1
+    if n == 0 or len(changes) + 1 != np.count_nonzero(np.bincount(q)):
+        return n > 0
+    bounds = np.cumsum([0] + [len(c) for c in doc.chunks])
+
+    def block(i: int) -> bool:
+        a, e = int(bounds[i]), int(bounds[i + 1])
+        if e - a < 2:
+            return False
+        encoded = doc.chunk(i).dictionary_encode()
+        keys = q[a:e] * np.int64(len(encoded.dictionary)) + encoded.indices.to_numpy(zero_copy_only=False)
+        ordered = np.sort(keys)
+        return bool((ordered[1:] == ordered[:-1]).any())
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        if any(pool.map(block, range(doc.num_chunks))):
+            return True
+    inner = bounds[1:-1]
+    inner = inner[(inner > 0) & (inner < n)]
+    straddling = np.unique(q[inner][q[inner] == q[inner - 1]])
+    if not len(straddling):
+        return False
+    rows = np.flatnonzero(np.isin(q, straddling))
+    return _exact_duplicate(q[rows], doc.take(pa.array(rows))) is not None
+
+
 def _duplicate(q: np.ndarray, doc: pa.ChunkedArray) -> int | None:
+    """The first row whose (query, document) pair came before, or None: screened block by block
+    (:func:`_chunk_repeats`), the exact search (:func:`_exact_duplicate`) only if need be."""
+    if len(q) >= 1 << 16 and not _chunk_repeats(q, doc):
+        return None
+    return _exact_duplicate(q, doc)
+
+
+def _exact_duplicate(q: np.ndarray, doc: pa.ChunkedArray) -> int | None:
     """The first row whose (query, document) pair came before, or None: documents coded within
     their query by :func:`~kolm_search.engine.ids.codes_within_groups` (small hash tables, in parallel),
     then the pairs checked for a repeat."""
@@ -203,7 +251,7 @@ def read_run_arrow(path: Path, progress: bool | None = None, check_duplicates: b
     table = _parse(path, progress)
     if table is None:
         return None
-    if any(_bad_strings(table.column(c).combine_chunks()) for c in ("qid", "q0", "tag")) or any(
+    if any(_bad_strings(_one_dictionary(table.column(c))) for c in ("qid", "q0", "tag")) or any(
             _bad_chunk(chunk) for chunk in table.column("doc_id").chunks):
         return None
     score = table.column("score").to_numpy()

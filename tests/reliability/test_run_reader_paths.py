@@ -123,3 +123,49 @@ def test_progress_bars_and_atomic_writes(tmp_path: Path, capsys: pytest.CaptureF
         write_run(run.assign(doc_id=["a", "b c", "d"]), tmp_path / "r.trec")  # refused: the old file stays
     assert (tmp_path / "r.trec").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.trec", "r.trec"]  # no temporary file left
+
+
+def test_block_screen_of_duplicates_agrees_with_the_exact_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above 64Ki rows the pairs are screened block by block: a repeat inside one block, one
+    across a block boundary, and a query split over two places are found as the general reader
+    finds them (same message), and a clean file passes."""
+    import pyarrow.csv as pcsv
+
+    from kolm_search.io._arrow_trec import _duplicate, _exact_duplicate, _parse, _query_codes
+
+    real = pcsv.ReadOptions
+
+    def small_blocks(*args: object, **kwargs: object) -> object:
+        kwargs["block_size"] = 1 << 16
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pcsv, "ReadOptions", small_blocks)
+    rng = np.random.default_rng(3)
+    rows = [f"q{q} Q0 d{d} {i + 1} {1.0 / (i + 1)!r} t\n" for q in range(140)
+            for i, d in enumerate(rng.permutation(10**6)[:500])]
+    (tmp_path / "c.trec").write_text("".join(rows))
+    table = _parse(tmp_path / "c.trec", False)
+    assert table is not None and table.column("doc_id").num_chunks > 10
+    q, _ = _query_codes(table.column("qid"))
+    cut = len(table.column("doc_id").chunk(0))  # first row of the second block
+    assert q[cut - 1] == q[cut + 1]
+    cases = {"inside": (cut // 2, cut // 2 + 2), "across": (cut - 1, cut + 1), "moved": None}
+    for name, pair in cases.items():
+        lines = list(rows)
+        if pair is None:  # query q7 comes back at the end with a document it had
+            lines.append(lines[7 * 500 + 3].replace(" 4 ", " 999 "))
+        else:
+            fields = lines[pair[1]].split(" ")
+            fields[2] = lines[pair[0]].split(" ")[2]
+            lines[pair[1]] = " ".join(fields)
+        (tmp_path / f"{name}.trec").write_text("".join(lines))
+        parsed = _parse(tmp_path / f"{name}.trec", False)
+        assert parsed is not None
+        codes, _ = _query_codes(parsed.column("qid"))
+        assert _duplicate(codes, parsed.column("doc_id")) == _exact_duplicate(codes, parsed.column("doc_id")) is not None
+        with pytest.raises(FrameValidationError, match="appears twice for query") as fast_error:
+            read_run(tmp_path / f"{name}.trec")
+        with pytest.raises(FrameValidationError) as general_error:
+            read_run_text(tmp_path / f"{name}.trec")
+        assert str(fast_error.value) == str(general_error.value), name
+    assert _duplicate(q, table.column("doc_id")) is None
