@@ -77,11 +77,9 @@ def sharing(state: RunState | None = None) -> Iterator[RunState]:
     """Share (and with ``state.cache``, cache) stage outputs inside the block."""
     state = state or RunState()
     token = _STATE.set(state)
-    fps = _FINGERPRINTS.set({})  # stages are fingerprinted once per block (parameters may change between blocks)
     try:
         yield state
     finally:
-        _FINGERPRINTS.reset(fps)
         _STATE.reset(token)
 
 
@@ -178,6 +176,16 @@ def run_stage(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) 
     state = _STATE.get()
     if state is None:
         return _compute(stage, batch, candidates)
+    if _FINGERPRINTS.get() is None:  # the outermost stage of a call: each stage is fingerprinted once in it
+        fps = _FINGERPRINTS.set({})  # (not for a whole block: a stage may be refitted or reset between calls)
+        try:
+            return _shared(state, stage, batch, candidates)
+        finally:
+            _FINGERPRINTS.reset(fps)
+    return _shared(state, stage, batch, candidates)
+
+
+def _shared(state: RunState, stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
     stage_fp, input_fp, persistent = _key(stage, batch, candidates)
     key = (stage_fp, input_fp)
     found = state.memo.get(key)
