@@ -29,14 +29,13 @@ import numpy as np
 
 from kolm_search._bridge import off_loop
 from kolm_search._logging import log
-from kolm_search._params import mapping, positive_int
+from kolm_search._params import positive_int
 from kolm_search._progress import progress_bar
 from kolm_search.adapters._fingerprint import describe, text_digest
-from kolm_search.adapters.llm import OpenAICompatibleClient
+from kolm_search.adapters.llm import ChatModelParams, OpenAICompatibleClient
 from kolm_search.adapters.prompts import LISTWISE, PromptTemplate
 from kolm_search.adapters.score_keys import ScoreStore, window_key
 from kolm_search.compose.kinds import RerankerStage
-from kolm_search.compose.params import merged_params
 from kolm_search.errors import KolmValueError, LLMRequestError
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -131,7 +130,7 @@ async def rerank_windows(ranker: Any, items: Items, cache: ScoreStore | None = N
         return list(await asyncio.gather(*(one(d, c) for d, c in items)))
 
 
-class LLMListwiseReranker(RerankerStage):
+class LLMListwiseReranker(ChatModelParams, RerankerStage):
     """Re-ranks by asking a chat model to order windows of passages (RankGPT's sliding window).
 
     Parameters
@@ -179,16 +178,6 @@ class LLMListwiseReranker(RerankerStage):
         given as ``**params``; scikit-learn's ``get_params``). The client is fixed."""
         return {"window": self.window, "step": self.step, "prompt": self.prompt, "max_chars": self.max_chars,
                 "max_concurrency": self.max_concurrency, "params": dict(self.params)}
-
-    def apply_params(self, changes: dict[str, Any]) -> None:
-        """Set some of :meth:`stage_params`, checked as the constructor checks them (on error
-        nothing changes; ``counts`` are kept)."""
-        merged = merged_params(self, changes, fixed="the client")
-        extra = mapping("params", merged.pop("params"))
-        type(self)(self.client, score_cache=self.score_cache, **merged, **extra)  # checks, changing nothing
-        counts = self.counts
-        self.__init__(self.client, score_cache=self.score_cache, **merged, **extra)  # type: ignore[misc]
-        self.counts = counts
 
     def fingerprint(self) -> str:
         """The model, the server, the prompt, the window and the request parameters."""

@@ -36,6 +36,7 @@ import asyncio
 import json
 import re
 import urllib.parse
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,11 +44,12 @@ from typing import Any
 from kolm_search._bridge import off_loop, run_sync
 from kolm_search._extras import require
 from kolm_search._http import RetryPolicy, parse_retry_after
-from kolm_search._params import non_negative_int, positive_int, real, seconds
+from kolm_search._params import mapping, non_negative_int, positive_int, real, seconds
+from kolm_search.compose.params import merged_params
 from kolm_search.errors import KolmTypeError, KolmValueError, LLMRequestError
 from kolm_search.types import SearchPipelineContext
 
-__all__ = ["ChatReply", "LLMRequestError", "OpenAICompatibleClient", "OpenAICompatibleExpander",
+__all__ = ["ChatModelParams", "ChatReply", "LLMRequestError", "OpenAICompatibleClient", "OpenAICompatibleExpander",
            "OpenAICompatibleSynthesizer"]
 
 _MAX_HOPS = 5
@@ -317,6 +319,25 @@ class OpenAICompatibleClient:
         tokens = found.get("content") if isinstance(found, dict) else None
         logprobs = [t for t in tokens if isinstance(t, dict)] if isinstance(tokens, list) else None
         return ChatReply(content, logprobs or None)
+
+
+class ChatModelParams:
+    """``apply_params`` of a reranker built as ``cls(client, score_cache=..., **stage_params,
+    **params)`` (the LLM rerankers): the changed parameters checked by building a new one
+    (on error nothing changes), then the constructor run again; the client, the score cache
+    and ``counts`` are kept."""
+
+    client: OpenAICompatibleClient
+    score_cache: Any
+    counts: Counter[str]
+
+    def apply_params(self, changes: dict[str, Any]) -> None:
+        merged = merged_params(self, changes, fixed="the client")  # type: ignore[arg-type]
+        extra = mapping("params", merged.pop("params"))
+        type(self)(self.client, score_cache=self.score_cache, **merged, **extra)  # type: ignore[call-arg]
+        counts = self.counts
+        self.__init__(self.client, score_cache=self.score_cache, **merged, **extra)  # type: ignore[misc]
+        self.counts = counts
 
 
 class OpenAICompatibleSynthesizer:

@@ -29,14 +29,13 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._logging import log
-from kolm_search._params import mapping, one_of, positive_int, real
+from kolm_search._params import one_of, positive_int, real
 from kolm_search._progress import progress_bar
 from kolm_search.adapters._fingerprint import describe, text_digest
-from kolm_search.adapters.llm import ChatReply, OpenAICompatibleClient
+from kolm_search.adapters.llm import ChatModelParams, ChatReply, OpenAICompatibleClient
 from kolm_search.adapters.prompts import POINTWISE_GRADE, POINTWISE_YES_NO, PromptTemplate
 from kolm_search.adapters.score_keys import ScoreStore
 from kolm_search.adapters.scoring import PointwiseReranker
-from kolm_search.compose.params import merged_params
 from kolm_search.errors import KolmValueError, LLMRequestError
 from kolm_search.types import SearchDocument
 
@@ -70,7 +69,7 @@ def yes_probability(logprobs: list[dict[str, Any]] | None) -> float | None:
     return yes / (yes + no) if yes + no > 0 else None
 
 
-class LLMPointwiseReranker(PointwiseReranker):
+class LLMPointwiseReranker(ChatModelParams, PointwiseReranker):
     """Scores each (query, document) pair with a chat model (see the module docstring).
 
     Parameters
@@ -136,16 +135,6 @@ class LLMPointwiseReranker(PointwiseReranker):
         return {"mode": self.mode, "scale": self.scale, "prompt": self._prompt_given, "max_chars": self.max_chars,
                 "max_concurrency": self.max_concurrency, "top_logprobs": self.top_logprobs,
                 "params": dict(self._request_params)}
-
-    def apply_params(self, changes: dict[str, Any]) -> None:
-        """Set some of :meth:`stage_params`, checked as the constructor checks them (on error
-        nothing changes; ``counts`` are kept)."""
-        merged = merged_params(self, changes, fixed="the client")
-        extra = mapping("params", merged.pop("params"))
-        type(self)(self.client, score_cache=self.score_cache, **merged, **extra)  # checks, changing nothing
-        counts = self.counts
-        self.__init__(self.client, score_cache=self.score_cache, **merged, **extra)  # type: ignore[misc]
-        self.counts = counts
 
     def fingerprint(self) -> str:
         """The model, the server, the mode and scale, the prompt and the request parameters."""
