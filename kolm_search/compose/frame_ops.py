@@ -43,9 +43,7 @@ I64 = npt.NDArray[np.int64]
 
 def _ranked(frame: CandidateFrame) -> CandidateFrame:
     """``frame`` with entries in (query, rank) order and ranks ``0..`` per query."""
-    order = np.lexsort((frame.rank, frame.query))
-    return _build(frame.n_queries, frame.query[order], frame.doc[order], frame.score[order],
-                  None if frame.features is None else frame.features[order])
+    return _ranked_with(frame, frame.score)[0]
 
 
 def _build(n_queries: int, query: npt.NDArray[Any], doc: npt.NDArray[Any], score: npt.NDArray[Any],
@@ -147,9 +145,11 @@ def rescored(frame: CandidateFrame, score: npt.ArrayLike) -> CandidateFrame:
                   None if frame.features is None else frame.features[order])
 
 
-def _ranked_with(frame: CandidateFrame, score: npt.NDArray[np.float64]) -> tuple[CandidateFrame, npt.NDArray[np.float64]]:
+def _ranked_with(frame: CandidateFrame, score: npt.NDArray[Any]) -> tuple[CandidateFrame, npt.NDArray[Any]]:
+    """:func:`_ranked` of ``frame``, and ``score`` (one per entry) in the same order (one sort)."""
     order = np.lexsort((frame.rank, frame.query))
-    return _ranked(frame), score[order]
+    return _build(frame.n_queries, frame.query[order], frame.doc[order], frame.score[order],
+                  None if frame.features is None else frame.features[order]), score[order]
 
 
 def scale(frame: CandidateFrame, weight: float) -> CandidateFrame:
