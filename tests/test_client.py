@@ -137,3 +137,14 @@ async def test_bad_schema_kind() -> None:
 
 def test_client_search_sync() -> None:
     assert len(client().search_sync({"query": "q", "limit": 2}).results) == 2
+
+
+@pytest.mark.parametrize(("item", "match"), [
+    (5, r"queries\[1\]: a request must be a SearchRequest or a dict, got int"),
+    ({"query": "q", "bogus": 1}, r"queries\[1\]: unknown request field\(s\) \['bogus'\]"),
+    ({"limit": 3}, r"queries\[1\]: request field 'query' is missing"),
+])
+def test_a_batch_item_that_is_no_request_is_refused_naming_its_position(item: Any, match: str) -> None:
+    with pytest.raises(SearchError, match=match) as info:
+        client().search_batch(["fine", item])
+    assert info.value.stage == "client"

@@ -149,6 +149,32 @@ def test_search_batch_and_experiment_take_the_cache(tmp_path: Path) -> None:
     assert scorer.pairs == asked and len(table) == 1  # the experiment read every score
     with pytest.raises(KolmValueError, match="no reranker"):
         presets.bm25(CORPUS).search_batch(QUERIES, limit=5, score_cache=cache)
+    with pytest.raises(KolmTypeError, match="score_cache must be a ScoreCache .CachesScores: in_front_of., got str"):
+        client.search_batch(QUERIES, limit=5, score_cache=str(tmp_path / "s.sqlite"))
+    assert type(cache.in_front_of(scorer)) is CachedReranker  # what score_cache= puts before the reranker
+
+
+def test_any_score_store_backs_a_cached_reranker() -> None:
+    """``CachedReranker`` takes any ``ScoreStore`` (get/put), not only the SQLite one."""
+    from kolm_search.adapters.score_keys import ScoreStore
+
+    class Memory:
+        def __init__(self) -> None:
+            self.data: dict[str, Any] = {}
+
+        def get(self, keys: Sequence[str]) -> dict[str, Any]:
+            return {k: self.data[k] for k in keys if k in self.data}
+
+        def put(self, entries: Any) -> None:
+            self.data.update(entries)
+
+    store = Memory()
+    assert isinstance(store, ScoreStore)
+    want = job(Overlap())
+    first, second = Overlap(), Overlap()
+    pd.testing.assert_frame_equal(job(CachedReranker(first, store)), want, check_exact=True)
+    pd.testing.assert_frame_equal(job(CachedReranker(second, store)), want, check_exact=True)
+    assert first.pairs > 0 and second.pairs == 0  # the second read every score from the store
 
 
 def test_what_the_cache_refuses(tmp_path: Path) -> None:
