@@ -186,3 +186,29 @@ def test_large_runs_hashed_in_blocks_equal_the_global_path(layout: str) -> None:
         want = fuse([r.astype({"qid": "category", "doc_id": "category"}) for r in runs], method=method, norm=norm,
                     limit=50)
         pd.testing.assert_frame_equal(got.astype({"qid": str, "doc_id": str}), want.astype({"qid": str, "doc_id": str}))
+
+
+@pytest.mark.parametrize("kind", ["str", "object-mixed", "int"])
+def test_ids_hashed_in_blocks_come_back_as_the_global_path_gives_them(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused run's ids are read from each block's own uniques: the same values and the
+    same dtype as when every id is hashed in one table (blocks too big to split)."""
+    from kolm_search.engine import ids
+
+    rng = np.random.default_rng(5)
+    runs = []
+    for r in range(2):
+        n_q, depth = 120, 300
+        raw = rng.integers(0, 4000, n_q * depth)
+        if kind == "str":
+            docs: object = pd.array([f"d{d}" for d in raw], dtype="str")
+        elif kind == "object-mixed":  # ints in one run, strings in the other
+            docs = np.array([int(d) if r == 0 else f"d{d}" for d in raw], dtype=object)
+        else:
+            docs = raw
+        runs.append(pd.DataFrame({"qid": np.repeat([f"q{i}" for i in range(n_q)], depth), "doc_id": docs,
+                                  "score": rng.random(n_q * depth)}))
+    blocked = fuse(runs, limit=40)
+    monkeypatch.setattr(ids, "_BLOCK_ROWS", 1 << 40)
+    whole = fuse(runs, limit=40)
+    pd.testing.assert_frame_equal(blocked, whole)
+    assert [type(v) for v in blocked.doc_id] == [type(v) for v in whole.doc_id]

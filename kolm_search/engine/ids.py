@@ -300,9 +300,10 @@ def _block_layout(groups: Sequence[I64]) -> list[tuple[I64, I64]] | None:
 
 
 def codes_within_groups(columns: Sequence[Any], groups: Sequence[I64], *, names: Sequence[str] | None = None,
-                        n_threads: int | None = None) -> tuple[list[I64], int, pd.Index | None]:
+                        n_threads: int | None = None) -> tuple[list[I64], int, pd.Index]:
     """Codes that tell ids apart inside each group (a query), across several columns, their
-    bound, and the ids of the codes when they are global (else None).
+    bound, and the id of each code (an Index of that length: ``ids.take(codes)`` gives the
+    ids back; an id may stand at several codes, one per block).
 
     ``groups[i]`` int64 (len(columns[i]),) gives each row's group. Inside one group, equal ids
     of any column get one code and different ids different codes; codes of different groups
@@ -348,11 +349,11 @@ def codes_within_groups(columns: Sequence[Any], groups: Sequence[I64], *, names:
             ranges.append((int(starts[inside[0]]), int(ends[inside[-1]])) if len(inside) else (0, 0))
         jobs.append(ranges)
 
-    def hash_block(ranges: list[tuple[int, int]]) -> tuple[I64, int]:
+    def hash_block(ranges: list[tuple[int, int]]) -> tuple[I64, pd.Index]:
         pieces = [s_.iloc[a:e] for s_, (a, e) in zip(series, ranges, strict=True) if e > a]
         joined = pieces[0] if len(pieces) == 1 else pd.concat(pieces, ignore_index=True)
         block_codes, uniques = pd.factorize(joined)
-        return np.asarray(block_codes, dtype=np.int64), len(uniques)
+        return np.asarray(block_codes, dtype=np.int64), pd.Index(uniques, copy=False)
 
     threads = min(len(jobs), resolve_threads(n_threads))
     if threads > 1:
@@ -362,10 +363,11 @@ def codes_within_groups(columns: Sequence[Any], groups: Sequence[I64], *, names:
         hashed = [hash_block(job) for job in jobs]
     out = [np.empty(len(g), np.int64) for g in groups]
     offset = 0
-    for ranges, (block_codes, n_unique) in zip(jobs, hashed, strict=True):
+    for ranges, (block_codes, uniques) in zip(jobs, hashed, strict=True):
         at = 0
         for column, (a, e) in enumerate(ranges):
             out[column][a:e] = block_codes[at:at + e - a] + offset
             at += e - a
-        offset += n_unique
-    return out, offset, None
+        offset += len(uniques)
+    ids_of_codes = hashed[0][1].append([u for _, u in hashed[1:]]) if hashed else pd.Index([])
+    return out, offset, ids_of_codes

@@ -174,8 +174,7 @@ class PreparedRuns:
     names: list[str]
     rows: I64
     q_uniques: pd.Index
-    d_uniques: pd.Index | None
-    d_codes: list[I64]
+    d_uniques: pd.Index
     categorical: tuple[bool, bool]
 
     def fuse(self, method: str, norm: Norm, params: Mapping[str, Any], limit: int | None = None,
@@ -190,14 +189,7 @@ class PreparedRuns:
         counts = np.diff(out_ptr)
         n_q = len(self.q_uniques)
         rank = np.arange(len(out_docs), dtype=np.int64) - np.repeat(out_ptr[:-1], counts)
-        if self.d_uniques is not None:
-            doc_ids = ids.decode(self.d_uniques, out_docs, categorical=self.categorical[1])
-        else:  # codes tell documents apart within a query only: read each id from a row that has it
-            row_of = np.empty(self.entries.n_docs, np.int64)
-            row_of[np.concatenate(self.d_codes)] = np.arange(sum(len(f) for f in self.frames))
-            joined = pd.concat([f["doc_id"] for f in self.frames], ignore_index=True) if len(self.frames) > 1 \
-                else self.frames[0]["doc_id"]
-            doc_ids = ids.as_column(joined.take(row_of[out_docs]).array)
+        doc_ids = ids.decode(self.d_uniques, out_docs, categorical=self.categorical[1])
         return pd.DataFrame({
             "qid": ids.decode(self.q_uniques, np.repeat(np.arange(n_q), counts), categorical=self.categorical[0]),
             "doc_id": doc_ids,
@@ -229,7 +221,7 @@ def prepare_runs(runs: Sequence[Any] | Mapping[str, Any], *, n_threads: int | No
     entries = Entries.build(ptr, lists, docs, np.concatenate(scores)[order], n_lists, max(n_codes, 1), first=first)
     rows = order[first]
     categorical = tuple(all(isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames) for c in ("qid", "doc_id"))
-    prepared = PreparedRuns(entries, frames, names, rows, q_uniques, d_uniques, d_codes,
+    prepared = PreparedRuns(entries, frames, names, rows, q_uniques, d_uniques,
                             (categorical[0], categorical[1]))
     return prepared, weight_list
 
