@@ -83,7 +83,9 @@ def main() -> None:
         d = float((per["ltr"] - per["hybrid"]).mean())
         p = float(ttest_rel(per["ltr"], per["hybrid"]).pvalue)
         pf = paired_test(per["hybrid"].to_numpy(), per["ltr"].to_numpy(), "fisher", n_resamples=10_000, seed=0)
-        deltas.append(d), bases.append(per["hybrid"].mean()), ltrs.append(per["ltr"].mean())
+        deltas.append(d)
+        bases.append(per["hybrid"].mean())
+        ltrs.append(per["ltr"].mean())
         print(f"| {name} | {len(per)} | {per['hybrid'].mean():.4f} | {per['ltr'].mean():.4f} | {d:+.4f} | {p:.2g} "
               f"| {pf:.2g} | {took:.1f} |", flush=True)
     print(f"| mean | | {np.mean(bases):.4f} | {np.mean(ltrs):.4f} | {np.mean(deltas):+.4f} | | | |")

@@ -191,3 +191,30 @@ def test_early_stopping_slice_comes_from_the_training_queries(setup, monkeypatch
     for bad in (1.0, -0.1, True):
         with pytest.raises(KolmValueError, match="valid_fraction"):
             stage.set_params(valid_fraction=bad)
+
+
+def test_extra_training_rows_join_every_fold_and_never_a_held_out_query(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, qrels = setup
+    stage = _features(bm)
+    mine, other = queries.head(30), queries.tail(30)  # "other" plays another collection's judged queries
+    X, keys = stage.candidate_features(other)
+    seen: list[set[str]] = []
+    fit_rows = LTRReranker._fit_rows
+
+    def spy(self, X, keys, judged, valid):  # type: ignore[no-untyped-def]
+        assert not np.any(np.diff(keys["group"].to_numpy()) < 0)  # still grouped by query
+        seen.append(set(keys["qid"]))
+        return fit_rows(self, X, keys, judged, valid)
+
+    monkeypatch.setattr(LTRReranker, "_fit_rows", spy)
+    mq = qrels[qrels["qid"].astype(str).isin(mine["qid"].astype(str))]
+    oq = qrels[qrels["qid"].astype(str).isin(other["qid"].astype(str))]
+    run = cross_validated_run(stage, mine, mq, folds=3, seed=0, extra=(X, keys, oq))
+    assert set(run["qid"]) == set(mine["qid"].astype(str)) and len(seen) == 3
+    others = set(other["qid"].astype(str))
+    for trained in seen:
+        assert others <= trained
+    held = [set(mine["qid"].astype(str)) - (t - others) for t in seen]
+    assert sum(len(h) for h in held) == len(mine)  # each of mine held out once, the extra never
+    with pytest.raises(KolmValueError, match="share qids"):
+        cross_validated_run(stage, other, oq, folds=3, extra=(X, keys, oq))

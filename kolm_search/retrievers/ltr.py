@@ -297,7 +297,9 @@ def _groups(keys: pd.DataFrame) -> npt.NDArray[np.int64]:
 
 def cross_validated_run(stage: LTRReranker, queries: pd.DataFrame, qrels: pd.DataFrame, *, folds: int = 5,
                         seed: int = 0, limit: int = 100,
-                        features: tuple[npt.NDArray[np.float64], pd.DataFrame] | None = None) -> pd.DataFrame:
+                        features: tuple[npt.NDArray[np.float64], pd.DataFrame] | None = None,
+                        extra: tuple[npt.NDArray[np.float64], pd.DataFrame, pd.DataFrame] | None = None
+                        ) -> pd.DataFrame:
     """The run (``qid, doc_id, rank, score``) of ``queries`` (``qid, query``) where each query is
     ranked by a model fitted on the other folds only (their queries and their judgements),
     ``folds`` disjoint folds of :func:`~kolm_search.evaluation.make_folds` (``seed``);
@@ -307,7 +309,9 @@ def cross_validated_run(stage: LTRReranker, queries: pd.DataFrame, qrels: pd.Dat
     features do not depend on the other queries of its batch) and each fold's model scores its
     held-out rows, as ``stage(held_out, limit=limit)`` would. The stage is left fitted on the
     last fold's training queries. ``features``: :meth:`LTRReranker.candidate_features` of
-    ``queries`` computed before (by a stage with the same features stage).
+    ``queries`` computed before (by a stage with the same features stage). ``extra``: more
+    training rows ``(X, keys, qrels)`` added to every fold's (e.g. other collections'
+    candidates, their features and judgements; their qids must differ from ``queries``'s).
     """
     from kolm_search.evaluation import make_folds
 
@@ -315,10 +319,19 @@ def cross_validated_run(stage: LTRReranker, queries: pd.DataFrame, qrels: pd.Dat
         raise KolmTypeError(f"cross_validated_run takes an LTRReranker, got {stage_name(stage)}")
     X, keys = stage._frames(queries) if features is None else features
     judged_qid = qrels["qid"].astype(str)
+    if extra is not None:
+        ex, ekeys, eqrels = extra
+        if ekeys["qid"].isin(set(keys["qid"])).any():
+            raise KolmValueError("cross_validated_run: the extra training rows share qids with the queries")
+        ekeys = ekeys.assign(group=ekeys["group"].to_numpy() + (int(keys["group"].max()) + 1 if len(keys) else 0))
     runs = []
     for held_out in make_folds(list(queries["qid"].astype(str)), folds, seed=seed):
         test = keys["qid"].isin(held_out).to_numpy()
-        stage._fit_rows(X[~test], keys[~test].reset_index(drop=True), qrels[~judged_qid.isin(held_out)], None)
+        tx, tkeys, tqrels = X[~test], keys[~test].reset_index(drop=True), qrels[~judged_qid.isin(held_out)]
+        if extra is not None:
+            tx, tkeys = np.vstack([tx, ex]), pd.concat([tkeys, ekeys], ignore_index=True)
+            tqrels = pd.concat([tqrels, eqrels], ignore_index=True)
+        stage._fit_rows(tx, tkeys, tqrels, None)
         part = keys.loc[test, ["qid", "doc_id", "group"]].copy()
         part["score"] = stage._predict(X[test], part["group"].to_numpy())
         part["_order"] = np.arange(len(part))  # the features stage's rank breaks ties
