@@ -17,7 +17,7 @@ from kolm_search.retrievers.ltr_features import DocumentLength, QueryLength
 
 pytest.importorskip("lightgbm")
 
-SMALL = {"n_estimators": 20, "min_data_in_leaf": 5}
+SMALL = {"n_estimators": 20, "min_data_in_leaf": 5, "num_leaves": 7, "learning_rate": 0.1}
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +159,7 @@ def test_a_model_started_from_a_feature_keeps_its_order_until_trees_move_it(setu
 @pytest.mark.parametrize("norm", ["minmax", "rank", "minmax+rank", "zscore"])
 def test_query_norm_is_applied_alike_when_fitting_and_ranking(setup, norm: str) -> None:  # type: ignore[no-untyped-def]
     bm, queries, qrels = setup
-    stage = _features(bm).set_params(query_norm=norm).fit(queries.head(40), qrels)
+    stage = _features(bm).set_params(query_norm=norm, start_from=None).fit(queries.head(40), qrels)
     run = stage(queries.tail(10), limit=50)
     X, keys = stage.candidate_features(queries.tail(10))
     from kolm_search.retrievers.ltr_norm import normalise_per_query

@@ -67,35 +67,39 @@ class LTRReranker(Composed):
         A retrieving stage whose candidates carry the features (``a % k ** (b + c)``).
     n_estimators : int, default 200
         Boosting rounds.
-    num_leaves, learning_rate, min_data_in_leaf : default 15, 0.05, 20
-        LightGBM's tree settings.
+    num_leaves, learning_rate, min_data_in_leaf : default 3, 0.02, 100
+        LightGBM's tree settings. The defaults (with ``query_norm="minmax"`` and
+        ``start_from=0``) are the most regularised of those tried on the four development
+        collections (``benchmarks/bench_ltr_grid.py``, ``bench_ltr_pool.py``): with 30-300
+        judged queries, bigger trees fit the training queries, not the collection.
     seed : int, default 0
         Seeds every random choice of the learner.
     num_threads : int, default 1
         LightGBM's threads (fixed, so the model does not depend on the machine).
     params : dict, optional
         More LightGBM parameters (e.g. ``{"lambdarank_truncation_level": 20}``).
-    query_norm : str, default "none"
+    query_norm : str, default "minmax"
         How each feature is normalised within each query's candidates before fitting and
         ranking alike (:data:`~kolm_search.retrievers.ltr_norm.QUERY_NORMS`).
     valid_fraction : float, default 0
         In ``[0, 1)``: when :meth:`fit` is given no ``valid`` queries, this share of the
         training queries (drawn with ``seed``) is held out of the fit to stop early on
         (nDCG@10, 20 rounds without gain); 0 fits every round on every query.
-    start_from : int, optional
+    start_from : int or None, default 0
         A feature column (e.g. a baseline's score) whose per-query min-max, times
         ``start_weight``, is the model's initial score: the trees learn corrections to that
-        ranking instead of a ranking from nothing.
+        ranking instead of a ranking from nothing. The default, column 0, is the features
+        stage's own score (its candidates' ranking); None starts from nothing.
     start_weight : float, default 1
     """
 
     names = ("features",)
     symbol = "ltr"
 
-    def __init__(self, features: Stage, *, n_estimators: int = 200, num_leaves: int = 15,
-                 learning_rate: float = 0.05, min_data_in_leaf: int = 20, seed: int = 0, num_threads: int = 1,
-                 params: dict[str, Any] | None = None, query_norm: str = "none", valid_fraction: float = 0.0,
-                 start_from: int | None = None, start_weight: float = 1.0) -> None:
+    def __init__(self, features: Stage, *, n_estimators: int = 200, num_leaves: int = 3,
+                 learning_rate: float = 0.02, min_data_in_leaf: int = 100, seed: int = 0, num_threads: int = 1,
+                 params: dict[str, Any] | None = None, query_norm: str = "minmax", valid_fraction: float = 0.0,
+                 start_from: int | None = 0, start_weight: float = 1.0) -> None:
         if not isinstance(features, Stage) or not features.is_source:
             raise KolmTypeError(f"LTRReranker.features must be a retrieving stage, got {stage_name(features)}")
         self._own: dict[str, Any] = {}
