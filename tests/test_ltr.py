@@ -17,7 +17,7 @@ from kolm_search.retrievers.ltr_features import DocumentLength, QueryLength
 
 pytest.importorskip("lightgbm")
 
-SMALL = {"n_estimators": 20, "min_data_in_leaf": 5}
+SMALL = {"n_estimators": 20, "min_data_in_leaf": 5, "num_leaves": 7, "learning_rate": 0.1}
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +142,79 @@ def test_fit_stops_early_on_validation_queries(setup) -> None:  # type: ignore[n
     stage.fit(queries.head(40), qrels, valid=(queries.tail(20), qrels))
     assert 1 <= stage.booster.best_iteration <= 200
     assert len(stage(queries.tail(5), limit=10)) == 50
+
+
+def test_a_model_started_from_a_feature_keeps_its_order_until_trees_move_it(setup) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, qrels = setup
+    stage = _features(bm).set_params(start_from=0, start_weight=1e6, n_estimators=1, learning_rate=1e-6)
+    stage.fit(queries.head(40), qrels)
+    got = stage(queries.tail(10), limit=50)
+    base = bm(queries.tail(10), limit=50)  # column 0 is BM25's score: its per-query min-max keeps BM25's order
+    pd.testing.assert_frame_equal(got[["qid", "doc_id"]].reset_index(drop=True),
+                                  base[["qid", "doc_id"]].reset_index(drop=True))
+    with pytest.raises(KolmValueError, match="start_from=9"):
+        _features(bm).set_params(start_from=9).fit(queries.head(10), qrels)
+
+
+@pytest.mark.parametrize("norm", ["minmax", "rank", "minmax+rank", "zscore"])
+def test_query_norm_is_applied_alike_when_fitting_and_ranking(setup, norm: str) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, qrels = setup
+    stage = _features(bm).set_params(query_norm=norm, start_from=None).fit(queries.head(40), qrels)
+    run = stage(queries.tail(10), limit=50)
+    X, keys = stage.candidate_features(queries.tail(10))
+    from kolm_search.retrievers.ltr_norm import normalise_per_query
+
+    want = stage.booster.predict(normalise_per_query(X, keys["group"].to_numpy(), norm))
+    both = run.merge(keys.assign(want=want), on=["qid", "doc_id"])
+    np.testing.assert_allclose(both["score"], both["want"])
+    with pytest.raises(KolmValueError, match="query_norm"):
+        stage.set_params(query_norm="l2")
+
+
+def test_early_stopping_slice_comes_from_the_training_queries(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, qrels = setup
+    stage = _features(bm).set_params(valid_fraction=0.25, n_estimators=100)
+    split = LTRReranker._inner_split
+    seen: list[tuple[set[str], set[str], set[str]]] = []
+
+    def spy(self, X, keys):  # type: ignore[no-untyped-def]
+        (tx, tkeys), held = split(self, X, keys)
+        seen.append((set(keys["qid"]), set(tkeys["qid"]), set(held[1]["qid"])))
+        return (tx, tkeys), held
+
+    monkeypatch.setattr(LTRReranker, "_inner_split", spy)
+    run = cross_validated_run(stage, queries, qrels, folds=3, seed=1)
+    assert len(seen) == 3 and set(run["qid"]) == set(queries["qid"].astype(str))
+    for given, fitted, held in seen:
+        assert held and held <= given and not held & fitted and len(held) == round(0.25 * len(given))
+    assert 1 <= stage.booster.best_iteration <= 100
+    for bad in (1.0, -0.1, True):
+        with pytest.raises(KolmValueError, match="valid_fraction"):
+            stage.set_params(valid_fraction=bad)
+
+
+def test_extra_training_rows_join_every_fold_and_never_a_held_out_query(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    bm, queries, qrels = setup
+    stage = _features(bm)
+    mine, other = queries.head(30), queries.tail(30)  # "other" plays another collection's judged queries
+    X, keys = stage.candidate_features(other)
+    seen: list[set[str]] = []
+    fit_rows = LTRReranker._fit_rows
+
+    def spy(self, X, keys, judged, valid):  # type: ignore[no-untyped-def]
+        assert not np.any(np.diff(keys["group"].to_numpy()) < 0)  # still grouped by query
+        seen.append(set(keys["qid"]))
+        return fit_rows(self, X, keys, judged, valid)
+
+    monkeypatch.setattr(LTRReranker, "_fit_rows", spy)
+    mq = qrels[qrels["qid"].astype(str).isin(mine["qid"].astype(str))]
+    oq = qrels[qrels["qid"].astype(str).isin(other["qid"].astype(str))]
+    run = cross_validated_run(stage, mine, mq, folds=3, seed=0, extra=(X, keys, oq))
+    assert set(run["qid"]) == set(mine["qid"].astype(str)) and len(seen) == 3
+    others = set(other["qid"].astype(str))
+    for trained in seen:
+        assert others <= trained
+    held = [set(mine["qid"].astype(str)) - (t - others) for t in seen]
+    assert sum(len(h) for h in held) == len(mine)  # each of mine held out once, the extra never
+    with pytest.raises(KolmValueError, match="share qids"):
+        cross_validated_run(stage, other, oq, folds=3, extra=(X, keys, oq))

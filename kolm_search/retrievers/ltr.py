@@ -32,6 +32,7 @@ from kolm_search.compose.runner import run_stage, stage_name
 from kolm_search.compose.stage import Composed, Stage
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
+from kolm_search.retrievers.ltr_norm import QUERY_NORMS, normalise_per_query
 
 __all__ = ["FIT_DEPTH", "LTRReranker", "cross_validated_run"]
 
@@ -40,7 +41,8 @@ __all__ = ["FIT_DEPTH", "LTRReranker", "cross_validated_run"]
 #: (a retriever's score, 0 for a document it did not return) must not depend on the page asked.
 FIT_DEPTH = 1000
 
-_OWN = ("n_estimators", "num_leaves", "learning_rate", "min_data_in_leaf", "seed", "num_threads", "params")
+_OWN = ("n_estimators", "num_leaves", "learning_rate", "min_data_in_leaf", "seed", "num_threads", "params",
+        "query_norm", "valid_fraction", "start_from", "start_weight")
 
 
 def _lightgbm() -> Any:
@@ -65,22 +67,39 @@ class LTRReranker(Composed):
         A retrieving stage whose candidates carry the features (``a % k ** (b + c)``).
     n_estimators : int, default 200
         Boosting rounds.
-    num_leaves, learning_rate, min_data_in_leaf : default 15, 0.05, 20
-        LightGBM's tree settings.
+    num_leaves, learning_rate, min_data_in_leaf : default 3, 0.02, 100
+        LightGBM's tree settings. The defaults (with ``query_norm="minmax"`` and
+        ``start_from=0``) are the most regularised of those tried on the four development
+        collections (``benchmarks/bench_ltr_grid.py``, ``bench_ltr_pool.py``): with 30-300
+        judged queries, bigger trees fit the training queries, not the collection.
     seed : int, default 0
         Seeds every random choice of the learner.
     num_threads : int, default 1
         LightGBM's threads (fixed, so the model does not depend on the machine).
     params : dict, optional
         More LightGBM parameters (e.g. ``{"lambdarank_truncation_level": 20}``).
+    query_norm : str, default "minmax"
+        How each feature is normalised within each query's candidates before fitting and
+        ranking alike (:data:`~kolm_search.retrievers.ltr_norm.QUERY_NORMS`).
+    valid_fraction : float, default 0
+        In ``[0, 1)``: when :meth:`fit` is given no ``valid`` queries, this share of the
+        training queries (drawn with ``seed``) is held out of the fit to stop early on
+        (nDCG@10, 20 rounds without gain); 0 fits every round on every query.
+    start_from : int or None, default 0
+        A feature column (e.g. a baseline's score) whose per-query min-max, times
+        ``start_weight``, is the model's initial score: the trees learn corrections to that
+        ranking instead of a ranking from nothing. The default, column 0, is the features
+        stage's own score (its candidates' ranking); None starts from nothing.
+    start_weight : float, default 1
     """
 
     names = ("features",)
     symbol = "ltr"
 
-    def __init__(self, features: Stage, *, n_estimators: int = 200, num_leaves: int = 15,
-                 learning_rate: float = 0.05, min_data_in_leaf: int = 20, seed: int = 0, num_threads: int = 1,
-                 params: dict[str, Any] | None = None) -> None:
+    def __init__(self, features: Stage, *, n_estimators: int = 200, num_leaves: int = 3,
+                 learning_rate: float = 0.02, min_data_in_leaf: int = 100, seed: int = 0, num_threads: int = 1,
+                 params: dict[str, Any] | None = None, query_norm: str = "minmax", valid_fraction: float = 0.0,
+                 start_from: int | None = 0, start_weight: float = 1.0) -> None:
         if not isinstance(features, Stage) or not features.is_source:
             raise KolmTypeError(f"LTRReranker.features must be a retrieving stage, got {stage_name(features)}")
         self._own: dict[str, Any] = {}
@@ -90,7 +109,8 @@ class LTRReranker(Composed):
         self._digest = "unfitted"
         self._set_own({"n_estimators": n_estimators, "num_leaves": num_leaves, "learning_rate": learning_rate,
                        "min_data_in_leaf": min_data_in_leaf, "seed": seed, "num_threads": num_threads,
-                       "params": dict(params or {})})
+                       "params": dict(params or {}), "query_norm": query_norm, "valid_fraction": valid_fraction,
+                       "start_from": start_from, "start_weight": start_weight})
 
     # -- parameters ---------------------------------------------------------------------------
     def _set_own(self, changes: dict[str, Any]) -> None:
@@ -104,6 +124,15 @@ class LTRReranker(Composed):
             raise KolmTypeError(f"LTRReranker.seed must be an int, got {new['seed']!r}")
         if not isinstance(new["params"], dict):
             raise KolmTypeError(f"LTRReranker.params must be a dict, got {type(new['params']).__name__}")
+        if new["query_norm"] not in QUERY_NORMS:
+            raise KolmValueError(f"LTRReranker.query_norm must be one of {QUERY_NORMS}, got {new['query_norm']!r}")
+        vf = new["valid_fraction"]
+        if isinstance(vf, bool) or not isinstance(vf, (int, float)) or not 0 <= vf < 1:
+            raise KolmValueError(f"LTRReranker.valid_fraction must be a number in [0, 1), got {vf!r}")
+        start = new["start_from"]
+        if start is not None and (isinstance(start, bool) or not isinstance(start, int) or start < 0):
+            raise KolmValueError(f"LTRReranker.start_from must be a feature column (int >= 0) or None, got {start!r}")
+        _positive("LTRReranker", "start_weight", new["start_weight"], float)
         self._own = new
 
     def stage_params(self) -> dict[str, Any]:
@@ -146,6 +175,12 @@ class LTRReranker(Composed):
                                       "group": q}))
         return np.vstack(mats), pd.concat(keys, ignore_index=True)
 
+    def candidate_features(self, queries: Any) -> tuple[npt.NDArray[np.float64], pd.DataFrame]:
+        """The raw features (n, f) of every candidate of ``queries`` and their ``qid, doc_id,
+        group`` rows (grouped by query): what :meth:`fit` learns from, computed once to try
+        several settings (``cross_validated_run(..., features=)``)."""
+        return self._frames(queries)
+
     def fit(self, queries: Any, qrels: pd.DataFrame, valid: tuple[Any, pd.DataFrame] | None = None) -> LTRReranker:
         """Train the model on ``queries`` (any form ``search_batch`` takes; ids as the qrels')
         and their judgements ``qrels`` (``qid, doc_id, relevance``; unjudged candidates are
@@ -160,11 +195,19 @@ class LTRReranker(Composed):
         lgb = _lightgbm()
         if not len(X):
             raise KolmValueError(f"{stage_name(self)}.fit: the features stage gave no candidates to learn from")
-        train = lgb.Dataset(X, label=_labels(keys, qrels), group=_groups(keys), free_raw_data=False)
+        self._check_start(X)
+        if valid is None and self._own["valid_fraction"] > 0:
+            (X, keys), held = self._inner_split(X, keys)
+            valid = None if held is None else (*held, qrels)
+        group = keys["group"].to_numpy()
+        train = lgb.Dataset(self._inputs(X, group), label=_labels(keys, qrels), group=_groups(keys),
+                            init_score=self._start(X, group), free_raw_data=False)
         sets, callbacks = [], []
         if valid is not None:
             vx, vkeys, vqrels = valid
-            sets = [lgb.Dataset(vx, label=_labels(vkeys, vqrels), group=_groups(vkeys), reference=train)]
+            vgroup = vkeys["group"].to_numpy()
+            sets = [lgb.Dataset(self._inputs(vx, vgroup), label=_labels(vkeys, vqrels), group=_groups(vkeys),
+                                init_score=self._start(vx, vgroup), reference=train)]
             callbacks = [lgb.early_stopping(20, verbose=False)]
         self.booster = lgb.train(self.lightgbm_params(), train, num_boost_round=self._own["n_estimators"],
                                  valid_sets=sets, callbacks=callbacks)
@@ -172,6 +215,44 @@ class LTRReranker(Composed):
         text = self.booster.model_to_string(num_iteration=-1)
         self._digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
         return self
+
+    def _inner_split(self, X: npt.NDArray[np.float64], keys: pd.DataFrame) -> tuple[
+            tuple[npt.NDArray[np.float64], pd.DataFrame], tuple[npt.NDArray[np.float64], pd.DataFrame] | None]:
+        """``valid_fraction`` of the training queries (seeded) apart, to stop early on."""
+        qids = np.asarray(pd.unique(keys["qid"]), dtype=object)
+        n_valid = round(self._own["valid_fraction"] * len(qids))
+        if n_valid < 1 or n_valid >= len(qids):
+            return (X, keys), None
+        rng = np.random.default_rng(self._own["seed"])
+        held = keys["qid"].isin(set(rng.choice(qids, size=n_valid, replace=False))).to_numpy()
+        return ((X[~held], keys[~held].reset_index(drop=True)),
+                (X[held], keys[held].reset_index(drop=True)))
+
+    def _check_start(self, X: npt.NDArray[np.float64]) -> None:
+        start = self._own["start_from"]
+        if start is not None and start >= X.shape[1]:
+            raise KolmValueError(f"{stage_name(self)}.start_from={start}: the features stage gives {X.shape[1]} "
+                                 "features")
+
+    def _inputs(self, X: npt.NDArray[np.float64], group: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+        """The model's inputs: ``X`` normalised per query (``query_norm``)."""
+        return normalise_per_query(X, group, self._own["query_norm"])
+
+    def _start(self, X: npt.NDArray[np.float64], group: npt.NDArray[Any]) -> npt.NDArray[np.float64] | None:
+        """The initial score of each row (``start_from``), or None."""
+        start = self._own["start_from"]
+        if start is None:
+            return None
+        return self._own["start_weight"] * normalise_per_query(X[:, [start]], group, "minmax")[:, 0]
+
+    def _predict(self, X: npt.NDArray[np.float64], group: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+        """The model's score of feature rows ``X`` of queries ``group`` (its start included)."""
+        if not len(X):
+            return np.zeros(0, np.float64)
+        score = np.asarray(self.booster.predict(self._inputs(X, group), num_threads=self._own["num_threads"]),
+                           dtype=np.float64)
+        start = self._start(X, group)
+        return score if start is None else score + start
 
     # -- ranking ------------------------------------------------------------------------------
     def _matrix(self, frame: CandidateFrame, *, check_width: bool = True) -> npt.NDArray[np.float64]:
@@ -190,8 +271,7 @@ class LTRReranker(Composed):
         table = batch.table if batch.table is not None else stage.table  # type: ignore[attr-defined]
         frame = run_stage(stage, replace(batch, limit=max(1, min(FIT_DEPTH, len(table)))), candidates)
         x = self._matrix(frame)
-        score = (self.booster.predict(x, num_threads=self._own["num_threads"]) if len(x)
-                 else np.zeros(0, np.float64)).astype(np.float64)
+        score = self._predict(x, frame.query)
         order = np.lexsort((frame.rank, -score, frame.query))
         query = frame.query[order]
         counts = np.bincount(query, minlength=frame.n_queries)
@@ -220,7 +300,10 @@ def _groups(keys: pd.DataFrame) -> npt.NDArray[np.int64]:
 
 
 def cross_validated_run(stage: LTRReranker, queries: pd.DataFrame, qrels: pd.DataFrame, *, folds: int = 5,
-                        seed: int = 0, limit: int = 100) -> pd.DataFrame:
+                        seed: int = 0, limit: int = 100,
+                        features: tuple[npt.NDArray[np.float64], pd.DataFrame] | None = None,
+                        extra: tuple[npt.NDArray[np.float64], pd.DataFrame, pd.DataFrame] | None = None
+                        ) -> pd.DataFrame:
     """The run (``qid, doc_id, rank, score``) of ``queries`` (``qid, query``) where each query is
     ranked by a model fitted on the other folds only (their queries and their judgements),
     ``folds`` disjoint folds of :func:`~kolm_search.evaluation.make_folds` (``seed``);
@@ -229,21 +312,32 @@ def cross_validated_run(stage: LTRReranker, queries: pd.DataFrame, qrels: pd.Dat
     The features of every query's candidates are computed once (a query's candidates and
     features do not depend on the other queries of its batch) and each fold's model scores its
     held-out rows, as ``stage(held_out, limit=limit)`` would. The stage is left fitted on the
-    last fold's training queries.
+    last fold's training queries. ``features``: :meth:`LTRReranker.candidate_features` of
+    ``queries`` computed before (by a stage with the same features stage). ``extra``: more
+    training rows ``(X, keys, qrels)`` added to every fold's (e.g. other collections'
+    candidates, their features and judgements; their qids must differ from ``queries``'s).
     """
     from kolm_search.evaluation import make_folds
 
     if not isinstance(stage, LTRReranker):
         raise KolmTypeError(f"cross_validated_run takes an LTRReranker, got {stage_name(stage)}")
-    X, keys = stage._frames(queries)
+    X, keys = stage._frames(queries) if features is None else features
     judged_qid = qrels["qid"].astype(str)
+    if extra is not None:
+        ex, ekeys, eqrels = extra
+        if ekeys["qid"].isin(set(keys["qid"])).any():
+            raise KolmValueError("cross_validated_run: the extra training rows share qids with the queries")
+        ekeys = ekeys.assign(group=ekeys["group"].to_numpy() + (int(keys["group"].max()) + 1 if len(keys) else 0))
     runs = []
     for held_out in make_folds(list(queries["qid"].astype(str)), folds, seed=seed):
         test = keys["qid"].isin(held_out).to_numpy()
-        stage._fit_rows(X[~test], keys[~test].reset_index(drop=True), qrels[~judged_qid.isin(held_out)], None)
+        tx, tkeys, tqrels = X[~test], keys[~test].reset_index(drop=True), qrels[~judged_qid.isin(held_out)]
+        if extra is not None:
+            tx, tkeys = np.vstack([tx, ex]), pd.concat([tkeys, ekeys], ignore_index=True)
+            tqrels = pd.concat([tqrels, eqrels], ignore_index=True)
+        stage._fit_rows(tx, tkeys, tqrels, None)
         part = keys.loc[test, ["qid", "doc_id", "group"]].copy()
-        part["score"] = stage.booster.predict(X[test], num_threads=stage.get_params()["num_threads"]) \
-            if test.any() else np.zeros(0)
+        part["score"] = stage._predict(X[test], part["group"].to_numpy())
         part["_order"] = np.arange(len(part))  # the features stage's rank breaks ties
         part = part.sort_values(["group", "score", "_order"], ascending=[True, False, True], kind="stable")
         part["rank"] = part.groupby("group").cumcount()
