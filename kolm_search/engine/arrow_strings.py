@@ -1,0 +1,69 @@
+"""Arrow string arrays read off their buffers by :mod:`kolm_search._kernels.strings`: a screen
+for a string repeated within groups of rows, a lookup in a table of strings, and decimal integers.
+
+Nothing is decoded to Python strings and no per-row array of hashes is kept. A string array's
+buffers are its offsets (int32, or int64 for ``large_string``) and its bytes; arrays with nulls,
+or of other types, are refused with ``TypeError`` (callers check them first).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["buffers", "lookup", "may_repeat_within_groups", "parse_integers"]
+
+
+def buffers(strings: Any) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint8]]:
+    """``(offsets, data)`` of a ``pyarrow`` string or large_string array without nulls, as
+    read-only views: string i is ``data[offsets[i]:offsets[i + 1]]``."""
+    import pyarrow as pa
+
+    if not isinstance(strings, pa.Array) or not (pa.types.is_string(strings.type) or pa.types.is_large_string(strings.type)):
+        raise TypeError(f"an Arrow string array is needed, got {type(strings).__name__}")
+    if strings.null_count:
+        raise TypeError("an Arrow string array without nulls is needed")
+    wide = pa.types.is_large_string(strings.type)
+    n = len(strings)
+    offsets_buffer, data_buffer = strings.buffers()[1], strings.buffers()[2]
+    if offsets_buffer is None:
+        offsets = np.zeros(n + 1, np.int64 if wide else np.int32)
+    else:
+        offsets = np.frombuffer(offsets_buffer, np.int64 if wide else np.int32)[strings.offset:strings.offset + n + 1]
+    data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None and data_buffer.size else np.zeros(1, np.uint8)
+    return offsets, data
+
+
+def may_repeat_within_groups(strings: Any, starts: npt.NDArray[np.int64], n_threads: int | None = None) -> bool:
+    """False when no group of contiguous rows (``starts`` int64 (g + 1,), CSR pointers from 0 to
+    ``len(strings)``) holds one string twice; True when one may (two of its strings hash alike:
+    the caller checks exactly). One pass over the bytes, a small hash table per thread."""
+    from kolm_search._kernels import load
+
+    offsets, data = buffers(strings)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    if len(starts) == 0 or starts[0] != 0 or starts[-1] != len(strings) or np.any(np.diff(starts) < 0):
+        raise ValueError(f"starts must be pointers from 0 to {len(strings)}")
+    return bool(load("strings").first_repeat_in_groups(offsets, data, starts, n_threads) >= 0)
+
+
+def lookup(strings: Any, table: Any, n_threads: int | None = None) -> npt.NDArray[np.int64]:
+    """int64 (n,): the position of each of ``strings`` in ``table`` (distinct strings, both
+    Arrow string arrays), -1 where absent; exact (bytes compared)."""
+    from kolm_search._kernels import load
+
+    offsets, data = buffers(strings)
+    t_offsets, t_data = buffers(table)
+    return np.asarray(load("strings").lookup_strings(offsets, data, t_offsets, t_data, n_threads), np.int64)
+
+
+def parse_integers(strings: Any, shift: int = 0) -> npt.NDArray[np.int64] | None:
+    """int64 (n,): each string read as a decimal integer (``-?[0-9]+``, magnitude within int64)
+    plus ``shift``, or None when a string is not one or the shifted value does not fit int64."""
+    from kolm_search._kernels import load
+
+    offsets, data = buffers(strings)
+    out = np.empty(len(strings), np.int64)
+    return out if load("strings").parse_int64(offsets, data, out, int(shift)) else None
