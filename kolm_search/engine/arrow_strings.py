@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["buffers", "lookup", "may_repeat_within_groups", "parse_integers"]
+__all__ = ["buffers", "lookup", "may_repeat_within_groups", "parse_integers", "positions_if_distinct"]
 
 
 def buffers(strings: Any) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint8]]:
@@ -47,6 +47,34 @@ def may_repeat_within_groups(strings: Any, starts: npt.NDArray[np.int64], n_thre
     if len(starts) == 0 or starts[0] != 0 or starts[-1] != len(strings) or np.any(np.diff(starts) < 0):
         raise ValueError(f"starts must be pointers from 0 to {len(strings)}")
     return bool(load("strings").first_repeat_in_groups(offsets, data, starts, n_threads) >= 0)
+
+
+def positions_if_distinct(values: Any, groups: npt.NDArray[np.int64],
+                          n_threads: int | None = None) -> tuple[npt.NDArray[np.int64], int] | None:
+    """Each row's position within its group and the longest group, when ``values`` (a pandas
+    column of Arrow strings without missing values) lists every group's rows together and no
+    group holds a string twice: then positions tell a group's strings apart as codes would.
+    None otherwise (another column type, a group in two places, or a possible repeat)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if not isinstance(getattr(values, "dtype", None), pd.StringDtype) or values.dtype.storage != "pyarrow":
+        return None
+    n = len(groups)
+    if n == 0 or len(values) != n:
+        return None
+    starts = np.concatenate([[0], np.flatnonzero(groups[1:] != groups[:-1]) + 1]).astype(np.int64)
+    if len(np.unique(groups[starts])) != len(starts):
+        return None
+    try:
+        strings = pa.array(values.array)
+        bounds = np.append(starts, n)
+        if may_repeat_within_groups(strings, bounds, n_threads):
+            return None
+    except TypeError:  # missing values: the caller's general path names them
+        return None
+    lengths = np.diff(bounds)
+    return np.arange(n, dtype=np.int64) - np.repeat(starts, lengths), int(lengths.max())
 
 
 def lookup(strings: Any, table: Any, n_threads: int | None = None) -> npt.NDArray[np.int64]:

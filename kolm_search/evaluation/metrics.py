@@ -97,6 +97,26 @@ def _descending_key(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float3
     return (query.astype(np.uint64) << np.uint64(32)) | (~ascending).astype(np.uint64)
 
 
+def _presorted_order(query: npt.NDArray[np.int64], key: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64] | None:
+    """The stable sort of ``key`` without sorting, when every query's rows are together and
+    already in key order (a run file as search engines write it): the queries' row ranges put
+    in query order. None otherwise."""
+    n = len(key)
+    if n < 2:
+        return None
+    boundary = query[1:] != query[:-1]
+    if bool(((key[1:] < key[:-1]) & ~boundary).any()):
+        return None
+    starts = np.concatenate([[0], np.flatnonzero(boundary) + 1]).astype(np.int64)
+    heads = query[starts]
+    by_query = np.argsort(heads, kind="stable")
+    if len(by_query) > 1 and not bool((heads[by_query][1:] > heads[by_query][:-1]).all()):
+        return None  # a query in two places
+    lengths = np.diff(np.append(starts, n))[by_query]
+    shift = starts[by_query] - np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    return np.arange(n, dtype=np.int64) + np.repeat(shift, lengths)
+
+
 def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32], doc_ids: pd.Series,
                   ) -> npt.NDArray[np.int64]:
     """Row order by query ascending, score descending (compared as float32), then document id
@@ -106,7 +126,9 @@ def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32]
     have their ids read and compared.
     """
     key = _descending_key(query, score32)
-    order = np.argsort(key, kind="stable")
+    order = _presorted_order(query, key)
+    if order is None:
+        order = np.argsort(key, kind="stable")
     ranked = key[order]
     tied = np.flatnonzero(ranked[1:] == ranked[:-1])
     if tied.size:

@@ -93,7 +93,8 @@ def _parse(path: Path, progress: bool | None) -> pa.Table | None:
         "parse_options": pcsv.ParseOptions(delimiter=" ", quote_char=False, escape_char=False, double_quote=False,
                                            newlines_in_values=False, ignore_empty_lines=True),
         "convert_options": pcsv.ConvertOptions(
-            column_types={"qid": pa.string(), "q0": pa.string(), "doc_id": pa.string(), "rank": pa.string(),
+            # large_string ids: what pandas' str dtype holds (a string column would be cast)
+            column_types={"qid": pa.string(), "q0": pa.string(), "doc_id": pa.large_string(), "rank": pa.string(),
                           "score": pa.float64(), "tag": pa.string()}, strings_can_be_null=False, quoted_strings_can_be_null=False, null_values=[],
             true_values=[], false_values=[])}
     show = _show(progress, size, PROGRESS_BYTES)
@@ -121,8 +122,9 @@ def _bad_chunk(chunk: pa.Array) -> bool:
     then the bytes once: cheaper than a compute pass per condition over millions of ids)."""
     if len(chunk) == 0:
         return False
-    offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
-    if bool((np.diff(offsets) == 0).any()):
+    wide = pa.types.is_large_string(chunk.type)
+    offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+    if bool((offsets[1:] == offsets[:-1]).any()):
         return True
     data = chunk.buffers()[2]
     if data is None or offsets[-1] == offsets[0]:
@@ -132,7 +134,8 @@ def _bad_chunk(chunk: pa.Array) -> bool:
 
 
 def _query_codes(qid: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
-    """Each row's query code (int64, categories in order of appearance), where each run of
+    """Each row's query code (the smallest signed integers that hold them, as pandas keeps a
+    categorical's codes; categories in order of appearance), where each run of
     equal query ids starts (int64 (runs + 1,), pointers), and the distinct ids: only the first
     row of each run is hashed (a run file lists a query's rows together)."""
     heads, starts, at = [], [], 0
@@ -153,7 +156,9 @@ def _query_codes(qid: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array
     # runs cut at parse blocks are joined again where the same query goes on
     keep = np.concatenate([[True], head_codes[1:] != head_codes[:-1]])
     head_codes, bounds = head_codes[keep], np.append(bounds[:-1][keep], at)
-    return np.repeat(head_codes, np.diff(bounds)), bounds, encoded.dictionary
+    n_codes = len(encoded.dictionary)
+    small = next(t for t in (np.int8, np.int16, np.int32, np.int64) if n_codes < np.iinfo(t).max)
+    return np.repeat(head_codes.astype(small), np.diff(bounds)), bounds, encoded.dictionary
 
 
 def _duplicate(q: np.ndarray, runs: np.ndarray, doc: pa.ChunkedArray, ids: pa.Array) -> int | None:
@@ -176,6 +181,7 @@ def _exact_duplicate(q: np.ndarray, doc: pa.ChunkedArray) -> int | None:
     then the pairs checked for a repeat."""
     from kolm_search.engine.ids import codes_within_groups
 
+    q = q.astype(np.int64)
     (codes,), bound, _ = codes_within_groups([pd.Series(doc.to_pandas(), copy=False)], [q], names=["doc_id"])
     keys = q * np.int64(max(bound, 1)) + codes
     if not _any_repeat(keys, q):
