@@ -255,7 +255,7 @@ def _unwritable(strings: Any) -> bool:
         wide = pa.types.is_large_string(chunk.type)
         offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)[
             chunk.offset:chunk.offset + len(chunk) + 1]
-        if bool((np.diff(offsets) == 0).any()):
+        if bool((offsets[1:] == offsets[:-1]).any()):
             return True
         data = chunk.buffers()[2]
         view = np.frombuffer(data, np.uint8)[int(offsets[0]):int(offsets[-1])] if data is not None else np.zeros(0, np.uint8)
@@ -313,6 +313,7 @@ def write_run_arrow(qid: pd.Series, doc_id: pd.Series, rank: np.ndarray, score: 
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n, unit=" rows", unit_scale=True, desc=f"writing {name or path.name}", leave=False)
+
     try:
         sink: Any = pa.OSFile(str(path), "wb")
         if path.suffix == ".gz":
