@@ -78,3 +78,30 @@ def test_hash_twin_and_refusals() -> None:
         buffers(pa.array([1, 2]))
     with pytest.raises(ValueError):
         may_repeat_within_groups(pa.array(["a", "b"]), np.array([0, 1]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "é", "cc", "d\u4e00"])), min_size=1, max_size=40),
+       st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "é", "cc", "zz"])), max_size=20))
+def test_lookup_within_groups_is_the_global_lookup_kept_to_each_group(rows: list[tuple[int, str]],
+                                                                      entries: list[tuple[int, str]]) -> None:
+    from kolm_search.engine import ids
+    from kolm_search.engine.arrow_strings import lookup_within_groups
+
+    rows = sorted(rows, key=lambda r: r[0])  # each group's rows together
+    entries = list(dict.fromkeys(entries))
+    values = pd.Series([d for _, d in rows], dtype="str")
+    groups = np.array([g for g, _ in rows], np.int64)
+    table_codes, table = ids.encode([pd.Series([d for _, d in entries], dtype="str")])
+    t_groups = np.array([g for g, _ in entries], np.int64)
+    got = lookup_within_groups(values, groups, table, t_groups, table_codes[0])
+    if got is None:  # an empty table is no Arrow string Index: the global lookup then runs
+        assert not entries
+        return
+    everywhere = ids.lookup(values, table)
+    own = {(g, int(c)) for g, c in zip(t_groups.tolist(), table_codes[0].tolist(), strict=True)}
+    assert got.tolist() == [c if (g, c) in own else -1 for g, c in zip(groups.tolist(), everywhere.tolist(), strict=True)]
+    split = np.array([0, 1, 0], np.int64)  # a group in two places, or too many entries for a scan: not taken
+    assert lookup_within_groups(pd.Series(["a", "b", "a"], dtype="str"), split, table, t_groups, table_codes[0]) is None
+    if len(entries):
+        assert lookup_within_groups(values, groups, table, t_groups, table_codes[0], most=0) is None

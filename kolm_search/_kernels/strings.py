@@ -10,6 +10,8 @@ slot of an open-addressing table.
   group (a slot belongs to the group that stamped it): -1 proves that no group holds a string
   twice; a row found is a candidate only (equal hashes, maybe different strings) for the
   caller's exact check.
+- :func:`lookup_in_group` finds each row among its group's own few table strings (judged
+  documents of a query), hashes then bytes compared;
 - :func:`parse_int64` reads decimal integers (``-?[0-9]+``, within int64) plus a shift;
 - :func:`lookup_strings` gives each string's position in a table of distinct strings (-1 where
   absent), hashes compared first and then the bytes, so the result is exact.
@@ -26,7 +28,8 @@ from numba import njit, types
 from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
 from kolm_search._kernels.sig import i64, ro, rw, u8
 
-__all__ = ["first_hash_repeat", "first_repeat_in_groups", "fnv1a_numpy", "lookup_strings", "parse_int64", "table_size"]
+__all__ = ["first_hash_repeat", "first_repeat_in_groups", "fnv1a_numpy", "hash_all", "lookup_in_group", "lookup_strings",
+           "parse_int64", "table_size"]
 
 _U64 = types.uint64
 _I32 = types.int32
@@ -141,6 +144,34 @@ def parse_int64(offsets, data, out, shift):  # pragma: no cover - compiled
             return False
         out[i] = v + shift
     return True
+
+
+_WITHIN = [types.void(ro(off), ro(u8), ro(i64), ro(i64), ro(i64), ro(i64), ro(toff), ro(u8), ro(_U64), rw(i64), i64, i64)
+           for off in (_I32, i64) for toff in (_I32, i64)]
+
+
+@njit(_WITHIN, cache=True, nogil=True)
+def lookup_in_group(offsets, data, starts, heads, t_ptr, t_codes, t_offsets, t_data, t_hashes, out, g0, g1):  # pragma: no cover - compiled
+    """For the rows of groups ``g0:g1`` (rows ``starts[g]:starts[g + 1]`` of group ``heads[g]``),
+    the table code among ``t_codes[t_ptr[h]:t_ptr[h + 1]]`` (that group's own table strings,
+    hashes ``t_hashes`` by code) whose bytes equal the row's, else -1: a scan of the group's few."""
+    for g in range(g0, g1):
+        h = heads[g]
+        for i in range(starts[g], starts[g + 1]):
+            out[i] = -1
+            x = _hash(offsets, data, i)
+            for k in range(t_ptr[h], t_ptr[h + 1]):
+                c = t_codes[k]
+                if t_hashes[c] == x and _same(offsets, data, i, t_offsets, t_data, c):
+                    out[i] = c
+                    break
+
+
+@njit([types.void(ro(toff), ro(u8), rw(_U64)) for toff in (_I32, i64)], cache=True, nogil=True)
+def hash_all(offsets, data, out):  # pragma: no cover - compiled
+    """``out[i]``: the hash of string i (:func:`fnv1a_numpy`)."""
+    for i in range(len(offsets) - 1):
+        out[i] = _hash(offsets, data, i)
 
 
 def lookup_strings(offsets: npt.NDArray[np.integer], data: npt.NDArray[np.uint8], t_offsets: npt.NDArray[np.integer],

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["buffers", "lookup", "may_repeat_within_groups", "parse_integers", "positions_if_distinct"]
+__all__ = ["buffers", "lookup", "lookup_within_groups", "may_repeat_within_groups", "parse_integers",
+           "positions_if_distinct"]
 
 
 def buffers(strings: Any) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint8]]:
@@ -75,6 +76,50 @@ def positions_if_distinct(values: Any, groups: npt.NDArray[np.int64],
         return None
     lengths = np.diff(bounds)
     return np.arange(n, dtype=np.int64) - np.repeat(starts, lengths), int(lengths.max())
+
+
+def lookup_within_groups(values: Any, groups: npt.NDArray[np.int64], table: Any, table_groups: npt.NDArray[np.int64],
+                         table_codes: npt.NDArray[np.int64], most: int = 64,
+                         n_threads: int | None = None) -> npt.NDArray[np.int64] | None:
+    """int64 (n,): for each of ``values`` (a pandas column of Arrow strings) the code of its
+    string among the entries of its own group (``table_codes`` int64, codes into ``table``, a
+    pandas Index of distinct strings, with ``table_groups`` the group of each entry), -1 where
+    its group has no such entry. None (the caller looks up globally) when ``values`` or ``table``
+    is not Arrow strings, a group's rows are not together, or a group has over ``most`` entries."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from kolm_search._kernels import chunk_bounds, load, resolve_threads, run_chunks
+
+    if not all(isinstance(getattr(v, "dtype", None), pd.StringDtype) and v.dtype.storage == "pyarrow"
+               for v in (values, table)):
+        return None
+    n = len(groups)
+    if n == 0 or len(values) != n:
+        return None
+    starts = np.concatenate([[0], np.flatnonzero(groups[1:] != groups[:-1]) + 1]).astype(np.int64)
+    heads = np.ascontiguousarray(groups[starts], dtype=np.int64)
+    if len(np.unique(heads)) != len(heads) or heads.min() < 0:
+        return None
+    n_groups = int(max(heads.max(), table_groups.max(initial=-1))) + 1
+    counts = np.bincount(table_groups, minlength=n_groups)
+    if counts.max(initial=0) > most:
+        return None
+    t_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    t_codes = np.ascontiguousarray(np.asarray(table_codes, np.int64)[np.argsort(table_groups, kind="stable")])
+    try:
+        offsets, data = buffers(pa.array(values.array))
+        t_offsets, t_data = buffers(pa.array(table.array))
+    except TypeError:
+        return None
+    kernels = load("strings")
+    t_hashes = np.empty(len(t_offsets) - 1, np.uint64)
+    kernels.hash_all(t_offsets, t_data, t_hashes)
+    out = np.empty(n, np.int64)
+    bounds = np.append(starts, n)
+    run_chunks(kernels.lookup_in_group, chunk_bounds(bounds, resolve_threads(n_threads) if n >= 1 << 16 else 1),
+               offsets, data, bounds, heads, t_ptr, t_codes, t_offsets, t_data, t_hashes, out)
+    return out
 
 
 def lookup(strings: Any, table: Any, n_threads: int | None = None) -> npt.NDArray[np.int64]:

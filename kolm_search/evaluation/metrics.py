@@ -71,6 +71,7 @@ from kolm_search._kernels.measure_ids import (
 )
 from kolm_search._params import boolean
 from kolm_search.engine import ids
+from kolm_search.engine.arrow_strings import lookup_within_groups
 from kolm_search.engine.runs import as_qrels, as_run, check_ids, check_qrels, numeric_column
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.evaluation.measures import MeasureSpec, aggregate, metric_list, parse_measure
@@ -349,7 +350,9 @@ def evaluate(
                                              sort=True, as_str=True)
     (qrels_d,), judged = ids.encode([qrels_df["doc_id"]], names=["qrels doc_id"], as_str=True)
     run_docs = ids.as_strings(run_df["doc_id"])
-    run_judged = ids.lookup(run_docs, judged)  # the run's documents among the judged ones, -1 if not
+    run_judged = lookup_within_groups(run_docs, run_q, judged, qrels_q, qrels_d, n_threads=n_threads)  # per query
+    if run_judged is None:  # (the kernel reads only a query's own judged documents) else among all judged ones
+        run_judged = ids.lookup(run_docs, judged)
     (run_d,), n_run_d, _ = ids.codes_within_groups([run_docs], [run_q], names=["run doc_id"],
                                                 n_threads=n_threads)  # to find duplicates
     n_q = len(q_uniques)
