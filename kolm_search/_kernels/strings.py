@@ -1,22 +1,21 @@
-"""Kernels over the buffers of Arrow string arrays: a repeat screen within groups, and a lookup.
+"""Kernels over the buffers of Arrow string arrays: a repeat screen within groups, a lookup
+within groups, and decimal integers.
 
 A string array is given as its ``offsets`` (int32 or int64, (n + 1,), string i is the bytes
 ``data[offsets[i]:offsets[i + 1]]``) and ``data`` uint8; nothing is decoded. Strings are hashed
 by 64-bit FNV-1a of their bytes (:func:`fnv1a_numpy` is the twin), mixed by splitmix64 for the
 slot of an open-addressing table.
 
-- :func:`first_repeat_in_groups` (kernel :func:`first_hash_repeat`) screens groups of contiguous rows (``starts`` int64 (g + 1,)) for a
-  string whose hash came before in its group, in one pass, with one small table reused by every
+- :func:`first_repeat_in_groups` (kernel :func:`first_hash_repeat`) screens groups of
+  contiguous rows (``starts`` int64 (g + 1,)) for a string whose hash came before in its group, in one pass, with one small table reused by every
   group (a slot belongs to the group that stamped it): -1 proves that no group holds a string
   twice; a row found is a candidate only (equal hashes, maybe different strings) for the
   caller's exact check.
 - :func:`lookup_in_group` finds each row among its group's own few table strings (judged
   documents of a query), hashes then bytes compared;
-- :func:`parse_int64` reads decimal integers (``-?[0-9]+``, within int64) plus a shift;
-- :func:`lookup_strings` gives each string's position in a table of distinct strings (-1 where
-  absent), hashes compared first and then the bytes, so the result is exact.
+- :func:`parse_int64` reads decimal integers (``-?[0-9]+``, within int64) plus a shift.
 
-Both release the GIL; callers split the work into chunks of rows (groups) on threads.
+All release the GIL; callers split the work into chunks of groups on threads.
 """
 
 from __future__ import annotations
@@ -28,8 +27,8 @@ from numba import njit, types
 from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
 from kolm_search._kernels.sig import i64, ro, rw, u8
 
-__all__ = ["first_hash_repeat", "first_repeat_in_groups", "fnv1a_numpy", "hash_all", "lookup_in_group", "lookup_strings",
-           "parse_int64", "table_size"]
+__all__ = ["first_hash_repeat", "first_repeat_in_groups", "fnv1a_numpy", "hash_all", "lookup_in_group", "parse_int64",
+           "table_size"]
 
 _U64 = types.uint64
 _I32 = types.int32
@@ -90,37 +89,6 @@ def _same(a_off, a_data, i, b_off, b_data, j):  # pragma: no cover - compiled
     return True
 
 
-_LOOKUP = [types.void(ro(off), ro(u8), ro(toff), ro(u8), ro(_U64), ro(i64), rw(i64), i64, i64)
-           for off in (_I32, i64) for toff in (_I32, i64)]
-
-
-@njit(_LOOKUP, cache=True, nogil=True)
-def _probe(offsets, data, t_offsets, t_data, keys, slots, out, r0, r1):  # pragma: no cover - compiled
-    mask = np.uint64(len(keys) - 1)
-    for i in range(r0, r1):
-        h = _hash(offsets, data, i)
-        slot = _mix(h) & mask
-        out[i] = -1
-        while slots[slot] >= 0:
-            j = slots[slot]
-            if keys[slot] == h and _same(offsets, data, i, t_offsets, t_data, j):
-                out[i] = j
-                break
-            slot = (slot + np.uint64(1)) & mask
-
-
-@njit([types.void(ro(toff), ro(u8), rw(_U64), rw(i64)) for toff in (_I32, i64)], cache=True, nogil=True)
-def _build(t_offsets, t_data, keys, slots):  # pragma: no cover - compiled
-    mask = np.uint64(len(keys) - 1)
-    for j in range(len(t_offsets) - 1):
-        h = _hash(t_offsets, t_data, j)
-        slot = _mix(h) & mask
-        while slots[slot] >= 0:
-            slot = (slot + np.uint64(1)) & mask
-        slots[slot] = j
-        keys[slot] = h
-
-
 @njit([types.boolean(ro(off), ro(u8), rw(i64), i64) for off in (_I32, i64)], cache=True, nogil=True)
 def parse_int64(offsets, data, out, shift):  # pragma: no cover - compiled
     """``out[i] = int(string i) + shift`` for strings matching ``-?[0-9]+`` whose magnitude and
@@ -172,21 +140,6 @@ def hash_all(offsets, data, out):  # pragma: no cover - compiled
     """``out[i]``: the hash of string i (:func:`fnv1a_numpy`)."""
     for i in range(len(offsets) - 1):
         out[i] = _hash(offsets, data, i)
-
-
-def lookup_strings(offsets: npt.NDArray[np.integer], data: npt.NDArray[np.uint8], t_offsets: npt.NDArray[np.integer],
-                   t_data: npt.NDArray[np.uint8], n_threads: int | None = None) -> npt.NDArray[np.int64]:
-    """int64 (n,): each string's position among the table's distinct strings (``t_offsets``,
-    ``t_data``), -1 where absent; the rows in chunks on ``n_threads`` threads."""
-    keys = np.zeros(table_size(len(t_offsets) - 1), np.uint64)
-    slots = np.full(len(keys), -1, np.int64)
-    _build(t_offsets, t_data, keys, slots)
-    n = len(offsets) - 1
-    out = np.empty(n, np.int64)
-    threads = resolve_threads(n_threads) if n >= 1 << 16 else 1
-    run_chunks(_probe, np.unique(np.linspace(0, n, threads + 1).astype(np.int64)), offsets, data, t_offsets, t_data,
-               keys, slots, out)
-    return out
 
 
 def first_repeat_in_groups(offsets: npt.NDArray[np.integer], data: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64],

@@ -1,5 +1,6 @@
 """Arrow string arrays read off their buffers by :mod:`kolm_search._kernels.strings`: a screen
-for a string repeated within groups of rows, a lookup in a table of strings, and decimal integers.
+for a string repeated within groups of rows, a lookup among each group's own table strings, and
+decimal integers.
 
 Nothing is decoded to Python strings and no per-row array of hashes is kept. A string array's
 buffers are its offsets (int32, or int64 for ``large_string``) and its bytes; arrays with nulls,
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["buffers", "lookup", "lookup_within_groups", "may_repeat_within_groups", "parse_integers",
+__all__ = ["buffers", "lookup_within_groups", "may_repeat_within_groups", "parse_integers",
            "positions_if_distinct"]
 
 
@@ -120,16 +121,6 @@ def lookup_within_groups(values: Any, groups: npt.NDArray[np.int64], table: Any,
     run_chunks(kernels.lookup_in_group, chunk_bounds(bounds, resolve_threads(n_threads) if n >= 1 << 16 else 1),
                offsets, data, bounds, heads, t_ptr, t_codes, t_offsets, t_data, t_hashes, out)
     return out
-
-
-def lookup(strings: Any, table: Any, n_threads: int | None = None) -> npt.NDArray[np.int64]:
-    """int64 (n,): the position of each of ``strings`` in ``table`` (distinct strings, both
-    Arrow string arrays), -1 where absent; exact (bytes compared)."""
-    from kolm_search._kernels import load
-
-    offsets, data = buffers(strings)
-    t_offsets, t_data = buffers(table)
-    return np.asarray(load("strings").lookup_strings(offsets, data, t_offsets, t_data, n_threads), np.int64)
 
 
 def parse_integers(strings: Any, shift: int = 0) -> npt.NDArray[np.int64] | None:
