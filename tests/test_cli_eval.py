@@ -6,6 +6,8 @@ files (a Cranfield BM25 run and random tie-heavy runs); QRELS a file or a datase
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +179,13 @@ def test_dataset_form_unchanged_and_ambiguous_input_refused(cran_files: tuple[Pa
     got = _json(capsys, "cranfield", "-m", "ndcg_cut.10", "--quiet")
     assert got["runs"][0]["run"] == "cranfield/bm25"
     assert got["runs"][0]["summary"]["ndcg_cut_10"] == pytest.approx(0.3730, abs=5e-5)
+
+
+def test_eval_cli_imports_no_heavy_package() -> None:
+    """What ``kolm-search eval`` imports before it reads a file: no model, plotting, learning or
+    statistics package (their import would be most of a small evaluation's time)."""
+    code = ("import sys, kolm_search.cli, kolm_search.cli.evaluate;"
+            "print([m for m in ('torch', 'sklearn', 'matplotlib', 'scipy.stats', 'numba', 'transformers',"
+            "'sentence_transformers', 'ir_measures', 'pytrec_eval', 'statsmodels') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

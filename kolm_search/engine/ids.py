@@ -310,7 +310,9 @@ def codes_within_groups(columns: Sequence[Any], groups: Sequence[I64], *, names:
     may coincide or not. When every group's rows are contiguous and all columns list the
     groups in one order (runs written query by query from one topics file), the ids are
     hashed in blocks of whole groups, blocks on parallel threads, so every hash table stays
-    small and in cache; otherwise the codes are :func:`encode`'s global ones.
+    small and in cache; otherwise the codes are :func:`encode`'s global ones. One column of
+    Arrow strings whose groups hold no id twice (screened by hashes in one pass) is coded by
+    each row's position within its group.
     """
     from kolm_search._kernels import resolve_threads
 
@@ -318,6 +320,12 @@ def codes_within_groups(columns: Sequence[Any], groups: Sequence[I64], *, names:
     groups = [np.asarray(g, dtype=np.int64) for g in groups]
     n = sum(len(g) for g in groups)
     categorical = any(isinstance(getattr(c, "dtype", None), pd.CategoricalDtype) for c in columns)
+    if len(columns) == 1 and n > 2 * _BLOCK_ROWS:  # one column, most often no repeat: positions are codes
+        from kolm_search.engine.arrow_strings import positions_if_distinct
+
+        distinct = positions_if_distinct(_as_series(columns[0]), groups[0], n_threads)
+        if distinct is not None:
+            return [distinct[0]], distinct[1], None
     layout = None if categorical or n <= 2 * _BLOCK_ROWS else _block_layout(groups)
     if layout is None:
         codes, uniques = encode(columns, names=names)

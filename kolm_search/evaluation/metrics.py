@@ -71,6 +71,7 @@ from kolm_search._kernels.measure_ids import (
 )
 from kolm_search._params import boolean
 from kolm_search.engine import ids
+from kolm_search.engine.arrow_strings import lookup_within_groups
 from kolm_search.engine.runs import as_qrels, as_run, check_ids, check_qrels, numeric_column
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.evaluation.measures import MeasureSpec, aggregate, metric_list, parse_measure
@@ -97,6 +98,26 @@ def _descending_key(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float3
     return (query.astype(np.uint64) << np.uint64(32)) | (~ascending).astype(np.uint64)
 
 
+def _presorted_order(query: npt.NDArray[np.int64], key: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64] | None:
+    """The stable sort of ``key`` without sorting, when every query's rows are together and
+    already in key order (a run file as search engines write it): the queries' row ranges put
+    in query order. None otherwise."""
+    n = len(key)
+    if n < 2:
+        return None
+    boundary = query[1:] != query[:-1]
+    if bool(((key[1:] < key[:-1]) & ~boundary).any()):
+        return None
+    starts = np.concatenate([[0], np.flatnonzero(boundary) + 1]).astype(np.int64)
+    heads = query[starts]
+    by_query = np.argsort(heads, kind="stable")
+    if len(by_query) > 1 and not bool((heads[by_query][1:] > heads[by_query][:-1]).all()):
+        return None  # a query in two places
+    lengths = np.diff(np.append(starts, n))[by_query]
+    shift = starts[by_query] - np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    return np.arange(n, dtype=np.int64) + np.repeat(shift, lengths)
+
+
 def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32], doc_ids: pd.Series,
                   ) -> npt.NDArray[np.int64]:
     """Row order by query ascending, score descending (compared as float32), then document id
@@ -106,7 +127,9 @@ def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32]
     have their ids read and compared.
     """
     key = _descending_key(query, score32)
-    order = np.argsort(key, kind="stable")
+    order = _presorted_order(query, key)
+    if order is None:
+        order = np.argsort(key, kind="stable")
     ranked = key[order]
     tied = np.flatnonzero(ranked[1:] == ranked[:-1])
     if tied.size:
@@ -327,7 +350,9 @@ def evaluate(
                                              sort=True, as_str=True)
     (qrels_d,), judged = ids.encode([qrels_df["doc_id"]], names=["qrels doc_id"], as_str=True)
     run_docs = ids.as_strings(run_df["doc_id"])
-    run_judged = ids.lookup(run_docs, judged)  # the run's documents among the judged ones, -1 if not
+    run_judged = lookup_within_groups(run_docs, run_q, judged, qrels_q, qrels_d, n_threads=n_threads)  # per query
+    if run_judged is None:  # (the kernel reads only a query's own judged documents) else among all judged ones
+        run_judged = ids.lookup(run_docs, judged)
     (run_d,), n_run_d, _ = ids.codes_within_groups([run_docs], [run_q], names=["run doc_id"],
                                                 n_threads=n_threads)  # to find duplicates
     n_q = len(q_uniques)

@@ -4,8 +4,10 @@
 Reading parses the file with one space between fields (what every writer of run files writes),
 on every core, then checks what pyarrow's parse does not: no empty field, no tab inside a field
 (the general reader splits at runs of spaces and tabs), finite scores, ranks whose 0-based form
-fits int64, and no document twice for one query (each block of the file coded by pyarrow's
-``dictionary_encode`` on its own thread, queries that straddle blocks checked together). A file
+fits int64 (read off the bytes, :mod:`kolm_search.engine.arrow_strings`), and no document twice
+for one query (each query's documents screened by their hashes in one pass, the exact search
+only when two hash alike). Every column is parsed as plain strings but the score: dictionaries
+would hash every row. A file
 that does not pass returns ``None``, and the caller's general reader (pandas' C parser, then a
 line-by-line scan naming the line) reads it instead, so the result or the error is the one that
 reader gives. Writing formats every column with Arrow (scores in the shortest text that reads
@@ -35,7 +37,6 @@ __all__ = ["PROGRESS_BYTES", "PROGRESS_ROWS", "read_run_arrow", "write_run_arrow
 PROGRESS_BYTES = 256 * 2**20  # files above this show a progress bar by default
 PROGRESS_ROWS = 4_000_000  # runs above this many rows show one when written
 _FIELDS = ["qid", "q0", "doc_id", "rank", "score", "tag"]
-_DICT = pa.dictionary(pa.int32(), pa.string())
 _BATCH_ROWS = 1 << 20
 # every character Python's str.isspace() accepts: an id must hold none of them
 _ASCII_SPACE = np.zeros(256, bool)
@@ -92,8 +93,9 @@ def _parse(path: Path, progress: bool | None) -> pa.Table | None:
         "parse_options": pcsv.ParseOptions(delimiter=" ", quote_char=False, escape_char=False, double_quote=False,
                                            newlines_in_values=False, ignore_empty_lines=True),
         "convert_options": pcsv.ConvertOptions(
-            column_types={"qid": _DICT, "q0": _DICT, "doc_id": pa.string(), "rank": _DICT, "score": pa.float64(),
-                          "tag": _DICT}, strings_can_be_null=False, quoted_strings_can_be_null=False, null_values=[],
+            # large_string ids: what pandas' str dtype holds (a string column would be cast)
+            column_types={"qid": pa.string(), "q0": pa.string(), "doc_id": pa.large_string(), "rank": pa.string(),
+                          "score": pa.float64(), "tag": pa.string()}, strings_can_be_null=False, quoted_strings_can_be_null=False, null_values=[],
             true_values=[], false_values=[])}
     show = _show(progress, size, PROGRESS_BYTES)
     if not show:  # by path: pyarrow's own reader (read-ahead, decompression by extension) is the fastest
@@ -115,29 +117,14 @@ def _parse(path: Path, progress: bool | None) -> pa.Table | None:
             source.close()
 
 
-def _bad_strings(column: Any, pattern: str | None = None) -> bool:
-    """An empty value, or one holding a tab (where the general reader splits) or, given
-    ``pattern``, matching that regular expression."""
-    values = column.dictionary if pa.types.is_dictionary(column.type) else column
-    if pc.any(pc.equal(pc.utf8_length(values), 0)).as_py() or pc.any(pc.match_substring(values, "\t")).as_py():
-        return True
-    return pattern is not None and bool(pc.any(pc.match_substring_regex(values, pattern)).as_py())
-
-
-def _one_dictionary(column: pa.ChunkedArray) -> pa.Array:
-    """The distinct texts of a dictionary column, unified over its blocks (the indices are not
-    concatenated: only the texts are checked)."""
-    unified = column.unify_dictionaries()
-    return unified.chunks[0].dictionary if unified.num_chunks else pa.array([], pa.string())
-
-
 def _bad_chunk(chunk: pa.Array) -> bool:
     """An empty string or one holding a tab in a string array, read off its buffers (offsets,
     then the bytes once: cheaper than a compute pass per condition over millions of ids)."""
     if len(chunk) == 0:
         return False
-    offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
-    if bool((np.diff(offsets) == 0).any()):
+    wide = pa.types.is_large_string(chunk.type)
+    offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+    if bool((offsets[1:] == offsets[:-1]).any()):
         return True
     data = chunk.buffers()[2]
     if data is None or offsets[-1] == offsets[0]:
@@ -146,51 +133,44 @@ def _bad_chunk(chunk: pa.Array) -> bool:
     return int(view.min()) <= 9 and bytes(view).find(b"\t") != -1  # a tab is byte 9: most files have none below 32
 
 
-def _query_codes(qid: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
-    unified = qid.unify_dictionaries()
-    chunks = [c.indices.to_numpy(zero_copy_only=False) for c in unified.chunks]
-    codes = np.concatenate(chunks).astype(np.int64) if chunks else np.zeros(0, np.int64)
-    dictionary = unified.chunks[0].dictionary if unified.num_chunks else pa.array([], pa.string())
-    return codes, dictionary
+def _query_codes(qid: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """Each row's query code (the smallest signed integers that hold them, as pandas keeps a
+    categorical's codes; categories in order of appearance), where each run of
+    equal query ids starts (int64 (runs + 1,), pointers), and the distinct ids: only the first
+    row of each run is hashed (a run file lists a query's rows together)."""
+    heads, starts, at = [], [], 0
+    for chunk in qid.chunks:
+        m = len(chunk)
+        if not m:
+            continue
+        differs = pc.not_equal(chunk.slice(1), chunk.slice(0, m - 1)).to_numpy(zero_copy_only=False)
+        first = np.concatenate([[0], np.flatnonzero(differs) + 1])
+        heads.append(chunk.take(pa.array(first)))
+        starts.append(first + at)
+        at += m
+    if not heads:
+        return np.zeros(0, np.int64), np.zeros(1, np.int64), pa.array([], pa.string())
+    encoded = pa.concat_arrays(heads).dictionary_encode()
+    bounds = np.append(np.concatenate(starts), at)
+    head_codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    # runs cut at parse blocks are joined again where the same query goes on
+    keep = np.concatenate([[True], head_codes[1:] != head_codes[:-1]])
+    head_codes, bounds = head_codes[keep], np.append(bounds[:-1][keep], at)
+    n_codes = len(encoded.dictionary)
+    small = next(t for t in (np.int8, np.int16, np.int32, np.int64) if n_codes < np.iinfo(t).max)
+    return np.repeat(head_codes.astype(small), np.diff(bounds)), bounds, encoded.dictionary
 
 
-def _chunk_repeats(q: np.ndarray, doc: pa.ChunkedArray) -> bool:
-    """Whether a (query, document) pair may repeat, hashing each parse block's ids once with
-    pyarrow (``dictionary_encode`` of one block, on two threads) when every query's rows are
-    together: pairs repeated inside a block show in its codes, and the queries that straddle
-    blocks are checked over their whole rows by :func:`_exact_duplicate`. True, without that
-    shortcut, when the queries are not together (the caller then checks every pair)."""
-    n = len(q)
-    changes = np.flatnonzero(q[1:] != q[:-1]) + 1
-    if n == 0 or len(changes) + 1 != np.count_nonzero(np.bincount(q)):
-        return n > 0
-    bounds = np.cumsum([0] + [len(c) for c in doc.chunks])
+def _duplicate(q: np.ndarray, runs: np.ndarray, doc: pa.ChunkedArray, ids: pa.Array) -> int | None:
+    """The first row whose (query, document) pair came before, or None. When every query's rows
+    are together (``runs``: where each run of one query starts) the documents of each query are
+    screened by their hashes in one pass (:func:`~kolm_search.engine.arrow_strings.may_repeat_within_groups`);
+    the exact search (:func:`_exact_duplicate`) runs only when a query repeats a hash or a
+    query's rows are in two places."""
+    from kolm_search.engine.arrow_strings import may_repeat_within_groups
 
-    def block(i: int) -> bool:
-        a, e = int(bounds[i]), int(bounds[i + 1])
-        if e - a < 2:
-            return False
-        encoded = doc.chunk(i).dictionary_encode()
-        keys = q[a:e] * np.int64(len(encoded.dictionary)) + encoded.indices.to_numpy(zero_copy_only=False)
-        ordered = np.sort(keys)
-        return bool((ordered[1:] == ordered[:-1]).any())
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        if any(pool.map(block, range(doc.num_chunks))):
-            return True
-    inner = bounds[1:-1]
-    inner = inner[(inner > 0) & (inner < n)]
-    straddling = np.unique(q[inner][q[inner] == q[inner - 1]])
-    if not len(straddling):
-        return False
-    rows = np.flatnonzero(np.isin(q, straddling))
-    return _exact_duplicate(q[rows], doc.take(pa.array(rows))) is not None
-
-
-def _duplicate(q: np.ndarray, doc: pa.ChunkedArray) -> int | None:
-    """The first row whose (query, document) pair came before, or None: screened block by block
-    (:func:`_chunk_repeats`), the exact search (:func:`_exact_duplicate`) only if need be."""
-    if len(q) >= 1 << 16 and not _chunk_repeats(q, doc):
+    together = len(runs) - 1 == len(np.unique(q[runs[:-1]])) if len(q) else True
+    if together and not may_repeat_within_groups(ids, runs):
         return None
     return _exact_duplicate(q, doc)
 
@@ -201,6 +181,7 @@ def _exact_duplicate(q: np.ndarray, doc: pa.ChunkedArray) -> int | None:
     then the pairs checked for a repeat."""
     from kolm_search.engine.ids import codes_within_groups
 
+    q = q.astype(np.int64)
     (codes,), bound, _ = codes_within_groups([pd.Series(doc.to_pandas(), copy=False)], [q], names=["doc_id"])
     keys = q * np.int64(max(bound, 1)) + codes
     if not _any_repeat(keys, q):
@@ -227,21 +208,15 @@ def _any_repeat(keys: np.ndarray, q: np.ndarray) -> bool:
 
 
 def _ranks(column: pa.ChunkedArray) -> np.ndarray | None:
-    """The rank column, read as a dictionary of its few distinct texts, as int64: None (the
-    general reader then names the line) unless every text is a decimal integer within int64
+    """The rank column as 0-based int64, or None (the general reader then names the line)
+    unless every text is a decimal integer (``-?[0-9]+``) whose 0-based value fits int64
     (pyarrow's own integer parser would also take ``0x1``, which ``int()`` and trec_eval refuse)."""
-    unified = column.unify_dictionaries()
-    if not unified.num_chunks:
-        return np.zeros(0, np.int64)
-    texts = unified.chunks[0].dictionary
-    if len(texts) and not pc.all(pc.match_substring_regex(texts, r"^-?[0-9]+$")).as_py():
+    from kolm_search.engine.arrow_strings import parse_integers
+
+    parts = [parse_integers(chunk, -1) for chunk in column.chunks if len(chunk)]
+    if any(p is None for p in parts):
         return None
-    try:
-        values = pc.cast(texts, pa.int64()).to_numpy(zero_copy_only=False)
-    except pa.ArrowInvalid:  # beyond int64
-        return None
-    codes = [c.indices.to_numpy(zero_copy_only=False) for c in unified.chunks]
-    return values[np.concatenate(codes)] if codes else np.zeros(0, np.int64)
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)  # type: ignore[arg-type]
 
 
 def read_run_arrow(path: Path, progress: bool | None = None, check_duplicates: bool = True) -> pd.DataFrame | None:
@@ -251,23 +226,23 @@ def read_run_arrow(path: Path, progress: bool | None = None, check_duplicates: b
     table = _parse(path, progress)
     if table is None:
         return None
-    if any(_bad_strings(_one_dictionary(table.column(c))) for c in ("qid", "q0", "tag")) or any(
-            _bad_chunk(chunk) for chunk in table.column("doc_id").chunks):
+    if any(_bad_chunk(chunk) for c in ("qid", "q0", "tag", "doc_id") for chunk in table.column(c).chunks):
         return None
-    score = table.column("score").to_numpy()
+    score = table.column("score").to_numpy()  # a new, writeable array (the blocks concatenated)
     rank = _ranks(table.column("rank"))
-    if rank is None or not np.isfinite(score).all() or (rank == np.iinfo(np.int64).min).any():
+    if rank is None or not np.isfinite(score).all():
         return None
-    q, dictionary = _query_codes(table.column("qid"))
+    q, runs, dictionary = _query_codes(table.column("qid"))
     doc = table.column("doc_id")
-    dup = _duplicate(q, doc) if check_duplicates else None
+    # one chunk of ids: later takes (ties, selections) need not stitch hundreds of parse blocks
+    ids = doc.combine_chunks() if doc.num_chunks != 1 else doc.chunk(0)
+    dup = _duplicate(q, runs, doc, ids) if check_duplicates else None
     if dup is not None:
         raise FrameValidationError(f"{path}: document {doc[dup].as_py()!r} appears twice for query "
                                    f"{dictionary[int(q[dup])].as_py()!r}")
-    # one chunk of ids: later takes (ties, selections) need not stitch hundreds of parse blocks
-    ids = pa.chunked_array([doc.combine_chunks()]).to_pandas()
-    return pd.DataFrame({"qid": pd.Categorical.from_codes(q, categories=pd.Index(dictionary.to_pandas())),
-                         "doc_id": ids, "rank": rank - 1, "score": np.array(score)}, copy=False)
+    categories = pd.Index(dictionary.to_pandas())
+    return pd.DataFrame({"qid": pd.Categorical.from_codes(q, categories=categories),
+                         "doc_id": pa.chunked_array([ids]).to_pandas(), "rank": rank, "score": score}, copy=False)
 
 
 def _unwritable(strings: Any) -> bool:
@@ -280,7 +255,7 @@ def _unwritable(strings: Any) -> bool:
         wide = pa.types.is_large_string(chunk.type)
         offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)[
             chunk.offset:chunk.offset + len(chunk) + 1]
-        if bool((np.diff(offsets) == 0).any()):
+        if bool((offsets[1:] == offsets[:-1]).any()):
             return True
         data = chunk.buffers()[2]
         view = np.frombuffer(data, np.uint8)[int(offsets[0]):int(offsets[-1])] if data is not None else np.zeros(0, np.uint8)
@@ -338,6 +313,7 @@ def write_run_arrow(qid: pd.Series, doc_id: pd.Series, rank: np.ndarray, score: 
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n, unit=" rows", unit_scale=True, desc=f"writing {name or path.name}", leave=False)
+
     try:
         sink: Any = pa.OSFile(str(path), "wb")
         if path.suffix == ".gz":

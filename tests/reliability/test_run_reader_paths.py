@@ -125,10 +125,10 @@ def test_progress_bars_and_atomic_writes(tmp_path: Path, capsys: pytest.CaptureF
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.trec", "r.trec"]  # no temporary file left
 
 
-def test_block_screen_of_duplicates_agrees_with_the_exact_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Above 64Ki rows the pairs are screened block by block: a repeat inside one block, one
-    across a block boundary, and a query split over two places are found as the general reader
-    finds them (same message), and a clean file passes."""
+def test_hash_screen_of_duplicates_agrees_with_the_exact_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each query's documents are screened by their hashes over the parse blocks: a repeat
+    inside one block, one across a block boundary, and a query split over two places are found
+    as the general reader finds them (same message), and a clean file passes."""
     import pyarrow.csv as pcsv
 
     from kolm_search.io._arrow_trec import _duplicate, _exact_duplicate, _parse, _query_codes
@@ -146,7 +146,8 @@ def test_block_screen_of_duplicates_agrees_with_the_exact_check(tmp_path: Path, 
     (tmp_path / "c.trec").write_text("".join(rows))
     table = _parse(tmp_path / "c.trec", False)
     assert table is not None and table.column("doc_id").num_chunks > 10
-    q, _ = _query_codes(table.column("qid"))
+    q, runs, _ = _query_codes(table.column("qid"))
+    assert len(runs) == 141  # one run per query, though the queries straddle blocks
     cut = len(table.column("doc_id").chunk(0))  # first row of the second block
     assert q[cut - 1] == q[cut + 1]
     cases = {"inside": (cut // 2, cut // 2 + 2), "across": (cut - 1, cut + 1), "moved": None}
@@ -161,11 +162,12 @@ def test_block_screen_of_duplicates_agrees_with_the_exact_check(tmp_path: Path, 
         (tmp_path / f"{name}.trec").write_text("".join(lines))
         parsed = _parse(tmp_path / f"{name}.trec", False)
         assert parsed is not None
-        codes, _ = _query_codes(parsed.column("qid"))
-        assert _duplicate(codes, parsed.column("doc_id")) == _exact_duplicate(codes, parsed.column("doc_id")) is not None
+        codes, starts, _ = _query_codes(parsed.column("qid"))
+        doc = parsed.column("doc_id")
+        assert _duplicate(codes, starts, doc, doc.combine_chunks()) == _exact_duplicate(codes, doc) is not None
         with pytest.raises(FrameValidationError, match="appears twice for query") as fast_error:
             read_run(tmp_path / f"{name}.trec")
         with pytest.raises(FrameValidationError) as general_error:
             read_run_text(tmp_path / f"{name}.trec")
         assert str(fast_error.value) == str(general_error.value), name
-    assert _duplicate(q, table.column("doc_id")) is None
+    assert _duplicate(q, runs, table.column("doc_id"), table.column("doc_id").combine_chunks()) is None
