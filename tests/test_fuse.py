@@ -212,3 +212,16 @@ def test_ids_hashed_in_blocks_come_back_as_the_global_path_gives_them(kind: str,
     whole = fuse(runs, limit=40)
     pd.testing.assert_frame_equal(blocked, whole)
     assert [type(v) for v in blocked.doc_id] == [type(v) for v in whole.doc_id]
+
+
+def test_one_big_run_of_distinct_str_ids_fuses_as_through_categoricals() -> None:
+    """One run of Arrow strings, no query repeating a document, big enough for the position
+    codes that evaluate uses: fuse still reads every id back."""
+    rng = np.random.default_rng(8)
+    n_q, depth = 100, 800
+    docs = np.stack([rng.permutation(5000)[:depth] for _ in range(n_q)]).ravel()
+    run = pd.DataFrame({"qid": np.repeat([f"q{i}" for i in range(n_q)], depth),
+                        "doc_id": pd.array([f"d{d}" for d in docs], dtype="str"), "score": rng.random(n_q * depth)})
+    got = fuse([run], limit=30)
+    want = fuse([run.astype({"qid": "category", "doc_id": "category"})], limit=30)
+    pd.testing.assert_frame_equal(got.astype({"qid": str, "doc_id": str}), want.astype({"qid": str, "doc_id": str}))

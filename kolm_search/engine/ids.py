@@ -300,10 +300,11 @@ def _block_layout(groups: Sequence[I64]) -> list[tuple[I64, I64]] | None:
 
 
 def codes_within_groups(columns: Sequence[Any], groups: Sequence[I64], *, names: Sequence[str] | None = None,
-                        n_threads: int | None = None) -> tuple[list[I64], int, pd.Index]:
+                        n_threads: int | None = None, with_ids: bool = True) -> tuple[list[I64], int, pd.Index | None]:
     """Codes that tell ids apart inside each group (a query), across several columns, their
     bound, and the id of each code (an Index of that length: ``ids.take(codes)`` gives the
-    ids back; an id may stand at several codes, one per block).
+    ids back; an id may stand at several codes, one per block), or None when ``with_ids`` is
+    false and the codes are positions within groups (see below).
 
     ``groups[i]`` int64 (len(columns[i]),) gives each row's group. Inside one group, equal ids
     of any column get one code and different ids different codes; codes of different groups
@@ -312,7 +313,7 @@ def codes_within_groups(columns: Sequence[Any], groups: Sequence[I64], *, names:
     hashed in blocks of whole groups, blocks on parallel threads, so every hash table stays
     small and in cache; otherwise the codes are :func:`encode`'s global ones. One column of
     Arrow strings whose groups hold no id twice (screened by hashes in one pass) is coded by
-    each row's position within its group.
+    each row's position within its group, unless ``with_ids`` asks for the ids of the codes.
     """
     from kolm_search._kernels import resolve_threads
 
@@ -320,7 +321,7 @@ def codes_within_groups(columns: Sequence[Any], groups: Sequence[I64], *, names:
     groups = [np.asarray(g, dtype=np.int64) for g in groups]
     n = sum(len(g) for g in groups)
     categorical = any(isinstance(getattr(c, "dtype", None), pd.CategoricalDtype) for c in columns)
-    if len(columns) == 1 and n > 2 * _BLOCK_ROWS:  # one column, most often no repeat: positions are codes
+    if not with_ids and len(columns) == 1 and n > 2 * _BLOCK_ROWS:  # one column, most often no repeat: positions are codes
         from kolm_search.engine.arrow_strings import positions_if_distinct
 
         distinct = positions_if_distinct(_as_series(columns[0]), groups[0], n_threads)

@@ -353,7 +353,7 @@ def evaluate(
     run_judged = lookup_within_groups(run_docs, run_q, judged, qrels_q, qrels_d, n_threads=n_threads)  # per query
     if run_judged is None:  # (the kernel reads only a query's own judged documents) else among all judged ones
         run_judged = ids.lookup(run_docs, judged)
-    (run_d,), n_run_d, _ = ids.codes_within_groups([run_docs], [run_q], names=["run doc_id"],
+    (run_d,), n_run_d, _ = ids.codes_within_groups([run_docs], [run_q], names=["run doc_id"], with_ids=False,
                                                 n_threads=n_threads)  # to find duplicates
     n_q = len(q_uniques)
     order = ranking_order(run_q, score32, run_docs)

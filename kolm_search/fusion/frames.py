@@ -212,6 +212,7 @@ def prepare_runs(runs: Sequence[Any] | Mapping[str, Any], *, n_threads: int | No
     q_codes, q_uniques = ids.encode([f["qid"] for f in frames], names=[f"{w_} qid" for w_ in whats], sort=True)
     d_codes, n_codes, d_uniques = ids.codes_within_groups([f["doc_id"] for f in frames], q_codes,
                                                           names=[f"{w_} doc_id" for w_ in whats], n_threads=n_threads)
+    assert d_uniques is not None  # with_ids (the default) always gives them
     n_q = len(q_uniques)
     order, block = _entry_order(q_codes, keys)
     ptr = np.zeros(n_q + 1, np.int64)

@@ -182,7 +182,8 @@ def _exact_duplicate(q: np.ndarray, doc: pa.ChunkedArray) -> int | None:
     from kolm_search.engine.ids import codes_within_groups
 
     q = q.astype(np.int64)
-    (codes,), bound, _ = codes_within_groups([pd.Series(doc.to_pandas(), copy=False)], [q], names=["doc_id"])
+    (codes,), bound, _ = codes_within_groups([pd.Series(doc.to_pandas(), copy=False)], [q], names=["doc_id"],
+                                          with_ids=False)
     keys = q * np.int64(max(bound, 1)) + codes
     if not _any_repeat(keys, q):
         return None
