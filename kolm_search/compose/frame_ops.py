@@ -153,7 +153,7 @@ def _row_order(neg: npt.NDArray[np.float64], counts: npt.NDArray[np.int64], dens
         cols = np.argsort(neg, axis=1, kind="stable")
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     if dense:
-        return (starts[:, None] + cols).ravel().astype(np.int64)  # type: ignore[no-any-return]
+        return (starts[:, None] + cols).ravel().astype(np.int64)
     return (starts[:, None] + cols)[cols < counts[:, None]].astype(np.int64)
 
 
