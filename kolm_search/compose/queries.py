@@ -94,11 +94,12 @@ def run_prepared(stage: Any, prepared: PreparedQueries) -> pd.DataFrame:
             keep = (rank >= first[query]) & (rank < target[query])
             query, doc, rank, score = query[keep], doc[keep], rank[keep], score[keep]
         q = rows[query]
-        cols = {"qid": _qid_column(prepared, group, q), "doc_id": ids.take(doc) if len(q) else np.zeros(0, object),
+        cols = {"qid": _qid_column(prepared, group, q).copy(),  # the column is reused (the copy of a wrapper)
+                "doc_id": ids.take(doc) if len(q) else np.zeros(0, object),
                 "rank": rank.astype(np.int64), "score": score.astype(np.float64)}
         if len(prepared.groups) > 1:
             cols["_order"] = q
-        parts.append(pd.DataFrame(cols))
+        parts.append(pd.DataFrame(cols, copy=False))  # every column is this run's own: not copied again
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("qid", "doc_id") else float) for c in RUN_COLUMNS})
     if len(parts) == 1:
