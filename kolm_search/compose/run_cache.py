@@ -6,7 +6,7 @@ reads each pipeline's run whole instead of walking its stages (whose outputs
 A file is an Arrow IPC file (uncompressed: it is read and checked in about a millisecond per
 100,000 entries, where a parquet file of the same run takes several) of the run DataFrame
 ``qid, doc_id, rank, score`` (strings with 32-bit offsets and ranks as int32 when they fit), with, in the schema's key-value metadata ``kolm_search``, the stage
-fingerprint, the queries digest, the row count and a CRC-32 of the columns' buffers. A file is
+fingerprint, the queries digest, the row count and a CRC-32 of each column's buffers. A file is
 used only when all of it checks (it parses, the keys are the ones asked for, the columns and
 their types are a run's, the checksum matches); otherwise a ``RuntimeWarning`` names it and
 the run is computed again and the file replaced. A run is stored only when it reads back as
@@ -46,14 +46,13 @@ _STRINGS = (pa.string(), pa.large_string())
 _TYPES = {"qid": (*_STRINGS, pa.int64()), "doc_id": _STRINGS, "rank": (pa.int32(), pa.int64()), "score": (pa.float64(),)}
 
 
-def _checksum(table: pa.Table) -> int:
-    """CRC-32 of every buffer of every column, in order."""
+def _checksum(column: pa.ChunkedArray) -> int:
+    """CRC-32 of every buffer of a column, in order."""
     crc = 0
-    for column in table.columns:
-        for chunk in column.chunks:
-            for buf in chunk.buffers():
-                if buf is not None:
-                    crc = zlib.crc32(buf, crc)
+    for chunk in column.chunks:
+        for buf in chunk.buffers():
+            if buf is not None:
+                crc = zlib.crc32(buf, crc)
     return crc
 
 
@@ -77,17 +76,16 @@ def _narrow(name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
         return column
 
 
-def _frame(table: pa.Table) -> pd.DataFrame:
-    """The run DataFrame of a table of a run's columns (as on disk or as made from the DataFrame):
-    strings as arrow-backed arrays (immutable, not copied), numbers copied into writable arrays."""
-    cols = {}
-    for name in table.column_names:
-        column = table.column(name)
-        if column.type in _STRINGS:
-            cols[name] = column.to_pandas().array
-        else:
-            cols[name] = np.array(column.to_numpy(), np.float64 if column.type == pa.float64() else np.int64)
-    return pd.DataFrame(cols, copy=False)
+def _column(column: pa.ChunkedArray) -> pd.Series:
+    """A run's column as pandas holds it: strings as an arrow-backed array (immutable, not
+    copied), numbers copied into a writable array."""
+    if column.type in _STRINGS:
+        return pd.Series(column.to_pandas().array, copy=False)
+    return pd.Series(np.array(column.to_numpy(), np.float64 if column.type == pa.float64() else np.int64), copy=False)
+
+
+def _frame(columns: dict[str, pd.Series]) -> pd.DataFrame:
+    return pd.DataFrame(columns, copy=False)
 
 
 class RunCache:
@@ -110,6 +108,9 @@ class RunCache:
             raise KolmValueError(f"cache_dir {str(self.path)!r} is a file, not a folder")
         self.path.mkdir(parents=True, exist_ok=True)
         self.reads = self.writes = self.damaged = 0
+        #: per column, the last one read (on disk, its checksum, as pandas holds it): the runs of one
+        #: first stage's rerankers share their qids and ranks, checked and converted once
+        self._last: dict[str, tuple[pa.ChunkedArray, int, pd.Series]] = {}
 
     def file_for(self, stage_fp: str, queries_fp: str) -> Path:
         """The file of one (stage, queries) pair."""
@@ -131,8 +132,7 @@ class RunCache:
         self.reads += 1
         return run
 
-    @staticmethod
-    def _read(path: Path, stage_fp: str, queries_fp: str) -> pd.DataFrame:
+    def _read(self, path: Path, stage_fp: str, queries_fp: str) -> pd.DataFrame:
         with pa.OSFile(str(path)) as src:  # read whole (a memory map would break if the file were truncated later)
             data = src.read_buffer()
         table = _ipc(data)
@@ -151,9 +151,22 @@ class RunCache:
             column = table.column(name)
             if column.type not in allowed or column.null_count:
                 raise KolmValueError(f"column {name!r} is {column.type} with nulls or not one of {list(allowed)}")
-        if _checksum(table) != meta.get("crc32"):
-            raise KolmValueError("the entries' checksum does not match the one recorded")
-        return _frame(table)
+        crcs = meta.get("crc32")
+        if not isinstance(crcs, dict):
+            raise KolmValueError(f"metadata 'crc32' is {crcs!r}")
+        columns = {}
+        for name in _TYPES:
+            column, last = table.column(name), self._last.get(name)
+            if last is not None and last[1] == crcs.get(name) and last[0].type == column.type \
+                    and column.equals(last[0]):  # the same entries as the last run's (verified): shared
+                columns[name] = last[2]
+                continue
+            if _checksum(column) != crcs.get(name):
+                raise KolmValueError(f"the checksum of column {name!r} does not match the one recorded")
+            columns[name] = _column(column)
+            if column.type != pa.float64():  # (float equality would not tell -0.0 from 0.0)
+                self._last[name] = (column, crcs[name], columns[name])
+        return _frame(columns)
 
     def put(self, stage_fp: str, queries_fp: str, run: pd.DataFrame) -> bool:
         """Store ``run`` (atomically replacing any file of the pair) when it reads back as itself;
@@ -166,11 +179,12 @@ class RunCache:
                 or not isinstance(run.index, pd.RangeIndex) or run.index.start != 0 or run.index.step != 1:
             return False
         table = pa.table({name: _narrow(name, table.column(name)) for name in _TYPES})
-        back = _frame(table)
+        back = _frame({name: _column(table.column(name)) for name in _TYPES})
         if not (back.dtypes.equals(run.dtypes) and back.equals(run)):
             return False
         meta = {"format": _FORMAT, "version": _VERSION, "stage": stage_fp, "queries": queries_fp,
-                "rows": table.num_rows, "crc32": _checksum(_ipc(_ipc_bytes(table)))}  # the buffers as a reader sees them
+                "rows": table.num_rows,  # the buffers as a reader sees them:
+                "crc32": {name: _checksum(column) for name, column in zip(_TYPES, _ipc(_ipc_bytes(table)).columns)}}
         table = table.replace_schema_metadata({_KEY: json.dumps(meta).encode()})
         with replacing(self.file_for(stage_fp, queries_fp)) as tmp:
             tmp.write_bytes(_ipc_bytes(table).to_pybytes())
