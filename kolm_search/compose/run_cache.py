@@ -5,13 +5,16 @@ reads each pipeline's run whole instead of walking its stages (whose outputs
 
 A file is an Arrow IPC file (uncompressed: it is read and checked in about a millisecond per
 100,000 entries, where a parquet file of the same run takes several) of the run DataFrame
-``qid, doc_id, rank, score`` (strings with 32-bit offsets and ranks as int32 when they fit), with, in the schema's key-value metadata ``kolm_search``, the stage
-fingerprint, the queries digest, the row count and a CRC-32 of each column's buffers. A file is
-used only when all of it checks (it parses, the keys are the ones asked for, the columns and
-their types are a run's, the checksum matches); otherwise a ``RuntimeWarning`` names it and
-the run is computed again and the file replaced. A run is stored only when it reads back as
-the very DataFrame it is (same dtypes and values; e.g. not an empty run of object columns).
-Writes go to a temporary file renamed into place (all or nothing).
+``qid, doc_id, rank, score`` (strings with 32-bit offsets and ranks as int32 when they fit),
+with, in the schema's key-value metadata ``kolm_search``, the stage fingerprint, the queries
+digest, the row count and a CRC-32 of each column's buffers. A file is used only when all of
+it checks (it parses, the keys are the ones asked for, the columns and their types are a
+run's, the checksums match); otherwise a ``RuntimeWarning`` names it and the run is computed
+again and the file replaced. A column equal to the same column of the last run read (the qids
+and ranks that the rerankers of one first stage share) is checked and converted once and
+shared, copy-on-write, by the DataFrames. A run is stored only when it reads back as the very
+DataFrame it is (same dtypes and values; e.g. not an empty run of object columns). Writes go
+to a temporary file renamed into place (all or nothing).
 
 The key promises what the stage cache's does: equal stage fingerprints (class, parameters,
 index digest and revision) give equal outputs for equal inputs, and the digest covers what the

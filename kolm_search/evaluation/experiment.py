@@ -52,7 +52,8 @@ class Experiment:
         As in :func:`kolm_search.evaluation.compare` (several baselines, Tukey's HSD, FDR control).
     cache_dir : path, optional
         A client's runs are cached there as parquet (``<dataset>__<pipeline>.parquet``) and
-        reused; a stage's outputs go to ``cache_dir/stages``, keyed by fingerprints.
+        reused; a stage's outputs go to ``cache_dir/stages`` and a stage pipeline's finished
+        runs to ``cache_dir/runs``, keyed by fingerprints (``run_cache`` reads them).
     progress : bool
         Progress bars while searching.
     drop_self_hits : bool, optional
