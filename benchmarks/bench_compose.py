@@ -19,6 +19,7 @@ are the engine's, not a model's.
 from __future__ import annotations
 
 import argparse
+import gc
 import shutil
 import tempfile
 import time
@@ -153,10 +154,12 @@ def experiment_rows(name: str, ds: Dataset, repeat: int, kind: str) -> list[dict
     firsts, seconds = [], []
     for _ in range(repeat):
         folder = Path(tempfile.mkdtemp(prefix="kolm-bench-compose-"))
-        try:
+        try:  # each run after a garbage collection, untimed (as median_times does)
+            gc.collect()
             t0 = time.perf_counter()
             experiment(folder)
             firsts.append(time.perf_counter() - t0)
+            gc.collect()
             t0 = time.perf_counter()
             again = experiment(folder)
             seconds.append(time.perf_counter() - t0)

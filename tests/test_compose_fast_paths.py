@@ -103,3 +103,40 @@ def test_an_alias_entry_reads_through_its_target(tmp_path) -> None:  # type: ign
     cache.file_for("stage-a", "input-1").write_bytes(b"")
     with pytest.warns(RuntimeWarning, match="damaged"):
         assert cache.get("then", "input-0", 2) is None
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_rescored_of_full_and_ragged_frames_matches_lexsort(ties: bool) -> None:
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        n_q, width = int(rng.integers(1, 9)), int(rng.integers(1, 12))
+        counts = np.full(n_q, width) if trial % 2 else rng.integers(max(1, width // 2), width + 1, n_q)
+        ptr = np.concatenate([[0], np.cumsum(counts)])
+        n = int(ptr[-1])
+        frame = CandidateFrame.from_ptr(ptr, rng.integers(0, 99, n), rng.standard_normal(n))
+        new = rng.integers(0, 2, n).astype(np.float64) if ties else rng.standard_normal(n)
+        if trial % 3 == 0:
+            new[: n // 2] = -0.0 if trial % 2 else 0.0  # signed zeros compare equal: a tie
+        out = rescored(frame, new)
+        order = np.lexsort((frame.rank, -new, frame.query))
+        for got, want in ((out.query, frame.query[order]), (out.doc, frame.doc[order]), (out.score, new[order]),
+                          (out.rank, _ranked(out).rank)):
+            np.testing.assert_array_equal(got, want)
+        assert (out.query.dtype, out.doc.dtype, out.score.dtype, out.rank.dtype) == \
+            (np.int32, np.int64, np.float64, np.int32)
+
+
+def test_rescored_sorts_again_the_rows_that_tie_past_the_first_ones() -> None:
+    rng = np.random.default_rng(3)
+    for dense in (True, False):
+        counts = np.full(40, 9) if dense else rng.integers(5, 10, 40)
+        ptr = np.concatenate([[0], np.cumsum(counts)])
+        n = int(ptr[-1])
+        frame = CandidateFrame.from_ptr(ptr, rng.integers(0, 99, n), rng.standard_normal(n))
+        new = rng.standard_normal(n)
+        for q in (20, 33):  # ties in rows the first 16 do not show
+            new[ptr[q]:ptr[q + 1]] = np.round(new[ptr[q]:ptr[q + 1]])
+        out = rescored(frame, new)
+        order = np.lexsort((frame.rank, -new, frame.query))
+        np.testing.assert_array_equal(out.doc, frame.doc[order])
+        np.testing.assert_array_equal(out.score, new[order])

@@ -121,28 +121,61 @@ def cutoff(frame: CandidateFrame, k: int) -> CandidateFrame:
 
 def _score_order(frame: CandidateFrame, score: npt.NDArray[np.float64]) -> I64:
     """The entries of a ranked ``frame`` by query, then descending ``score``, ties by rank: a
-    stable sort of each query's row of a (queries x longest list) matrix when it is not much
-    larger than the frame, else one ``lexsort``."""
+    sort of each query's row of a (queries x longest list) matrix when it is not much larger
+    than the frame, else one ``lexsort``. The rows are sorted by the unstable (vectorised)
+    quicksort, whose order is the stable one in a row without two equal scores (checked on the
+    sorted rows); the rows with ties are sorted again by the stable sort."""
     counts = np.bincount(frame.query, minlength=frame.n_queries)
     width = int(counts.max()) if len(frame) else 0
     if width == 0 or frame.n_queries * width > 2 * len(frame):
         return np.lexsort((frame.rank, -score, frame.query))
-    neg = np.full((frame.n_queries, width), np.inf)
-    neg[frame.query, frame.rank] = -score  # scores are finite (the runner checks): +inf pads sort last
-    cols = np.argsort(neg, axis=1, kind="stable")  # the ranks of each row's entries, best first, pads last
+    dense = frame.n_queries * width == len(frame)  # every query has ``width`` entries: the matrix is the frame
+    if dense:
+        neg = -score.reshape(frame.n_queries, width)
+    else:
+        neg = np.full((frame.n_queries, width), np.inf)
+        neg[frame.query, frame.rank] = -score  # scores are finite (the runner checks): +inf pads sort last
+    return _row_order(neg, counts, dense, bool(np.isfinite(score).all()))
+
+
+def _row_order(neg: npt.NDArray[np.float64], counts: npt.NDArray[np.int64], dense: bool, finite: bool) -> I64:
+    """The entries' positions in :func:`_score_order`'s row matrix ``neg`` sorted by row: by the
+    quicksort when the first 16 rows hold no ties (then the rows found tied are sorted again),
+    else by the stable sort at once (BM25's equal scores tie in most rows)."""
+    sample = neg[:16]
+    cols = None
+    if finite and not _tied(np.sort(sample, axis=1), counts[:16], dense).any():  # ties are rare: quicksort
+        cols = np.argsort(neg, axis=1)
+        tied = np.flatnonzero(_tied(np.take_along_axis(neg, cols, axis=1), counts, dense).any(axis=1))
+        if len(tied):  # those rows again by the stable sort (ties by rank, the row's column)
+            cols[tied] = np.argsort(neg[tied], axis=1, kind="stable")
+    if cols is None:
+        cols = np.argsort(neg, axis=1, kind="stable")
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    if dense:
+        return (starts[:, None] + cols).ravel().astype(np.int64)
     return (starts[:, None] + cols)[cols < counts[:, None]].astype(np.int64)
+
+
+def _tied(ordered: npt.NDArray[np.float64], counts: npt.NDArray[np.int64], dense: bool) -> npt.NDArray[np.bool_]:
+    """Where sorted rows hold a score equal to the one before it (pads, +inf, not counted)."""
+    ties = ordered[:, 1:] == ordered[:, :-1]
+    if not dense:
+        ties &= np.arange(1, ordered.shape[1]) < counts[:, None]
+    return ties
 
 
 def rescored(frame: CandidateFrame, score: npt.ArrayLike) -> CandidateFrame:
     """``frame`` with new scores (one per entry), re-ranked by descending score, ties by the
-    old rank: what a columnar reranker returns (``score`` finite)."""
-    if not _is_ranked(frame):
-        frame, score = _ranked_with(frame, np.asarray(score, np.float64))
+    old rank: what a columnar reranker returns (``score`` finite). Each query keeps its entries'
+    positions and ranks (``0..``), so the new frame shares the ranked frame's queries and ranks."""
     score = np.asarray(score, np.float64)
+    if not _is_ranked(frame):
+        frame, score = _ranked_with(frame, score)
     order = _score_order(frame, score)
-    return _build(frame.n_queries, frame.query[order], frame.doc[order], score[order],
-                  None if frame.features is None else frame.features[order])
+    return CandidateFrame(query=np.asarray(frame.query, np.int32), doc=np.asarray(frame.doc[order], np.int64),
+                          score=score[order], rank=np.asarray(frame.rank, np.int32), n_queries=frame.n_queries,
+                          features=None if frame.features is None else frame.features[order])
 
 
 def _ranked_with(frame: CandidateFrame, score: npt.NDArray[Any]) -> tuple[CandidateFrame, npt.NDArray[Any]]:

@@ -8,6 +8,8 @@ over one set); :func:`run_prepared` runs one stage over them.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +26,7 @@ from kolm_search.engine.runs import RUN_COLUMNS
 from kolm_search.errors import KolmTypeError
 from kolm_search.types import SearchPipelineContext
 
-__all__ = ["PreparedQueries", "prepare_queries", "run_prepared", "run_queries"]
+__all__ = ["PreparedQueries", "prepare_queries", "queries_digest", "run_prepared", "run_queries"]
 
 
 @dataclass(frozen=True)
@@ -92,17 +94,33 @@ def run_prepared(stage: Any, prepared: PreparedQueries) -> pd.DataFrame:
             keep = (rank >= first[query]) & (rank < target[query])
             query, doc, rank, score = query[keep], doc[keep], rank[keep], score[keep]
         q = rows[query]
-        cols = {"qid": _qid_column(prepared, group, q), "doc_id": ids.take(doc) if len(q) else np.zeros(0, object),
+        cols = {"qid": _qid_column(prepared, group, q).copy(),  # the column is reused (the copy of a wrapper)
+                "doc_id": ids.take(doc) if len(q) else np.zeros(0, object),
                 "rank": rank.astype(np.int64), "score": score.astype(np.float64)}
         if len(prepared.groups) > 1:
             cols["_order"] = q
-        parts.append(pd.DataFrame(cols))
+        parts.append(pd.DataFrame(cols, copy=False))  # every column is this run's own: not copied again
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("qid", "doc_id") else float) for c in RUN_COLUMNS})
     if len(parts) == 1:
         return parts[0]
     run = pd.concat(parts, ignore_index=True).sort_values(["_order", "rank"], kind="stable")
     return run.drop(columns="_order").reset_index(drop=True)
+
+
+def queries_digest(queries: Any, **options: Any) -> str | None:
+    """A digest of a queries DataFrame as :func:`prepare_queries` reads it (its ``qid`` and
+    ``query`` columns, each qid with its type) and the ``options`` given with it (``limit``,
+    ``offset``, ...), or None when it cannot be made alike each time (not a DataFrame, a qid
+    neither str nor int, a query that is no str): then nothing is cached by it."""
+    if not isinstance(queries, pd.DataFrame) or "qid" not in queries.columns or "query" not in queries.columns:
+        return None
+    qids, texts = queries["qid"].tolist(), queries["query"].tolist()
+    if not all(type(q) in (str, int) for q in qids) or not all(type(t) is str for t in texts):
+        return None
+    head = f"queries/1|{json.dumps(options, sort_keys=True, default=repr)}|{len(qids)}"
+    body = "\x1e".join(f"{type(q).__name__}:{q!r}\x1f{len(t)}:{t}" for q, t in zip(qids, texts, strict=True))
+    return hashlib.sha256(f"{head}\x1d{body}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _batch(prepared: PreparedQueries, group: int, limit: int) -> QueryBatch:

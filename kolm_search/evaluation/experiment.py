@@ -10,11 +10,12 @@ from typing import Any
 import pandas as pd
 
 from kolm_search.compose.cache import StageCache
-from kolm_search.compose.queries import PreparedQueries, prepare_queries, run_prepared
+from kolm_search.compose.queries import PreparedQueries, prepare_queries, queries_digest, run_prepared
+from kolm_search.compose.run_cache import RunCache
 from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
 from kolm_search.engine.runs import as_qrels
-from kolm_search.errors import KolmValueError
+from kolm_search.errors import KolmError, KolmValueError
 from kolm_search.evaluation.compare import compare, per_query_table
 from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.runner import run_queries
@@ -32,8 +33,12 @@ class Experiment:
     queries) run once per experiment (``bm25 % 100 >> r1`` and ``bm25 % 100 >> r2`` run BM25
     once), and with ``cache_dir`` every stage's output is kept on disk
     (:class:`~kolm_search.compose.StageCache`, under ``cache_dir/stages``), so a second
-    experiment over the folder runs only the stages whose parameters, index or input changed.
-    ``shared`` (a :class:`~kolm_search.compose.RunState`) counts what was computed and reused.
+    experiment over the folder runs only the stages whose parameters, index or input changed;
+    each pipeline's finished run is kept too (:class:`~kolm_search.compose.run_cache.RunCache`,
+    under ``cache_dir/runs``, keyed by the pipeline's fingerprint and a digest of the queries
+    and the limit), so a pipeline that did not change is read back whole, without walking its
+    stages. ``shared`` (a :class:`~kolm_search.compose.RunState`) counts what was computed and
+    reused (a run read whole counts once under the pipeline's fingerprint).
 
     Parameters
     ----------
@@ -47,7 +52,8 @@ class Experiment:
         As in :func:`kolm_search.evaluation.compare` (several baselines, Tukey's HSD, FDR control).
     cache_dir : path, optional
         A client's runs are cached there as parquet (``<dataset>__<pipeline>.parquet``) and
-        reused; a stage's outputs go to ``cache_dir/stages``, keyed by fingerprints.
+        reused; a stage's outputs go to ``cache_dir/stages`` and a stage pipeline's finished
+        runs to ``cache_dir/runs``, keyed by fingerprints (``run_cache`` reads them).
     progress : bool
         Progress bars while searching.
     drop_self_hits : bool, optional
@@ -93,7 +99,9 @@ class Experiment:
         self.runs: dict[str, pd.DataFrame] = {}
         self.score_cache = score_cache
         self._prepared: tuple[Any, PreparedQueries] | None = None
+        self._digest: tuple[Any, str | None] | None = None
         self.shared = RunState(cache=None if self.cache_dir is None else StageCache(self.cache_dir / "stages"))
+        self.run_cache = None if self.cache_dir is None else RunCache(self.cache_dir / "runs")
 
     def _cache_path(self, name: str) -> Path | None:
         if self.cache_dir is None:
@@ -128,14 +136,40 @@ class Experiment:
         return self.runs
 
     def _run_stage(self, stage: Stage, queries: pd.DataFrame) -> pd.DataFrame:
-        """A stage's run, prefixes shared with the experiment's other stages (and cached); the
-        queries are checked and planned once for all of them."""
+        """A stage's run: read whole from the run cache, else computed with prefixes shared with
+        the experiment's other stages (and cached); the queries are checked and planned once for
+        all of them."""
+        key = self._run_key(stage, queries)
+        if key is not None and self.run_cache is not None:
+            found = self.run_cache.get(*key)
+            if found is not None:
+                self.shared.reused[key[0]] += 1
+                return found
         limit = self.limit + 1 if self.drop_self_hits else self.limit
         if self._prepared is None or self._prepared[0] is not queries:
             self._prepared = (queries, prepare_queries(queries, limit=limit))
         with sharing(self.shared):
             run = run_prepared(stage, self._prepared[1])
-        return drop_self_hits(run, self.limit)[0] if self.drop_self_hits else run
+        if self.drop_self_hits:
+            run = drop_self_hits(run, self.limit)[0]
+        if key is not None and self.run_cache is not None:
+            self.run_cache.put(*key, run)
+        return run
+
+    def _run_key(self, stage: Stage, queries: pd.DataFrame) -> tuple[str, str] | None:
+        """(the pipeline's fingerprint, the digest of the queries and of how the run is cut) of
+        its run in the run cache, or None (no cache, a stage declaring no fingerprint, queries
+        that cannot be digested)."""
+        if self.run_cache is None:
+            return None
+        if self._digest is None or self._digest[0] is not queries:
+            self._digest = (queries, queries_digest(queries, limit=self.limit, drop_self_hits=self.drop_self_hits))
+        if self._digest[1] is None:
+            return None
+        try:
+            return stage.fingerprint(), self._digest[1]
+        except KolmError:
+            return None
 
     def run(self) -> ComparisonTable:
         """Search (or reuse cached runs) and return the :func:`compare` table (``.to_latex()``,

@@ -1,0 +1,198 @@
+"""Runs read whole from an experiment's cache (issue 27, item 4): a second experiment over the
+same ``cache_dir`` reads each pipeline's finished run (``cache_dir/runs``) without walking a
+stage; a change of a parameter, of the queries, of the limit or of the index recomputes. Oracles:
+the same pipelines in an experiment without a cache, and each pipeline run on its own."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kolm_search import BM25Retriever, Experiment, as_stage
+from kolm_search.compose import RerankerStage
+from kolm_search.compose.frame_ops import rescored
+from kolm_search.compose.run_cache import RunCache
+from kolm_search.io import load_dataset
+
+
+class Counted(BM25Retriever):
+    calls = 0
+
+    def retrieve_batch(self, batch: Any) -> Any:
+        type(self).calls += 1
+        return super().retrieve_batch(batch)
+
+
+class Prior(RerankerStage):
+    """A columnar reranker: ``score + weight * (doc code % 7)``, re-sorted."""
+
+    def __init__(self, weight: float) -> None:
+        self.weight = weight
+
+    def stage_params(self) -> dict[str, Any]:
+        return {"weight": self.weight}
+
+    def transform(self, batch: Any, candidates: Any) -> Any:
+        return rescored(candidates, candidates.score + self.weight * (candidates.doc % 7))
+
+
+@pytest.fixture(scope="module")
+def ds():  # type: ignore[no-untyped-def]
+    data = load_dataset("cranfield")
+    keep = set(data.judged_queries()["qid"].iloc[:30])
+    data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
+    data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
+    return data
+
+
+def _pipes(corpus: pd.DataFrame, weights: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5), k: int = 30,
+           k1: float = 0.9) -> dict[str, Any]:
+    first = Counted(corpus, k1=k1) % k
+    return {f"prior{w}": first >> Prior(w) for w in weights}
+
+
+def _run(pipes: dict[str, Any], ds: Any, cache: Path | None, **kw: Any) -> Experiment:
+    kw = {"limit": 20, "drop_self_hits": False} | kw
+    exp = Experiment(pipes, ds, ["ndcg@10"], progress=False, cache_dir=cache, **kw)
+    exp.run_pipelines()
+    return exp
+
+
+def _same_as_uncached(exp: Experiment, pipes: dict[str, Any], ds: Any, **kw: Any) -> None:
+    plain = _run(pipes, ds, None, **kw)
+    for name in pipes:
+        pd.testing.assert_frame_equal(exp.runs[name], plain.runs[name])
+
+
+def test_a_second_experiment_reads_every_run_whole(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    first = _run(_pipes(ds.corpus), ds, tmp_path)
+    assert first.run_cache is not None and first.run_cache.writes == 5
+    Counted.calls = 0
+    again = _run(_pipes(ds.corpus), ds, tmp_path)
+    assert again.run_cache is not None and again.run_cache.reads == 5
+    assert Counted.calls == 0 and not again.shared.computed and sum(again.shared.reused.values()) == 5
+    assert again.shared.cache is not None and again.shared.cache.reads == 0  # type: ignore[attr-defined]
+    _same_as_uncached(again, _pipes(ds.corpus), ds)
+    queries = ds.judged_queries()
+    for name, pipe in _pipes(ds.corpus).items():
+        pd.testing.assert_frame_equal(again.runs[name], pipe(queries, limit=20))
+
+
+@pytest.mark.parametrize("change", ["weight", "cutoff", "k1", "limit", "query text", "qid", "fewer queries",
+                                    "index", "self hits"])
+def test_any_change_recomputes(ds, tmp_path: Path, change: str) -> None:  # type: ignore[no-untyped-def]
+    _run(_pipes(ds.corpus), ds, tmp_path)
+    data, pipes, kw = copy.copy(ds), _pipes(ds.corpus), {}
+    if change == "weight":
+        pipes = _pipes(ds.corpus, (0.1, 0.2, 0.3, 0.4, 0.55))
+    elif change == "cutoff":
+        pipes = _pipes(ds.corpus, k=25)
+    elif change == "k1":
+        pipes = _pipes(ds.corpus, k1=1.3)
+    elif change == "limit":
+        kw = {"limit": 15}
+    elif change == "query text":
+        data.queries = ds.queries.assign(query=ds.queries["query"].where(ds.queries.index != 3, "shock wave boundary"))
+    elif change == "qid":
+        old = ds.queries["qid"].astype(str)
+        data.queries = ds.queries.assign(qid=old.where(ds.queries.index != 3, "renamed"))
+        data.qrels = ds.qrels.assign(qid=ds.qrels["qid"].astype(str).where(ds.qrels["qid"] != old[3], "renamed"))
+    elif change == "fewer queries":
+        data.queries = ds.queries.iloc[:-1].reset_index(drop=True)
+    elif change == "index":
+        corpus = ds.corpus.copy()
+        corpus.loc[0, "content"] = "shock waves " + str(corpus.loc[0, "content"])
+        data.corpus = corpus
+        pipes = _pipes(corpus)
+    elif change == "self hits":
+        kw = {"drop_self_hits": True}
+    Counted.calls = 0
+    exp = _run(pipes, data, tmp_path, **kw)
+    assert exp.run_cache is not None
+    changed = 1 if change == "weight" else 5
+    assert exp.run_cache.reads == 5 - changed and exp.run_cache.writes == changed
+    if change != "qid":  # a stage's output does not depend on qids: a renamed query's are read from the stage cache
+        assert sum(exp.shared.computed.values()) >= changed
+    # the stage cache keeps BM25's output where its input is the same (``% 30`` asks BM25 for 30 whatever the limit)
+    assert Counted.calls == (0 if change in ("weight", "limit", "self hits", "qid") else 1)
+    _same_as_uncached(exp, pipes, data, **kw)
+    Counted.calls = 0
+    again = _run(pipes, data, tmp_path, **kw)  # and the new runs are read whole in turn
+    assert again.run_cache is not None and again.run_cache.reads == 5 and not again.shared.computed
+    _same_as_uncached(again, pipes, data, **kw)
+
+
+def test_a_damaged_run_is_read_through_the_stage_cache(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    first = _run(_pipes(ds.corpus), ds, tmp_path)
+    files = sorted((tmp_path / "runs").glob("*.arrow"))
+    assert len(files) == 5
+    files[0].write_bytes(files[0].read_bytes()[:100])
+    with pytest.warns(RuntimeWarning, match="run cache file .* is damaged"):
+        again = _run(_pipes(ds.corpus), ds, tmp_path)
+    assert again.run_cache is not None and again.run_cache.damaged == 1 and again.run_cache.reads == 4
+    assert not again.shared.computed  # the damaged run's stages were read from the stage cache
+    for name in first.runs:
+        pd.testing.assert_frame_equal(again.runs[name], first.runs[name])
+
+
+def test_a_stage_without_fingerprint_is_not_cached_whole(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    class Plain:
+        def __init__(self, corpus: pd.DataFrame) -> None:
+            self.bm25 = BM25Retriever(corpus)
+            self.table = self.bm25.table
+
+        def retrieve_batch(self, batch: Any) -> Any:
+            return self.bm25.retrieve_batch(batch)
+
+        def retrieve(self, context: Any) -> Any:
+            return self.bm25.retrieve(context)
+
+    pipes = {"plain": as_stage(Plain(ds.corpus)) % 20 >> Prior(0.3)}
+    exp = _run(pipes, ds, tmp_path)
+    assert exp.run_cache is not None and exp.run_cache.writes == 0
+    _same_as_uncached(exp, pipes, ds)
+
+
+@pytest.mark.parametrize("qids", ["str", "int"])
+def test_run_cache_round_trips_a_run_and_refuses_damage(tmp_path: Path, qids: str) -> None:
+    rng = np.random.default_rng(0)
+    run = pd.DataFrame({"qid": pd.Series(["q1", "q1", "q7"] * 20).array if qids == "str" else np.repeat([3, 1, 2], 20),
+                        "doc_id": pd.Series([f"d{i}" for i in rng.integers(0, 50, 60)]).array,
+                        "rank": np.tile(np.arange(20, dtype=np.int64), 3), "score": rng.standard_normal(60)})
+    cache = RunCache(tmp_path)
+    assert cache.put("stage-a", "queries-1", run)
+    pd.testing.assert_frame_equal(cache.get("stage-a", "queries-1"), run)
+    assert cache.get("stage-a", "queries-2") is None  # no file: not a warning
+    cache.file_for("stage-b", "queries-1").write_bytes(cache.file_for("stage-a", "queries-1").read_bytes())
+    with pytest.warns(RuntimeWarning, match="damaged.*'stage' is 'stage-a'"):
+        assert cache.get("stage-b", "queries-1") is None
+    path = cache.file_for("stage-a", "queries-1")
+    good = path.read_bytes()
+    for j in rng.choice(len(good), size=60, replace=False):  # any flipped byte: equal, or refused with a warning
+        raw = bytearray(good)
+        raw[int(j)] ^= 0xFF
+        path.write_bytes(bytes(raw))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            got = cache.get("stage-a", "queries-1")
+        if got is None:
+            assert any("damaged" in str(w.message) for w in seen)
+        else:
+            pd.testing.assert_frame_equal(got, run)
+
+
+def test_a_run_that_would_not_read_back_as_itself_is_not_stored(tmp_path: Path) -> None:
+    cache = RunCache(tmp_path)
+    empty = pd.DataFrame({"qid": np.zeros(0, object), "doc_id": np.zeros(0, object), "rank": np.zeros(0, np.int64),
+                          "score": np.zeros(0)})
+    tuples = pd.DataFrame({"qid": pd.Series([("a", 1)], dtype=object), "doc_id": ["d1"], "rank": [0], "score": [1.0]})
+    shifted = pd.DataFrame({"qid": ["q"], "doc_id": ["d1"], "rank": [0], "score": [1.0]}, index=[5])
+    for run in (empty, tuples, shifted):
+        assert not cache.put("stage-a", "queries-1", run)
+    assert cache.writes == 0 and not list(tmp_path.iterdir())
