@@ -128,14 +128,23 @@ def _path_chunks(path: Path, size: int | None, chars: int) -> Iterator[CorpusChu
         raise KolmValueError(f"{path}: a corpus file is .jsonl[.gz], .parquet or .tsv[.gz]")
 
 
-def _table(frame: pd.DataFrame, where: str, first: str, *, direct: bool = False) -> DocumentTable:
+def _table(frame: pd.DataFrame, where: str, unit: str, numbers: npt.NDArray[np.int64], *,
+           direct: bool = False) -> DocumentTable:
     """A chunk's table (``direct``: of a frame of the table's own columns, else as
-    :meth:`DocumentTable.from_frame` takes one); its errors name ``where`` and its ``first``
-    document's place."""
+    :meth:`DocumentTable.from_frame` takes one); a duplicate id names both places, another
+    error ``where`` and the chunk's first document."""
+    if "id" in frame.columns:
+        dup = frame["id"].duplicated().to_numpy()
+        if dup.any():
+            row = int(np.flatnonzero(dup)[0])
+            doc_id = frame["id"].iloc[row]
+            first = int(np.flatnonzero((frame["id"] == doc_id).to_numpy())[0])
+            raise FrameValidationError(f"{where}: {unit} {numbers[row]}: duplicate document id {doc_id!r} "
+                                       f"(first at {where}: {unit} {numbers[first]})")
     try:
         return DocumentTable(frame) if direct else DocumentTable.from_frame(frame)
     except (KolmValueError, KolmTypeError) as exc:
-        raise FrameValidationError(f"{where} (chunk from {first}): {exc}") from exc
+        raise FrameValidationError(f"{where} (chunk from {unit} {numbers[0] if len(numbers) else 0}): {exc}") from exc
 
 
 class _Rows:
@@ -158,8 +167,8 @@ class _Rows:
     def chunk(self, where: str, unit: str) -> CorpusChunk:
         """The rows gathered as a chunk (and a fresh start)."""
         frame = pd.DataFrame(self.rows, columns=list(DOCUMENT_FIELDS))
-        out = CorpusChunk(_table(frame, where, f"{unit} {self.numbers[0]}", direct=True), where, unit,
-                          np.asarray(self.numbers, np.int64))
+        numbers = np.asarray(self.numbers, np.int64)
+        out = CorpusChunk(_table(frame, where, unit, numbers, direct=True), where, unit, numbers)
         self.rows, self.numbers, self.n_chars = [], [], 0
         return out
 
@@ -226,7 +235,7 @@ def _parquet_chunks(path: Path, size: int | None, chars: int) -> Iterator[Corpus
                     for lo in range(0, n, step):
                         part = frame.iloc[lo:lo + step]
                         numbers = np.arange(start + lo, start + lo + len(part), dtype=np.int64)
-                        yield CorpusChunk(_table(part, where, f"row {start + lo}"), where, "row", numbers)
+                        yield CorpusChunk(_table(part, where, "row", numbers), where, "row", numbers)
                     start += n
             except pa.ArrowException as exc:
                 raise FrameValidationError(f"{where}: cannot read it ({type(exc).__name__}: {exc})") from exc
@@ -266,8 +275,8 @@ def _frame_chunks(frames: Iterable[Any], size: int | None) -> Iterator[CorpusChu
         for lo in range(0, len(frame), step):
             part = frame.iloc[lo:lo + step]
             where = f"documents (DataFrame {k})"
-            yield CorpusChunk(_table(part, where, f"document {start}"), where, "document",
-                              np.arange(start, start + len(part), dtype=np.int64))
+            numbers = np.arange(start, start + len(part), dtype=np.int64)
+            yield CorpusChunk(_table(part, where, "document", numbers), where, "document", numbers)
             start += len(part)
 
 
