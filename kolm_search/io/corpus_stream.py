@@ -29,7 +29,7 @@ TSV), the file, row group and row (parquet) or the document's position (iterable
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,9 @@ import pandas as pd
 
 from kolm_search._params import positive_int
 from kolm_search.engine.doctable import DOCUMENT_FIELDS, DocumentTable
-from kolm_search.errors import FrameValidationError, KolmError, KolmTypeError, KolmValueError
+from kolm_search.errors import FrameValidationError, KolmTypeError, KolmValueError
 from kolm_search.io._text import text_lines
 from kolm_search.io.beir import _find, _jsonl
-from kolm_search.types import SearchDocument
 
 __all__ = ["CorpusChunk", "corpus_chunks"]
 
@@ -134,17 +133,22 @@ def _table(frame: pd.DataFrame, where: str, unit: str, numbers: npt.NDArray[np.i
     :meth:`DocumentTable.from_frame` takes one); a duplicate id names both places, another
     error ``where`` and the chunk's first document."""
     if "id" in frame.columns:
-        dup = frame["id"].duplicated().to_numpy()
-        if dup.any():
-            row = int(np.flatnonzero(dup)[0])
-            doc_id = frame["id"].iloc[row]
-            first = int(np.flatnonzero((frame["id"] == doc_id).to_numpy())[0])
-            raise FrameValidationError(f"{where}: {unit} {numbers[row]}: duplicate document id {doc_id!r} "
-                                       f"(first at {where}: {unit} {numbers[first]})")
+        _check_unique(frame["id"], where, unit, numbers)
     try:
         return DocumentTable(frame) if direct else DocumentTable.from_frame(frame)
     except (KolmValueError, KolmTypeError) as exc:
         raise FrameValidationError(f"{where} (chunk from {unit} {numbers[0] if len(numbers) else 0}): {exc}") from exc
+
+
+def _check_unique(ids: pd.Series, where: str, unit: str, numbers: npt.NDArray[np.int64]) -> None:
+    """Refuse a duplicate among a chunk's ``ids``, naming both places."""
+    dup = ids.duplicated().to_numpy()
+    if dup.any():
+        row = int(np.flatnonzero(dup)[0])
+        doc_id = ids.iloc[row]
+        first = int(np.flatnonzero((ids == doc_id).to_numpy())[0])
+        raise FrameValidationError(f"{where}: {unit} {numbers[row]}: duplicate document id {doc_id!r} "
+                                   f"(first at {where}: {unit} {numbers[first]})")
 
 
 class _Rows:
@@ -287,16 +291,35 @@ def _iterable_chunks(items: Iterator[Any], size: int | None, chars: int) -> Iter
     if isinstance(first, pd.DataFrame):
         yield from _frame_chunks(_prepend(first, items), size)
         return
-    rows = _Rows(size, chars)
-    for i, item in enumerate(_prepend(first, items)):
-        try:
-            doc = SearchDocument.from_dict(item)
-        except KolmError as exc:
-            raise FrameValidationError(f"documents: document {i}: {exc}") from exc
-        if rows.add(i, doc.id, doc.content, doc.title, doc.source, doc.tags, doc.metadata):
-            yield rows.chunk("documents", "document")
-    if rows.rows:
-        yield rows.chunk("documents", "document")
+    batch: list[Any] = []
+    start = n_chars = 0
+    for item in _prepend(first, items):
+        batch.append(item)
+        content = item.get("content") if isinstance(item, Mapping) else getattr(item, "content", None)
+        n_chars += len(content) if isinstance(content, str) else 0
+        if (size is not None and len(batch) >= size) or n_chars >= chars:
+            yield _documents_chunk(batch, start)
+            start += len(batch)
+            batch, n_chars = [], 0
+    if batch:
+        yield _documents_chunk(batch, start)
+
+
+def _documents_chunk(batch: list[Any], start: int) -> CorpusChunk:
+    """Documents (dicts or ``SearchDocument`` s) ``start ..`` as a chunk; an error names the document."""
+    numbers = np.arange(start, start + len(batch), dtype=np.int64)
+    try:
+        table = DocumentTable.from_documents(batch)
+    except (KolmValueError, KolmTypeError) as exc:
+        singles = []
+        for i, item in enumerate(batch):  # which document: each one alone
+            try:
+                singles.append(DocumentTable.from_documents([item]))
+            except (KolmValueError, KolmTypeError) as one:
+                raise FrameValidationError(f"documents: document {start + i}: {one}") from one
+        _check_unique(pd.Series([t.ids[0] for t in singles]), "documents", "document", numbers)
+        raise FrameValidationError(f"documents (chunk from document {start}): {exc}") from exc
+    return CorpusChunk(table, "documents", "document", numbers)
 
 
 def _prepend(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

@@ -63,20 +63,6 @@ _ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # save
     "nonocc": ("float", np.float32), "doc_len": ("int", np.int64)}
 
 
-def bm25_payload(config: dict[str, Any], n_docs: int, vocab: list[str], arrays: Mapping[str, FileSource],
-                 documents: FileSource) -> Payload:
-    """What :meth:`BM25Retriever.save` writes for an index whose files are on disk already (a
-    streaming build, :mod:`kolm_search.retrievers.stream_build`): ``arrays`` the ``.npy`` files of
-    ``t_ptr, t_docs, t_w, nonocc, doc_len, tf, term_max`` (its own statistics), ``documents`` the
-    parquet file of its table (:meth:`DocumentTable.to_arrow`)."""
-    missing = {*_ARRAYS, "tf", "term_max"} - set(arrays)
-    if missing:
-        raise KolmValueError(f"a BM25 payload lacks arrays {sorted(missing)}")
-    return Payload(_FORMAT, _VERSION, {"config": config, "n_docs": n_docs, "stats": "own"},
-                   blobs={"vocab": list(vocab)},
-                   files={**{name: ("npy", f) for name, f in arrays.items()}, "documents": ("parquet", documents)})
-
-
 @saved_kind("bm25")
 class BM25Retriever(SegmentedIndex, RetrieverStage):
     """Sparse BM25 retriever over a :class:`DocumentTable`.
@@ -214,17 +200,19 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         """
         from kolm_search.retrievers.stream_build import build_bm25
 
-        params = {"method": method, "k1": k1, "b": b, "delta": delta, "tokenizer": tokenizer, "fields": fields,
-                  "fusion_k": fusion_k, "n_threads": n_threads}
+        def probe(table: DocumentTable) -> BM25Retriever:  # a probe: the parameters, over a few documents
+            return cls(table, method=method, k1=k1, b=b, delta=delta, tokenizer=tokenizer, fields=fields,
+                       fusion_k=fusion_k, n_threads=n_threads, n_jobs=1, progress=False)
+
         kw: dict[str, Any] = {"chunk_size": chunk_size, "memory_limit": memory_limit, "n_jobs": n_jobs,
                               "progress": progress}
         if path is not None:
-            build_bm25(source, path, params, **kw)
+            build_bm25(source, path, probe, **kw)
             return cls.load(path, mmap=mmap, n_threads=n_threads, pruning=pruning)
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="kolm-bm25-") as tmp:
-            build_bm25(source, Path(tmp) / "index", params, **kw)
+            build_bm25(source, Path(tmp) / "index", probe, **kw)
             return cls.load(Path(tmp) / "index", mmap=False, n_threads=n_threads, pruning=pruning)
 
     # -- indexing ----------------------------------------------------------------------
@@ -436,6 +424,20 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         arrays["term_max"] = np.asarray(self.t_max, np.float32)
         return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": len(self.table), "stats": stats},
                        arrays=arrays, blobs={"vocab": list(self.vocab)}, tables={"documents": self.table})
+
+    def streamed_payload(self, n_docs: int, vocab: list[str], arrays: Mapping[str, FileSource],
+                         documents: FileSource) -> Payload:
+        """What :meth:`save` writes for an index of this configuration whose files are on disk
+        already (a streaming build, :mod:`kolm_search.retrievers.stream_build`, whose probe over
+        the corpus's first documents this is): ``arrays`` the ``.npy`` files of ``t_ptr, t_docs,
+        t_w, nonocc, doc_len, tf, term_max`` (own statistics), ``documents`` the parquet file of
+        the table (:meth:`DocumentTable.to_arrow`)."""
+        missing = {*_ARRAYS, "tf", "term_max"} - set(arrays)
+        if missing:
+            raise KolmValueError(f"a BM25 payload lacks arrays {sorted(missing)}")
+        return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": n_docs, "stats": "own"},
+                       blobs={"vocab": list(vocab)},
+                       files={**{name: ("npy", f) for name, f in arrays.items()}, "documents": ("parquet", documents)})
 
     # -- stage parameters (kolm_search.compose) ---------------------------------------------
     def stage_params(self) -> dict[str, Any]:

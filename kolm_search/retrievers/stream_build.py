@@ -27,10 +27,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import numpy.lib.format as npy_format
@@ -42,14 +42,13 @@ from kolm_search._progress import progress_bar
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError
 from kolm_search.io.corpus_stream import CorpusChunk, corpus_chunks
-from kolm_search.retrievers._persist import save_index
-from kolm_search.retrievers.bm25 import BM25Retriever, bm25_payload
+from kolm_search.retrievers._persist import FileSource, Payload, save_index
 from kolm_search.retrievers.bm25_weights import weigh_postings
 from kolm_search.retrievers.bounds import term_maxima
 from kolm_search.retrievers.postings import Postings
 from kolm_search.retrievers.spill import SpilledPostings
 
-__all__ = ["BuildSummary", "build_bm25", "default_memory_limit"]
+__all__ = ["BuildSummary", "StreamedIndex", "build_bm25", "default_memory_limit"]
 
 _SAMPLE = 32  # documents of the tokenizer's round trip (BM25Retriever.config)
 _BYTES_PER_CHAR = 12  # a chunk's memory per character of text: strings, frame, tokens, counts
@@ -76,6 +75,39 @@ class BuildSummary:
     nnz: int
     chunks: int
     blocks: int
+
+
+class StreamedIndex(Protocol):
+    """What a streaming build asks of the index it builds (a :class:`BM25Retriever` over a few
+    documents, made by the ``probe`` given to :func:`build_bm25`): its parameters, and the
+    payload of its files (:meth:`BM25Retriever.streamed_payload`)."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def k1(self) -> float: ...
+
+    @property
+    def b(self) -> float: ...
+
+    @property
+    def delta(self) -> float: ...
+
+    @property
+    def n_threads(self) -> int | None: ...
+
+    @property
+    def fields(self) -> tuple[str, ...]: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+
+    def config(self) -> dict[str, Any]: ...
+
+    def streamed_payload(self, n_docs: int, vocab: list[str], arrays: Mapping[str, FileSource],
+                         documents: FileSource) -> Payload: ...
 
 
 class _SpilledFile:
@@ -163,11 +195,12 @@ def _read_ids(parquet: Path, rows: npt.NDArray[np.int64]) -> list[str]:
     return [str(v) for v in column.take(rows).to_pylist()]
 
 
-def build_bm25(source: Any, path: str | Path, params: dict[str, Any], *, chunk_size: int | None = None,
+def build_bm25(source: Any, path: str | Path, probe: Callable[[DocumentTable], StreamedIndex], *, chunk_size: int | None = None,
                memory_limit: int | None = None, n_jobs: int | None = None,
                progress: bool | None = None) -> BuildSummary:
     """Index ``source`` (see :func:`~kolm_search.io.corpus_stream.corpus_chunks`) into folder
-    ``path`` with the BM25 parameters ``params`` (those of :class:`BM25Retriever`).
+    ``path``; ``probe(table)`` is an index of the build's parameters over ``table`` (the
+    corpus's first documents: :meth:`BM25Retriever.config` samples them).
 
     Parameters
     ----------
@@ -191,22 +224,23 @@ def build_bm25(source: Any, path: str | Path, params: dict[str, Any], *, chunk_s
     target = Path(path).expanduser()
     limit = positive_int("memory_limit", memory_limit, none=True) or default_memory_limit()
     chunk_size = positive_int("chunk_size", chunk_size, none=True)
-    probe = BM25Retriever([], **params, n_jobs=1, progress=False)  # checks the parameters
-    probe.config()  # and that the tokenizer can be saved, before any document is read
+    empty = probe(DocumentTable(pd.DataFrame(columns=["id", "content"])))  # checks the parameters
+    empty.config()  # and that the tokenizer can be saved, before any document is read
     if target.exists() and not target.is_dir():
         raise KolmValueError(f"{target}: not a folder; an index is saved to a folder")
     parent = target.parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=parent))
     try:
-        return _build(source, target, tmp, probe, chunk_size=chunk_size, limit=limit, n_jobs=n_jobs, progress=progress)
+        return _build(source, target, tmp, empty, probe, chunk_size=chunk_size, limit=limit, n_jobs=n_jobs, progress=progress)
     except OSError as exc:
         raise KolmError(f"{tmp}: the build failed on disk: {exc}") from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _build(source: Any, target: Path, tmp: Path, probe: BM25Retriever, *, chunk_size: int | None,
+def _build(source: Any, target: Path, tmp: Path, params: StreamedIndex,
+           probe: Callable[[DocumentTable], StreamedIndex], *, chunk_size: int | None,
            limit: int, n_jobs: int | None, progress: bool | None) -> BuildSummary:
     import pyarrow.parquet as pq
 
@@ -215,7 +249,7 @@ def _build(source: Any, target: Path, tmp: Path, probe: BM25Retriever, *, chunk_
     sample: list[DocumentTable] = []
     table_path = tmp / "documents.parquet"
     writer = pq.ParquetWriter(table_path, DocumentTable(pd.DataFrame(columns=["id", "content"])).to_arrow().schema)
-    fields: Sequence[str] = probe.fields
+    fields: Sequence[str] = params.fields
     with progress_bar(None, "bm25 build: read", "doc", progress=progress) as bar:
         for chunk in corpus_chunks(source, chunk_size=chunk_size, chunk_chars=max(1, limit // _BYTES_PER_CHAR)):
             table = chunk.table
@@ -223,7 +257,7 @@ def _build(source: Any, target: Path, tmp: Path, probe: BM25Retriever, *, chunk_
             if sum(map(len, sample)) < _SAMPLE:
                 sample.append(table.take(np.arange(min(len(table), _SAMPLE))))
             writer.write_table(table.to_arrow())
-            spill.add(Postings.from_texts(table.texts(fields), probe.tokenizer, n_jobs=n_jobs, progress=False))
+            spill.add(Postings.from_texts(table.texts(fields), params.tokenizer, n_jobs=n_jobs, progress=False))
             bar.update(len(table))
     writer.close()
     places.check_unique(lambda rows: _read_ids(table_path, rows))
@@ -243,8 +277,9 @@ def _build(source: Any, target: Path, tmp: Path, probe: BM25Retriever, *, chunk_
     with progress_bar(nnz, "bm25 build: weigh", "posting", progress=progress) as bar:
         for block in spill.blocks(max(1, limit // _BYTES_PER_POSTING)):
             part = Postings(vocab[block.start:block.stop], block.t_ptr, block.p_doc, block.tf, lengths)
-            t_w, block_nonocc = weigh_postings(part, df[block.start:block.stop], n, avgdl, method=probe.method,
-                                               k1=probe.k1, b=probe.b, delta=probe.delta, n_threads=probe.n_threads)
+            t_w, block_nonocc = weigh_postings(part, df[block.start:block.stop], n, avgdl, method=params.method,
+                                               k1=params.k1, b=params.b, delta=params.delta,
+                                               n_threads=params.n_threads)
             nonocc[block.start:block.stop] = block_nonocc
             t_max[block.start:block.stop] = term_maxima(block.t_ptr, t_w)
             out["t_docs"].write(block.p_doc)
@@ -254,11 +289,10 @@ def _build(source: Any, target: Path, tmp: Path, probe: BM25Retriever, *, chunk_
             bar.update(len(t_w))
     files = {name: w.close() for name, w in out.items()}
     head = DocumentTable.concat(sample) if sample else DocumentTable(pd.DataFrame(columns=["id", "content"]))
-    config = BM25Retriever(head.take(np.arange(min(len(head), _SAMPLE))), **probe.stage_params(), n_jobs=1,
-                 progress=False).config()
+    first = probe(head.take(np.arange(min(len(head), _SAMPLE))))
     spilled = {"t_ptr": _npy(tmp, "out_t_ptr", t_ptr, np.int64), **files,
                "nonocc": _npy(tmp, "out_nonocc", nonocc, np.float32),
                "doc_len": _npy(tmp, "out_doc_len", lengths, np.int64),
                "term_max": _npy(tmp, "out_term_max", t_max, np.float32)}
-    save_index(target, bm25_payload(config, n, vocab, spilled, _SpilledFile(table_path)))
+    save_index(target, first.streamed_payload(n, vocab, spilled, _SpilledFile(table_path)))
     return BuildSummary(target, n, len(vocab), nnz, len(places.chunks), n_blocks)
