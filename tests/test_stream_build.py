@@ -199,3 +199,34 @@ def test_a_failed_build_keeps_the_old_index(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "ix").iterdir()) == before
     assert len(BM25Retriever.load(tmp_path / "ix").table) == 2
     _no_leftovers(tmp_path, "ix")
+
+
+def test_a_build_that_fails_while_saving_leaves_no_index_and_no_temp_files(tmp_path: Path, monkeypatch: Any) -> None:
+    from kolm_search.retrievers import _persist
+
+    def fail(label: str) -> None:
+        if label == "manifest written":
+            raise OSError("disk full")
+
+    monkeypatch.setattr(_persist, "_step_hook", fail)
+    with pytest.raises(Exception, match="disk full"):
+        BM25Retriever.build([{"id": "a", "content": "apple"}], tmp_path / "ix", chunk_size=1, progress=False)
+    assert not (tmp_path / "ix" / "manifest.json").exists()
+    assert [p.name for p in (tmp_path / "ix").iterdir()] == [".kolm-save.lock"]  # no array, table or manifest
+    _no_leftovers(tmp_path, "ix")
+
+
+def test_progress_bars_count_documents_then_postings(tmp_path: Path, monkeypatch: Any) -> None:
+    from kolm_search.retrievers import stream_build
+
+    seen: list[tuple[Any, str, str]] = []
+    real = stream_build.progress_bar
+
+    def spy(total: Any, desc: str, unit: str, **kw: Any) -> Any:
+        seen.append((total, desc, unit))
+        return real(total, desc, unit, **kw)
+
+    monkeypatch.setattr(stream_build, "progress_bar", spy)
+    built = BM25Retriever.build([{"id": "a", "content": "apple sea"}, {"id": "b", "content": "sea"}], tmp_path / "ix",
+                                progress=True)
+    assert seen == [(None, "bm25 build: read", "doc"), (len(built.t_docs), "bm25 build: weigh", "posting")]
