@@ -4,8 +4,9 @@ Rerun: ``python bench_stream_build.py --docs 250000 1000000``. A synthetic corpu
 passage lengths (lognormal, mean ~55 words) over a Zipf vocabulary of 200,000 made-up words
 (exponent 1.05) is written once per size to ``--dir`` as ``corpus-<docs>.jsonl.gz`` (BEIR
 records). Each build runs in its own fresh process (paired processes, one at a time) that
-reports its wall time, its peak RSS (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) and the
-peak of its RSS plus its tokenising workers' (psutil, sampled every 50 ms):
+reports its wall time, its peak RSS (``VmHWM``; ``ru_maxrss`` would include this driver's, which a
+child inherits across fork and exec) and the peak of its RSS plus its tokenising workers'
+(psutil, sampled every 50 ms; workers are forked from the forkserver):
 
 - ``stream``: ``kolm_search.retrievers.stream_build.build_bm25`` (what ``BM25Retriever.build``
   runs before it loads the index) from the file to an index folder, at the default ``memory_limit`` (a quarter of the machine's RAM)
@@ -97,6 +98,15 @@ class TreeRss:
         return self.peak / 2**20
 
 
+def vm_hwm_mb() -> float:
+    """This process's peak RSS (``VmHWM`` of /proc/self/status): unlike ``getrusage``'s
+    ``ru_maxrss``, which keeps the parent's peak across fork and exec, it counts this program only."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def child(mode: str, corpus: Path, out: Path, limit: int | None) -> None:
     """One build in this process; prints ``{"seconds", "peak_rss_mb", ...}`` as JSON."""
     tree = TreeRss()
@@ -123,7 +133,7 @@ def child(mode: str, corpus: Path, out: Path, limit: int | None) -> None:
         tokens = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False)
         bm25s.BM25(method="lucene", k1=1.5, b=0.75).index(tokens, show_progress=False)
     seconds = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    rss = vm_hwm_mb()
     print(json.dumps({"seconds": seconds, "peak_rss_mb": rss, "tree_peak_rss_mb": tree.close(), **extra}))
 
 
