@@ -230,3 +230,15 @@ def test_progress_bars_count_documents_then_postings(tmp_path: Path, monkeypatch
     built = BM25Retriever.build([{"id": "a", "content": "apple sea"}, {"id": "b", "content": "sea"}], tmp_path / "ix",
                                 progress=True)
     assert seen == [(None, "bm25 build: read", "doc"), (len(built.t_docs), "bm25 build: weigh", "posting")]
+
+
+def test_a_parquet_folder_and_a_gzipped_tsv(tmp_path: Path) -> None:
+    docs = [{"id": f"d{i}", "content": " ".join(WORDS[i % 7:i % 7 + 3])} for i in range(9)]
+    (tmp_path / "pq").mkdir()
+    for k, part in enumerate((docs[:4], docs[4:])):  # the files in name order
+        pq.write_table(pa.Table.from_pylist(part), tmp_path / "pq" / f"part-{k}.parquet", row_group_size=3)
+    with gzip.open(tmp_path / "c.tsv.gz", "wt", encoding="utf-8") as fh:
+        fh.writelines(f"{d['id']}\t{d['content']}\n" for d in docs)
+    oracle = _saved(BM25Retriever(docs), tmp_path)
+    _same(BM25Retriever.build(tmp_path / "pq", tmp_path / "a", chunk_size=2, progress=False), oracle)
+    _same(BM25Retriever.build(tmp_path / "c.tsv.gz", tmp_path / "b", chunk_size=2, progress=False), oracle)
