@@ -40,13 +40,13 @@ def progress_enabled(progress: bool | None = None) -> bool:
     return _ENABLED.get() if progress is None else bool(progress)
 
 
-def progress_bar(total: int, desc: str, unit: str, *, progress: bool | None = None, initial: int = 0) -> Any:
+def progress_bar(total: int | None, desc: str, unit: str, *, progress: bool | None = None, initial: int = 0) -> Any:
     """A ``tqdm`` bar on stderr (``update(n)``, ``close()``, or use it as a context manager).
 
     Parameters
     ----------
-    total : int
-        Items the phase will process.
+    total : int or None
+        Items the phase will process (None: not known, a stream).
     desc, unit : str
         ``"embed"``, ``"text"``: shown as ``embed: 40%|... | 512/1280 [00:12<00:18, 41.2text/s]``.
     progress : bool, optional

@@ -267,6 +267,23 @@ class DocumentTable:
         df["metadata"] = df["metadata"].map(lambda v: None if v is None else json.dumps(v, default=_json_value))
         df.to_parquet(path, index=False)
 
+    def to_arrow(self) -> Any:
+        """The columns :meth:`save` writes, as a ``pyarrow.Table`` of six string columns (tags and
+        metadata as JSON text): what :meth:`load` reads back, one schema for any rows (a streaming
+        build writes chunks of a corpus with it, :mod:`kolm_search.retrievers.stream_build`)."""
+        import pyarrow as pa
+
+        def text(values: list[Any]) -> list[str | None]:
+            return [v if isinstance(v, str) else None for v in values]
+
+        def as_json(values: list[Any]) -> list[str | None]:
+            return [None if v is None else json.dumps(v, default=_json_value) for v in values]
+
+        f = self.frame
+        columns = [text(f[c].tolist()) for c in DOCUMENT_FIELDS[:4]]
+        columns += [as_json([None if v is None else list(v) for v in f["tags"].tolist()]), as_json(f["metadata"].tolist())]
+        return pa.table(columns, schema=pa.schema([(c, pa.string()) for c in DOCUMENT_FIELDS]))
+
     @classmethod
     def load(cls, path: str | Path) -> DocumentTable:
         """Read a table written by :meth:`save`."""

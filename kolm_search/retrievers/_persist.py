@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 import filelock
 import numpy as np
@@ -51,7 +51,7 @@ from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
 from kolm_search.retrievers._saved import FILE_NAME, KEY, read_json
 
-__all__ = ["Payload", "save_index"]
+__all__ = ["FileSource", "Payload", "save_index"]
 
 _step_hook: Callable[[str], None] | None = None  # tests: called at every step of a save
 _LOCK_NAME = ".kolm-save.lock"
@@ -62,6 +62,16 @@ _LEGACY = {"kolm-search/bm25": ("vocab.json", "documents.parquet", "t_ptr.npy", 
                                 "doc_len.npy", "tf.npy"),
            "kolm-search/dense": ("embeddings.npy", "documents.parquet")}
 _KEY = re.compile(KEY)
+
+
+@runtime_checkable
+class FileSource(Protocol):
+    """A file's bytes already on disk (an array spilled by a streaming build, a parquet table
+    written in chunks), copied into the index rather than held in memory."""
+
+    def copy_to(self, fp: BinaryIO) -> None:
+        """Write the whole file to ``fp``."""
+        ...
 
 
 @dataclass
@@ -80,6 +90,9 @@ class Payload:
         Each written as its own ``.json`` file (a vocabulary).
     tables : dict of str -> DocumentTable
         Written as parquet.
+    files : dict of str -> (str, FileSource)
+        Files copied as they are: key -> (extension, source); a ``"npy"`` source must hold
+        one array as :mod:`numpy.lib.format` writes it.
     children : list of Payload
         Child indexes (a composite's retrievers, a feedback retriever's BM25 index), stored in
         the manifest's ``children`` with keys prefixed ``"<i>."``.
@@ -91,6 +104,7 @@ class Payload:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     blobs: dict[str, Any] = field(default_factory=dict)
     tables: dict[str, DocumentTable] = field(default_factory=dict)
+    files: dict[str, tuple[str, FileSource]] = field(default_factory=dict)
     children: list[Payload] = field(default_factory=list)
 
 
@@ -110,7 +124,7 @@ def _json_bytes(value: Any, what: str, indent: int | None = None) -> bytes:
 class _File:
     key: str  # with its children's prefix
     ext: str
-    value: Any  # ndarray, bytes (JSON), or DocumentTable
+    value: Any  # ndarray, bytes (JSON), DocumentTable or FileSource
     entry: dict[str, Any] = field(default_factory=dict)  # name, bytes, sha256 once written
 
 
@@ -125,6 +139,7 @@ def _prepared(payload: Payload, prefix: str = "") -> tuple[dict[str, Any], list[
         files.append(_File(prefix + name, "npy", a))
     files += [_File(prefix + name, "json", _json_bytes(v, f"{prefix + name}.json")) for name, v in payload.blobs.items()]
     files += [_File(prefix + name, "parquet", t) for name, t in payload.tables.items()]
+    files += [_File(prefix + name, ext, source) for name, (ext, source) in payload.files.items()]
     for f in files:
         if not _KEY.fullmatch(f.key):
             raise KolmValueError(f"file key {f.key!r} must be letters, digits and '_' (dots between children)")
@@ -166,7 +181,9 @@ def _write(root: Path, f: _File, generation: str) -> None:
     with (root / name).open("xb") as fp:
         _step(f"create {name}")
         out = _Digesting(fp)
-        if f.ext == "npy":
+        if isinstance(f.value, FileSource):
+            f.value.copy_to(out)  # type: ignore[arg-type]
+        elif f.ext == "npy":
             npy_format.write_array(out, f.value, allow_pickle=False)
         elif f.ext == "json":
             out.write(f.value)

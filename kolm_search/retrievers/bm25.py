@@ -30,7 +30,7 @@ from kolm_search.retrievers._batching import (
     retrieve_single,
     text_selections,
 )
-from kolm_search.retrievers._persist import Payload, save_index
+from kolm_search.retrievers._persist import FileSource, Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
 from kolm_search.retrievers.bm25_weights import (
     BM25_METHODS,
@@ -157,6 +157,63 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         self._set_arrays(arrays, vocab)
         self.own_stats = own_stats
         return self
+
+    @classmethod
+    def build(cls, source: Any, path: str | Path | None = None, *, chunk_size: int | None = None,
+              memory_limit: int | None = None, n_jobs: int | None = None, progress: bool | None = None,
+              mmap: bool = True, method: Method = "lucene", k1: float = 1.5, b: float = 0.75, delta: float = 0.5,
+              tokenizer: Tokenizer | None = None, fields: Sequence[str] = ("title", "content"),
+              fusion_k: float = 60, n_threads: int | None = None, pruning: Pruning = "auto") -> BM25Retriever:
+        """Build an index from a corpus streamed in chunks, never holding all its texts, save it to
+        folder ``path`` and load it (:mod:`kolm_search.retrievers.stream_build`).
+
+        The index equals ``BM25Retriever(documents, ...)`` of the same documents, array for
+        array and score for score, whatever ``chunk_size`` and ``memory_limit``.
+
+        Parameters
+        ----------
+        source : str, Path, DataFrame or iterable
+            A ``.jsonl[.gz]`` file of BEIR records, a BEIR folder, a ``.parquet`` file or folder,
+            a ``.tsv[.gz]`` file of ``id<TAB>text`` lines, or an iterable of documents (dicts,
+            ``SearchDocument`` s) or of DataFrames (:func:`kolm_search.io.corpus_stream.corpus_chunks`).
+        path : str or Path, optional
+            The index folder, replaced all or nothing. None: a temporary folder, the index loaded
+            into memory (``mmap=False``) and the folder removed.
+        chunk_size : int, optional
+            Most documents read and counted at a time (default: as ``memory_limit`` allows).
+        memory_limit : int, optional
+            Bytes that a chunk of documents and a block of postings may take (default: a quarter
+            of the machine's memory); 24 bytes per document and the vocabulary come on top.
+        n_jobs, progress
+            Processes tokenising each chunk; progress bars (documents/s, then postings/s).
+        mmap : bool
+            Load the saved arrays memory-mapped.
+        method, k1, b, delta, tokenizer, fields, fusion_k, n_threads, pruning
+            As the constructor takes them.
+
+        Raises
+        ------
+        FrameValidationError
+            A broken JSON line, a duplicate id, a missing or non-text field: naming the file and
+            the line (JSONL, TSV), the row group and row (parquet) or the position (iterables),
+            before anything is written; no temporary file is left.
+        """
+        from kolm_search.retrievers.stream_build import build_bm25
+
+        def probe(table: DocumentTable) -> BM25Retriever:  # a probe: the parameters, over a few documents
+            return cls(table, method=method, k1=k1, b=b, delta=delta, tokenizer=tokenizer, fields=fields,
+                       fusion_k=fusion_k, n_threads=n_threads, n_jobs=1, progress=False)
+
+        kw: dict[str, Any] = {"chunk_size": chunk_size, "memory_limit": memory_limit, "n_jobs": n_jobs,
+                              "progress": progress}
+        if path is not None:
+            build_bm25(source, path, probe, **kw)
+            return cls.load(path, mmap=mmap, n_threads=n_threads, pruning=pruning)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="kolm-bm25-") as tmp:
+            build_bm25(source, Path(tmp) / "index", probe, **kw)
+            return cls.load(Path(tmp) / "index", mmap=False, n_threads=n_threads, pruning=pruning)
 
     # -- indexing ----------------------------------------------------------------------
     def index_tokens(self, token_lists: Iterable[Sequence[str]], *, stats: CollectionStats | None = None) -> None:
@@ -367,6 +424,20 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         arrays["term_max"] = np.asarray(self.t_max, np.float32)
         return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": len(self.table), "stats": stats},
                        arrays=arrays, blobs={"vocab": list(self.vocab)}, tables={"documents": self.table})
+
+    def streamed_payload(self, n_docs: int, vocab: list[str], arrays: Mapping[str, FileSource],
+                         documents: FileSource) -> Payload:
+        """What :meth:`save` writes for an index of this configuration whose files are on disk
+        already (a streaming build, :mod:`kolm_search.retrievers.stream_build`, whose probe over
+        the corpus's first documents this is): ``arrays`` the ``.npy`` files of ``t_ptr, t_docs,
+        t_w, nonocc, doc_len, tf, term_max`` (own statistics), ``documents`` the parquet file of
+        the table (:meth:`DocumentTable.to_arrow`)."""
+        missing = {*_ARRAYS, "tf", "term_max"} - set(arrays)
+        if missing:
+            raise KolmValueError(f"a BM25 payload lacks arrays {sorted(missing)}")
+        return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": n_docs, "stats": "own"},
+                       blobs={"vocab": list(vocab)},
+                       files={**{name: ("npy", f) for name, f in arrays.items()}, "documents": ("parquet", documents)})
 
     # -- stage parameters (kolm_search.compose) ---------------------------------------------
     def stage_params(self) -> dict[str, Any]:

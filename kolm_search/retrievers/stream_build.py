@@ -1,0 +1,298 @@
+"""A BM25 index built from a corpus streamed in chunks, its memory bounded by ``memory_limit``.
+
+:func:`build_bm25` is what :meth:`BM25Retriever.build <kolm_search.retrievers.bm25.BM25Retriever.build>`
+runs. Its phases:
+
+1. **read and count** (:func:`kolm_search.io.corpus_stream.corpus_chunks`): each chunk of
+   documents is checked, its rows appended to a parquet file, its texts tokenised and counted
+   (:meth:`Postings.from_texts`, on ``n_jobs`` processes) and its postings spilled
+   (:class:`~.spill.SpilledPostings`); only a term index per chunk, the vocabulary, and 24
+   bytes per document (length, id hash, line) stay in memory;
+2. **check**: ids unique over the whole corpus (their 64-bit hashes sorted; a collision is
+   confirmed on the ids themselves), else the duplicate's place is named;
+3. **merge and weigh**: blocks of terms are read back term-major and weighted with the
+   collection's statistics (:func:`~.bm25_weights.weigh_postings`, elementwise, so a block's
+   weights are those of the whole), written to ``.npy`` files one block after another;
+4. **save**: :func:`~._persist.save_index` copies the files into the index folder and
+   switches its manifest, all or nothing.
+
+Every file of phases 1-3 lives in a temporary folder beside the target, removed when the build
+ends, however it ends; the target is touched only by phase 4, so a refused corpus or a failed
+build leaves the folder as it was. The index equals ``BM25Retriever(documents, ...)`` of the
+same documents saved to ``path``, array for array.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+import numpy as np
+import numpy.lib.format as npy_format
+import numpy.typing as npt
+import pandas as pd
+
+from kolm_search._params import positive_int
+from kolm_search._progress import progress_bar
+from kolm_search.engine.doctable import DocumentTable
+from kolm_search.errors import FrameValidationError, KolmError, KolmValueError
+from kolm_search.io.corpus_stream import CorpusChunk, corpus_chunks
+from kolm_search.retrievers._persist import FileSource, Payload, save_index
+from kolm_search.retrievers.bm25_weights import weigh_postings
+from kolm_search.retrievers.bounds import term_maxima
+from kolm_search.retrievers.postings import Postings
+from kolm_search.retrievers.spill import SpilledPostings
+
+__all__ = ["BuildSummary", "StreamedIndex", "build_bm25", "default_memory_limit"]
+
+_SAMPLE = 32  # documents of the tokenizer's round trip (BM25Retriever.config)
+_BYTES_PER_CHAR = 12  # a chunk's memory per character of text: strings, frame, tokens, counts
+_BYTES_PER_POSTING = 64  # a block's memory per posting: gathered, sorted, weighted, temporaries
+_COPY_BYTES = 1 << 24
+
+
+def default_memory_limit() -> int:
+    """A quarter of the machine's physical memory, in bytes (4 GiB where it cannot be read)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) // 4
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30
+
+
+@dataclass(frozen=True)
+class BuildSummary:
+    """What a streaming build wrote: ``path``, ``n_docs``, ``n_terms``, ``nnz`` (postings),
+    ``chunks`` (of documents read) and ``blocks`` (of terms weighted)."""
+
+    path: Path
+    n_docs: int
+    n_terms: int
+    nnz: int
+    chunks: int
+    blocks: int
+
+
+class StreamedIndex(Protocol):
+    """What a streaming build asks of the index it builds (a :class:`BM25Retriever` over a few
+    documents, made by the ``probe`` given to :func:`build_bm25`): its parameters, and the
+    payload of its files (:meth:`BM25Retriever.streamed_payload`)."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def k1(self) -> float: ...
+
+    @property
+    def b(self) -> float: ...
+
+    @property
+    def delta(self) -> float: ...
+
+    @property
+    def n_threads(self) -> int | None: ...
+
+    @property
+    def fields(self) -> tuple[str, ...]: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+
+    def config(self) -> dict[str, Any]: ...
+
+    def streamed_payload(self, n_docs: int, vocab: list[str], arrays: Mapping[str, FileSource],
+                         documents: FileSource) -> Payload: ...
+
+
+class _SpilledFile:
+    """A file of the temporary folder, copied into the index (a :class:`~._persist.FileSource`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def copy_to(self, fp: BinaryIO) -> None:
+        with self.path.open("rb") as src:
+            while data := src.read(_COPY_BYTES):
+                fp.write(data)
+
+
+class _NpyWriter:
+    """A 1-d ``.npy`` file of ``n`` values of ``dtype``, written block by block."""
+
+    def __init__(self, path: Path, dtype: type[np.generic], n: int) -> None:
+        self.path, self.dtype, self.n, self.written = path, np.dtype(dtype), n, 0
+        self.fp = path.open("wb")
+        header = npy_format.header_data_from_array_1_0(np.empty(0, self.dtype))
+        header["shape"] = (n,)
+        npy_format.write_array_header_1_0(self.fp, header)
+
+    def write(self, values: npt.ArrayLike) -> None:
+        arr = np.ascontiguousarray(values, self.dtype)
+        self.fp.write(arr.tobytes())
+        self.written += len(arr)
+
+    def close(self) -> _SpilledFile:
+        self.fp.close()
+        if self.written != self.n:
+            raise KolmError(f"{self.path}: wrote {self.written} values of {self.n} (a build bug)")
+        return _SpilledFile(self.path)
+
+
+def _npy(root: Path, name: str, values: npt.ArrayLike, dtype: type[np.generic]) -> _SpilledFile:
+    arr = np.asarray(values, dtype)
+    w = _NpyWriter(root / f"{name}.npy", dtype, len(arr))
+    w.write(arr)
+    return w.close()
+
+
+class _Places:
+    """Where each document came from, and the 64-bit hashes of the ids, for the duplicate check."""
+
+    def __init__(self) -> None:
+        self.hashes: list[npt.NDArray[np.uint64]] = []
+        self.chunks: list[tuple[str, str, npt.NDArray[np.int64]]] = []
+        self.starts = [0]
+
+    def add(self, chunk: CorpusChunk) -> None:
+        self.hashes.append(pd.util.hash_array(chunk.table.ids.astype(object)).astype(np.uint64))
+        self.chunks.append((chunk.where, chunk.unit, chunk.numbers))
+        self.starts.append(self.starts[-1] + len(chunk.table))
+
+    def place(self, doc: int) -> str:
+        k = int(np.searchsorted(self.starts, doc, side="right")) - 1
+        where, unit, numbers = self.chunks[k]
+        return f"{where}: {unit} {int(numbers[doc - self.starts[k]])}"
+
+    def check_unique(self, ids_of: Callable[[npt.NDArray[np.int64]], list[str]]) -> None:
+        """Refuse a duplicate id (a hash collision is told apart by ``ids_of`` rows)."""
+        if len(self.hashes) < 2:
+            return  # within a chunk, its table checked
+        h = np.concatenate(self.hashes)
+        order = np.argsort(h, kind="stable")
+        same = np.flatnonzero(h[order][1:] == h[order][:-1])
+        if not len(same):
+            return
+        pairs = np.stack([order[same], order[same + 1]], axis=1)
+        ids = ids_of(np.unique(pairs))
+        by_row = dict(zip(np.unique(pairs).tolist(), ids, strict=True))
+        dups = [(int(a), int(b)) for a, b in pairs if by_row[int(a)] == by_row[int(b)]]
+        if dups:
+            first, second = min(dups, key=lambda p: p[1])
+            raise FrameValidationError(f"{self.place(second)}: duplicate document id {by_row[second]!r} "
+                                       f"(first at {self.place(first)})")
+
+
+def _read_ids(parquet: Path, rows: npt.NDArray[np.int64]) -> list[str]:
+    import pyarrow.parquet as pq
+
+    column = pq.read_table(parquet, columns=["id"]).column("id")
+    return [str(v) for v in column.take(rows).to_pylist()]
+
+
+def build_bm25(source: Any, path: str | Path, probe: Callable[[DocumentTable], StreamedIndex], *, chunk_size: int | None = None,
+               memory_limit: int | None = None, n_jobs: int | None = None,
+               progress: bool | None = None) -> BuildSummary:
+    """Index ``source`` (see :func:`~kolm_search.io.corpus_stream.corpus_chunks`) into folder
+    ``path``; ``probe(table)`` is an index of the build's parameters over ``table`` (the
+    corpus's first documents: :meth:`BM25Retriever.config` samples them).
+
+    Parameters
+    ----------
+    chunk_size : int, optional
+        Most documents read and counted at a time (default: as many as ``memory_limit`` allows).
+    memory_limit : int, optional
+        Bytes that a chunk of documents and a block of postings may take (default
+        :func:`default_memory_limit`). Per document (24 bytes) and per term (the vocabulary)
+        state comes on top.
+    n_jobs, progress
+        As :meth:`Postings.from_texts` takes them; the bars count documents, then postings.
+
+    Raises
+    ------
+    FrameValidationError
+        A document that makes no table row, or a duplicate id, naming where it is; nothing is
+        written to ``path``.
+    KolmError
+        The disk failed (the spill folder or the index folder named).
+    """
+    target = Path(path).expanduser()
+    limit = positive_int("memory_limit", memory_limit, none=True) or default_memory_limit()
+    chunk_size = positive_int("chunk_size", chunk_size, none=True)
+    empty = probe(DocumentTable(pd.DataFrame(columns=["id", "content"])))  # checks the parameters
+    empty.config()  # and that the tokenizer can be saved, before any document is read
+    if target.exists() and not target.is_dir():
+        raise KolmValueError(f"{target}: not a folder; an index is saved to a folder")
+    parent = target.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=parent))
+    try:
+        return _build(source, target, tmp, empty, probe, chunk_size=chunk_size, limit=limit, n_jobs=n_jobs, progress=progress)
+    except OSError as exc:
+        raise KolmError(f"{tmp}: the build failed on disk: {exc}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _build(source: Any, target: Path, tmp: Path, params: StreamedIndex,
+           probe: Callable[[DocumentTable], StreamedIndex], *, chunk_size: int | None,
+           limit: int, n_jobs: int | None, progress: bool | None) -> BuildSummary:
+    import pyarrow.parquet as pq
+
+    spill = SpilledPostings(tmp)
+    places = _Places()
+    sample: list[DocumentTable] = []
+    table_path = tmp / "documents.parquet"
+    writer = pq.ParquetWriter(table_path, DocumentTable(pd.DataFrame(columns=["id", "content"])).to_arrow().schema)
+    fields: Sequence[str] = params.fields
+    with progress_bar(None, "bm25 build: read", "doc", progress=progress) as bar:
+        for chunk in corpus_chunks(source, chunk_size=chunk_size, chunk_chars=max(1, limit // _BYTES_PER_CHAR)):
+            table = chunk.table
+            places.add(chunk)
+            if sum(map(len, sample)) < _SAMPLE:
+                sample.append(table.take(np.arange(min(len(table), _SAMPLE))))
+            writer.write_table(table.to_arrow())
+            spill.add(Postings.from_texts(table.texts(fields), params.tokenizer, n_jobs=n_jobs, progress=False))
+            bar.update(len(table))
+    writer.close()
+    places.check_unique(lambda rows: _read_ids(table_path, rows))
+    n = spill.n_docs
+    lengths = np.concatenate(spill.lengths) if spill.lengths else np.zeros(0, np.int64)
+    spill.lengths.clear()
+    avgdl = float(int(lengths.sum())) / n if n else 0.0
+    df = spill.df.astype(np.float64)
+    vocab = list(spill.vocab)
+    spill.vocab.clear()
+    t_ptr = spill.t_ptr()
+    nnz = int(t_ptr[-1])
+    out = {name: _NpyWriter(tmp / f"out_{name}.npy", dtype, nnz)
+           for name, dtype in (("t_docs", np.int32), ("tf", np.int32), ("t_w", np.float32))}
+    nonocc, t_max = np.zeros(len(vocab), np.float32), np.zeros(len(vocab), np.float32)
+    n_blocks = 0
+    with progress_bar(nnz, "bm25 build: weigh", "posting", progress=progress) as bar:
+        for block in spill.blocks(max(1, limit // _BYTES_PER_POSTING)):
+            part = Postings(vocab[block.start:block.stop], block.t_ptr, block.p_doc, block.tf, lengths)
+            t_w, block_nonocc = weigh_postings(part, df[block.start:block.stop], n, avgdl, method=params.method,
+                                               k1=params.k1, b=params.b, delta=params.delta,
+                                               n_threads=params.n_threads)
+            nonocc[block.start:block.stop] = block_nonocc
+            t_max[block.start:block.stop] = term_maxima(block.t_ptr, t_w)
+            out["t_docs"].write(block.p_doc)
+            out["tf"].write(block.tf)
+            out["t_w"].write(t_w)
+            n_blocks += 1
+            bar.update(len(t_w))
+    files = {name: w.close() for name, w in out.items()}
+    head = DocumentTable.concat(sample) if sample else DocumentTable(pd.DataFrame(columns=["id", "content"]))
+    first = probe(head.take(np.arange(min(len(head), _SAMPLE))))
+    spilled = {"t_ptr": _npy(tmp, "out_t_ptr", t_ptr, np.int64), **files,
+               "nonocc": _npy(tmp, "out_nonocc", nonocc, np.float32),
+               "doc_len": _npy(tmp, "out_doc_len", lengths, np.int64),
+               "term_max": _npy(tmp, "out_term_max", t_max, np.float32)}
+    save_index(target, first.streamed_payload(n, vocab, spilled, _SpilledFile(table_path)))
+    return BuildSummary(target, n, len(vocab), nnz, len(places.chunks), n_blocks)
