@@ -204,15 +204,15 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
             return cls(table, method=method, k1=k1, b=b, delta=delta, tokenizer=tokenizer, fields=fields,
                        fusion_k=fusion_k, n_threads=n_threads, n_jobs=1, progress=False)
 
-        kw: dict[str, Any] = {"chunk_size": chunk_size, "memory_limit": memory_limit, "n_jobs": n_jobs,
-                              "progress": progress}
         if path is not None:
-            build_bm25(source, path, probe, **kw)
+            build_bm25(source, path, probe, chunk_size=chunk_size, memory_limit=memory_limit, n_jobs=n_jobs,
+                       progress=progress)
             return cls.load(path, mmap=mmap, n_threads=n_threads, pruning=pruning)
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="kolm-bm25-") as tmp:
-            build_bm25(source, Path(tmp) / "index", probe, **kw)
+            build_bm25(source, Path(tmp) / "index", probe, chunk_size=chunk_size, memory_limit=memory_limit,
+                       n_jobs=n_jobs, progress=progress)
             return cls.load(Path(tmp) / "index", mmap=False, n_threads=n_threads, pruning=pruning)
 
     # -- indexing ----------------------------------------------------------------------
