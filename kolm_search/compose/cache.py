@@ -31,7 +31,7 @@ from kolm_search.engine.candidate_frame import CandidateFrame
 from kolm_search.errors import KolmValueError
 from kolm_search.io._atomic import replacing
 
-__all__ = ["StageCache"]
+__all__ = ["CacheFolder", "StageCache"]
 
 _FORMAT = "kolm-search/stage-output"
 _VERSION = 1
@@ -39,13 +39,14 @@ _KEY = b"kolm_search"
 _TYPES = {"query": pa.int32(), "doc": pa.int64(), "score": pa.float64(), "rank": pa.int32()}
 
 
-def _file_name(stage_fp: str, input_fp: str) -> str:
+def _file_name(stage_fp: str, input_fp: str, suffix: str) -> str:
     name = hashlib.sha256(f"{stage_fp}\x1f{input_fp}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
-    return f"{name}.parquet"
+    return f"{name}{suffix}"
 
 
-class StageCache:
-    """A folder of stage outputs (see the module doc).
+class CacheFolder:
+    """A folder of files, one per (stage fingerprint, input fingerprint) pair, named by a hash
+    of the two and ending in :attr:`suffix`.
 
     Parameters
     ----------
@@ -58,6 +59,8 @@ class StageCache:
         Files read back, written, and found damaged (recomputed) by this object.
     """
 
+    suffix = ".parquet"
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
@@ -67,7 +70,11 @@ class StageCache:
 
     def file_for(self, stage_fp: str, input_fp: str) -> Path:
         """The file of one (stage, input) pair."""
-        return self.path / _file_name(stage_fp, input_fp)
+        return self.path / _file_name(stage_fp, input_fp, self.suffix)
+
+
+class StageCache(CacheFolder):
+    """A folder of stage outputs (see the module doc and :class:`CacheFolder`)."""
 
     def get(self, stage_fp: str, input_fp: str, n_queries: int) -> CandidateFrame | None:
         """The stored frame, or None when there is none or it is damaged (warned)."""
@@ -100,7 +107,7 @@ class StageCache:
         if alias is not None:
             if not (isinstance(alias, list) and len(alias) == 2 and all(isinstance(a, str) for a in alias)) or depth > 8:
                 raise KolmValueError(f"metadata 'alias' is {alias!r} (at depth {depth})")
-            target = path.parent / _file_name(*alias)
+            target = path.parent / _file_name(alias[0], alias[1], StageCache.suffix)
             frame = StageCache._read(target, alias[0], alias[1], n_queries, depth + 1)
             if frame_digest(frame) != meta.get("digest"):
                 raise KolmValueError(f"the entry {alias!r} it refers to has other entries than the ones recorded")

@@ -24,7 +24,6 @@ preparation of the queries reads and how the run is cut
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import warnings
@@ -35,6 +34,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from kolm_search.compose.cache import CacheFolder
 from kolm_search.errors import KolmValueError
 from kolm_search.io._atomic import replacing
 
@@ -91,34 +91,17 @@ def _frame(columns: dict[str, pd.Series]) -> pd.DataFrame:
     return pd.DataFrame(columns, copy=False)
 
 
-class RunCache:
-    """A folder of finished runs (see the module doc).
+class RunCache(CacheFolder):
+    """A folder of finished runs (see the module doc and
+    :class:`~kolm_search.compose.cache.CacheFolder`; the input fingerprint is the queries')."""
 
-    Parameters
-    ----------
-    path : str or Path
-        The folder (made when missing).
-
-    Attributes
-    ----------
-    reads, writes, damaged : int
-        Files read back, written, and found damaged (recomputed) by this object.
-    """
+    suffix = ".arrow"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        if self.path.exists() and not self.path.is_dir():
-            raise KolmValueError(f"cache_dir {str(self.path)!r} is a file, not a folder")
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.reads = self.writes = self.damaged = 0
+        super().__init__(path)
         #: per column, the last one read (on disk, its checksum, as pandas holds it): the runs of one
         #: first stage's rerankers share their qids and ranks, checked and converted once
         self._last: dict[str, tuple[pa.ChunkedArray, int, pd.Series]] = {}
-
-    def file_for(self, stage_fp: str, queries_fp: str) -> Path:
-        """The file of one (stage, queries) pair."""
-        name = hashlib.sha256(f"{stage_fp}\x1f{queries_fp}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
-        return self.path / f"{name}.arrow"
 
     def get(self, stage_fp: str, queries_fp: str) -> pd.DataFrame | None:
         """The stored run, or None when there is none or it is damaged (warned)."""
