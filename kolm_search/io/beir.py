@@ -110,6 +110,16 @@ def _parquet(path: Path, text_columns: tuple[str, ...], optional: tuple[str, ...
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
+def _text_and_title(path: Path, lineno: int, obj: dict[str, Any]) -> tuple[str, str | None]:
+    """A corpus record's ``text`` and ``title`` (None when absent), checked to be strings."""
+    text, title = obj.get("text"), obj.get("title")
+    if not isinstance(text, str):
+        raise FrameValidationError(f"{path}:{lineno}: document {obj['_id']!r} has no string 'text'")
+    if title is not None and not isinstance(title, str):
+        raise FrameValidationError(f"{path}:{lineno}: document {obj['_id']!r} has a 'title' that is not a string")
+    return text, title
+
+
 def _jsonl(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` of every non-blank line; ``_id`` checked, and ``fields`` that
     hold strings checked to be Unicode text (JSON's ``\\ud800`` escapes can write a lone
@@ -148,11 +158,7 @@ def _read_corpus(path: Path) -> pd.DataFrame:
         return _unique(corpus, "id", path, "document")
     ids, titles, texts, extra = [], [], [], []
     for lineno, obj in _jsonl(path, ("text", "title")):
-        text, title = obj.get("text"), obj.get("title")
-        if not isinstance(text, str):
-            raise FrameValidationError(f"{path}:{lineno}: document {obj['_id']!r} has no string 'text'")
-        if title is not None and not isinstance(title, str):
-            raise FrameValidationError(f"{path}:{lineno}: document {obj['_id']!r} has a 'title' that is not a string")
+        text, title = _text_and_title(path, lineno, obj)
         ids.append(str(obj["_id"]))
         titles.append(title or None)
         texts.append(text)

@@ -42,7 +42,7 @@ from kolm_search._params import positive_int
 from kolm_search.engine.doctable import DOCUMENT_FIELDS, DocumentTable
 from kolm_search.errors import FrameValidationError, KolmTypeError, KolmValueError
 from kolm_search.io._text import text_lines
-from kolm_search.io.beir import _find, _jsonl
+from kolm_search.io.beir import _find, _jsonl, _text_and_title
 
 __all__ = ["CorpusChunk", "corpus_chunks"]
 
@@ -181,11 +181,7 @@ def _jsonl_chunks(path: Path, size: int | None, chars: int) -> Iterator[CorpusCh
     """BEIR records, read as :func:`~kolm_search.io.load_beir` reads them."""
     rows = _Rows(size, chars)
     for lineno, obj in _jsonl(path, ("text", "title")):
-        text, title = obj.get("text"), obj.get("title")
-        if not isinstance(text, str):
-            raise FrameValidationError(f"{path}:{lineno}: document {obj['_id']!r} has no string 'text'")
-        if title is not None and not isinstance(title, str):
-            raise FrameValidationError(f"{path}:{lineno}: document {obj['_id']!r} has a 'title' that is not a string")
+        text, title = _text_and_title(path, lineno, obj)
         meta = obj.get("metadata")
         if rows.add(lineno, str(obj["_id"]), text, title or None, metadata=meta if isinstance(meta, dict) and meta else None):
             yield rows.chunk(str(path), "line")
