@@ -242,3 +242,51 @@ def test_a_parquet_folder_and_a_gzipped_tsv(tmp_path: Path) -> None:
     oracle = _saved(BM25Retriever(docs), tmp_path)
     _same(BM25Retriever.build(tmp_path / "pq", tmp_path / "a", chunk_size=2, progress=False), oracle)
     _same(BM25Retriever.build(tmp_path / "c.tsv.gz", tmp_path / "b", chunk_size=2, progress=False), oracle)
+
+
+def test_a_killed_build_leaves_a_folder_that_the_next_build_removes(tmp_path: Path) -> None:
+    """A build killed outright (SIGKILL: no ``finally`` runs) leaves its spill folder; the next
+    build of the same target removes it once it is a minute old, and keeps the folder of a build
+    still running (its owner lock held) and one just made."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import filelock
+
+    target = tmp_path / "index"
+    script = (
+        "import time\n"
+        "from kolm_search.retrievers.bm25 import BM25Retriever\n"
+        "def docs():\n"
+        "    for i in range(50):\n"
+        "        yield {'id': f'd{i}', 'content': 'some words here'}\n"
+        "    print('reading', flush=True)\n"
+        "    time.sleep(600)\n"
+        f"BM25Retriever.build(docs(), {str(target)!r}, chunk_size=10)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "reading"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    (dead,) = tmp_path.glob(".index.building-*")
+    running = tmp_path / ".index.building-running"
+    fresh = tmp_path / ".index.building-fresh"
+    running.mkdir()
+    fresh.mkdir()
+    old = time.time() - 3600
+    for folder in (dead, running):
+        os.utime(folder, (old, old))
+    held = filelock.FileLock(str(running / "owner.lock"))
+    held.acquire()
+    try:
+        BM25Retriever.build([{"id": "a", "content": "x y"}], target)
+    finally:
+        held.release()
+    assert not dead.exists() and running.is_dir() and fresh.is_dir()
+    assert len(BM25Retriever.load(target).table) == 1

@@ -27,11 +27,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+import filelock
 import numpy as np
 import numpy.lib.format as npy_format
 import numpy.typing as npt
@@ -230,13 +232,39 @@ def build_bm25(source: Any, path: str | Path, probe: Callable[[DocumentTable], S
         raise KolmValueError(f"{target}: not a folder; an index is saved to a folder")
     parent = target.parent
     parent.mkdir(parents=True, exist_ok=True)
+    _remove_dead_builds(parent, target.name)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=parent))
+    owner = filelock.FileLock(str(tmp / _OWNER))
     try:
+        owner.acquire(timeout=0)
         return _build(source, target, tmp, empty, probe, chunk_size=chunk_size, limit=limit, n_jobs=n_jobs, progress=progress)
     except OSError as exc:
         raise KolmError(f"{tmp}: the build failed on disk: {exc}") from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        owner.release()
+
+
+_OWNER = "owner.lock"  # held by the running build (an OS lock: a killed build's is free)
+_DEAD_AFTER_SECONDS = 60.0
+
+
+def _remove_dead_builds(parent: Path, name: str) -> None:
+    """Remove the spill folders of ``name``'s builds that died (killed: no ``finally`` ran):
+    those whose owner lock is free and that are older than a minute (a build that has just
+    made its folder has not yet taken the lock)."""
+    for folder in parent.glob(f".{name}.building-*"):
+        try:
+            if not folder.is_dir() or time.time() - folder.stat().st_mtime < _DEAD_AFTER_SECONDS:
+                continue
+            lock = filelock.FileLock(str(folder / _OWNER))
+            lock.acquire(timeout=0)
+        except (OSError, filelock.Timeout):  # a running build's, or gone meanwhile
+            continue
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            lock.release()
 
 
 def _build(source: Any, target: Path, tmp: Path, params: StreamedIndex,
