@@ -247,6 +247,7 @@ def save_index(path: str | Path, payload: Payload) -> None:
     _json_bytes(body, "the manifest")  # every child's keys too (the file entries are filled in later)
     if root.exists() and not root.is_dir():
         raise KolmValueError(f"{root}: not a folder; an index is saved to a folder")
+    created = not root.exists()
     try:
         root.mkdir(parents=True, exist_ok=True)
         lock = filelock.FileLock(str(root / _LOCK_NAME), timeout=_LOCK_SECONDS)
@@ -257,8 +258,14 @@ def save_index(path: str | Path, payload: Payload) -> None:
         raise KolmError(f"{root}: cannot save here: {exc}") from exc
     try:
         _save_locked(root, body, files)
-    finally:
+    except BaseException:
         lock.release()
+        if created and [p.name for p in root.iterdir()] == [_LOCK_NAME]:  # a folder made by this save goes too
+            with contextlib.suppress(OSError):
+                (root / _LOCK_NAME).unlink()
+                root.rmdir()
+        raise
+    lock.release()
 
 
 def _save_locked(root: Path, body: dict[str, Any], files: list[_File]) -> None:

@@ -241,3 +241,27 @@ def test_a_load_during_a_save_retries_and_gets_one_index(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(_saved.SavedFiles, "path", racing)
     assert BM25Retriever.load(tmp_path).table.ids.tolist() == ["c", "d", "e"]
+
+
+def test_a_failed_first_save_removes_the_folder_it_made_and_keeps_one_that_was_there(tmp_path: Path,
+                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A save into a folder it made leaves nothing when it fails; a folder that was there before
+    stays (empty), whatever the failure."""
+    from kolm_search.retrievers import _persist
+    from kolm_search.retrievers.bm25 import BM25Retriever
+
+    index = BM25Retriever([{"id": "a", "content": "apple"}])
+
+    def fail(label: str) -> None:
+        if label == "manifest written":
+            raise OSError("disk full")
+
+    monkeypatch.setattr(_persist, "_step_hook", fail)
+    with pytest.raises(Exception, match="disk full"):
+        index.save(tmp_path / "new" / "ix")
+    assert not (tmp_path / "new" / "ix").exists()
+    (tmp_path / "there").mkdir()
+    with pytest.raises(Exception, match="disk full"):
+        index.save(tmp_path / "there")
+    assert (tmp_path / "there").is_dir()
+    assert [p.name for p in (tmp_path / "there").iterdir()] == [".kolm-save.lock"]
