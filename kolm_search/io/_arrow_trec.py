@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from kolm_search.engine.arrow_strings import buffers
 from kolm_search.errors import FrameValidationError
 
 __all__ = ["PROGRESS_BYTES", "PROGRESS_ROWS", "read_run_arrow", "write_run_arrow"]
@@ -122,14 +123,14 @@ def _bad_chunk(chunk: pa.Array) -> bool:
     then the bytes once: cheaper than a compute pass per condition over millions of ids)."""
     if len(chunk) == 0:
         return False
-    wide = pa.types.is_large_string(chunk.type)
-    offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+    if chunk.null_count:  # a missing field is an empty one
+        return True
+    offsets, data = buffers(chunk)
     if bool((offsets[1:] == offsets[:-1]).any()):
         return True
-    data = chunk.buffers()[2]
-    if data is None or offsets[-1] == offsets[0]:
+    if offsets[-1] == offsets[0]:
         return False
-    view = np.frombuffer(data, np.uint8)[int(offsets[0]):int(offsets[-1])]
+    view = data[int(offsets[0]):int(offsets[-1])]
     return int(view.min()) <= 9 and bytes(view).find(b"\t") != -1  # a tab is byte 9: most files have none below 32
 
 
@@ -253,13 +254,12 @@ def _unwritable(strings: Any) -> bool:
     for chunk in strings.chunks if isinstance(strings, pa.ChunkedArray) else [strings]:
         if len(chunk) == 0:
             continue
-        wide = pa.types.is_large_string(chunk.type)
-        offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)[
-            chunk.offset:chunk.offset + len(chunk) + 1]
+        if chunk.null_count:  # a missing id is an empty one
+            return True
+        offsets, data = buffers(chunk)
         if bool((offsets[1:] == offsets[:-1]).any()):
             return True
-        data = chunk.buffers()[2]
-        view = np.frombuffer(data, np.uint8)[int(offsets[0]):int(offsets[-1])] if data is not None else np.zeros(0, np.uint8)
+        view = data[int(offsets[0]):int(offsets[-1])]
         if not len(view):
             continue
         low, high = int(view.min()), int(view.max())  # one pass each, no array the size of the ids
