@@ -9,10 +9,12 @@ same Zipf law (``queries-<n>.txt``). Each measurement runs in its own fresh proc
 
 - ``build``: ``BM25Retriever.build(corpus, index_dir, memory_limit=--memory-limit)`` (which
   loads the index at the end): wall time, peak RSS (``VmHWM``: ``ru_maxrss`` of RUSAGE_SELF keeps
-  this driver's peak across fork and exec), the largest tokenising worker's peak (RUSAGE_CHILDREN)
-  and the index's bytes on disk;
-- ``query``: ``BM25Retriever.load(index_dir)`` (memory-mapped, every file's sha256 checked): wall
-  time and resident memory it added (``/proc/self/statm``), then queries/s of ``score_texts``
+  this driver's peak across fork and exec), the peak of its RSS plus its tokenising workers'
+  (``bench_stream_build.TreeRss``, sampled every 50 ms: the workers fork from a forkserver, so
+  RUSAGE_CHILDREN never sees them) and the index's bytes on disk;
+- ``query``: ``BM25Retriever.load(index_dir)`` (memory-mapped, every file's sha256 checked), after
+  a 3-document index was built and loaded (imports, kernels): wall time and the resident memory
+  it added (``/proc/self/statm``: all, and file-backed), then queries/s of ``score_texts``
   (texts in, tokenised; ``pruning="auto"``) at each ``--k``; the top-100 result is checked
   equal, bit for bit, to ``pruning="none"`` (the exhaustive kernel);
 - ``bm25s`` (numba backend, all cores; up to ``--bm25s-max`` documents: it holds every text and
@@ -41,14 +43,16 @@ from pathlib import Path
 
 import numpy as np
 from _common import header, median_times
-from bench_stream_build import vm_hwm_mb, words, write_corpus
+from bench_stream_build import TreeRss, vm_hwm_mb, words, write_corpus
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def resident_mb() -> float:
-    """Resident memory of this process now (``/proc/self/statm``), MB."""
-    return int(Path("/proc/self/statm").read_text().split()[1]) * PAGE / 2**20
+def resident_mb() -> tuple[float, float]:
+    """Resident memory of this process now, MB: all of it (``/proc/self/statm``) and the part
+    backed by files (mapped arrays, libraries: statm's ``shared``)."""
+    fields = Path("/proc/self/statm").read_text().split()
+    return int(fields[1]) * PAGE / 2**20, int(fields[2]) * PAGE / 2**20
 
 
 def write_queries(path: Path, n: int, vocab: int = 200_000, seed: int = 0) -> None:
@@ -65,17 +69,23 @@ def write_queries(path: Path, n: int, vocab: int = 200_000, seed: int = 0) -> No
 def child_build(corpus: Path, out: Path, limit: int) -> dict:
     from kolm_search import BM25Retriever
 
+    tree = TreeRss()
     t0 = time.perf_counter()
     BM25Retriever.build(corpus, out, memory_limit=limit or None, progress=False)
     seconds = time.perf_counter() - t0
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    return {"seconds": seconds, "peak_rss_mb": vm_hwm_mb(), "index_mb": size / 2**20,
-            "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0}
+    return {"seconds": seconds, "peak_rss_mb": vm_hwm_mb(), "index_mb": size / 2**20, "tree_peak_mb": tree.close(),
+            "waited_children_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0}
 
 
 def child_query(index: Path, texts: list[str], ks: list[int], repeat: int) -> dict:
+    import tempfile
+
     from kolm_search import BM25Retriever
 
+    with tempfile.TemporaryDirectory() as tmp:  # imports and kernels loaded before the measured load
+        docs = [{"id": str(i), "content": t} for i, t in enumerate(texts[:3])]
+        BM25Retriever.build(docs, Path(tmp) / "i", progress=False).score_texts(texts[:2], 10)
     before = resident_mb()
     t0 = time.perf_counter()
     ret = BM25Retriever.load(index)
@@ -85,7 +95,8 @@ def child_query(index: Path, texts: list[str], ks: list[int], repeat: int) -> di
     t = median_times(fns, repeat=repeat, warmup=1)
     auto, none = ret.score_texts(texts, 100), ret.score_texts(texts, 100, pruning="none")
     same = all(a.tobytes() == b.tobytes() for a, b in zip(auto, none, strict=True))
-    return {"load_s": load_s, "load_rss_mb": after - before, "seconds": {str(k): t[k] for k in ks},
+    return {"load_s": load_s, "load_rss_mb": after[0] - before[0], "load_file_mb": after[1] - before[1],
+            "rss_after_queries_mb": resident_mb()[0] - before[0], "seconds": {str(k): t[k] for k in ks},
             "pruned_equal_exhaustive": same, "peak_rss_mb": vm_hwm_mb()}
 
 
@@ -168,14 +179,15 @@ def main() -> None:
 
     limit = f"{args.memory_limit / 2**20:,.0f} MB" if args.memory_limit else "default (1/4 RAM)"
     print(f"\n{args.queries:,} queries; memory_limit {limit}\n")
-    print("| documents | kolm build | kolm peak RSS | largest worker | index on disk | load | RSS after load "
-          "| bm25s build | bm25s peak RSS |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| documents | kolm build | kolm peak RSS | with workers | index on disk | load | RSS added by load "
+          "(file-backed) | after the queries | bm25s build | bm25s peak RSS |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for n, r in results.items():
         b, q, s = r["build"], r["query"], r["bm25s"]
         bs = f"{s['build_s']:.1f} s | {s['peak_rss_mb']:,.0f} MB" if s else "not run | not run"
-        print(f"| {n:,} | {b['seconds']:.1f} s | {b['peak_rss_mb']:,.0f} MB | {b['worker_peak_mb']:,.0f} MB | "
-              f"{b['index_mb']:,.0f} MB | {q['load_s']:.2f} s | {q['load_rss_mb']:,.0f} MB | {bs} |")
+        print(f"| {n:,} | {b['seconds']:.1f} s | {b['peak_rss_mb']:,.0f} MB | {b['tree_peak_mb']:,.0f} MB | "
+              f"{b['index_mb']:,.0f} MB | {q['load_s']:.2f} s | {q['load_rss_mb']:,.0f} MB ({q['load_file_mb']:,.0f} MB) | "
+              f"{q['rss_after_queries_mb']:,.0f} MB | {bs} |")
     print("\n| documents | k | kolm queries/s | bm25s queries/s | kolm speed / bm25s | pruned = exhaustive |")
     print("| --- | --- | --- | --- | --- | --- |")
     for n, r in results.items():
