@@ -173,7 +173,7 @@ class RunCache(CacheFolder):
                 "crc32": {name: _checksum(column) for name, column in zip(_TYPES, _ipc(_ipc_bytes(table)).columns)}}
         table = table.replace_schema_metadata({_KEY: json.dumps(meta).encode()})
         with replacing(self.file_for(stage_fp, queries_fp)) as tmp:
-            tmp.write_bytes(_ipc_bytes(table).to_pybytes())
+            tmp.write_bytes(memoryview(_ipc_bytes(table)))  # the Arrow buffer, not a copy of it
         self.writes += 1
         return True
 

@@ -260,10 +260,11 @@ def save_index(path: str | Path, payload: Payload) -> None:
         _save_locked(root, body, files)
     except BaseException:
         lock.release()
-        if created and [p.name for p in root.iterdir()] == [_LOCK_NAME]:  # a folder made by this save goes too
-            with contextlib.suppress(OSError):
-                (root / _LOCK_NAME).unlink()
-                root.rmdir()
+        if created:  # a folder made by this save goes too, when it holds nothing but the lock file
+            with contextlib.suppress(OSError):  # (the save's own error is the one to report)
+                if [p.name for p in root.iterdir()] == [_LOCK_NAME]:
+                    (root / _LOCK_NAME).unlink()
+                    root.rmdir()
         raise
     lock.release()
 
