@@ -8,6 +8,8 @@ batch over candidate frames. ``Fuse``, fusion as a stage, is a retriever
 - :mod:`~kolm_search.compose.frame_ops`: the operators over candidate frames;
 - :mod:`~kolm_search.compose.runner`: how operands are run, shared and cached;
 - :mod:`~kolm_search.compose.cache`: :class:`StageCache`, stage outputs on disk as parquet.
+- :mod:`~kolm_search.compose.run_cache`: ``RunCache``, an experiment's finished runs on disk (Arrow IPC);
+  :class:`~kolm_search.compose.cache.CacheFolder` is what the two caches share.
 """
 
 from kolm_search.compose.cache import StageCache
