@@ -58,13 +58,30 @@ class Dataset:
 
     def judged_queries(self) -> pd.DataFrame:
         """The queries that have at least one judgement (what BEIR evaluates)."""
-        judged = set(self.qrels["qid"])  # a set lookup per query (pandas' isin of arrow strings boxes every value)
-        keep = np.fromiter((qid in judged for qid in self.queries["qid"]), bool, count=len(self.queries))
+        keep = _judged(self.queries["qid"], self.qrels["qid"])
         return self.queries[keep].reset_index(drop=True)
 
     def __repr__(self) -> str:
         return (f"Dataset({self.name!r}: {len(self.corpus)} documents, {len(self.queries)} queries, "
                 f"{len(self.qrels)} judgements{', self-hits dropped' if self.drop_self_hits else ''})")
+
+
+def _judged(qids: pd.Series, judged: pd.Series) -> np.ndarray:
+    """A bool mask of ``qids`` found in ``judged``: one Arrow ``is_in`` when both columns are
+    Arrow arrays of one type (strings or integers, no nulls), else a set lookup per query
+    (pandas' ``isin`` of arrow strings boxes every value)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        left, right = pa.array(qids, from_pandas=True), pa.array(judged, from_pandas=True)
+    except (pa.ArrowException, TypeError, ValueError):
+        left = right = None
+    if left is not None and right is not None and left.type == right.type and not left.null_count \
+            and (pa.types.is_string(left.type) or pa.types.is_large_string(left.type) or pa.types.is_integer(left.type)):
+        return pc.is_in(left, value_set=right.unique()).to_numpy(zero_copy_only=False)
+    found = set(judged)
+    return np.fromiter((qid in found for qid in qids), bool, count=len(qids))
 
 
 def _find(root: Path, stem: str) -> Path:
