@@ -97,6 +97,39 @@ def test_run_round_trip_exact(tmp_path: Path, suffix: str) -> None:
             assert a.read() == b.read()
 
 
+@pytest.mark.parametrize("suffix", [".trec", ".trec.gz"])
+@pytest.mark.parametrize("rows", [0, 1, 6, 7, 50, 141])
+def test_run_written_in_parallel_batches_equals_one_writer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          suffix: str, rows: int) -> None:
+    """Batches formatted on worker threads and written in order give the bytes of pyarrow's one
+    CSV writer over the whole run, at every batch boundary (7 rows a batch here), and read back."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    from kolm_search.io import _arrow_trec
+
+    monkeypatch.setattr(_arrow_trec, "_BATCH_ROWS", 7)
+    rng = np.random.default_rng(rows)
+    qid = np.repeat([f"q{i}" for i in range(rows // 5 + 1)], 5)[:rows]
+    run = pd.DataFrame({"qid": pd.Categorical(qid), "doc_id": [f"d{i}" for i in rng.permutation(rows)],
+                        "rank": np.tile(np.arange(5), rows // 5 + 1)[:rows],
+                        "score": rng.standard_normal(rows) * 10.0 ** rng.integers(-8, 9, rows)})
+    write_run(run, tmp_path / f"r{suffix}", tag="t1")
+    oracle = pa.table({"qid": pa.array(qid, pa.string()), "q0": pa.array(["Q0"] * rows, pa.string()),
+                       "doc_id": pa.array(run["doc_id"], pa.string()), "rank": pa.array(run["rank"] + 1, pa.int64()),
+                       "score": pa.array(run["score"], pa.float64()), "tag": pa.array(["t1"] * rows, pa.string())})
+    out = pa.BufferOutputStream()
+    pcsv.write_csv(oracle, out, write_options=pcsv.WriteOptions(include_header=False, delimiter=" ",
+                                                                 quoting_style="none"))
+    opener = gzip.open if suffix.endswith(".gz") else open
+    with opener(tmp_path / f"r{suffix}", "rb") as fh:
+        assert fh.read() == out.getvalue().to_pybytes()
+    if rows:
+        back = read_run(tmp_path / f"r{suffix}")
+        assert back["score"].tolist() == run["score"].tolist()
+        assert back["doc_id"].astype(str).tolist() == run["doc_id"].tolist()
+
+
 @pytest.mark.parametrize("suffix", [".txt", ".txt.gz", ".parquet"])
 def test_qrels_round_trip(tmp_path: Path, suffix: str) -> None:
     qrels = pd.DataFrame({"qid": ["1", "1", "2"], "doc_id": ["a", "b", "a"], "relevance": [2, 0, -1]})
