@@ -130,6 +130,23 @@ def test_run_written_in_parallel_batches_equals_one_writer(tmp_path: Path, monke
         assert back["doc_id"].astype(str).tolist() == run["doc_id"].tolist()
 
 
+def test_ranks_of_many_parse_blocks_read_on_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file of several parse blocks (1 MB each) has its ranks read block by block on two
+    threads: the same ranks in order, and a bad rank in a late block still named by its line."""
+    from kolm_search.io import _arrow_trec
+
+    monkeypatch.setattr(_arrow_trec, "_BATCH_ROWS", 1)  # the threaded path for any file of two blocks
+    n = 80_000
+    lines = [f"q{i // 100} Q0 d{i} {i % 100 + 1} {1.0 - (i % 100) / 100} t\n" for i in range(n)]
+    (tmp_path / "r.trec").write_text("".join(lines))
+    back = read_run(tmp_path / "r.trec")
+    assert back["rank"].tolist() == [i % 100 for i in range(n)]
+    lines[n - 10] = lines[n - 10].replace(" 91 ", " 9x1 ")
+    (tmp_path / "bad.trec").write_text("".join(lines))
+    with pytest.raises(FrameValidationError, match=f"bad.trec:{n - 9}: rank '9x1'"):
+        read_run(tmp_path / "bad.trec")
+
+
 @pytest.mark.parametrize("suffix", [".txt", ".txt.gz", ".parquet"])
 def test_qrels_round_trip(tmp_path: Path, suffix: str) -> None:
     qrels = pd.DataFrame({"qid": ["1", "1", "2"], "doc_id": ["a", "b", "a"], "relevance": [2, 0, -1]})

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -208,10 +209,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise KolmValueError(f"run file {target!r} {what}{hint}")
     from kolm_search.io import read_run
 
-    qrels = load_qrels_arg(args.qrels, args.split, args.cache_dir)
-    # evaluate refuses a document given twice for a query (naming it): no need to check at reading too
-    runs = {name: read_run(path, progress=None if not args.quiet else False, check_duplicates=False)
-            for name, path in zip(run_names(args.targets), args.targets, strict=True)}
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the qrels are read beside the runs
+        qrels_read = pool.submit(load_qrels_arg, args.qrels, args.split, args.cache_dir)
+        # evaluate refuses a document given twice for a query (naming it): no need to check at reading too
+        try:
+            runs = {name: read_run(path, progress=None if not args.quiet else False, check_duplicates=False)
+                    for name, path in zip(run_names(args.targets), args.targets, strict=True)}
+        except Exception:
+            qrels_read.result()  # bad qrels are named first, as when they were read before the runs
+            raise
+        qrels = qrels_read.result()
     drop = {"auto": None, "drop": True, "keep": False}[args.self_hits]
     return _report(runs, qrels, args, _measures(args, "official"), drop)
 

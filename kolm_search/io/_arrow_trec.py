@@ -219,7 +219,12 @@ def _ranks(column: pa.ChunkedArray) -> np.ndarray | None:
     (pyarrow's own integer parser would also take ``0x1``, which ``int()`` and trec_eval refuse)."""
     from kolm_search.engine.arrow_strings import parse_integers
 
-    parts = [parse_integers(chunk, -1) for chunk in column.chunks if len(chunk)]
+    chunks = [chunk for chunk in column.chunks if len(chunk)]
+    if len(column) < _BATCH_ROWS or len(chunks) < 2:
+        parts = [parse_integers(chunk, -1) for chunk in chunks]
+    else:  # the kernel releases the GIL: the parse blocks on two threads
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            parts = list(pool.map(lambda chunk: parse_integers(chunk, -1), chunks))
     if any(p is None for p in parts):
         return None
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)  # type: ignore[arg-type]
