@@ -130,6 +130,37 @@ def test_run_written_in_parallel_batches_equals_one_writer(tmp_path: Path, monke
         assert back["doc_id"].astype(str).tolist() == run["doc_id"].tolist()
 
 
+@pytest.mark.parametrize("fail_after", [0, 1, 3])
+def test_run_write_failing_mid_way_leaves_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        fail_after: int) -> None:
+    """A write that fails after some batches (a full disk, say) keeps the file it would have
+    replaced byte for byte, leaves no temporary file, and stops its formatting threads."""
+    import threading
+
+    from kolm_search.io import _arrow_trec
+
+    monkeypatch.setattr(_arrow_trec, "_BATCH_ROWS", 4)
+    run = pd.DataFrame({"qid": ["q1"] * 20, "doc_id": [f"d{i}" for i in range(20)], "rank": range(20),
+                        "score": np.linspace(1, 0, 20)})
+    target = tmp_path / "r.trec"
+    target.write_text("1 Q0 old 1 1.0 before\n")
+    blocks = _arrow_trec._csv_blocks
+
+    def failing(*args: object) -> Iterator[tuple[int, object]]:
+        for i, block in enumerate(blocks(*args)):  # type: ignore[arg-type]
+            if i == fail_after:
+                raise OSError(28, "No space left on device")
+            yield block
+
+    monkeypatch.setattr(_arrow_trec, "_csv_blocks", failing)
+    threads = threading.active_count()
+    with pytest.raises(OSError, match="No space left"):
+        write_run(run, target)
+    assert target.read_text() == "1 Q0 old 1 1.0 before\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.trec"]
+    assert threading.active_count() == threads
+
+
 def test_ranks_of_many_parse_blocks_read_on_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file of several parse blocks (1 MB each) has its ranks read block by block on two
     threads: the same ranks in order, and a bad rank in a late block still named by its line."""
