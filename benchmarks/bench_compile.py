@@ -20,7 +20,7 @@ from pathlib import Path
 
 from _common import header, report
 
-KERNELS = ("sparse", "dense", "fusion", "condorcet", "metrics", "mmr")
+KERNELS = ("sparse", "dense", "fusion", "condorcet", "metrics", "mmr", "strings", "ranking")
 PROBE = ("import time, numba, kolm_search; from kolm_search._kernels import load; t = time.perf_counter(); "
          "load({name!r}); print(time.perf_counter() - t)")
 

@@ -10,9 +10,13 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from kolm_search._kernels import load
+from kolm_search._kernels.ranking import descending_key_numpy, presorted_order_numpy
 from kolm_search.engine import ids
-from kolm_search.evaluation.metrics import _descending_key, _presorted_order, ranking_order
+from kolm_search.evaluation.metrics import ranking_order
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -29,16 +33,42 @@ def test_presorted_order_is_the_stable_sort(seed: int) -> None:
         score[starts[0]:starts[1]] = score[starts[0]:starts[1]][::-1].copy()
     if seed % 3 == 2 and n_q > 1:  # a query in two places: no shortcut
         query[-1] = query[0]
-    key = _descending_key(query, score)
-    fast = _presorted_order(query, key)
+    key = descending_key_numpy(query, score)
+    fast = presorted_order_numpy(query, key)
     stable = np.argsort(key, kind="stable")
     assert (fast is not None) == (seed % 3 == 0 or (seed % 3 == 2 and n_q == 1))
     if fast is not None:
         assert np.array_equal(fast, stable)
+    kernel_key, kernel_order = load("ranking").presorted_ranking(query, score, n_q)
+    assert np.array_equal(kernel_key, key)
+    assert (kernel_order is None) == (fast is None)
+    if fast is not None:
+        assert np.array_equal(kernel_order, fast)
     docs = pd.Series([f"d{i % 7}" for i in range(len(query))], dtype="str")
     order = ranking_order(query, score, docs)
     ref = np.lexsort((-pd.factorize(docs, sort=True)[0], -score.astype(np.float64), query))
     assert np.array_equal(order, ref)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.0, -0.0, 1.0, -1.0, 0.5, 2.5, -3e38, 3e38, 1e-45,
+                                                              -1e-45, 7.0])), max_size=40),
+       st.booleans())
+def test_ranking_kernel_is_its_numpy_twin(rows: list[tuple[int, float]], presort: bool) -> None:
+    """Keys bit for bit, and the order exactly the stable sort's whenever the kernel takes the
+    shortcut (and it takes it exactly when the twin does), on runs sorted or not, with -0.0,
+    ties, extremes and queries in two places."""
+    if presort:  # in rank order within each query, queries in a random but contiguous order
+        rows = sorted(rows, key=lambda r: (hash((r[0], 3)) % 7, r[0], -r[1]))
+    query = np.array([q for q, _ in rows], np.int64)
+    score = np.array([s for _, s in rows], np.float32)
+    key, order = load("ranking").presorted_ranking(query, score, 6)
+    assert np.array_equal(key, descending_key_numpy(query, score))
+    twin = presorted_order_numpy(query, key)
+    assert (order is None) == (twin is None)
+    if order is not None:
+        assert np.array_equal(order, np.argsort(key, kind="stable"))
+        assert np.array_equal(order, twin)
 
 
 @pytest.mark.parametrize("repeat", [False, True])

@@ -90,45 +90,22 @@ def parse_metric(name: Any) -> tuple[str, int]:
     return spec.kind, spec.cutoff
 
 
-def _descending_key(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32]) -> npt.NDArray[np.uint64]:
-    """uint64 keys ordering rows by query ascending, then float32 score descending (-0.0 and
-    0.0 equal, as trec_eval compares them)."""
-    bits = (score32 + np.float32(0.0)).view(np.uint32)
-    ascending = np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(0x80000000))
-    return (query.astype(np.uint64) << np.uint64(32)) | (~ascending).astype(np.uint64)
-
-
-def _presorted_order(query: npt.NDArray[np.int64], key: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64] | None:
-    """The stable sort of ``key`` without sorting, when every query's rows are together and
-    already in key order (a run file as search engines write it): the queries' row ranges put
-    in query order. None otherwise."""
-    n = len(key)
-    if n < 2:
-        return None
-    boundary = query[1:] != query[:-1]
-    if bool(((key[1:] < key[:-1]) & ~boundary).any()):
-        return None
-    starts = np.concatenate([[0], np.flatnonzero(boundary) + 1]).astype(np.int64)
-    heads = query[starts]
-    by_query = np.argsort(heads, kind="stable")
-    if len(by_query) > 1 and not bool((heads[by_query][1:] > heads[by_query][:-1]).all()):
-        return None  # a query in two places
-    lengths = np.diff(np.append(starts, n))[by_query]
-    shift = starts[by_query] - np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    return np.arange(n, dtype=np.int64) + np.repeat(shift, lengths)
-
-
 def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32], doc_ids: pd.Series,
                   ) -> npt.NDArray[np.int64]:
     """Row order by query ascending, score descending (compared as float32), then document id
     descending as a string (byte order): trec_eval's ranking.
 
-    One stable sort of a packed (query, score) key; only the rows tied on it, which are few,
+    One stable sort of a packed (query, score) key (none when the rows are in that order
+    already, :mod:`kolm_search._kernels.ranking`); only the rows tied on it, which are few,
     have their ids read and compared.
     """
-    key = _descending_key(query, score32)
-    order = _presorted_order(query, key)
-    if order is None:
+    from kolm_search._kernels import load
+
+    query = np.ascontiguousarray(query, np.int64)
+    if len(query) and int(query.min()) < 0:
+        raise KolmValueError("ranking_order takes query codes >= 0")
+    key, order = load("ranking").presorted_ranking(query, score32, int(query.max()) + 1 if len(query) else 0)
+    if order is None:  # not in rank order already: the stable sort
         order = np.argsort(key, kind="stable")
     ranked = key[order]
     tied = np.flatnonzero(ranked[1:] == ranked[:-1])
