@@ -189,3 +189,38 @@ def test_eval_cli_imports_no_heavy_package() -> None:
             "'sentence_transformers', 'ir_measures', 'pytrec_eval', 'statsmodels') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_interrupt_while_runs_are_read_does_not_wait_for_the_qrels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The qrels are read on a thread beside the runs: Ctrl-C during the runs' read ends the
+    command at once (the qrels' thread, a daemon, still blocked), and bad qrels with a bad run
+    name the qrels first."""
+    import threading
+
+    from kolm_search.cli import evaluate as cli_eval
+    from kolm_search.errors import KolmValueError
+
+    release = threading.Event()
+    monkeypatch.setattr(cli_eval, "load_qrels_arg", lambda *a: release.wait(60))
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("kolm_search.io.read_run", interrupted)
+    (tmp_path / "r.trec").write_text("q1 Q0 d1 1 1.0 t\n")
+    with pytest.raises(KeyboardInterrupt):
+        main(["eval", str(tmp_path / "r.trec"), "--qrels", "x.txt", "--quiet"])
+    assert not release.is_set()  # returned while the qrels' read was still waiting
+    release.set()
+
+    def bad_qrels(*args: Any) -> Any:
+        raise KolmValueError("qrels x.txt: line 3 is bad")
+
+    def bad_run(*args: Any, **kwargs: Any) -> Any:
+        raise KolmValueError("run r.trec: line 1 is bad")
+
+    monkeypatch.setattr(cli_eval, "load_qrels_arg", bad_qrels)
+    monkeypatch.setattr("kolm_search.io.read_run", bad_run)
+    assert main(["eval", str(tmp_path / "r.trec"), "--qrels", "x.txt", "--quiet"]) != 0
+    assert "qrels x.txt: line 3 is bad" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from kolm_search._kernels import load
 from kolm_search._kernels.ranking import descending_key_numpy, presorted_order_numpy
 from kolm_search.engine import ids
+from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.metrics import ranking_order
 
 
@@ -86,3 +87,19 @@ def test_positions_tell_ids_apart_as_codes_do(repeat: bool) -> None:
     pairs = pd.DataFrame({"g": groups, "c": codes}).duplicated().to_numpy()
     assert np.array_equal(pairs, pd.DataFrame({"g": groups, "c": ref}).duplicated().to_numpy())
     assert pairs.any() == repeat
+
+
+def test_sparse_query_codes_take_the_numpy_path() -> None:
+    """Codes far above the row count (a caller's own) are ranked without a slot per code (the
+    kernel's), equal to the stable sort; codes outside the kernel's range are refused by it."""
+    score = np.array([1, 2, 3], np.float32)
+    docs = pd.Series(list("abc"), dtype="str")
+    for query in (np.array([0, 0, 10**8]), np.array([0, 2**31, 2**31]), np.array([2**32 - 1, 3, 3])):
+        order = ranking_order(query, score, docs)
+        assert np.array_equal(order, np.lexsort((-score.astype(np.float64), query)))
+    with pytest.raises(KolmValueError, match="query codes in"):
+        ranking_order(np.array([2**32, 3, 3]), score, docs)
+    with pytest.raises(ValueError, match=r"query codes must lie in \[0, 1\)"):
+        load("ranking").presorted_ranking(np.array([5]), np.array([1.0], np.float32), 1)
+    with pytest.raises(ValueError, match="query codes must lie"):
+        load("ranking").presorted_ranking(np.array([-1]), np.array([1.0], np.float32), 1)

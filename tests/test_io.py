@@ -161,6 +161,16 @@ def test_run_write_failing_mid_way_leaves_the_old_file(tmp_path: Path, monkeypat
     assert threading.active_count() == threads
 
 
+@pytest.mark.parametrize("suffix", [".trec", ".parquet"])
+@pytest.mark.parametrize("column", ["qid", "doc_id"])
+def test_run_with_a_missing_id_is_refused(tmp_path: Path, suffix: str, column: str) -> None:
+    run = pd.DataFrame({"qid": ["q1", "q1", "q2"], "doc_id": ["a", "b", "c"], "score": [1.0, 0.5, 0.2]})
+    run.loc[2, column] = None
+    with pytest.raises(FrameValidationError, match=f"run {column} has a missing value at row 2"):
+        write_run(run, tmp_path / f"r{suffix}")
+    assert not list(tmp_path.iterdir())
+
+
 def test_ranks_of_many_parse_blocks_read_on_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file of several parse blocks (1 MB each) has its ranks read block by block on two
     threads: the same ranks in order, and a bad rank in a late block still named by its line."""

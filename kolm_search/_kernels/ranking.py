@@ -71,6 +71,11 @@ def presorted_ranking(query: npt.NDArray[np.int64], score32: npt.NDArray[np.floa
     query = np.ascontiguousarray(query, np.int64)
     bits = np.ascontiguousarray(score32, np.float32).view(np.uint32)
     n = len(query)
+    if len(bits) != n:
+        raise ValueError(f"presorted_ranking: {n} query codes but {len(bits)} scores")
+    if n and (int(query.min()) < 0 or int(query.max()) >= n_q):
+        raise ValueError(f"presorted_ranking: query codes must lie in [0, {n_q}), got "
+                         f"[{int(query.min())}, {int(query.max())}]")
     key, order = np.empty(n, np.uint64), np.empty(n, np.int64)
     start, count = np.empty(n_q, np.int64), np.empty(n_q, np.int64)
     ok = _presorted(query, bits, int(n_q), key, start, count, order)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +190,30 @@ def _report(runs: dict[str, Any], qrels: Any, args: argparse.Namespace, measures
     return 0
 
 
+class _Beside:
+    """``fn(*args)`` on a daemon thread; :meth:`result` waits for it and returns its value or
+    raises its exception. A daemon: an interrupt (Ctrl-C) of the main thread ends the command
+    without waiting for it (a download it runs writes all or nothing)."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Any, *args: Any) -> None:
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:  # handed to the caller of result()
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from kolm_search.errors import KolmValueError
 
@@ -209,16 +233,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise KolmValueError(f"run file {target!r} {what}{hint}")
     from kolm_search.io import read_run
 
-    with ThreadPoolExecutor(max_workers=1) as pool:  # the qrels are read beside the runs
-        qrels_read = pool.submit(load_qrels_arg, args.qrels, args.split, args.cache_dir)
+    qrels_read = _Beside(load_qrels_arg, args.qrels, args.split, args.cache_dir)  # the qrels read beside the runs
+    try:
         # evaluate refuses a document given twice for a query (naming it): no need to check at reading too
-        try:
-            runs = {name: read_run(path, progress=None if not args.quiet else False, check_duplicates=False)
-                    for name, path in zip(run_names(args.targets), args.targets, strict=True)}
-        except Exception:
-            qrels_read.result()  # bad qrels are named first, as when they were read before the runs
-            raise
-        qrels = qrels_read.result()
+        runs = {name: read_run(path, progress=None if not args.quiet else False, check_duplicates=False)
+                for name, path in zip(run_names(args.targets), args.targets, strict=True)}
+    except Exception:
+        qrels_read.result()  # bad qrels are named first, as when they were read before the runs
+        raise
+    qrels = qrels_read.result()
     drop = {"auto": None, "drop": True, "keep": False}[args.self_hits]
     return _report(runs, qrels, args, _measures(args, "official"), drop)
 

@@ -102,9 +102,15 @@ def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32]
     from kolm_search._kernels import load
 
     query = np.ascontiguousarray(query, np.int64)
-    if len(query) and int(query.min()) < 0:
-        raise KolmValueError("ranking_order takes query codes >= 0")
-    key, order = load("ranking").presorted_ranking(query, score32, int(query.max()) + 1 if len(query) else 0)
+    if len(query) and (int(query.min()) < 0 or int(query.max()) >= 1 << 32):
+        raise KolmValueError("ranking_order takes query codes in [0, 2**32) (the high half of each key)")
+    n_q = int(query.max()) + 1 if len(query) else 0
+    kernels = load("ranking")
+    if n_q <= 2 * len(query) + 1024:  # the kernel keeps a slot per query code
+        key, order = kernels.presorted_ranking(query, score32, n_q)
+    else:  # sparse codes (a caller's own): the numpy path, whose memory is the rows'
+        key = kernels.descending_key_numpy(query, np.asarray(score32, np.float32))
+        order = kernels.presorted_order_numpy(query, key)
     if order is None:  # not in rank order already: the stable sort
         order = np.argsort(key, kind="stable")
     ranked = key[order]

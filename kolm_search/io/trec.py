@@ -41,6 +41,7 @@ from kolm_search.engine.runs import (
     RUN_COLUMNS,
     as_qrels,
     as_run,
+    check_ids,
     numeric_column,
     relevance_column,
 )
@@ -241,6 +242,7 @@ def write_run(run: Any, path: str | Path, tag: str = "kolm_search", *, progress:
     if isinstance(run, (str, os.PathLike)):
         run = read_run(os.fspath(run))
     df = as_run(run)
+    check_ids(df, "run")  # a missing id would be written as "nan"
     p = Path(path)
     if _is_parquet(p):
         with replacing(p) as tmp:
