@@ -217,15 +217,13 @@ def _ranks(column: pa.ChunkedArray) -> np.ndarray | None:
     """The rank column as 0-based int64, or None (the general reader then names the line)
     unless every text is a decimal integer (``-?[0-9]+``) whose 0-based value fits int64
     (pyarrow's own integer parser would also take ``0x1``, which ``int()`` and trec_eval refuse)."""
-    from kolm_search._kernels import resolve_threads
     from kolm_search.engine.arrow_strings import parse_integers
 
     chunks = [chunk for chunk in column.chunks if len(chunk)]
-    threads = min(len(chunks), resolve_threads(None))  # the kernels' shared sizing: the usable cores
-    if len(column) < _BATCH_ROWS or threads < 2:
+    if len(column) < _BATCH_ROWS or len(chunks) < 2:
         parts = [parse_integers(chunk, -1) for chunk in chunks]
-    else:  # the kernel releases the GIL: the parse blocks on threads
-        with ThreadPoolExecutor(max_workers=threads) as pool:
+    else:  # the kernel releases the GIL: the parse blocks on two threads
+        with ThreadPoolExecutor(max_workers=2) as pool:
             parts = list(pool.map(lambda chunk: parse_integers(chunk, -1), chunks))
     if any(p is None for p in parts):
         return None
