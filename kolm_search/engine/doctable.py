@@ -34,7 +34,7 @@ from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.types import SearchDocument
 
 __all__ = ["DOCUMENT_FIELDS", "DocumentTable", "IndexesDocuments", "checked_codes", "content_digest", "decoded",
-           "joined_texts"]
+           "joined_texts", "make_documents"]
 
 DOCUMENT_FIELDS = ("id", "content", "title", "source", "tags", "metadata")
 
@@ -208,15 +208,7 @@ class DocumentTable:
     def documents(self, codes: npt.ArrayLike, scores: npt.ArrayLike | None = None) -> list[SearchDocument]:
         """``SearchDocument``s for ``codes`` (the edge conversion), carrying ``scores``."""
         codes = np.asarray(codes, dtype=np.int64)
-        sub = self.frame.iloc[codes]
-        sc = [None] * len(codes) if scores is None else np.asarray(scores, dtype=np.float64).tolist()
-        out = []
-        for (i, c, t, s, tg, m), score in zip(sub.itertuples(index=False, name=None), sc, strict=True):
-            out.append(SearchDocument(
-                id=i, content=c, title=t if isinstance(t, str) else None, source=s if isinstance(s, str) else None,
-                tags=None if tg is None else list(tg), metadata=None if m is None else dict(m), score=score,
-            ))
-        return out
+        return make_documents(self.frame.iloc[codes].itertuples(index=False, name=None), scores, len(codes))
 
     # -- new tables (incremental indexes) -----------------------------------------------
     @classmethod
@@ -343,14 +335,35 @@ class DocumentTable:
 _ABSENT = object()
 
 
-def decoded(field: str, values: list[Any]) -> list[Any]:
+def decoded(field: str, values: list[Any], rows: npt.ArrayLike | None = None) -> list[Any]:
     """The values of field ``field`` as a table holds them, from the text a saved table stores
-    (:meth:`DocumentTable.to_arrow`): strings, None for anything else; ``tags`` and
-    ``metadata`` decoded from their JSON text."""
+    (:meth:`DocumentTable.to_arrow`): strings, None for anything else; ``tags`` (a JSON array)
+    and ``metadata`` (a JSON object) decoded. ``rows`` numbers the values in messages (default
+    their positions).
+
+    Raises
+    ------
+    KolmValueError
+        Tags or metadata that are not JSON of their kind, naming the row.
+    """
     texts = [v if isinstance(v, str) else None for v in values]
-    if field in ("tags", "metadata"):
-        return [None if v is None else json.loads(v) for v in texts]
-    return texts
+    if field not in ("tags", "metadata"):
+        return texts
+    kind, name = (list, "array") if field == "tags" else (dict, "object")
+    out: list[Any] = []
+    for i, text in enumerate(texts):
+        value = None
+        if text is not None:
+            try:
+                value = json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                row = i if rows is None else int(np.asarray(rows).ravel()[i])
+                raise KolmValueError(f"row {row}: field {field!r} is not JSON: {exc}") from exc
+            if value is not None and not isinstance(value, kind):
+                row = i if rows is None else int(np.asarray(rows).ravel()[i])
+                raise KolmValueError(f"row {row}: field {field!r} must be a JSON {name}, got {text[:40]!r}")
+        out.append(value)
+    return out
 
 
 def joined_texts(columns: list[list[Any]], n: int) -> list[str]:
@@ -374,6 +387,19 @@ def content_digest(parts: Iterable[tuple[list[str], list[str]]]) -> str:
         data.update(b"".join(values))
         n += len(ids)
     return f"{n}:{hashlib.sha256(lengths.digest() + data.digest()).hexdigest()[:32]}"
+
+
+def make_documents(rows: Iterable[tuple[Any, ...]], scores: npt.ArrayLike | None, n: int) -> list[SearchDocument]:
+    """``SearchDocument``s of ``n`` rows (values of :data:`DOCUMENT_FIELDS` in order, as a table
+    holds them), carrying ``scores`` (n,) or none."""
+    sc = [None] * n if scores is None else np.asarray(scores, dtype=np.float64).tolist()
+    out = []
+    for (i, c, t, s, tg, m), score in zip(rows, sc, strict=True):
+        out.append(SearchDocument(
+            id=i, content=c, title=t if isinstance(t, str) else None, source=s if isinstance(s, str) else None,
+            tags=None if tg is None else list(tg), metadata=None if m is None else dict(m), score=score,
+        ))
+    return out
 
 
 def checked_codes(codes: npt.NDArray[np.int64], ids: Any, missing: str) -> npt.NDArray[np.int64]:
