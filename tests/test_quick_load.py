@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kolm_search import BM25Retriever, KolmValueError, presets
-from kolm_search.errors import ParameterError
 from kolm_search._kernels import load
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.engine.mapped_table import MappedDocumentTable
+from kolm_search.errors import ParameterError
 from kolm_search.retrievers import _blocks, _saved
 from kolm_search.retrievers.dense import DenseRetriever
 from tests.reliability.indexes import documents_as_parquet, file_of, reseal
