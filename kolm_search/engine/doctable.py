@@ -33,7 +33,7 @@ from kolm_search.engine.selection import Selection, Selections
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.types import SearchDocument
 
-__all__ = ["DOCUMENT_FIELDS", "DocumentTable", "IndexesDocuments", "checked_codes", "content_digest", "decoded",
+__all__ = ["DOCUMENT_FIELDS", "DocumentTable", "IndexesDocuments", "arrow_digest", "checked_codes", "decoded",
            "joined_texts", "make_documents"]
 
 DOCUMENT_FIELDS = ("id", "content", "title", "source", "tags", "metadata")
@@ -198,11 +198,10 @@ class DocumentTable:
         return joined_texts([self.frame[f].tolist() for f in fields], len(self))
 
     def digest(self) -> str:
-        """A digest of the table's ids and texts (``title`` and ``content`` as :meth:`texts`
-        joins them), the same for equal tables however they are stored; made once (tables are
-        immutable)."""
+        """A digest of every field of every document (as :meth:`to_arrow` writes them), the same
+        for equal tables however they are stored; made once (tables are immutable)."""
         if self._digest is None:
-            self._digest = content_digest([(self.ids.tolist(), self.texts(("title", "content")))])
+            self._digest = arrow_digest([self.to_arrow().columns])
         return self._digest
 
     def documents(self, codes: npt.ArrayLike, scores: npt.ArrayLike | None = None) -> list[SearchDocument]:
@@ -376,17 +375,33 @@ def joined_texts(columns: list[list[Any]], n: int) -> list[str]:
     return [" ".join([str(v) for v in vals if v is not None]) for vals in zip(*cols, strict=True)]
 
 
-def content_digest(parts: Iterable[tuple[list[str], list[str]]]) -> str:
-    """``"<n>:<hex>"``: a digest of documents one after the other, each its id and its text, given
-    as parts of (ids, texts); parts of any sizes give the same digest. sha256 of the UTF-8 bytes
-    of ids and texts in turn and of the sequence of their byte lengths (which tells them apart)."""
-    data, lengths, n = hashlib.sha256(), hashlib.sha256(), 0
-    for ids, texts in parts:
-        values = [v.encode("utf-8", "surrogatepass") for pair in zip(map(str, ids), texts, strict=True) for v in pair]
-        lengths.update(np.fromiter(map(len, values), np.int64, len(values)).astype("<i8").tobytes())
-        data.update(b"".join(values))
-        n += len(ids)
-    return f"{n}:{hashlib.sha256(lengths.digest() + data.digest()).hexdigest()[:32]}"
+def arrow_digest(parts: Iterable[Sequence[Any]]) -> str:
+    """``"<n>:<hex>"``: a digest of documents given as parts, each the six ``pyarrow`` string
+    arrays (or chunked arrays) of :meth:`DocumentTable.to_arrow` in :data:`DOCUMENT_FIELDS`
+    order; parts of any sizes give the same digest. Per field, sha256 of the UTF-8 bytes of its
+    values one after the other and of their byte lengths (-1 where missing), from the arrays'
+    buffers (no Python strings)."""
+    import pyarrow as pa
+
+    streams = [(hashlib.sha256(), hashlib.sha256()) for _ in DOCUMENT_FIELDS]
+    n = 0
+    for part in parts:
+        for (data, lengths), column in zip(streams, part, strict=True):
+            for arr in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+                wide = arr.cast(pa.large_string())
+                offsets = np.frombuffer(wide.buffers()[1], np.int64)[wide.offset:wide.offset + len(wide) + 1] \
+                    if len(wide) else np.zeros(1, np.int64)
+                sizes = np.diff(offsets)
+                if wide.null_count:
+                    sizes = np.where(np.asarray(wide.is_null()), -1, sizes)
+                lengths.update(sizes.astype("<i8").tobytes())
+                if len(wide) and offsets[-1] > offsets[0]:
+                    data.update(memoryview(wide.buffers()[2])[int(offsets[0]):int(offsets[-1])])
+        n += len(part[0])
+    total = hashlib.sha256()
+    for data, lengths in streams:
+        total.update(data.digest() + lengths.digest())
+    return f"{n}:{total.hexdigest()[:32]}"
 
 
 def make_documents(rows: Iterable[tuple[Any, ...]], scores: npt.ArrayLike | None, n: int) -> list[SearchDocument]:

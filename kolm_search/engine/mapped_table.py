@@ -33,7 +33,7 @@ same rows. It pickles by value (the rows travel; nothing points at the file).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -45,7 +45,7 @@ from kolm_search.engine.arrow_strings import buffers
 from kolm_search.engine.doctable import (
     DOCUMENT_FIELDS,
     DocumentTable,
-    content_digest,
+    arrow_digest,
     decoded,
     joined_texts,
     make_documents,
@@ -334,13 +334,8 @@ class MappedDocumentTable(DocumentTable):
 
     def digest(self) -> str:
         if self._digest is None:
-            self._digest = content_digest(self._digest_parts())
+            self._digest = arrow_digest([self._array(f, b) for f in DOCUMENT_FIELDS] for b in range(len(self._batches)))
         return self._digest
-
-    def _digest_parts(self) -> Iterable[tuple[list[str], list[str]]]:
-        for b in range(len(self._batches)):
-            columns = [decoded(f, self._array(f, b).to_pylist()) for f in ("title", "content")]
-            yield self._array("id", b).to_pylist(), joined_texts(columns, self._batches[b].num_rows)
 
     def documents(self, codes: npt.ArrayLike, scores: npt.ArrayLike | None = None) -> list[SearchDocument]:
         codes = np.asarray(codes, dtype=np.int64).ravel()
