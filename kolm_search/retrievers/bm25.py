@@ -227,14 +227,14 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
 
         if path is not None:
             build_bm25(source, path, probe, chunk_size=chunk_size, memory_limit=memory_limit, n_jobs=n_jobs,
-                       progress=progress)
-            return cls.load(path, mmap=mmap, n_threads=n_threads, pruning=pruning)
+                       progress=progress)  # files this build computed, checked and wrote: no digests to read back
+            return cls.load(path, mmap=mmap, n_threads=n_threads, pruning=pruning, verify="quick")
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="kolm-bm25-") as tmp:
             build_bm25(source, Path(tmp) / "index", probe, chunk_size=chunk_size, memory_limit=memory_limit,
                        n_jobs=n_jobs, progress=progress)
-            return cls.load(Path(tmp) / "index", mmap=False, n_threads=n_threads, pruning=pruning)
+            return cls.load(Path(tmp) / "index", mmap=False, n_threads=n_threads, pruning=pruning, verify="quick")
 
     # -- indexing ----------------------------------------------------------------------
     def index_tokens(self, token_lists: Iterable[Sequence[str]], *, stats: CollectionStats | None = None) -> None:
