@@ -237,9 +237,12 @@ class MappedDocumentTable(DocumentTable):
         """
         for field in ("tags", "metadata"):
             for b in range(len(self._batches)):
+                arr = self._array(field, b)
+                present = np.asarray(arr.is_valid())
+                if not present.any():
+                    continue
                 try:
-                    decoded(field, self._array(field, b).to_pylist(),
-                            np.arange(self._starts[b], self._starts[b + 1]))
+                    decoded(field, arr.filter(present).to_pylist(), self._starts[b] + np.flatnonzero(present))
                 except KolmValueError as exc:
                     raise KolmValueError(f"{self.path}: {exc}") from exc
         for field in ("id", "content", "title", "source"):
