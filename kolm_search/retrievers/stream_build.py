@@ -25,6 +25,7 @@ same documents saved to ``path``, array for array.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -220,7 +221,8 @@ def build_bm25(source: Any, path: str | Path, probe: Callable[[DocumentTable], S
         A document that makes no table row, or a duplicate id, naming where it is; nothing is
         written to ``path``.
     KolmError
-        The disk failed (the spill folder or the index folder named).
+        The build ran out of memory or of disk space, or the disk failed (saying which, the
+        spill folder or the index folder named); ``path`` is left as it was.
     """
     target = Path(path).expanduser()
     limit = positive_int("memory_limit", memory_limit, none=True) or default_memory_limit()
@@ -237,7 +239,14 @@ def build_bm25(source: Any, path: str | Path, probe: Callable[[DocumentTable], S
     try:
         owner.acquire(timeout=0)
         return _build(source, target, tmp, empty, probe, chunk_size=chunk_size, limit=limit, n_jobs=n_jobs, progress=progress)
+    except MemoryError as exc:
+        raise KolmError(f"{target}: the build ran out of memory (memory_limit={limit:,} bytes sizes its chunks "
+                        "and blocks; documents, the vocabulary and the workers come on top): pass a smaller "
+                        "memory_limit= or chunk_size=; the folder was left as it was") from exc
     except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise KolmError(f"{tmp}: the build ran out of disk space (its spill files and the index need about "
+                            "twice the index's size beside the target); the folder was left as it was") from exc
         raise KolmError(f"{tmp}: the build failed on disk: {exc}") from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
