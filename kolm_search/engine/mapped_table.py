@@ -42,14 +42,8 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.engine.arrow_strings import buffers
-from kolm_search.engine.doctable import (
-    DOCUMENT_FIELDS,
-    DocumentTable,
-    arrow_digest,
-    decoded,
-    joined_texts,
-    make_documents,
-)
+from kolm_search.engine.doc_fields import DOCUMENT_FIELDS, arrow_digest, decoded, joined_texts, make_documents
+from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument
 
