@@ -12,7 +12,9 @@ same Zipf law (``queries-<n>.txt``). Each measurement runs in its own fresh proc
   this driver's peak across fork and exec), the peak of its RSS plus its tokenising workers'
   (``bench_stream_build.TreeRss``, sampled every 50 ms: the workers fork from a forkserver, so
   RUSAGE_CHILDREN never sees them) and the index's bytes on disk;
-- ``query``: ``BM25Retriever.load(index_dir)`` (memory-mapped, every file's sha256 checked), after
+- ``query``: ``BM25Retriever.load(index_dir, verify=--verify)`` (memory-mapped; ``"auto"``, the
+  default, checks an index above 256 MiB quickly: no digests, the postings read block by block
+  from the files, the documents' batches when first read; ``"full"`` reads every byte), after
   a 3-document index was built and loaded (imports, kernels): wall time and the resident memory
   it added (``/proc/self/statm``: all, and file-backed), then queries/s of ``score_texts``
   (texts in, tokenised; ``pruning="auto"``) at each ``--k``; the top-100 result is checked
@@ -78,7 +80,7 @@ def child_build(corpus: Path, out: Path, limit: int) -> dict:
             "waited_children_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0}
 
 
-def child_query(index: Path, texts: list[str], ks: list[int], repeat: int) -> dict:
+def child_query(index: Path, texts: list[str], ks: list[int], repeat: int, verify: str = "auto") -> dict:
     import tempfile
 
     from kolm_search import BM25Retriever
@@ -88,7 +90,7 @@ def child_query(index: Path, texts: list[str], ks: list[int], repeat: int) -> di
         BM25Retriever.build(docs, Path(tmp) / "i", progress=False).score_texts(texts[:2], 10)
     before = resident_mb()
     t0 = time.perf_counter()
-    ret = BM25Retriever.load(index)
+    ret = BM25Retriever.load(index, verify=verify)
     load_s = time.perf_counter() - t0
     after = resident_mb()
     fns = {k: (lambda k=k: ret.score_texts(texts, k)) for k in ks}
@@ -144,6 +146,7 @@ def main() -> None:
     ap.add_argument("--memory-limit", type=int, default=1 << 30, help="bytes; 0: the default (1/4 RAM)")
     ap.add_argument("--bm25s-max", type=int, default=2_000_000, help="largest corpus bm25s is run on")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--verify", choices=["auto", "full", "quick"], default="auto", help="how load checks the index")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -152,8 +155,10 @@ def main() -> None:
             out = child_build(Path(rest[0]), Path(rest[1]), int(rest[2]))
         else:
             texts = Path(rest[1]).read_text().splitlines()
-            fn = child_query if mode == "query" else child_bm25s
-            out = fn(Path(rest[0]), texts, args.k, args.repeat)
+            if mode == "query":
+                out = child_query(Path(rest[0]), texts, args.k, args.repeat, args.verify)
+            else:
+                out = child_bm25s(Path(rest[0]), texts, args.k, args.repeat)
         print(json.dumps(out))
         return
     header("BM25 at scale: streamed build, load, top-k vs bm25s")
@@ -172,8 +177,10 @@ def main() -> None:
         index = args.dir / f"index-{n}"
         shutil.rmtree(index, ignore_errors=True)
         r = {"build": spawn("build", str(corpus), str(index), str(args.memory_limit))}
-        r["query"] = spawn("query", str(index), str(qfile))
-        r["bm25s"] = spawn("bm25s", str(corpus), str(qfile)) if n <= args.bm25s_max else None
+        r["query"] = spawn("query", str(index), str(qfile), "--verify", args.verify, "--k", *ks,
+                           "--repeat", str(args.repeat))
+        r["bm25s"] = (spawn("bm25s", str(corpus), str(qfile), "--k", *ks, "--repeat", str(args.repeat))
+                      if n <= args.bm25s_max else None)
         results[n] = r
         print(f"[{n:,}] {json.dumps(r)}", flush=True)
 

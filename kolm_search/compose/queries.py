@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +20,6 @@ from kolm_search.contract.config import SearchPipelineOptions
 from kolm_search.contract.guards import batch_requests
 from kolm_search.contract.planners import DefaultQueryPlanner
 from kolm_search.engine.candidate_frame import QueryBatch
-from kolm_search.engine.doctable import DocumentTable
 from kolm_search.engine.runs import RUN_COLUMNS
 from kolm_search.errors import KolmTypeError
 from kolm_search.types import SearchPipelineContext
@@ -45,18 +43,6 @@ class PreparedQueries:
         for i, qid in enumerate(self.qids):  # element-wise: tuple qids stay tuples
             qid_arr[i] = qid
         object.__setattr__(self, "qid_column", pd.Series(qid_arr, dtype=None).array)
-
-
-_ID_COLUMNS: weakref.WeakKeyDictionary[DocumentTable, Any] = weakref.WeakKeyDictionary()
-
-
-def _id_column(table: DocumentTable) -> Any:
-    """The table's ids as the array a DataFrame column of them would hold (made once per
-    table; taking rows from it is an arrow ``take``, not a conversion of Python strings)."""
-    found = _ID_COLUMNS.get(table)
-    if found is None:
-        found = _ID_COLUMNS[table] = pd.Series(table.ids).array
-    return found
 
 
 def prepare_queries(queries: Any, *, limit: int | None = None, offset: int = 0, mode: str | None = None,
@@ -85,7 +71,6 @@ def run_prepared(stage: Any, prepared: PreparedQueries) -> pd.DataFrame:
         raise KolmTypeError(f"{stage_name(stage)} re-ranks: a stage called on queries must retrieve "
                             "(put a retrieving stage first, e.g. bm25 >> reranker)")
     table = stage.table
-    ids = _id_column(table)
     parts: list[pd.DataFrame] = []
     for group, (rows, _, first, target) in enumerate(prepared.groups):
         frame = stage.retrieve_batch(_batch(prepared, group, max(1, min(int(target.max()), len(table)))))
@@ -95,7 +80,7 @@ def run_prepared(stage: Any, prepared: PreparedQueries) -> pd.DataFrame:
             query, doc, rank, score = query[keep], doc[keep], rank[keep], score[keep]
         q = rows[query]
         cols = {"qid": _qid_column(prepared, group, q).copy(),  # the column is reused (the copy of a wrapper)
-                "doc_id": ids.take(doc) if len(q) else np.zeros(0, object),
+                "doc_id": table.ids_of(doc) if len(q) else np.zeros(0, object),
                 "rank": rank.astype(np.int64), "score": score.astype(np.float64)}
         if len(prepared.groups) > 1:
             cols["_order"] = q

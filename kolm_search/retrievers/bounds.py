@@ -22,7 +22,7 @@ import numpy.typing as npt
 from kolm_search._kernels import load
 from kolm_search.errors import KolmValueError
 
-__all__ = ["PRUNE_MAX_K", "PRUNE_MIN_POSTINGS_PER_K", "PRUNE_PHASE_SHARE", "PRUNINGS", "Pruning", "checked_term_maxima",
+__all__ = ["PRUNE_MAX_K", "PRUNE_MIN_POSTINGS_PER_K", "PRUNE_PHASE_SHARE", "PRUNINGS", "Pruning", "checked_term_maxima", "equal_term_maxima",
            "prune_queries", "term_maxima"]
 
 Pruning = Literal["auto", "none"]
@@ -48,7 +48,12 @@ def checked_term_maxima(path: Path, stored: np.ndarray, t_ptr: npt.NDArray[np.in
                         t_w: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """Saved maxima ``stored`` (the file ``path``) of checked weights, refused unless equal to
     the weights' own."""
-    want = term_maxima(t_ptr, t_w)
+    return equal_term_maxima(path, stored, term_maxima(t_ptr, t_w))
+
+
+def equal_term_maxima(path: Path, stored: np.ndarray, want: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Saved maxima ``stored`` (the file ``path``), refused unless equal to ``want`` (the
+    weights' own, float32 (V,)); ``want`` returned."""
     if stored.shape != want.shape:
         raise KolmValueError(f"{path}: has {stored.shape[0]} term maxima, expected {want.shape[0]} (one per term)")
     with np.errstate(over="ignore", invalid="ignore"):

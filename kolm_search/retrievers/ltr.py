@@ -171,7 +171,7 @@ class LTRReranker(Composed):
             mats.append(self._matrix(frame, check_width=False))
             q = rows[frame.query]
             keys.append(pd.DataFrame({"qid": [str(prepared.qids[i]) for i in q],
-                                      "doc_id": np.asarray(table.ids, dtype=object)[frame.doc].astype(str),
+                                      "doc_id": np.asarray(table.ids_of(frame.doc), dtype=object).astype(str),
                                       "group": q}))
         return np.vstack(mats), pd.concat(keys, ignore_index=True)
 

@@ -4,7 +4,8 @@
 runs. Its phases:
 
 1. **read and count** (:func:`kolm_search.io.corpus_stream.corpus_chunks`): each chunk of
-   documents is checked, its rows appended to a parquet file, its texts tokenised and counted
+   documents is checked, its rows appended to a documents file (Arrow IPC,
+   :class:`~kolm_search.engine.mapped_table.DocumentsWriter`), its texts tokenised and counted
    (:meth:`Postings.from_texts`, on ``n_jobs`` processes) and its postings spilled
    (:class:`~.spill.SpilledPostings`); only a term index per chunk, the vocabulary, and 24
    bytes per document (length, id hash, line) stay in memory;
@@ -24,6 +25,7 @@ same documents saved to ``path``, array for array.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -42,6 +44,7 @@ import pandas as pd
 from kolm_search._params import positive_int
 from kolm_search._progress import progress_bar
 from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.mapped_table import DocumentsWriter, MappedDocumentTable
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError
 from kolm_search.io.corpus_stream import CorpusChunk, corpus_chunks
 from kolm_search.retrievers._persist import FileSource, Payload, save_index
@@ -190,11 +193,8 @@ class _Places:
                                        f"(first at {self.place(first)})")
 
 
-def _read_ids(parquet: Path, rows: npt.NDArray[np.int64]) -> list[str]:
-    import pyarrow.parquet as pq
-
-    column = pq.read_table(parquet, columns=["id"]).column("id")
-    return [str(v) for v in column.take(rows).to_pylist()]
+def _read_ids(documents: Path, rows: npt.NDArray[np.int64]) -> list[str]:
+    return [str(v) for v in MappedDocumentTable(documents).ids_of(rows)]
 
 
 def build_bm25(source: Any, path: str | Path, probe: Callable[[DocumentTable], StreamedIndex], *, chunk_size: int | None = None,
@@ -221,7 +221,8 @@ def build_bm25(source: Any, path: str | Path, probe: Callable[[DocumentTable], S
         A document that makes no table row, or a duplicate id, naming where it is; nothing is
         written to ``path``.
     KolmError
-        The disk failed (the spill folder or the index folder named).
+        The build ran out of memory or of disk space, or the disk failed (saying which, the
+        spill folder or the index folder named); ``path`` is left as it was.
     """
     target = Path(path).expanduser()
     limit = positive_int("memory_limit", memory_limit, none=True) or default_memory_limit()
@@ -238,7 +239,14 @@ def build_bm25(source: Any, path: str | Path, probe: Callable[[DocumentTable], S
     try:
         owner.acquire(timeout=0)
         return _build(source, target, tmp, empty, probe, chunk_size=chunk_size, limit=limit, n_jobs=n_jobs, progress=progress)
+    except MemoryError as exc:
+        raise KolmError(f"{target}: the build ran out of memory (memory_limit={limit:,} bytes sizes its chunks "
+                        "and blocks; documents, the vocabulary and the workers come on top): pass a smaller "
+                        "memory_limit= or chunk_size=; the folder was left as it was") from exc
     except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise KolmError(f"{tmp}: the build ran out of disk space (its spill files and the index need about "
+                            "twice the index's size beside the target); the folder was left as it was") from exc
         raise KolmError(f"{tmp}: the build failed on disk: {exc}") from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -270,24 +278,21 @@ def _remove_dead_builds(parent: Path, name: str) -> None:
 def _build(source: Any, target: Path, tmp: Path, params: StreamedIndex,
            probe: Callable[[DocumentTable], StreamedIndex], *, chunk_size: int | None,
            limit: int, n_jobs: int | None, progress: bool | None) -> BuildSummary:
-    import pyarrow.parquet as pq
-
     spill = SpilledPostings(tmp)
     places = _Places()
     sample: list[DocumentTable] = []
-    table_path = tmp / "documents.parquet"
-    writer = pq.ParquetWriter(table_path, DocumentTable(pd.DataFrame(columns=["id", "content"])).to_arrow().schema)
+    table_path = tmp / "documents.arrow"
     fields: Sequence[str] = params.fields
-    with progress_bar(None, "bm25 build: read", "doc", progress=progress) as bar:
+    with DocumentsWriter(table_path) as writer, \
+            progress_bar(None, "bm25 build: read", "doc", progress=progress) as bar:
         for chunk in corpus_chunks(source, chunk_size=chunk_size, chunk_chars=max(1, limit // _BYTES_PER_CHAR)):
             table = chunk.table
             places.add(chunk)
             if sum(map(len, sample)) < _SAMPLE:
                 sample.append(table.take(np.arange(min(len(table), _SAMPLE))))
-            writer.write_table(table.to_arrow())
+            writer.write(table)
             spill.add(Postings.from_texts(table.texts(fields), params.tokenizer, n_jobs=n_jobs, progress=False))
             bar.update(len(table))
-    writer.close()
     places.check_unique(lambda rows: _read_ids(table_path, rows))
     n = spill.n_docs
     lengths = np.concatenate(spill.lengths) if spill.lengths else np.zeros(0, np.int64)
