@@ -207,6 +207,7 @@ def test_run_cache_round_trips_a_run_and_refuses_damage(ds, tmp_path: Path, qids
 
 def _rewrite(path: Path, change: Any) -> None:
     """The run file at ``path`` with ``change(arrays)`` applied and its checksums made anew."""
+    import base64
     import json
     import zlib
 
@@ -216,7 +217,8 @@ def _rewrite(path: Path, change: Any) -> None:
     meta = json.loads(table.schema.metadata[b"kolm_search"])
     arrays = {n: table.column(n).to_numpy().copy() for n in table.column_names}
     change(arrays, meta)
-    meta["crc32"] = {n: zlib.crc32(np.ascontiguousarray(a).data) for n, a in arrays.items()}
+    meta["crc32"] = {"counts": zlib.crc32(base64.b64decode(meta["counts"])),
+                     **{n: zlib.crc32(np.ascontiguousarray(a).data) for n, a in arrays.items()}}
     out = pa.table(arrays).replace_schema_metadata({b"kolm_search": json.dumps(meta).encode()})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, out.schema) as writer:
@@ -225,6 +227,9 @@ def _rewrite(path: Path, change: Any) -> None:
 
 
 def test_a_run_file_with_codes_out_of_range_is_damaged_and_another_version_is_replaced(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Files whose checksums hold but whose codes or counts do not fit the table or the queries."""
+    import base64
+
     run, _, _ = _coded(ds)
     cache = RunCache(tmp_path)
     path = cache.file_for("s", "q")
@@ -233,10 +238,21 @@ def test_a_run_file_with_codes_out_of_range_is_damaged_and_another_version_is_re
     def far_doc(a: dict[str, Any], meta: dict[str, Any]) -> None:
         a["doc"][3] = len(run.ids)
 
-    def negative_row(a: dict[str, Any], meta: dict[str, Any]) -> None:
-        a["row"][0] = -1
+    def negative_count(a: dict[str, Any], meta: dict[str, Any]) -> None:
+        counts = np.frombuffer(base64.b64decode(meta["counts"]), "<i4").copy()
+        counts[:2] = counts[0] + counts[1] + 1, -1  # the same sum
+        meta["counts"] = base64.b64encode(counts.tobytes()).decode()
 
-    for change, what in ((far_doc, "'doc' holds"), (negative_row, "'row' holds")):
+    def fewer_counts(a: dict[str, Any], meta: dict[str, Any]) -> None:
+        meta["counts"] = base64.b64encode(base64.b64decode(meta["counts"])[4:]).decode()
+
+    def missing_entry(a: dict[str, Any], meta: dict[str, Any]) -> None:
+        counts = np.frombuffer(base64.b64decode(meta["counts"]), "<i4").copy()
+        counts[-1] += 1
+        meta["counts"] = base64.b64encode(counts.tobytes()).decode()
+
+    for change, what in ((far_doc, "'doc' holds"), (negative_count, "one is negative"),
+                         (fewer_counts, "counts are of"), (missing_entry, "add up to")):
         assert cache.put("s", "q", run)
         _rewrite(path, change)
         with pytest.warns(RuntimeWarning, match=f"damaged.*{what}"):
