@@ -6,6 +6,7 @@ pipeline as retriever (the run without any experiment, cache or coded form), ``c
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +61,14 @@ def _plain(pipe: Any, queries: pd.DataFrame, limit: int, drop: bool) -> pd.DataF
     return drop_self_hits(client.search_batch(queries, limit=limit + 1).run, limit)[0]
 
 
-@pytest.mark.parametrize("drop", [False, True])
-def test_runs_made_when_asked_equal_search_batch_first_and_from_the_cache(ds, tmp_path: Path, drop: bool) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("drop", "qids"), [(False, "str"), (True, "str"), (False, "int")])
+def test_runs_made_when_asked_equal_search_batch_first_and_from_the_cache(ds, tmp_path: Path, drop: bool,  # type: ignore[no-untyped-def]
+                                                                           qids: str) -> None:
+    if qids == "int":  # (a run read from the cache takes the qids as the queries DataFrame holds them)
+        ds = copy.copy(ds)
+        ds.queries = ds.queries.assign(qid=ds.queries["qid"].astype(int))
+        ds.qrels = ds.qrels.assign(qid=ds.qrels["qid"].astype(int))
+        assert ds.judged_queries()["qid"].dtype == np.int64
     pipes = _pipes(ds.corpus)
     queries = ds.judged_queries()
     plain = {name: _plain(pipe, queries, 20, drop) for name, pipe in pipes.items()}
@@ -74,8 +81,8 @@ def test_runs_made_when_asked_equal_search_batch_first_and_from_the_cache(ds, tm
         for name in pipes:
             got = runs[name]
             pd.testing.assert_frame_equal(got, plain[name], check_dtype=False)
-            assert list(got.dtypes) == [pd.StringDtype(na_value=np.nan), pd.StringDtype(na_value=np.nan),
-                                        np.dtype(np.int64), np.dtype(np.float64)], got.dtypes
+            assert list(got.dtypes) == [pd.StringDtype(na_value=np.nan) if qids == "str" else np.dtype(object),
+                                        pd.StringDtype(na_value=np.nan), np.dtype(np.int64), np.dtype(np.float64)]
             assert runs[name] is got and runs.coded(name) is None  # made once, then kept
         if cache is not None and exp.run_cache is not None and exp.run_cache.reads:
             assert exp.run_cache.reads == len(pipes) and not exp.shared.computed

@@ -168,6 +168,7 @@ class Experiment:
         self.runs: MutableMapping[str, pd.DataFrame] = Runs()
         self.score_cache = score_cache
         self._prepared: tuple[Any, PreparedQueries] | None = None
+        self._qids: tuple[Any, PreparedQueries] | None = None
         self._digest: tuple[Any, str | None] | None = None
         self.shared = RunState(cache=None if self.cache_dir is None else StageCache(self.cache_dir / "stages"))
         self.run_cache = None if self.cache_dir is None else RunCache(self.cache_dir / "runs")
@@ -210,6 +211,17 @@ class Experiment:
             self.runs[name] = run
         return self.runs
 
+    def _qids_of(self, queries: pd.DataFrame) -> PreparedQueries:
+        """What a run read from the run cache needs of the queries to make its DataFrame: their
+        qids (the prepared queries when they were made, else the qids alone, unplanned: the run
+        cache keys a run by a digest of a queries DataFrame, whose qids ``prepare_queries``
+        takes as they are)."""
+        if self._prepared is not None and self._prepared[0] is queries:
+            return self._prepared[1]
+        if self._qids is None or self._qids[0] is not queries:
+            self._qids = (queries, PreparedQueries(list(queries["qid"]), []))
+        return self._qids[1]
+
     def _prepare(self, queries: pd.DataFrame) -> PreparedQueries:
         """The judged queries checked and planned once for every stage pipeline."""
         if self._prepared is None or self._prepared[0] is not queries:
@@ -223,7 +235,7 @@ class Experiment:
         (and cached); the queries are checked and planned once for all of them."""
         key = self._run_key(stage, queries)
         if key is not None and self.run_cache is not None:
-            found = self.run_cache.get(*key, lambda: self._prepare(queries), id_column(stage.table),  # type: ignore[attr-defined]
+            found = self.run_cache.get(*key, lambda: self._qids_of(queries), id_column(stage.table),  # type: ignore[attr-defined]
                                        len(queries))
             if found is not None:
                 self.shared.reused[key[0]] += 1
