@@ -84,6 +84,12 @@ def test_judged_queries_equal_isin() -> None:
                  qrels=qrels)
     want = queries[queries["qid"].isin(set(qrels["qid"]))].reset_index(drop=True)
     pd.testing.assert_frame_equal(ds.judged_queries(), want)
+    # categorical qids (as load_dataset gives), with a category no judgement uses any more
+    ds.qrels = qrels.assign(qid=pd.Categorical(qrels["qid"], categories=["q1", "q2", "q3", "zz"]))
+    pd.testing.assert_frame_equal(ds.judged_queries(), want)
+    ds.queries = queries.assign(qid=pd.Categorical(queries["qid"]))
+    pd.testing.assert_frame_equal(ds.judged_queries(), ds.queries[ds.queries["qid"].isin(set(qrels["qid"]))]
+                                  .reset_index(drop=True))
 
 
 def test_an_alias_entry_reads_through_its_target(tmp_path) -> None:  # type: ignore[no-untyped-def]
