@@ -33,10 +33,11 @@ __all__ = ["Experiment", "Runs"]
 
 
 class Runs(MutableMapping[str, pd.DataFrame]):
-    """An experiment's runs by pipeline name: a dict of run DataFrames whose stage pipelines'
-    DataFrames are made when first asked for (from the :class:`~kolm_search.compose.queries.CodedRun`
-    the pipeline returned or the run cache read, then kept): an experiment that is only run, or
-    evaluated from cached measures, looks no document id up. Setting a name stores a DataFrame."""
+    """An experiment's runs by pipeline name, in the order they were set: a mapping of run
+    DataFrames whose stage pipelines' DataFrames are made when first asked for (from the
+    :class:`~kolm_search.compose.queries.CodedRun` the pipeline returned or the run cache read,
+    then kept), so that running an experiment looks no document id up until a run is used.
+    Setting a name stores a DataFrame."""
 
     def __init__(self) -> None:
         self._frames: dict[str, pd.DataFrame] = {}
@@ -107,7 +108,9 @@ class Experiment:
     under ``cache_dir/runs``, keyed by the pipeline's fingerprint and a digest of the queries
     and the limit), so a pipeline that did not change is read back whole, without walking its
     stages. ``shared`` (a :class:`~kolm_search.compose.RunState`) counts what was computed and
-    reused (a run read whole counts once under the pipeline's fingerprint).
+    reused (a run read whole counts once under the pipeline's fingerprint). ``runs`` (a
+    :class:`Runs`) holds each pipeline's run DataFrame; a stage pipeline's is kept as codes
+    (and so stored in the run cache) and made when it is first asked for.
 
     Parameters
     ----------
