@@ -120,3 +120,18 @@ def test_runs_is_a_mapping_of_dataframes(ds) -> None:  # type: ignore[no-untyped
     pd.testing.assert_frame_equal(runs["bm25"], _plain(pipes["bm25"], ds.judged_queries(), 5, False),
                                   check_dtype=False)
     assert dict(runs).keys() == set(runs)
+
+
+def test_runs_sharing_columns_copy_them_when_one_is_written_to(ds) -> None:  # type: ignore[no-untyped-def]
+    pipes = _pipes(ds.corpus)
+    exp = Experiment(pipes, ds, METRICS, limit=20, progress=False, drop_self_hits=False)
+    runs = exp.run_pipelines()
+    a, b = runs["prior0.5"], runs["prior1.0"]
+    want = b.copy(deep=True)
+    assert np.shares_memory(a["rank"].to_numpy(), b["rank"].to_numpy())  # the rerankers' ranks: one array
+    a.loc[0, "rank"] = 99
+    a.iloc[1, 0] = "changed"
+    a["score"] *= 2
+    pd.testing.assert_frame_equal(b, want)
+    pd.testing.assert_frame_equal(runs["prior2.0"], _plain(pipes["prior2.0"], ds.judged_queries(), 20, False),
+                                  check_dtype=False)
