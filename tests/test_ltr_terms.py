@@ -16,6 +16,7 @@ from kolm_search._kernels import load
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
+from kolm_search.retrievers import ltr_terms
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.ltr import LTRReranker
@@ -95,6 +96,10 @@ def test_kernels_refuse_bad_input() -> None:
         kernels.match_stats([0, 2], [0, 1], [0], [3], [0, 1], [0], [1.0])
     with pytest.raises(KolmValueError, match="distinct and ascending"):
         kernels.match_stats([0, 2], [0, 1], [0], [0], [0, 2], [1, 0], [1.0, 1.0])
+    with pytest.raises(KolmValueError, match=r"\[0, 2\*\*31\)"):
+        kernels.match_stats([0, 2], [0, -1], [0], [0], [0, 1], [0], [1.0])
+    with pytest.raises(KolmValueError, match="term ids"):
+        kernels.match_stats([0, 2], [0.0, 1.5], [0], [0], [0, 1], [0], [1.0])
     with pytest.raises(KolmValueError, match="window"):
         kernels.pair_counts([0, 2], [0, 1], [0], [0], [0, 1], [0], [1], window=0, ordered=True)
     with pytest.raises(KolmValueError, match="pair terms"):
@@ -202,9 +207,14 @@ def test_term_proximity_measures(bm: BM25Retriever) -> None:
             assert value == pytest.approx(want, abs=1e-12), (measure, q, d)
 
 
-def test_forward_index_follows_the_index(bm: BM25Retriever) -> None:
+def test_forward_index_follows_the_index(bm: BM25Retriever, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ltr_terms, "_CHUNK", 3)  # built a few documents at a time: the same arrays
     index = BM25Retriever(CORPUS)
     ptr, tokens = forward_index(index)
+    whole_ptr, whole = index.encode(index.table.texts(index.fields))
+    np.testing.assert_array_equal(ptr, whole_ptr)
+    np.testing.assert_array_equal(tokens, whole)
+    assert tokens.dtype == np.int32
     assert forward_index(index)[1] is tokens  # built once
     vocab = index.vocab
     assert [vocab[t] for t in tokens[ptr[1]:ptr[2]]] == _tokens(index, "wing wing flow flow of heat")

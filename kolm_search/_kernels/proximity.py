@@ -2,7 +2,7 @@
 (:mod:`kolm_search.retrievers.ltr_terms`).
 
 Documents are given as a forward index: document ``d``'s analysed tokens, in text order, are
-``tokens[doc_ptr[d]:doc_ptr[d + 1]]`` (int64 term ids). A candidate is a (query, document)
+``tokens[doc_ptr[d]:doc_ptr[d + 1]]`` (int32 term ids). A candidate is a (query, document)
 pair, ``cand_query[i]`` and ``cand_doc[i]``.
 
 - :func:`pair_counts`: for each candidate and each term pair ``(a, b)`` of its query, the
@@ -44,7 +44,7 @@ F64 = npt.NDArray[np.float64]
 i32 = types.int32
 
 
-@njit(i64(ro(i64), i64, i64, i64, i64, i64, types.boolean), cache=True, nogil=True)
+@njit(i64(ro(i32), i64, i64, i64, i64, i64, types.boolean), cache=True, nogil=True)
 def _count(tokens, lo, hi, a, b, window, ordered):  # pragma: no cover - compiled
     """Position pairs of ``a`` then ``b`` within ``window`` in ``tokens[lo:hi]`` (see the module doc)."""
     c = 0
@@ -61,7 +61,7 @@ def _count(tokens, lo, hi, a, b, window, ordered):  # pragma: no cover - compile
     return c
 
 
-@njit(types.void(ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), i64, types.boolean,
+@njit(types.void(ro(i64), ro(i32), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), i64, types.boolean,
                  rw(i64), i64, i64), cache=True, nogil=True)
 def _pair_counts_chunk(doc_ptr, tokens, cand_query, cand_doc, p_ptr, pair_a, pair_b, out_ptr, window, ordered,
                        out, start, stop):  # pragma: no cover - compiled
@@ -74,7 +74,7 @@ def _pair_counts_chunk(doc_ptr, tokens, cand_query, cand_doc, p_ptr, pair_a, pai
             o += 1
 
 
-@njit(types.void(ro(i64), ro(i32), ro(i64), ro(i64), ro(i64), ro(i64), i64, types.boolean, rw(i64), i64, i64),
+@njit(types.void(ro(i64), ro(i32), ro(i64), ro(i32), ro(i64), ro(i64), i64, types.boolean, rw(i64), i64, i64),
       cache=True, nogil=True)
 def _pair_df_chunk(t_ptr, t_docs, doc_ptr, tokens, pair_a, pair_b, window, ordered, out, start, stop,
                    ):  # pragma: no cover - compiled
@@ -97,7 +97,7 @@ def _pair_df_chunk(t_ptr, t_docs, doc_ptr, tokens, pair_a, pair_b, window, order
         out[j] = n
 
 
-@njit(types.void(ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(f64), rw(f64, 2), rw(i64), rw(i64),
+@njit(types.void(ro(i64), ro(i32), ro(i64), ro(i64), ro(i64), ro(i64), ro(f64), rw(f64, 2), rw(i64), rw(i64),
                  rw(i64), i64, i64), cache=True, nogil=True)
 def _stats_chunk(doc_ptr, tokens, cand_query, cand_doc, q_ptr, q_terms, q_weight, out, pos, slot, count,
                  start, stop):  # pragma: no cover - compiled
@@ -177,8 +177,13 @@ def _csr(name: str, ptr: npt.ArrayLike, n: int) -> I64:
     return p
 
 
-def _documents(doc_ptr: npt.ArrayLike, tokens: npt.ArrayLike) -> tuple[I64, I64]:
-    tok = _int64("tokens", tokens)
+def _documents(doc_ptr: npt.ArrayLike, tokens: npt.ArrayLike) -> tuple[I64, npt.NDArray[np.int32]]:
+    raw = np.asarray(tokens)
+    if raw.ndim != 1 or (raw.size and not np.issubdtype(raw.dtype, np.integer)):
+        raise KolmValueError(f"tokens must be one-dimensional term ids, got {raw.dtype} {raw.shape}")
+    if raw.size and (int(raw.min()) < 0 or int(raw.max()) > np.iinfo(np.int32).max):
+        raise KolmValueError("tokens must be term ids in [0, 2**31)")
+    tok = np.ascontiguousarray(raw, dtype=np.int32)
     return _csr("doc_ptr", doc_ptr, len(tok)), tok
 
 
@@ -210,8 +215,8 @@ def pair_counts(doc_ptr: npt.ArrayLike, tokens: npt.ArrayLike, cand_query: npt.A
 
     Parameters
     ----------
-    doc_ptr : int64 (n_docs + 1,), tokens : int64 (n_tokens,)
-        The forward index.
+    doc_ptr : int64 (n_docs + 1,), tokens : int32 (n_tokens,)
+        The forward index (any integer dtype is cast, ids in ``[0, 2**31)``).
     cand_query, cand_doc : int64 (n,)
         Each candidate's query (``[0, n_queries)``) and document (``[0, n_docs)``).
     p_ptr : int64 (n_queries + 1,), pair_a, pair_b : int64 (n_pairs,)

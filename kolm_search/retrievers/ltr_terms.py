@@ -42,20 +42,30 @@ __all__ = ["PROXIMITY_MEASURES", "TermCoverage", "TermPairs", "TermProximity", "
 #: The measures of :class:`TermProximity`.
 PROXIMITY_MEASURES = ("first_match", "min_distance", "min_window")
 _ALPHA = 0.3  # Tao & Zhai's constant of log(alpha + exp(-d))
+_CHUNK = 8192  # documents analysed at a time when a forward index is built
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
-_FORWARD: weakref.WeakKeyDictionary[BM25Retriever, tuple[Any, Any, I64, I64]] = weakref.WeakKeyDictionary()
+_FORWARD: weakref.WeakKeyDictionary[BM25Retriever, tuple[Any, Any, I64, npt.NDArray[np.int32]]] = \
+    weakref.WeakKeyDictionary()
 
 
-def forward_index(bm25: BM25Retriever) -> tuple[I64, I64]:
+def forward_index(bm25: BM25Retriever) -> tuple[I64, npt.NDArray[np.int32]]:
     """Every document's analysed tokens in text order as term ids of ``bm25``, CSR
-    ``(doc_ptr int64 (n_docs + 1,), tokens int64 (n_tokens,))``; built once per index state."""
+    ``(doc_ptr int64 (n_docs + 1,), tokens int32 (n_tokens,))``; built once per index state,
+    :data:`_CHUNK` documents at a time (a corpus's tokens are never Python ints all at once)."""
     bm25.merge()
     found = _FORWARD.get(bm25)
     if found is None or found[0] is not bm25.t_ptr or found[1] is not bm25.table:
-        ptr, ids = bm25.encode(bm25.table.texts(bm25.fields))
-        found = _FORWARD[bm25] = (bm25.t_ptr, bm25.table, ptr, ids)
+        texts = bm25.table.texts(bm25.fields)
+        lengths, parts = [np.zeros(1, np.int64)], []
+        for start in range(0, len(texts), _CHUNK):
+            ptr, ids = bm25.encode(texts[start:start + _CHUNK])
+            lengths.append(np.diff(ptr))
+            parts.append(ids.astype(np.int32))
+        doc_ptr = np.cumsum(np.concatenate(lengths)).astype(np.int64)
+        tokens = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        found = _FORWARD[bm25] = (bm25.t_ptr, bm25.table, doc_ptr, tokens)
     return found[2], found[3]
 
 
