@@ -322,6 +322,25 @@ def test_deadlines_and_arguments_are_checked(dc: Any, tmp_path: Path) -> None:
             ShardedBM25.build(source, tmp_path / "busy", n_shards=2, dask_client=dc)
 
 
+class HashEmbedder:
+    """Bag of hashed tokens: deterministic in every process (crc32), and it pickles."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+
+    def embed(self, text: str) -> np.ndarray:
+        return self.embed_many([text])[0]
+
+    def embed_many(self, texts: list[str]) -> np.ndarray:
+        import zlib
+
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for i, text in enumerate(texts):
+            for token in text.split():
+                out[i, zlib.crc32(token.encode()) % self.dim] += 1.0
+        return out
+
+
 def _clustered(n: int, d: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((16, d)).astype(np.float32)
@@ -363,7 +382,24 @@ def test_sharded_dense_from_a_vectors_file_exact_and_one_ann_index_per_shard(dc:
     again = ShardedDense.load(tmp_path / "hnsw", dask_client=dc)
     pd.testing.assert_frame_equal(again.search(qids, queries, k=10), got)
 
-    np.save(tmp_path / "short.npy", vectors[:-1])
+
+
+def test_sharded_dense_embedded_on_the_workers_and_a_vectors_file_of_another_corpus(dc: Any, tmp_path: Path) -> None:
+    from kolm_search.distributed import ShardedDense
+    from kolm_search.retrievers.dense import DenseRetriever
+
+    source = _write(tmp_path, "jsonl")
+    table = BM25Retriever.build(source).table
+    emb = HashEmbedder(24)  # embedded on the workers, each shard its own documents
+    embedded = ShardedDense.build(source, tmp_path / "embedded", n_shards=2, dask_client=dc, embedder=emb, metric="ip")
+    local = DenseRetriever(table, emb, metric="ip")
+    q_emb = emb.embed_many(list(QUERIES["query"]))
+    got = embedded.search(list(QUERIES["qid"]), q_emb, k=15)
+    d, s, c = local.search_vectors(q_emb, 15)
+    assert list(got.doc_id) == list(table.ids[d[np.arange(15)[None, :] < c[:, None]]])
+    np.testing.assert_allclose(got.score, s[np.arange(15)[None, :] < c[:, None]], rtol=1e-6)
+
+    np.save(tmp_path / "short.npy", _clustered(N_DOCS - 1, 16, 0))
     with pytest.raises(KolmValueError, match=r"short\.npy: holds 899 vectors; the corpus has 900 documents"):
         ShardedDense.build(source, tmp_path / "bad", n_shards=2, dask_client=dc, vectors=tmp_path / "short.npy")
     assert not (tmp_path / "bad").exists()

@@ -47,7 +47,7 @@ def results(futures: Sequence[Any], names: Sequence[str], deadline: Deadline) ->
     out: list[Any] = [None] * len(futures)
     done: set[int] = set()
     try:
-        for fut in as_completed(list(futures), timeout=deadline.left()):
+        for fut in as_completed(list(futures), loop=futures[0].client.loop, timeout=deadline.left()):
             i = index[fut.key]
             if fut.status != "finished":
                 exc = fut.exception(timeout=deadline.left())

@@ -60,7 +60,7 @@ def write_bm25(build: _Build, counted: list[Any], reports: list[tuple[Any, ...]]
     from kolm_search.retrievers._saved import read_json
 
     stats = CollectionStats.merge([r[2] for r in reports])
-    shipped = build.dc.scatter(stats, broadcast=True, hash=False)
+    shipped = build.dc.scatter(stats, broadcast=True, hash=False, timeout=build.deadline.left())
     futures = [build.submit(_bm25_shard, c, str(folder / f"shard-{i:03d}"), i, params, shipped, limit)
                for i, c in enumerate(counted)]
     written = build.wait(futures, [f"shard {i} (write)" for i in range(len(counted))])

@@ -156,12 +156,13 @@ class ShardedBM25:
         workers = list(dask_client.scheduler_info()["workers"])
         pieces = [frame.iloc[a:b].reset_index(drop=True) for a, b in zip(self.bounds[:-1], self.bounds[1:], strict=True)]
         self.workers = [workers[i % len(workers)] for i in range(len(pieces))]
-        frames = [dask_client.scatter(p, workers=[w], hash=False) for p, w in zip(pieces, self.workers, strict=True)]
+        deadline = Deadline(_BUILD_SECONDS, "the sharded build")
+        frames = [dask_client.scatter(p, workers=[w], hash=False, timeout=deadline.left())
+                  for p, w in zip(pieces, self.workers, strict=True)]
         del pieces
         counted = [dask_client.submit(_count_shard, f, dict(bm25_kwargs), workers=[w], pure=False)
                    for f, w in zip(frames, self.workers, strict=True)]
         del frames  # the counted shard holds its own table
-        deadline = Deadline(_BUILD_SECONDS, "the sharded build")
         stats_f = [dask_client.submit(_shard_stats, c, workers=[w], pure=False) for c, w in zip(counted, self.workers, strict=True)]
         self._stats: CollectionStats | None = CollectionStats.merge(
             results(stats_f, [f"shard statistics {i}" for i in range(len(stats_f))], deadline))
@@ -339,11 +340,13 @@ class ShardedDense:
         workers = list(dask_client.scheduler_info()["workers"])
         self.workers = [workers[i % len(workers)] for i in range(n_shards)]
         spans = list(zip(self.bounds[:-1], self.bounds[1:], self.workers, strict=True))
-        raw = [dask_client.scatter(emb[a:b], workers=[w], hash=False) for a, b, w in spans]
-        self._ids = [dask_client.scatter(all_ids[a:b], workers=[w], hash=False) for a, b, w in spans]
+        deadline = Deadline(_BUILD_SECONDS, "the sharded build")
+        raw = [dask_client.scatter(emb[a:b], workers=[w], hash=False, timeout=deadline.left()) for a, b, w in spans]
+        self._ids = [dask_client.scatter(all_ids[a:b], workers=[w], hash=False, timeout=deadline.left())
+                     for a, b, w in spans]
         self.shards = [dask_client.submit(_dense_shard, r, metric, workers=[w], pure=False) for r, w in zip(raw, self.workers, strict=True)]
         self.shard_sizes = [int(b - a) for a, b, _ in spans]
-        results(self.shards, [f"shard build {i}" for i in range(n_shards)], Deadline(_BUILD_SECONDS, "the sharded build"))
+        results(self.shards, [f"shard build {i}" for i in range(n_shards)], deadline)
 
     @classmethod
     def build(cls, source: Any, path: str | Path, *, n_shards: int, dask_client: Any, vectors: str | Path | None = None,
@@ -413,11 +416,11 @@ class ShardedDense:
             if self.metric == "cosine":
                 norms = np.linalg.norm(q, axis=1, keepdims=True)
                 q = (q / np.where(norms > 0, norms, 1.0)).astype(np.float32)
-            q_f = self.dask_client.scatter(q, broadcast=True, hash=False)
+            q_f = self.dask_client.scatter(q, broadcast=True, hash=False, timeout=deadline.left())
             futures = [self.dask_client.submit(_search_dense_shard, s, q_f, k, ids, pure=False)
                        for s, ids in zip(self.shards, self._ids, strict=True)]
         else:
-            q_f = self.dask_client.scatter(q, broadcast=True, hash=False)
+            q_f = self.dask_client.scatter(q, broadcast=True, hash=False, timeout=deadline.left())
             futures = [self.dask_client.submit(kinds.search_dense, s, q_f, k, i, pure=False)
                        for i, s in enumerate(self.shards)]
         parts = results(futures, [f"shard {i}" for i in range(len(futures))], deadline)
