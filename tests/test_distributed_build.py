@@ -242,6 +242,16 @@ def test_a_worker_killed_during_a_search_is_recovered(dc: Any, tmp_path: Path) -
     _same_run(got, want)
 
 
+def test_a_sharded_index_shipped_from_the_client_fails_loudly_when_a_worker_dies(dc: Any, tmp_path: Path) -> None:
+    from kolm_search.distributed import ShardedBM25
+
+    corpus = pd.DataFrame({"id": [r["_id"] for r in _records(300)], "content": TEXTS[:300]})
+    sharded = ShardedBM25(corpus, 2, dask_client=dc)
+    with _Killing(dc, tmp_path / "killed", "score 1"), \
+            pytest.raises(DistributedError, match="shard 1 was cancelled on the cluster: an input was lost with a worker"):
+        sharded.search(QUERIES, k=10, timeout=60)
+
+
 @pytest.mark.slow  # its own cluster, two workers killed and started again: ~10 s
 def test_with_no_retries_a_killed_worker_fails_the_build_and_the_search_loudly(tmp_path: Path) -> None:
     from kolm_search.distributed import ShardedBM25

@@ -49,9 +49,11 @@ def results(futures: Sequence[Any], names: Sequence[str], deadline: Deadline) ->
     try:
         for fut in as_completed(list(futures), loop=futures[0].client.loop, timeout=deadline.left()):
             i = index[fut.key]
+            if fut.status == "cancelled":
+                raise DistributedError(f"{names[i]} was cancelled on the cluster: an input was lost with a worker "
+                                       "(data sent from the client cannot be computed again), or a client cancelled it")
             if fut.status != "finished":
-                exc = fut.exception(timeout=deadline.left())
-                raise _named(exc, names[i])
+                raise _named(fut.exception(timeout=deadline.left()), names[i])
             out[i] = fut.result(timeout=deadline.left())
             done.add(i)
     except BaseException as exc:
