@@ -360,7 +360,7 @@ def _clustered(n: int, d: int, seed: int) -> np.ndarray:
 def test_sharded_dense_from_a_vectors_file_exact_and_one_ann_index_per_shard(dc: Any, tmp_path: Path) -> None:
     pytest.importorskip("faiss", reason="extra 'ann' not installed")
     from kolm_search.distributed import ShardedDense
-    from kolm_search.distributed.sharded import merge_parts
+    from kolm_search.distributed.shard_merge import merge_parts
     from kolm_search.retrievers.dense import DenseRetriever
 
     source = _write(tmp_path, "jsonl")

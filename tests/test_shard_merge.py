@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kolm_search.distributed.sharded import merge_parts, merge_topk
+from kolm_search.distributed.shard_merge import merge_parts, merge_topk
 
 
 @given(st.integers(0, 4), st.lists(st.integers(0, 6), min_size=1, max_size=4), st.integers(1, 8), st.integers(0, 2**31))

@@ -17,7 +17,8 @@
 
 from kolm_search.distributed.query_parallel import DistributedError, evaluate, search_batch, ship
 from kolm_search.distributed.rerank import rerank_run
-from kolm_search.distributed.sharded import ShardedBM25, ShardedDense, merge_topk
+from kolm_search.distributed.shard_merge import merge_topk
+from kolm_search.distributed.sharded import ShardedBM25, ShardedDense
 
 __all__ = [
     "DistributedError",

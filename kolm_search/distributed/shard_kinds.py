@@ -7,7 +7,7 @@ file (or embeds its documents on the worker) and builds its own ANN index. Then 
 Load: a task per shard loads its folder (memory-mapped) on a worker and checks it against
 the manifest (:func:`~.sharded_store.checked_shard`); the Future keeps it there, and Dask
 loads it again from disk if the worker dies. Search: a task per shard returns its top-k with
-the documents' ids, merged exactly on the client (:func:`~.sharded.merge_parts`).
+the documents' ids, merged exactly on the client (:func:`~.shard_merge.merge_parts`).
 """
 
 from __future__ import annotations

@@ -21,63 +21,17 @@ from kolm_search._params import one_of, positive_int
 from kolm_search.distributed import shard_kinds as kinds
 from kolm_search.distributed._wait import Deadline, results
 from kolm_search.distributed.shard_build import build_shards
+from kolm_search.distributed.shard_merge import merge_parts, to_run
 from kolm_search.distributed.sharded_store import ShardedManifest, open_sharded
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.retrievers.bm25 import query_offsets
 from kolm_search.retrievers.postings import CollectionStats
 
-__all__ = ["ShardedBM25", "ShardedDense", "merge_parts", "merge_topk"]
+__all__ = ["ShardedBM25", "ShardedDense"]
 
 _BUILD_SECONDS = 14_400.0  # a build's default deadline
 _SEARCH_SECONDS = 600.0  # a search's or a load's
-
-
-def merge_topk(parts: Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]],
-               offsets: Sequence[int], k: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-    """Merge per-shard top-k results into the global top-k.
-
-    Each part is ``(docs (m, k_s), scores (m, k_s), counts (m,))`` with shard-local codes; a
-    shard's codes are shifted by its offset. Order: score descending, ties by global code, so
-    the merge equals the unsharded top-k exactly when shards are contiguous code ranges.
-    """
-    docs, scores, counts, _ = merge_parts([(*p, None) for p in parts], offsets, k)
-    return docs, scores, counts
-
-
-def merge_parts(parts: Sequence[tuple[Any, Any, Any, Any]], offsets: Sequence[int], k: int,
-                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64], Any]:
-    """:func:`merge_topk` of parts that may carry the ids of their documents (object (m, k_s),
-    else None): ``(docs, scores, counts, ids or None)``, ``docs`` -1 and ``scores`` 0 past ``counts``."""
-    m = parts[0][0].shape[0] if parts else 0
-    valid = [np.arange(p[0].shape[1])[None, :] < np.asarray(p[2])[:, None] for p in parts]
-    big = np.iinfo(np.int64).max
-    codes = np.concatenate([np.where(v, p[0] + off, big) for p, v, off in zip(parts, valid, offsets, strict=True)]
-                           + [np.zeros((m, 0), np.int64)], axis=1)
-    keys = np.concatenate([np.where(v, -p[1].astype(np.float64), np.inf) for p, v in zip(parts, valid, strict=True)]
-                          + [np.zeros((m, 0))], axis=1)
-    order = np.lexsort((codes, keys), axis=-1)[:, :k]
-    counts = np.minimum(sum((np.asarray(p[2], np.int64) for p in parts), np.zeros(m, np.int64)), k)
-    keep = np.arange(order.shape[1])[None, :] < counts[:, None]
-    out_d = np.full((m, k), -1, np.int64)
-    out_s = np.zeros((m, k), np.float32)
-    width = order.shape[1]
-    out_d[:, :width] = np.where(keep, np.take_along_axis(codes, order, axis=1), -1)
-    out_s[:, :width] = np.where(keep, -np.take_along_axis(keys, order, axis=1), 0).astype(np.float32)
-    ids = None
-    if parts and all(p[3] is not None for p in parts):
-        ids = np.full((m, k), None, dtype=object)
-        picked = np.take_along_axis(np.concatenate([p[3] for p in parts], axis=1), order, axis=1)
-        ids[:, :width][keep] = picked[keep]
-    return out_d, out_s, counts, ids
-
-
-def _to_run(qids: Sequence[Any], ids: npt.NDArray[np.object_], scores: npt.NDArray[np.float32],
-            counts: npt.NDArray[np.int64]) -> pd.DataFrame:
-    keep = np.arange(ids.shape[1])[None, :] < counts[:, None]
-    return pd.DataFrame({"qid": np.repeat(np.asarray(qids, dtype=object), counts), "doc_id": ids[keep],
-                         "rank": (np.cumsum(keep, axis=1) - 1)[keep].astype(np.int64),
-                         "score": scores[keep].astype(np.float64)})
 
 
 def _bounds(n: int, n_shards: int) -> npt.NDArray[np.int64]:
@@ -294,7 +248,7 @@ class ShardedBM25:
                    for i, s in enumerate(self.shards)]
         parts = results(futures, [f"shard {i}" for i in range(len(futures))], deadline)
         _, scores, counts, ids = merge_parts(parts, list(self.bounds[:-1]), k)
-        return _to_run(list(frame["qid"]), ids, scores, counts)
+        return to_run(list(frame["qid"]), ids, scores, counts)
 
 
 def _dense_shard(emb: npt.NDArray[np.float32], metric: str) -> npt.NDArray[np.float32]:
@@ -425,4 +379,4 @@ class ShardedDense:
                        for i, s in enumerate(self.shards)]
         parts = results(futures, [f"shard {i}" for i in range(len(futures))], deadline)
         _, scores, counts, ids = merge_parts(parts, list(self.bounds[:-1]), k)
-        return _to_run(list(qids), ids, scores, counts)
+        return to_run(list(qids), ids, scores, counts)
