@@ -59,7 +59,7 @@ from kolm_search.retrievers.postings import CollectionStats
 from kolm_search.retrievers.stream_build import default_memory_limit
 from kolm_search.retrievers.stream_count import CountedCorpus, count_corpus
 
-__all__ = ["build_shards", "shard_entries", "step"]
+__all__ = ["ShardBuild", "build_shards", "shard_entries", "step", "write_shard"]
 
 _step_hook: Callable[[str], None] | None = None  # tests: called on the workers at "read <i>", "write <i>", "score <i>"
 _LOCK = ".kolm-build.lock"
@@ -105,7 +105,7 @@ def _saved_generation(folder: Path) -> str:
     return str(read_json(folder / "manifest.json")["generation"])
 
 
-def _write(counted: CountedCorpus, folder: str, shard: int, save: Callable[[CountedCorpus, Path], None]) -> tuple[int, str]:
+def write_shard(counted: CountedCorpus, folder: str, shard: int, save: Callable[[CountedCorpus, Path], None]) -> tuple[int, str]:
     """Phase 3 of shard ``shard``: ``save(counted, folder)``; its size and save generation."""
     step(f"write {shard}")
     target = Path(folder)
@@ -116,7 +116,7 @@ def _write(counted: CountedCorpus, folder: str, shard: int, save: Callable[[Coun
 
 
 # -- the client ----------------------------------------------------------------------------
-class _Build:
+class ShardBuild:
     """One build's cluster, deadline and futures (cancelled if it fails)."""
 
     def __init__(self, dask_client: Any, deadline: Deadline) -> None:
@@ -214,7 +214,7 @@ def _named_builds(root: Path, kind: str) -> set[str] | None:
 
 
 def build_shards(kind: str, source: Any, path: str | Path, n_shards: int, dask_client: Any, *, tokenizer: Any,
-                 fields: Sequence[str], write: Callable[[_Build, list[Any], list[tuple[Any, ...]], Path], Any],
+                 fields: Sequence[str], write: Callable[[ShardBuild, list[Any], list[tuple[Any, ...]], Path], Any],
                  chunk_size: int | None, memory_limit: int | None, timeout: float) -> Path:
     """Build a sharded index of ``kind`` (``"bm25"``: ``tokenizer`` counts the shards' postings;
     ``"dense"``: None) from the files of ``source`` into folder ``path``; ``write(build, counted,
@@ -232,7 +232,7 @@ def build_shards(kind: str, source: Any, path: str | Path, n_shards: int, dask_c
     deadline = Deadline(timeout, f"the sharded build of {path}")
     root = Path(path).expanduser()
     _check_target(root)
-    build = _Build(dask_client, deadline)
+    build = ShardBuild(dask_client, deadline)
     limit = memory_limit or build.memory_limit()
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search.distributed.shard_build import _Build, _write, shard_entries, step
+from kolm_search.distributed.shard_build import ShardBuild, shard_entries, step, write_shard
 from kolm_search.distributed.sharded_store import ShardEntry, save_sharded
 from kolm_search.errors import KolmValueError
 from kolm_search.retrievers.postings import CollectionStats
@@ -50,10 +50,10 @@ def _bm25_shard(counted: CountedCorpus, folder: str, shard: int, params: dict[st
     def save(c: CountedCorpus, target: Path) -> None:
         write_counted(c, target, probe(c.head.take(np.arange(0))), probe, limit=limit, stats=stats, progress=False)
 
-    return _write(counted, folder, shard, save)
+    return write_shard(counted, folder, shard, save)
 
 
-def write_bm25(build: _Build, counted: list[Any], reports: list[tuple[Any, ...]], folder: Path, *,
+def write_bm25(build: ShardBuild, counted: list[Any], reports: list[tuple[Any, ...]], folder: Path, *,
                params: dict[str, Any], limit: int) -> None:
     """Merge the shards' statistics, weigh every shard with them, save the manifest (with the
     merged vocabulary and document frequencies, for BM25L/BM25+ query constants)."""
@@ -111,10 +111,10 @@ def _dense_shard(counted: CountedCorpus, folder: str, shard: int, params: dict[s
                 raise KolmValueError(f"{vectors}: rows {offset}..{offset + c.n_docs - 1} (shard {shard}): {exc}") from exc
         index.save(target)
 
-    return _write(counted, folder, shard, save)
+    return write_shard(counted, folder, shard, save)
 
 
-def write_dense(build: _Build, counted: list[Any], reports: list[tuple[Any, ...]], folder: Path, *,
+def write_dense(build: ShardBuild, counted: list[Any], reports: list[tuple[Any, ...]], folder: Path, *,
                 params: dict[str, Any], vectors: str | None, embedder: Any) -> None:
     """Build every shard's dense index over its rows of ``vectors`` (or embedded), save the manifest."""
     from kolm_search.retrievers._saved import load_array, read_json
