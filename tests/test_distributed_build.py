@@ -64,6 +64,10 @@ def _write(root: Path, kind: str, records: list[dict[str, str]] | None = None) -
     if kind == "jsonl":
         (root / "c.jsonl").write_text(lines)
         return root / "c.jsonl"
+    if kind == "beir":
+        (root / "beir").mkdir()
+        (root / "beir" / "corpus.jsonl").write_text(lines)
+        return root / "beir"
     if kind == "jsonl.gz":
         with gzip.open(root / "c.jsonl.gz", "wt") as fh:
             fh.write(lines)
@@ -100,7 +104,7 @@ def _no_leftovers(root: Path) -> None:
     assert len(list(root.glob("build-*"))) <= 1
 
 
-@pytest.mark.parametrize("kind", ["jsonl", "jsonl.gz", "tsv", "parquet", "files"])
+@pytest.mark.parametrize("kind", ["jsonl", "jsonl.gz", "tsv", "parquet", "files", "beir"])
 @pytest.mark.parametrize("method", ["lucene", "bm25+"])
 def test_a_sharded_build_from_files_equals_the_single_machine_index(dc: Any, tmp_path: Path, kind: str,
                                                                     method: str) -> None:
