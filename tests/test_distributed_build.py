@@ -273,8 +273,8 @@ def test_with_no_retries_a_killed_worker_fails_the_build_and_the_search_loudly(t
         assert sorted(p.name for p in (tmp_path / "ix").iterdir()) == before  # the index it held, untouched
         _same_run(ShardedBM25.load(tmp_path / "ix", dask_client=client).search(QUERIES, k=20), want)
         with _Killing(client, tmp_path / "killed-search", "score 0"), \
-                pytest.raises(DistributedError, match=r"shard 0 failed on the cluster: KilledWorker"):
-            first.search(QUERIES, k=20)
+                pytest.raises(DistributedError, match=r"shard [01] failed on the cluster: KilledWorker"):
+            first.search(QUERIES, k=20)  # shard 1 too when the first kill left both shards on one worker
     finally:
         client.close()
         cluster.close()

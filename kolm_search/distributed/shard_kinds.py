@@ -12,6 +12,8 @@ the documents' ids, merged exactly on the client (:func:`~.shard_merge.merge_par
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,12 @@ def _bm25_shard(counted: CountedCorpus, folder: str, shard: int, params: dict[st
         return BM25Retriever(table, **params, n_jobs=1, progress=False)
 
     def save(c: CountedCorpus, target: Path) -> None:
-        write_counted(c, target, probe(c.head.take(np.arange(0))), probe, limit=limit, stats=stats, progress=False)
+        work = Path(tempfile.mkdtemp(prefix="write-", dir=c.root))  # its own: a task run twice never shares files
+        try:
+            write_counted(c, target, probe(c.head.take(np.arange(0))), probe, limit=limit, stats=stats, progress=False,
+                          work=work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
     return write_shard(counted, folder, shard, save)
 

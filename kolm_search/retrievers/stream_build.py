@@ -233,15 +233,16 @@ def _build(source: Any, target: Path, tmp: Path, params: StreamedIndex,
 
 def write_counted(counted: CountedCorpus, target: Path, params: StreamedIndex,
                   probe: Callable[[DocumentTable], StreamedIndex], *, limit: int, stats: CollectionStats | None = None,
-                  progress: bool | None = None, release: bool = False) -> BuildSummary:
+                  progress: bool | None = None, release: bool = False, work: Path | None = None) -> BuildSummary:
     """Phases 3 and 4: weigh the spilled postings, with ``stats`` (a shard of a collection:
     collection-wide document frequencies, size and mean length) or the documents' own, and
     save the index to ``target``; ``release`` frees the counts as it goes (``counted`` cannot
-    be written again)."""
+    be written again). The weighted arrays are written to folder ``work`` (default
+    ``counted.root``) before they are copied into the index."""
     spill = counted.spill
     if spill is None:
         raise KolmValueError("documents read without counting cannot make a BM25 index")
-    tmp = counted.root
+    tmp = counted.root if work is None else work
     lengths = np.concatenate(spill.lengths) if spill.lengths else np.zeros(0, np.int64)
     vocab = list(spill.vocab)
     if release:
