@@ -241,7 +241,7 @@ def test_a_build_out_of_memory_or_disk_says_which_and_leaves_the_index(tmp_path:
 
 
 def test_progress_bars_count_documents_then_postings(tmp_path: Path, monkeypatch: Any) -> None:
-    from kolm_search.retrievers import stream_build
+    from kolm_search.retrievers import stream_build, stream_count
 
     seen: list[tuple[Any, str, str]] = []
     real = stream_build.progress_bar
@@ -251,6 +251,7 @@ def test_progress_bars_count_documents_then_postings(tmp_path: Path, monkeypatch
         return real(total, desc, unit, **kw)
 
     monkeypatch.setattr(stream_build, "progress_bar", spy)
+    monkeypatch.setattr(stream_count, "progress_bar", spy)  # the read phase
     built = BM25Retriever.build([{"id": "a", "content": "apple sea"}, {"id": "b", "content": "sea"}], tmp_path / "ix",
                                 progress=True)
     assert seen == [(None, "bm25 build: read", "doc"), (len(built.t_docs), "bm25 build: weigh", "posting")]
