@@ -21,7 +21,7 @@ import numpy.typing as npt
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument
 
-__all__ = ["DOCUMENT_FIELDS", "arrow_digest", "decoded", "joined_texts", "make_documents"]
+__all__ = ["DOCUMENT_FIELDS", "arrow_digest", "decoded", "joined_array", "joined_texts", "make_documents"]
 
 DOCUMENT_FIELDS = ("id", "content", "title", "source", "tags", "metadata")
 
@@ -65,6 +65,23 @@ def joined_texts(columns: list[list[Any]], n: int) -> list[str]:
     if len(cols) < 2:  # one field (or none): no joining
         return [str(v) if v is not None else "" for v in cols[0]] if cols else [""] * n
     return [" ".join([str(v) for v in vals if v is not None]) for vals in zip(*cols, strict=True)]
+
+
+def joined_array(columns: list[Any], n: int) -> Any:
+    """:func:`joined_texts` of ``pyarrow`` string columns (nulls allowed), as a large_string array
+    of ``n`` texts: each row's non-empty values joined by a space, computed by Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out = pa.array([""] * n, pa.large_string()) if not columns else None
+    for column in columns:
+        values = pc.fill_null(column.cast(pa.large_string()), "")
+        if out is None:
+            out = values
+            continue
+        joined = pc.binary_join_element_wise(out, values, " ")
+        out = pc.if_else(pc.equal(out, ""), values, pc.if_else(pc.equal(values, ""), out, joined))
+    return out
 
 
 def arrow_digest(parts: Iterable[Sequence[Any]]) -> str:

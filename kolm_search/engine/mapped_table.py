@@ -42,7 +42,14 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.engine.arrow_strings import buffers
-from kolm_search.engine.doc_fields import DOCUMENT_FIELDS, arrow_digest, decoded, joined_texts, make_documents
+from kolm_search.engine.doc_fields import (
+    DOCUMENT_FIELDS,
+    arrow_digest,
+    decoded,
+    joined_array,
+    joined_texts,
+    make_documents,
+)
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument
@@ -52,6 +59,7 @@ __all__ = ["BATCH_BYTES", "BATCH_ROWS", "DocumentsWriter", "MappedDocumentTable"
 BATCH_ROWS = 65_536  # rows of a record batch at most: the unit read and checked
 BATCH_BYTES = 64 << 20  # and about this many bytes of text (at least one row)
 _FIELD = {name: i for i, name in enumerate(DOCUMENT_FIELDS)}
+_TEXT_FIELDS = {"id", "content", "title", "source"}  # the columns stored as the text itself
 
 
 def _string_dtype() -> Any:
@@ -141,7 +149,21 @@ class MappedDocumentTable(DocumentTable):
             batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise KolmValueError(f"{self.path}: not a readable documents file (Arrow IPC): {exc}") from exc
-        schema = reader.schema
+        self._setup(reader.schema, batches, n_docs)
+
+    @classmethod
+    def of_arrow(cls, table: Any, where: str) -> MappedDocumentTable:
+        """A table over the record batches of ``table`` in memory (a ``pyarrow.Table`` of the six
+        string columns, as :meth:`DocumentTable.to_arrow` makes them; ``where`` names it in errors):
+        a chunk of a streamed corpus whose texts never become Python strings."""
+        self = cls.__new__(cls)
+        self.path = Path(where)
+        self._setup(table.schema, table.to_batches(), None)
+        return self
+
+    def _setup(self, schema: Any, batches: list[Any], n_docs: int | None) -> None:
+        import pyarrow as pa
+
         if schema.names != list(DOCUMENT_FIELDS) or not all(
                 pa.types.is_string(t) or pa.types.is_large_string(t) for t in schema.types):
             raise KolmValueError(f"{self.path}: a documents file holds the string columns {list(DOCUMENT_FIELDS)}; "
@@ -328,6 +350,15 @@ class MappedDocumentTable(DocumentTable):
             columns = [decoded(f, self._array(f, b).to_pylist()) for f in fields]
             out += joined_texts(columns, self._batches[b].num_rows)
         return out
+
+    def text_array(self, fields: Sequence[str] = ("title", "content")) -> Any:
+        if not set(fields) <= _TEXT_FIELDS:  # tags or metadata: as Python values
+            return super().text_array(fields)
+        import pyarrow as pa
+
+        parts = [joined_array([self._array(f, b) for f in fields], self._batches[b].num_rows)
+                 for b in range(len(self._batches))]
+        return pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
 
     def digest(self) -> str:
         if self._digest is None:

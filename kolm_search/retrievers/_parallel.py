@@ -37,7 +37,8 @@ from kolm_search._params import positive_int
 from kolm_search.engine.text import Tokenizer
 from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
 
-__all__ = ["Counted", "Merger", "WorkerMaps", "count_ids", "count_texts", "encode_texts", "encode_tokens", "resolve_n_jobs", "term_major"]
+__all__ = ["Counted", "Merger", "WorkerMaps", "await_chunk", "chunk_seconds", "count_ids", "count_texts", "encode_array",
+           "encode_texts", "encode_tokens", "resolve_n_jobs", "term_major"]
 
 #: (lengths int64 (n,), distinct terms per document int64 (n,), term ids int32 (nnz,), tf int32 (nnz,))
 Counted = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32]]
@@ -176,6 +177,41 @@ def encode_tokens(token_lists: Iterable[Sequence[str]], vocab: dict[str, int], s
     return ids, lens
 
 
+def encode_array(tokenizer: Callable[[str], Sequence[str]], texts: Any, start: int, vocab: dict[str, int],
+                 word_ids: dict[str, int]) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64]]:
+    """:func:`encode_texts` of a ``pyarrow`` string array without nulls: term ids int32 (n_ids,)
+    (-1 for a stopword) and ids per text int64 (n,), the same values.
+
+    A plain :class:`Tokenizer` splits all the texts at once (:meth:`Tokenizer.words_array`)
+    and the words are numbered by Arrow (``dictionary_encode``: each distinct word once, in
+    order of first occurrence), so only the distinct words are looked up in ``word_ids``, in
+    that order (new terms enter ``vocab`` as :func:`encode_texts` enters them). Any other
+    tokenizer, or a failure, goes through :func:`encode_texts` (which names the row).
+    """
+    import pyarrow.compute as pc
+
+    if type(tokenizer) is not Tokenizer:
+        ids, lens = encode_texts(tokenizer, texts.to_pylist(), start, vocab, word_ids)
+        return np.asarray(ids, np.int32), np.asarray(lens, np.int64)
+    try:
+        words, counts = tokenizer.words_array(texts)
+        coded = pc.dictionary_encode(words)
+        distinct = coded.dictionary.to_pylist()
+        known = list(map(word_ids.get, distinct))
+        if None in known:  # new words, in order of first occurrence: map them in that order
+            term, setdefault = tokenizer.term, vocab.setdefault
+            for i, w in enumerate(distinct):
+                if known[i] is None:
+                    t = term(w)
+                    known[i] = word_ids[w] = -1 if t is None else setdefault(t, len(vocab))
+        remap = np.asarray(known, np.int32)
+        codes = coded.indices.to_numpy(zero_copy_only=False) if len(coded) else np.zeros(0, np.int32)
+        return remap[codes], counts
+    except Exception:  # find the row: the text-by-text path names it
+        ids, lens = encode_texts(tokenizer, texts.to_pylist(), start, vocab, word_ids)
+        return np.asarray(ids, np.int32), np.asarray(lens, np.int64)
+
+
 def count_ids(ids: npt.NDArray[np.int32], lens: npt.NDArray[np.int64], n_vocab: int) -> Counted:
     """Doc-major counts of term ids (int32 (n_ids,), -1 = dropped) in documents of ``lens`` ids."""
     n = int(lens.shape[0])
@@ -202,6 +238,11 @@ class Merger:
         """Append the next chunk, its term ids already ids of :attr:`vocab`."""
         self._parts.append(counted)
 
+    def take_parts(self) -> list[Counted]:
+        """The chunks added since the last call (the vocabulary stays)."""
+        parts, self._parts = self._parts, []
+        return parts
+
     def finish(self) -> tuple[list[str], npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32],
                               npt.NDArray[np.int64]]:
         """``(vocab, t_ptr int64 (V + 1,), p_doc int32 (nnz,), tf int32 (nnz,), lengths int64 (n,))``."""
@@ -226,13 +267,17 @@ def term_major(parts: list[Counted], n_vocab: int) -> tuple[npt.NDArray[np.int64
             csc.data.astype(np.int32, copy=False), lengths)
 
 
-def _count_chunk(tokenizer: Callable[[str], Sequence[str]], texts: Sequence[str], start: int,
+def _count_chunk(tokenizer: Callable[[str], Sequence[str]], texts: Any, start: int,
                  vocab: dict[str, int], word_ids: dict[str, int]) -> Counted:
-    ids, lens = encode_texts(tokenizer, texts, start, vocab, word_ids)
-    return count_ids(np.asarray(ids, np.int32), np.asarray(lens, np.int64), len(vocab))
+    """Counts of ``texts``: a sequence of str, or a ``pyarrow`` string array (:func:`encode_array`)."""
+    if isinstance(texts, list | tuple):
+        ids, lens = encode_texts(tokenizer, texts, start, vocab, word_ids)
+        return count_ids(np.asarray(ids, np.int32), np.asarray(lens, np.int64), len(vocab))
+    arr_ids, arr_lens = encode_array(tokenizer, texts, start, vocab, word_ids)
+    return count_ids(arr_ids, arr_lens, len(vocab))
 
 
-def _worker(key: bytes, blob: bytes, texts: Sequence[str], start: int) -> tuple[str, int, list[str], Counted]:
+def _worker(key: bytes, blob: bytes, texts: Any, start: int) -> tuple[str, int, list[str], Counted]:
     """In a worker process: one chunk's counts in worker-wide term ids, and the terms it added.
 
     The word and term maps live as long as the worker (for one ``key``, a build), so each
@@ -312,6 +357,33 @@ def _stop(pool: ProcessPoolExecutor) -> None:
             p.join(5.0)
 
 
+def chunk_seconds(chars: int) -> float:
+    """The default deadline of a chunk of ``chars`` characters: 60 s plus 1 s per 100 kB."""
+    return _SECONDS_PER_CHUNK + chars / _BYTES_PER_SECOND
+
+
+def await_chunk(future: Any, start: int, stop: int, n_rows: int, wait: float) -> tuple[str, int, list[str], Counted]:
+    """The result of :func:`_worker` counting rows ``[start, stop)`` (of ``n_rows``), awaited
+    at most ``wait`` seconds; a worker that overran, died or could not send raises
+    ``KolmError`` naming the rows (the caller stops the pool)."""
+    try:
+        result: tuple[str, int, list[str], Counted] = future.result(timeout=wait)
+    except FutureTimeout:
+        raise KolmError(f"tokenising document rows {start}-{stop - 1} in a worker process took more than "
+                        f"{wait:.0f} s; the workers were stopped") from None
+    except BrokenProcessPool as exc:
+        raise KolmError(
+            f"a tokenising worker process died before document rows {start}-{n_rows - 1} were all counted "
+            "(killed, out of memory, or a script without an `if __name__ == \"__main__\":` guard, which "
+            "worker processes re-import); pass n_jobs=1 to tokenise in this process") from exc
+    except KolmError:  # a document's row, or the tokenizer not rebuilt
+        raise
+    except Exception as exc:  # the chunk or its result could not travel between processes
+        raise KolmError(f"tokenising document rows {start}-{stop - 1} in a worker process failed "
+                        f"({type(exc).__name__}: {exc}); pass n_jobs=1 to tokenise in this process") from exc
+    return result
+
+
 def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]], n_jobs: int, chunk: int,
                 chunk_timeout: float | None, progress: bool = False) -> Merger:
     """Tokenise and count ``texts`` in chunks of ``chunk`` documents on ``n_jobs`` processes.
@@ -355,25 +427,8 @@ def _count(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]], n_jo
             stop = min(s + chunk, len(texts))
             wait = chunk_timeout
             if wait is None:
-                size = _chars(texts[s:stop])
-                wait = _SECONDS_PER_CHUNK + size / _BYTES_PER_SECOND
-            wait += _START_SECONDS if i == 0 else 0.0
-            try:
-                result = future.result(timeout=wait)
-            except FutureTimeout:
-                raise KolmError(f"tokenising document rows {s}-{stop - 1} in a worker process took more than "
-                                f"{wait:.0f} s; the workers were stopped") from None
-            except BrokenProcessPool as exc:
-                raise KolmError(
-                    f"a tokenising worker process died before document rows {s}-{len(texts) - 1} were all counted "
-                    "(killed, out of memory, or a script without an `if __name__ == \"__main__\":` guard, which "
-                    "worker processes re-import); pass n_jobs=1 to tokenise in this process") from exc
-            except KolmError:  # a document's row, or the tokenizer not rebuilt
-                raise
-            except Exception as exc:  # the chunk or its result could not travel between processes
-                raise KolmError(f"tokenising document rows {s}-{stop - 1} in a worker process failed "
-                                f"({type(exc).__name__}: {exc}); pass n_jobs=1 to tokenise in this process") from exc
-            maps.add(*result)
+                wait = chunk_seconds(_chars(texts[s:stop]))
+            maps.add(*await_chunk(future, s, stop, len(texts), wait + (_START_SECONDS if i == 0 else 0.0)))
             bar.update(stop - s)
     except BaseException:
         _stop(pool)
