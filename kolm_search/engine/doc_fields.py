@@ -73,15 +73,17 @@ def joined_array(columns: list[Any], n: int) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    out = pa.array([""] * n, pa.large_string()) if not columns else None
+    out = None
     for column in columns:
+        if column.null_count == len(column) or not pc.any(pc.greater(pc.binary_length(column), 0)).as_py():
+            continue  # no text in this column (titles, often): nothing to join
         values = pc.fill_null(column.cast(pa.large_string()), "")
         if out is None:
             out = values
             continue
-        joined = pc.binary_join_element_wise(out, values, " ")
+        joined = pc.binary_join_element_wise(out, values, pa.scalar(" ", pa.large_string()))
         out = pc.if_else(pc.equal(out, ""), values, pc.if_else(pc.equal(values, ""), out, joined))
-    return out
+    return pa.array([""] * n, pa.large_string()) if out is None else out
 
 
 def arrow_digest(parts: Iterable[Sequence[Any]]) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kolm_search.engine.arrow_strings import buffers
 from kolm_search.errors import KolmError
 from kolm_search.retrievers._parallel import (
     _START_SECONDS,
@@ -83,6 +84,14 @@ class _Pending:
     chars: list[int] = field(default_factory=list)
 
 
+def _text_bytes(texts: Any) -> int:
+    """Bytes of text in a ``pyarrow`` string array (what deadlines and the choice of a pool count)."""
+    if not len(texts):
+        return 0
+    offsets, _ = buffers(texts)
+    return int(offsets[-1]) - int(offsets[0])
+
+
 class ChunkCounter:
     """Counts chunks of texts on ``n_jobs`` processes (see the module); a context manager that
     ends its workers on exit (at once, on an error).
@@ -127,12 +136,11 @@ class ChunkCounter:
         """Queue ``texts`` (a ``pyarrow`` string array without nulls, or a list of str), the
         documents from row ``start`` on; :meth:`collect` takes their counts, in submission order."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         pending = _Pending(texts, start)
         n = len(texts)
         self._rows = max(self._rows, start + n)
-        chars = int(pc.sum(pc.utf8_length(texts)).as_py() or 0) if isinstance(texts, pa.Array) else sum(map(len, texts))
+        chars = _text_bytes(texts) if isinstance(texts, pa.Array) else sum(map(len, texts))
         if self._pool is None and (self.jobs == 1 or chars < _PARALLEL_MIN_CHARS):
             return pending  # counted here, in order, when collected
         if self._pool is None or self._blob is None:
