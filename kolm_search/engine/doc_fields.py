@@ -68,15 +68,16 @@ def joined_texts(columns: list[list[Any]], n: int) -> list[str]:
 
 
 def joined_array(columns: list[Any], n: int) -> Any:
-    """:func:`joined_texts` of ``pyarrow`` string columns (nulls allowed), as a large_string array
-    of ``n`` texts: each row's non-empty values joined by a space, computed by Arrow."""
+    """:func:`joined_texts` of ``pyarrow`` string columns (nulls allowed), as a string array of
+    ``n`` texts without nulls: each row's non-empty values joined by a space, computed by Arrow."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    texts = [c for c in columns if c.null_count < len(c) and pc.any(pc.greater(pc.binary_length(c), 0)).as_py()]
+    if len(texts) == 1:  # one field with text (titles are often empty): no copy but of its nulls
+        return pc.fill_null(texts[0], "") if texts[0].null_count else texts[0]
     out = None
-    for column in columns:
-        if column.null_count == len(column) or not pc.any(pc.greater(pc.binary_length(column), 0)).as_py():
-            continue  # no text in this column (titles, often): nothing to join
+    for column in texts:
         values = pc.fill_null(column.cast(pa.large_string()), "")
         if out is None:
             out = values

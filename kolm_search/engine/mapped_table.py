@@ -358,6 +358,8 @@ class MappedDocumentTable(DocumentTable):
 
         parts = [joined_array([self._array(f, b) for f in fields], self._batches[b].num_rows)
                  for b in range(len(self._batches))]
+        if len({p.type for p in parts}) > 1 or sum(p.nbytes for p in parts) >= 1 << 30:  # 32-bit offsets could overflow
+            parts = [p.cast(pa.large_string()) for p in parts]
         return pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
 
     def digest(self) -> str:

@@ -204,10 +204,10 @@ def jsonl_block_chunks(path: Path, size: int | None, chars: int) -> Iterator[tup
                 break
             held.append(table.slice(lo, stop + 1))
             numbers.append(lines[lo:lo + stop + 1])
-            yield MappedDocumentTable.of_arrow(pa.concat_tables(held).combine_chunks(), str(path)), np.concatenate(numbers)
+            yield MappedDocumentTable.of_arrow(pa.concat_tables(held), str(path)), np.concatenate(numbers)
             held, numbers, n_rows, n_chars = [], [], 0, 0
             lo += stop + 1
         if error is not None:
             raise error
     if held:
-        yield MappedDocumentTable.of_arrow(pa.concat_tables(held).combine_chunks(), str(path)), np.concatenate(numbers)
+        yield MappedDocumentTable.of_arrow(pa.concat_tables(held), str(path)), np.concatenate(numbers)

@@ -156,6 +156,10 @@ def count_corpus(chunks: Iterable[CorpusChunk], root: Path, tokenizer: Any, fiel
             bar.update(len(table))
         if isinstance(counter, ChunkCounter) and spill is not None and pending is not None:
             _spill(spill, counter.collect(pending))
+    if spill is not None:  # the chunks' Arrow buffers are gone: hand the pool's cached pages back before weighing
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
     places.check_unique(lambda rows: _read_ids(table_path, rows))
     head = DocumentTable.concat(sample) if sample else DocumentTable(pd.DataFrame(columns=["id", "content"]))
     return CountedCorpus(root, spill, places, head.take(np.arange(min(len(head), _SAMPLE))), table_path)
