@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,14 @@ __all__ = ["load_bm25", "load_dense", "score_bm25", "search_dense", "write_bm25"
 Part = tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64], npt.NDArray[np.object_]]
 
 
-def _with_ids(table: DocumentTable, docs: npt.NDArray[np.int64], scores: npt.NDArray[np.float32],
-              counts: npt.NDArray[np.int64]) -> Part:
+def _with_ids(ids_of: Callable[[npt.NDArray[np.int64]], Any], docs: npt.NDArray[np.int64],
+              scores: npt.NDArray[np.float32], counts: npt.NDArray[np.int64]) -> Part:
+    """A shard's top-k ``(docs, scores, counts)`` with the ids of its documents (``ids_of(codes)``:
+    a table's :meth:`~kolm_search.engine.doctable.DocumentTable.ids_of`, which on a mapped shard
+    reads only these ids)."""
     ids = np.full(docs.shape, None, dtype=object)
     valid = np.arange(docs.shape[1])[None, :] < counts[:, None]
-    ids[valid] = np.asarray(table.ids_of(docs[valid]), dtype=object)  # a mapped shard reads only these ids
+    ids[valid] = np.asarray(ids_of(docs[valid]), dtype=object)
     return docs, scores, counts, ids
 
 
@@ -97,7 +101,7 @@ def load_bm25(root: str, entry: ShardEntry, shard: int, config: dict[str, Any], 
 def score_bm25(shard_index: Any, texts: list[str], k: int, offsets: npt.NDArray[np.float32], shard: int) -> Part:
     """On a worker: the shard's top-``k`` of each text, with the collection's per-query constants."""
     step(f"score {shard}")
-    return _with_ids(shard_index.table, *shard_index.score_texts(texts, k, offsets=offsets))
+    return _with_ids(shard_index.table.ids_of, *shard_index.score_texts(texts, k, offsets=offsets))
 
 
 # -- dense -----------------------------------------------------------------------------------
@@ -161,4 +165,4 @@ def search_dense(shard_index: Any, vectors: npt.NDArray[np.float32], k: int, sha
         m = len(vectors)
         return (np.full((m, 0), -1, np.int64), np.zeros((m, 0), np.float32), np.zeros(m, np.int64),
                 np.zeros((m, 0), object))
-    return _with_ids(shard_index.table, *shard_index.search_vectors(vectors, k))
+    return _with_ids(shard_index.table.ids_of, *shard_index.search_vectors(vectors, k))

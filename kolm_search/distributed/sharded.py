@@ -261,7 +261,7 @@ def _dense_shard(emb: npt.NDArray[np.float32], metric: str) -> npt.NDArray[np.fl
 def _search_dense_shard(emb: npt.NDArray[np.float32], vectors: npt.NDArray[np.float32], k: int, ids: Any) -> Any:
     from kolm_search.retrievers.dense import exact_topk
 
-    return kinds._with_ids(ids, *exact_topk(vectors, emb, k))
+    return kinds._with_ids(lambda codes: np.asarray(ids, dtype=object)[codes], *exact_topk(vectors, emb, k))
 
 
 class ShardedDense:
