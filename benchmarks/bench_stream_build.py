@@ -22,7 +22,7 @@ Paired with another checkout: ``python bench_stream_build.py --docs 1000000 --di
 OTHER_TREE --rounds 3 --limit 1073741824`` runs ``BM25Retriever.build(corpus, index_dir,
 memory_limit=LIMIT)`` (the streamed build, loaded at the end, as ``bench_scale.py`` times it),
 each in its own process niced by 5, alternating this checkout's ``kolm_search`` with
-``OTHER_TREE``'s (``PYTHONPATH``; the order swapped every round), notes the load average before
+``OTHER_TREE``'s (``PYTHONPATH``; the order swapped every round; ``--work DIR`` holds the indexes), notes the load average before
 each run, checks the two indexes equal, and prints the median ratio of the other's time to this one's.
 """
 
@@ -145,7 +145,10 @@ def child(mode: str, corpus: Path, out: Path, limit: int | None) -> None:
         bm25s.BM25(method="lucene", k1=1.5, b=0.75).index(tokens, show_progress=False)
     seconds = time.perf_counter() - t0
     rss = vm_hwm_mb()
-    print(json.dumps({"seconds": seconds, "peak_rss_mb": rss, "tree_peak_rss_mb": tree.close(), **extra}))
+    import kolm_search
+
+    print(json.dumps({"seconds": seconds, "peak_rss_mb": rss, "tree_peak_rss_mb": tree.close(),
+                      "module": kolm_search.__file__, **extra}))
 
 
 def same_index(a: Path, b: Path) -> bool:
@@ -177,6 +180,8 @@ def compare(corpus: Path, work: Path, other: Path, rounds: int, limit: int) -> N
                                   str(limit)], check=True, capture_output=True, text=True, env=env)
             got = json.loads(res.stdout.strip().splitlines()[-1])
             seconds[name].append(got["seconds"])
+            if not got["module"].startswith(str(trees[name])):
+                raise SystemExit(f"{name}: imported {got['module']}, not {trees[name]}'s kolm_search")
             print(f"| {r + 1} | {name} | {got['seconds']:.1f} | {got['peak_rss_mb']:,.0f} | {got['tree_peak_rss_mb']:,.0f} "
                   f"| {load} |", flush=True)
         print(f"| {r + 1} | other / this | {seconds['other'][-1] / seconds['this'][-1]:.2f}x | | | equal: "
@@ -193,6 +198,7 @@ def main() -> None:
     ap.add_argument("--no-bm25s", action="store_true")
     ap.add_argument("--compare", type=Path, help="another checkout: paired builds of this one and it")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--work", type=Path, default=Path("/tmp"), help="--compare writes its indexes under this folder")
     ap.add_argument("--child", nargs=4, metavar=("MODE", "CORPUS", "OUT", "LIMIT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -204,7 +210,7 @@ def main() -> None:
             corpus = args.dir / f"corpus-{n}.jsonl.gz"
             if not corpus.exists():
                 write_corpus(corpus, n)
-            work = Path(f"/tmp/kolm-bench-compare-{n}")
+            work = args.work / f"kolm-bench-compare-{n}"
             work.mkdir(parents=True, exist_ok=True)
             compare(corpus, work, args.compare, args.rounds, args.limit[0] if args.limit else 1 << 30)
             shutil.rmtree(work, ignore_errors=True)

@@ -153,3 +153,43 @@ def test_a_corpus_of_every_good_line_builds_the_in_memory_index(tmp_path: Path, 
     for name in ("t_ptr", "t_docs", "t_w", "doc_len"):
         assert np.array_equal(np.asarray(getattr(built, name)), np.asarray(getattr(oracle, name))), name
     pd.testing.assert_frame_equal(built.table.frame, oracle.table.frame)
+
+
+TOKENS = [b"\n", b"\r\n", b"\r", b'"', b"\\", b"{", b"}", b",", b":", b" ", b"\t", b"\x00", b"\xff", b"\xc3", b"\xef\xbb\xbf",
+          b"\\u", b"\\ud800", b"\\udc00", b"null", b"1", b'"_id"', b'"text"', b'"title"', b"\xe6\x9d\xb1", b"[", b"]"]
+
+
+@SETTINGS
+@given(seed=st.lists(st.integers(0, 99), min_size=1, max_size=12),
+       edits=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 2), st.sampled_from(TOKENS), st.integers(1, 4)),
+                      max_size=6),
+       size=st.one_of(st.none(), st.integers(1, 5)), block=st.integers(1, 300), gz=st.booleans())
+def test_blocks_read_byte_mutations_as_the_lines_do(tmp_path_factory: Any, monkeypatch: pytest.MonkeyPatch,
+                                                    seed: list[int], edits: list[tuple[float, int, bytes, int]],
+                                                    size: int | None, block: int, gz: bool) -> None:
+    """Good lines mutated byte by byte (bytes inserted, replaced or deleted anywhere, newlines
+    and bad UTF-8 among them): the block reader keeps what the line reader keeps, or stops with
+    its message (file and line), never another error."""
+    monkeypatch.setattr(jsonl_blocks, "BLOCK_BYTES", block)
+    data = bytearray("".join((GOOD[k % len(GOOD)] % i) + "\n" for i, k in enumerate(seed)).encode("utf-8"))
+    for where, op, token, span in edits:
+        at = min(int(where * len(data)), len(data))
+        if op == 0:  # insert
+            data[at:at] = token
+        elif op == 1:  # replace
+            data[at:at + span] = token
+        else:  # delete
+            del data[at:at + span]
+    path = tmp_path_factory.mktemp("jsonl") / ("c.jsonl.gz" if gz else "c.jsonl")
+    path.write_bytes(gzip.compress(bytes(data)) if gz else bytes(data))
+    _check(path, size, 300)
+
+
+@pytest.mark.parametrize("first", [b"null", b"  null", b'null{"_id": "d0", "text": "x"}', b"1", b"[]"])
+def test_a_first_value_not_an_object_names_the_line(tmp_path: Path, first: bytes) -> None:
+    """pyarrow's JSON reader crashes the process on a block opening with ``null``: such a block
+    goes to the line reader, which names the line."""
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(first + b'\n{"_id": "d1", "text": "apple"}\n')
+    error = _check(path, None, 1_000)[1]
+    assert error is not None and error.startswith(f"{path}:1: ")

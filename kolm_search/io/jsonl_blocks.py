@@ -50,6 +50,7 @@ _BOM = b"\xef\xbb\xbf"
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 _BLANK = re.compile(rb"\n[ \t\r]*\n")  # a blank line after the first (no alternation: a fast scan)
 _BLANK_FIRST = re.compile(rb"[ \t\r]*\n")
+_OPENS = re.compile(rb"[ \t\r]*\{")  # the first value an object
 
 
 def _arrow_block(block: bytes) -> Any:
@@ -60,6 +61,8 @@ def _arrow_block(block: bytes) -> Any:
     import pyarrow.json as pj
 
     last = block[block.rfind(b"\n") + 1:]  # a line without a newline (the file's last)
+    if not _OPENS.match(block):  # pyarrow 26's read_json crashes (SIGSEGV) on a block whose first value is null
+        return None
     if _BOM in block or _SURROGATE.search(block) or _BLANK.search(block) or _BLANK_FIRST.match(block) or (last and not last.strip(b" \t\r")):
         return None
     try:
