@@ -18,7 +18,7 @@ from kolm_search.engine.doc_fields import joined_array, joined_texts
 from kolm_search.engine.text import Tokenizer
 from kolm_search.errors import KolmError
 from kolm_search.retrievers import chunk_counter
-from kolm_search.retrievers._parallel import encode_array, encode_texts
+from kolm_search.retrievers._encode import encode_array, encode_texts
 from kolm_search.retrievers.chunk_counter import ChunkCounter
 from kolm_search.retrievers.postings import Postings
 from kolm_search.retrievers.spill import SpilledPostings

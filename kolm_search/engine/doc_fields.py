@@ -21,7 +21,8 @@ import numpy.typing as npt
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument
 
-__all__ = ["DOCUMENT_FIELDS", "arrow_digest", "decoded", "joined_array", "joined_texts", "make_documents"]
+__all__ = ["DOCUMENT_FIELDS", "arrow_digest", "concat_strings", "decoded", "joined_array", "joined_texts",
+           "make_documents"]
 
 DOCUMENT_FIELDS = ("id", "content", "title", "source", "tags", "metadata")
 
@@ -85,6 +86,16 @@ def joined_array(columns: list[Any], n: int) -> Any:
         joined = pc.binary_join_element_wise(out, values, pa.scalar(" ", pa.large_string()))
         out = pc.if_else(pc.equal(out, ""), values, pc.if_else(pc.equal(values, ""), out, joined))
     return pa.array([""] * n, pa.large_string()) if out is None else out
+
+
+def concat_strings(parts: list[Any]) -> Any:
+    """``pyarrow`` string or large_string arrays as one array: large_string when their types
+    differ or their bytes could overflow a string array's 32-bit offsets (or there are none)."""
+    import pyarrow as pa
+
+    if len({p.type for p in parts}) != 1 or sum(p.nbytes for p in parts) >= 1 << 30:
+        parts = [p.cast(pa.large_string()) for p in parts] or [pa.array([], pa.large_string())]
+    return pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
 
 
 def arrow_digest(parts: Iterable[Sequence[Any]]) -> str:

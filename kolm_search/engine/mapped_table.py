@@ -45,6 +45,7 @@ from kolm_search.engine.arrow_strings import buffers
 from kolm_search.engine.doc_fields import (
     DOCUMENT_FIELDS,
     arrow_digest,
+    concat_strings,
     decoded,
     joined_array,
     joined_texts,
@@ -222,9 +223,7 @@ class MappedDocumentTable(DocumentTable):
         for part in np.split(order, cuts):
             b = int(batch[part[0]])
             pieces.append(self._array(field, b).take(pa.array(codes[part] - self._starts[b])))
-        if sum(p.nbytes for p in pieces) >= 1 << 30:  # 32-bit offsets of one array could overflow
-            pieces = [p.cast(pa.large_string()) for p in pieces]
-        out = pa.concat_arrays(pieces) if len(pieces) > 1 else pieces[0]
+        out = concat_strings(pieces)
         if grouped:
             return out
         inverse = np.empty(len(order), np.int64)
@@ -354,13 +353,8 @@ class MappedDocumentTable(DocumentTable):
     def text_array(self, fields: Sequence[str] = ("title", "content")) -> Any:
         if not set(fields) <= _TEXT_FIELDS:  # tags or metadata: as Python values
             return super().text_array(fields)
-        import pyarrow as pa
-
-        parts = [joined_array([self._array(f, b) for f in fields], self._batches[b].num_rows)
-                 for b in range(len(self._batches))]
-        if len({p.type for p in parts}) > 1 or sum(p.nbytes for p in parts) >= 1 << 30:  # 32-bit offsets could overflow
-            parts = [p.cast(pa.large_string()) for p in parts]
-        return pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
+        return concat_strings([joined_array([self._array(f, b) for f in fields], self._batches[b].num_rows)
+                               for b in range(len(self._batches))])
 
     def digest(self) -> str:
         if self._digest is None:

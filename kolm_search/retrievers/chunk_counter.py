@@ -13,7 +13,7 @@ term ids are ids of one vocabulary in order of first occurrence over the corpus 
 ids mapped by :class:`~._parallel.WorkerMaps`, chunks collected in row order), so the counts
 do not depend on how the corpus was cut or how many processes counted it. Texts travel as
 ``pyarrow`` string arrays (their buffers, no Python string per document) and are split by
-:func:`~._parallel.encode_array`.
+:func:`~._encode.encode_array`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import numpy.typing as npt
 
 from kolm_search.engine.arrow_strings import buffers
 from kolm_search.errors import KolmError
+from kolm_search.retrievers._encode import Counted
 from kolm_search.retrievers._parallel import (
     _START_SECONDS,
-    Counted,
     Merger,
     WorkerMaps,
     _context,
