@@ -320,3 +320,42 @@ def test_a_memory_mapped_table_is_never_read_whole(cranfield, tmp_path: Path) ->
     want = Experiment(in_memory, cranfield, ["ndcg@10", "AP"], **kw).run()
     pd.testing.assert_frame_equal(pd.DataFrame(got), pd.DataFrame(want), check_exact=True)
     assert mapped._full is None and mapped._all_ids is None  # no frame, no id column made
+
+
+def _python_ranks(values: list[str]) -> list[int]:
+    order = sorted(set(values))
+    return [order.index(v) for v in values]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(st.characters(exclude_categories=()), max_size=6), min_size=1, max_size=25, unique=True),
+       st.data())
+def test_id_ranks_order_ids_as_python_compares_strings(tmp_path_factory: pytest.TempPathFactory, ids: list[str],
+                                                        data: st.DataObject) -> None:
+    """The tie-break of trec_eval's ranking (document ids descending, as Python compares ``str``),
+    from an in-memory table (every id ranked once), a mapped one (the ids asked for) and
+    ``string_ranks`` (Arrow's sort, or Python's for lone surrogates and other types)."""
+    from kolm_search.engine.arrow_strings import string_ranks
+
+    codes = data.draw(st.lists(st.integers(0, len(ids) - 1), max_size=30))
+    want = _python_ranks([ids[c] for c in codes])
+    assert string_ranks(np.asarray([ids[c] for c in codes], dtype=object)).tolist() == want
+    table = DocumentTable(pd.DataFrame({"id": pd.Series(ids, dtype=object), "content": "x"}))
+    got = table.id_ranks(np.asarray(codes, np.int64))
+    assert [sorted(set(got.tolist())).index(g) for g in got.tolist()] == want  # the same order (ranks of all ids)
+    if any("\ud800" <= ch <= "\udfff" for i in ids for ch in i):  # Arrow cannot hold lone surrogates
+        return
+    assert string_ranks(pd.Series([ids[c] for c in codes], dtype="category")).tolist() == want
+    tmp = tmp_path_factory.mktemp("ids")
+    write_documents(table, tmp / "documents.arrow")
+    mapped = MappedDocumentTable(tmp / "documents.arrow", n_docs=len(ids))
+    assert mapped.id_ranks(np.asarray(codes, np.int64)).tolist() == want and mapped._all_ids is None
+
+
+def test_string_ranks_of_ids_arrow_cannot_hold_fall_back_to_python() -> None:
+    from kolm_search.engine.arrow_strings import string_ranks
+
+    values = ["b", "\ud800", "a", "\ud800", "é", 10]
+    assert string_ranks(np.asarray(values, dtype=object)).tolist() == _python_ranks([str(v) for v in values])
+    table = DocumentTable(pd.DataFrame({"id": pd.Series(["b", "\ud800x", "a"], dtype=object), "content": "x"}))
+    assert table.id_ranks(np.array([0, 1, 2, 1])).tolist() == [1, 2, 0, 2]

@@ -131,7 +131,8 @@ def evaluate_coded(run: CodedRun, codes: QrelsCodes, specs: list[Any], keys: lis
     table = run.table
     pair = CodedPair(q_labels=codes.q_labels, run_q=codes.row_q[q], score32=score.astype(np.float32),
                      run_d=np.asarray(run_d, np.int64), n_run_d=n_run_d, run_judged=codes.judged_of(doc),
-                     docs_at=lambda rows: table.ids_of(doc[rows]), qrels_q=codes.qrels_q, qrels_d=codes.qrels_d,
+                     docs_at=lambda rows: table.ids_of(doc[rows]),
+                     id_ranks=lambda rows: table.id_ranks(doc[rows]), qrels_q=codes.qrels_q, qrels_d=codes.qrels_d,
                      rel=codes.rel, judged=codes.judged, emptied=emptied)
     values, keep = measure(pair, specs, relevance_level=relevance_level, judged_only=judged_only, missing=missing,
                            n_threads=n_threads, subtopics=subtopics)

@@ -68,14 +68,20 @@ def run_tables(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any], *, r
 
 def common_tables(tables: Mapping[Any, pd.DataFrame], keys: Sequence[str]) -> dict[str, pd.DataFrame]:
     """``{metric: DataFrame qid x run}`` on the queries any run's table holds (the judged queries
-    any run answers), a run's missing ones scored 0, from each run's per-query table."""
-    qids = sorted(set().union(*(set(t["qid"].astype(str)) for t in tables.values())))
-    out = {m: pd.DataFrame(index=pd.Index(qids, name="qid")) for m in keys}
+    any run answers), a run's missing ones (and NaN values) scored 0, from each run's per-query
+    table."""
+    found = [t["qid"].astype(str).to_numpy(dtype=object) for t in tables.values()]
+    qids = sorted(set(np.concatenate(found).tolist())) if found else []
+    index = pd.Index(qids, name="qid")
+    columns: dict[str, dict[Any, np.ndarray]] = {m: {} for m in keys}
     for name, table in tables.items():
-        table = table.set_index(table["qid"].astype(str))
+        at = index.get_indexer(table["qid"].astype(str))
         for m in keys:
-            out[m][name] = table[m].reindex(qids).fillna(0.0).to_numpy()
-    return out
+            column = np.zeros(len(index))
+            column[at] = table[m].to_numpy(np.float64)
+            column[np.isnan(column)] = 0.0
+            columns[m][name] = column
+    return {m: pd.DataFrame(columns[m], index=index) if columns[m] else pd.DataFrame(index=index) for m in keys}
 
 
 def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any, *,

@@ -18,7 +18,13 @@ CURVE_MEASURES = tuple(f"iprec_at_recall_{r:.2f}" for r in RECALL_LEVELS)
 def mean_curve(table: pd.DataFrame) -> pd.DataFrame:
     """``recall, precision`` (11 rows) from a per-query table holding the columns
     :data:`CURVE_MEASURES`: each level's mean over its rows (NaN when it has none)."""
-    means = [float(table[m].mean()) if len(table) else float("nan") for m in CURVE_MEASURES]
+    values = table[list(CURVE_MEASURES)].to_numpy(np.float64)
+    means = []
+    for j in range(len(CURVE_MEASURES)):  # as pandas' mean: NaN skipped (summed as 0, not counted)
+        column = np.ascontiguousarray(values[:, j])
+        present = ~np.isnan(column)
+        count = int(present.sum())
+        means.append(float(np.where(present, column, 0.0).sum() / count) if count else float("nan"))
     return pd.DataFrame({"recall": np.array(RECALL_LEVELS), "precision": means})
 
 

@@ -29,6 +29,7 @@ from kolm_search._kernels.measure_ids import (
     QueryStatus,
 )
 from kolm_search.engine import ids
+from kolm_search.engine.arrow_strings import string_ranks
 from kolm_search.engine.runs import as_qrels, check_ids, check_qrels
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.evaluation.measures import MeasureSpec, metric_list, parse_measure
@@ -54,7 +55,10 @@ class CodedPair:
         Each row's score as trec_eval compares it.
     docs_at : callable
         ``docs_at(rows)`` the document ids (strings) of rows ``rows`` int64 ``(m,)``: read only
-        for score ties, diversity measures and measures ir_measures computes.
+        for diversity measures and measures ir_measures computes.
+    id_ranks : callable
+        ``id_ranks(rows)`` int64 ``(m,)``, the ranks of the rows' document ids in code point
+        order, comparable within one call (:func:`ranking_order_of` breaks score ties so).
     qrels_q, qrels_d, rel : int64 ``(n_qrels,)``
         Each judgement's query code, document code among ``judged`` and grade.
     judged : pd.Index
@@ -70,6 +74,7 @@ class CodedPair:
     n_run_d: int
     run_judged: I64
     docs_at: Callable[[I64], Any]
+    id_ranks: Callable[[I64], I64]
     qrels_q: I64
     qrels_d: I64
     rel: I64
@@ -125,12 +130,19 @@ def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32]
     already, :mod:`kolm_search._kernels.ranking`); only the rows tied on it, which are few,
     have their ids read and compared.
     """
-    return ranking_order_of(query, score32, lambda rows: doc_ids.iloc[rows])
+    return ranking_order_of(query, score32, lambda rows: string_ranks(doc_ids.iloc[rows]))
 
 
 def ranking_order_of(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32],
-                     docs_at: Callable[[I64], Any]) -> npt.NDArray[np.int64]:
-    """:func:`ranking_order` with the document ids of rows given by ``docs_at(rows)``."""
+                     id_ranks: Callable[[I64], I64], matters: npt.NDArray[np.bool_] | None = None,
+                     ) -> npt.NDArray[np.int64]:
+    """:func:`ranking_order` with the order of the document ids of rows given by
+    ``id_ranks(rows)``: int64 ranks in code point order of the ids, comparable within the call.
+
+    ``matters`` bool ``(n,)``, optional: the rows whose place among rows of an equal key can
+    change a measure (the judged ones). A run of equal keys holding none of them is left in row
+    order: its rows are alike to every measure of the kernel, so any order of them gives the
+    same values (and their ids are not read)."""
     from kolm_search._kernels import load
 
     query = np.ascontiguousarray(query, np.int64)
@@ -148,11 +160,23 @@ def ranking_order_of(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float
     ranked = key[order]
     tied = np.flatnonzero(ranked[1:] == ranked[:-1])
     if tied.size:
-        rows = np.unique(np.concatenate([tied, tied + 1]))  # every position of a run of equal keys
+        in_tie = np.zeros(len(order), bool)
+        in_tie[tied] = in_tie[tied + 1] = True
+        rows = np.flatnonzero(in_tie)  # every position of a run of equal keys
         run = np.cumsum(np.concatenate([[0], ranked[rows[1:]] != ranked[rows[:-1]]]))  # equal keys are adjacent
-        names = [str(v) for v in docs_at(order[rows])]
-        by_name, _ = pd.factorize(pd.Index(names, dtype=object), sort=True)
-        order[rows] = order[rows][np.lexsort((-np.asarray(by_name), run))]
+        if matters is not None:  # only the runs of equal keys holding a row that matters
+            holds = np.zeros(int(run[-1]) + 1, bool)
+            holds[run[matters[order[rows]]]] = True
+            rows, run = rows[holds[run]], run[holds[run]]
+            if not len(rows):
+                return order
+        by_name = np.asarray(id_ranks(order[rows]), np.int64)
+        width = int(by_name.max()) + 1
+        if int(run[-1]) + 1 < (1 << 62) // width:  # one sort of (run, id descending) packed in an int64
+            within = np.argsort(run.astype(np.int64) * width + (width - 1 - by_name), kind="stable")
+        else:
+            within = np.lexsort((-by_name, run))
+        order[rows] = order[rows][within]
     return order
 
 
@@ -223,7 +247,12 @@ def measure(pair: CodedPair, specs: list[MeasureSpec], *, relevance_level: int, 
     from kolm_search._kernels import load
 
     n_q = len(pair.q_labels)
-    order = ranking_order_of(pair.run_q, pair.score32, pair.docs_at)
+    diversity = [(col, s) for col, s in enumerate(specs) if s.kind in DIVERSITY_IDS]
+    external = [(col, spec) for col, spec in enumerate(specs) if not spec.kind]
+    # the kernel reads a document's grade, judged or not: the order of unjudged ones tied on score
+    # changes nothing; ir_measures and the diversity measures are given the ranking itself
+    matters = None if diversity or external else pair.run_judged >= 0
+    order = ranking_order_of(pair.run_q, pair.score32, pair.id_ranks, matters)
     r_count = np.bincount(pair.run_q, minlength=n_q)
     j_count = np.bincount(pair.qrels_q, minlength=n_q)
     kernels = load("metrics")
@@ -241,13 +270,11 @@ def measure(pair: CodedPair, specs: list[MeasureSpec], *, relevance_level: int, 
                 found = np.flatnonzero(status == code)
                 q = min(pair.q_labels[found])  # the first in sorted order, however the queries are coded
                 raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
-    diversity = [(col, s) for col, s in enumerate(specs) if s.kind in DIVERSITY_IDS]
     if diversity and subtopics is not None:
         from kolm_search.evaluation.diversity import diversity_values
 
         diversity_values(diversity, subtopics[0], subtopics[1], pair.q_labels, pair.run_q[order],
                          _series(pair.docs_at(order)), int(relevance_level), bool(judged_only), values, n_threads)
-    external = [(col, spec) for col, spec in enumerate(specs) if not spec.kind]
     if external:
         ranked = order
         if judged_only:  # trec_eval -J for the measures ir_measures computes: unjudged documents leave the ranking

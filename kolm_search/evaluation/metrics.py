@@ -61,7 +61,7 @@ import pandas as pd
 
 from kolm_search._params import boolean
 from kolm_search.engine import ids
-from kolm_search.engine.arrow_strings import lookup_within_groups
+from kolm_search.engine.arrow_strings import lookup_within_groups, string_ranks
 from kolm_search.engine.runs import as_run, check_ids, numeric_column
 from kolm_search.evaluation.measure_pass import (
     CodedPair,
@@ -225,7 +225,8 @@ def evaluate(
     (run_d,), n_run_d, _ = ids.codes_within_groups([run_docs], [run_q], names=["run doc_id"], with_ids=False,
                                                 n_threads=n_threads)  # to find duplicates
     pair = CodedPair(q_labels=q_uniques, run_q=run_q, score32=score32, run_d=run_d, n_run_d=n_run_d,
-                     run_judged=run_judged, docs_at=lambda rows: run_docs.iloc[rows], qrels_q=qrels_q,
+                     run_judged=run_judged, docs_at=lambda rows: run_docs.iloc[rows],
+                     id_ranks=lambda rows: string_ranks(run_docs.iloc[rows]), qrels_q=qrels_q,
                      qrels_d=qrels_d, rel=rel, judged=judged,
                      emptied=np.isin(np.asarray(q_uniques, dtype=object), emptied) if emptied else None)
     values, keep = measure(pair, specs, relevance_level=int(relevance_level), judged_only=bool(judged_only),
