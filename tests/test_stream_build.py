@@ -223,7 +223,7 @@ def test_a_build_that_fails_while_saving_leaves_no_index_and_no_temp_files(tmp_p
 ])
 def test_a_build_out_of_memory_or_disk_says_which_and_leaves_the_index(tmp_path: Path, monkeypatch: Any,
                                                                         error: BaseException, match: str) -> None:
-    from kolm_search.retrievers import stream_build
+    from kolm_search.retrievers import stream_count
 
     docs = [{"id": "a", "content": "apple"}, {"id": "b", "content": "banana"}]
     BM25Retriever.build(docs, tmp_path / "ix", progress=False)
@@ -232,7 +232,7 @@ def test_a_build_out_of_memory_or_disk_says_which_and_leaves_the_index(tmp_path:
     def spilling(*args: Any, **kwargs: Any) -> Any:
         raise error
 
-    monkeypatch.setattr(stream_build.SpilledPostings, "add", spilling)
+    monkeypatch.setattr(stream_count.SpilledPostings, "add", spilling)
     with pytest.raises(KolmError, match=match):
         BM25Retriever.build([*docs, {"id": "c", "content": "cherry"}], tmp_path / "ix", memory_limit=4096,
                             progress=False)
@@ -241,7 +241,7 @@ def test_a_build_out_of_memory_or_disk_says_which_and_leaves_the_index(tmp_path:
 
 
 def test_progress_bars_count_documents_then_postings(tmp_path: Path, monkeypatch: Any) -> None:
-    from kolm_search.retrievers import stream_build
+    from kolm_search.retrievers import stream_build, stream_count
 
     seen: list[tuple[Any, str, str]] = []
     real = stream_build.progress_bar
@@ -251,6 +251,7 @@ def test_progress_bars_count_documents_then_postings(tmp_path: Path, monkeypatch
         return real(total, desc, unit, **kw)
 
     monkeypatch.setattr(stream_build, "progress_bar", spy)
+    monkeypatch.setattr(stream_count, "progress_bar", spy)  # the read phase
     built = BM25Retriever.build([{"id": "a", "content": "apple sea"}, {"id": "b", "content": "sea"}], tmp_path / "ix",
                                 progress=True)
     assert seen == [(None, "bm25 build: read", "doc"), (len(built.t_docs), "bm25 build: weigh", "posting")]

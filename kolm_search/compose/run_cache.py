@@ -60,10 +60,6 @@ _I32_MAX = np.iinfo(np.int32).max
 _TYPES = {"doc": (pa.int32(), pa.int64()), "rank": (pa.int32(), pa.int64()), "score": (pa.float64(),)}
 
 
-class _OtherVersion(Exception):
-    """A file of this format written by another version: not read, replaced (not damaged)."""
-
-
 def _checksum(values: np.ndarray) -> int:
     """CRC-32 of an array's values (its bytes, in order)."""
     return zlib.crc32(np.ascontiguousarray(values).data)
@@ -106,18 +102,19 @@ class RunCache(CacheFolder):
             return None
         try:
             run = self._read(path, stage_fp, queries_fp, prepared, table, n_queries)
-        except _OtherVersion:
-            return None
         except Exception as exc:  # any failure to read or check means: do not use it
             self.damaged += 1
             warnings.warn(f"run cache file {path} is damaged ({type(exc).__name__}: {exc}); computing the run again",
                           RuntimeWarning, stacklevel=3)
             return None
-        self.reads += 1
+        if run is not None:
+            self.reads += 1
         return run
 
     def _read(self, path: Path, stage_fp: str, queries_fp: str, prepared: PreparedQueries | Callable[[], PreparedQueries],
-              documents: DocumentTable, n_queries: int) -> CodedRun:
+              documents: DocumentTable, n_queries: int) -> CodedRun | None:
+        """The run in ``path``, checked; None for a file of another version of this format (not
+        read, replaced: not damaged); any other failure raises."""
         with pa.OSFile(str(path)) as src:  # read whole (a memory map would break if the file were truncated later)
             data = src.read_buffer()
         table = pa.ipc.open_file(data).read_all()
@@ -126,7 +123,7 @@ class RunCache(CacheFolder):
             raise KolmValueError("no kolm_search metadata")
         meta = json.loads(meta_raw)
         if meta.get("format") == _FORMAT and meta.get("version") != _VERSION and isinstance(meta.get("version"), int):
-            raise _OtherVersion
+            return None  # another version's file: not read, replaced (not damaged)
         n_docs = len(documents)
         expected = {"format": _FORMAT, "version": _VERSION, "stage": stage_fp, "queries": queries_fp,
                     "rows": table.num_rows, "n_queries": n_queries, "n_docs": n_docs}

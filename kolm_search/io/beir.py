@@ -138,11 +138,12 @@ def _text_and_title(path: Path, lineno: int, obj: dict[str, Any]) -> tuple[str, 
     return text, title
 
 
-def _jsonl(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` of every non-blank line; ``_id`` checked, and ``fields`` that
+def _jsonl(path: Path, fields: tuple[str, ...], **span: Any) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of every non-blank line (of a part of the file: ``span`` as
+    :func:`~kolm_search.io._text.text_lines` takes it); ``_id`` checked, and ``fields`` that
     hold strings checked to be Unicode text (JSON's ``\\ud800`` escapes can write a lone
     surrogate, which no UTF-8 consumer can take)."""
-    for lineno, line in text_lines(path):
+    for lineno, line in text_lines(path, **span):
         if not line.strip():
             continue
         try:

@@ -447,16 +447,19 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
                        arrays=arrays, blobs={"vocab": list(self.vocab)}, tables={"documents": self.table})
 
     def streamed_payload(self, n_docs: int, vocab: list[str], arrays: Mapping[str, FileSource],
-                         documents: FileSource) -> Payload:
+                         documents: FileSource, *, own_stats: bool = True) -> Payload:
         """What :meth:`save` writes for an index of this configuration whose files are on disk
         already (a streaming build, :mod:`kolm_search.retrievers.stream_build`, whose probe over
         the corpus's first documents this is): ``arrays`` the ``.npy`` files of ``t_ptr, t_docs,
-        t_w, nonocc, doc_len, tf, term_max`` (own statistics), ``documents`` the documents file
-        of the table (:class:`~kolm_search.engine.mapped_table.DocumentsWriter`)."""
-        missing = {*ARRAYS, "tf", "term_max"} - set(arrays)
-        if missing:
-            raise KolmValueError(f"a BM25 payload lacks arrays {sorted(missing)}")
-        return Payload(FORMAT, VERSION, {"config": self.config(), "n_docs": n_docs, "stats": "own"},
+        t_w, nonocc, doc_len, term_max`` and, with its own statistics, ``tf`` (``own_stats``
+        False: a shard weighted with a collection's statistics, saved without ``tf``),
+        ``documents`` the documents file of the table
+        (:class:`~kolm_search.engine.mapped_table.DocumentsWriter`)."""
+        need = {*ARRAYS, "term_max", *(("tf",) if own_stats else ())}
+        if set(arrays) != need:
+            raise KolmValueError(f"a BM25 payload has arrays {sorted(arrays)}; it needs {sorted(need)}")
+        stats = "own" if own_stats else "external"
+        return Payload(FORMAT, VERSION, {"config": self.config(), "n_docs": n_docs, "stats": stats},
                        blobs={"vocab": list(vocab)},
                        files={**{name: ("npy", f) for name, f in arrays.items()}, "documents": ("arrow", documents)})
 
