@@ -10,13 +10,14 @@ corpus; ``--docs`` changes its size). Rows:
   slowest of the five pipelines run alone (its own BM25 included), the same with five MMR
   rerankers over ``bm25 % 20`` (cheaper than the first stage), and with five columnar rerankers
   (a document-length prior, vectorised: the cost of sharing itself); ``--rerankers`` picks some;
-- ``cached``: the same experiment's ``exp.run()`` again over its ``cache_dir`` against its first.
+- ``cached``: the same experiment's ``exp.run()`` again over its ``cache_dir`` against its first,
+  then the same for ``run_pipelines()`` alone (the runs, no measure table: what the cache holds).
 
 The experiment rows time ``exp.run()``, the table of measures an experiment is run for (its
 runs, then their per-query values, tests and precision-recall curves), against the slowest of
 the five pipelines timed the same way (an ``Experiment`` of that pipeline alone, ``.run()``);
-the cached rows time ``exp.run()`` too. An experiment keeps a stage pipeline's run as codes and
-measures it from them; the rows "run_pipelines() only" (against the pipeline's
+the cached rows time ``exp.run()`` too, and then ``run_pipelines()`` alone. An experiment keeps
+a stage pipeline's run as codes and measures it from them; the rows "run_pipelines() only" (against the pipeline's
 ``pipe(queries)``) and "every run as a DataFrame" (``run_pipelines()`` and then
 ``exp.runs[name]`` of every pipeline, the work ``pipe(queries)`` does five times) time the runs
 without the table, as earlier figures did.
@@ -176,27 +177,28 @@ def experiment_rows(name: str, ds: Dataset, repeat: int, kind: str) -> list[dict
             {"what": f"{name} same Experiment, run_pipelines(), every run as a DataFrame",
              "seconds": med["with_frames"], "vs_slowest_plain": round(med["with_frames"] / slowest_plain, 3)},
             {"what": f"{name} slowest single pipeline ({label}), pipe(queries)", "seconds": slowest_plain}]
-    firsts, seconds = [], []
-    for _ in range(repeat):
-        folder = Path(tempfile.mkdtemp(prefix="kolm-bench-compose-"))
-        try:  # each run after a garbage collection, untimed (as median_times does)
-            gc.collect()
-            t0 = time.perf_counter()
-            experiment(folder)
-            firsts.append(time.perf_counter() - t0)
-            gc.collect()
-            t0 = time.perf_counter()
-            again = experiment(folder)
-            seconds.append(time.perf_counter() - t0)
-            assert not again.shared.computed
-            del again
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-    rows.append({"what": f"{name} same Experiment ({label}), exp.run() with cache_dir, first",
-                 "seconds": float(np.median(firsts))})
-    rows.append({"what": f"{name} same Experiment ({label}), exp.run() over the cache, second",
-                 "seconds": float(np.median(seconds)),
-                 "vs_first": round(float(np.median(np.array(seconds) / np.array(firsts))), 4)})
+    for measured, call in ((True, "exp.run()"), (False, "run_pipelines()")):
+        firsts, seconds = [], []
+        for _ in range(repeat):
+            folder = Path(tempfile.mkdtemp(prefix="kolm-bench-compose-"))
+            try:  # each run after a garbage collection, untimed (as median_times does)
+                gc.collect()
+                t0 = time.perf_counter()
+                experiment(folder, measured=measured)
+                firsts.append(time.perf_counter() - t0)
+                gc.collect()
+                t0 = time.perf_counter()
+                again = experiment(folder, measured=measured)
+                seconds.append(time.perf_counter() - t0)
+                assert not again.shared.computed
+                del again
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        rows.append({"what": f"{name} same Experiment ({label}), {call} with cache_dir, first",
+                     "seconds": float(np.median(firsts))})
+        rows.append({"what": f"{name} same Experiment ({label}), {call} over the cache, second",
+                     "seconds": float(np.median(seconds)),
+                     "vs_first": round(float(np.median(np.array(seconds) / np.array(firsts))), 4)})
     return rows
 
 
