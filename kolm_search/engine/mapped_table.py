@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search.engine.arrow_strings import buffers
+from kolm_search.engine.arrow_strings import buffers, string_ranks
 from kolm_search.engine.doc_fields import DOCUMENT_FIELDS, arrow_digest, decoded, joined_texts, make_documents
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
@@ -274,6 +274,9 @@ class MappedDocumentTable(DocumentTable):
         if isinstance(dtype, pd.StringDtype):
             return pd.array(taken, dtype=dtype)
         return pd.array(taken.to_numpy(zero_copy_only=False), dtype=dtype)
+
+    def id_ranks(self, codes: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        return string_ranks(self._gather("id", codes))
 
     def _lookup(self, ids: Sequence[str] | npt.ArrayLike) -> npt.NDArray[np.int64]:
         import pyarrow as pa
