@@ -292,7 +292,7 @@ def test_version_1_index_is_recounted_once_then_changes(tmp_path: Path, method: 
     assert_same_bm25(old, [d for d in _docs(11) if d["id"] != "d2"], clients=True)
     old.save(tmp_path / "v2")
     again = BM25Retriever.load(tmp_path / "v2")
-    assert again.tf is not None and json.loads((tmp_path / "v2" / "manifest.json").read_text())["version"] == 4
+    assert again.tf is not None and json.loads((tmp_path / "v2" / "manifest.json").read_text())["version"] == 5
     again.delete(["d0"])
     assert_same_bm25(again, [d for d in _docs(11) if d["id"] not in ("d2", "d0")])
 

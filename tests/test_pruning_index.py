@@ -1,6 +1,7 @@
 """Pruning through BM25Retriever: ``pruning="auto"`` returns what ``"none"`` (the exhaustive kernel)
 returns on Cranfield for every query, BM25 variant, k, filter and weighted (feedback) query; term
-maxima follow merges and saves, and a damaged ``term_max`` file is refused on load."""
+and block maxima follow merges and saves, a damaged ``term_max`` or ``block_max`` file is refused
+on load, and indexes saved before them (formats 3 and 4) load with them computed."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.engine.selection import Selection, Selections
 from kolm_search.errors import KolmError, KolmValueError
 from kolm_search.retrievers import bounds
-from kolm_search.retrievers.bounds import term_maxima
 from kolm_search.retrievers.feedback import FeedbackRetriever
 from tests.reliability.indexes import file_of, reseal
 
@@ -59,7 +59,12 @@ def test_cranfield_every_query_identical(cranfield_indexes: dict[str, BM25Retrie
         exhaustive = ret.score_encoded(q_ptr, q_ids, k, pruning="none")
         same(ret.score_encoded(q_ptr, q_ids, k), exhaustive)
         every = kernel.pruned_topk(q_ptr, q_ids, np.ones(len(q_ids), np.float32), ret.t_ptr, ret.t_docs, ret.t_w,
-                                   ret.t_max, *_offsets(ret, q_ptr, q_ids), *Selections.none(len(texts)).arrays(), n, k)
+                                   ret.t_max, ret.b_max, ret.b_last, *_offsets(ret, q_ptr, q_ids),
+                                   *Selections.none(len(texts)).arrays(), n, k, bail=np.inf)
+        same(every, exhaustive)
+        every = kernel.pruned_topk(q_ptr, q_ids, np.ones(len(q_ids), np.float32), ret.t_ptr, ret.t_docs, ret.t_w,
+                                   ret.t_max, ret.b_max, ret.b_last, *_offsets(ret, q_ptr, q_ids),
+                                   *Selections.none(len(texts)).arrays(), n, k, t_min=ret.t_min)  # some given back
         same(every, exhaustive)
         same(ret.score_encoded(q_ptr, q_ids, k, sel), ret.score_encoded(q_ptr, q_ids, k, sel, pruning="none"))
 
@@ -119,7 +124,7 @@ def _docs(n: int, start: int = 0) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("method", ["lucene", "bm25+"])
-def test_merges_keep_term_maxima_of_a_rebuild(method: str, prune_all: None, tmp_path: Path) -> None:
+def test_merges_keep_the_bounds_of_a_rebuild(method: str, prune_all: None, tmp_path: Path) -> None:
     ret = BM25Retriever(_docs(40), method=method)  # type: ignore[arg-type]
     ret.add(_docs(15, start=40))
     ret.delete([f"d{i}" for i in range(0, 55, 4)])
@@ -127,7 +132,9 @@ def test_merges_keep_term_maxima_of_a_rebuild(method: str, prune_all: None, tmp_
     ref = BM25Retriever(live, method=method)  # type: ignore[arg-type]
     ret.merge()
     assert dict(zip(ret.vocab, ret.t_max.tolist(), strict=True)) == dict(zip(ref.vocab, ref.t_max.tolist(), strict=True))
-    np.testing.assert_array_equal(ret.t_max, term_maxima(ret.t_ptr, ret.t_w))
+    for got, want in zip((ret.t_min, ret.t_max, ret.b_max, ret.b_last),
+                         load("blocks").posting_bounds_numpy(ret.t_ptr, ret.t_docs, ret.t_w), strict=True):
+        np.testing.assert_array_equal(got, want)
     queries = ["alpha beta", "gamma", "eta zeta alpha", "delta delta beta"]
     for k in (1, 3, 50):
         same(ret.score_texts(queries, k), ref.score_texts(queries, k))
@@ -136,13 +143,17 @@ def test_merges_keep_term_maxima_of_a_rebuild(method: str, prune_all: None, tmp_
     loaded = BM25Retriever.load(tmp_path / "i", pruning="none")
     assert loaded.pruning == "none"
     np.testing.assert_array_equal(loaded.t_max, ret.t_max)
+    np.testing.assert_array_equal(loaded.b_max, ret.b_max)
     same(loaded.score_texts(queries, 3, pruning="auto"), ref.score_texts(queries, 3))
 
 
-def test_damaged_term_maxima_are_refused(tmp_path: Path) -> None:
-    BM25Retriever(_docs(30)).save(tmp_path / "i")
-    path = file_of(tmp_path / "i", "term_max")
+@pytest.mark.parametrize("name", ["term_max", "block_max"])
+def test_damaged_maxima_are_refused(tmp_path: Path, name: str) -> None:
+    BM25Retriever(_docs(30) + [{"id": f"x{i}", "content": "alpha"} for i in range(200)]).save(tmp_path / "i")
+    path = file_of(tmp_path / "i", name)
     good = np.load(path)
+    unit = name.split("_")[0]
+    where = {"term": ("term 2", "term 0"), "block": ("block 2 of term 0", "block 0 of term 0")}[unit]
     for damage in ("low", "nan", "short"):
         bad = good.copy()
         if damage == "low":
@@ -153,26 +164,31 @@ def test_damaged_term_maxima_are_refused(tmp_path: Path) -> None:
             bad = bad[:-1]
         np.save(path, bad)
         reseal(tmp_path / "i")  # the digests match: the check of what the file means must refuse it
-        with pytest.raises(KolmValueError, match=rf"{path.name}: (term 2 records maximum|term 0 records|has \d+ term maxima)"):
+        with pytest.raises(KolmValueError, match=rf"{path.name}: ({where[0]} records maximum|{where[1]} records|"
+                                                 rf"has \d+ {unit} maxima)"):
             BM25Retriever.load(tmp_path / "i")
     np.save(path, good)
     reseal(tmp_path / "i")
-    assert np.array_equal(BM25Retriever.load(tmp_path / "i").t_max, good)
+    loaded = BM25Retriever.load(tmp_path / "i")
+    assert np.array_equal(loaded.t_max if unit == "term" else loaded.b_max, good)
 
 
-def test_an_index_saved_before_term_maxima_gets_them(tmp_path: Path) -> None:
-    ret = BM25Retriever(_docs(30), method="bm25l")
+@pytest.mark.parametrize("version", [3, 4])
+def test_an_index_saved_before_the_maxima_gets_them(tmp_path: Path, version: int) -> None:
+    ret = BM25Retriever(_docs(30) + [{"id": f"x{i}", "content": "alpha beta"} for i in range(150)], method="bm25l")
     ret.save(tmp_path / "i")
     d = tmp_path / "i"
     body = json.loads((d / "manifest.json").read_text())
-    file_of(d, "term_max").unlink()
-    del body["files"]["term_max"]
-    body["version"] = 3
+    for name in ("term_max", "block_max")[version - 3:]:  # what format `version` did not save
+        file_of(d, name).unlink()
+        del body["files"][name]
+    body["version"] = version
     (d / "manifest.json").write_text(json.dumps(body))
     old = BM25Retriever.load(d)
-    np.testing.assert_array_equal(old.t_max, ret.t_max)
+    for name in ("t_min", "t_max", "b_max", "b_last"):
+        np.testing.assert_array_equal(getattr(old, name), getattr(ret, name))
     same(old.score_texts(["alpha beta", "eta"], 5), ret.score_texts(["alpha beta", "eta"], 5, pruning="none"))
-    body["files"]["term_max"] = {"name": "x", "bytes": 0, "sha256": "0" * 64}
+    body["files"]["block_max"] = {"name": "x", "bytes": 0, "sha256": "0" * 64}  # a file the format did not have
     (d / "manifest.json").write_text(json.dumps(body))
-    with pytest.raises(KolmValueError, match="term_max"):
+    with pytest.raises(KolmValueError, match="block_max"):
         BM25Retriever.load(d)

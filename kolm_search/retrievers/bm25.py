@@ -39,7 +39,7 @@ from kolm_search.retrievers.bm25_weights import (
     reduce_offsets,
     weigh_postings,
 )
-from kolm_search.retrievers.bounds import PRUNINGS, Pruning, checked_term_maxima, prune_queries, term_maxima
+from kolm_search.retrievers.bounds import PRUNINGS, Pruning, checked_bounds, index_bounds, prune_queries
 from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.retrievers.segments import Pending, combine_postings, merged_table
@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 _FORMAT = "kolm-search/bm25"
-_VERSION = 4  # 4: term maxima; 3: a file map (kolm_search.retrievers._persist); 2: tf and "stats"; 1-3 still load
+_VERSION = 5  # 5: block maxima; 4: term maxima; 3: a file map (retrievers._persist); 2: tf and "stats"; 1-4 load
 _FILES_SINCE = 3
 _SAMPLE = 32  # documents tokenised before and after the tokenizer's round trip at save
 _ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # saved arrays: kind, dtype written
@@ -149,7 +149,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
     def _from_arrays(cls, table: DocumentTable, arrays: Mapping[str, Any], vocab: list[str], *,
                      own_stats: bool | None, **config: Any) -> BM25Retriever:
         """An index over ``table`` from weighted arrays (``t_ptr``, ``t_docs``, ``t_w``, ``nonocc``,
-        ``doc_len``, perhaps ``tf`` and ``t_max``) and their ``vocab``, already checked (:meth:`load`'s path);
+        ``doc_len``, perhaps ``tf`` and ``bounds``) and their ``vocab``, already checked (:meth:`load`'s path);
         ``config`` as :meth:`_configure` takes it."""
         self = cls.__new__(cls)
         self._configure(**config)
@@ -256,8 +256,13 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         self.nonocc = arrays["nonocc"]
         self.doc_len = arrays["doc_len"]
         self.tf = arrays.get("tf")
-        t_max = arrays.get("t_max")  # checked against t_w by the loader, else computed here
-        self.t_max: npt.NDArray[np.float32] = term_maxima(self.t_ptr, self.t_w) if t_max is None else t_max
+        bounds = arrays.get("bounds")  # the loader's (it compares them with the saved maxima), else computed here
+        if bounds is None:
+            bounds = index_bounds(self.t_ptr, self.t_docs, self.t_w, n_threads=self.n_threads)
+        self.t_min: npt.NDArray[np.float32] = bounds["t_min"]  # what the kernels read: kolm_search._kernels.blocks
+        self.t_max: npt.NDArray[np.float32] = bounds["t_max"]
+        self.b_max: npt.NDArray[np.float32] = bounds["b_max"]
+        self.b_last: npt.NDArray[np.int32] = bounds["b_last"]
         self.vocab = vocab
         self._vocab_index = {t: i for i, t in enumerate(vocab)}
 
@@ -361,10 +366,10 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
                                   sel.mask_of, k)
             if prune.any():
                 return load("pruned").pruned_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, self.t_max,
-                                                  offsets, *sel.arrays(), n_docs, k, n_threads=self.n_threads,
-                                                  prune=prune)
+                                                  self.b_max, self.b_last, offsets, *sel.arrays(), n_docs, k,
+                                                  n_threads=self.n_threads, prune=prune, t_min=self.t_min)
         return load("sparse").sparse_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, offsets,
-                                          *sel.arrays(), n_docs, k, n_threads=self.n_threads)
+                                          *sel.arrays(), n_docs, k, n_threads=self.n_threads, t_min=self.t_min)
 
     def score_weighted(self, q_ptr: npt.ArrayLike, q_ids: npt.ArrayLike, q_weights: npt.ArrayLike, k: int,
                        selections: Selections | None = None, *, pruning: Pruning | None = None,
@@ -422,6 +427,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         if stats == "own":
             arrays["tf"] = np.asarray(self.tf).astype(np.int32, copy=False)
         arrays["term_max"] = np.asarray(self.t_max, np.float32)
+        arrays["block_max"] = np.asarray(self.b_max, np.float32)
         return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": len(self.table), "stats": stats},
                        arrays=arrays, blobs={"vocab": list(self.vocab)}, tables={"documents": self.table})
 
@@ -430,9 +436,9 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         """What :meth:`save` writes for an index of this configuration whose files are on disk
         already (a streaming build, :mod:`kolm_search.retrievers.stream_build`, whose probe over
         the corpus's first documents this is): ``arrays`` the ``.npy`` files of ``t_ptr, t_docs,
-        t_w, nonocc, doc_len, tf, term_max`` (own statistics), ``documents`` the parquet file of
+        t_w, nonocc, doc_len, tf, term_max, block_max`` (own statistics), ``documents`` the parquet file of
         the table (:meth:`DocumentTable.to_arrow`)."""
-        missing = {*_ARRAYS, "tf", "term_max"} - set(arrays)
+        missing = {*_ARRAYS, "tf", "term_max", "block_max"} - set(arrays)
         if missing:
             raise KolmValueError(f"a BM25 payload lacks arrays {sorted(missing)}")
         return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": n_docs, "stats": "own"},
@@ -463,8 +469,8 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         """Write the index to folder ``path``, replacing any index there all or nothing.
 
         Pending changes are merged first. Term frequencies (``tf``) are written when the index
-        has its own statistics, so that a loaded index can take further changes; each term's
-        largest weight (``term_max``, what pruning reads) always. Everything is
+        has its own statistics, so that a loaded index can take further changes; each term's and
+        each block of postings' largest weight (``term_max``, ``block_max``: what pruning reads) always. Everything is
         built and checked before the first byte is written: a tokenizer that a loaded index
         could not rebuild (a function such as ``str.split``, an unregistered subclass; see
         :func:`kolm_search.register_tokenizer`) raises ``KolmTypeError`` naming its class and
@@ -483,8 +489,9 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         file's size and sha256 against the manifest, array dtypes, shapes, pointers, document
         rows, finite weights, and weights equal to those of the saved term frequencies. A
         damaged index raises ``KolmValueError`` naming the file and the key or position, never
-        a crash. Term maxima must equal those of the loaded weights. Format versions 1 and 2
-        (before file maps) and 3 (before term maxima: they are computed) still load.
+        a crash. Term and block maxima must equal those of the loaded weights. Format versions 1
+        and 2 (before file maps), 3 (before term maxima) and 4 (before block maxima) still load,
+        what they lack computed.
         """
         root = Path(path)
         one_of("pruning", pruning, PRUNINGS)
@@ -502,13 +509,13 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
                     n_threads: int | None = None) -> BM25Retriever:
         """The index of one manifest ``body`` (or a composite's child), checked here, and its files."""
         where = files.where
-        body = check_manifest(where, body, _FORMAT, (1, 2, 3, _VERSION), ("n_docs", *files.manifest_keys),
+        body = check_manifest(where, body, _FORMAT, (1, 2, 3, 4, _VERSION), ("n_docs", *files.manifest_keys),
                               optional=("stats",))
         cfg = check.bm25_config(where, body["config"], BM25_METHODS)
         n_docs = check.integer(where, "n_docs", body["n_docs"])
         stats = check.bm25_stats(where, body)
-        bounded = body["version"] >= 4  # term maxima saved
-        saved = (*_ARRAYS, *(("tf",) if stats == "own" else ()), *(("term_max",) if bounded else ()))
+        maxima = ("term_max", "block_max")[:max(0, body["version"] - 3)]  # saved since versions 4 and 5
+        saved = (*_ARRAYS, *(("tf",) if stats == "own" else ()), *maxima)
         files.expect(("documents", "vocab", *saved))
         vocab = check.vocabulary(files.path("vocab", "json"), files.json("vocab"))
         arrays = {name: files.array(name, kind, 1, mmap=mmap) for name, (kind, _) in _ARRAYS.items()}
@@ -520,12 +527,11 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
             check.bm25_weights(files.root, names, arrays, tf, method=cfg["method"], k1=cfg["k1"], b=cfg["b"],
                                delta=cfg["delta"], n_threads=n_threads)
             arrays["tf"] = tf
-        if bounded:
-            arrays["t_max"] = checked_term_maxima(files.root / names["term_max"],
-                                                  files.array("term_max", "float", 1, mmap=mmap), arrays["t_ptr"],
-                                                  arrays["t_w"])
+        bounds = index_bounds(arrays["t_ptr"], arrays["t_docs"], arrays["t_w"], n_threads=n_threads)
+        checked_bounds({name: (files.root / names[name], files.array(name, "float", 1, mmap=mmap)) for name in maxima},
+                       bounds, arrays["t_ptr"])
         table = files.table("documents", n_docs)
-        return cls._from_arrays(table, arrays, vocab, own_stats={"own": True, "external": False}.get(stats),
+        return cls._from_arrays(table, {**arrays, "bounds": bounds}, vocab, own_stats={"own": True, "external": False}.get(stats),
                                 n_threads=n_threads, **cfg)
 
     def __repr__(self) -> str:

@@ -86,8 +86,9 @@ def as_legacy(d: Path, version: int) -> None:
         (d / entry["name"]).rename(d / f"{key}.{ext}")
     del body["generation"]
     body["version"] = version
-    if body["format"] == "kolm-search/bm25":  # term maxima came with version 4
+    if body["format"] == "kolm-search/bm25":  # term maxima came with version 4, block maxima with 5
         (d / "term_max.npy").unlink()
+        (d / "block_max.npy").unlink()
     if version == 1 and body["format"] == "kolm-search/bm25":
         body.pop("stats")
         (d / "tf.npy").unlink(missing_ok=True)

@@ -148,7 +148,7 @@ def test_unknown_metric(pristine: dict[str, Path], tmp_path: Path) -> None:
         DenseRetriever.load(d)
 
 
-BM25_FILES = ["documents", "vocab", "t_ptr", "t_docs", "t_w", "nonocc", "doc_len", "tf", "term_max"]
+BM25_FILES = ["documents", "vocab", "t_ptr", "t_docs", "t_w", "nonocc", "doc_len", "tf", "term_max", "block_max"]
 BM25_KEYS = ["format", "version", "generation", "config", "n_docs", "stats", "files", "config.method", "config.k1",
              "config.b", "config.delta", "config.tokenizer", "config.fields", "config.fusion_k",
              "config.tokenizer.lowercase", "config.tokenizer.pattern", "config.tokenizer.stopwords",
