@@ -36,13 +36,16 @@ import math
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from _common import header, median_times
+from _common import header
 from bench_stream_build import TreeRss, vm_hwm_mb, words, write_corpus
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -78,7 +81,56 @@ def child_build(corpus: Path, out: Path, limit: int) -> dict:
             "waited_children_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0}
 
 
-def child_query(index: Path, texts: list[str], ks: list[int], repeat: int) -> dict:
+class _Server:
+    """A query child kept alive between rounds (``--child serve-kolm|serve-bm25s``): it reads one
+    command a line on stdin (``run <k>``, ``check <k>``, ``quit``) and answers one JSON line."""
+
+    def __init__(self, *argv: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--child", *argv], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.ready = self._read()
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line:
+            raise RuntimeError(f"query child {self.proc.args} ended: {self.proc.wait()}")
+        return json.loads(line)
+
+    def ask(self, command: str) -> dict:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> dict:
+        out = self.ask("quit")
+        self.proc.wait(timeout=60)
+        return out
+
+
+def _serve(run: Callable[[int], Any], check: Callable[[int], bool], ready: dict) -> None:
+    """Answer the parent's commands (see :class:`_Server`) until ``quit``."""
+    import gc
+
+    print(json.dumps(ready), flush=True)
+    for line in sys.stdin:
+        cmd, *arg = line.split()
+        if cmd == "quit":
+            print(json.dumps({"peak_rss_mb": vm_hwm_mb(), "rss_mb": resident_mb()[0]}), flush=True)
+            return
+        k = int(arg[0])
+        if cmd == "check":
+            print(json.dumps({"same": check(k)}), flush=True)
+            continue
+        gc.collect()
+        t0 = time.perf_counter()
+        out = run(k)
+        seconds = time.perf_counter() - t0
+        del out
+        print(json.dumps({"seconds": seconds}), flush=True)
+
+
+def serve_kolm(index: Path, texts: list[str]) -> None:
     import tempfile
 
     from kolm_search import BM25Retriever
@@ -91,39 +143,66 @@ def child_query(index: Path, texts: list[str], ks: list[int], repeat: int) -> di
     ret = BM25Retriever.load(index)
     load_s = time.perf_counter() - t0
     after = resident_mb()
-    fns = {k: (lambda k=k: ret.score_texts(texts, k)) for k in ks}
-    t = median_times(fns, repeat=repeat, warmup=1)
-    auto, none = ret.score_texts(texts, 100), ret.score_texts(texts, 100, pruning="none")
-    same = all(a.tobytes() == b.tobytes() for a, b in zip(auto, none, strict=True))
-    return {"load_s": load_s, "load_rss_mb": after[0] - before[0], "load_file_mb": after[1] - before[1],
-            "rss_after_queries_mb": resident_mb()[0] - before[0], "seconds": {str(k): t[k] for k in ks},
-            "pruned_equal_exhaustive": same, "peak_rss_mb": vm_hwm_mb()}
+
+    def check(k: int) -> bool:  # pruning="auto" equals the exhaustive kernel, bit for bit
+        auto, none = ret.score_texts(texts, k), ret.score_texts(texts, k, pruning="none")
+        return all(a.tobytes() == b.tobytes() for a, b in zip(auto, none, strict=True))
+
+    _serve(lambda k: ret.score_texts(texts, k), check,
+           {"load_s": load_s, "load_rss_mb": after[0] - before[0], "load_file_mb": after[1] - before[1]})
 
 
-def child_bm25s(corpus: Path, texts: list[str], ks: list[int], repeat: int) -> dict:
+def serve_bm25s(corpus: Path, texts: list[str], saved: Path | None) -> None:
     import gzip
 
     import bm25s
     import Stemmer
 
     stemmer = Stemmer.Stemmer("english")
-    t0 = time.perf_counter()
-    with gzip.open(corpus, "rt", encoding="utf-8") as fh:
-        docs = [json.loads(line)["text"] for line in fh]
-    tokens = bm25s.tokenize(docs, stopwords="en", stemmer=stemmer, show_progress=False)
-    del docs
-    model = bm25s.BM25(method="lucene", k1=1.5, b=0.75, backend="numba")
-    model.index(tokens, show_progress=False)
-    del tokens
-    build_s = time.perf_counter() - t0
+    if saved is not None and (saved / "build.json").exists():
+        model = bm25s.BM25.load(saved, mmap=False)
+        built = json.loads((saved / "build.json").read_text())
+    else:
+        t0 = time.perf_counter()
+        with gzip.open(corpus, "rt", encoding="utf-8") as fh:
+            docs = [json.loads(line)["text"] for line in fh]
+        tokens = bm25s.tokenize(docs, stopwords="en", stemmer=stemmer, show_progress=False)
+        del docs
+        model = bm25s.BM25(method="lucene", k1=1.5, b=0.75, backend="numba")
+        model.index(tokens, show_progress=False)
+        del tokens
+        built = {"build_s": time.perf_counter() - t0, "build_peak_rss_mb": vm_hwm_mb()}
+        if saved is not None:
+            model.save(saved)
+            (saved / "build.json").write_text(json.dumps(built))
     threads = os.cpu_count() or 1
 
     def run(k: int) -> object:
         q = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
         return model.retrieve(q, k=k, show_progress=False, n_threads=threads)
 
-    t = median_times({k: (lambda k=k: run(k)) for k in ks}, repeat=repeat, warmup=1)
-    return {"build_s": build_s, "peak_rss_mb": vm_hwm_mb(), "seconds": {str(k): t[k] for k in ks}}
+    _serve(run, lambda k: True, built)
+
+
+def paired_queries(kolm: _Server, other: _Server | None, ks: list[int], repeat: int) -> dict:
+    """Rounds of every k, kolm then bm25s each time (one warm-up round untimed): per k the
+    medians of each side's seconds and of the rounds' ratios (bm25s / kolm)."""
+    times: dict[str, dict[str, list[float]]] = {str(k): {"kolm": [], "bm25s": []} for k in ks}
+    for r in range(repeat + 1):
+        for k in ks:
+            for name, server in (("kolm", kolm), ("bm25s", other)):
+                if server is not None:
+                    t = server.ask(f"run {k}")["seconds"]
+                    if r:
+                        times[str(k)][name].append(t)
+    out = {}
+    for k, t in times.items():
+        row = {"kolm": statistics.median(t["kolm"]), "kolm_rounds": t["kolm"]}
+        if t["bm25s"]:
+            row |= {"bm25s": statistics.median(t["bm25s"]), "bm25s_rounds": t["bm25s"],
+                    "ratio": statistics.median(b / a for a, b in zip(t["kolm"], t["bm25s"], strict=True))}
+        out[k] = row
+    return out
 
 
 def spawn(*argv: str) -> dict:
@@ -143,20 +222,23 @@ def main() -> None:
     ap.add_argument("--k", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--memory-limit", type=int, default=1 << 30, help="bytes; 0: the default (1/4 RAM)")
     ap.add_argument("--bm25s-max", type=int, default=2_000_000, help="largest corpus bm25s is run on")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5, help="timed rounds (after one warm-up round)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="query the indexes already in --dir (kolm's index-<docs>, bm25s's bm25s-<docs>, saved by "
+                         "an earlier run with --reuse) instead of building them")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         mode, *rest = args.child
         if mode == "build":
-            out = child_build(Path(rest[0]), Path(rest[1]), int(rest[2]))
+            print(json.dumps(child_build(Path(rest[0]), Path(rest[1]), int(rest[2]))))
+        elif mode == "serve-kolm":
+            serve_kolm(Path(rest[0]), Path(rest[1]).read_text().splitlines())
         else:
-            texts = Path(rest[1]).read_text().splitlines()
-            fn = child_query if mode == "query" else child_bm25s
-            out = fn(Path(rest[0]), texts, args.k, args.repeat)
-        print(json.dumps(out))
+            serve_bm25s(Path(rest[0]), Path(rest[1]).read_text().splitlines(), Path(rest[2]) if len(rest) > 2 else None)
         return
     header("BM25 at scale: streamed build, load, top-k vs bm25s")
+    print(f"load average at the start: {os.getloadavg()}", flush=True)
     args.dir.mkdir(parents=True, exist_ok=True)
     qfile = args.dir / f"queries-{args.queries}.txt"
     if not qfile.exists():
@@ -170,31 +252,45 @@ def main() -> None:
             write_corpus(corpus, n)
             print(f"[{n:,}] corpus written in {time.perf_counter() - t0:.0f} s", flush=True)
         index = args.dir / f"index-{n}"
-        shutil.rmtree(index, ignore_errors=True)
-        r = {"build": spawn("build", str(corpus), str(index), str(args.memory_limit))}
-        r["query"] = spawn("query", str(index), str(qfile))
-        r["bm25s"] = spawn("bm25s", str(corpus), str(qfile)) if n <= args.bm25s_max else None
+        r: dict[str, Any] = {"build": None}
+        if not (args.reuse and (index / "manifest.json").exists()):
+            shutil.rmtree(index, ignore_errors=True)
+            r["build"] = spawn("build", str(corpus), str(index), str(args.memory_limit))
+        other = None
+        if n <= args.bm25s_max:  # built (or loaded) first: its build's peak is not shared with kolm's index
+            saved = [str(args.dir / f"bm25s-{n}")] if args.reuse else []
+            other = _Server("serve-bm25s", str(corpus), str(qfile), *saved)
+        kolm = _Server("serve-kolm", str(index), str(qfile))
+        r["load"], r["bm25s_build"] = kolm.ready, other.ready if other else None
+        r["load_avg_before"] = os.getloadavg()
+        r["query"] = paired_queries(kolm, other, args.k, args.repeat)
+        r["load_avg_after"] = os.getloadavg()
+        r["same"] = {k: kolm.ask(f"check {k}")["same"] for k in ks}
+        r["kolm_end"], r["bm25s_end"] = kolm.close(), other.close() if other else None
         results[n] = r
         print(f"[{n:,}] {json.dumps(r)}", flush=True)
 
     limit = f"{args.memory_limit / 2**20:,.0f} MB" if args.memory_limit else "default (1/4 RAM)"
-    print(f"\n{args.queries:,} queries; memory_limit {limit}\n")
+    print(f"\n{args.queries:,} queries; memory_limit {limit}; load average at the end {os.getloadavg()}\n")
     print("| documents | kolm build | kolm peak RSS | with workers | index on disk | load | RSS added by load "
-          "(file-backed) | after the queries | bm25s build | bm25s peak RSS |")
+          "(file-backed) | query process peak RSS | bm25s build | bm25s peak RSS |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for n, r in results.items():
-        b, q, s = r["build"], r["query"], r["bm25s"]
-        bs = f"{s['build_s']:.1f} s | {s['peak_rss_mb']:,.0f} MB" if s else "not run | not run"
-        print(f"| {n:,} | {b['seconds']:.1f} s | {b['peak_rss_mb']:,.0f} MB | {b['tree_peak_mb']:,.0f} MB | "
-              f"{b['index_mb']:,.0f} MB | {q['load_s']:.2f} s | {q['load_rss_mb']:,.0f} MB ({q['load_file_mb']:,.0f} MB) | "
-              f"{q['rss_after_queries_mb']:,.0f} MB | {bs} |")
-    print("\n| documents | k | kolm queries/s | bm25s queries/s | kolm speed / bm25s | pruned = exhaustive |")
-    print("| --- | --- | --- | --- | --- | --- |")
+        b, q, s = r["build"], r["load"], r["bm25s_build"]
+        bs = f"{s['build_s']:.1f} s | {s['build_peak_rss_mb']:,.0f} MB" if s else "not run | not run"
+        bcells = (f"{b['seconds']:.1f} s | {b['peak_rss_mb']:,.0f} MB | {b['tree_peak_mb']:,.0f} MB | "
+                  f"{b['index_mb']:,.0f} MB") if b else "(reused) | | |"
+        print(f"| {n:,} | {bcells} | {q['load_s']:.2f} s | {q['load_rss_mb']:,.0f} MB ({q['load_file_mb']:,.0f} MB) | "
+              f"{r['kolm_end']['peak_rss_mb']:,.0f} MB | {bs} |")
+    print("\n| documents | k | kolm queries/s | bm25s queries/s | kolm speed / bm25s (median of rounds) | "
+          "pruned = exhaustive | load average |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for n, r in results.items():
         for k in ks:
-            kt, st = r["query"]["seconds"][k], r["bm25s"]["seconds"][k] if r["bm25s"] else None
-            bq = f"{args.queries / st:,.0f} | {st / kt:.2f}x" if st else "not run | "
-            print(f"| {n:,} | {k} | {args.queries / kt:,.0f} | {bq} | {r['query']['pruned_equal_exhaustive']} |")
+            q = r["query"][k]
+            bq = f"{args.queries / q['bm25s']:,.0f} | {q['ratio']:.2f}x" if "bm25s" in q else "not run | "
+            la = f"{r['load_avg_before'][0]:.1f}-{r['load_avg_after'][0]:.1f}"
+            print(f"| {n:,} | {k} | {args.queries / q['kolm']:,.0f} | {bq} | {r['same'][k]} | {la} |")
     sizes = list(results)
     if len(sizes) > 1:
         print("\nGrowth per doubling of documents (2.00x = linear):\n")
@@ -202,8 +298,9 @@ def main() -> None:
         print("| --- | --- | --- | " + " | ".join("---" for _ in ks) + " |")
         for n1, n2 in itertools.pairwise(sizes):
             r1, r2 = results[n1], results[n2]
-            cells = [per_doubling(n1, r1["build"]["seconds"], n2, r2["build"]["seconds"])]
-            cells += [per_doubling(n1, r1["query"]["seconds"][k], n2, r2["query"]["seconds"][k]) for k in ks]
+            cells = [per_doubling(n1, r1["build"]["seconds"], n2, r2["build"]["seconds"])
+                     if r1["build"] and r2["build"] else "(reused)"]
+            cells += [per_doubling(n1, r1["query"][k]["kolm"], n2, r2["query"][k]["kolm"]) for k in ks]
             print(f"| {n1:,} | {n2:,} | " + " | ".join(cells) + " |")
 
 

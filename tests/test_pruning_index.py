@@ -29,9 +29,7 @@ METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 @pytest.fixture
 def prune_all(monkeypatch: pytest.MonkeyPatch) -> None:
     """``pruning="auto"`` sends every query the pruned kernel can take to it (any k, any length)."""
-    monkeypatch.setattr(bounds, "PRUNE_MAX_K", 10**9)
     monkeypatch.setattr(bounds, "PRUNE_MIN_POSTINGS_PER_K", 0)
-    monkeypatch.setattr(bounds, "PRUNE_PHASE_SHARE", 10.0)
 
 
 def same(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> None:
@@ -95,16 +93,15 @@ def test_weighted_and_feedback_queries_identical(cranfield_indexes: dict[str, BM
             assert a.doc.tobytes() == b.doc.tobytes() and a.score.tobytes() == b.score.tobytes()
 
 
-def test_auto_rule_prunes_long_postings_at_small_k() -> None:
+def test_auto_rule_prunes_long_postings_for_k() -> None:
     t_ptr = np.array([0, 5000, 5100, 5110], np.int64)
-    t_max = np.array([0.1, 5.0, 4.0], np.float32)
-    q_ptr = np.array([0, 2, 4, 5], np.int64)  # [rare, common], [rare, rare], [common]
-    q_ids = np.array([1, 0, 1, 2, 0], np.int64)
-    w = np.ones(5, np.float32)
-    sel = Selections.none(3)
-    args = (q_ptr, q_ids, w, t_ptr, t_max, np.zeros(3, np.float32), sel.ids, sel.ptr, sel.mask_of)
-    assert bounds.prune_queries(*args, 10).tolist() == [True, False, False]  # too few postings; no rare term
-    assert not bounds.prune_queries(*args, 100).any()  # the rare term holds < 4 k postings
+    q_ptr = np.array([0, 2, 4, 5, 7], np.int64)  # [rare, common], [rare, rare], [common], [common, rare] weighted -1
+    q_ids = np.array([1, 0, 1, 2, 0, 0, 1], np.int64)
+    w = np.array([1, 1, 1, 1, 1, 1, -1], np.float32)
+    sel = Selections.none(4)
+    args = (q_ptr, q_ids, w, t_ptr, np.zeros(4, np.float32), sel.ids, sel.ptr, sel.mask_of)
+    assert bounds.prune_queries(*args, 10).tolist() == [True, False, True, False]  # 110 < 50 * 10 postings; a weight < 0
+    assert bounds.prune_queries(*args, 101).tolist() == [True, False, False, False]  # 5,000 < 50 * 101
     assert not bounds.prune_queries(*args, 1000).any()
 
 

@@ -5,28 +5,29 @@ bounds of :mod:`kolm_search._kernels.blocks`: ``t_max`` float32 (V,), each term'
 weight, and per block of :data:`~kolm_search._kernels.blocks.BLOCK` postings ``b_max`` float32
 (its largest weight) and ``b_last`` int32 (its last document).
 
-Results are those of the exhaustive kernel bit for bit (scores, order, ties). A query's terms
-are taken by upper bound ``q_weight * t_max``, largest first. Phase 1 merges whole terms, as
-sorted runs, into the sorted union of their documents with a float64 partial sum each, until
-``k`` documents are sure to beat any document that only the remaining terms hold (the k-th best
-partial sum exceeds the sum of the remaining bounds): from then on no new document can enter.
-The union's documents that may still reach the k-th best partial sum are the candidates (still
-in document order). Phase 2 takes each remaining term for the candidates only: for each, the
-term's block that could hold it (galloping over the blocks' last documents); a candidate whose
-partial sum plus that block's maximum plus the later terms' bounds cannot reach the threshold
-is dropped unread, the others are looked up in the block; then the threshold rises to the k-th
-best partial sum. The survivors are scored as the exhaustive kernel scores them: ``sum(q_weight
-* t_w)`` in float32, over the query's terms in query-term order, plus the offset, and the best
-``k`` kept (equal scores: the lower document code). Every bound is taken in float64 with a
+Results are those of the exhaustive kernel bit for bit (scores, order, ties). A query's distinct
+(term, weight) pairs (a repeated one read once, its products counted as often as it occurs) are
+taken by upper bound ``q_weight * t_max``, largest first. Phase 1 merges whole terms into the
+sorted union of their documents, each with a float64 partial sum, until ``k`` documents are sure
+to beat any document that only the remaining terms hold (the k-th best partial sum exceeds the
+sum of the remaining bounds): from then on no new document can enter. The union's documents that
+may still reach the k-th best partial sum are the candidates, in document order. Phase 2 takes
+each remaining term for the candidates only: each candidate's block of the term (galloping over
+the blocks' last documents); a candidate whose partial sum plus that block's maximum plus the
+later terms' bounds cannot reach the threshold is dropped unread, the others are found in the
+block; then the threshold rises to the k-th best partial sum. The survivors are scored as the
+exhaustive kernel scores them: ``sum(q_weight * t_w)`` in float32, over the query's terms in
+query-term order (products kept from phase 2, others looked up again), plus the offset, and the
+best ``k`` kept (equal scores: the lower document code). Every bound is taken in float64 with a
 margin of ``(n_terms + 4) * 2**-23`` of the largest possible score (plus the offset), more than
 float32's rounding of the sum can move a score; a document is ruled out only when its bound is
 strictly below a score that ``k`` documents reach.
 
-A query whose phase 1 would merge more than ``bail`` times its postings (frequent terms only,
-or ``k`` near the documents holding its rarer terms) is given back, and :func:`pruned_topk`
-scores it with the exhaustive kernel, as it does a query with a negative weight or a non-finite
-offset, and one whose few selected rows the exhaustive kernel scores row by row. The numpy twin
-is the exhaustive kernel's (:func:`kolm_search._kernels.sparse.sparse_topk_numpy`).
+A query whose phase 1 would merge (beyond its first term) more than ``bail`` times its postings
+(frequent terms only, or ``k`` past the documents holding its rarer terms) is given back, and
+:func:`pruned_topk` scores it with the exhaustive kernel, as it does a query with a negative
+weight or a non-finite offset, and one whose few selected rows the exhaustive kernel scores row
+by row. The numpy twin is the exhaustive kernel's (:func:`kolm_search._kernels.sparse.sparse_topk_numpy`).
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ import numpy.typing as npt
 from numba import njit, types
 
 from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
-from kolm_search._kernels.blocks import BLOCK_SHIFT, block_pointers, find, in_block, next_block
+from kolm_search._kernels.blocks import block_pointers
 from kolm_search._kernels.heap import heap_push, sort_heap
+from kolm_search._kernels.prune_steps import add_term, kth_largest, merge, rescore_term
 from kolm_search._kernels.sig import f32, f64, i64, ro, rw, u8
-from kolm_search._kernels.sparse import ROW_LOOKUP_COST, sparse_topk, sparse_topk_numpy
+from kolm_search._kernels.sparse import ROW_LOOKUP_COST, query_costs, sparse_topk, sparse_topk_numpy
 
 __all__ = ["BAIL", "SCAN_RATIO", "prunable", "pruned_topk", "pruned_topk_numpy"]
 
@@ -47,216 +49,21 @@ pruned_topk_numpy = sparse_topk_numpy  # the oracle: pruning changes no result
 
 SCAN_RATIO = 8  # a term's postings are merged with the candidates when fewer than this many per candidate
 PRODUCT_ROWS = 4  # products of this many phase-2 terms are kept for the final sums (the others looked up again)
-BAIL = 0.35  # a query whose phase 1 would merge more than this share of its postings goes to the exhaustive kernel
+BAIL = 0.3  # a query whose phase 1 would merge more than this share of its postings goes to the exhaustive kernel
 _I32 = types.int32
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(_I32), ro(f32), ro(f32), ro(i64), ro(f32), ro(_I32),
                         ro(f32), ro(i64), ro(i64), ro(i64), ro(i64), ro(u8, 2), i64, i64, f64, rw(i64, 2), rw(f32, 2),
                         rw(i64), rw(f32), rw(i64), rw(f64), rw(i64), rw(_I32), rw(f64), rw(_I32), rw(f64), rw(i64),
-                        rw(f64), rw(f64), rw(i64), rw(f32, 2), i64, i64)
-
-
-@njit
-def _kth_largest(vals, n, k, heap, lim):  # pragma: no cover - compiled
-    """The ``k``-th largest of ``vals[:n]`` among those above ``lim``, or -inf when fewer than
-    ``k`` are (counted first; then a min-heap of the best ``k`` in ``heap`` (k,))."""
-    above = 0
-    for c in range(n):
-        above += vals[c] > lim
-    if above < k:
-        return -np.inf
-    size = 0
-    for c in range(n):
-        v = vals[c]
-        if v <= lim:
-            continue
-        if size < k:  # sift up
-            i = size
-            size += 1
-            while i > 0:
-                parent = (i - 1) >> 1
-                if heap[parent] <= v:
-                    break
-                heap[i] = heap[parent]
-                i = parent
-            heap[i] = v
-        elif v > heap[0]:  # replace the root, sift down
-            i = 0
-            while True:
-                child = 2 * i + 1
-                if child >= size:
-                    break
-                if child + 1 < size and heap[child + 1] < heap[child]:
-                    child += 1
-                if heap[child] >= v:
-                    break
-                heap[i] = heap[child]
-                i = child
-            heap[i] = v
-    return heap[0]
-
-
-@njit
-def _allowed(d, q, m, mm, masks, allow):  # pragma: no cover - compiled
-    """Whether document ``d`` passes query ``q``'s selection ``m`` (mask row ``mm``, else rows stamped in ``allow``)."""
-    if m < 0:
-        return True
-    if mm >= 0:
-        return masks[mm, d] != 0
-    return allow[d] == q + 1
-
-
-@njit
-def _merge(cd, cv, n_m, t_docs, t_w, lo, hi, w, od, ov, q, m, mm, masks, allow):  # pragma: no cover - compiled
-    """Merge the postings ``[lo, hi)`` (weight ``w``; new documents only if selected) into the
-    sorted union ``cd, cv[:n_m]``, written to ``od, ov``; returns its new length."""
-    o = 0
-    a = 0
-    p = lo
-    if m < 0 and hi - lo >= 4 * n_m:  # a long run: gallop to each union document, copy the postings between
-        for a in range(n_m):
-            da = cd[a]
-            x = p
-            if x < hi and t_docs[x] < da:
-                step = 1
-                y = x + 1
-                while y < hi and t_docs[y] < da:
-                    x = y
-                    y = x + step
-                    step <<= 1
-                y = min(y, hi)
-                x += 1
-                while x < y:
-                    mid = (x + y) >> 1
-                    if t_docs[mid] < da:
-                        x = mid + 1
-                    else:
-                        y = mid
-            for z in range(p, x):
-                od[o] = t_docs[z]
-                ov[o] = np.float64(w * t_w[z])
-                o += 1
-            p = x
-            v = cv[a]
-            if p < hi and t_docs[p] == da:
-                v += np.float64(w * t_w[p])
-                p += 1
-            od[o] = da
-            ov[o] = v
-            o += 1
-        a = n_m
-    while a < n_m and p < hi:
-        da = cd[a]
-        db = t_docs[p]
-        if da < db:
-            od[o] = da
-            ov[o] = cv[a]
-            a += 1
-            o += 1
-        elif da == db:
-            od[o] = da
-            ov[o] = cv[a] + np.float64(w * t_w[p])
-            a += 1
-            p += 1
-            o += 1
-        else:
-            if _allowed(db, q, m, mm, masks, allow):
-                od[o] = db
-                ov[o] = np.float64(w * t_w[p])
-                o += 1
-            p += 1
-    while a < n_m:
-        od[o] = cd[a]
-        ov[o] = cv[a]
-        a += 1
-        o += 1
-    while p < hi:
-        db = t_docs[p]
-        if _allowed(db, q, m, mm, masks, allow):
-            od[o] = db
-            ov[o] = np.float64(w * t_w[p])
-            o += 1
-        p += 1
-    return o
-
-
-@njit
-def _add_term(cd, cv, n_c, t, w, t_ptr, t_docs, t_w, b_ptr, b_max, b_last, need, scan, prod,
-              slot):  # pragma: no cover - compiled
-    """Add term ``t`` (weight ``w``) to the partial sums (float64) of the candidates ``cd,
-    cv[:n_c]`` (ascending documents), dropping those below ``need`` after it (or, unread, with
-    their block's maximum); returns how many are kept. The float32 products go to row ``slot`` of
-    ``prod`` (0: not in t) when ``slot < len(prod)``; rows before it move with their candidates."""
-    lo, hi = t_ptr[t], t_ptr[t + 1]
-    keep = min(slot, len(prod))
-    kept = 0
-    merge = hi - lo < scan * n_c  # few postings per candidate: merged with the candidates
-    bm = b_ptr[t]
-    nb = b_ptr[t + 1] - bm
-    j = 0
-    p = lo
-    for c in range(n_c):
-        d = cd[c]
-        v = cv[c]
-        x = np.float32(0.0)
-        if merge:
-            while p < hi and t_docs[p] < d:
-                p += 1
-            if p < hi and t_docs[p] == d:
-                x = w * t_w[p]
-        else:
-            j = next_block(b_last, bm, nb, j, d)
-            if j < nb:
-                if v + np.float64(w * b_max[bm + j]) < need:
-                    continue  # ruled out by its block's maximum, unread
-                start = lo + (j << BLOCK_SHIFT)
-                pos = in_block(t_docs, start, min(start + (1 << BLOCK_SHIFT), hi), d)
-                if t_docs[pos] == d:
-                    x = w * t_w[pos]
-        v += np.float64(x)
-        cd[kept] = d
-        cv[kept] = v
-        for r in range(keep):
-            prod[r, kept] = prod[r, c]
-        if slot < len(prod):
-            prod[slot, kept] = x
-        kept += v >= need
-    return kept
-
-
-@njit
-def _rescore_term(cd, cv, n_c, t, w, t_ptr, t_docs, t_w, b_ptr, b_last, scan):  # pragma: no cover - compiled
-    """Add term ``t`` (weight ``w``) to the float32 sums (held in float64) ``cv[:n_c]`` of the
-    candidates ``cd`` (ascending), merging its postings or looking each candidate up."""
-    lo, hi = t_ptr[t], t_ptr[t + 1]
-    if hi - lo < scan * n_c:
-        p = lo
-        for c in range(n_c):
-            d = cd[c]
-            while p < hi and t_docs[p] < d:
-                p += 1
-            if p >= hi:
-                break
-            if t_docs[p] == d:
-                cv[c] = np.float64(np.float32(cv[c]) + w * t_w[p])
-        return
-    bm = b_ptr[t]
-    nb = b_ptr[t + 1] - bm
-    j = 0
-    for c in range(n_c):
-        pos, j = find(t_docs, lo, hi, b_last, bm, nb, j, cd[c])
-        if j >= nb:
-            break
-        if pos >= 0:
-            cv[c] = np.float64(np.float32(cv[c]) + w * t_w[pos])
+                        rw(f64), rw(f64), rw(i64), rw(i64), rw(f64), rw(f32, 2), i64, i64)
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
 def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, b_ptr, b_max, b_last, offsets, sel_ids,
                   sel_ptr, sel_rows, sel_mask, masks, k, scan, bail, out_d, out_s, counts, hs, hd, heap, allow, md0,
-                  mv0, md1, mv1, order, ubs, rest, slot, prod, q0, q1):  # pragma: no cover - compiled
+                  mv0, md1, mv1, order, ubs, rest, slot, grp, mult, prod, q0, q1):  # pragma: no cover - compiled
     """Queries ``q0 <= q < q1``; ``allow`` (n_docs or 1,, all <= q0), ``md0, mv0, md1, mv1``
     (the largest union: documents, partial sums), ``hs, hd, heap`` (k,), ``order, ubs, rest,
-    slot`` (the longest query,) and ``prod`` (PRODUCT_ROWS, the largest union) are this
+    slot, grp, mult`` (the longest query,) and ``prod`` (PRODUCT_ROWS, the largest union) are this
     chunk's scratch. ``counts[q] = -1``: query q given back."""
     for q in range(q0, q1):
         j0 = q_ptr[q]
@@ -271,13 +78,28 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, b_ptr, b
                     allow[sel_rows[row]] = q + 1
         total = 0.0
         n_post = 0
+        n_g = 0  # the query's distinct (term, weight) pairs: a repeated one is read once, its products counted r times
         for e in range(n):
             t = q_terms[j0 + e]
-            ubs[e] = np.float64(q_weights[j0 + e] * t_max[t])  # the largest float32 product
-            total += ubs[e]
+            w = q_weights[j0 + e]
             n_post += t_ptr[t + 1] - t_ptr[t]
-            order[e] = e
-        for a in range(1, n):  # terms by upper bound, largest first (insertion sort: few terms)
+            g = e
+            if n <= 64:  # (pairs compared: a long weighted query is rarely repeated)
+                for f in range(e):
+                    if mult[f] > 0 and q_terms[j0 + f] == t and q_weights[j0 + f] == w:
+                        g = f
+                        break
+            grp[e] = g
+            mult[e] = 0.0
+            mult[g] += 1.0
+            if g == e:
+                order[n_g] = e
+                n_g += 1
+        for a in range(n_g):
+            i = order[a]
+            ubs[i] = mult[i] * np.float64(q_weights[j0 + i] * t_max[q_terms[j0 + i]])  # the largest float32 products
+            total += ubs[i]
+        for a in range(1, n_g):  # terms by upper bound, largest first (insertion sort: few terms)
             x = order[a]
             b = a - 1
             while b >= 0 and ubs[order[b]] < ubs[x]:
@@ -285,7 +107,7 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, b_ptr, b
                 b -= 1
             order[b + 1] = x
         r_sum = 0.0
-        for e in range(n - 1, -1, -1):  # rest[e]: the bounds of the terms after the e-th
+        for e in range(n_g - 1, -1, -1):  # rest[e]: the bounds of the terms after the e-th
             rest[e] = r_sum
             r_sum += ubs[order[e]]
         # a float32 score is within delta of the exact sum of its float32 products plus the offset
@@ -296,18 +118,20 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, b_ptr, b
         n_m = 0
         merged = 0
         e = 0
-        while e < n:
+        while e < n_g:
             t = q_terms[j0 + order[e]]
             lo, hi = t_ptr[t], t_ptr[t + 1]
-            merged += n_m + hi - lo
-            if merged > bail * n_post:
-                break
-            n_m = _merge(cd, cv, n_m, t_docs, t_w, lo, hi, q_weights[j0 + order[e]], od, ov, q, m, mm, masks, allow)
+            if e:  # the first term is copied, not merged: it costs about what the exhaustive kernel pays for it
+                merged += n_m + hi - lo
+                if merged > bail * n_post:
+                    break
+            n_m = merge(cd, cv, n_m, t_docs, t_w, lo, hi, q_weights[j0 + order[e]], mult[order[e]], od, ov, q, m, mm,
+                         masks, allow)
             cd, cv, od, ov = od, ov, cd, cv
             r = rest[e]
             e += 1
             if n_m >= k and total - r > r + 2 * delta:  # could k documents beat every document not yet seen?
-                kth = _kth_largest(cv, n_m, k, heap, r + 2 * delta)
+                kth = kth_largest(cv, n_m, k, heap, r + 2 * delta)
                 if kth > -np.inf:
                     theta = kth + off - delta
                     break
@@ -323,35 +147,36 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, b_ptr, b
             cv[n_c] = v
             n_c += v >= need
         # phase 2: the remaining terms for the candidates only, the threshold rising after each
-        for s in range(e, n):
+        for s in range(e, n_g):
             if n_c == 0:
                 break
             i = order[s]
             slot[i] = s - e
-            n_c = _add_term(cd, cv, n_c, q_terms[j0 + i], q_weights[j0 + i], t_ptr, t_docs, t_w, b_ptr, b_max,
-                            b_last, theta - rest[s] - off - delta, scan, prod, s - e)
+            n_c = add_term(cd, cv, n_c, q_terms[j0 + i], q_weights[j0 + i], mult[i], t_ptr, t_docs, t_w, b_ptr,
+                            b_max, b_last, theta - rest[s] - off - delta, prod, s - e)
             if n_c >= k:
-                theta = max(theta, _kth_largest(cv, n_c, k, heap, -np.inf) + off - delta)
+                theta = max(theta, kth_largest(cv, n_c, k, heap, theta - off + delta) + off - delta)
         # the survivors (exact sums that could reach theta), scored in float32 in query-term order
         need = theta - off - delta
-        n_p = min(n - e, len(prod))
+        n_p = min(n_g - e, len(prod))
         kept = 0
         for c in range(n_c):
             v = cv[c]
             cd[kept] = cd[c]
             cv[kept] = 0.0
-            for r in range(n_p):
-                prod[r, kept] = prod[r, c]
+            for row in range(n_p):
+                prod[row, kept] = prod[row, c]
             kept += v >= need
         n_c = kept
         for x in range(e):
             slot[order[x]] = -1
         for i in range(n if n_c else 0):
-            if 0 <= slot[i] < len(prod):  # its products were kept in phase 2 (0 for a document without it)
+            g = slot[grp[i]]
+            if 0 <= g < len(prod):  # its products were kept in phase 2 (0 for a document without it)
                 for c in range(n_c):
-                    cv[c] = np.float64(np.float32(cv[c]) + prod[slot[i], c])
+                    cv[c] = np.float64(np.float32(cv[c]) + prod[g, c])
             else:
-                _rescore_term(cd, cv, n_c, q_terms[j0 + i], q_weights[j0 + i], t_ptr, t_docs, t_w, b_ptr, b_last,
+                rescore_term(cd, cv, n_c, q_terms[j0 + i], q_weights[j0 + i], t_ptr, t_docs, t_w, b_ptr, b_last,
                               scan)
         size = 0
         o32 = offsets[q]
@@ -444,7 +269,7 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
         has = p_sel[p_sel >= 0]
         rows = bool((np.asarray(sel_mask)[has] < 0).any())  # a selection of rows: stamped in a scratch array
         threads = resolve_threads(n_threads) if n_p >= 16 else 1
-        bounds = chunk_bounds(np.arange(n_p + 1, dtype=np.int64), threads)
+        bounds = chunk_bounds(query_costs(p_ptr, p_terms, t_ptr, n_docs, 0), threads)  # about equal postings
         arrays = (p_ptr, p_terms, p_w, c(t_ptr, np.int64), c(t_docs, np.int32), c(t_w, np.float32),
                   c(t_max, np.float32), b_ptr, c(b_max, np.float32), c(b_last, np.int32), c(offsets[prune], np.float32),
                   c(p_sel, np.int64), c(sel_ptr, np.int64), c(sel_rows, np.int64), c(sel_mask, np.int64),
@@ -456,7 +281,7 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
                        np.zeros(n_docs if rows else 1, np.int64), np.empty(cap, np.int32), np.empty(cap, np.float64),
                        np.empty(cap, np.int32), np.empty(cap, np.float64), np.empty(longest, np.int64),
                        np.empty(longest, np.float64), np.empty(longest, np.float64), np.empty(longest, np.int64),
-                       np.empty((PRODUCT_ROWS, cap), np.float32))
+                       np.empty(longest, np.int64), np.empty(longest, np.float64), np.empty((PRODUCT_ROWS, cap), np.float32))
             _pruned_chunk(*arrays, *scratch, q0, q1)
 
         run_chunks(chunk, bounds)

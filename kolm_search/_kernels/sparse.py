@@ -30,7 +30,7 @@ from kolm_search._kernels.heap import heap_push, sort_heap, topk_rows_numpy
 from kolm_search._kernels.selection import selection_matrix_numpy
 from kolm_search._kernels.sig import f32, i64, ro, rw, u8
 
-__all__ = ["ROW_LOOKUP_COST", "sparse_topk", "sparse_topk_numpy"]
+__all__ = ["ROW_LOOKUP_COST", "query_costs", "sparse_topk", "sparse_topk_numpy"]
 
 ROW_LOOKUP_COST = 16  # a selected row costs about this many postings per query term (a binary search)
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(f32), ro(i64), ro(i64),
@@ -244,6 +244,21 @@ def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, sel_id
         counts[q] = size
 
 
+def query_costs(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], t_ptr: npt.NDArray[np.int64],
+                n_docs: int, dense_ratio: int = 16) -> npt.NDArray[np.int64]:
+    """Cumulative estimated work of the queries, int64 (n_q + 1,) (CSR offsets for
+    :func:`~kolm_search._kernels.chunk_bounds`): each its postings, plus a pass over a 16th of the
+    documents for one on the dense path, plus a constant."""
+    n_q = len(q_ptr) - 1
+    owner = np.repeat(np.arange(n_q), np.diff(q_ptr))
+    ids = np.asarray(q_terms, np.int64)
+    post = np.bincount(owner, weights=(t_ptr[ids + 1] - t_ptr[ids]).astype(np.float64), minlength=n_q)
+    cost = post + 64 + np.where(post * dense_ratio > n_docs, n_docs / 16, 0)
+    out = np.zeros(n_q + 1, np.int64)
+    np.cumsum(cost.astype(np.int64), out=out[1:])
+    return out
+
+
 def sparse_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_weights: npt.NDArray[np.float32],
                 t_ptr: npt.NDArray[np.int64], t_docs: npt.NDArray[np.int32], t_w: npt.NDArray[np.float32],
                 offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64], sel_ptr: npt.NDArray[np.int64],
@@ -269,7 +284,8 @@ def sparse_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
     plain = np.zeros(n_q, np.uint8)
     if t_min is not None and n_q:
         q_ids = np.asarray(q_terms, np.int64)
-        product = np.asarray(q_weights, np.float32) * np.asarray(t_min, np.float32)[q_ids]  # float32, as summed
+        with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf (a term without postings): NaN, not > 0
+            product = np.asarray(q_weights, np.float32) * np.asarray(t_min, np.float32)[q_ids]  # float32, as summed
         owner = np.repeat(np.arange(n_q), np.diff(q_ptr))
         bad = np.bincount(owner, weights=~(product > 0), minlength=n_q) > 0
         plain[~bad & (np.asarray(sel_ids) < 0) & np.isfinite(offsets)] = 1
@@ -277,7 +293,7 @@ def sparse_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
     out_s = np.zeros((n_q, k), np.float32)
     counts = np.zeros(n_q, np.int64)
     threads = resolve_threads(n_threads) if n_q >= 16 else 1
-    bounds = chunk_bounds(np.arange(n_q + 1, dtype=np.int64), threads)  # chunks of about equal query counts
+    bounds = chunk_bounds(query_costs(q_ptr, q_terms, t_ptr, n_docs, dense_ratio), threads)  # about equal work
     arrays = (c(q_ptr, np.int64), c(q_terms, np.int64), c(q_weights, np.float32), c(t_ptr, np.int64),
               c(t_docs, np.int32), c(t_w, np.float32), c(offsets, np.float32), c(sel_ids, np.int64),
               c(sel_ptr, np.int64), c(sel_rows, np.int64), c(sel_mask, np.int64), c(masks, np.uint8), plain)

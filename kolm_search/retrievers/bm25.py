@@ -96,10 +96,10 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         Already counted postings of the table's rows (skips tokenisation).
     pruning : {"auto", "none"}, default "auto"
         Top-k by exact dynamic pruning (block-max MaxScore, :mod:`kolm_search._kernels.pruned`)
-        for the queries where it pays (long postings, small k:
-        :func:`~kolm_search.retrievers.bounds.prune_queries`), or ``"none"``: every query
-        scores every posting of its terms. Results are the same bit for bit; each scoring call
-        may override it.
+        for the queries where it pays (long postings for k:
+        :func:`~kolm_search.retrievers.bounds.prune_queries`; a query whose rarer terms hold
+        too many of its postings is given back), or ``"none"``: every query scores every
+        posting of its terms. Results are the same bit for bit; each scoring call may override it.
 
     Notes
     -----
@@ -362,8 +362,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
             raise KolmValueError(str(exc)) from exc
         k = min(check.top_k(k), max(n_docs, 1))
         if mode == "auto":
-            prune = prune_queries(q_ptr, q_ids, weights, self.t_ptr, self.t_max, offsets, sel.ids, sel.ptr,
-                                  sel.mask_of, k)
+            prune = prune_queries(q_ptr, q_ids, weights, self.t_ptr, offsets, sel.ids, sel.ptr, sel.mask_of, k)
             if prune.any():
                 return load("pruned").pruned_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, self.t_max,
                                                   self.b_max, self.b_last, offsets, *sel.arrays(), n_docs, k,

@@ -24,17 +24,14 @@ import numpy.typing as npt
 from kolm_search._kernels import load
 from kolm_search.errors import KolmValueError
 
-__all__ = ["BOUNDS", "PRUNE_MAX_K", "PRUNE_MIN_POSTINGS_PER_K", "PRUNE_PHASE_SHARE", "PRUNINGS", "SAVED_BOUNDS",
-           "Pruning", "checked_bounds", "index_bounds", "prune_queries", "term_maxima"]
+__all__ = ["BOUNDS", "PRUNE_MIN_POSTINGS_PER_K", "PRUNINGS", "SAVED_BOUNDS", "Pruning", "checked_bounds",
+           "index_bounds", "prune_queries", "term_maxima"]
 
 Pruning = Literal["auto", "none"]
 PRUNINGS = ("auto", "none")
 BOUNDS = ("t_min", "t_max", "b_max", "b_last")  # what index_bounds returns, by array name
 SAVED_BOUNDS = {"term_max": "t_max", "block_max": "b_max"}  # saved file name -> array name
-# "auto" prunes a query when all three hold (measured by benchmarks/bench_pruning.py, see benchmarks/README.md):
-PRUNE_MAX_K = 512  # k at most this (at top-1000 the pruned kernel was slower on the synthetic queries)
-PRUNE_MIN_POSTINGS_PER_K = 50  # at least this many postings per result wanted
-PRUNE_PHASE_SHARE = 0.15  # the postings of its largest-bound terms that reach 4 k documents: at most this share
+PRUNE_MIN_POSTINGS_PER_K = 50  # "auto" prunes a query with at least this many postings per result wanted
 
 
 def term_maxima(t_ptr: npt.NDArray[np.int64], t_w: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -82,34 +79,14 @@ def _block_name(i: int, t_ptr: npt.NDArray[np.int64]) -> str:
 
 
 def prune_queries(q_ptr: npt.NDArray[np.int64], q_ids: npt.NDArray[np.int64], weights: npt.NDArray[np.float32],
-                  t_ptr: npt.NDArray[np.int64], t_max: npt.NDArray[np.float32], offsets: npt.NDArray[np.float32],
-                  sel_ids: npt.NDArray[np.int64], sel_ptr: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64],
-                  k: int) -> npt.NDArray[np.bool_]:
-    """The queries that ``pruning="auto"`` sends to the pruned kernel, bool (n_q,).
-
-    Those it can take (:func:`kolm_search._kernels.pruned.prunable`), with ``k`` at most
-    :data:`PRUNE_MAX_K`, at least :data:`PRUNE_MIN_POSTINGS_PER_K` postings per result, and whose
-    terms of largest bound (``weight * term_max``), taken until they hold ``4 k`` postings, hold
-    at most :data:`PRUNE_PHASE_SHARE` of the query's postings: an estimate of what the kernel
-    must read in full before it can rule documents out.
-    """
-    n_q = len(q_ptr) - 1
-    if k > PRUNE_MAX_K or n_q == 0:
-        return np.zeros(n_q, bool)
-    ok = load("pruned").prunable(q_ptr, q_ids, weights, t_ptr, offsets, sel_ids, sel_ptr, sel_mask, k,
-                                 min_postings=PRUNE_MIN_POSTINGS_PER_K)
-    if not len(q_ids):
-        return np.asarray(ok, bool)
-    owner = np.repeat(np.arange(n_q), np.diff(q_ptr))
-    df = (t_ptr[q_ids + 1] - t_ptr[q_ids]).astype(np.float64)
-    ub = np.asarray(weights, np.float64) * t_max[q_ids]
-    order = np.lexsort((-ub, owner))  # by query, then largest bound first
-    cum = np.cumsum(df[order])
-    start = np.concatenate([[0.0], cum])[q_ptr[:-1]]  # postings before each query's first term
-    within = cum - start[owner[order]]
-    total = np.bincount(owner, weights=df, minlength=n_q)
-    reach = np.full(n_q, np.inf)  # the postings read until 4 k are reached
-    hit = within >= 4 * k
-    np.minimum.at(reach, owner[order][hit], within[hit])
-    reach = np.where(np.isinf(reach), total, reach)
-    return np.asarray(ok, bool) & (reach <= PRUNE_PHASE_SHARE * np.maximum(total, 1))
+                  t_ptr: npt.NDArray[np.int64], offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64],
+                  sel_ptr: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64], k: int) -> npt.NDArray[np.bool_]:
+    """The queries that ``pruning="auto"`` sends to the pruned kernel, bool (n_q,): those it can
+    take (:func:`kolm_search._kernels.pruned.prunable`) with at least
+    :data:`PRUNE_MIN_POSTINGS_PER_K` postings per result wanted. The kernel gives back to the
+    exhaustive one a query whose rarer terms hold too many of its postings to leave the others
+    out (:data:`kolm_search._kernels.pruned.BAIL`)."""
+    if len(q_ptr) <= 1:
+        return np.zeros(0, bool)
+    return np.asarray(load("pruned").prunable(q_ptr, q_ids, weights, t_ptr, offsets, sel_ids, sel_ptr, sel_mask, k,
+                                              min_postings=PRUNE_MIN_POSTINGS_PER_K), bool)
