@@ -85,9 +85,10 @@ class _Server:
     """A query child kept alive between rounds (``--child serve-kolm|serve-bm25s``): it reads one
     command a line on stdin (``run <k>``, ``check <k>``, ``quit``) and answers one JSON line."""
 
-    def __init__(self, *argv: str) -> None:
+    def __init__(self, *argv: str, pythonpath: str | None = None) -> None:
+        env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
         self.proc = subprocess.Popen([sys.executable, __file__, "--child", *argv], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, text=True, env=env)
         self.ready = self._read()
 
     def _read(self) -> dict:
@@ -184,24 +185,24 @@ def serve_bm25s(corpus: Path, texts: list[str], saved: Path | None) -> None:
     _serve(run, lambda k: True, built)
 
 
-def paired_queries(kolm: _Server, other: _Server | None, ks: list[int], repeat: int) -> dict:
-    """Rounds of every k, kolm then bm25s each time (one warm-up round untimed): per k the
-    medians of each side's seconds and of the rounds' ratios (bm25s / kolm)."""
-    times: dict[str, dict[str, list[float]]] = {str(k): {"kolm": [], "bm25s": []} for k in ks}
+def paired_queries(servers: dict[str, _Server], ks: list[int], repeat: int) -> dict:
+    """Rounds of every k, each server in turn (``kolm``, then the others; one warm-up round
+    untimed): per k the medians of each one's seconds and of the rounds' ratios (its seconds /
+    kolm's, ``<name>_ratio``)."""
+    times: dict[str, dict[str, list[float]]] = {str(k): {name: [] for name in servers} for k in ks}
     for r in range(repeat + 1):
         for k in ks:
-            for name, server in (("kolm", kolm), ("bm25s", other)):
-                if server is not None:
-                    t = server.ask(f"run {k}")["seconds"]
-                    if r:
-                        times[str(k)][name].append(t)
-    out = {}
+            for name, server in servers.items():
+                t = server.ask(f"run {k}")["seconds"]
+                if r:
+                    times[str(k)][name].append(t)
+    out: dict[str, dict[str, Any]] = {}
     for k, t in times.items():
-        row = {"kolm": statistics.median(t["kolm"]), "kolm_rounds": t["kolm"]}
-        if t["bm25s"]:
-            row |= {"bm25s": statistics.median(t["bm25s"]), "bm25s_rounds": t["bm25s"],
-                    "ratio": statistics.median(b / a for a, b in zip(t["kolm"], t["bm25s"], strict=True))}
-        out[k] = row
+        out[k] = {}
+        for name, ts in t.items():
+            out[k] |= {name: statistics.median(ts), f"{name}_rounds": ts}
+            if name != "kolm":
+                out[k][f"{name}_ratio"] = statistics.median(b / a for a, b in zip(t["kolm"], ts, strict=True))
     return out
 
 
@@ -226,6 +227,8 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true",
                     help="query the indexes already in --dir (kolm's index-<docs>, bm25s's bm25s-<docs>, saved by "
                          "an earlier run with --reuse) instead of building them")
+    ap.add_argument("--baseline", help="PYTHONPATH of another kolm_search checkout (e.g. /work/main) whose query "
+                    "speed on the same index is timed in the same rounds (the index must be in a format it loads)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -261,12 +264,17 @@ def main() -> None:
             saved = [str(args.dir / f"bm25s-{n}")] if args.reuse else []
             other = _Server("serve-bm25s", str(corpus), str(qfile), *saved)
         kolm = _Server("serve-kolm", str(index), str(qfile))
+        servers = {"kolm": kolm, **({"bm25s": other} if other else {})}
+        if args.baseline:
+            servers["baseline"] = _Server("serve-kolm", str(index), str(qfile), pythonpath=args.baseline)
         r["load"], r["bm25s_build"] = kolm.ready, other.ready if other else None
         r["load_avg_before"] = os.getloadavg()
-        r["query"] = paired_queries(kolm, other, args.k, args.repeat)
+        r["query"] = paired_queries(servers, args.k, args.repeat)
         r["load_avg_after"] = os.getloadavg()
         r["same"] = {k: kolm.ask(f"check {k}")["same"] for k in ks}
         r["kolm_end"], r["bm25s_end"] = kolm.close(), other.close() if other else None
+        if args.baseline:
+            r["baseline_load"], r["baseline_end"] = servers["baseline"].ready, servers["baseline"].close()
         results[n] = r
         print(f"[{n:,}] {json.dumps(r)}", flush=True)
 
@@ -282,13 +290,16 @@ def main() -> None:
                   f"{b['index_mb']:,.0f} MB") if b else "(reused) | | |"
         print(f"| {n:,} | {bcells} | {q['load_s']:.2f} s | {q['load_rss_mb']:,.0f} MB ({q['load_file_mb']:,.0f} MB) | "
               f"{r['kolm_end']['peak_rss_mb']:,.0f} MB | {bs} |")
-    print("\n| documents | k | kolm queries/s | bm25s queries/s | kolm speed / bm25s (median of rounds) | "
-          "pruned = exhaustive | load average |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    base = " baseline queries/s | kolm speed / baseline |" if args.baseline else ""
+    print("\n| documents | k | kolm queries/s | bm25s queries/s | kolm speed / bm25s (median of rounds) |" + base
+          + " pruned = exhaustive | load average |")
+    print("| --- | --- | --- | --- | --- |" + (" --- | --- |" if args.baseline else "") + " --- | --- |")
     for n, r in results.items():
         for k in ks:
             q = r["query"][k]
-            bq = f"{args.queries / q['bm25s']:,.0f} | {q['ratio']:.2f}x" if "bm25s" in q else "not run | "
+            bq = f"{args.queries / q['bm25s']:,.0f} | {q['bm25s_ratio']:.2f}x" if "bm25s" in q else "not run | "
+            if args.baseline:
+                bq += f" | {args.queries / q['baseline']:,.0f} | {q['baseline_ratio']:.2f}x"
             la = f"{r['load_avg_before'][0]:.1f}-{r['load_avg_after'][0]:.1f}"
             print(f"| {n:,} | {k} | {args.queries / q['kolm']:,.0f} | {bq} | {r['same'][k]} | {la} |")
     sizes = list(results)

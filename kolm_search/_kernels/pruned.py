@@ -36,12 +36,12 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit, types
 
-from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
+from kolm_search._kernels import chunk_bounds, resolve_threads, run_pieces
 from kolm_search._kernels.blocks import block_pointers
 from kolm_search._kernels.heap import heap_push, sort_heap
 from kolm_search._kernels.prune_steps import add_term, kth_largest, merge, rescore_term
 from kolm_search._kernels.sig import f32, f64, i64, ro, rw, u8
-from kolm_search._kernels.sparse import ROW_LOOKUP_COST, query_costs, sparse_topk, sparse_topk_numpy
+from kolm_search._kernels.sparse import PIECES, ROW_LOOKUP_COST, query_costs, sparse_topk, sparse_topk_numpy
 
 __all__ = ["BAIL", "SCAN_RATIO", "prunable", "pruned_topk", "pruned_topk_numpy"]
 
@@ -269,22 +269,21 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
         has = p_sel[p_sel >= 0]
         rows = bool((np.asarray(sel_mask)[has] < 0).any())  # a selection of rows: stamped in a scratch array
         threads = resolve_threads(n_threads) if n_p >= 16 else 1
-        bounds = chunk_bounds(query_costs(p_ptr, p_terms, t_ptr, n_docs, 0), threads)  # about equal postings
+        bounds = chunk_bounds(query_costs(p_ptr, p_terms, t_ptr, n_docs, 0), PIECES * threads)
+        cap = int(union.max()) + 1 if n_p else 1
         arrays = (p_ptr, p_terms, p_w, c(t_ptr, np.int64), c(t_docs, np.int32), c(t_w, np.float32),
                   c(t_max, np.float32), b_ptr, c(b_max, np.float32), c(b_last, np.int32), c(offsets[prune], np.float32),
                   c(p_sel, np.int64), c(sel_ptr, np.int64), c(sel_rows, np.int64), c(sel_mask, np.int64),
                   c(masks, np.uint8), int(k), int(scan), float(bail), p_d, p_s, p_n)
 
-        def chunk(q0: int, q1: int) -> None:
-            cap = int(union[q0:q1].max()) + 1
-            scratch = (np.empty(k, np.float32), np.empty(k, np.int64), np.empty(k, np.float64),
-                       np.zeros(n_docs if rows else 1, np.int64), np.empty(cap, np.int32), np.empty(cap, np.float64),
-                       np.empty(cap, np.int32), np.empty(cap, np.float64), np.empty(longest, np.int64),
-                       np.empty(longest, np.float64), np.empty(longest, np.float64), np.empty(longest, np.int64),
-                       np.empty(longest, np.int64), np.empty(longest, np.float64), np.empty((PRODUCT_ROWS, cap), np.float32))
-            _pruned_chunk(*arrays, *scratch, q0, q1)
+        def scratch() -> tuple[np.ndarray, ...]:
+            return (np.empty(k, np.float32), np.empty(k, np.int64), np.empty(k, np.float64),
+                    np.zeros(n_docs if rows else 1, np.int64), np.empty(cap, np.int32), np.empty(cap, np.float64),
+                    np.empty(cap, np.int32), np.empty(cap, np.float64), np.empty(longest, np.int64),
+                    np.empty(longest, np.float64), np.empty(longest, np.float64), np.empty(longest, np.int64),
+                    np.empty(longest, np.int64), np.empty(longest, np.float64), np.empty((PRODUCT_ROWS, cap), np.float32))
 
-        run_chunks(chunk, bounds)
+        run_pieces(lambda *a: _pruned_chunk(*arrays, *a), bounds, threads, scratch)
         out_d[prune], out_s[prune], counts[prune] = p_d, p_s, p_n
     rest = ~prune | (counts < 0)
     if rest.any():

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit, types
 
-from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
+from kolm_search._kernels import chunk_bounds, resolve_threads, run_pieces
 from kolm_search._kernels.heap import heap_push, sort_heap, topk_rows_numpy
 from kolm_search._kernels.selection import selection_matrix_numpy
 from kolm_search._kernels.sig import f32, i64, ro, rw, u8
@@ -36,6 +36,7 @@ ROW_LOOKUP_COST = 16  # a selected row costs about this many postings per query 
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(f32), ro(i64), ro(i64),
                         ro(i64), ro(i64), ro(u8, 2), ro(u8), i64, i64, i64, rw(i64, 2), rw(f32, 2), rw(i64), rw(f32),
                         rw(i64), rw(i64), rw(f32), rw(i64), rw(f32), rw(f32), rw(i64), i64, i64)
+PIECES = 8  # pieces of a batch per thread (threads take the next piece when free)
 SLICE = 1 << 15  # documents summed at a time by the plain dense path (their sums stay in cache)
 SPAN = 64  # documents per span of the plain dense path's selection (the largest sum of each is kept)
 
@@ -129,7 +130,7 @@ def _plain_dense(q, q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, off, k, acc, 
 def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, sel_ids, sel_ptr, sel_rows, sel_mask, masks,
                   plain, k, dense_ratio, row_cost, out_d, out_s, counts, acc, stamp, touched, hs, hd, span_max, heap,
                   pos, q0, q1):  # pragma: no cover - compiled
-    """Queries ``q0 <= q < q1``; ``acc`` (all zero on entry), ``stamp`` (all < q0 on entry),
+    """Queries ``q0 <= q < q1``; ``acc`` (all zero on entry and on return), ``stamp`` (no query's on entry),
     ``touched`` (n_docs,), ``hs``, ``hd``, ``heap`` (k,), ``span_max`` (n_docs / SPAN,) and
     ``pos`` (the longest query,) are this chunk's scratch. A query selecting few rows scores
     them one by one; one whose postings exceed ``n_docs / dense_ratio`` accumulates into every
@@ -242,6 +243,8 @@ def _sparse_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, sel_id
             out_s[q, i] = hs[i]
             out_d[q, i] = hd[i]
         counts[q] = size
+    if dirty:  # leave acc zero (the scratch serves the next piece)
+        acc[:] = 0.0
 
 
 def query_costs(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], t_ptr: npt.NDArray[np.int64],
@@ -293,19 +296,19 @@ def sparse_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
     out_s = np.zeros((n_q, k), np.float32)
     counts = np.zeros(n_q, np.int64)
     threads = resolve_threads(n_threads) if n_q >= 16 else 1
-    bounds = chunk_bounds(query_costs(q_ptr, q_terms, t_ptr, n_docs, dense_ratio), threads)  # about equal work
+    bounds = chunk_bounds(query_costs(q_ptr, q_terms, t_ptr, n_docs, dense_ratio), PIECES * threads)
     arrays = (c(q_ptr, np.int64), c(q_terms, np.int64), c(q_weights, np.float32), c(t_ptr, np.int64),
               c(t_docs, np.int32), c(t_w, np.float32), c(offsets, np.float32), c(sel_ids, np.int64),
               c(sel_ptr, np.int64), c(sel_rows, np.int64), c(sel_mask, np.int64), c(masks, np.uint8), plain)
     longest = max(int(np.diff(q_ptr).max()) if n_q else 0, 1)
 
-    def chunk(q0: int, q1: int) -> None:
-        scratch = (np.zeros(n_docs, np.float32), np.full(n_docs, -1, np.int64), np.empty(n_docs, np.int64),
-                   np.empty(k, np.float32), np.empty(k, np.int64), np.empty((n_docs + SPAN - 1) // SPAN, np.float32),
-                   np.empty(k, np.float32), np.empty(longest, np.int64))
-        _sparse_chunk(*arrays, int(k), int(dense_ratio), int(row_cost), out_d, out_s, counts, *scratch, q0, q1)
+    def scratch() -> tuple[np.ndarray, ...]:
+        return (np.zeros(n_docs, np.float32), np.full(n_docs, -1, np.int64), np.empty(n_docs, np.int64),
+                np.empty(k, np.float32), np.empty(k, np.int64), np.empty((n_docs + SPAN - 1) // SPAN, np.float32),
+                np.empty(k, np.float32), np.empty(longest, np.int64))
 
-    run_chunks(chunk, bounds)
+    run_pieces(lambda *a: _sparse_chunk(*arrays, int(k), int(dense_ratio), int(row_cost), out_d, out_s, counts, *a),
+               bounds, threads, scratch)
     return out_d, out_s, counts
 
 
