@@ -5,26 +5,31 @@ synthetic corpus of MS MARCO passage lengths (lognormal, mean ~55 words) over a 
 200,000 made-up words (exponent 1.05) is written once per size to ``--dir`` as
 ``corpus-<docs>.jsonl.gz`` (BEIR records ``_id``, ``title``, ``text``; streamed block by block,
 seeded: ``bench_stream_build.write_corpus``), with ``--queries`` queries of 2-8 words from the
-same Zipf law (``queries-<n>.txt``). Each measurement runs in its own fresh process, one at a time:
+same Zipf law (``queries-<n>.txt``). Per size:
 
-- ``build``: ``BM25Retriever.build(corpus, index_dir, memory_limit=--memory-limit)`` (which
-  loads the index at the end): wall time, peak RSS (``VmHWM``: ``ru_maxrss`` of RUSAGE_SELF keeps
-  this driver's peak across fork and exec), the peak of its RSS plus its tokenising workers'
-  (``bench_stream_build.TreeRss``, sampled every 50 ms: the workers fork from a forkserver, so
-  RUSAGE_CHILDREN never sees them) and the index's bytes on disk;
-- ``query``: ``BM25Retriever.load(index_dir)`` (memory-mapped, every file's sha256 checked), after
-  a 3-document index was built and loaded (imports, kernels): wall time and the resident memory
-  it added (``/proc/self/statm``: all, and file-backed), then queries/s of ``score_texts``
-  (texts in, tokenised; ``pruning="auto"``) at each ``--k``; the top-100 result is checked
-  equal, bit for bit, to ``pruning="none"`` (the exhaustive kernel);
-- ``bm25s`` (numba backend, all cores; up to ``--bm25s-max`` documents: it holds every text and
-  token list in memory): the texts read into a list, ``bm25s.tokenize`` (English stopwords,
-  Snowball stemmer) and ``BM25().index`` timed as its build, then ``tokenize`` + ``retrieve`` of
-  the same query texts at each k.
+- ``build`` (its own fresh process): ``BM25Retriever.build(corpus, index_dir,
+  memory_limit=--memory-limit)`` (which loads the index at the end): wall time, peak RSS
+  (``VmHWM``: ``ru_maxrss`` of RUSAGE_SELF keeps this driver's peak across fork and exec), the
+  peak of its RSS plus its tokenising workers' (``bench_stream_build.TreeRss``, sampled every
+  50 ms: the workers fork from a forkserver, so RUSAGE_CHILDREN never sees them) and the index's
+  bytes on disk;
+- two query processes kept alive side by side (paired processes: one process holding both
+  indexes would pass 6 GB at 2M): ``bm25s`` (numba backend, all cores; up to ``--bm25s-max``
+  documents) reads the texts into a list, ``bm25s.tokenize`` (English stopwords, Snowball
+  stemmer) and ``BM25().index`` (its build: time and peak RSS), then answers ``tokenize`` +
+  ``retrieve`` of the query texts; ``kolm`` loads the index (``BM25Retriever.load``, memory-mapped,
+  every file's sha256 checked; after a 3-document index was built and loaded, so imports and
+  kernels are not counted: wall time and the resident memory it added, ``/proc/self/statm``,
+  all and file-backed) and answers ``score_texts`` (texts in, tokenised; ``pruning="auto"``);
+- rounds: one warm-up, then ``--repeat`` timed rounds, each running every k on kolm, then on
+  bm25s (then on ``--baseline``: another checkout's kolm_search on the same index, for before
+  and after figures), each call timed in its process; medians per side and the median of the
+  rounds' ratios; at every k the result of ``"auto"`` is checked equal, bit for bit, to
+  ``pruning="none"`` (the exhaustive kernel). The load average is printed with the table.
 
-Query times are medians of ``--repeat`` interleaved rounds (``_common.median_times``) after one
-warm-up. Growth per doubling between sizes n1 < n2 is ``(t2 / t1) ** (1 / log2(n2 / n1))``:
-2.0 is linear.
+``--reuse`` queries the indexes already in ``--dir`` (kolm's ``index-<docs>``; bm25s's
+``bm25s-<docs>``, saved by the first run with ``--reuse``) instead of building them. Growth per
+doubling between sizes n1 < n2 is ``(t2 / t1) ** (1 / log2(n2 / n1))``: 2.0 is linear.
 """
 
 from __future__ import annotations
