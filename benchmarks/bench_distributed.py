@@ -1,12 +1,30 @@
-"""Dask scale-out: overhead of a 1-worker LocalCluster, and a sharded 1M-document BM25 index.
+"""Dask scale-out: overhead of a 1-worker LocalCluster, a sharded 1M-document BM25 index built
+from a DataFrame, and one built by the workers from a corpus file.
 
-Rerun: ``python benchmarks/bench_distributed.py --docs 1000000 --shards 4``.
+Rerun: ``python benchmarks/bench_distributed.py --docs 1000000 --shards 4`` (in memory), and
+``python benchmarks/bench_distributed.py --file-docs 1000000 --dir /work/cache/h28d`` (from a file).
+
+From a file (``--file-docs``): the synthetic corpus of ``bench_stream_build.write_corpus`` (MS
+MARCO passage lengths, a Zipf vocabulary of 200,000 made-up words) written once to
+``--dir/corpus-<n>.jsonl.gz`` and decompressed to ``corpus-<n>.jsonl``; 1,000 queries of 2-8 words
+(``bench_scale.write_queries``). Each build runs in its own process, the modes one after another,
+``--rounds`` times: ``single`` is ``BM25Retriever.build(corpus.jsonl, memory_limit=1 GB)`` (its
+tokenising on the usable cores, then the merge, save and load in one process); ``sharded`` is
+``ShardedBM25.build(corpus.jsonl, n_shards=--file-shards, memory_limit=1 GB)`` on a fresh
+``LocalCluster`` of ``--file-workers`` single-threaded workers (each shard reads its byte range,
+counts, is weighed with the merged statistics, saved and loaded on its worker; the cluster's
+start-up is timed apart); ``sharded-gz`` the same from the ``.jsonl.gz`` file (each shard
+decompresses the file from its start to its last line). Peak RSS: the process tree (the driver,
+the scheduler, nannies and workers, or the tokenising processes), sampled every 50 ms, and each
+worker's own peak (VmHWM). Then the top-100 of every query (``score_texts``; ``search``) timed,
+median of 3, and checked equal (ids, ranks and float32 scores) to the single-machine run.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -63,14 +81,128 @@ def cluster(n_workers: int, threads: int):
                                     dashboard_address="127.0.0.1:0", silence_logs=50, memory_limit=0)
 
 
+def _vm_hwm_mb() -> float:
+    from bench_stream_build import vm_hwm_mb
+
+    return vm_hwm_mb()
+
+
+def file_child(mode: str, corpus: Path, out: Path, queries: Path, shards: int, workers: int, limit: int) -> dict:
+    """One build from ``corpus`` in this process, then the queries; the run saved beside ``out``."""
+    import distributed
+    from bench_stream_build import TreeRss, vm_hwm_mb
+
+    from kolm_search import BM25Retriever
+    from kolm_search import distributed as kd
+
+    texts = queries.read_text().splitlines()
+    qs = pd.DataFrame({"qid": [str(i) for i in range(len(texts))], "query": texts})
+    tree = TreeRss()
+    res: dict = {}
+    if mode == "single":
+        t0 = time.perf_counter()
+        ix = BM25Retriever.build(corpus, out, memory_limit=limit, progress=False)
+        res["seconds"] = time.perf_counter() - t0
+        res["tree_peak_mb"] = tree.close()
+        res["peak_rss_mb"] = vm_hwm_mb()
+
+        def search() -> pd.DataFrame:
+            d, sc, c = ix.score_texts(texts, 100)
+            keep = np.arange(100)[None, :] < c[:, None]
+            return pd.DataFrame({"qid": np.repeat(qs["qid"].to_numpy(object), c), "doc_id": ix.table.ids[d[keep]],
+                                 "rank": (np.cumsum(keep, axis=1) - 1)[keep], "score": sc[keep].astype(np.float64)})
+
+        res["query_seconds"], run = median_time(search, 3)
+    else:
+        t0 = time.perf_counter()
+        with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                      dashboard_address="127.0.0.1:0", silence_logs=50) as cl, \
+                distributed.Client(cl) as dc:
+            dc.wait_for_workers(workers, timeout=120)
+            dc.run(lambda: __import__("kolm_search.distributed.shard_kinds"))
+            res["cluster_seconds"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            sh = kd.ShardedBM25.build(corpus, out, n_shards=shards, dask_client=dc, memory_limit=limit)
+            res["seconds"] = time.perf_counter() - t0
+            res["tree_peak_mb"] = tree.close()
+            res["worker_peak_mb"] = sorted(round(v) for v in dc.run(_vm_hwm_mb).values())
+            res["peak_rss_mb"] = vm_hwm_mb()
+            res["shard_sizes"] = [int(x) for x in sh.shard_sizes]
+            res["query_seconds"], run = median_time(lambda: sh.search(qs, k=100), 3)
+    res["index_mb"] = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20
+    run.to_parquet(out.with_suffix(".run.parquet"))
+    return res
+
+
+def file_build(args: argparse.Namespace) -> None:
+    """Sharded vs single-machine builds from one corpus file, each in its own process."""
+    import gzip
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from bench_scale import write_queries
+    from bench_stream_build import write_corpus
+
+    n = args.file_docs
+    args.dir.mkdir(parents=True, exist_ok=True)
+    gz, plain, queries = args.dir / f"corpus-{n}.jsonl.gz", args.dir / f"corpus-{n}.jsonl", args.dir / "queries-1000.txt"
+    if not gz.exists():
+        write_corpus(gz, n)
+    if not plain.exists():
+        with gzip.open(gz, "rb") as src, open(plain.with_suffix(".tmp"), "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 24)
+        plain.with_suffix(".tmp").rename(plain)
+    if not queries.exists():
+        write_queries(queries, 1000)
+    header(f"Dask: a BM25 index of {n:,} docs built from a file, sharded vs single-machine")
+    print("| round | build | seconds | cluster start (s) | peak RSS, process tree (MB) | workers' peak RSS (MB) | "
+          "index (MB) | 1,000 queries top-100 (s) | equal to single | load average |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in range(args.rounds):
+        for mode in args.modes:
+            out = args.dir / f"index-{n}-{mode}"
+            shutil.rmtree(out, ignore_errors=True)
+            corpus = gz if mode == "sharded-gz" else plain
+            cmd = [sys.executable, __file__, "--file-child", mode, str(corpus), str(out), str(queries),
+                   str(args.file_shards), str(args.file_workers), str(args.limit)]
+            proc = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=3600)
+            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            got = pd.read_parquet(out.with_suffix(".run.parquet"))
+            want = pd.read_parquet(args.dir / f"index-{n}-single.run.parquet") if mode != "single" else got
+            equal = got.reset_index(drop=True).equals(want.reset_index(drop=True))
+            load = " / ".join(f"{x:.1f}" for x in __import__("os").getloadavg())
+            print(f"| {r + 1} | {mode} | {res['seconds']:.1f} | {res.get('cluster_seconds', 0):.1f} | "
+                  f"{res['tree_peak_mb']:,.0f} | {res.get('worker_peak_mb', '')} | {res['index_mb']:,.0f} | "
+                  f"{res['query_seconds']:.2f} | {equal} | {load} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--file-docs", type=int, default=0, help="build from a corpus file of this many docs instead")
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/kolm-bench-distributed"))
+    ap.add_argument("--file-shards", type=int, default=2)
+    ap.add_argument("--file-workers", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=1 << 30, help="memory_limit (bytes) of each build or shard")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--modes", nargs="+", default=["single", "sharded", "sharded-gz"])
+    ap.add_argument("--file-child", nargs=7, help=argparse.SUPPRESS)
     ap.add_argument("--docs", type=int, default=1_000_000)
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-scale", action="store_true", help="only the 1-worker overhead")
     args = ap.parse_args()
+    if args.file_child:
+        import json
+
+        mode, corpus, out, queries, shards, workers, limit = args.file_child
+        print(json.dumps(file_child(mode, Path(corpus), Path(out), Path(queries), int(shards), int(workers), int(limit))))
+        return
+    if args.file_docs:
+        file_build(args)
+        return
     import distributed
 
     from kolm_search import distributed as kd

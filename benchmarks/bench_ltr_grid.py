@@ -69,7 +69,7 @@ def collection_runs(name: str, args: argparse.Namespace, embedder: Any) -> dict[
     """The hybrid's run and every setting's cross-validated run on one collection, each cut to
     its top 10 (all nDCG@10 reads)."""
     table, queries, qrels = load(args.data, name)
-    hybrid, stage = build(table, dense_model(table, embedder))
+    hybrid, stage = build(table, dense_model(table, embedder), "legacy")
     base = hybrid(queries, limit=100)
     t0 = time.perf_counter()
     X, keys = stage.candidate_features(queries)

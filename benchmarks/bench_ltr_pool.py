@@ -62,7 +62,7 @@ def collect(name: str, data: Path, embedder: Any) -> Data:
     """One collection's queries, judgements, candidate features and hybrid run (qids prefixed
     with the collection's name, so collections never share a qid)."""
     table, queries, qrels = load(data, name)
-    hybrid, stage = build(table, dense_model(table, embedder))
+    hybrid, stage = build(table, dense_model(table, embedder), "legacy")
     base = hybrid(queries, limit=100)  # presets.hybrid's depth (fusing top-10 lists would be another system)
     base = base[base["rank"] < 10]
     X, keys = stage.candidate_features(queries)

@@ -17,15 +17,19 @@ same Zipf law (``queries-<n>.txt``). Per size:
   indexes would pass 6 GB at 2M): ``bm25s`` (numba backend, all cores; up to ``--bm25s-max``
   documents) reads the texts into a list, ``bm25s.tokenize`` (English stopwords, Snowball
   stemmer) and ``BM25().index`` (its build: time and peak RSS), then answers ``tokenize`` +
-  ``retrieve`` of the query texts; ``kolm`` loads the index (``BM25Retriever.load``, memory-mapped,
-  every file's sha256 checked; after a 3-document index was built and loaded, so imports and
-  kernels are not counted: wall time and the resident memory it added, ``/proc/self/statm``,
-  all and file-backed) and answers ``score_texts`` (texts in, tokenised; ``pruning="auto"``);
-- rounds: one warm-up, then ``--repeat`` timed rounds, each running every k on kolm, then on
-  bm25s (then on ``--baseline``: another checkout's kolm_search on the same index, for before
-  and after figures), each call timed in its process; medians per side and the median of the
-  rounds' ratios; at every k the result of ``"auto"`` is checked equal, bit for bit, to
-  ``pruning="none"`` (the exhaustive kernel). The load average is printed with the table.
+  ``retrieve`` of the query texts; ``kolm`` loads the index (``BM25Retriever.load(index_dir,
+  verify=--verify)``, memory-mapped; ``"auto"``, the default, checks an index above 256 MiB
+  quickly: no digests, the postings read block by block from the files, the documents' batches
+  when first read; ``"full"`` reads every byte; after a 3-document index was built and loaded,
+  so imports and kernels are not counted: wall time and the resident memory it added,
+  ``/proc/self/statm``, all and file-backed) and answers ``score_texts`` (texts in, tokenised)
+  with ``pruning="auto"`` (``kolm``) and ``pruning="none"`` (``kolm_none``, the exhaustive kernel);
+- rounds: one warm-up, then ``--repeat`` timed rounds, each running every k on kolm (auto, then
+  none), then on bm25s (then on ``--baseline``: another checkout's kolm_search on the same index,
+  for before and after figures), each call timed in its process; medians per side and the
+  median of the rounds' ratios; at every k the result of ``"auto"`` is checked equal, bit for
+  bit, to ``pruning="none"`` (the exhaustive kernel; the run fails otherwise). The load average
+  is printed with the table.
 
 ``--reuse`` queries the indexes already in ``--dir`` (kolm's ``index-<docs>``; bm25s's
 ``bm25s-<docs>``, saved by the first run with ``--reuse``) instead of building them. Growth per
@@ -88,7 +92,8 @@ def child_build(corpus: Path, out: Path, limit: int) -> dict:
 
 class _Server:
     """A query child kept alive between rounds (``--child serve-kolm|serve-bm25s``): it reads one
-    command a line on stdin (``run <k>``, ``check <k>``, ``quit``) and answers one JSON line."""
+    command a line on stdin (``run <k> [auto|none]``, ``check <k>``, ``quit``) and answers one
+    JSON line."""
 
     def __init__(self, *argv: str, pythonpath: str | None = None) -> None:
         env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
@@ -114,7 +119,7 @@ class _Server:
         return out
 
 
-def _serve(run: Callable[[int], Any], check: Callable[[int], bool], ready: dict) -> None:
+def _serve(run: Callable[[int, str], Any], check: Callable[[int], bool], ready: dict) -> None:
     """Answer the parent's commands (see :class:`_Server`) until ``quit``."""
     import gc
 
@@ -124,19 +129,19 @@ def _serve(run: Callable[[int], Any], check: Callable[[int], bool], ready: dict)
         if cmd == "quit":
             print(json.dumps({"peak_rss_mb": vm_hwm_mb(), "rss_mb": resident_mb()[0]}), flush=True)
             return
-        k = int(arg[0])
+        k, how = int(arg[0]), arg[1] if len(arg) > 1 else "auto"
         if cmd == "check":
             print(json.dumps({"same": check(k)}), flush=True)
             continue
         gc.collect()
         t0 = time.perf_counter()
-        out = run(k)
+        out = run(k, how)
         seconds = time.perf_counter() - t0
         del out
         print(json.dumps({"seconds": seconds}), flush=True)
 
 
-def serve_kolm(index: Path, texts: list[str]) -> None:
+def serve_kolm(index: Path, texts: list[str], verify: str) -> None:
     import tempfile
 
     from kolm_search import BM25Retriever
@@ -146,7 +151,7 @@ def serve_kolm(index: Path, texts: list[str]) -> None:
         BM25Retriever.build(docs, Path(tmp) / "i", progress=False).score_texts(texts[:2], 10)
     before = resident_mb()
     t0 = time.perf_counter()
-    ret = BM25Retriever.load(index)
+    ret = BM25Retriever.load(index, verify=verify)  # type: ignore[arg-type]
     load_s = time.perf_counter() - t0
     after = resident_mb()
 
@@ -154,7 +159,7 @@ def serve_kolm(index: Path, texts: list[str]) -> None:
         auto, none = ret.score_texts(texts, k), ret.score_texts(texts, k, pruning="none")
         return all(a.tobytes() == b.tobytes() for a, b in zip(auto, none, strict=True))
 
-    _serve(lambda k: ret.score_texts(texts, k), check,
+    _serve(lambda k, how: ret.score_texts(texts, k, pruning=how), check,
            {"load_s": load_s, "load_rss_mb": after[0] - before[0], "load_file_mb": after[1] - before[1]})
 
 
@@ -183,7 +188,7 @@ def serve_bm25s(corpus: Path, texts: list[str], saved: Path | None) -> None:
             (saved / "build.json").write_text(json.dumps(built))
     threads = os.cpu_count() or 1
 
-    def run(k: int) -> object:
+    def run(k: int, how: str) -> object:
         q = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
         return model.retrieve(q, k=k, show_progress=False, n_threads=threads)
 
@@ -191,14 +196,16 @@ def serve_bm25s(corpus: Path, texts: list[str], saved: Path | None) -> None:
 
 
 def paired_queries(servers: dict[str, _Server], ks: list[int], repeat: int) -> dict:
-    """Rounds of every k, each server in turn (``kolm``, then the others; one warm-up round
-    untimed): per k the medians of each one's seconds and of the rounds' ratios (its seconds /
-    kolm's, ``<name>_ratio``)."""
-    times: dict[str, dict[str, list[float]]] = {str(k): {name: [] for name in servers} for k in ks}
+    """Rounds of every k, each server in turn (``kolm``, ``kolm_none``: the same process with
+    ``pruning="none"``, then the others; one warm-up round untimed): per k the medians of each
+    one's seconds and of the rounds' ratios (its seconds / kolm's, ``<name>_ratio``)."""
+    calls = {"kolm": (servers["kolm"], "auto"), "kolm_none": (servers["kolm"], "none"),
+             **{name: (server, "auto") for name, server in servers.items() if name != "kolm"}}
+    times: dict[str, dict[str, list[float]]] = {str(k): {name: [] for name in calls} for k in ks}
     for r in range(repeat + 1):
         for k in ks:
-            for name, server in servers.items():
-                t = server.ask(f"run {k}")["seconds"]
+            for name, (server, how) in calls.items():
+                t = server.ask(f"run {k} {how}")["seconds"]
                 if r:
                     times[str(k)][name].append(t)
     out: dict[str, dict[str, Any]] = {}
@@ -234,6 +241,7 @@ def main() -> None:
                          "an earlier run with --reuse) instead of building them")
     ap.add_argument("--baseline", help="PYTHONPATH of another kolm_search checkout (e.g. /work/main) whose query "
                     "speed on the same index is timed in the same rounds (the index must be in a format it loads)")
+    ap.add_argument("--verify", choices=["auto", "full", "quick"], default="auto", help="how kolm's load checks the index")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -241,7 +249,7 @@ def main() -> None:
         if mode == "build":
             print(json.dumps(child_build(Path(rest[0]), Path(rest[1]), int(rest[2]))))
         elif mode == "serve-kolm":
-            serve_kolm(Path(rest[0]), Path(rest[1]).read_text().splitlines())
+            serve_kolm(Path(rest[0]), Path(rest[1]).read_text().splitlines(), rest[2])
         else:
             serve_bm25s(Path(rest[0]), Path(rest[1]).read_text().splitlines(), Path(rest[2]) if len(rest) > 2 else None)
         return
@@ -268,15 +276,17 @@ def main() -> None:
         if n <= args.bm25s_max:  # built (or loaded) first: its build's peak is not shared with kolm's index
             saved = [str(args.dir / f"bm25s-{n}")] if args.reuse else []
             other = _Server("serve-bm25s", str(corpus), str(qfile), *saved)
-        kolm = _Server("serve-kolm", str(index), str(qfile))
+        kolm = _Server("serve-kolm", str(index), str(qfile), args.verify)
         servers = {"kolm": kolm, **({"bm25s": other} if other else {})}
         if args.baseline:
-            servers["baseline"] = _Server("serve-kolm", str(index), str(qfile), pythonpath=args.baseline)
+            servers["baseline"] = _Server("serve-kolm", str(index), str(qfile), args.verify, pythonpath=args.baseline)
         r["load"], r["bm25s_build"] = kolm.ready, other.ready if other else None
         r["load_avg_before"] = os.getloadavg()
         r["query"] = paired_queries(servers, args.k, args.repeat)
         r["load_avg_after"] = os.getloadavg()
         r["same"] = {k: kolm.ask(f"check {k}")["same"] for k in ks}
+        if not all(r["same"].values()):
+            raise SystemExit(f"[{n:,}] pruning='auto' differs from the exhaustive kernel at k {r['same']}")
         r["kolm_end"], r["bm25s_end"] = kolm.close(), other.close() if other else None
         if args.baseline:
             r["baseline_load"], r["baseline_end"] = servers["baseline"].ready, servers["baseline"].close()
@@ -296,17 +306,22 @@ def main() -> None:
         print(f"| {n:,} | {bcells} | {q['load_s']:.2f} s | {q['load_rss_mb']:,.0f} MB ({q['load_file_mb']:,.0f} MB) | "
               f"{r['kolm_end']['peak_rss_mb']:,.0f} MB | {bs} |")
     base = " baseline queries/s | kolm speed / baseline |" if args.baseline else ""
-    print("\n| documents | k | kolm queries/s | bm25s queries/s | kolm speed / bm25s (median of rounds) |" + base
-          + " pruned = exhaustive | load average |")
-    print("| --- | --- | --- | --- | --- |" + (" --- | --- |" if args.baseline else "") + " --- | --- |")
+    print("\n| documents | k | kolm queries/s (auto) | kolm queries/s (none) | bm25s queries/s | "
+          "kolm auto / bm25s (median of rounds) | kolm none / bm25s |" + base + " pruned = exhaustive | load average |")
+    print("| --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if args.baseline else "") + " --- | --- |")
     for n, r in results.items():
         for k in ks:
             q = r["query"][k]
-            bq = f"{args.queries / q['bm25s']:,.0f} | {q['bm25s_ratio']:.2f}x" if "bm25s" in q else "not run | "
+            none = args.queries / q["kolm_none"]
+            if "bm25s" in q:
+                to_none = statistics.median(b / a for a, b in zip(q["kolm_none_rounds"], q["bm25s_rounds"], strict=True))
+                bq = f"{args.queries / q['bm25s']:,.0f} | {q['bm25s_ratio']:.2f}x | {to_none:.2f}x"
+            else:
+                bq = "not run | | "
             if args.baseline:
                 bq += f" | {args.queries / q['baseline']:,.0f} | {q['baseline_ratio']:.2f}x"
             la = f"{r['load_avg_before'][0]:.1f}-{r['load_avg_after'][0]:.1f}"
-            print(f"| {n:,} | {k} | {args.queries / q['kolm']:,.0f} | {bq} | {r['same'][k]} | {la} |")
+            print(f"| {n:,} | {k} | {args.queries / q['kolm']:,.0f} | {none:,.0f} | {bq} | {r['same'][k]} | {la} |")
     sizes = list(results)
     if len(sizes) > 1:
         print("\nGrowth per doubling of documents (2.00x = linear):\n")

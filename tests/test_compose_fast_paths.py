@@ -9,11 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kolm_search import BM25Retriever, CandidateFrame
 from kolm_search.compose import sharing
 from kolm_search.compose.fingerprints import frame_digest
-from kolm_search.compose.frame_ops import _ranked, cutoff, rescored, scale
+from kolm_search.compose.frame_ops import _ranked, _stable_rows, cutoff, rescored, scale
 from kolm_search.compose.queries import prepare_queries, run_prepared
 from kolm_search.compose.runner import RunState, frame_key
 from kolm_search.io import Dataset
@@ -82,6 +84,12 @@ def test_judged_queries_equal_isin() -> None:
                  qrels=qrels)
     want = queries[queries["qid"].isin(set(qrels["qid"]))].reset_index(drop=True)
     pd.testing.assert_frame_equal(ds.judged_queries(), want)
+    # categorical qids (as load_dataset gives), with a category no judgement uses any more
+    ds.qrels = qrels.assign(qid=pd.Categorical(qrels["qid"], categories=["q1", "q2", "q3", "zz"]))
+    pd.testing.assert_frame_equal(ds.judged_queries(), want)
+    ds.queries = queries.assign(qid=pd.Categorical(queries["qid"]))
+    pd.testing.assert_frame_equal(ds.judged_queries(), ds.queries[ds.queries["qid"].isin(set(qrels["qid"]))]
+                                  .reset_index(drop=True))
 
 
 def test_an_alias_entry_reads_through_its_target(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -140,3 +148,32 @@ def test_rescored_sorts_again_the_rows_that_tie_past_the_first_ones() -> None:
         order = np.lexsort((frame.rank, -new, frame.query))
         np.testing.assert_array_equal(out.doc, frame.doc[order])
         np.testing.assert_array_equal(out.score, new[order])
+
+
+_POOL = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, 5e-324, -5e-324, 1.5, np.nextafter(1.5, 2.0),
+                  np.nextafter(1.5, 1.0), 1.5 + 2**-40, -2.0, np.nextafter(-2.0, 0.0), 3e300, -3e300])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 300), st.integers(0, 2**32 - 1), st.sampled_from(["pool", "normal", "round"]))
+def test_stable_rows_equal_numpys_stable_argsort(rows: int, width: int, seed: int, kind: str) -> None:
+    """The packed-key row sort against ``np.argsort(kind="stable")``: ties (signed zeros too),
+    infinities, denormals and values one ulp apart (whose packed keys collide: sorted again)."""
+    rng = np.random.default_rng(seed)
+    if kind == "pool":
+        neg = rng.choice(_POOL, (rows, width))
+    elif kind == "normal":
+        neg = rng.standard_normal((rows, width))
+    else:
+        neg = np.round(rng.standard_normal((rows, width)), 1)
+    got = _stable_rows(neg)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, np.argsort(neg, axis=1, kind="stable"))
+
+
+def test_stable_rows_with_nan_or_long_rows_equal_numpys() -> None:
+    """NaN: numpy's sort (NaN last); rows of 2**21 + 1 entries: 22 bits of column, most keys collide."""
+    neg = np.array([[1.0, np.nan, -1.0, np.nan, 0.0]])
+    np.testing.assert_array_equal(_stable_rows(neg), np.argsort(neg, axis=1, kind="stable"))
+    wide = np.round(np.random.default_rng(0).standard_normal((2, (1 << 24) // 8 + 1)), 2)
+    np.testing.assert_array_equal(_stable_rows(wide), np.argsort(wide, axis=1, kind="stable"))

@@ -17,6 +17,7 @@ import pytest
 from kolm_search import BM25Retriever, Experiment, as_stage
 from kolm_search.compose import RerankerStage
 from kolm_search.compose.frame_ops import rescored
+from kolm_search.compose.queries import CodedRun, prepare_queries, run_coded
 from kolm_search.compose.run_cache import RunCache
 from kolm_search.io import load_dataset
 
@@ -159,40 +160,128 @@ def test_a_stage_without_fingerprint_is_not_cached_whole(ds, tmp_path: Path) -> 
     _same_as_uncached(exp, pipes, ds)
 
 
+def _coded(ds: Any, qids: str = "str") -> tuple[Any, Any, pd.DataFrame]:
+    """A pipeline's coded run over the dataset's judged queries (qids as given), its stage and the queries."""
+    queries = ds.judged_queries().copy()
+    if qids == "int":
+        queries["qid"] = np.arange(len(queries)) * 3 + 1
+    pipe = _pipes(ds.corpus)["prior0.3"]
+    return run_coded(pipe, prepare_queries(queries, limit=20)), pipe, queries
+
+
 @pytest.mark.parametrize("qids", ["str", "int"])
-def test_run_cache_round_trips_a_run_and_refuses_damage(tmp_path: Path, qids: str) -> None:
-    rng = np.random.default_rng(0)
-    run = pd.DataFrame({"qid": pd.Series(["q1", "q1", "q7"] * 20).array if qids == "str" else np.repeat([3, 1, 2], 20),
-                        "doc_id": pd.Series([f"d{i}" for i in rng.integers(0, 50, 60)]).array,
-                        "rank": np.tile(np.arange(20, dtype=np.int64), 3), "score": rng.standard_normal(60)})
+def test_run_cache_round_trips_a_run_and_refuses_damage(ds, tmp_path: Path, qids: str) -> None:  # type: ignore[no-untyped-def]
+    run, pipe, queries = _coded(ds, qids)
+    n_q = len(run.prepared.qids)
+    want = pipe(queries, limit=20)
+    pd.testing.assert_frame_equal(run.frame(), want)
     cache = RunCache(tmp_path)
     assert cache.put("stage-a", "queries-1", run)
-    pd.testing.assert_frame_equal(cache.get("stage-a", "queries-1"), run)
-    assert cache.get("stage-a", "queries-2") is None  # no file: not a warning
+    got = cache.get("stage-a", "queries-1", run.prepared, run.table, n_q)
+    assert got is not None
+    pd.testing.assert_frame_equal(got.frame(), want)
+    assert cache.get("stage-a", "queries-2", run.prepared, run.table, n_q) is None  # no file: not a warning
     cache.file_for("stage-b", "queries-1").write_bytes(cache.file_for("stage-a", "queries-1").read_bytes())
     with pytest.warns(RuntimeWarning, match="damaged.*'stage' is 'stage-a'"):
-        assert cache.get("stage-b", "queries-1") is None
+        assert cache.get("stage-b", "queries-1", run.prepared, run.table, n_q) is None
+    with pytest.warns(RuntimeWarning, match="damaged.*'n_docs' is"):  # codes of another table
+        assert cache.get("stage-a", "queries-1", run.prepared, run.table.take(np.arange(len(run.table) - 1)), n_q) is None
+    with pytest.warns(RuntimeWarning, match="damaged.*'n_queries' is"):
+        assert cache.get("stage-a", "queries-1", run.prepared, run.table, n_q + 1) is None
     path = cache.file_for("stage-a", "queries-1")
     good = path.read_bytes()
-    for j in rng.choice(len(good), size=60, replace=False):  # any flipped byte: equal, or refused with a warning
+    rng = np.random.default_rng(0)
+    for j in rng.choice(len(good), size=80, replace=False):  # any flipped byte: equal, or refused with a warning
         raw = bytearray(good)
         raw[int(j)] ^= 0xFF
         path.write_bytes(bytes(raw))
+        fresh = RunCache(tmp_path)  # (no column shared with a run read before)
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
-            got = cache.get("stage-a", "queries-1")
-        if got is None:
-            assert any("damaged" in str(w.message) for w in seen)
+            back = fresh.get("stage-a", "queries-1", run.prepared, run.table, n_q)
+        if back is None:
+            assert any("damaged" in str(w.message) for w in seen) and fresh.damaged == 1
         else:
-            pd.testing.assert_frame_equal(got, run)
+            pd.testing.assert_frame_equal(back.frame(), want)
 
 
-def test_a_run_that_would_not_read_back_as_itself_is_not_stored(tmp_path: Path) -> None:
+def _rewrite(path: Path, change: Any) -> None:
+    """The run file at ``path`` with ``change(arrays)`` applied and its checksums made anew."""
+    import base64
+    import json
+    import zlib
+
+    import pyarrow as pa
+
+    table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+    meta = json.loads(table.schema.metadata[b"kolm_search"])
+    arrays = {n: table.column(n).to_numpy().copy() for n in table.column_names}
+    change(arrays, meta)
+    meta["crc32"] = {"counts": zlib.crc32(base64.b64decode(meta["counts"])),
+                     **{n: zlib.crc32(np.ascontiguousarray(a).data) for n, a in arrays.items()}}
+    out = pa.table(arrays).replace_schema_metadata({b"kolm_search": json.dumps(meta).encode()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, out.schema) as writer:
+        writer.write_table(out)
+    path.write_bytes(sink.getvalue().to_pybytes())
+
+
+def test_a_run_file_with_codes_out_of_range_is_damaged_and_another_version_is_replaced(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Files whose checksums hold but whose codes or counts do not fit the table or the queries."""
+    import base64
+
+    run, _, _ = _coded(ds)
     cache = RunCache(tmp_path)
-    empty = pd.DataFrame({"qid": np.zeros(0, object), "doc_id": np.zeros(0, object), "rank": np.zeros(0, np.int64),
-                          "score": np.zeros(0)})
-    tuples = pd.DataFrame({"qid": pd.Series([("a", 1)], dtype=object), "doc_id": ["d1"], "rank": [0], "score": [1.0]})
-    shifted = pd.DataFrame({"qid": ["q"], "doc_id": ["d1"], "rank": [0], "score": [1.0]}, index=[5])
-    for run in (empty, tuples, shifted):
-        assert not cache.put("stage-a", "queries-1", run)
-    assert cache.writes == 0 and not list(tmp_path.iterdir())
+    path = cache.file_for("s", "q")
+    n_q = len(run.prepared.qids)
+
+    def far_doc(a: dict[str, Any], meta: dict[str, Any]) -> None:
+        a["doc"][3] = len(run.table)
+
+    def negative_count(a: dict[str, Any], meta: dict[str, Any]) -> None:
+        counts = np.frombuffer(base64.b64decode(meta["counts"]), "<i4").copy()
+        counts[:2] = counts[0] + counts[1] + 1, -1  # the same sum
+        meta["counts"] = base64.b64encode(counts.tobytes()).decode()
+
+    def fewer_counts(a: dict[str, Any], meta: dict[str, Any]) -> None:
+        meta["counts"] = base64.b64encode(base64.b64decode(meta["counts"])[4:]).decode()
+
+    def missing_entry(a: dict[str, Any], meta: dict[str, Any]) -> None:
+        counts = np.frombuffer(base64.b64decode(meta["counts"]), "<i4").copy()
+        counts[-1] += 1
+        meta["counts"] = base64.b64encode(counts.tobytes()).decode()
+
+    for change, what in ((far_doc, "'doc' holds"), (negative_count, "one is negative"),
+                         (fewer_counts, "counts are of"), (missing_entry, "add up to")):
+        assert cache.put("s", "q", run)
+        _rewrite(path, change)
+        with pytest.warns(RuntimeWarning, match=f"damaged.*{what}"):
+            assert RunCache(tmp_path).get("s", "q", run.prepared, run.table, n_q) is None
+
+    def older(a: dict[str, Any], meta: dict[str, Any]) -> None:
+        meta["version"] = 1
+
+    assert cache.put("s", "q", run)
+    _rewrite(path, older)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not read, not warned about
+        assert RunCache(tmp_path).get("s", "q", run.prepared, run.table, n_q) is None
+
+
+def test_a_run_of_several_parts_is_stored_only_when_its_flat_form_is_the_same_run(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run, _, _ = _coded(ds)
+    (group, q, doc, rank, score), = run.parts
+    half = int(np.searchsorted(q, q[len(q) // 2]))
+    split = CodedRun(run.source, run.table, [(group, q[half:], doc[half:], rank[half:], score[half:]),
+                                           (group, q[:half], doc[:half], rank[:half], score[:half])])
+    pd.testing.assert_frame_equal(split.frame(), run.frame())  # two parts, sorted into input order
+    cache = RunCache(tmp_path)
+    assert cache.put("s", "q", split)
+    back = cache.get("s", "q", run.prepared, run.table, len(run.prepared.qids))
+    assert back is not None
+    pd.testing.assert_frame_equal(back.frame(), run.frame())
+    empty = np.zeros(0, np.int64)
+    with_empty = CodedRun(run.source, run.table, [(group, q, doc, rank, score),
+                                                (group, empty, empty, empty, np.zeros(0))])
+    assert not with_empty.frame().dtypes.equals(run.frame().dtypes)  # the empty part's object columns
+    assert not cache.put("s", "q2", with_empty) and not cache.file_for("s", "q2").exists()

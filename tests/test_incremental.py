@@ -21,6 +21,7 @@ from kolm_search.contract.planners import DefaultQueryPlanner
 from kolm_search.engine.text import Tokenizer
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.retrievers.bm25 import BM25_METHODS, BM25Retriever, CollectionStats
+from kolm_search.retrievers.bm25_saved import VERSION
 from kolm_search.retrievers.composite import CompositeRetriever
 from kolm_search.retrievers.dense import DenseRetriever
 from kolm_search.retrievers.feedback import FeedbackRetriever
@@ -292,7 +293,7 @@ def test_version_1_index_is_recounted_once_then_changes(tmp_path: Path, method: 
     assert_same_bm25(old, [d for d in _docs(11) if d["id"] != "d2"], clients=True)
     old.save(tmp_path / "v2")
     again = BM25Retriever.load(tmp_path / "v2")
-    assert again.tf is not None and json.loads((tmp_path / "v2" / "manifest.json").read_text())["version"] == 5
+    assert again.tf is not None and json.loads((tmp_path / "v2" / "manifest.json").read_text())["version"] == VERSION
     again.delete(["d0"])
     assert_same_bm25(again, [d for d in _docs(11) if d["id"] not in ("d2", "d0")])
 

@@ -1,7 +1,8 @@
 """Pruning through BM25Retriever: ``pruning="auto"`` returns what ``"none"`` (the exhaustive kernel)
 returns on Cranfield for every query, BM25 variant, k, filter and weighted (feedback) query; term
 and block maxima follow merges and saves, a damaged ``term_max`` or ``block_max`` file is refused
-on load, and indexes saved before them (formats 3 and 4) load with them computed."""
+on load by full and quick loads alike, and indexes saved before them (formats 3-5) load with them
+computed."""
 
 from __future__ import annotations
 
@@ -144,8 +145,9 @@ def test_merges_keep_the_bounds_of_a_rebuild(method: str, prune_all: None, tmp_p
     same(loaded.score_texts(queries, 3, pruning="auto"), ref.score_texts(queries, 3))
 
 
+@pytest.mark.parametrize("verify", ["full", "quick"])
 @pytest.mark.parametrize("name", ["term_max", "block_max"])
-def test_damaged_maxima_are_refused(tmp_path: Path, name: str) -> None:
+def test_damaged_maxima_are_refused(tmp_path: Path, name: str, verify: str) -> None:
     BM25Retriever(_docs(30) + [{"id": f"x{i}", "content": "alpha"} for i in range(200)]).save(tmp_path / "i")
     path = file_of(tmp_path / "i", name)
     good = np.load(path)
@@ -163,25 +165,26 @@ def test_damaged_maxima_are_refused(tmp_path: Path, name: str) -> None:
         reseal(tmp_path / "i")  # the digests match: the check of what the file means must refuse it
         with pytest.raises(KolmValueError, match=rf"{path.name}: ({where[0]} records maximum|{where[1]} records|"
                                                  rf"has \d+ {unit} maxima)"):
-            BM25Retriever.load(tmp_path / "i")
+            BM25Retriever.load(tmp_path / "i", verify=verify)
     np.save(path, good)
     reseal(tmp_path / "i")
-    loaded = BM25Retriever.load(tmp_path / "i")
+    loaded = BM25Retriever.load(tmp_path / "i", verify=verify)
     assert np.array_equal(loaded.t_max if unit == "term" else loaded.b_max, good)
 
 
-@pytest.mark.parametrize("version", [3, 4])
-def test_an_index_saved_before_the_maxima_gets_them(tmp_path: Path, version: int) -> None:
+@pytest.mark.parametrize("verify", ["full", "quick"])
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_an_index_saved_before_the_maxima_gets_them(tmp_path: Path, version: int, verify: str) -> None:
     ret = BM25Retriever(_docs(30) + [{"id": f"x{i}", "content": "alpha beta"} for i in range(150)], method="bm25l")
     ret.save(tmp_path / "i")
     d = tmp_path / "i"
     body = json.loads((d / "manifest.json").read_text())
-    for name in ("term_max", "block_max")[version - 3:]:  # what format `version` did not save
+    for name in ("term_max", "block_max")[min(version - 3, 1):]:  # what format `version` did not save (4: term maxima, 6: block)
         file_of(d, name).unlink()
         del body["files"][name]
     body["version"] = version
     (d / "manifest.json").write_text(json.dumps(body))
-    old = BM25Retriever.load(d)
+    old = BM25Retriever.load(d, verify=verify)
     for name in ("t_min", "t_max", "b_max", "b_last"):
         np.testing.assert_array_equal(getattr(old, name), getattr(ret, name))
     same(old.score_texts(["alpha beta", "eta"], 5), ret.score_texts(["alpha beta", "eta"], 5, pruning="none"))

@@ -3,6 +3,7 @@ input kind and any chunk size; bad input refused by place before anything is wri
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kolm_search.errors import FrameValidationError
+from kolm_search.errors import FrameValidationError, KolmError
 from kolm_search.io.beir import load_beir
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.spill import gather_ranges
@@ -215,8 +216,32 @@ def test_a_build_that_fails_while_saving_leaves_no_index_and_no_temp_files(tmp_p
     _no_leftovers(tmp_path)
 
 
+@pytest.mark.parametrize("error, match", [
+    (MemoryError(), r"ix: the build ran out of memory \(memory_limit=4,096 bytes"),
+    (OSError(errno.ENOSPC, "No space left on device"), r"the build ran out of disk space"),
+    (OSError(errno.EIO, "Input/output error"), r"the build failed on disk: .*Input/output error"),
+])
+def test_a_build_out_of_memory_or_disk_says_which_and_leaves_the_index(tmp_path: Path, monkeypatch: Any,
+                                                                        error: BaseException, match: str) -> None:
+    from kolm_search.retrievers import stream_count
+
+    docs = [{"id": "a", "content": "apple"}, {"id": "b", "content": "banana"}]
+    BM25Retriever.build(docs, tmp_path / "ix", progress=False)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "ix").iterdir()}
+
+    def spilling(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(stream_count.SpilledPostings, "add", spilling)
+    with pytest.raises(KolmError, match=match):
+        BM25Retriever.build([*docs, {"id": "c", "content": "cherry"}], tmp_path / "ix", memory_limit=4096,
+                            progress=False)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "ix").iterdir()} == before
+    _no_leftovers(tmp_path, "ix")
+
+
 def test_progress_bars_count_documents_then_postings(tmp_path: Path, monkeypatch: Any) -> None:
-    from kolm_search.retrievers import stream_build
+    from kolm_search.retrievers import stream_build, stream_count
 
     seen: list[tuple[Any, str, str]] = []
     real = stream_build.progress_bar
@@ -226,6 +251,7 @@ def test_progress_bars_count_documents_then_postings(tmp_path: Path, monkeypatch
         return real(total, desc, unit, **kw)
 
     monkeypatch.setattr(stream_build, "progress_bar", spy)
+    monkeypatch.setattr(stream_count, "progress_bar", spy)  # the read phase
     built = BM25Retriever.build([{"id": "a", "content": "apple sea"}, {"id": "b", "content": "sea"}], tmp_path / "ix",
                                 progress=True)
     assert seen == [(None, "bm25 build: read", "doc"), (len(built.t_docs), "bm25 build: weigh", "posting")]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,9 +24,6 @@ from kolm_search.errors import KolmTypeError
 
 __all__ = ["frame_digest", "input_digest", "node_digest", "table_digest", "value_fingerprint"]
 
-_TABLES: weakref.WeakKeyDictionary[DocumentTable, str] = weakref.WeakKeyDictionary()
-
-
 def _sha(*parts: bytes) -> str:
     h = hashlib.sha256()
     for p in parts:
@@ -37,14 +33,9 @@ def _sha(*parts: bytes) -> str:
 
 
 def table_digest(table: DocumentTable) -> str:
-    """A digest of a table's ids and title and content texts (computed once per table object;
-    an incremental index rebinds a new table at every change)."""
-    found = _TABLES.get(table)
-    if found is None:
-        ids = "\x1f".join(map(str, table.ids)).encode("utf-8", "surrogatepass")
-        texts = "\x1f".join(table.texts(("title", "content"))).encode("utf-8", "surrogatepass")
-        found = _TABLES[table] = f"{len(table)}:{_sha(ids, texts)}"
-    return found
+    """A digest of a table's ids and title and content texts (:meth:`DocumentTable.digest`: made
+    once per table object; an incremental index rebinds a new table at every change)."""
+    return table.digest()
 
 
 def value_fingerprint(value: Any, *, what: str = "parameter") -> str:

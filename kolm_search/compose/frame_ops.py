@@ -121,10 +121,8 @@ def cutoff(frame: CandidateFrame, k: int) -> CandidateFrame:
 
 def _score_order(frame: CandidateFrame, score: npt.NDArray[np.float64]) -> I64:
     """The entries of a ranked ``frame`` by query, then descending ``score``, ties by rank: a
-    sort of each query's row of a (queries x longest list) matrix when it is not much larger
-    than the frame, else one ``lexsort``. The rows are sorted by the unstable (vectorised)
-    quicksort, whose order is the stable one in a row without two equal scores (checked on the
-    sorted rows); the rows with ties are sorted again by the stable sort."""
+    stable sort of each query's row of a (queries x longest list) matrix when it is not much
+    larger than the frame (:func:`_stable_rows`), else one ``lexsort``."""
     counts = np.bincount(frame.query, minlength=frame.n_queries)
     width = int(counts.max()) if len(frame) else 0
     if width == 0 or frame.n_queries * width > 2 * len(frame):
@@ -135,34 +133,42 @@ def _score_order(frame: CandidateFrame, score: npt.NDArray[np.float64]) -> I64:
     else:
         neg = np.full((frame.n_queries, width), np.inf)
         neg[frame.query, frame.rank] = -score  # scores are finite (the runner checks): +inf pads sort last
-    return _row_order(neg, counts, dense, bool(np.isfinite(score).all()))
-
-
-def _row_order(neg: npt.NDArray[np.float64], counts: npt.NDArray[np.int64], dense: bool, finite: bool) -> I64:
-    """The entries' positions in :func:`_score_order`'s row matrix ``neg`` sorted by row: by the
-    quicksort when the first 16 rows hold no ties (then the rows found tied are sorted again),
-    else by the stable sort at once (BM25's equal scores tie in most rows)."""
-    sample = neg[:16]
-    cols = None
-    if finite and not _tied(np.sort(sample, axis=1), counts[:16], dense).any():  # ties are rare: quicksort
-        cols = np.argsort(neg, axis=1)
-        tied = np.flatnonzero(_tied(np.take_along_axis(neg, cols, axis=1), counts, dense).any(axis=1))
-        if len(tied):  # those rows again by the stable sort (ties by rank, the row's column)
-            cols[tied] = np.argsort(neg[tied], axis=1, kind="stable")
-    if cols is None:
-        cols = np.argsort(neg, axis=1, kind="stable")
+    cols = _stable_rows(neg)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     if dense:
-        return (starts[:, None] + cols).ravel().astype(np.int64)
-    return (starts[:, None] + cols)[cols < counts[:, None]].astype(np.int64)
+        return (starts[:, None] + cols).ravel()
+    return (starts[:, None] + cols)[cols < counts[:, None]]
 
 
-def _tied(ordered: npt.NDArray[np.float64], counts: npt.NDArray[np.int64], dense: bool) -> npt.NDArray[np.bool_]:
-    """Where sorted rows hold a score equal to the one before it (pads, +inf, not counted)."""
-    ties = ordered[:, 1:] == ordered[:, :-1]
-    if not dense:
-        ties &= np.arange(1, ordered.shape[1]) < counts[:, None]
-    return ties
+_LOW63 = np.int64(0x7FFF_FFFF_FFFF_FFFF)
+
+
+def _stable_rows(neg: npt.NDArray[np.float64]) -> I64:
+    """``np.argsort(neg, axis=1, kind="stable")`` (int64), for a matrix without NaN by one sort of
+    packed integer keys (numpy's vectorised sort, several times faster than a stable argsort
+    of rows with many ties, as BM25's equal scores give).
+
+    Each value becomes an int64 in the same order as the float (``-0.0`` as ``0.0``); its low
+    ``b`` bits, ``2**b >= width``, are replaced by the column, so the sorted keys give the
+    columns in order of (value, column) wherever two values differ above those bits. Rows where
+    two different values share the rest (their order is then the columns') are found by
+    checking that the full keys come out non-decreasing, and sorted again by the stable argsort.
+    """
+    n_rows, width = neg.shape
+    bits = max(1, (width - 1).bit_length())
+    if bits > 24 or np.isnan(neg).any():  # too few bits of the value left to part most of them; NaN sorts last
+        return np.argsort(neg, axis=1, kind="stable")
+    raw = (neg + 0.0).view(np.int64)  # (-0.0 + 0.0 is 0.0)
+    key = raw ^ ((raw >> 63) & _LOW63)  # negative floats: the magnitude bits reversed
+    mask = np.int64((1 << bits) - 1)
+    packed = (key & ~mask) | np.arange(width, dtype=np.int64)
+    packed.sort(axis=1)
+    cols = packed & mask
+    full = np.take_along_axis(key, cols, axis=1)
+    wrong = np.flatnonzero((full[:, 1:] < full[:, :-1]).any(axis=1))
+    if len(wrong):
+        cols[wrong] = np.argsort(neg[wrong], axis=1, kind="stable")
+    return cols
 
 
 def rescored(frame: CandidateFrame, score: npt.ArrayLike) -> CandidateFrame:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,8 @@ from kolm_search.engine.runs import RUN_COLUMNS
 from kolm_search.errors import KolmTypeError
 from kolm_search.types import SearchPipelineContext
 
-__all__ = ["PreparedQueries", "prepare_queries", "queries_digest", "run_prepared", "run_queries"]
+__all__ = ["CodedRun", "PreparedQueries", "prepare_queries", "queries_digest", "run_coded", "run_prepared",
+           "run_queries"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,9 @@ class PreparedQueries:
     qids: list[Any]
     groups: list[tuple[np.ndarray, list[SearchPipelineContext], np.ndarray, np.ndarray]]
     qid_column: Any = field(default=None, compare=False)  # the qids as the column a DataFrame would make
-    last_qids: dict[int, tuple[np.ndarray, Any]] = field(default_factory=dict, compare=False, repr=False)
+    last_qids: dict[int | None, tuple[np.ndarray, Any]] = field(default_factory=dict, compare=False, repr=False)
+    last_rows: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, compare=False, repr=False)
+    last_ranks: dict[int | None, tuple[np.ndarray, pd.Series]] = field(default_factory=dict, compare=False, repr=False)
     batches: dict[tuple[int, int], QueryBatch] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -45,18 +48,6 @@ class PreparedQueries:
         for i, qid in enumerate(self.qids):  # element-wise: tuple qids stay tuples
             qid_arr[i] = qid
         object.__setattr__(self, "qid_column", pd.Series(qid_arr, dtype=None).array)
-
-
-_ID_COLUMNS: weakref.WeakKeyDictionary[DocumentTable, Any] = weakref.WeakKeyDictionary()
-
-
-def _id_column(table: DocumentTable) -> Any:
-    """The table's ids as the array a DataFrame column of them would hold (made once per
-    table; taking rows from it is an arrow ``take``, not a conversion of Python strings)."""
-    found = _ID_COLUMNS.get(table)
-    if found is None:
-        found = _ID_COLUMNS[table] = pd.Series(table.ids).array
-    return found
 
 
 def prepare_queries(queries: Any, *, limit: int | None = None, offset: int = 0, mode: str | None = None,
@@ -76,36 +67,86 @@ def prepare_queries(queries: Any, *, limit: int | None = None, offset: int = 0, 
     return PreparedQueries(list(reqs.qids), groups)
 
 
-def run_prepared(stage: Any, prepared: PreparedQueries) -> pd.DataFrame:
-    """The run of ``prepared`` through a retrieving ``stage``: each query's page, ``rank``
-    counted over the full ranking, in input order."""
+@dataclass(frozen=True, eq=False)
+class CodedRun:
+    """A stage's run over prepared queries before its ids are looked up: per group of
+    :attr:`PreparedQueries.groups`, the entries kept (``q``: rows of the queries, int64;
+    ``doc``: document codes of ``ids``; ``rank``; ``score``), in rank order per query.
+
+    :meth:`frame` makes the run DataFrame ``qid, doc_id, rank, score`` (what :func:`run_prepared`
+    returns); an :class:`~kolm_search.evaluation.Experiment` keeps runs in this form and makes the
+    DataFrame of a run when it is asked for. A part's group is ``None`` when it is the whole run in
+    input order (a run read back from :class:`~kolm_search.compose.run_cache.RunCache`).
+    ``source`` is the prepared queries, or what makes them when the DataFrame is made (a run
+    read back needs no planned queries until then).
+    """
+
+    source: PreparedQueries | Callable[[], PreparedQueries]
+    table: DocumentTable  # the documents the codes are rows of (their ids: ``table.ids_of``)
+    parts: list[tuple[int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+
+    @property
+    def prepared(self) -> PreparedQueries:
+        """The prepared queries whose rows the entries' ``q`` are."""
+        return self.source if isinstance(self.source, PreparedQueries) else self.source()
+
+    @property
+    def n_docs(self) -> int:
+        """Rows of the document table the codes refer to."""
+        return len(self.table)
+
+    def flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(q, doc, rank, score)`` of every entry in the run DataFrame's order (score float64)."""
+        if len(self.parts) == 1:
+            _, q, doc, rank, score = self.parts[0]
+            return q, doc, rank, np.asarray(score, np.float64)
+        q, doc, rank, score = (np.concatenate([p[i] for p in self.parts]) for i in range(1, 5))
+        order = np.lexsort((rank, q))  # stable: as the DataFrame's sort by (query row, rank)
+        return q[order], doc[order], rank[order], np.asarray(score[order], np.float64)
+
+    def frame(self) -> pd.DataFrame:
+        """The run DataFrame ``qid, doc_id, rank, score``: each query's page, ``rank`` counted
+        over the full ranking, in input order."""
+        frames: list[pd.DataFrame] = []
+        for group, q, doc, rank, score in self.parts:
+            cols = {"qid": _qid_column(self.prepared, group, q).copy(),  # the column is reused (a wrapper's copy)
+                    "doc_id": self.table.ids_of(doc) if len(q) else np.zeros(0, object),
+                    "rank": _rank_column(self.prepared, group, rank), "score": score.astype(np.float64)}
+            if len(self.parts) > 1:
+                cols["_order"] = q
+            frames.append(pd.DataFrame(cols, copy=False))  # every column is this run's own: not copied again
+        if not frames:
+            return pd.DataFrame({c: pd.Series(dtype=object if c in ("qid", "doc_id") else float) for c in RUN_COLUMNS})
+        if len(frames) == 1:
+            return frames[0]
+        run = pd.concat(frames, ignore_index=True).sort_values(["_order", "rank"], kind="stable")
+        return run.drop(columns="_order").reset_index(drop=True)
+
+
+def run_coded(stage: Any, prepared: PreparedQueries) -> CodedRun:
+    """The run of ``prepared`` through a retrieving ``stage``, ids not yet looked up
+    (:meth:`CodedRun.frame` makes the DataFrame)."""
     from kolm_search.compose.runner import stage_name
 
     if not stage.is_source:
         raise KolmTypeError(f"{stage_name(stage)} re-ranks: a stage called on queries must retrieve "
                             "(put a retrieving stage first, e.g. bm25 >> reranker)")
     table = stage.table
-    ids = _id_column(table)
-    parts: list[pd.DataFrame] = []
+    parts: list[tuple[int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     for group, (rows, _, first, target) in enumerate(prepared.groups):
         frame = stage.retrieve_batch(_batch(prepared, group, max(1, min(int(target.max()), len(table)))))
         query, doc, rank, score = frame.query, frame.doc, frame.rank, frame.score
         if len(frame) and (int(first.max()) > 0 or int(rank.max()) >= int(target.min())):  # else every entry is kept
             keep = (rank >= first[query]) & (rank < target[query])
             query, doc, rank, score = query[keep], doc[keep], rank[keep], score[keep]
-        q = rows[query]
-        cols = {"qid": _qid_column(prepared, group, q).copy(),  # the column is reused (the copy of a wrapper)
-                "doc_id": ids.take(doc) if len(q) else np.zeros(0, object),
-                "rank": rank.astype(np.int64), "score": score.astype(np.float64)}
-        if len(prepared.groups) > 1:
-            cols["_order"] = q
-        parts.append(pd.DataFrame(cols, copy=False))  # every column is this run's own: not copied again
-    if not parts:
-        return pd.DataFrame({c: pd.Series(dtype=object if c in ("qid", "doc_id") else float) for c in RUN_COLUMNS})
-    if len(parts) == 1:
-        return parts[0]
-    run = pd.concat(parts, ignore_index=True).sort_values(["_order", "rank"], kind="stable")
-    return run.drop(columns="_order").reset_index(drop=True)
+        parts.append((group, _query_rows(prepared, group, rows, query), doc, rank, score))
+    return CodedRun(prepared, table, parts)
+
+
+def run_prepared(stage: Any, prepared: PreparedQueries) -> pd.DataFrame:
+    """The run of ``prepared`` through a retrieving ``stage``: each query's page, ``rank``
+    counted over the full ranking, in input order (:meth:`CodedRun.frame` of :func:`run_coded`)."""
+    return run_coded(stage, prepared).frame()
 
 
 def queries_digest(queries: Any, **options: Any) -> str | None:
@@ -179,13 +220,36 @@ def _batch(prepared: PreparedQueries, group: int, limit: int) -> QueryBatch:
     return found
 
 
-def _qid_column(prepared: PreparedQueries, group: int, q: np.ndarray) -> Any:
+def _query_rows(prepared: PreparedQueries, group: int, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """``rows[query]``, the rows of the queries of a group's entries; the last array of the
+    group reused when ``query`` is the same (the rerankers of one first stage keep its queries)."""
+    last = prepared.last_rows.get(group)
+    if last is not None and (last[0] is query or np.array_equal(last[0], query)):
+        return last[1]
+    q = rows[query]
+    prepared.last_rows[group] = (query, q)
+    return q
+
+
+def _rank_column(prepared: PreparedQueries, group: int | None, rank: np.ndarray) -> pd.Series:
+    """``rank`` as an int64 Series, the last one of the group reused when ``rank`` is the same
+    (the rerankers of one first stage keep its ranks): DataFrames that share it copy it when one
+    of them is written to (pandas' copy-on-write)."""
+    last = prepared.last_ranks.get(group)
+    if last is not None and (last[0] is rank or np.array_equal(last[0], rank)):
+        return last[1]
+    column = pd.Series(rank.astype(np.int64), copy=False)
+    prepared.last_ranks[group] = (rank, column)
+    return column
+
+
+def _qid_column(prepared: PreparedQueries, group: int | None, q: np.ndarray) -> Any:
     """The qids of batch rows ``q`` as a column, the last one of the group reused when ``q`` is
     the same (the rerankers of one first stage keep its number of candidates per query)."""
     if not len(q):
         return np.zeros(0, object)
     last = prepared.last_qids.get(group)
-    if last is not None and np.array_equal(last[0], q):
+    if last is not None and (last[0] is q or np.array_equal(last[0], q)):
         return last[1]
     column = prepared.qid_column.take(q)
     prepared.last_qids[group] = (q, column)

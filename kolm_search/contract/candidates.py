@@ -47,7 +47,7 @@ class Candidates:
     def ids_scores(self) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.float64]]:
         """Document ids (object) and scores (float64, NaN where a document has none)."""
         if self._docs is None:
-            return self.table.ids[self.codes], np.asarray(self.scores, dtype=np.float64)
+            return np.asarray(self.table.ids_of(self.codes), dtype=object), np.asarray(self.scores, dtype=np.float64)
         ids = np.array([d.id for d in self._docs], dtype=object)
         return ids, np.array([np.nan if d.score is None else d.score for d in self._docs], dtype=np.float64)
 

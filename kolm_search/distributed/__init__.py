@@ -9,12 +9,16 @@
   resumed from any client).
 - :class:`ShardedBM25` and :class:`ShardedDense`: a corpus split into shards living on workers;
   each shard returns its top-k per query and an exact merge gives the global top-k (BM25 shards
-  score with collection-wide statistics, so scores equal the unsharded index's).
+  score with collection-wide statistics, so scores equal the unsharded index's). Built from a
+  corpus in memory (the constructors), or by the workers from the corpus files
+  (``ShardedBM25.build``, ``ShardedDense.build``: :mod:`.shard_build`, each shard reading its
+  part), saved as a folder whose manifest names every shard, and loaded again (``load``).
 """
 
 from kolm_search.distributed.query_parallel import DistributedError, evaluate, search_batch, ship
 from kolm_search.distributed.rerank import rerank_run
-from kolm_search.distributed.sharded import ShardedBM25, ShardedDense, merge_topk
+from kolm_search.distributed.shard_merge import merge_topk
+from kolm_search.distributed.sharded import ShardedBM25, ShardedDense
 
 __all__ = [
     "DistributedError",

@@ -27,14 +27,14 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from kolm_search.engine.doc_fields import DOCUMENT_FIELDS, arrow_digest, decoded, joined_texts, make_documents
 from kolm_search.engine.filters import FieldColumn, compile_filter, date_text, parse_filter, select_filter
 from kolm_search.engine.selection import Selection, Selections
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.types import SearchDocument
 
-__all__ = ["DOCUMENT_FIELDS", "DocumentTable", "IndexesDocuments"]
+__all__ = ["DOCUMENT_FIELDS", "DocumentTable", "IndexesDocuments", "checked_codes"]
 
-DOCUMENT_FIELDS = ("id", "content", "title", "source", "tags", "metadata")
 
 
 def _as_list(value: Any) -> list[Any] | None:
@@ -81,12 +81,32 @@ class DocumentTable:
         if badc.any():
             row = int(np.flatnonzero(badc.to_numpy())[0])
             raise KolmValueError(f"document content must be str; document {ids.iloc[row]!r} has {content.iloc[row]!r}")
-        self.frame: pd.DataFrame = frame[list(DOCUMENT_FIELDS)]
-        self.ids: npt.NDArray[np.object_] = ids.to_numpy(dtype=object)
-        self._index = pd.Index(self.ids)
+        self._frame: pd.DataFrame = frame[list(DOCUMENT_FIELDS)]
+        self._ids: npt.NDArray[np.object_] = ids.to_numpy(dtype=object)
+        self._start()
+
+    def _start(self) -> None:
+        """The caches every table starts with (empty)."""
+        self._index: pd.Index | None = None  # ids -> codes, made on the first lookup
+        self._id_array: Any = None  # the ids as a run's doc_id column holds them
+        self._digest: str | None = None
         self._columns: dict[str, FieldColumn] = {}
         #: the last batch's filter trees and selections (see retrievers._batching.filter_selections)
         self.last_selections: tuple[Any, Selections] | None = None
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """The whole table as a pandas DataFrame (columns :data:`DOCUMENT_FIELDS`, object dtype).
+
+        A memory-mapped table (:class:`~kolm_search.engine.mapped_table.MappedDocumentTable`)
+        makes it on first use: every document as Python objects."""
+        return self._frame
+
+    @property
+    def ids(self) -> npt.NDArray[np.object_]:
+        """Every document id, object (n_docs,); row ``i`` is the id of code ``i``. Prefer
+        :meth:`ids_of` for some codes (a memory-mapped table makes this array on first use)."""
+        return self._ids
 
     # -- constructors ------------------------------------------------------------------
     @classmethod
@@ -156,32 +176,36 @@ class DocumentTable:
 
     def codes(self, ids: Sequence[str] | npt.ArrayLike, *, missing: str = "raise") -> npt.NDArray[np.int64]:
         """Codes of ``ids``; unknown ids raise (``missing="raise"``) or map to -1 (``"ignore"``)."""
-        codes = self._index.get_indexer(pd.Index(ids)).astype(np.int64)
-        if missing == "raise" and (codes < 0).any():
-            unknown = np.asarray(ids, dtype=object)[codes < 0]
-            raise KolmValueError(f"{int((codes < 0).sum())} unknown document id(s), e.g. {unknown[0]!r}")
-        return codes
+        return checked_codes(self._lookup(ids), ids, missing)
+
+    def _lookup(self, ids: Sequence[str] | npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """Codes of ``ids``, -1 where unknown."""
+        if self._index is None:
+            self._index = pd.Index(self.ids)
+        return self._index.get_indexer(pd.Index(ids)).astype(np.int64)
+
+    def ids_of(self, codes: npt.ArrayLike) -> Any:
+        """The ids of ``codes`` (int (m,)) as a DataFrame column of them holds them (pandas'
+        string array): what a run's ``doc_id`` column is made of."""
+        if self._id_array is None:
+            self._id_array = pd.Series(self.ids).array
+        return self._id_array.take(np.asarray(codes, dtype=np.int64))
 
     def texts(self, fields: Sequence[str] = ("title", "content")) -> list[str]:
-        """One string per document: the given fields joined by a space (missing skipped)."""
-        cols = [[v if isinstance(v, str) and v else None for v in self.frame[f].tolist()] for f in fields]
-        cols = [c for c in cols if any(v is not None for v in c)]  # fields with some text
-        if len(cols) < 2:  # one field (or none): no joining
-            return [str(v) if v is not None else "" for v in cols[0]] if cols else [""] * len(self)
-        return [" ".join([str(v) for v in vals if v is not None]) for vals in zip(*cols, strict=True)]
+        """One string per document: the given fields joined by a space (missing and empty skipped)."""
+        return joined_texts([self.frame[f].tolist() for f in fields], len(self))
+
+    def digest(self) -> str:
+        """A digest of every field of every document (as :meth:`to_arrow` writes them), the same
+        for equal tables however they are stored; made once (tables are immutable)."""
+        if self._digest is None:
+            self._digest = arrow_digest([self.to_arrow().columns])
+        return self._digest
 
     def documents(self, codes: npt.ArrayLike, scores: npt.ArrayLike | None = None) -> list[SearchDocument]:
         """``SearchDocument``s for ``codes`` (the edge conversion), carrying ``scores``."""
         codes = np.asarray(codes, dtype=np.int64)
-        sub = self.frame.iloc[codes]
-        sc = [None] * len(codes) if scores is None else np.asarray(scores, dtype=np.float64).tolist()
-        out = []
-        for (i, c, t, s, tg, m), score in zip(sub.itertuples(index=False, name=None), sc, strict=True):
-            out.append(SearchDocument(
-                id=i, content=c, title=t if isinstance(t, str) else None, source=s if isinstance(s, str) else None,
-                tags=None if tg is None else list(tg), metadata=None if m is None else dict(m), score=score,
-            ))
-        return out
+        return make_documents(self.frame.iloc[codes].itertuples(index=False, name=None), scores, len(codes))
 
     # -- new tables (incremental indexes) -----------------------------------------------
     @classmethod
@@ -191,8 +215,9 @@ class DocumentTable:
         if not index.is_unique:
             raise KolmValueError(f"duplicate document id {index[index.duplicated()][0]!r} (ids must be unique)")
         self = cls.__new__(cls)
-        self.frame = frame.reset_index(drop=True)
-        self.ids, self._index, self._columns, self.last_selections = ids, index, {}, None
+        self._frame, self._ids = frame.reset_index(drop=True), ids
+        self._start()
+        self._index = index
         return self
 
     def take(self, rows: npt.ArrayLike) -> DocumentTable:
@@ -218,9 +243,9 @@ class DocumentTable:
         Raises ``KolmValueError`` when no document has the field.
         """
         if name in DOCUMENT_FIELDS and name != "metadata":
-            return self.frame[name].tolist()
+            return self._column_values(name)
         key = name[len("metadata."):] if name.startswith("metadata.") else name
-        metas = self.frame["metadata"].tolist()
+        metas = self._column_values("metadata")
         if "." in key and not any(isinstance(m, Mapping) and key in m for m in metas):
             path = key.split(".")  # a path into nested dicts ("author.name"), when no key is spelt so
             values = [_nested(m, path) for m in metas]
@@ -230,6 +255,10 @@ class DocumentTable:
             fields = sorted(set(DOCUMENT_FIELDS) - {"metadata"} | {k for m in metas if isinstance(m, Mapping) for k in m})
             raise KolmValueError(f"unknown filter field {name!r}; known fields: {fields[:20]}")
         return [m.get(key) if isinstance(m, Mapping) else None for m in metas]
+
+    def _column_values(self, field: str) -> list[Any]:
+        """Every document's value of the field ``field`` (one of :data:`DOCUMENT_FIELDS`)."""
+        return self.frame[field].tolist()
 
     def field_column(self, name: str) -> FieldColumn:
         """The elements of field ``name`` laid out for filtering (built once, then cached)."""
@@ -294,17 +323,21 @@ class DocumentTable:
         missing = [c for c in DOCUMENT_FIELDS if c not in df.columns]
         if missing:
             raise KolmValueError(f"document table {str(path)!r} lacks columns {missing}")
-        out = pd.DataFrame({c: pd.Series([v if isinstance(v, str) else None for v in df[c]], dtype=object)
-                            for c in DOCUMENT_FIELDS})
-        for col in ("tags", "metadata"):
-            out[col] = pd.Series([None if v is None else json.loads(v) for v in out[col]], dtype=object)
-        return cls(out)
+        return cls(pd.DataFrame({c: pd.Series(decoded(c, df[c].tolist()), dtype=object) for c in DOCUMENT_FIELDS}))
 
     def __repr__(self) -> str:
         return f"DocumentTable({len(self)} documents)"
 
 
 _ABSENT = object()
+
+
+def checked_codes(codes: npt.NDArray[np.int64], ids: Any, missing: str) -> npt.NDArray[np.int64]:
+    """``codes`` (-1 where unknown) of ``ids``; an unknown id raises with ``missing="raise"``."""
+    if missing == "raise" and (codes < 0).any():
+        unknown = np.asarray(ids, dtype=object)[codes < 0]
+        raise KolmValueError(f"{int((codes < 0).sum())} unknown document id(s), e.g. {unknown[0]!r}")
+    return codes
 
 
 def _nested(value: Any, path: list[str]) -> Any:

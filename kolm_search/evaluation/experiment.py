@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from kolm_search.compose.cache import StageCache
-from kolm_search.compose.queries import PreparedQueries, prepare_queries, queries_digest, run_prepared
+from kolm_search.compose.queries import (
+    CodedRun,
+    PreparedQueries,
+    prepare_queries,
+    queries_digest,
+    run_coded,
+)
 from kolm_search.compose.run_cache import RunCache
 from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
@@ -22,7 +28,70 @@ from kolm_search.evaluation.runner import run_queries
 from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
 from kolm_search.evaluation.stats import Correction, Interval, Test
 
-__all__ = ["Experiment"]
+__all__ = ["Experiment", "Runs"]
+
+
+class Runs(MutableMapping[str, pd.DataFrame]):
+    """An experiment's runs by pipeline name, in the order they were set: a mapping of run
+    DataFrames whose stage pipelines' DataFrames are made when first asked for (from the
+    :class:`~kolm_search.compose.queries.CodedRun` the pipeline returned or the run cache read,
+    then kept), so that running an experiment looks no document id up until a run is used.
+    Setting a name stores a DataFrame."""
+
+    def __init__(self) -> None:
+        self._frames: dict[str, pd.DataFrame] = {}
+        self._coded: dict[str, tuple[CodedRun, Callable[[pd.DataFrame], pd.DataFrame] | None]] = {}
+        self._order: dict[str, None] = {}
+
+    def set_coded(self, name: str, run: CodedRun, then: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> None:
+        """Keep ``run`` under ``name``; its DataFrame (``then`` of :meth:`CodedRun.frame`) is made when asked for."""
+        self._frames.pop(name, None)
+        self._coded[name] = (run, then)
+        self._order[name] = None
+
+    def coded(self, name: str) -> CodedRun | None:
+        """The coded run kept under ``name`` whose DataFrame is ``run.frame()`` as is, else None."""
+        found = self._coded.get(name)
+        return found[0] if found is not None and found[1] is None else None
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        found = self._frames.get(name)
+        if found is not None:
+            return found
+        run, then = self._coded[name]  # KeyError for a name never set
+        frame = run.frame()
+        frame = frame if then is None else then(frame)
+        self._frames[name] = frame
+        del self._coded[name]
+        return frame
+
+    def __setitem__(self, name: str, run: pd.DataFrame) -> None:
+        self._coded.pop(name, None)
+        self._frames[name] = run
+        self._order[name] = None
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self._order:
+            raise KeyError(name)
+        self._frames.pop(name, None)
+        self._coded.pop(name, None)
+        del self._order[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._order))
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._order
+
+    def __repr__(self) -> str:
+        return f"Runs({list(self._order)})"
+
+
+def _self_hits_dropper(limit: int) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    return lambda frame: drop_self_hits(frame, limit)[0]
 
 
 class Experiment:
@@ -38,7 +107,9 @@ class Experiment:
     under ``cache_dir/runs``, keyed by the pipeline's fingerprint and a digest of the queries
     and the limit), so a pipeline that did not change is read back whole, without walking its
     stages. ``shared`` (a :class:`~kolm_search.compose.RunState`) counts what was computed and
-    reused (a run read whole counts once under the pipeline's fingerprint).
+    reused (a run read whole counts once under the pipeline's fingerprint). ``runs`` (a
+    :class:`Runs`) holds each pipeline's run DataFrame; a stage pipeline's is kept as codes
+    (and so stored in the run cache) and made when it is first asked for.
 
     Parameters
     ----------
@@ -96,9 +167,10 @@ class Experiment:
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self.progress = progress
         self.drop_self_hits = wants_self_hits_dropped(as_qrels(dataset), drop_self_hits)
-        self.runs: dict[str, pd.DataFrame] = {}
+        self.runs: MutableMapping[str, pd.DataFrame] = Runs()
         self.score_cache = score_cache
         self._prepared: tuple[Any, PreparedQueries] | None = None
+        self._qids: tuple[Any, PreparedQueries] | None = None
         self._digest: tuple[Any, str | None] | None = None
         self.shared = RunState(cache=None if self.cache_dir is None else StageCache(self.cache_dir / "stages"))
         self.run_cache = None if self.cache_dir is None else RunCache(self.cache_dir / "runs")
@@ -110,14 +182,20 @@ class Experiment:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{getattr(self.dataset, 'name', 'dataset')}__{name}__k{self.limit}{tail}")
         return self.cache_dir / f"{safe}.parquet"
 
-    def run_pipelines(self) -> dict[str, pd.DataFrame]:
-        """Search every pipeline over the judged queries (cached runs are reused)."""
+    def run_pipelines(self) -> MutableMapping[str, pd.DataFrame]:
+        """Search every pipeline over the judged queries (cached runs are reused). Returns
+        :attr:`runs` (a :class:`Runs`: a stage pipeline's DataFrame is made when first asked for)."""
         queries = self.dataset.judged_queries()
         for name, client in self.pipelines.items():
             if name in self.runs:
                 continue
             if isinstance(client, Stage):
-                self.runs[name] = self._run_stage(client, queries)
+                run = self._run_stage(client, queries)
+                then = _self_hits_dropper(self.limit) if self.drop_self_hits else None
+                if isinstance(self.runs, Runs):
+                    self.runs.set_coded(name, run, then)
+                else:  # a mapping the caller set
+                    self.runs[name] = run.frame() if then is None else then(run.frame())
                 continue
             path = self._cache_path(name)
             if path is not None and path.exists():
@@ -135,23 +213,37 @@ class Experiment:
             self.runs[name] = run
         return self.runs
 
-    def _run_stage(self, stage: Stage, queries: pd.DataFrame) -> pd.DataFrame:
-        """A stage's run: read whole from the run cache, else computed with prefixes shared with
-        the experiment's other stages (and cached); the queries are checked and planned once for
-        all of them."""
+    def _qids_of(self, queries: pd.DataFrame) -> PreparedQueries:
+        """What a run read from the run cache needs of the queries to make its DataFrame: their
+        qids (the prepared queries when they were made, else the qids alone, unplanned: the run
+        cache keys a run by a digest of a queries DataFrame, whose qids ``prepare_queries``
+        takes as they are)."""
+        if self._prepared is not None and self._prepared[0] is queries:
+            return self._prepared[1]
+        if self._qids is None or self._qids[0] is not queries:
+            self._qids = (queries, PreparedQueries(list(queries["qid"]), []))
+        return self._qids[1]
+
+    def _prepare(self, queries: pd.DataFrame) -> PreparedQueries:
+        """The judged queries checked and planned once for every stage pipeline."""
+        if self._prepared is None or self._prepared[0] is not queries:
+            limit = self.limit + 1 if self.drop_self_hits else self.limit
+            self._prepared = (queries, prepare_queries(queries, limit=limit))
+        return self._prepared[1]
+
+    def _run_stage(self, stage: Stage, queries: pd.DataFrame) -> CodedRun:
+        """A stage's run (before self-hits are dropped), its ids not looked up: read whole from
+        the run cache, else computed with prefixes shared with the experiment's other stages
+        (and cached); the queries are checked and planned once for all of them."""
         key = self._run_key(stage, queries)
         if key is not None and self.run_cache is not None:
-            found = self.run_cache.get(*key)
+            found = self.run_cache.get(*key, lambda: self._qids_of(queries), stage.table,  # type: ignore[attr-defined]
+                                       len(queries))
             if found is not None:
                 self.shared.reused[key[0]] += 1
                 return found
-        limit = self.limit + 1 if self.drop_self_hits else self.limit
-        if self._prepared is None or self._prepared[0] is not queries:
-            self._prepared = (queries, prepare_queries(queries, limit=limit))
         with sharing(self.shared):
-            run = run_prepared(stage, self._prepared[1])
-        if self.drop_self_hits:
-            run = drop_self_hits(run, self.limit)[0]
+            run = run_coded(stage, self._prepare(queries))
         if key is not None and self.run_cache is not None:
             self.run_cache.put(*key, run)
         return run

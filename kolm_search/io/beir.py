@@ -68,13 +68,14 @@ class Dataset:
 
 def _judged(qids: pd.Series, judged: pd.Series) -> np.ndarray:
     """A bool mask of ``qids`` found in ``judged``: one Arrow ``is_in`` when both columns are
-    Arrow arrays of one type (strings or integers, no nulls), else a set lookup per query
+    Arrow arrays of one type (strings or integers, no nulls; categoricals by their values), else a set lookup per query
     (pandas' ``isin`` of arrow strings boxes every value)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     try:
         left, right = pa.array(qids, from_pandas=True), pa.array(judged, from_pandas=True)
+        left, right = (a.dictionary_decode() if pa.types.is_dictionary(a.type) else a for a in (left, right))
     except (pa.ArrowException, TypeError, ValueError):
         left = right = None
     if left is not None and right is not None and left.type == right.type and not left.null_count \
@@ -137,11 +138,12 @@ def _text_and_title(path: Path, lineno: int, obj: dict[str, Any]) -> tuple[str, 
     return text, title
 
 
-def _jsonl(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` of every non-blank line; ``_id`` checked, and ``fields`` that
+def _jsonl(path: Path, fields: tuple[str, ...], **span: Any) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of every non-blank line (of a part of the file: ``span`` as
+    :func:`~kolm_search.io._text.text_lines` takes it); ``_id`` checked, and ``fields`` that
     hold strings checked to be Unicode text (JSON's ``\\ud800`` escapes can write a lone
     surrogate, which no UTF-8 consumer can take)."""
-    for lineno, line in text_lines(path):
+    for lineno, line in text_lines(path, **span):
         if not line.strip():
             continue
         try:

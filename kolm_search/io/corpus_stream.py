@@ -16,6 +16,7 @@ a BEIR folder                      its ``corpus.jsonl[.gz]`` (or ``corpus.parque
                                    ``id``, ``content`` and any columns a DataFrame may have;
                                    read in record batches of each row group (pyarrow.dataset)
 ``*.tsv``, ``*.tsv.gz``            ``id<TAB>text`` per line (MS MARCO's ``collection.tsv``)
+a list of paths                    each as above, one after another
 a DataFrame, or an iterable of     as :meth:`DocumentTable.from_frame` takes them
 DataFrames
 an iterable of dicts or            as :meth:`DocumentTable.from_documents` takes them
@@ -29,7 +30,8 @@ TSV), the file, row group and row (parquet) or the document's position (iterable
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,7 +84,7 @@ def corpus_chunks(source: Any, *, chunk_size: int | None = None,
 
     Parameters
     ----------
-    source : str, Path, DataFrame or iterable
+    source : str, Path, list of paths, DataFrame or iterable
     chunk_size : int, optional
         Most documents per chunk.
     chunk_chars : int, optional
@@ -99,6 +101,9 @@ def corpus_chunks(source: Any, *, chunk_size: int | None = None,
     chars = positive_int("chunk_chars", chunk_chars, none=True) or _CHUNK_CHARS
     if isinstance(source, (str, Path)):
         yield from _path_chunks(Path(source).expanduser(), size, chars)
+    elif is_path_list(source):
+        for item in source:
+            yield from _path_chunks(Path(item).expanduser(), size, chars)
     elif isinstance(source, pd.DataFrame):
         yield from _frame_chunks([source], size)
     elif isinstance(source, (bytes, DocumentTable)) or not isinstance(source, Iterable):
@@ -108,23 +113,35 @@ def corpus_chunks(source: Any, *, chunk_size: int | None = None,
         yield from _iterable_chunks(iter(source), size, chars)
 
 
-def _path_chunks(path: Path, size: int | None, chars: int) -> Iterator[CorpusChunk]:
+def is_path_list(source: Any) -> bool:
+    """A list or tuple of paths (files or folders read one after another)."""
+    return isinstance(source, (list, tuple)) and bool(source) and all(isinstance(s, (str, Path)) for s in source)
+
+
+def corpus_file(path: Path) -> tuple[Path, str]:
+    """The file a corpus path names (a BEIR folder's corpus file, a parquet folder itself) and
+    its kind: ``"jsonl"``, ``"tsv"`` or ``"parquet"``."""
     if path.is_dir():
         if any(path.glob("*.parquet")) and not any(path.glob("corpus.*")):
-            yield from _parquet_chunks(path, size, chars)
-            return
+            return path, "parquet"
         path = _find(path, "corpus.jsonl")
     if not path.is_file():
         raise KolmValueError(f"corpus {str(path)!r} does not exist")
     name = path.name.removesuffix(".gz")
-    if name.endswith(".jsonl"):
-        yield from _jsonl_chunks(path, size, chars)
-    elif name.endswith(".parquet"):
+    for kind in ("jsonl", "parquet", "tsv"):
+        if name.endswith(f".{kind}"):
+            return path, kind
+    raise KolmValueError(f"{path}: a corpus file is .jsonl[.gz], .parquet or .tsv[.gz]")
+
+
+def _path_chunks(path: Path, size: int | None, chars: int) -> Iterator[CorpusChunk]:
+    path, kind = corpus_file(path)
+    if kind == "jsonl":
+        yield from jsonl_chunks(path, size, chars)
+    elif kind == "parquet":
         yield from _parquet_chunks(path, size, chars)
-    elif name.endswith(".tsv"):
-        yield from _tsv_chunks(path, size, chars)
     else:
-        raise KolmValueError(f"{path}: a corpus file is .jsonl[.gz], .parquet or .tsv[.gz]")
+        yield from tsv_chunks(path, size, chars)
 
 
 def _table(frame: pd.DataFrame, where: str, unit: str, numbers: npt.NDArray[np.int64], *,
@@ -177,10 +194,11 @@ class _Rows:
         return out
 
 
-def _jsonl_chunks(path: Path, size: int | None, chars: int) -> Iterator[CorpusChunk]:
-    """BEIR records, read as :func:`~kolm_search.io.load_beir` reads them."""
+def jsonl_chunks(path: Path, size: int | None, chars: int, **span: Any) -> Iterator[CorpusChunk]:
+    """BEIR records, read as :func:`~kolm_search.io.load_beir` reads them (of a part of the
+    file: ``span`` as :func:`~kolm_search.io._text.text_lines` takes it)."""
     rows = _Rows(size, chars)
-    for lineno, obj in _jsonl(path, ("text", "title")):
+    for lineno, obj in _jsonl(path, ("text", "title"), **span):
         text, title = _text_and_title(path, lineno, obj)
         meta = obj.get("metadata")
         if rows.add(lineno, str(obj["_id"]), text, title or None, metadata=meta if isinstance(meta, dict) and meta else None):
@@ -189,10 +207,10 @@ def _jsonl_chunks(path: Path, size: int | None, chars: int) -> Iterator[CorpusCh
         yield rows.chunk(str(path), "line")
 
 
-def _tsv_chunks(path: Path, size: int | None, chars: int) -> Iterator[CorpusChunk]:
-    """``id<TAB>text`` lines (blank lines skipped)."""
+def tsv_chunks(path: Path, size: int | None, chars: int, **span: Any) -> Iterator[CorpusChunk]:
+    """``id<TAB>text`` lines (blank lines skipped; ``span`` as :func:`jsonl_chunks` takes it)."""
     rows = _Rows(size, chars)
-    for lineno, line in text_lines(path):
+    for lineno, line in text_lines(path, **span):
         line = line.rstrip("\r\n")
         if not line.strip():
             continue
@@ -205,8 +223,9 @@ def _tsv_chunks(path: Path, size: int | None, chars: int) -> Iterator[CorpusChun
         yield rows.chunk(str(path), "line")
 
 
-def _parquet_chunks(path: Path, size: int | None, chars: int) -> Iterator[CorpusChunk]:
-    """Record batches of each row group of each file of a parquet file or folder."""
+def parquet_layout(path: Path) -> tuple[Any, bool, list[str]]:
+    """The pyarrow dataset of a parquet file or folder, whether it has BEIR's columns, and the
+    columns a corpus reads; a file that is not parquet or lacks the columns raises naming it."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
@@ -222,23 +241,38 @@ def _parquet_chunks(path: Path, size: int | None, chars: int) -> Iterator[Corpus
         raise FrameValidationError(f"{path}: lacks column(s) {missing}; has {schema.names} "
                                    "(a corpus has _id, text[, title] or id, content, ...)")
     columns = [c for c in ("_id", "text", "title") if c in schema.names] if beir else list(schema.names)
-    batch_rows = size or _BATCH_ROWS
+    return dataset, beir, columns
+
+
+def _parquet_chunks(path: Path, size: int | None, chars: int) -> Iterator[CorpusChunk]:
+    """Record batches of each row group of each file of a parquet file or folder."""
+    dataset, beir, columns = parquet_layout(path)
     for fragment in dataset.get_fragments():
         for group in fragment.split_by_row_group():
             where = f"{fragment.path} row group {group.row_groups[0].id}"
-            start = 0
-            try:
-                for batch in group.to_batches(columns=columns, batch_size=batch_rows):
-                    frame = _checked_batch(batch, where, start, beir)
-                    n = len(frame)
-                    step = size or max(1, int(n * chars / max(1, frame["content"].str.len().sum() or 1)))
-                    for lo in range(0, n, step):
-                        part = frame.iloc[lo:lo + step]
-                        numbers = np.arange(start + lo, start + lo + len(part), dtype=np.int64)
-                        yield CorpusChunk(_table(part, where, "row", numbers), where, "row", numbers)
-                    start += n
-            except pa.ArrowException as exc:
-                raise FrameValidationError(f"{where}: cannot read it ({type(exc).__name__}: {exc})") from exc
+            yield from row_group_chunks(functools.partial(group.to_batches, columns=columns,
+                                                          batch_size=size or _BATCH_ROWS), where, beir, size, chars)
+
+
+def row_group_chunks(batches: Callable[[], Iterable[Any]], where: str, beir: bool, size: int | None,
+                     chars: int) -> Iterator[CorpusChunk]:
+    """The documents of one row group, read as ``batches()`` gives its record batches (of
+    ``size`` rows, default 65,536), in chunks; rows are numbered within the row group."""
+    import pyarrow as pa
+
+    start = 0
+    try:
+        for batch in batches():
+            frame = _checked_batch(batch, where, start, beir)
+            n = len(frame)
+            step = size or max(1, int(n * chars / max(1, frame["content"].str.len().sum() or 1)))
+            for lo in range(0, n, step):
+                part = frame.iloc[lo:lo + step]
+                numbers = np.arange(start + lo, start + lo + len(part), dtype=np.int64)
+                yield CorpusChunk(_table(part, where, "row", numbers), where, "row", numbers)
+            start += n
+    except pa.ArrowException as exc:
+        raise FrameValidationError(f"{where}: cannot read it ({type(exc).__name__}: {exc})") from exc
 
 
 def _checked_batch(batch: Any, where: str, start: int, beir: bool) -> pd.DataFrame:

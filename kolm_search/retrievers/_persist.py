@@ -7,7 +7,7 @@ arrays, JSON values, document tables, children), built and checked in memory; th
     manifest.json                      {"format", "version", "generation", "config", ...,
                                         "files": {key: {"name", "bytes", "sha256"}},
                                         "children": [{"format", ..., "files": {...}}, ...]}
-    <key>.<generation>.npy|json|parquet
+    <key>.<generation>.npy|json|arrow     (a documents file: kolm_search.engine.mapped_table)
     .kolm-save.lock                    one save at a time (filelock)
 
 The steps of a save:
@@ -48,6 +48,7 @@ import numpy as np
 import numpy.lib.format as npy_format
 
 from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.mapped_table import write_documents
 from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
 from kolm_search.retrievers._saved import FILE_NAME, KEY, read_json
 
@@ -66,7 +67,7 @@ _KEY = re.compile(KEY)
 
 @runtime_checkable
 class FileSource(Protocol):
-    """A file's bytes already on disk (an array spilled by a streaming build, a parquet table
+    """A file's bytes already on disk (an array spilled by a streaming build, a documents file
     written in chunks), copied into the index rather than held in memory."""
 
     def copy_to(self, fp: BinaryIO) -> None:
@@ -89,7 +90,8 @@ class Payload:
     blobs : dict of str -> JSON value
         Each written as its own ``.json`` file (a vocabulary).
     tables : dict of str -> DocumentTable
-        Written as parquet.
+        Written as documents files (Arrow IPC, :func:`~kolm_search.engine.mapped_table.write_documents`:
+        a loaded index maps them and reads the rows it returns).
     files : dict of str -> (str, FileSource)
         Files copied as they are: key -> (extension, source); a ``"npy"`` source must hold
         one array as :mod:`numpy.lib.format` writes it.
@@ -138,7 +140,7 @@ def _prepared(payload: Payload, prefix: str = "") -> tuple[dict[str, Any], list[
             raise KolmTypeError(f"array {prefix + name!r} has dtype {a.dtype}; indexes save plain numbers")
         files.append(_File(prefix + name, "npy", a))
     files += [_File(prefix + name, "json", _json_bytes(v, f"{prefix + name}.json")) for name, v in payload.blobs.items()]
-    files += [_File(prefix + name, "parquet", t) for name, t in payload.tables.items()]
+    files += [_File(prefix + name, "arrow", t) for name, t in payload.tables.items()]
     files += [_File(prefix + name, ext, source) for name, (ext, source) in payload.files.items()]
     for f in files:
         if not _KEY.fullmatch(f.key):
@@ -188,7 +190,7 @@ def _write(root: Path, f: _File, generation: str) -> None:
         elif f.ext == "json":
             out.write(f.value)
         else:
-            f.value.save(out)
+            write_documents(f.value, out)  # type: ignore[arg-type]
         fp.flush()
         os.fsync(fp.fileno())
     f.entry.update(name=name, bytes=out.size, sha256=out.sha.hexdigest())

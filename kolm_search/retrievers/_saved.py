@@ -16,6 +16,17 @@ than the array checks that follow; the guarantee that a load never mixes two sav
 rest on it but on the names, so a future cheaper mode may skip the digests and keep it.
 Older format versions (fixed names such as ``t_w.npy``, no file map) still load; nothing in
 them can be compared.
+
+How much a load checks is its ``verify`` (:data:`VERIFY`): ``"full"`` reads every byte (the
+digests above, every value of every array, the document table whole); ``"quick"`` checks
+what no search can do without, reading nothing it will not use: sizes and headers but no
+digests, the invariants of the arrays that kernels index with (read block by block from the
+files, :mod:`._blocks`, so the mapped pages stay on disk), term frequencies when an update
+first needs them, and each record batch of the documents file when a row of it is first
+read. ``"auto"`` (the loaders' default) is ``"full"`` for an index of at most
+:data:`AUTO_FULL_BYTES` on disk and ``"quick"`` above, as Lucene checks a segment's files in full
+on merges and only their structure on open. Names are checked in every mode, so a load
+never mixes the files of two saves.
 """
 
 from __future__ import annotations
@@ -32,18 +43,23 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import numpy.lib.format as npy_format
 
+from kolm_search._params import one_of
 from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.mapped_table import MappedDocumentTable, in_memory
 from kolm_search.errors import KolmValueError
 
-__all__ = ["EXTENSIONS", "FILE_NAME", "SavedFiles", "check_manifest", "load_array", "load_table", "open_index",
-           "read_json", "read_manifest", "retrying"]
+__all__ = ["AUTO_FULL_BYTES", "EXTENSIONS", "FILE_NAME", "SavedFiles", "VERIFY", "Verify", "check_manifest",
+           "load_array", "load_table", "open_index", "read_json", "read_manifest", "retrying"]
 
 Kind = Literal["int", "float"]
+Verify = Literal["auto", "full", "quick"]
+VERIFY = ("auto", "full", "quick")
+AUTO_FULL_BYTES = 256 << 20  # verify="auto": indexes up to this size are checked in full
 T = TypeVar("T")
 _KINDS: dict[str, str] = {"int": "iu", "float": "f"}
-EXTENSIONS = ("npy", "json", "parquet")
+EXTENSIONS = ("npy", "json", "arrow", "parquet")
 KEY = r"[0-9A-Za-z_]+(?:\.[0-9A-Za-z_]+)*"
-FILE_NAME = re.compile(rf"(?P<key>{KEY})\.(?P<gen>[0-9a-f]{{32}})\.(?P<ext>npy|json|parquet)")
+FILE_NAME = re.compile(rf"(?P<key>{KEY})\.(?P<gen>[0-9a-f]{{32}})\.(?P<ext>npy|json|arrow|parquet)")
 _GENERATION = re.compile(r"[0-9a-f]{32}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _ATTEMPTS = 3  # loads restarted when a save replaced the index while it was read
@@ -121,7 +137,7 @@ def _file_entries(where: Path, value: Any, generation: str, prefix: str) -> dict
         match = FILE_NAME.fullmatch(name) if isinstance(name, str) else None
         if match is None or match["key"] != prefix + key or match["gen"] != generation:
             raise KolmValueError(f"{where}: key {label + '.name'!r} is {name!r}, not a file of this save "
-                                 f"({prefix}{key}.{generation}.<npy|json|parquet>)")
+                                 f"({prefix}{key}.{generation}.<npy|json|arrow|parquet>)")
         if type(size) is not int or size < 0:
             raise KolmValueError(f"{where}: key {label + '.bytes'!r} must be a size in bytes, got {size!r}")
         if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
@@ -146,10 +162,13 @@ class SavedFiles:
         The manifest's key ``generation`` (None with ``entries``).
     prefix : str
         Of every key of a child (``"0."``).
+    full : bool
+        Check in full (``verify="full"``: digests, every value), else quickly (see the module).
     """
 
-    def __init__(self, root: Path, where: Path, entries: Any, generation: str | None, prefix: str = "") -> None:
-        self.root, self.where, self.generation, self.prefix = root, where, generation, prefix
+    def __init__(self, root: Path, where: Path, entries: Any, generation: str | None, prefix: str = "",
+                 full: bool = True) -> None:
+        self.root, self.where, self.generation, self.prefix, self.full = root, where, generation, prefix, full
         self.entries = None if entries is None else _file_entries(where, entries, generation or "", prefix)
         self._checked: dict[str, Path] = {}
 
@@ -172,7 +191,8 @@ class SavedFiles:
             where = Path(f"{self.where}#children[{i}]")
             if not isinstance(child, dict) or "files" not in child:
                 raise KolmValueError(f"{where}: key 'files' is missing")
-            out.append((child, SavedFiles(self.root, where, child["files"], self.generation, f"{self.prefix}{i}.")))
+            out.append((child, SavedFiles(self.root, where, child["files"], self.generation, f"{self.prefix}{i}.",
+                                          self.full)))
         return out
 
     def expect(self, required: Collection[str], optional: Collection[str] = ()) -> None:
@@ -195,7 +215,8 @@ class SavedFiles:
         return f"{key}.{ext}" if entry is None else str(entry["name"])
 
     def path(self, key: str, ext: str) -> Path:
-        """The checked file of ``key`` (size and sha256 as the manifest records them; once)."""
+        """The checked file of ``key`` (size and, checked in full, sha256 as the manifest records
+        them; once)."""
         if self.entries is None:
             return self.root / f"{key}.{ext}"
         if key in self._checked:
@@ -211,6 +232,9 @@ class SavedFiles:
         if size != entry["bytes"]:
             raise KolmValueError(f"{path}: holds {size} bytes, manifest.json records {entry['bytes']} "
                                  "(damaged or replaced after the save)")
+        if not self.full:
+            self._checked[key] = path
+            return path
         digest = hashlib.sha256()
         try:
             with path.open("rb") as fp:
@@ -230,17 +254,30 @@ class SavedFiles:
     def json(self, key: str) -> Any:
         return read_json(self.path(key, "json"))
 
-    def table(self, key: str, n_docs: int) -> DocumentTable:
+    def table(self, key: str, n_docs: int, *, mmap: bool) -> DocumentTable:
+        """The document table of ``key``: a documents file (``.arrow``) memory-mapped (``mmap``;
+        rows read and checked when first asked for) or read whole and checked; a parquet table
+        (format versions before documents files) read whole."""
+        entry = None if self.entries is None else self.entries.get(key)
+        if entry is not None and str(entry["name"]).endswith(".arrow"):
+            mapped = MappedDocumentTable(self.path(key, "arrow"), n_docs=n_docs)
+            if not mmap:
+                return in_memory(mapped)
+            if self.full:
+                mapped.check()
+            return mapped
         return load_table(self.path(key, "parquet"), n_docs)
 
 
-def open_index(root: Path, *, files_since: int) -> tuple[Any, SavedFiles]:
+def open_index(root: Path, *, files_since: int, verify: Verify = "auto") -> tuple[Any, SavedFiles]:
     """The manifest of the index in ``root`` (unchecked: the loader of its format checks it with
-    :func:`check_manifest` and :attr:`SavedFiles.manifest_keys`) and its files.
+    :func:`check_manifest` and :attr:`SavedFiles.manifest_keys`) and its files, to be checked as
+    ``verify`` says (see the module).
 
     From version ``files_since`` a manifest names its files (keys ``generation`` and ``files``);
-    older versions have fixed file names.
+    older versions have fixed file names (always checked in full).
     """
+    one_of("verify", verify, VERIFY)
     path = root / "manifest.json"
     if not path.exists() and not path.is_symlink():
         raise KolmValueError(f"{str(root)!r} is not a saved index (no manifest.json)")
@@ -253,7 +290,23 @@ def open_index(root: Path, *, files_since: int) -> tuple[Any, SavedFiles]:
             raise KolmValueError(f"{path}: key {key!r} is missing")
     if not isinstance(body["generation"], str) or not _GENERATION.fullmatch(body["generation"]):
         raise KolmValueError(f"{path}: key 'generation' must be 32 hex digits, got {body['generation']!r}")
-    return body, SavedFiles(root, path, body["files"], body["generation"])
+    full = verify == "full" or (verify == "auto" and _recorded_bytes(body) <= AUTO_FULL_BYTES)
+    return body, SavedFiles(root, path, body["files"], body["generation"], full=full)
+
+
+def _recorded_bytes(body: Any) -> int:
+    """The bytes of the files a manifest (and its children) records (what is not a size counts
+    nothing: the checks that follow refuse it)."""
+    total = 0
+    if isinstance(body, dict):
+        files = body.get("files")
+        if isinstance(files, dict):
+            total += sum(e["bytes"] for e in files.values()
+                         if isinstance(e, dict) and type(e.get("bytes")) is int and e["bytes"] > 0)
+        children = body.get("children")
+        if isinstance(children, list):
+            total += sum(_recorded_bytes(c) for c in children)
+    return total
 
 
 def _generation(root: Path) -> Any:

@@ -19,6 +19,7 @@ Every problem is a :class:`KolmValueError` naming the file and the key or array 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from kolm_search.errors import KolmValueError, ParameterError
 from kolm_search.retrievers.bm25_weights import first_unlike
 
 __all__ = ["bm25_arrays", "bm25_config", "bm25_stats", "bm25_tf", "bm25_weights", "check_keys", "dense_config",
-           "dense_embeddings", "integer", "number", "vocabulary"]
+           "dense_embeddings", "dense_embeddings_in_blocks", "integer", "lengths", "number", "vocabulary"]
 
 MAX_DOCS = int(np.iinfo(np.int32).max)
 _BM25_KEYS = ("method", "k1", "b", "delta", "tokenizer", "fields", "fusion_k")
@@ -160,7 +161,8 @@ def vocabulary(path: Path, value: Any) -> list[str]:
 
 
 # -- arrays --------------------------------------------------------------------------------
-def _length(path: Path, arr: np.ndarray, n: int, why: str) -> None:
+def lengths(path: Path, arr: np.ndarray, n: int, why: str) -> None:
+    """``arr`` (the file ``path``) has ``n`` entries (rows); ``why`` says where ``n`` comes from."""
     if arr.shape[0] != n:
         raise KolmValueError(f"{path}: has {arr.shape[0]} entries, expected {n} ({why})")
 
@@ -210,20 +212,23 @@ def pointers(path: Path, ptr: np.ndarray, n_entries: int) -> npt.NDArray[np.int6
 
 
 def bm25_arrays(root: Path, arrays: dict[str, np.ndarray], n_vocab: int, n_docs: int, method: str,
-                names: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+                names: dict[str, str] | None = None, *, postings: bool = True) -> dict[str, np.ndarray]:
     """The BM25 index arrays, checked and in the kernels' dtypes (no copy when already so);
-    ``names`` maps each array to its file name (default ``<array>.npy``)."""
+    ``names`` maps each array to its file name (default ``<array>.npy``). ``postings=False``
+    leaves the values of ``t_docs`` and ``t_w`` to the caller (a quick load checks them block
+    by block, :func:`kolm_search.retrievers._blocks.check_postings`); their lengths are checked."""
     p = {name: root / (names or {}).get(name, f"{name}.npy") for name in arrays}
-    _length(p["t_ptr"], arrays["t_ptr"], n_vocab + 1, "one more than the terms of the vocabulary")
+    lengths(p["t_ptr"], arrays["t_ptr"], n_vocab + 1, "one more than the terms of the vocabulary")
     nnz = arrays["t_docs"].shape[0]
-    _length(p["t_w"], arrays["t_w"], nnz, "one weight per posting: t_docs has as many")
-    _length(p["nonocc"], arrays["nonocc"], n_vocab, "one per term of the vocabulary")
-    _length(p["doc_len"], arrays["doc_len"], n_docs, "one per document, manifest.json key 'n_docs'")
+    lengths(p["t_w"], arrays["t_w"], nnz, "one weight per posting: t_docs has as many")
+    lengths(p["nonocc"], arrays["nonocc"], n_vocab, "one per term of the vocabulary")
+    lengths(p["doc_len"], arrays["doc_len"], n_docs, "one per document, manifest.json key 'n_docs'")
     t_ptr = pointers(p["t_ptr"], arrays["t_ptr"], nnz)
     t_docs = arrays["t_docs"]
-    _in_range(p["t_docs"], t_docs, n_docs, "document row")
+    if postings:
+        _in_range(p["t_docs"], t_docs, n_docs, "document row")
     t_docs = t_docs.astype(np.int32, copy=False)
-    if nnz > 1:  # documents strictly ascending within each term's postings
+    if postings and nnz > 1:  # documents strictly ascending within each term's postings
         ok = np.diff(t_docs) > 0
         starts = t_ptr[1:-1]
         ok[starts[(starts > 0) & (starts < nnz)] - 1] = True
@@ -236,8 +241,8 @@ def bm25_arrays(root: Path, arrays: dict[str, np.ndarray], n_vocab: int, n_docs:
     doc_len = arrays["doc_len"]
     if doc_len.size and int(doc_len.min()) < 0:
         raise KolmValueError(f"{p['doc_len']}: negative document length at position {_first(doc_len < 0)}")
-    return {"t_ptr": t_ptr, "t_docs": t_docs, "t_w": _finite(p["t_w"], arrays["t_w"], non_negative=True), "nonocc": nonocc,
-            "doc_len": doc_len.astype(np.int64, copy=False)}
+    t_w = _finite(p["t_w"], arrays["t_w"], non_negative=True) if postings else arrays["t_w"].astype(np.float32, copy=False)
+    return {"t_ptr": t_ptr, "t_docs": t_docs, "t_w": t_w, "nonocc": nonocc, "doc_len": doc_len.astype(np.int64, copy=False)}
 
 
 def bm25_stats(path: Path, manifest: dict[str, Any]) -> str:
@@ -255,7 +260,7 @@ def bm25_stats(path: Path, manifest: dict[str, Any]) -> str:
 def bm25_tf(path: Path, tf: np.ndarray, t_docs: npt.NDArray[np.int32], doc_len: npt.NDArray[np.int64],
             doc_len_name: str = "doc_len.npy") -> npt.NDArray[np.int32]:
     """``tf.npy``: one count >= 1 per posting, summing to each document's length."""
-    _length(path, tf, t_docs.shape[0], "one term frequency per posting: t_docs has as many")
+    lengths(path, tf, t_docs.shape[0], "one term frequency per posting: t_docs has as many")
     if tf.size and (int(tf.min()) < 1 or int(tf.max()) > np.iinfo(np.int32).max):
         pos = _first((tf < 1) | (tf > np.iinfo(np.int32).max))
         raise KolmValueError(f"{path}: term frequency {int(tf[pos])} at position {pos} lies outside [1, 2**31)")
@@ -307,3 +312,25 @@ def dense_embeddings(path: Path, emb: np.ndarray, n_docs: int, dim: int, metric:
         raise KolmValueError(f"{path}: row {row} has norm {math.sqrt(float(sq[row])):.6g}; "
                              f"a cosine index holds unit (or zero) rows")
     return out
+
+
+def dense_embeddings_in_blocks(path: Path, emb: np.ndarray, n_docs: int, dim: int, metric: str,
+                               n_threads: int | None = None) -> npt.NDArray[np.float32]:
+    """:func:`dense_embeddings`, its values read block by block from the file of memory-mapped
+    ``emb`` (:func:`kolm_search.retrievers._blocks.check_rows`: no mapped page stays resident);
+    positions in errors count from the first row."""
+    from kolm_search.retrievers._blocks import check_rows
+
+    if emb.shape != (n_docs, dim):
+        raise KolmValueError(f"{path}: has shape {emb.shape}, expected ({n_docs}, {dim}) "
+                             f"(manifest.json keys 'n_docs', 'dim')")
+
+    def check(block: np.ndarray, first: int) -> None:
+        try:
+            dense_embeddings(path, block, len(block), dim, metric)
+        except KolmValueError as exc:  # positions of the block, counted from the first row
+            message = re.sub(r"(position|row) (\d+)", lambda m: f"{m[1]} {int(m[2]) + first}", str(exc), count=1)
+            raise KolmValueError(message) from exc
+
+    check_rows(emb, check, n_threads)
+    return emb.astype(np.float32, copy=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,7 +31,16 @@ from kolm_search.retrievers._batching import (
     text_selections,
 )
 from kolm_search.retrievers._persist import FileSource, Payload, save_index
-from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
+from kolm_search.retrievers._saved import SavedFiles, Verify, open_index, retrying
+from kolm_search.retrievers.bm25_saved import (
+    ARRAYS,
+    FILES_SINCE,
+    FORMAT,
+    VERSION,
+    DeferredCheck,
+    read_bm25,
+    run_deferred,
+)
 from kolm_search.retrievers.bm25_weights import (
     BM25_METHODS,
     Method,
@@ -39,7 +48,7 @@ from kolm_search.retrievers.bm25_weights import (
     reduce_offsets,
     weigh_postings,
 )
-from kolm_search.retrievers.bounds import PRUNINGS, Pruning, checked_bounds, index_bounds, prune_queries
+from kolm_search.retrievers.bounds import PRUNINGS, Pruning, index_bounds, prune_queries
 from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.retrievers.segments import Pending, combine_postings, merged_table
@@ -54,13 +63,7 @@ __all__ = [
     "query_offsets",
 ]
 
-_FORMAT = "kolm-search/bm25"
-_VERSION = 5  # 5: block maxima; 4: term maxima; 3: a file map (retrievers._persist); 2: tf and "stats"; 1-4 load
-_FILES_SINCE = 3
 _SAMPLE = 32  # documents tokenised before and after the tokenizer's round trip at save
-_ARRAYS: dict[str, tuple[Literal["int", "float"], type[np.generic]]] = {  # saved arrays: kind, dtype written
-    "t_ptr": ("int", np.int64), "t_docs": ("int", np.int32), "t_w": ("float", np.float32),
-    "nonocc": ("float", np.float32), "doc_len": ("int", np.int64)}
 
 
 @saved_kind("bm25")
@@ -109,7 +112,8 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
     """
 
     name = "bm25"
-    tf: npt.NDArray[np.int32] | None = None  # term frequency of each posting (None: a shard, or version 1)
+    _tf: npt.NDArray[np.int32] | None = None
+    _tf_unchecked: DeferredCheck | None = None  # a quick load's check of _tf, run when it is first read
     own_stats: bool | None = None  # weighted with its own statistics (None: unknown, version 1)
     _bounds: tuple[Any, Any, npt.NDArray[np.float64]] | None = None  # (t_w, nonocc, term_bounds) of score_weighted
 
@@ -144,6 +148,23 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         self.fusion_k = fusion_k
         self.n_threads = n_threads
         self.pruning: Pruning = pruning
+
+    @property
+    def tf(self) -> npt.NDArray[np.int32] | None:
+        """Term frequency of each posting, int32 (nnz,) (None: a shard, or format version 1).
+        After a quick load (``verify="quick"``) they are checked when first read, as a full load
+        checks them (an update, a feedback model or a save reads them)."""
+        if self._tf_unchecked is not None:
+            arrays = {"t_ptr": self.t_ptr, "t_docs": self.t_docs, "t_w": self.t_w, "nonocc": self.nonocc,
+                      "doc_len": self.doc_len}
+            assert self._tf is not None
+            self._tf = run_deferred(self._tf_unchecked, arrays, self._tf, self.n_threads)
+            self._tf_unchecked = None
+        return self._tf
+
+    @tf.setter
+    def tf(self, value: npt.NDArray[np.int32] | None) -> None:
+        self._tf, self._tf_unchecked = value, None
 
     @classmethod
     def _from_arrays(cls, table: DocumentTable, arrays: Mapping[str, Any], vocab: list[str], *,
@@ -206,14 +227,14 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
 
         if path is not None:
             build_bm25(source, path, probe, chunk_size=chunk_size, memory_limit=memory_limit, n_jobs=n_jobs,
-                       progress=progress)
-            return cls.load(path, mmap=mmap, n_threads=n_threads, pruning=pruning)
+                       progress=progress)  # files this build computed, checked and wrote: no digests to read back
+            return cls.load(path, mmap=mmap, n_threads=n_threads, pruning=pruning, verify="quick")
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="kolm-bm25-") as tmp:
             build_bm25(source, Path(tmp) / "index", probe, chunk_size=chunk_size, memory_limit=memory_limit,
                        n_jobs=n_jobs, progress=progress)
-            return cls.load(Path(tmp) / "index", mmap=False, n_threads=n_threads, pruning=pruning)
+            return cls.load(Path(tmp) / "index", mmap=False, n_threads=n_threads, pruning=pruning, verify="quick")
 
     # -- indexing ----------------------------------------------------------------------
     def index_tokens(self, token_lists: Iterable[Sequence[str]], *, stats: CollectionStats | None = None) -> None:
@@ -421,28 +442,31 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
     def _payload(self) -> Payload:
         """What :meth:`save` writes, pending changes merged, checked in memory."""
         self.merge()
-        arrays = {name: np.asarray(getattr(self, name)).astype(dtype, copy=False) for name, (_, dtype) in _ARRAYS.items()}
+        arrays = {name: np.asarray(getattr(self, name)).astype(dtype, copy=False) for name, (_, dtype) in ARRAYS.items()}
         stats = "unknown" if self.own_stats is None else "own" if self.own_stats and self.tf is not None else "external"
         if stats == "own":
             arrays["tf"] = np.asarray(self.tf).astype(np.int32, copy=False)
         arrays["term_max"] = np.asarray(self.t_max, np.float32)
         arrays["block_max"] = np.asarray(self.b_max, np.float32)
-        return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": len(self.table), "stats": stats},
+        return Payload(FORMAT, VERSION, {"config": self.config(), "n_docs": len(self.table), "stats": stats},
                        arrays=arrays, blobs={"vocab": list(self.vocab)}, tables={"documents": self.table})
 
     def streamed_payload(self, n_docs: int, vocab: list[str], arrays: Mapping[str, FileSource],
-                         documents: FileSource) -> Payload:
+                         documents: FileSource, *, own_stats: bool = True) -> Payload:
         """What :meth:`save` writes for an index of this configuration whose files are on disk
         already (a streaming build, :mod:`kolm_search.retrievers.stream_build`, whose probe over
         the corpus's first documents this is): ``arrays`` the ``.npy`` files of ``t_ptr, t_docs,
-        t_w, nonocc, doc_len, tf, term_max, block_max`` (own statistics), ``documents`` the parquet file of
-        the table (:meth:`DocumentTable.to_arrow`)."""
-        missing = {*_ARRAYS, "tf", "term_max", "block_max"} - set(arrays)
-        if missing:
-            raise KolmValueError(f"a BM25 payload lacks arrays {sorted(missing)}")
-        return Payload(_FORMAT, _VERSION, {"config": self.config(), "n_docs": n_docs, "stats": "own"},
+        t_w, nonocc, doc_len, term_max, block_max`` and, with its own statistics, ``tf``
+        (``own_stats`` False: a shard weighted with a collection's statistics, saved without ``tf``),
+        ``documents`` the documents file of the table
+        (:class:`~kolm_search.engine.mapped_table.DocumentsWriter`)."""
+        need = {*ARRAYS, "term_max", "block_max", *(("tf",) if own_stats else ())}
+        if set(arrays) != need:
+            raise KolmValueError(f"a BM25 payload has arrays {sorted(arrays)}; it needs {sorted(need)}")
+        stats = "own" if own_stats else "external"
+        return Payload(FORMAT, VERSION, {"config": self.config(), "n_docs": n_docs, "stats": stats},
                        blobs={"vocab": list(vocab)},
-                       files={**{name: ("npy", f) for name, f in arrays.items()}, "documents": ("parquet", documents)})
+                       files={**{name: ("npy", f) for name, f in arrays.items()}, "documents": ("arrow", documents)})
 
     # -- stage parameters (kolm_search.compose) ---------------------------------------------
     def stage_params(self) -> dict[str, Any]:
@@ -481,22 +505,29 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
 
     @classmethod
     def load(cls, path: str | Path, *, mmap: bool = True, n_threads: int | None = None,
-             pruning: Pruning = "auto") -> BM25Retriever:
-        """Load an index written by :meth:`save` (arrays memory-mapped by default).
+             pruning: Pruning = "auto", verify: Verify = "auto") -> BM25Retriever:
+        """Load an index written by :meth:`save` (arrays and documents memory-mapped by default).
 
-        Every file is checked before any search can read it: the manifest's keys and types, each
-        file's size and sha256 against the manifest, array dtypes, shapes, pointers, document
-        rows, finite weights, and weights equal to those of the saved term frequencies. A
-        damaged index raises ``KolmValueError`` naming the file and the key or position, never
-        a crash. Term and block maxima must equal those of the loaded weights. Format versions 1
-        and 2 (before file maps), 3 (before term maxima) and 4 (before block maxima) still load,
-        what they lack computed.
+        Every file is checked before any search can read what it holds, as ``verify`` says
+        (:mod:`kolm_search.retrievers.bm25_saved`): ``"full"`` reads every byte (each file's
+        size and sha256 against the manifest, array dtypes, shapes, pointers, document rows,
+        finite weights, weights equal to those of the saved term frequencies, term and block
+        maxima equal to the postings', the document table whole); ``"quick"`` checks what
+        searches index with (term and block maxima included), without the digests and without
+        leaving the postings' pages resident (the term frequencies when first read; the
+        documents' rows when first read); ``"auto"`` (default)
+        checks an index of up to 256 MiB in full and a larger one quickly. A damaged index raises
+        ``KolmValueError`` naming the file and the key or position, never a crash. Format
+        versions 1 and 2 (before file maps), 3 (before term maxima), 4 (documents in parquet,
+        read whole) and 5 (before block maxima) still load; the bounds that pruning reads are
+        computed from the postings by every load (the saved maxima are compared with them), so
+        an older index prunes as a new one does.
         """
         root = Path(path)
         one_of("pruning", pruning, PRUNINGS)
 
         def read() -> BM25Retriever:
-            body, files = open_index(root, files_since=_FILES_SINCE)
+            body, files = open_index(root, files_since=FILES_SINCE, verify=verify)
             out = cls._from_saved(files, body, mmap=mmap, n_threads=n_threads)
             out.pruning = pruning
             return out
@@ -506,32 +537,12 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
     @classmethod
     def _from_saved(cls, files: SavedFiles, body: dict[str, Any], *, mmap: bool = True,
                     n_threads: int | None = None) -> BM25Retriever:
-        """The index of one manifest ``body`` (or a composite's child), checked here, and its files."""
-        where = files.where
-        body = check_manifest(where, body, _FORMAT, (1, 2, 3, 4, _VERSION), ("n_docs", *files.manifest_keys),
-                              optional=("stats",))
-        cfg = check.bm25_config(where, body["config"], BM25_METHODS)
-        n_docs = check.integer(where, "n_docs", body["n_docs"])
-        stats = check.bm25_stats(where, body)
-        maxima = ("term_max", "block_max")[:max(0, body["version"] - 3)]  # saved since versions 4 and 5
-        saved = (*_ARRAYS, *(("tf",) if stats == "own" else ()), *maxima)
-        files.expect(("documents", "vocab", *saved))
-        vocab = check.vocabulary(files.path("vocab", "json"), files.json("vocab"))
-        arrays = {name: files.array(name, kind, 1, mmap=mmap) for name, (kind, _) in _ARRAYS.items()}
-        names = {name: files.name(name, "npy") for name in saved}
-        arrays = check.bm25_arrays(files.root, arrays, len(vocab), n_docs, cfg["method"], names)
-        if stats == "own":
-            tf = check.bm25_tf(files.root / names["tf"], files.array("tf", "int", 1, mmap=mmap), arrays["t_docs"],
-                               arrays["doc_len"], names["doc_len"])
-            check.bm25_weights(files.root, names, arrays, tf, method=cfg["method"], k1=cfg["k1"], b=cfg["b"],
-                               delta=cfg["delta"], n_threads=n_threads)
-            arrays["tf"] = tf
-        bounds = index_bounds(arrays["t_ptr"], arrays["t_docs"], arrays["t_w"], n_threads=n_threads)
-        checked_bounds({name: (files.root / names[name], files.array(name, "float", 1, mmap=mmap)) for name in maxima},
-                       bounds, arrays["t_ptr"])
-        table = files.table("documents", n_docs)
-        return cls._from_arrays(table, {**arrays, "bounds": bounds}, vocab, own_stats={"own": True, "external": False}.get(stats),
-                                n_threads=n_threads, **cfg)
+        """The index of one manifest ``body`` (or a composite's child), checked, and its files."""
+        saved = read_bm25(files, body, BM25_METHODS, mmap=mmap, n_threads=n_threads)
+        out = cls._from_arrays(saved.table, {**saved.arrays, "bounds": saved.bounds}, saved.vocab,
+                               own_stats=saved.own_stats, n_threads=n_threads, **saved.config)
+        out._tf_unchecked = saved.deferred
+        return out
 
     def __repr__(self) -> str:
         return (f"BM25Retriever({len(self.table)} docs, {len(self.vocab)} terms, method={self.method!r}, "

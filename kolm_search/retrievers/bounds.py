@@ -7,10 +7,13 @@ silently drop results. Its bounds (:func:`index_bounds`, the layout of
 ``term_max``), each block of 64 postings' largest weight (``b_max``, saved as ``block_max``) and
 last document (``b_last``), and each term's smallest weight (``t_min``: the exhaustive kernel's
 dense path skips its stamps when every product of a query is > 0). They are computed from the
-postings at every build and merge; on load, from the loaded postings, and the saved maxima are
-compared with them (a file that differs is refused, naming it and the first term or block that
-differs). An index saved before block maxima (format 4) or term maxima (format 3 and older) loads
-with them computed.
+postings at every build and merge; on load, from the loaded postings (a full load: one pass
+over the mapped arrays; a quick load: in the same block-by-block pass that checks the postings,
+:func:`kolm_search.retrievers._blocks.check_postings`, so no page of them stays resident), and
+the saved maxima are compared with them (a file that differs is refused, naming it and the first
+term or block that differs). An index saved before block maxima (format 5 and older) or term
+maxima (format 3 and older) loads with them computed in that same pass: pruning is available
+at once, at no extra read.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy.typing as npt
 from kolm_search._kernels import load
 from kolm_search.errors import KolmValueError
 
-__all__ = ["BOUNDS", "PRUNE_MIN_POSTINGS_PER_K", "PRUNINGS", "SAVED_BOUNDS", "Pruning", "checked_bounds",
+__all__ = ["BOUNDS", "PRUNE_MIN_POSTINGS_PER_K", "PRUNINGS", "Pruning", "SAVED_BOUNDS", "checked_bounds",
            "index_bounds", "prune_queries", "term_maxima"]
 
 Pruning = Literal["auto", "none"]

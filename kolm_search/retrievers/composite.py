@@ -36,7 +36,7 @@ from kolm_search.fusion.methods import METHODS
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
 from kolm_search.retrievers._persist import Payload, save_index
-from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
+from kolm_search.retrievers._saved import SavedFiles, Verify, check_manifest, open_index, retrying
 from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.types import SearchDocument, SearchPipelineContext, as_documents
 
@@ -310,13 +310,13 @@ class CompositeRetriever(RetrieverStage):
 
     @classmethod
     def load(cls, path: str | Path, embedder: Embedder | None = None, *, logger: Logger | None = None,
-             mmap: bool = True, n_threads: int | None = None) -> CompositeRetriever:
+             mmap: bool = True, n_threads: int | None = None, verify: Verify = "auto") -> CompositeRetriever:
         """Load a composite written by :meth:`save`; ``embedder`` goes to every dense child (as
         :meth:`DenseRetriever.load` takes it), each child checked as its own ``load`` checks it."""
         root = Path(path)
 
         def read() -> CompositeRetriever:
-            body, files = open_index(root, files_since=1)
+            body, files = open_index(root, files_since=1, verify=verify)
             return cls._from_saved(files, body, embedder, logger=logger, mmap=mmap, n_threads=n_threads)
 
         return retrying(root, read)

@@ -29,7 +29,7 @@ from kolm_search.retrievers._batching import (
     text_selections,
 )
 from kolm_search.retrievers._persist import Payload, save_index
-from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
+from kolm_search.retrievers._saved import SavedFiles, Verify, check_manifest, open_index, retrying
 from kolm_search.retrievers._vectors import embed_texts, normalise_rows
 from kolm_search.retrievers.ann_spec import AnnSpec
 from kolm_search.retrievers.incremental import EmbeddingsUse, SegmentedIndex
@@ -40,7 +40,8 @@ __all__ = ["DenseRetriever", "corpus_embeddings", "embed_texts", "exact_topk"]
 
 Metric = Literal["cosine", "ip"]
 _FORMAT = "kolm-search/dense"
-_VERSION = 2  # 2: a file map (kolm_search.retrievers._persist); version 1 still loads
+_VERSION = 3  # 3: a documents file (Arrow IPC, memory-mapped); 2: a file map (kolm_search.retrievers._persist);
+# versions 1-2 still load
 
 
 _CORPORA: weakref.WeakKeyDictionary[Any, dict[str, npt.NDArray[np.float32]]] = weakref.WeakKeyDictionary()
@@ -332,17 +333,20 @@ class DenseRetriever(SegmentedIndex, RetrieverStage):
 
     @classmethod
     def load(cls, path: str | Path, embedder: Embedder | None = None, *, mmap: bool = True,
-             n_threads: int | None = None) -> DenseRetriever:
+             n_threads: int | None = None, verify: Verify = "auto") -> DenseRetriever:
         """Load a retriever written by :meth:`save` (embeddings memory-mapped by default).
 
         Every file is checked first (manifest keys and types, each file's size and sha256, a
         known metric, the embeddings' dtype, shape and finiteness): a damaged index raises
-        ``KolmValueError`` naming the file and the key or position. Version 1 still loads.
+        ``KolmValueError`` naming the file and the key or position. ``verify`` as
+        :meth:`BM25Retriever.load` takes it: ``"quick"`` skips the digests and reads the
+        embeddings' file block by block for their checks (no mapped page stays resident),
+        ``"auto"`` (default) is ``"full"`` up to 256 MiB. Versions 1 and 2 still load.
         """
         root = Path(path)
 
         def read() -> DenseRetriever:
-            body, files = open_index(root, files_since=2)
+            body, files = open_index(root, files_since=2, verify=verify)
             return cls._from_saved(files, body, embedder, mmap=mmap, n_threads=n_threads)
 
         return retrying(root, read)
@@ -351,16 +355,19 @@ class DenseRetriever(SegmentedIndex, RetrieverStage):
     def _from_saved(cls, files: SavedFiles, body: dict[str, Any], embedder: Embedder | None = None, *,
                     mmap: bool = True, n_threads: int | None = None) -> DenseRetriever:
         """The retriever of one manifest ``body`` (or a composite's child), checked here, and its files."""
-        body = check_manifest(files.where, body, _FORMAT, (1, _VERSION), ("n_docs", "dim", *files.manifest_keys),
+        body = check_manifest(files.where, body, _FORMAT, (1, 2, _VERSION), ("n_docs", "dim", *files.manifest_keys),
                               optional=("ann",))
         cfg = check.dense_config(files.where, body["config"])
         n_docs = check.integer(files.where, "n_docs", body["n_docs"])
         dim = check.integer(files.where, "dim", body["dim"], 0, 1 << 20)
         files.expect(("documents", "embeddings"), ("ann", "ann_live") if "ann" in body else ())
         path_emb = files.path("embeddings", "npy")
-        emb = check.dense_embeddings(path_emb, files.array("embeddings", "float", 2, mmap=mmap), n_docs, dim,
-                                     cfg["metric"])
-        table = files.table("documents", n_docs)
+        emb = files.array("embeddings", "float", 2, mmap=mmap)
+        if files.full or not mmap:
+            emb = check.dense_embeddings(path_emb, emb, n_docs, dim, cfg["metric"])
+        else:
+            emb = check.dense_embeddings_in_blocks(path_emb, emb, n_docs, dim, cfg["metric"], n_threads)
+        table = files.table("documents", n_docs, mmap=mmap)
         self = cls.__new__(cls)
         self._configure(embedder, metric=cfg["metric"], fields=cfg["fields"], fusion_k=cfg["fusion_k"],
                         n_threads=n_threads, embed_queries=False)

@@ -46,7 +46,7 @@ from kolm_search.retrievers._batching import (
     text_selections,
 )
 from kolm_search.retrievers._persist import Payload, save_index
-from kolm_search.retrievers._saved import SavedFiles, check_manifest, open_index, retrying
+from kolm_search.retrievers._saved import SavedFiles, Verify, check_manifest, open_index, retrying
 from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.retrievers.postings import Postings
@@ -346,13 +346,14 @@ class FeedbackRetriever(RetrieverStage):
         save_index(path, self._payload())
 
     @classmethod
-    def load(cls, path: str | Path, *, mmap: bool = True, n_threads: int | None = None) -> FeedbackRetriever:
+    def load(cls, path: str | Path, *, mmap: bool = True, n_threads: int | None = None,
+             verify: Verify = "auto") -> FeedbackRetriever:
         """Load a retriever written by :meth:`save`, its BM25 index checked as
         :meth:`BM25Retriever.load` checks one."""
         root = Path(path)
 
         def read() -> FeedbackRetriever:
-            body, files = open_index(root, files_since=1)
+            body, files = open_index(root, files_since=1, verify=verify)
             return cls._from_saved(files, body, mmap=mmap, n_threads=n_threads)
 
         return retrying(root, read)

@@ -1,10 +1,11 @@
 """Learning to rank: LightGBM's LambdaMART over the features of a feature union (extra ``ltr``).
 
-``LTRReranker(bm25 % 100 ** (bo1 + dense + DocumentLength()))`` is a retrieving stage: it runs
-its ``features`` stage (any retrieving stage; a frame without ``features`` gives its score as
-the one feature), scores every candidate with a LambdaMART model trained by :meth:`LTRReranker.fit`
-on judged queries, and orders each query's candidates by that score (ties by the features
-stage's rank) -- PyTerrier's ``(bm25 % 100 ** features) >> pt.ltr.apply_learned_model(...)``
+``LTRReranker((bm25 % 100) ** BM25Score(bm25) ** DenseScore(dense) ** DocumentLength())`` is a
+retrieving stage: it runs its ``features`` stage (any retrieving stage; a frame without
+``features`` gives its score as the one feature), scores every candidate with a LambdaMART
+model trained by :meth:`LTRReranker.fit` on judged queries, and orders each query's candidates
+by that score (ties by the features stage's rank) -- PyTerrier's
+``(bm25 % 100) >> features >> pt.ltr.apply_learned_model(...)``
 fitted with ``pipe.fit(topics, qrels)``.
 
 The learner is seeded and deterministic (``seed``, ``deterministic=True``, a fixed
@@ -64,14 +65,16 @@ class LTRReranker(Composed):
     Parameters
     ----------
     features : Stage
-        A retrieving stage whose candidates carry the features (``a % k ** (b + c)``).
+        A retrieving stage whose candidates carry the features (``(a % k) ** b ** c``).
     n_estimators : int, default 200
         Boosting rounds.
     num_leaves, learning_rate, min_data_in_leaf : default 3, 0.02, 100
         LightGBM's tree settings. The defaults (with ``query_norm="minmax"`` and
         ``start_from=0``) are the most regularised of those tried on the four development
-        collections (``benchmarks/bench_ltr_grid.py``, ``bench_ltr_pool.py``): with 30-300
-        judged queries, bigger trees fit the training queries, not the collection.
+        collections (``benchmarks/bench_ltr_grid.py``, ``bench_ltr_pool.py``; chosen again by
+        leave-one-collection-out with the features of
+        :func:`~kolm_search.recipes.ltr_union.hybrid_features`, ``bench_ltr_features.py``): with
+        30-300 judged queries, bigger trees fit the training queries, not the collection.
     seed : int, default 0
         Seeds every random choice of the learner.
     num_threads : int, default 1
@@ -171,7 +174,7 @@ class LTRReranker(Composed):
             mats.append(self._matrix(frame, check_width=False))
             q = rows[frame.query]
             keys.append(pd.DataFrame({"qid": [str(prepared.qids[i]) for i in q],
-                                      "doc_id": np.asarray(table.ids, dtype=object)[frame.doc].astype(str),
+                                      "doc_id": np.asarray(table.ids_of(frame.doc), dtype=object).astype(str),
                                       "group": q}))
         return np.vstack(mats), pd.concat(keys, ignore_index=True)
 

@@ -1,6 +1,7 @@
 """Query and document features for learning to rank: stages that re-score the candidates they
 are given with a property of the document or the query, to sit on the right of ``**``
-(``bm25 % 100 ** (bo1 + DocumentLength() + QueryLength())``).
+(``(bm25 % 100) ** DocumentLength() ** QueryLength()``; more features in
+:mod:`~kolm_search.retrievers.ltr_scores` and :mod:`~kolm_search.retrievers.ltr_terms`).
 
 Each keeps the candidates and their order and replaces the score:
 

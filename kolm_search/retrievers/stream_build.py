@@ -3,15 +3,17 @@
 :func:`build_bm25` is what :meth:`BM25Retriever.build <kolm_search.retrievers.bm25.BM25Retriever.build>`
 runs. Its phases:
 
-1. **read and count** (:func:`kolm_search.io.corpus_stream.corpus_chunks`): each chunk of
-   documents is checked, its rows appended to a parquet file, its texts tokenised and counted
+1. **read and count** (:func:`kolm_search.io.corpus_stream.corpus_chunks`,
+   :func:`~.stream_count.count_corpus`): each chunk of documents is checked, its rows appended
+   to a documents file (Arrow IPC, :class:`~kolm_search.engine.mapped_table.DocumentsWriter`),
+   its texts tokenised and counted
    (:meth:`Postings.from_texts`, on ``n_jobs`` processes) and its postings spilled
    (:class:`~.spill.SpilledPostings`); only a term index per chunk, the vocabulary, and 24
    bytes per document (length, id hash, line) stay in memory;
 2. **check**: ids unique over the whole corpus (their 64-bit hashes sorted; a collision is
    confirmed on the ids themselves), else the duplicate's place is named;
-3. **merge and weigh**: blocks of terms are read back term-major and weighted with the
-   collection's statistics (:func:`~.bm25_weights.weigh_postings`, elementwise, so a block's
+3. **merge and weigh** (:func:`write_counted`): blocks of terms are read back term-major and
+   weighted with the collection's statistics (its own, or a sharded collection's) (:func:`~.bm25_weights.weigh_postings`, elementwise, so a block's
    weights are those of the whole), written to ``.npy`` files one block after another;
 4. **save**: :func:`~._persist.save_index` copies the files into the index folder and
    switches its manifest, all or nothing.
@@ -24,11 +26,12 @@ same documents saved to ``path``, array for array.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -42,17 +45,16 @@ import pandas as pd
 from kolm_search._params import positive_int
 from kolm_search._progress import progress_bar
 from kolm_search.engine.doctable import DocumentTable
-from kolm_search.errors import FrameValidationError, KolmError, KolmValueError
-from kolm_search.io.corpus_stream import CorpusChunk, corpus_chunks
+from kolm_search.errors import KolmError, KolmValueError
+from kolm_search.io.corpus_stream import corpus_chunks
 from kolm_search.retrievers._persist import FileSource, Payload, save_index
 from kolm_search.retrievers.bm25_weights import weigh_postings
 from kolm_search.retrievers.bounds import index_bounds
-from kolm_search.retrievers.postings import Postings
-from kolm_search.retrievers.spill import SpilledPostings
+from kolm_search.retrievers.postings import CollectionStats, Postings
+from kolm_search.retrievers.stream_count import CountedCorpus, count_corpus
 
-__all__ = ["BuildSummary", "StreamedIndex", "build_bm25", "default_memory_limit"]
+__all__ = ["BuildSummary", "StreamedIndex", "build_bm25", "default_memory_limit", "write_counted"]
 
-_SAMPLE = 32  # documents of the tokenizer's round trip (BM25Retriever.config)
 _BYTES_PER_CHAR = 12  # a chunk's memory per character of text: strings, frame, tokens, counts
 _BYTES_PER_POSTING = 64  # a block's memory per posting: gathered, sorted, weighted, temporaries
 _COPY_BYTES = 1 << 24
@@ -109,7 +111,7 @@ class StreamedIndex(Protocol):
     def config(self) -> dict[str, Any]: ...
 
     def streamed_payload(self, n_docs: int, vocab: list[str], arrays: Mapping[str, FileSource],
-                         documents: FileSource) -> Payload: ...
+                         documents: FileSource, *, own_stats: bool = True) -> Payload: ...
 
 
 class _SpilledFile:
@@ -153,50 +155,6 @@ def _npy(root: Path, name: str, values: npt.ArrayLike, dtype: type[np.generic]) 
     return w.close()
 
 
-class _Places:
-    """Where each document came from, and the 64-bit hashes of the ids, for the duplicate check."""
-
-    def __init__(self) -> None:
-        self.hashes: list[npt.NDArray[np.uint64]] = []
-        self.chunks: list[tuple[str, str, npt.NDArray[np.int64]]] = []
-        self.starts = [0]
-
-    def add(self, chunk: CorpusChunk) -> None:
-        self.hashes.append(pd.util.hash_array(chunk.table.ids.astype(object)).astype(np.uint64))
-        self.chunks.append((chunk.where, chunk.unit, chunk.numbers))
-        self.starts.append(self.starts[-1] + len(chunk.table))
-
-    def place(self, doc: int) -> str:
-        k = int(np.searchsorted(self.starts, doc, side="right")) - 1
-        where, unit, numbers = self.chunks[k]
-        return f"{where}: {unit} {int(numbers[doc - self.starts[k]])}"
-
-    def check_unique(self, ids_of: Callable[[npt.NDArray[np.int64]], list[str]]) -> None:
-        """Refuse a duplicate id (a hash collision is told apart by ``ids_of`` rows)."""
-        if len(self.hashes) < 2:
-            return  # within a chunk, its table checked
-        h = np.concatenate(self.hashes)
-        order = np.argsort(h, kind="stable")
-        same = np.flatnonzero(h[order][1:] == h[order][:-1])
-        if not len(same):
-            return
-        pairs = np.stack([order[same], order[same + 1]], axis=1)
-        ids = ids_of(np.unique(pairs))
-        by_row = dict(zip(np.unique(pairs).tolist(), ids, strict=True))
-        dups = [(int(a), int(b)) for a, b in pairs if by_row[int(a)] == by_row[int(b)]]
-        if dups:
-            first, second = min(dups, key=lambda p: p[1])
-            raise FrameValidationError(f"{self.place(second)}: duplicate document id {by_row[second]!r} "
-                                       f"(first at {self.place(first)})")
-
-
-def _read_ids(parquet: Path, rows: npt.NDArray[np.int64]) -> list[str]:
-    import pyarrow.parquet as pq
-
-    column = pq.read_table(parquet, columns=["id"]).column("id")
-    return [str(v) for v in column.take(rows).to_pylist()]
-
-
 def build_bm25(source: Any, path: str | Path, probe: Callable[[DocumentTable], StreamedIndex], *, chunk_size: int | None = None,
                memory_limit: int | None = None, n_jobs: int | None = None,
                progress: bool | None = None) -> BuildSummary:
@@ -221,7 +179,8 @@ def build_bm25(source: Any, path: str | Path, probe: Callable[[DocumentTable], S
         A document that makes no table row, or a duplicate id, naming where it is; nothing is
         written to ``path``.
     KolmError
-        The disk failed (the spill folder or the index folder named).
+        The build ran out of memory or of disk space, or the disk failed (saying which, the
+        spill folder or the index folder named); ``path`` is left as it was.
     """
     target = Path(path).expanduser()
     limit = positive_int("memory_limit", memory_limit, none=True) or default_memory_limit()
@@ -238,7 +197,14 @@ def build_bm25(source: Any, path: str | Path, probe: Callable[[DocumentTable], S
     try:
         owner.acquire(timeout=0)
         return _build(source, target, tmp, empty, probe, chunk_size=chunk_size, limit=limit, n_jobs=n_jobs, progress=progress)
+    except MemoryError as exc:
+        raise KolmError(f"{target}: the build ran out of memory (memory_limit={limit:,} bytes sizes its chunks "
+                        "and blocks; documents, the vocabulary and the workers come on top): pass a smaller "
+                        "memory_limit= or chunk_size=; the folder was left as it was") from exc
     except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise KolmError(f"{tmp}: the build ran out of disk space (its spill files and the index need about "
+                            "twice the index's size beside the target); the folder was left as it was") from exc
         raise KolmError(f"{tmp}: the build failed on disk: {exc}") from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -270,36 +236,41 @@ def _remove_dead_builds(parent: Path, name: str) -> None:
 def _build(source: Any, target: Path, tmp: Path, params: StreamedIndex,
            probe: Callable[[DocumentTable], StreamedIndex], *, chunk_size: int | None,
            limit: int, n_jobs: int | None, progress: bool | None) -> BuildSummary:
-    import pyarrow.parquet as pq
+    chunks = corpus_chunks(source, chunk_size=chunk_size, chunk_chars=max(1, limit // _BYTES_PER_CHAR))
+    counted = count_corpus(chunks, tmp, params.tokenizer, params.fields, n_jobs=n_jobs, progress=progress)
+    return write_counted(counted, target, params, probe, limit=limit, progress=progress, release=True)
 
-    spill = SpilledPostings(tmp)
-    places = _Places()
-    sample: list[DocumentTable] = []
-    table_path = tmp / "documents.parquet"
-    writer = pq.ParquetWriter(table_path, DocumentTable(pd.DataFrame(columns=["id", "content"])).to_arrow().schema)
-    fields: Sequence[str] = params.fields
-    with progress_bar(None, "bm25 build: read", "doc", progress=progress) as bar:
-        for chunk in corpus_chunks(source, chunk_size=chunk_size, chunk_chars=max(1, limit // _BYTES_PER_CHAR)):
-            table = chunk.table
-            places.add(chunk)
-            if sum(map(len, sample)) < _SAMPLE:
-                sample.append(table.take(np.arange(min(len(table), _SAMPLE))))
-            writer.write_table(table.to_arrow())
-            spill.add(Postings.from_texts(table.texts(fields), params.tokenizer, n_jobs=n_jobs, progress=False))
-            bar.update(len(table))
-    writer.close()
-    places.check_unique(lambda rows: _read_ids(table_path, rows))
-    n = spill.n_docs
+
+def write_counted(counted: CountedCorpus, target: Path, params: StreamedIndex,
+                  probe: Callable[[DocumentTable], StreamedIndex], *, limit: int, stats: CollectionStats | None = None,
+                  progress: bool | None = None, release: bool = False, work: Path | None = None) -> BuildSummary:
+    """Phases 3 and 4: weigh the spilled postings, with ``stats`` (a shard of a collection:
+    collection-wide document frequencies, size and mean length) or the documents' own, and
+    save the index to ``target``; ``release`` frees the counts as it goes (``counted`` cannot
+    be written again). The weighted arrays are written to folder ``work`` (default
+    ``counted.root``) before they are copied into the index."""
+    spill = counted.spill
+    if spill is None:
+        raise KolmValueError("documents read without counting cannot make a BM25 index")
+    tmp = counted.root if work is None else work
     lengths = np.concatenate(spill.lengths) if spill.lengths else np.zeros(0, np.int64)
-    spill.lengths.clear()
-    avgdl = float(int(lengths.sum())) / n if n else 0.0
-    df = spill.df.astype(np.float64)
     vocab = list(spill.vocab)
-    spill.vocab.clear()
+    if release:
+        spill.lengths.clear()
+        spill.vocab.clear()
+    if stats is None:
+        n, df = spill.n_docs, spill.df.astype(np.float64)
+        avgdl = float(int(lengths.sum())) / n if n else 0.0
+    else:
+        n, avgdl = int(stats.n_docs), float(stats.avgdl)
+        try:
+            df = np.array([stats.df[t] for t in vocab], dtype=np.float64)
+        except KeyError as exc:
+            raise KolmValueError(f"collection stats lack token {exc.args[0]!r} of this shard") from exc
     t_ptr = spill.t_ptr()
     nnz = int(t_ptr[-1])
-    out = {name: _NpyWriter(tmp / f"out_{name}.npy", dtype, nnz)
-           for name, dtype in (("t_docs", np.int32), ("tf", np.int32), ("t_w", np.float32))}
+    kept = ("t_docs", np.int32), *((("tf", np.int32),) if stats is None else ()), ("t_w", np.float32)
+    out = {name: _NpyWriter(tmp / f"out_{name}.npy", dtype, nnz) for name, dtype in kept}
     nonocc, t_max = np.zeros(len(vocab), np.float32), np.zeros(len(vocab), np.float32)
     b_max: list[np.ndarray] = []  # blocks never cross terms: each block of terms' block maxima, in order
     n_blocks = 0
@@ -314,17 +285,18 @@ def _build(source: Any, target: Path, tmp: Path, params: StreamedIndex,
             t_max[block.start:block.stop] = bounds["t_max"]
             b_max.append(bounds["b_max"])
             out["t_docs"].write(block.p_doc)
-            out["tf"].write(block.tf)
+            if "tf" in out:
+                out["tf"].write(block.tf)
             out["t_w"].write(t_w)
             n_blocks += 1
             bar.update(len(t_w))
     files = {name: w.close() for name, w in out.items()}
-    head = DocumentTable.concat(sample) if sample else DocumentTable(pd.DataFrame(columns=["id", "content"]))
-    first = probe(head.take(np.arange(min(len(head), _SAMPLE))))
     spilled = {"t_ptr": _npy(tmp, "out_t_ptr", t_ptr, np.int64), **files,
                "nonocc": _npy(tmp, "out_nonocc", nonocc, np.float32),
                "doc_len": _npy(tmp, "out_doc_len", lengths, np.int64),
                "term_max": _npy(tmp, "out_term_max", t_max, np.float32),
                "block_max": _npy(tmp, "out_block_max", np.concatenate([np.zeros(0, np.float32), *b_max]), np.float32)}
-    save_index(target, first.streamed_payload(n, vocab, spilled, _SpilledFile(table_path)))
-    return BuildSummary(target, n, len(vocab), nnz, len(places.chunks), n_blocks)
+    first = probe(counted.head)
+    save_index(target, first.streamed_payload(counted.n_docs, vocab, spilled, _SpilledFile(counted.table_path),
+                                              own_stats=stats is None))
+    return BuildSummary(target, counted.n_docs, len(vocab), nnz, len(counted.places.chunks), n_blocks)

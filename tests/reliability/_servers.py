@@ -227,6 +227,15 @@ class ChatModel:
         with self._lock:
             self._active += 1
             self.peak = max(self.peak, self._active)
+        done = False
+
+        def finished() -> None:  # before the reply goes out: once it has, the client may send the next request
+            nonlocal done
+            if not done:
+                done = True
+                with self._lock:
+                    self._active -= 1
+
         try:
             body = json.loads(request.body)
             prompt = body["messages"][-1]["content"]
@@ -252,7 +261,7 @@ class ChatModel:
             choice: dict[str, object] = {"message": {"role": "assistant", "content": content}}
             if logprobs is not None:
                 choice["logprobs"] = logprobs
+            finished()
             conn.sendall(reply(200, {"choices": [choice]}))
         finally:
-            with self._lock:
-                self._active -= 1
+            finished()

@@ -1,12 +1,14 @@
 """Child process of the index fuzz test: load and search many saved indexes, one JSON line each.
 
-Reads a JSON list of cases on stdin (``{"kind": "bm25"|"dense", "dir", "queries", "vectors", "k"}``)
-and prints, flushed, one line per case:
+Reads a JSON list of cases on stdin (``{"kind": "bm25"|"dense", "dir", "queries", "vectors", "k",
+"verify"}``) and prints, flushed, one line per case:
 
 - ``{"status": "ok", "result": [...]}``: the index loaded, its search results passed the oracle
   (a numpy twin over the loaded arrays: BM25's dense score matrix, dense brute force in float64)
   and are valid (document rows in range, finite scores, best first); ``result`` holds them;
-- ``{"status": "kolm", "type", "error"}``: loading raised a ``KolmError``;
+- ``{"status": "kolm", "type", "error"}``: loading raised a ``KolmError`` (or, loaded with
+  ``verify="quick"``, which reads the documents and term frequencies when first used, reading
+  them did: the results' documents and ids, and ``tf``);
 - ``{"status": "bad", "type", "error"}``: anything else (another exception, a ``KolmError`` at
   search time, results that disagree with the oracle).
 
@@ -56,8 +58,17 @@ def _batch(ret: Any, texts: list[str], k: int, vectors: np.ndarray | None, mode:
     _ = ret.table.ids[frame.doc]
 
 
-def check_bm25(path: str, queries: list[str], k: int) -> list[list[Any]]:
-    ret = BM25Retriever.load(path)
+def _first_reads(ret: Any, docs: np.ndarray, counts: np.ndarray) -> None:
+    """What a quick load leaves to first use: the results' documents and every id."""
+    rows = np.unique(np.concatenate([docs[q, : counts[q]] for q in range(len(counts))] + [np.zeros(0, np.int64)]))
+    ret.table.documents(rows)
+    ret.table.codes(["d1", "nowhere"], missing="ignore")
+
+
+def check_bm25(path: str, queries: list[str], k: int, verify: str = "auto") -> list[list[Any]]:
+    ret = BM25Retriever.load(path, verify=verify)
+    if verify == "quick":
+        ret.tf  # noqa: B018 - the deferred check of the term frequencies
     n_docs = len(ret.table)
     q_ptr, q_ids = ret.encode(queries)
     offsets = np.array([np.float32(sum(np.float32(ret.nonocc[t]) for t in q_ids[q_ptr[q]:q_ptr[q + 1]]))
@@ -65,8 +76,12 @@ def check_bm25(path: str, queries: list[str], k: int) -> list[list[Any]]:
     try:
         docs, scores, counts = ret.score_texts(queries, k, offsets=offsets)
         _valid_rows(*ret.score_texts(queries, k), n_docs)  # the retriever's own offsets
+        if verify == "quick":
+            _first_reads(ret, docs, counts)
         _batch(ret, queries, k, None, "fulltext")
     except KolmError as exc:
+        if verify == "quick":
+            raise
         raise OracleError(f"search failed after a successful load: {type(exc).__name__}: {exc}") from exc
     m = len(queries)
     want = kernels("sparse").sparse_topk_numpy(q_ptr, q_ids, np.ones(len(q_ids), np.float32), np.asarray(ret.t_ptr),
@@ -83,13 +98,17 @@ def check_bm25(path: str, queries: list[str], k: int) -> list[list[Any]]:
     return _valid_rows(docs, scores, counts, n_docs)
 
 
-def check_dense(path: str, vectors: list[list[float]], k: int) -> list[list[Any]]:
-    ret = DenseRetriever.load(path)
+def check_dense(path: str, vectors: list[list[float]], k: int, verify: str = "auto") -> list[list[Any]]:
+    ret = DenseRetriever.load(path, verify=verify)
     q = np.asarray(vectors, np.float32)
     try:
         docs, scores, counts = ret.search_vectors(q, k)
+        if verify == "quick":
+            _first_reads(ret, docs, counts)
         _batch(ret, ["a"] * len(q), k, q, "vector")
     except KolmError as exc:
+        if verify == "quick":
+            raise
         raise OracleError(f"search failed after a successful load: {type(exc).__name__}: {exc}") from exc
     rows = _valid_rows(docs, scores, counts, len(ret.table))
     qq = q.astype(np.float64)
@@ -111,9 +130,9 @@ def main() -> None:
     for case in cases:
         try:
             if case["kind"] == "bm25":
-                result = check_bm25(case["dir"], case["queries"], case["k"])
+                result = check_bm25(case["dir"], case["queries"], case["k"], case.get("verify", "auto"))
             else:
-                result = check_dense(case["dir"], case["vectors"], case["k"])
+                result = check_dense(case["dir"], case["vectors"], case["k"], case.get("verify", "auto"))
             rec: dict[str, Any] = {"status": "ok", "result": result}
         except OracleError as exc:
             rec = {"status": "bad", "type": "OracleError", "error": str(exc)}

@@ -79,6 +79,7 @@ def as_legacy(d: Path, version: int) -> None:
     """Rewrite the saved BM25 (``version`` 1 or 2) or dense (1) index ``d`` in its format before
     file maps: fixed names (``t_w.npy``), no ``generation`` or ``files``; version 1 of BM25 without
     ``stats`` and term frequencies."""
+    documents_as_parquet(d)
     path = d / "manifest.json"
     body = json.loads(path.read_text())
     for key, entry in body.pop("files").items():
@@ -86,7 +87,7 @@ def as_legacy(d: Path, version: int) -> None:
         (d / entry["name"]).rename(d / f"{key}.{ext}")
     del body["generation"]
     body["version"] = version
-    if body["format"] == "kolm-search/bm25":  # term maxima came with version 4, block maxima with 5
+    if body["format"] == "kolm-search/bm25":  # term maxima came with version 4, block maxima with 6
         (d / "term_max.npy").unlink()
         (d / "block_max.npy").unlink()
     if version == 1 and body["format"] == "kolm-search/bm25":
@@ -95,9 +96,31 @@ def as_legacy(d: Path, version: int) -> None:
     path.write_text(json.dumps(body))
 
 
-def case(path: Path, kind: str) -> dict[str, Any]:
+def documents_as_parquet(d: Path, version: int | None = None) -> None:
+    """Rewrite the documents file of the saved index ``d`` (top level) as the parquet table that
+    format versions before documents files held (BM25 4, dense 2), resealed; ``version`` sets
+    the manifest's."""
+    from kolm_search.engine.mapped_table import MappedDocumentTable
+
+    path = d / "manifest.json"
+    body = json.loads(path.read_text())
+    entry = body["files"]["documents"]
+    old = d / entry["name"]
+    new = old.with_suffix(".parquet")
+    MappedDocumentTable(old).save(new)
+    old.unlink()
+    entry["name"] = new.name
+    if version is not None:
+        body["version"] = version
+        if body["format"] == "kolm-search/bm25" and version < 6:  # block maxima came with version 6
+            (d / body["files"].pop("block_max")["name"]).unlink()
+    path.write_text(json.dumps(body))
+    reseal(d)
+
+
+def case(path: Path, kind: str, verify: str = "auto") -> dict[str, Any]:
     vectors = np.random.default_rng(1).standard_normal((4, DIM)).round(3).tolist()
-    return {"kind": kind, "dir": str(path), "queries": QUERIES, "vectors": vectors, "k": K}
+    return {"kind": kind, "dir": str(path), "queries": QUERIES, "vectors": vectors, "k": K, "verify": verify}
 
 
 def _pump(stream: Any, out: queue.Queue[str | None]) -> None:

@@ -65,6 +65,16 @@ def _edit_json(path: Path, edit: Callable[[Any], Any]) -> None:
     path.write_text(json.dumps(body))
 
 
+@pytest.fixture(params=["auto", "quick"])
+def verify(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How the load checks: in full (``"auto"``: these indexes are small), or quickly, reading
+    the large arrays in blocks of 64 bytes (many blocks, on threads)."""
+    from kolm_search.retrievers import _blocks
+
+    monkeypatch.setattr(_blocks, "BLOCK_BYTES", 64)
+    return str(request.param)
+
+
 def _load(d: Path, **kwargs: Any) -> Any:
     fmt = json.loads((d / "manifest.json").read_text()).get("format")
     return (DenseRetriever if fmt == "kolm-search/dense" else BM25Retriever).load(d, **kwargs)
@@ -93,52 +103,74 @@ def test_altered_pointers_never_reach_the_kernel(pristine: dict[str, Path], tmp_
                for r, d in zip(records, dirs, strict=True)), records
 
 
-def test_decreasing_pointers(pristine: dict[str, Path], tmp_path: Path) -> None:
+def test_decreasing_pointers(pristine: dict[str, Path], tmp_path: Path, verify: str) -> None:
     d = _copy(pristine, "bm25plus", tmp_path)
     _edit_npy(d, "t_ptr", lambda a: a.__setitem__([5, 6], a[[6, 5]]))  # in range, ends intact
     with pytest.raises(KolmValueError, match=rf"t_ptr{G}\.npy: pointers decrease at position 6 "):
-        BM25Retriever.load(d)
+        BM25Retriever.load(d, verify=verify)
 
 
 @pytest.mark.parametrize("value", [-1, -(2**31), N_DOCS, 2**31 - 1])
-def test_document_ids_out_of_range(pristine: dict[str, Path], tmp_path: Path, value: int) -> None:
+def test_document_ids_out_of_range(pristine: dict[str, Path], tmp_path: Path, value: int, verify: str) -> None:
     d = _copy(pristine, "lucene", tmp_path)
     _edit_npy(d, "t_docs", lambda a: a.__setitem__(9, value))
     with pytest.raises(KolmValueError, match=rf"t_docs{G}\.npy: document row {value} at position 9 lies outside \[0, {N_DOCS}\)"):
-        BM25Retriever.load(d)
+        BM25Retriever.load(d, verify=verify)
 
 
-def test_unordered_document_ids_within_a_term(pristine: dict[str, Path], tmp_path: Path) -> None:
+def test_unordered_document_ids_within_a_term(pristine: dict[str, Path], tmp_path: Path, verify: str) -> None:
     d = _copy(pristine, "lucene", tmp_path)
     _edit_npy(d, "t_docs", lambda a: a.__setitem__(2, a[1]))  # a duplicate within term 0 (df >= 3)
     with pytest.raises(KolmValueError, match=rf"t_docs{G}\.npy: document rows not ascending within a term at position 2"):
-        BM25Retriever.load(d)
+        BM25Retriever.load(d, verify=verify)
 
 
 @pytest.mark.parametrize("name, value, shown", [("t_w", np.nan, "nan"), ("t_w", -np.inf, "-inf"),
                                                  ("nonocc", np.inf, "inf"), ("t_w", -1.0, "-1.0")])
 def test_non_finite_or_negative_weights(pristine: dict[str, Path], tmp_path: Path, name: str, value: float,
-                                        shown: str) -> None:
+                                        shown: str, verify: str) -> None:
     d = _copy(pristine, "bm25plus", tmp_path)
     _edit_npy(d, name, lambda a: a.__setitem__(3, value))
     with pytest.raises(KolmValueError, match=rf"{name}{G}\.npy: value at position 3 is {shown}; values must be"):
-        BM25Retriever.load(d)
+        BM25Retriever.load(d, verify=verify)
+
+
+_MAXIMA_DAMAGE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "one ulp low": lambda a: np.where(np.arange(len(a)) == np.argmax(a), np.nextafter(a, np.float32(0)), a),
+    "one ulp high": lambda a: np.where(np.arange(len(a)) == 0, np.nextafter(a, np.float32(np.inf)), a),
+    "nan": lambda a: np.where(np.arange(len(a)) == len(a) - 1, np.float32(np.nan), a),
+    "short": lambda a: a[:-1], "long": lambda a: np.append(a, a[-1:])}
+
+
+@pytest.mark.parametrize("damage", list(_MAXIMA_DAMAGE))
+@pytest.mark.parametrize("name, unit", [("term_max", "term"), ("block_max", "block")])
+def test_damaged_term_or_block_maxima(pristine: dict[str, Path], tmp_path: Path, name: str, unit: str, damage: str,
+                                      verify: str) -> None:
+    """The bounds pruning rules documents out with: one a ulp low would drop results silently."""
+    d = _copy(pristine, "bm25plus", tmp_path)
+    path = file_of(d, name)
+    np.save(path, _MAXIMA_DAMAGE[damage](np.load(path)).astype(np.float32))
+    reseal(d)
+    pattern = rf"{name}{G}\.npy: (term \d+|block \d+ of term \d+) records maximum|{name}{G}\.npy: has \d+ {unit} maxima"
+    with pytest.raises(KolmValueError, match=pattern):
+        BM25Retriever.load(d, verify=verify)
 
 
 @pytest.mark.parametrize("metric", ["cosine", "ip"])
 @pytest.mark.parametrize("value", [np.nan, np.inf])
-def test_non_finite_embeddings(pristine: dict[str, Path], tmp_path: Path, metric: str, value: float) -> None:
+def test_non_finite_embeddings(pristine: dict[str, Path], tmp_path: Path, metric: str, value: float,
+                               verify: str) -> None:
     d = _copy(pristine, metric, tmp_path)
     _edit_npy(d, "embeddings", lambda a: a.__setitem__((2, 5), value))
     with pytest.raises(KolmValueError, match=rf"embeddings{G}\.npy: value at position 2, 5 is {value}; values must be finite"):
-        DenseRetriever.load(d)
+        DenseRetriever.load(d, verify=verify)
 
 
-def test_cosine_index_rows_must_be_unit(pristine: dict[str, Path], tmp_path: Path) -> None:
+def test_cosine_index_rows_must_be_unit(pristine: dict[str, Path], tmp_path: Path, verify: str) -> None:
     d = _copy(pristine, "cosine", tmp_path)
     _edit_npy(d, "embeddings", lambda a: a.__setitem__((4, 0), 1e30))
     with pytest.raises(KolmValueError, match=rf"embeddings{G}\.npy: row 4 has norm .* unit \(or zero\) rows"):
-        DenseRetriever.load(d)
+        DenseRetriever.load(d, verify=verify)
 
 
 def test_unknown_metric(pristine: dict[str, Path], tmp_path: Path) -> None:
