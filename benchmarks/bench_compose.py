@@ -10,12 +10,17 @@ corpus; ``--docs`` changes its size). Rows:
   slowest of the five pipelines run alone (its own BM25 included), the same with five MMR
   rerankers over ``bm25 % 20`` (cheaper than the first stage), and with five columnar rerankers
   (a document-length prior, vectorised: the cost of sharing itself); ``--rerankers`` picks some;
-- ``cached``: the same experiment again over its ``cache_dir`` against its first run.
+- ``cached``: the same experiment's ``exp.run()`` again over its ``cache_dir`` against its first,
+  then the same for ``run_pipelines()`` alone (the runs, no measure table: what the cache holds).
 
-An experiment keeps a stage pipeline's run as codes and makes its DataFrame when it is asked
-for (``exp.runs[name]``); ``run_pipelines()`` alone makes none. The rows "every run as a
-DataFrame" time ``run_pipelines()`` and then ``exp.runs[name]`` of every pipeline, the work
-that a single pipeline's ``pipe(queries)`` does five times.
+The experiment rows time ``exp.run()``, the table of measures an experiment is run for (its
+runs, then their per-query values, tests and precision-recall curves), against the slowest of
+the five pipelines timed the same way (an ``Experiment`` of that pipeline alone, ``.run()``);
+the cached rows time ``exp.run()`` too, and then ``run_pipelines()`` alone. An experiment keeps
+a stage pipeline's run as codes and measures it from them; the rows "run_pipelines() only" (against the pipeline's
+``pipe(queries)``) and "every run as a DataFrame" (``run_pipelines()`` and then
+``exp.runs[name]`` of every pipeline, the work ``pipe(queries)`` does five times) time the runs
+without the table, as earlier figures did.
 
 The embedder is a lookup of precomputed random vectors (64 dimensions) by text, so the figures
 are the engine's, not a model's.
@@ -144,51 +149,56 @@ def experiment_rows(name: str, ds: Dataset, repeat: int, kind: str) -> list[dict
     queries = ds.judged_queries() if name == "cranfield" else ds.queries
     label = KINDS[kind]
 
-    def experiment(cache: Path | None = None, frames: bool = False) -> Experiment:
-        exp = Experiment(pipes, ds, ["ndcg@10"], limit=100, progress=False, cache_dir=cache, drop_self_hits=False)
-        exp.run_pipelines()
+    def experiment(cache: Path | None = None, measured: bool = True, frames: bool = False,
+                   only: str | None = None) -> Experiment:
+        chosen = pipes if only is None else {only: pipes[only]}
+        exp = Experiment(chosen, ds, ["ndcg@10"], limit=100, progress=False, cache_dir=cache, drop_self_hits=False)
+        if measured:
+            exp.run()  # the table of measures (compare: per-query values, tests, curves)
+        else:
+            exp.run_pipelines()
         if frames:
-            for key in pipes:
+            for key in chosen:
                 exp.runs[key]
         return exp
 
-    singles = {k: (lambda p=p: p(queries, limit=100)) for k, p in pipes.items()}
-    fns = {"experiment": experiment, "with_frames": lambda: experiment(frames=True), **singles}
+    singles = {f"single {k}": (lambda k=k: experiment(only=k)) for k in pipes}  # its run and its table
+    plain = {f"plain {k}": (lambda p=p: p(queries, limit=100)) for k, p in pipes.items()}  # its run alone
+    fns = {"experiment": experiment, "pipelines": lambda: experiment(measured=False),
+           "with_frames": lambda: experiment(measured=False, frames=True), **singles, **plain}
     med = median_times(fns, repeat=repeat)
     slowest = max(med[k] for k in singles)
-    rows = [{"what": f"{name} Experiment of 5 {label} over one BM25", "seconds": med["experiment"],
-             "vs_slowest_single": round(med["experiment"] / slowest, 3)},
-            {"what": f"{name} same Experiment, every run as a DataFrame", "seconds": med["with_frames"],
-             "vs_slowest_single": round(med["with_frames"] / slowest, 3)},
-            {"what": f"{name} slowest single pipeline ({label})", "seconds": slowest}]
-    firsts, seconds, framed = [], [], []
-    for _ in range(repeat):
-        folder = Path(tempfile.mkdtemp(prefix="kolm-bench-compose-"))
-        try:  # each run after a garbage collection, untimed (as median_times does)
-            gc.collect()
-            t0 = time.perf_counter()
-            experiment(folder)
-            firsts.append(time.perf_counter() - t0)
-            gc.collect()
-            t0 = time.perf_counter()
-            again = experiment(folder)
-            seconds.append(time.perf_counter() - t0)
-            assert not again.shared.computed
-            del again
-            gc.collect()
-            t0 = time.perf_counter()
-            experiment(folder, frames=True)
-            framed.append(time.perf_counter() - t0)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-    rows.append({"what": f"{name} same Experiment ({label}), first run with cache_dir",
-                 "seconds": float(np.median(firsts))})
-    rows.append({"what": f"{name} same Experiment ({label}), second run over the cache",
-                 "seconds": float(np.median(seconds)),
-                 "vs_first": round(float(np.median(np.array(seconds) / np.array(firsts))), 4)})
-    rows.append({"what": f"{name} same Experiment ({label}), third run over the cache, every run as a DataFrame",
-                 "seconds": float(np.median(framed)),
-                 "vs_first": round(float(np.median(np.array(framed) / np.array(firsts))), 4)})
+    slowest_plain = max(med[k] for k in plain)
+    rows = [{"what": f"{name} Experiment of 5 {label} over one BM25, exp.run() (runs and measure table)",
+             "seconds": med["experiment"], "vs_slowest_single": round(med["experiment"] / slowest, 3)},
+            {"what": f"{name} slowest single pipeline ({label}), Experiment of it, .run()", "seconds": slowest},
+            {"what": f"{name} same Experiment, run_pipelines() only", "seconds": med["pipelines"],
+             "vs_slowest_plain": round(med["pipelines"] / slowest_plain, 3)},
+            {"what": f"{name} same Experiment, run_pipelines(), every run as a DataFrame",
+             "seconds": med["with_frames"], "vs_slowest_plain": round(med["with_frames"] / slowest_plain, 3)},
+            {"what": f"{name} slowest single pipeline ({label}), pipe(queries)", "seconds": slowest_plain}]
+    for measured, call in ((True, "exp.run()"), (False, "run_pipelines()")):
+        firsts, seconds = [], []
+        for _ in range(repeat):
+            folder = Path(tempfile.mkdtemp(prefix="kolm-bench-compose-"))
+            try:  # each run after a garbage collection, untimed (as median_times does)
+                gc.collect()
+                t0 = time.perf_counter()
+                experiment(folder, measured=measured)
+                firsts.append(time.perf_counter() - t0)
+                gc.collect()
+                t0 = time.perf_counter()
+                again = experiment(folder, measured=measured)
+                seconds.append(time.perf_counter() - t0)
+                assert not again.shared.computed
+                del again
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        rows.append({"what": f"{name} same Experiment ({label}), {call} with cache_dir, first",
+                     "seconds": float(np.median(firsts))})
+        rows.append({"what": f"{name} same Experiment ({label}), {call} over the cache, second",
+                     "seconds": float(np.median(seconds)),
+                     "vs_first": round(float(np.median(np.array(seconds) / np.array(firsts))), 4)})
     return rows
 
 

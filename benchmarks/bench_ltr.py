@@ -15,7 +15,8 @@ score, BM25, Bo1, the dense cosine, title BM25, document and query length, an LS
 at two other parameter settings and the query-term coverage), with the library defaults:
 features min-max normalised within each query, the model started from the hybrid's
 (normalised) score, 200 rounds of 3 leaves at learning rate 0.02, 100 rows per leaf, seed 0,
-one thread. ``--union legacy`` is the union of the earlier figures (:func:`legacy_union`).
+one thread. ``--union legacy`` is the union of the earlier figures' stages (:func:`legacy_union`;
+those figures were made while ``**`` grouped to the right, this is its flat union now).
 That union and those settings were chosen by leave-one-collection-out on these four
 collections (``bench_ltr_features.py``, ``bench_ltr_grid.py``; see benchmarks/README.md):
 these per-collection figures are in sample for that choice. Per collection: nDCG@10 of both,
@@ -59,8 +60,10 @@ LEGACY = ("rrf", "bm25", "bo1", "dense", "title_bm25", "doc_length", "query_leng
 
 
 def legacy_union(table: Any, bm: BM25Retriever, dense: DenseRetriever, hybrid: Fuse) -> Stage:
-    """The union of the first figures, as written then: ``**`` groups to the right, so each
-    retriever's score counts only for candidates that every retriever to its left returned too."""
+    """The union of the first figures, as written then. ``**`` grouped to the right when those
+    figures were made, so each retriever's score counted only for candidates that every
+    retriever to its left returned too, and the lengths only where title BM25 did; it is flat
+    now: every stage's score (a retriever's in its own top 1000) of the hybrid's candidates."""
     return ((hybrid % 100) ** bm ** FeedbackRetriever(bm, "bo1") ** dense ** BM25Retriever(table, fields=("title",))
             ** (DocumentLength() ** QueryLength()))
 

@@ -145,7 +145,7 @@ def collection_features(name: str, data: Path, embedder: Any) -> tuple[pd.DataFr
     parts = {"table": table, "bm25": bm, "dense": dense, "embedder": embedder}
     union: Stage = hybrid % 100
     for make in FEATURES.values():
-        union = union ** make(parts)  # grouped to the left: every feature sees the hybrid's candidates
+        union = union ** make(parts)  # one flat union: every feature sees the hybrid's candidates
     t0 = time.perf_counter()
     X, keys = LTRReranker(union).candidate_features(queries)
     old, old_keys = LTRReranker(legacy_union(table, bm, dense, hybrid)).candidate_features(queries)

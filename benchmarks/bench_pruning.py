@@ -85,8 +85,8 @@ def run(n_docs: int, args: argparse.Namespace) -> list[dict]:
         fns = {
             "auto": lambda k=k: ret.score_encoded(q_ptr, q_ids, k, pruning="auto"),
             "all": lambda k=k, every=every: pruned.pruned_topk(
-                q_ptr, q_ids, weights, ret.t_ptr, ret.t_docs, ret.t_w, ret.t_max, offsets, *sel.arrays(), n_docs, k,
-                n_threads=args.threads, prune=every),
+                q_ptr, q_ids, weights, ret.t_ptr, ret.t_docs, ret.t_w, ret.t_max, ret.b_max, ret.b_last, offsets,
+                *sel.arrays(), n_docs, k, n_threads=args.threads, prune=every, t_min=ret.t_min),
             "none": lambda k=k: ret.score_encoded(q_ptr, q_ids, k, pruning="none"),
             "bm25s": lambda k=k: model.retrieve(bq, k=k, show_progress=False, n_threads=threads),
         }

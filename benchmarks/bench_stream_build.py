@@ -156,7 +156,7 @@ def same_index(a: Path, b: Path) -> bool:
 
     x, y = BM25Retriever.load(a), BM25Retriever.load(b)
     return x.vocab == y.vocab and all(np.array_equal(getattr(x, n), getattr(y, n))
-                                      for n in ("t_ptr", "t_docs", "t_w", "nonocc", "doc_len", "tf", "t_max"))
+                                      for n in ("t_ptr", "t_docs", "t_w", "nonocc", "doc_len", "tf", "t_max", "b_max"))
 
 
 def compare(corpus: Path, work: Path, other: Path, rounds: int, limit: int) -> None:

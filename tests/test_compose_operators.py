@@ -16,6 +16,7 @@ from kolm_search import CandidateFrame, DocumentTable, Fuse, KolmTypeError, Kolm
 from kolm_search.adapters import MMRReranker
 from kolm_search.compose.frame_ops import EPSILON
 from kolm_search.compose.kinds import RerankerStage
+from kolm_search.compose.stage import FeatureUnion
 from tests.fakes import BatchHashEmbedder
 
 N_DOCS = 12
@@ -165,6 +166,52 @@ def test_then_and_nested_feature_union(pair: tuple[CandidateFrame, CandidateFram
     # a re-ranking right side scores the left side's candidates
     fr = (a ** Rescore()).transform(batch, None)
     np.testing.assert_array_equal(fr.features[:, 1], (_df(fa)["doc"] % 3).to_numpy(float))
+
+
+def p_features_n(a: pd.DataFrame, *others: pd.DataFrame) -> pd.DataFrame:
+    """``a``'s rows with ``f0`` its score and ``f1, f2, ...`` each other's score of the same
+    document, 0 where that one lacks it (PyTerrier's ``FeatureUnion`` of all of them)."""
+    m = a.assign(f0=a["score"])
+    for i, b in enumerate(others, 1):
+        m = m.merge(b[["q", "doc", "score"]].rename(columns={"score": f"f{i}"}), on=["q", "doc"], how="left")
+    return m.fillna({f"f{i}": 0.0 for i in range(1, len(others) + 1)})
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3).flatmap(lambda n: st.tuples(frames(n), frames(n), frames(n))))
+def test_feature_union_is_flat_and_associative(triple: tuple[CandidateFrame, CandidateFrame, CandidateFrame]) -> None:
+    fa, fb, fc = triple
+    a, b, c, r = Given(fa), Given(fb), Given(fc), Rescore()
+    batch = _batch(fa.n_queries)
+    want = p_features_n(_df(fa), _df(fb), _df(fc))
+    for stage in (a ** b ** c, (a ** b) ** c, a ** (b ** c), FeatureUnion(a, FeatureUnion(b, c))):
+        assert isinstance(stage, FeatureUnion) and stage.operands == [a, b, c] and repr(stage) == "(Given() ** Given() ** Given())"
+        got = stage.transform(batch, None)
+        _same(got, _ranked(want))
+        np.testing.assert_array_equal(got.features, want[["f0", "f1", "f2"]].to_numpy())
+    # a re-ranking operand scores a's candidates wherever it stands; c's score still reaches all of them
+    scored = _df(fa).assign(score=(_df(fa)["doc"] % 3).astype(float))
+    want_r = p_features_n(_df(fa), scored, _df(fc))
+    for stage in (a ** r ** c, (a ** r) ** c, a ** (r ** c)):
+        got = stage.transform(batch, None)
+        np.testing.assert_array_equal(got.features, want_r[["f0", "f1", "f2"]].to_numpy())
+    # four operands, unions on both sides
+    got = ((a ** b) ** (c ** a)).transform(batch, None)
+    np.testing.assert_array_equal(got.features, p_features_n(_df(fa), _df(fb), _df(fc), _df(fa))[
+        ["f0", "f1", "f2", "f3"]].to_numpy())
+
+
+def test_feature_union_parameters_are_its_flat_operands() -> None:
+    a = Given(CandidateFrame.from_ptr([0, 2], [0, 1], [2.0, 1.0]))
+    b, c = Given(CandidateFrame.from_ptr([0, 1], [0], [5.0])), Given(CandidateFrame.from_ptr([0, 2], [1, 0], [7.0, 6.0]))
+    stage = a ** b ** c
+    params = stage.get_params(deep=False)
+    assert list(params) == ["s0", "s1", "s2"] and params["s2"] is c
+    stage.set_params(s1=b ** c)  # a union given as an operand is read flat when it runs: c scores doc 1 too
+    got = stage.transform(_batch(1), None)
+    np.testing.assert_array_equal(got.features, [[2.0, 5.0, 6.0, 6.0], [1.0, 0.0, 7.0, 7.0]])
+    with pytest.raises(KolmValueError, match="at least two"):
+        FeatureUnion(a)
 
 
 def _frame() -> CandidateFrame:

@@ -96,9 +96,9 @@ def test_get_params_round_trip(setup) -> None:  # type: ignore[no-untyped-def]
     assert params["n_estimators"] == 20 and params["seed"] == 0 and params["num_threads"] == 1
     other = LTRReranker(bm % 10).set_params(**params)
     assert other.get_params(deep=False) == params and other.fingerprint() == stage.fingerprint()
-    stage.set_params(num_leaves=7, features__right__right__log=False)
+    stage.set_params(num_leaves=7, features__s3__log=False)
     assert stage.get_params()["num_leaves"] == 7 and stage.lightgbm_params()["num_leaves"] == 7
-    assert stage.get_params()["features__right__right__log"] is False
+    assert stage.get_params()["features__s3__log"] is False
     for bad in ({"num_leaves": 0}, {"learning_rate": -1.0}, {"seed": 1.5}, {"nope": 1}):
         with pytest.raises((KolmValueError, KolmTypeError)):
             stage.set_params(**bad)

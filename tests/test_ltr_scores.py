@@ -62,15 +62,21 @@ def test_dense_score_is_the_similarity_of_every_candidate(parts) -> None:  # typ
     np.testing.assert_allclose(X[:, 1], cos, atol=1e-5)
 
 
-def test_a_right_grouped_union_of_score_stages_scores_every_candidate(parts) -> None:  # type: ignore[no-untyped-def]
-    """``a ** b ** c`` is ``a ** (b ** c)``: with retrieving ``b`` and ``c``, ``c`` counts only
-    where ``b`` retrieved the candidate too; score stages give every candidate its score either way."""
+def test_a_union_gives_every_operand_the_first_ones_candidates_however_grouped(parts) -> None:  # type: ignore[no-untyped-def]
+    """``a ** b ** c`` (Python: ``a ** (b ** c)``) is the flat union ``(a ** b) ** c``: with
+    retrieving ``b`` and ``c``, ``c`` counts wherever it retrieved the candidate itself, not only
+    where ``b`` did; score stages give every candidate its score."""
     bm, dense, queries = parts["bm25"], parts["dense"], parts["queries"]
     first = Fuse(bm, dense, k=60) % 50
     right = LTRReranker(first ** BM25Score(bm) ** DenseScore(dense)).candidate_features(queries)[0]
     left = LTRReranker((first ** BM25Score(bm)) ** DenseScore(dense)).candidate_features(queries)[0]
     np.testing.assert_array_equal(right, left)
     retrieved = LTRReranker(first ** (bm % 20) ** (dense % 20)).candidate_features(queries)[0]
+    grouped = LTRReranker((first ** (bm % 20)) ** (dense % 20)).candidate_features(queries)[0]
+    np.testing.assert_array_equal(retrieved, grouped)
+    alone = LTRReranker(first ** (dense % 20)).candidate_features(queries)[0]
+    np.testing.assert_array_equal(retrieved[:, 2], alone[:, 1])  # dense's score whether BM25 found it or not
+    assert ((retrieved[:, 1] == 0) & (retrieved[:, 2] != 0)).any()
     assert (retrieved[:, 2] == 0).sum() > (left[:, 2] == 0).sum()  # what the score stage avoids
 
 

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from kolm_search._kernels import load
 from kolm_search.engine.selection import Selection, Selections
-from kolm_search.retrievers.bounds import term_maxima
 
 
 def random_index(rng: np.random.Generator, n_docs: int, vocab: int, max_df: int,
@@ -57,8 +56,9 @@ def run_both(t_ptr: np.ndarray, t_docs: np.ndarray, t_w: np.ndarray, q: tuple[np
              n_docs: int, k: int, scan: int = 16, threads: int = 1,
              ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
     q_ptr, q_terms, w, off = q
-    pruned = load("pruned").pruned_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, term_maxima(t_ptr, t_w), off,
-                                        *sel.arrays(), n_docs, k, n_threads=threads, scan=scan)
+    t_min, t_max, b_max, b_last = load("blocks").posting_bounds(t_ptr, t_docs, t_w)
+    pruned = load("pruned").pruned_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, t_max, b_max, b_last, off,
+                                        *sel.arrays(), n_docs, k, n_threads=threads, scan=scan, bail=np.inf)
     exhaustive = load("sparse").sparse_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, off, *sel.arrays(), n_docs, k,
                                             n_threads=threads)
     return pruned, exhaustive

@@ -1,6 +1,8 @@
 """Pruning through BM25Retriever: ``pruning="auto"`` returns what ``"none"`` (the exhaustive kernel)
 returns on Cranfield for every query, BM25 variant, k, filter and weighted (feedback) query; term
-maxima follow merges and saves, and a damaged ``term_max`` file is refused on load."""
+and block maxima follow merges and saves, a damaged ``term_max`` or ``block_max`` file is refused
+on load by full and quick loads alike, and indexes saved before them (formats 3-5) load with them
+computed."""
 
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.engine.selection import Selection, Selections
 from kolm_search.errors import KolmError, KolmValueError
 from kolm_search.retrievers import bounds
-from kolm_search.retrievers.bounds import term_maxima
 from kolm_search.retrievers.feedback import FeedbackRetriever
 from tests.reliability.indexes import file_of, reseal
 
@@ -29,9 +30,7 @@ METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 @pytest.fixture
 def prune_all(monkeypatch: pytest.MonkeyPatch) -> None:
     """``pruning="auto"`` sends every query the pruned kernel can take to it (any k, any length)."""
-    monkeypatch.setattr(bounds, "PRUNE_MAX_K", 10**9)
     monkeypatch.setattr(bounds, "PRUNE_MIN_POSTINGS_PER_K", 0)
-    monkeypatch.setattr(bounds, "PRUNE_PHASE_SHARE", 10.0)
 
 
 def same(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> None:
@@ -59,7 +58,12 @@ def test_cranfield_every_query_identical(cranfield_indexes: dict[str, BM25Retrie
         exhaustive = ret.score_encoded(q_ptr, q_ids, k, pruning="none")
         same(ret.score_encoded(q_ptr, q_ids, k), exhaustive)
         every = kernel.pruned_topk(q_ptr, q_ids, np.ones(len(q_ids), np.float32), ret.t_ptr, ret.t_docs, ret.t_w,
-                                   ret.t_max, *_offsets(ret, q_ptr, q_ids), *Selections.none(len(texts)).arrays(), n, k)
+                                   ret.t_max, ret.b_max, ret.b_last, *_offsets(ret, q_ptr, q_ids),
+                                   *Selections.none(len(texts)).arrays(), n, k, bail=np.inf)
+        same(every, exhaustive)
+        every = kernel.pruned_topk(q_ptr, q_ids, np.ones(len(q_ids), np.float32), ret.t_ptr, ret.t_docs, ret.t_w,
+                                   ret.t_max, ret.b_max, ret.b_last, *_offsets(ret, q_ptr, q_ids),
+                                   *Selections.none(len(texts)).arrays(), n, k, t_min=ret.t_min)  # some given back
         same(every, exhaustive)
         same(ret.score_encoded(q_ptr, q_ids, k, sel), ret.score_encoded(q_ptr, q_ids, k, sel, pruning="none"))
 
@@ -90,16 +94,15 @@ def test_weighted_and_feedback_queries_identical(cranfield_indexes: dict[str, BM
             assert a.doc.tobytes() == b.doc.tobytes() and a.score.tobytes() == b.score.tobytes()
 
 
-def test_auto_rule_prunes_long_postings_at_small_k() -> None:
+def test_auto_rule_prunes_long_postings_for_k() -> None:
     t_ptr = np.array([0, 5000, 5100, 5110], np.int64)
-    t_max = np.array([0.1, 5.0, 4.0], np.float32)
-    q_ptr = np.array([0, 2, 4, 5], np.int64)  # [rare, common], [rare, rare], [common]
-    q_ids = np.array([1, 0, 1, 2, 0], np.int64)
-    w = np.ones(5, np.float32)
-    sel = Selections.none(3)
-    args = (q_ptr, q_ids, w, t_ptr, t_max, np.zeros(3, np.float32), sel.ids, sel.ptr, sel.mask_of)
-    assert bounds.prune_queries(*args, 10).tolist() == [True, False, False]  # too few postings; no rare term
-    assert not bounds.prune_queries(*args, 100).any()  # the rare term holds < 4 k postings
+    q_ptr = np.array([0, 2, 4, 5, 7], np.int64)  # [rare, common], [rare, rare], [common], [common, rare] weighted -1
+    q_ids = np.array([1, 0, 1, 2, 0, 0, 1], np.int64)
+    w = np.array([1, 1, 1, 1, 1, 1, -1], np.float32)
+    sel = Selections.none(4)
+    args = (q_ptr, q_ids, w, t_ptr, np.zeros(4, np.float32), sel.ids, sel.ptr, sel.mask_of)
+    assert bounds.prune_queries(*args, 10).tolist() == [True, False, True, False]  # 110 < 50 * 10 postings; a weight < 0
+    assert bounds.prune_queries(*args, 101).tolist() == [True, False, False, False]  # 5,000 < 50 * 101
     assert not bounds.prune_queries(*args, 1000).any()
 
 
@@ -119,7 +122,7 @@ def _docs(n: int, start: int = 0) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("method", ["lucene", "bm25+"])
-def test_merges_keep_term_maxima_of_a_rebuild(method: str, prune_all: None, tmp_path: Path) -> None:
+def test_merges_keep_the_bounds_of_a_rebuild(method: str, prune_all: None, tmp_path: Path) -> None:
     ret = BM25Retriever(_docs(40), method=method)  # type: ignore[arg-type]
     ret.add(_docs(15, start=40))
     ret.delete([f"d{i}" for i in range(0, 55, 4)])
@@ -127,7 +130,9 @@ def test_merges_keep_term_maxima_of_a_rebuild(method: str, prune_all: None, tmp_
     ref = BM25Retriever(live, method=method)  # type: ignore[arg-type]
     ret.merge()
     assert dict(zip(ret.vocab, ret.t_max.tolist(), strict=True)) == dict(zip(ref.vocab, ref.t_max.tolist(), strict=True))
-    np.testing.assert_array_equal(ret.t_max, term_maxima(ret.t_ptr, ret.t_w))
+    for got, want in zip((ret.t_min, ret.t_max, ret.b_max, ret.b_last),
+                         load("blocks").posting_bounds_numpy(ret.t_ptr, ret.t_docs, ret.t_w), strict=True):
+        np.testing.assert_array_equal(got, want)
     queries = ["alpha beta", "gamma", "eta zeta alpha", "delta delta beta"]
     for k in (1, 3, 50):
         same(ret.score_texts(queries, k), ref.score_texts(queries, k))
@@ -136,13 +141,18 @@ def test_merges_keep_term_maxima_of_a_rebuild(method: str, prune_all: None, tmp_
     loaded = BM25Retriever.load(tmp_path / "i", pruning="none")
     assert loaded.pruning == "none"
     np.testing.assert_array_equal(loaded.t_max, ret.t_max)
+    np.testing.assert_array_equal(loaded.b_max, ret.b_max)
     same(loaded.score_texts(queries, 3, pruning="auto"), ref.score_texts(queries, 3))
 
 
-def test_damaged_term_maxima_are_refused(tmp_path: Path) -> None:
-    BM25Retriever(_docs(30)).save(tmp_path / "i")
-    path = file_of(tmp_path / "i", "term_max")
+@pytest.mark.parametrize("verify", ["full", "quick"])
+@pytest.mark.parametrize("name", ["term_max", "block_max"])
+def test_damaged_maxima_are_refused(tmp_path: Path, name: str, verify: str) -> None:
+    BM25Retriever(_docs(30) + [{"id": f"x{i}", "content": "alpha"} for i in range(200)]).save(tmp_path / "i")
+    path = file_of(tmp_path / "i", name)
     good = np.load(path)
+    unit = name.split("_")[0]
+    where = {"term": ("term 2", "term 0"), "block": ("block 2 of term 0", "block 0 of term 0")}[unit]
     for damage in ("low", "nan", "short"):
         bad = good.copy()
         if damage == "low":
@@ -153,26 +163,32 @@ def test_damaged_term_maxima_are_refused(tmp_path: Path) -> None:
             bad = bad[:-1]
         np.save(path, bad)
         reseal(tmp_path / "i")  # the digests match: the check of what the file means must refuse it
-        with pytest.raises(KolmValueError, match=rf"{path.name}: (term 2 records maximum|term 0 records|has \d+ term maxima)"):
-            BM25Retriever.load(tmp_path / "i")
+        with pytest.raises(KolmValueError, match=rf"{path.name}: ({where[0]} records maximum|{where[1]} records|"
+                                                 rf"has \d+ {unit} maxima)"):
+            BM25Retriever.load(tmp_path / "i", verify=verify)
     np.save(path, good)
     reseal(tmp_path / "i")
-    assert np.array_equal(BM25Retriever.load(tmp_path / "i").t_max, good)
+    loaded = BM25Retriever.load(tmp_path / "i", verify=verify)
+    assert np.array_equal(loaded.t_max if unit == "term" else loaded.b_max, good)
 
 
-def test_an_index_saved_before_term_maxima_gets_them(tmp_path: Path) -> None:
-    ret = BM25Retriever(_docs(30), method="bm25l")
+@pytest.mark.parametrize("verify", ["full", "quick"])
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_an_index_saved_before_the_maxima_gets_them(tmp_path: Path, version: int, verify: str) -> None:
+    ret = BM25Retriever(_docs(30) + [{"id": f"x{i}", "content": "alpha beta"} for i in range(150)], method="bm25l")
     ret.save(tmp_path / "i")
     d = tmp_path / "i"
     body = json.loads((d / "manifest.json").read_text())
-    file_of(d, "term_max").unlink()
-    del body["files"]["term_max"]
-    body["version"] = 3
+    for name in ("term_max", "block_max")[min(version - 3, 1):]:  # what format `version` did not save (4: term maxima, 6: block)
+        file_of(d, name).unlink()
+        del body["files"][name]
+    body["version"] = version
     (d / "manifest.json").write_text(json.dumps(body))
-    old = BM25Retriever.load(d)
-    np.testing.assert_array_equal(old.t_max, ret.t_max)
+    old = BM25Retriever.load(d, verify=verify)
+    for name in ("t_min", "t_max", "b_max", "b_last"):
+        np.testing.assert_array_equal(getattr(old, name), getattr(ret, name))
     same(old.score_texts(["alpha beta", "eta"], 5), ret.score_texts(["alpha beta", "eta"], 5, pruning="none"))
-    body["files"]["term_max"] = {"name": "x", "bytes": 0, "sha256": "0" * 64}
+    body["files"]["block_max"] = {"name": "x", "bytes": 0, "sha256": "0" * 64}  # a file the format did not have
     (d / "manifest.json").write_text(json.dumps(body))
-    with pytest.raises(KolmValueError, match="term_max"):
+    with pytest.raises(KolmValueError, match="block_max"):
         BM25Retriever.load(d)

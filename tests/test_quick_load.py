@@ -149,12 +149,14 @@ def test_read_rows_reads_the_file_not_the_mapping(tmp_path: Path) -> None:
 
 @st.composite
 def _postings(draw: st.DrawFn) -> tuple[Any, ...]:
-    n_docs = draw(st.integers(1, 12))
-    lengths = draw(st.lists(st.integers(0, 6), min_size=1, max_size=8))
+    n_docs = draw(st.sampled_from([1, 3, 12, 70, 200]))
+    lengths = draw(st.lists(st.sampled_from([0, 1, 2, 5, 6, 63, 64, 65, 130]), min_size=1, max_size=8))  # blocks of 64
     ptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    docs = np.concatenate([np.sort(draw(st.lists(st.integers(0, n_docs - 1), min_size=n, max_size=n, unique=True)))
-                           if n <= n_docs else np.arange(n) for n in lengths] + [np.zeros(0)]).astype(np.int32)
-    weights = np.asarray(draw(st.lists(st.floats(0, 9, width=32), min_size=len(docs), max_size=len(docs))), np.float32)
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    docs = np.concatenate([np.sort(rng.choice(n_docs, n, replace=False)) if n <= n_docs else np.arange(n)
+                           for n in lengths] + [np.zeros(0)]).astype(np.int32)
+    weights = (rng.integers(0, 40, len(docs)) / np.float32(4.0) + rng.random(len(docs)) * draw(st.sampled_from([0, 1]))
+               ).astype(np.float32)  # ties (a block's maximum twice) and zeros, or all distinct
     if len(docs) and draw(st.booleans()):  # break one posting
         i = draw(st.integers(0, len(docs) - 1))
         how = draw(st.sampled_from(["row", "order", "nan", "neg", "inf"]))
@@ -175,9 +177,20 @@ def test_the_postings_kernel_equals_its_numpy_twin(case: tuple[Any, ...]) -> Non
     ptr, docs, weights, t0, t1, n_docs = case
     kernels = load("postings_check")
     lo, hi = int(ptr[t0]), int(ptr[t1])
-    got_max, want_max = np.full(len(ptr) - 1, -1, np.float32), np.full(len(ptr) - 1, -1, np.float32)
-    got = kernels.first_bad_posting(ptr, docs[lo:hi].copy(), weights[lo:hi].copy(), t0, t1, n_docs, got_max)
-    want = kernels.first_bad_posting_numpy(ptr, docs[lo:hi], weights[lo:hi], t0, t1, n_docs, want_max)
+    b_ptr = load("blocks").block_pointers(ptr)
+    n_terms, n_blocks = len(ptr) - 1, int(b_ptr[-1])
+
+    def outputs() -> list[np.ndarray]:  # t_min, t_max, b_max, b_last: -1 where not written
+        return [np.full(n_terms, -1, np.float32), np.full(n_terms, -1, np.float32), np.full(n_blocks, -1, np.float32),
+                np.full(n_blocks, -1, np.int32)]
+
+    got_b, want_b = outputs(), outputs()
+    got = kernels.first_bad_posting(ptr, b_ptr, docs[lo:hi].copy(), weights[lo:hi].copy(), t0, t1, n_docs, *got_b)
+    want = kernels.first_bad_posting_numpy(ptr, b_ptr, docs[lo:hi], weights[lo:hi], t0, t1, n_docs, *want_b)
     assert got == want
     if got[0] == 0:
-        assert np.array_equal(got_max, want_max)
+        for g, w in zip(got_b, want_b, strict=True):
+            assert np.array_equal(g, w)
+        if t0 == 0 and t1 == n_terms:  # the whole postings: the bounds of the resident arrays' kernel
+            for g, w in zip(got_b, load("blocks").posting_bounds(ptr, docs, weights), strict=True):
+                assert np.array_equal(g, w)

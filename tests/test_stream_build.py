@@ -23,7 +23,7 @@ from kolm_search.retrievers.bm25 import BM25Retriever
 from kolm_search.retrievers.spill import gather_ranges
 
 WORDS = ["apple", "pear", "ships", "boats", "sea", "lamp", "pearl", "the", "of", "river", "stone", "glass"]
-ARRAYS = ("t_ptr", "t_docs", "t_w", "nonocc", "doc_len", "tf", "t_max")
+ARRAYS = ("t_ptr", "t_docs", "t_w", "nonocc", "doc_len", "tf", "t_min", "t_max", "b_max", "b_last")
 QUERIES = ["apple sea", "ships of the river", "glass pearl stone", "lamp", "nothing here"]
 
 texts = st.lists(st.sampled_from(WORDS), max_size=8).map(" ".join)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["chunk_bounds", "load", "resolve_threads", "run_chunks", "usable_cores"]
+__all__ = ["chunk_bounds", "load", "resolve_threads", "run_chunks", "run_pieces", "usable_cores"]
 
 _LOCK = threading.Lock()
 _LOADED: dict[str, ModuleType] = {}  # kernel modules whose import has finished
@@ -109,4 +109,31 @@ def run_chunks(kernel: Callable[..., Any], bounds: npt.NDArray[np.int64], *args:
         return
     with ThreadPoolExecutor(max_workers=len(spans), thread_name_prefix="kolm-kernel") as pool:
         for future in [pool.submit(kernel, *args, a, b) for a, b in spans]:
+            future.result()
+
+
+def run_pieces(kernel: Callable[..., Any], bounds: npt.NDArray[np.int64], n_threads: int,
+               scratch: Callable[[], tuple[Any, ...]]) -> None:
+    """Call ``kernel(*scratch_of_its_thread, start, stop)`` for each piece ``[bounds[i],
+    bounds[i+1])`` on ``n_threads`` threads, each taking the next piece when it finishes one (so
+    pieces of uneven cost even out) with scratch arrays it allocates once (``scratch()``)."""
+    spans = iter([(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a])
+    lock = threading.Lock()
+
+    def work() -> None:
+        mine: tuple[Any, ...] | None = None
+        while True:
+            with lock:
+                span = next(spans, None)
+            if span is None:
+                return
+            if mine is None:
+                mine = scratch()
+            kernel(*mine, *span)
+
+    if n_threads <= 1:
+        work()
+        return
+    with ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="kolm-kernel") as pool:
+        for future in [pool.submit(work) for _ in range(n_threads)]:
             future.result()

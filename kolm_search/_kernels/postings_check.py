@@ -14,10 +14,14 @@ kind   the posting at ``position`` (counted over the whole postings)
 3      its weight is NaN, infinite or negative
 =====  ==================================================================
 
-and writes each term's largest weight (0 for a term without postings) to ``maxima[t]``. It is
-one read of each slice, so that a load can check an index of any size block by block
-(:mod:`kolm_search.retrievers._blocks`) without mapping its pages. :func:`first_bad_posting_numpy`
-is the numpy twin (the test oracle).
+and, for a sound block, writes the bounds that the pruned kernel reads (the layout of
+:mod:`kolm_search._kernels.blocks`, whose :func:`~kolm_search._kernels.blocks.posting_bounds`
+computes the same from resident arrays): each term's smallest and largest weight (``t_min[t]``,
++inf without postings; ``t_max[t]``, 0 without postings) and each of its blocks of
+:data:`~kolm_search._kernels.blocks.BLOCK` postings' largest weight and last document
+(``b_max``, ``b_last`` at ``b_ptr[t] + i``). It is one read of each slice, so that a load can
+check an index of any size block by block (:mod:`kolm_search.retrievers._blocks`) without
+mapping its pages. :func:`first_bad_posting_numpy` is the numpy twin (the test oracle).
 """
 
 from __future__ import annotations
@@ -26,40 +30,59 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit, types
 
+from kolm_search._kernels.blocks import BLOCK, posting_bounds_numpy
 from kolm_search._kernels.sig import f32, i64, ro, rw
 
 __all__ = ["first_bad_posting", "first_bad_posting_numpy"]
 
 _I32 = types.int32
+_SIGNATURE = types.UniTuple(i64, 2)(ro(i64), ro(i64), ro(_I32), ro(f32), i64, i64, i64, rw(f32), rw(f32), rw(f32),
+                                   rw(_I32))
 
 
-@njit(types.UniTuple(i64, 2)(ro(i64), ro(_I32), ro(f32), i64, i64, i64, rw(f32)), cache=True, nogil=True)
-def first_bad_posting(t_ptr, docs, weights, t0, t1, n_docs, maxima):  # pragma: no cover - compiled
+@njit(_SIGNATURE, cache=True, nogil=True)
+def first_bad_posting(t_ptr, b_ptr, docs, weights, t0, t1, n_docs, t_min, t_max, b_max,
+                      b_last):  # pragma: no cover - compiled
     base = t_ptr[t0]
     inf = np.float32(np.inf)
     for t in range(t0, t1):
         top = np.float32(0.0)
+        low = inf
         prev = -1
-        for p in range(t_ptr[t], t_ptr[t + 1]):
-            i = p - base
-            d = docs[i]
-            if d < 0 or d >= n_docs:
-                return 1, p
-            if d <= prev:
-                return 2, p
-            prev = d
-            w = weights[i]
-            if not (w >= 0 and w < inf):  # NaN fails both
-                return 3, p
-            if w > top:
-                top = w
-        maxima[t] = top
+        lo, hi = t_ptr[t], t_ptr[t + 1]
+        b = b_ptr[t]
+        for start in range(lo, hi, BLOCK):
+            end = min(start + BLOCK, hi)
+            mx = np.float32(0.0)
+            for p in range(start, end):
+                i = p - base
+                d = docs[i]
+                if d < 0 or d >= n_docs:
+                    return 1, p
+                if d <= prev:
+                    return 2, p
+                prev = d
+                w = weights[i]
+                if not (w >= 0 and w < inf):  # NaN fails both
+                    return 3, p
+                if w > mx:
+                    mx = w
+                if w < low:
+                    low = w
+            b_max[b] = mx
+            b_last[b] = docs[end - 1 - base]
+            b += 1
+            if mx > top:
+                top = mx
+        t_min[t] = low
+        t_max[t] = top
     return 0, -1
 
 
-def first_bad_posting_numpy(t_ptr: npt.NDArray[np.int64], docs: npt.NDArray[np.int32],
+def first_bad_posting_numpy(t_ptr: npt.NDArray[np.int64], b_ptr: npt.NDArray[np.int64], docs: npt.NDArray[np.int32],
                             weights: npt.NDArray[np.float32], t0: int, t1: int, n_docs: int,
-                            maxima: npt.NDArray[np.float32]) -> tuple[int, int]:
+                            t_min: npt.NDArray[np.float32], t_max: npt.NDArray[np.float32],
+                            b_max: npt.NDArray[np.float32], b_last: npt.NDArray[np.int32]) -> tuple[int, int]:
     """Twin of :func:`first_bad_posting` (vectorised numpy)."""
     base = int(t_ptr[t0])
     ptr = np.asarray(t_ptr[t0:t1 + 1], np.int64) - base
@@ -77,9 +100,8 @@ def first_bad_posting_numpy(t_ptr: npt.NDArray[np.int64], docs: npt.NDArray[np.i
     hit = np.flatnonzero(kinds)
     if len(hit):
         return int(kinds[hit[0]]), int(pos[hit[0]]) + base
-    top = np.zeros(t1 - t0, np.float32)
-    has = np.diff(ptr) > 0
-    if has.any():
-        top[has] = np.maximum.reduceat(weights.astype(np.float32), ptr[:-1][has])
-    maxima[t0:t1] = top
+    lo_t, hi_t, bm, bl = posting_bounds_numpy(ptr, docs, weights)
+    t_min[t0:t1], t_max[t0:t1] = lo_t, hi_t
+    b0, b1 = int(b_ptr[t0]), int(b_ptr[t1])
+    b_max[b0:b1], b_last[b0:b1] = bm, bl
     return 0, -1

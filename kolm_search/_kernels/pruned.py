@@ -1,26 +1,33 @@
-"""Sparse top-k with exact dynamic pruning: MaxScore, term at a time.
+"""Sparse top-k with exact dynamic pruning: block-max MaxScore over document-ordered candidates.
 
-Same inputs and outputs as :func:`kolm_search._kernels.sparse.sparse_topk` (see there), plus
-``t_max`` float32 (V,): each term's largest stored weight (0 for a term without postings).
+Same inputs and outputs as :func:`kolm_search._kernels.sparse.sparse_topk` (see there), plus the
+bounds of :mod:`kolm_search._kernels.blocks`: ``t_max`` float32 (V,), each term's largest stored
+weight, and per block of :data:`~kolm_search._kernels.blocks.BLOCK` postings ``b_max`` float32
+(its largest weight) and ``b_last`` int32 (its last document).
 
-Results are those of the exhaustive kernel bit for bit (scores, order, ties). A query's terms
-are taken by upper bound ``q_weight * t_max``, largest first. Phase 1 adds whole terms into a
-float64 partial sum per document until ``k`` documents are sure to beat any document that only
-the remaining terms hold (the k-th best partial sum exceeds the sum of the remaining bounds):
-from then on no new document can enter. Phase 2 adds each remaining term only to the documents
-that may still enter (a partial sum plus the remaining bounds reaching the k-th best partial
-sum), scanning its postings or galloping through them to each candidate, whichever reads less,
-and drops those the rising bound rules out. The survivors are then scored as the exhaustive
-kernel scores them: ``sum(q_weight * t_w)`` in float32, over the query's terms in query-term
-order, plus the offset, and the best ``k`` kept (equal scores: the lower document code).
-Every bound is taken in float64 with a margin of ``(n_terms + 4) * 2**-23`` of the largest
-possible score (plus the offset), more than float32's rounding of the sum can move a score; a
-document is ruled out only when its bound is strictly below a score that ``k`` documents reach.
+Results are those of the exhaustive kernel bit for bit (scores, order, ties). A query's distinct
+(term, weight) pairs (a repeated one read once, its products counted as often as it occurs) are
+taken by upper bound ``q_weight * t_max``, largest first. Phase 1 merges whole terms into the
+sorted union of their documents, each with a float64 partial sum, until ``k`` documents are sure
+to beat any document that only the remaining terms hold (the k-th best partial sum exceeds the
+sum of the remaining bounds): from then on no new document can enter. The union's documents that
+may still reach the k-th best partial sum are the candidates, in document order. Phase 2 takes
+each remaining term for the candidates only: each candidate's block of the term (galloping over
+the blocks' last documents); a candidate whose partial sum plus that block's maximum plus the
+later terms' bounds cannot reach the threshold is dropped unread, the others are found in the
+block; then the threshold rises to the k-th best partial sum. The survivors are scored as the
+exhaustive kernel scores them: ``sum(q_weight * t_w)`` in float32, over the query's terms in
+query-term order (products kept from phase 2, others looked up again), plus the offset, and the
+best ``k`` kept (equal scores: the lower document code). Every bound is taken in float64 with a
+margin of ``(n_terms + 4) * 2**-23`` of the largest possible score (plus the offset), more than
+float32's rounding of the sum can move a score; a document is ruled out only when its bound is
+strictly below a score that ``k`` documents reach.
 
-Queries must have weights >= 0 (stored weights are >= 0: the index checks both) and a finite
-offset; :func:`pruned_topk` scores any other query, and one whose few selected rows the exhaustive
-kernel scores row by row, with the exhaustive kernel. Its numpy twin is the exhaustive kernel's
-(:func:`kolm_search._kernels.sparse.sparse_topk_numpy`): the results are the same.
+A query whose phase 1 would merge (beyond its first term) more than ``bail`` times its postings
+(frequent terms only, or ``k`` past the documents holding its rarer terms) is given back, and
+:func:`pruned_topk` scores it with the exhaustive kernel, as it does a query with a negative
+weight or a non-finite offset, and one whose few selected rows the exhaustive kernel scores row
+by row. The numpy twin is the exhaustive kernel's (:func:`kolm_search._kernels.sparse.sparse_topk_numpy`).
 """
 
 from __future__ import annotations
@@ -29,68 +36,35 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit, types
 
-from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
+from kolm_search._kernels import chunk_bounds, resolve_threads, run_pieces
+from kolm_search._kernels.blocks import block_pointers
 from kolm_search._kernels.heap import heap_push, sort_heap
+from kolm_search._kernels.prune_steps import add_term, kth_largest, merge, rescore_term
 from kolm_search._kernels.sig import f32, f64, i64, ro, rw, u8
-from kolm_search._kernels.sparse import ROW_LOOKUP_COST, sparse_topk, sparse_topk_numpy
+from kolm_search._kernels.sparse import PIECES, ROW_LOOKUP_COST, query_costs, sparse_topk, sparse_topk_numpy
 
-__all__ = ["prunable", "pruned_topk", "pruned_topk_numpy"]
+__all__ = ["BAIL", "SCAN_RATIO", "prunable", "pruned_topk", "pruned_topk_numpy"]
 
 pruned_topk_numpy = sparse_topk_numpy  # the oracle: pruning changes no result
 
-SCAN_RATIO = 16  # a term's postings are scanned when fewer than this many per candidate, else searched
-_SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(f32), ro(f32), ro(f32), ro(i64),
-                        ro(i64), ro(i64), ro(i64), ro(u8, 2), i64, i64, rw(i64, 2), rw(f32, 2), rw(i64), rw(f32),
-                        rw(i64), rw(f64), rw(f64), rw(i64), rw(i64), rw(i64), rw(i64), rw(i64), rw(f64), rw(f64),
-                        rw(i64), rw(i64), i64, i64)
-_UNSEEN = -1.0  # acc of a document no query term reached yet (partial sums are >= 0)
-_OUT = -2.0  # acc of a document ruled out
-
-
-@njit
-def _kth_best(acc, docs, n, k, heap, lim):  # pragma: no cover - compiled
-    """The ``k``-th largest of ``acc[docs[:n]]`` among those above ``lim``, or -inf when fewer
-    than ``k`` are (a min-heap of the best ``k`` in ``heap`` (k,))."""
-    size = 0
-    for c in range(n):
-        v = acc[docs[c]]
-        if v <= lim:
-            continue
-        if size < k:  # sift up
-            i = size
-            size += 1
-            while i > 0:
-                parent = (i - 1) >> 1
-                if heap[parent] <= v:
-                    break
-                heap[i] = heap[parent]
-                i = parent
-            heap[i] = v
-        elif v > heap[0]:  # replace the root, sift down
-            i = 0
-            while True:
-                child = 2 * i + 1
-                if child >= size:
-                    break
-                if child + 1 < size and heap[child + 1] < heap[child]:
-                    child += 1
-                if heap[child] >= v:
-                    break
-                heap[i] = heap[child]
-                i = child
-            heap[i] = v
-    return heap[0] if size == k else -np.inf
+SCAN_RATIO = 8  # a term's postings are merged with the candidates when fewer than this many per candidate
+PRODUCT_ROWS = 4  # products of this many phase-2 terms are kept for the final sums (the others looked up again)
+BAIL = 0.3  # a query whose phase 1 would merge more than this share of its postings goes to the exhaustive kernel
+_I32 = types.int32
+_SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(_I32), ro(f32), ro(f32), ro(i64), ro(f32), ro(_I32),
+                        ro(f32), ro(i64), ro(i64), ro(i64), ro(i64), ro(u8, 2), i64, i64, f64, rw(i64, 2), rw(f32, 2),
+                        rw(i64), rw(f32), rw(i64), rw(f64), rw(i64), rw(_I32), rw(f64), rw(_I32), rw(f64), rw(i64),
+                        rw(f64), rw(f64), rw(i64), rw(i64), rw(f64), rw(f32, 2), i64, i64)
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
-def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets, sel_ids, sel_ptr, sel_rows, sel_mask,
-                  masks, k, scan, out_d, out_s, counts, hs, hd, heap, acc, allow, touched, cand, tmp, order, ubs, rest,
-                  runs, runs2, q0, q1):  # pragma: no cover - compiled
-    """Queries ``q0 <= q < q1``; ``acc`` (n_docs,, all ``_UNSEEN`` on entry and on return),
-    ``allow`` (n_docs,, all <= q0), ``touched``, ``cand``, ``tmp`` (n_docs,), ``hs``, ``hd``,
-    ``heap`` (k,), ``order``, ``ubs``, ``rest`` (the longest query,) and ``runs``, ``runs2`` (one
-    more) are this chunk's scratch. ``acc[d]`` is d's partial sum (float64) while d is a
-    candidate, then its float32 score."""
+def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, b_ptr, b_max, b_last, offsets, sel_ids,
+                  sel_ptr, sel_rows, sel_mask, masks, k, scan, bail, out_d, out_s, counts, hs, hd, heap, allow, md0,
+                  mv0, md1, mv1, order, ubs, rest, slot, grp, mult, prod, q0, q1):  # pragma: no cover - compiled
+    """Queries ``q0 <= q < q1``; ``allow`` (n_docs or 1,, all <= q0), ``md0, mv0, md1, mv1``
+    (the largest union: documents, partial sums), ``hs, hd, heap`` (k,), ``order, ubs, rest,
+    slot, grp, mult`` (the longest query,) and ``prod`` (PRODUCT_ROWS, the largest union) are this
+    chunk's scratch. ``counts[q] = -1``: query q given back."""
     for q in range(q0, q1):
         j0 = q_ptr[q]
         n = q_ptr[q + 1] - j0
@@ -103,11 +77,29 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
                 for row in range(sel_ptr[m], sel_ptr[m + 1]):
                     allow[sel_rows[row]] = q + 1
         total = 0.0
+        n_post = 0
+        n_g = 0  # the query's distinct (term, weight) pairs: a repeated one is read once, its products counted r times
         for e in range(n):
-            ubs[e] = np.float64(q_weights[j0 + e] * t_max[q_terms[j0 + e]])  # the largest float32 product
-            total += ubs[e]
-            order[e] = e
-        for a in range(1, n):  # terms by upper bound, largest first (insertion sort: few terms)
+            t = q_terms[j0 + e]
+            w = q_weights[j0 + e]
+            n_post += t_ptr[t + 1] - t_ptr[t]
+            g = e
+            if n <= 64:  # (pairs compared: a long weighted query is rarely repeated)
+                for f in range(e):
+                    if mult[f] > 0 and q_terms[j0 + f] == t and q_weights[j0 + f] == w:
+                        g = f
+                        break
+            grp[e] = g
+            mult[e] = 0.0
+            mult[g] += 1.0
+            if g == e:
+                order[n_g] = e
+                n_g += 1
+        for a in range(n_g):
+            i = order[a]
+            ubs[i] = mult[i] * np.float64(q_weights[j0 + i] * t_max[q_terms[j0 + i]])  # the largest float32 products
+            total += ubs[i]
+        for a in range(1, n_g):  # terms by upper bound, largest first (insertion sort: few terms)
             x = order[a]
             b = a - 1
             while b >= 0 and ubs[order[b]] < ubs[x]:
@@ -115,197 +107,88 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, offsets,
                 b -= 1
             order[b + 1] = x
         r_sum = 0.0
-        for e in range(n - 1, -1, -1):  # rest[e]: the bounds of the terms after the e-th
+        for e in range(n_g - 1, -1, -1):  # rest[e]: the bounds of the terms after the e-th
             rest[e] = r_sum
             r_sum += ubs[order[e]]
         # a float32 score is within delta of the exact sum of its float32 products plus the offset
         delta = (n + 4) * 2.0 ** -23 * (total + abs(off))
         theta = -np.inf  # k documents score at least this much: one scoring less is out
-        # phase 1: whole terms, largest bounds first, until the rest cannot lift a new document past theta
-        n_t = 0
+        # phase 1: whole terms, largest bounds first, merged into the sorted union of their documents
+        cd, cv, od, ov = md0, mv0, md1, mv1
+        n_m = 0
+        merged = 0
         e = 0
-        while e < n:
-            i = order[e]
-            t = q_terms[j0 + i]
-            w = q_weights[j0 + i]
-            runs[e] = n_t  # the documents a term adds first are ascending: runs to merge
-            for p in range(t_ptr[t], t_ptr[t + 1]):
-                d = t_docs[p]
-                if m >= 0:
-                    if mm >= 0:
-                        if masks[mm, d] == 0:
-                            continue
-                    elif allow[d] != q + 1:
-                        continue
-                x = np.float64(w * t_w[p])
-                v = acc[d]
-                if v < 0.0:  # unseen
-                    acc[d] = x
-                    touched[n_t] = d
-                    n_t += 1
-                else:
-                    acc[d] = v + x
+        while e < n_g:
+            t = q_terms[j0 + order[e]]
+            lo, hi = t_ptr[t], t_ptr[t + 1]
+            if e:  # the first term is copied, not merged: it costs about what the exhaustive kernel pays for it
+                merged += n_m + hi - lo
+                if merged > bail * n_post:
+                    break
+            n_m = merge(cd, cv, n_m, t_docs, t_w, lo, hi, q_weights[j0 + order[e]], mult[order[e]], od, ov, q, m, mm,
+                         masks, allow)
+            cd, cv, od, ov = od, ov, cd, cv
             r = rest[e]
             e += 1
-            if n_t >= k and total - r > r + 2 * delta:  # could k documents beat every document not yet seen?
-                kth = _kth_best(acc, touched, n_t, k, heap, r + 2 * delta)
+            if n_m >= k and total - r > r + 2 * delta:  # could k documents beat every document not yet seen?
+                kth = kth_largest(cv, n_m, k, heap, r + 2 * delta)
                 if kth > -np.inf:
                     theta = kth + off - delta
                     break
-        runs[e] = n_t
-        # the documents that may still enter, ascending: each run kept in order, then runs merged
-        r = rest[e - 1] if e > 0 else total
+        if merged > bail * n_post:
+            counts[q] = -1
+            continue
+        # the candidates: union documents whose partial sum plus the remaining bounds may reach theta
         n_c = 0
-        n_runs = 0
-        for a in range(e):
-            runs2[n_runs] = n_c
-            for c in range(runs[a], runs[a + 1]):
-                d = touched[c]
-                if acc[d] + r + off + delta >= theta:
-                    cand[n_c] = d
-                    n_c += 1
-                else:
-                    acc[d] = _OUT
-            if n_c > runs2[n_runs]:
-                n_runs += 1
-        runs2[n_runs] = n_c
-        in_tmp = False
-        while n_runs > 1:  # bottom-up merges of neighbouring runs
-            src, dst = (tmp, cand) if in_tmp else (cand, tmp)
-            out = 0
-            for a in range(0, n_runs, 2):
-                lo, mid = runs2[a], runs2[a + 1]
-                hi = runs2[a + 2] if a + 2 <= n_runs else mid
-                x, y, z = lo, mid, lo
-                while x < mid and y < hi:
-                    if src[x] < src[y]:
-                        dst[z] = src[x]
-                        x += 1
-                    else:
-                        dst[z] = src[y]
-                        y += 1
-                    z += 1
-                while x < mid:
-                    dst[z] = src[x]
-                    x += 1
-                    z += 1
-                while y < hi:
-                    dst[z] = src[y]
-                    y += 1
-                    z += 1
-                runs2[out] = lo
-                out += 1
-            runs2[out] = n_c
-            n_runs = out
-            in_tmp = not in_tmp
-        if in_tmp:
-            cand[:n_c] = tmp[:n_c]
-        # phase 2: the remaining terms, only for the candidates (steps < n - e), then every term
-        # in query order for the float32 scores of the survivors (steps >= n - e)
-        n_rem = n - e
-        for step in range(n_rem + n):
-            final = step >= n_rem
-            if final:
-                if step == n_rem:  # survivors: their exact sums could reach the k-th best lower bound
-                    if n_c >= k:
-                        low = _kth_best(acc, cand, n_c, k, heap, -np.inf) + off - delta
-                        if low > theta:
-                            theta = low
-                    kept = 0
-                    for c in range(n_c):
-                        d = cand[c]
-                        if acc[d] + off + delta >= theta:
-                            cand[kept] = d
-                            kept += 1
-                            acc[d] = 0.0  # from here the float32 score
-                        else:
-                            acc[d] = _OUT
-                    n_c = kept
-                i = step - n_rem
-            else:
-                i = order[e + step]
+        need = theta - (rest[e - 1] if e > 0 else total) - off - delta
+        for c in range(n_m):
+            v = cv[c]
+            cd[n_c] = cd[c]
+            cv[n_c] = v
+            n_c += v >= need
+        # phase 2: the remaining terms for the candidates only, the threshold rising after each
+        for s in range(e, n_g):
             if n_c == 0:
                 break
-            t = q_terms[j0 + i]
-            w = q_weights[j0 + i]
-            lo0, hi = t_ptr[t], t_ptr[t + 1]
-            if hi - lo0 < scan * n_c:  # scan the postings (ascending: acc is read in order)
-                if final:
-                    for p in range(lo0, hi):
-                        d = t_docs[p]
-                        v = acc[d]
-                        if v >= 0.0:
-                            acc[d] = np.float64(np.float32(v) + w * t_w[p])
-                else:
-                    for p in range(lo0, hi):
-                        d = t_docs[p]
-                        v = acc[d]
-                        if v >= 0.0:
-                            acc[d] = v + np.float64(w * t_w[p])
-            else:  # merge the (ascending) candidates with the postings: a few steps, then galloping
-                p = lo0
+            i = order[s]
+            slot[i] = s - e
+            n_c = add_term(cd, cv, n_c, q_terms[j0 + i], q_weights[j0 + i], mult[i], t_ptr, t_docs, t_w, b_ptr,
+                            b_max, b_last, theta - rest[s] - off - delta, prod, s - e)
+            if n_c >= k:
+                theta = max(theta, kth_largest(cv, n_c, k, heap, theta - off + delta) + off - delta)
+        # the survivors (exact sums that could reach theta), scored in float32 in query-term order
+        need = theta - off - delta
+        n_p = min(n_g - e, len(prod))
+        kept = 0
+        for c in range(n_c):
+            v = cv[c]
+            cd[kept] = cd[c]
+            cv[kept] = 0.0
+            for row in range(n_p):
+                prod[row, kept] = prod[row, c]
+            kept += v >= need
+        n_c = kept
+        for x in range(e):
+            slot[order[x]] = -1
+        for i in range(n if n_c else 0):
+            g = slot[grp[i]]
+            if 0 <= g < len(prod):  # its products were kept in phase 2 (0 for a document without it)
                 for c in range(n_c):
-                    d = cand[c]
-                    steps = 0
-                    while p < hi and t_docs[p] < d and steps < 8:
-                        p += 1
-                        steps += 1
-                    if p < hi and t_docs[p] < d:
-                        x = p
-                        stride = 1
-                        y = p + 1
-                        while y < hi and t_docs[y] < d:
-                            x = y
-                            stride <<= 1
-                            y = x + stride
-                        if y > hi:
-                            y = hi
-                        x += 1
-                        while x < y:
-                            mid = (x + y) >> 1
-                            if t_docs[mid] < d:
-                                x = mid + 1
-                            else:
-                                y = mid
-                        p = x
-                    if p >= hi:
-                        break
-                    if t_docs[p] == d:
-                        if final:
-                            acc[d] = np.float64(np.float32(acc[d]) + w * t_w[p])
-                        else:
-                            acc[d] += np.float64(w * t_w[p])
-            if not final:  # a higher bound, and the candidates it rules out
-                r = rest[e + step]
-                if n_c >= k:
-                    low = _kth_best(acc, cand, n_c, k, heap, -np.inf) + off - delta
-                    if low > theta:
-                        theta = low
-                kept = 0
-                for c in range(n_c):
-                    d = cand[c]
-                    if acc[d] + r + off + delta >= theta:
-                        cand[kept] = d
-                        kept += 1
-                    else:
-                        acc[d] = _OUT
-                n_c = kept
+                    cv[c] = np.float64(np.float32(cv[c]) + prod[g, c])
+            else:
+                rescore_term(cd, cv, n_c, q_terms[j0 + i], q_weights[j0 + i], t_ptr, t_docs, t_w, b_ptr, b_last,
+                              scan)
         size = 0
         o32 = offsets[q]
         for c in range(n_c):
-            d = cand[c]
-            s = np.float32(acc[d]) + o32
-            if size < k or s >= hs[0]:
-                size = heap_push(hs, hd, size, k, s, d)
-        for c in range(n_t):  # leave acc as found
-            acc[touched[c]] = _UNSEEN
+            s32 = np.float32(cv[c]) + o32
+            if size < k or s32 >= hs[0]:
+                size = heap_push(hs, hd, size, k, s32, np.int64(cd[c]))
         sort_heap(hs, hd, size)
         for c in range(size):
             out_s[q, c] = hs[c]
             out_d[q, c] = hd[c]
         counts[q] = size
-
-
 def prunable(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_weights: npt.NDArray[np.float32],
              t_ptr: npt.NDArray[np.int64], offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64],
              sel_ptr: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64], k: int, *, min_postings: float = 0.0,
@@ -341,60 +224,71 @@ def _take(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_weight
 
 def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_weights: npt.NDArray[np.float32],
                 t_ptr: npt.NDArray[np.int64], t_docs: npt.NDArray[np.int32], t_w: npt.NDArray[np.float32],
-                t_max: npt.NDArray[np.float32], offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64],
-                sel_ptr: npt.NDArray[np.int64], sel_rows: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64],
-                masks: npt.NDArray[np.uint8], n_docs: int, k: int, *, n_threads: int | None = None,
-                prune: npt.NDArray[np.bool_] | None = None, scan: int = SCAN_RATIO,
+                t_max: npt.NDArray[np.float32], b_max: npt.NDArray[np.float32], b_last: npt.NDArray[np.int32],
+                offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64], sel_ptr: npt.NDArray[np.int64],
+                sel_rows: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64], masks: npt.NDArray[np.uint8],
+                n_docs: int, k: int, *, n_threads: int | None = None, prune: npt.NDArray[np.bool_] | None = None,
+                scan: int = SCAN_RATIO, bail: float = BAIL, t_min: npt.NDArray[np.float32] | None = None,
                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Top-``k`` documents of every query, as :func:`~kolm_search._kernels.sparse.sparse_topk`
     returns them: ``docs int64 (n_q, k), scores float32 (n_q, k), counts int64 (n_q,)``.
 
     ``prune`` bool (n_q,) (default :func:`prunable` with any length) marks the queries that the
-    pruned kernel scores; it must imply :func:`prunable`'s conditions. The others go to the
-    exhaustive kernel. The caller guarantees the layout as for ``sparse_topk``, and term maxima
-    at least every weight of their term (:mod:`kolm_search.retrievers.bounds` checks them), else
-    results are wrong. ``scan``: a term's postings are scanned when fewer than ``scan`` per
-    candidate, else searched.
+    pruned kernel scores; it must imply :func:`prunable`'s conditions. The others, and those it
+    gives back (``bail``: the share of a query's postings its phase 1 may merge; inf: none given
+    back), go to the exhaustive kernel (with ``t_min``, see there). The caller guarantees the
+    layout as for ``sparse_topk``, and the bounds of :func:`kolm_search._kernels.blocks.posting_bounds`
+    of these postings (:mod:`kolm_search.retrievers.bounds` checks saved ones), else results are
+    wrong. ``scan``: a term's postings are merged with the candidates when fewer than ``scan``
+    per candidate, else looked up block by block.
     """
     c = np.ascontiguousarray
     q_ptr, q_terms, q_weights = c(q_ptr, np.int64), c(q_terms, np.int64), c(q_weights, np.float32)
     offsets, sel_ids = c(offsets, np.float32), c(sel_ids, np.int64)
     n_q = len(q_ptr) - 1
+    b_ptr = block_pointers(t_ptr)
+    if len(b_max) != b_ptr[-1] or len(b_last) != b_ptr[-1]:
+        raise ValueError(f"{len(b_max)} block maxima and {len(b_last)} block ends for {b_ptr[-1]} blocks")
     if prune is None:
         prune = prunable(q_ptr, q_terms, q_weights, t_ptr, offsets, sel_ids, sel_ptr, sel_mask, k)
     prune = np.asarray(prune, bool)
-    if not prune.any():
-        return sparse_topk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, offsets, sel_ids, sel_ptr, sel_rows,
-                           sel_mask, masks, n_docs, k, n_threads=n_threads)
     out_d = np.full((n_q, k), -1, np.int64)
     out_s = np.zeros((n_q, k), np.float32)
     counts = np.zeros(n_q, np.int64)
-    rest = ~prune
+    if prune.any():
+        p_ptr, p_terms, p_w = _take(q_ptr, q_terms, q_weights, prune) if not prune.all() else (q_ptr, q_terms,
+                                                                                              q_weights)
+        n_p = len(p_ptr) - 1
+        p_d = np.full((n_p, k), -1, np.int64)
+        p_s = np.zeros((n_p, k), np.float32)
+        p_n = np.zeros(n_p, np.int64)
+        longest = max(int(np.diff(p_ptr).max()) if n_p else 0, 1)
+        owner = np.repeat(np.arange(n_p), np.diff(p_ptr))
+        union = np.minimum(np.bincount(owner, weights=np.diff(t_ptr)[p_terms], minlength=n_p), n_docs)
+        p_sel = sel_ids[prune]
+        has = p_sel[p_sel >= 0]
+        rows = bool((np.asarray(sel_mask)[has] < 0).any())  # a selection of rows: stamped in a scratch array
+        threads = resolve_threads(n_threads) if n_p >= 16 else 1
+        bounds = chunk_bounds(query_costs(p_ptr, p_terms, t_ptr, n_docs, 0), PIECES * threads)
+        cap = int(union.max()) + 1 if n_p else 1
+        arrays = (p_ptr, p_terms, p_w, c(t_ptr, np.int64), c(t_docs, np.int32), c(t_w, np.float32),
+                  c(t_max, np.float32), b_ptr, c(b_max, np.float32), c(b_last, np.int32), c(offsets[prune], np.float32),
+                  c(p_sel, np.int64), c(sel_ptr, np.int64), c(sel_rows, np.int64), c(sel_mask, np.int64),
+                  c(masks, np.uint8), int(k), int(scan), float(bail), p_d, p_s, p_n)
+
+        def scratch() -> tuple[np.ndarray, ...]:
+            return (np.empty(k, np.float32), np.empty(k, np.int64), np.empty(k, np.float64),
+                    np.zeros(n_docs if rows else 1, np.int64), np.empty(cap, np.int32), np.empty(cap, np.float64),
+                    np.empty(cap, np.int32), np.empty(cap, np.float64), np.empty(longest, np.int64),
+                    np.empty(longest, np.float64), np.empty(longest, np.float64), np.empty(longest, np.int64),
+                    np.empty(longest, np.int64), np.empty(longest, np.float64), np.empty((PRODUCT_ROWS, cap), np.float32))
+
+        run_pieces(lambda *a: _pruned_chunk(*arrays, *a), bounds, threads, scratch)
+        out_d[prune], out_s[prune], counts[prune] = p_d, p_s, p_n
+    rest = ~prune | (counts < 0)
     if rest.any():
-        r_ptr, r_terms, r_w = _take(q_ptr, q_terms, q_weights, rest)
+        r_ptr, r_terms, r_w = _take(q_ptr, q_terms, q_weights, rest) if not rest.all() else (q_ptr, q_terms, q_weights)
         d, s, n = sparse_topk(r_ptr, r_terms, r_w, t_ptr, t_docs, t_w, offsets[rest], sel_ids[rest], sel_ptr, sel_rows,
-                              sel_mask, masks, n_docs, k, n_threads=n_threads)
+                              sel_mask, masks, n_docs, k, n_threads=n_threads, t_min=t_min)
         out_d[rest], out_s[rest], counts[rest] = d, s, n
-    p_ptr, p_terms, p_w = _take(q_ptr, q_terms, q_weights, prune) if rest.any() else (q_ptr, q_terms, q_weights)
-    n_p = len(p_ptr) - 1
-    p_d = np.full((n_p, k), -1, np.int64)
-    p_s = np.zeros((n_p, k), np.float32)
-    p_n = np.zeros(n_p, np.int64)
-    longest = max(int(np.diff(p_ptr).max()) if n_p else 0, 1)
-    threads = resolve_threads(n_threads) if n_p >= 16 else 1
-    bounds = chunk_bounds(np.arange(n_p + 1, dtype=np.int64), threads)
-    arrays = (p_ptr, p_terms, p_w, c(t_ptr, np.int64), c(t_docs, np.int32), c(t_w, np.float32), c(t_max, np.float32),
-              c(offsets[prune], np.float32), c(sel_ids[prune], np.int64), c(sel_ptr, np.int64), c(sel_rows, np.int64),
-              c(sel_mask, np.int64), c(masks, np.uint8), int(k), int(scan), p_d, p_s, p_n)
-
-    def chunk(q0: int, q1: int) -> None:
-        scratch = (np.empty(k, np.float32), np.empty(k, np.int64), np.empty(k, np.float64),
-                   np.full(n_docs, _UNSEEN, np.float64), np.zeros(n_docs, np.int64), np.empty(n_docs, np.int64),
-                   np.empty(n_docs, np.int64), np.empty(n_docs, np.int64), np.empty(longest, np.int64),
-                   np.empty(longest, np.float64), np.empty(longest, np.float64), np.empty(longest + 1, np.int64),
-                   np.empty(longest + 1, np.int64))
-        _pruned_chunk(*arrays, *scratch, q0, q1)
-
-    run_chunks(chunk, bounds)
-    out_d[prune], out_s[prune], counts[prune] = p_d, p_s, p_n
     return out_d, out_s, counts

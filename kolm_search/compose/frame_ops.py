@@ -16,9 +16,9 @@ differences the README's table lists):
 - :func:`concatenate` (``a ^ b``): ``a``'s entries, then ``b``'s documents not in ``a`` in
   ``b``'s order, their scores shifted below ``a``'s lowest by ``EPSILON`` (kept as they are
   where ``a`` has none);
-- :func:`feature_union` (``a ** b``): ``a``'s entries with ``features`` (float64 ``(n, fa + fb)``):
-  ``a``'s features (its score when it has none) then ``b``'s for the same document, 0 where
-  ``b`` lacks it.
+- :func:`feature_union` (``a ** b ** c``): ``a``'s entries with ``features`` (float64
+  ``(n, fa + fb + fc)``): ``a``'s features (its score when it has none) then ``b``'s, then
+  ``c``'s, for the same document, 0 where one lacks it.
 """
 
 from __future__ import annotations
@@ -252,14 +252,19 @@ def _feature_block(frame: CandidateFrame) -> npt.NDArray[np.float64]:
     return frame.score.astype(np.float64)[:, None] if frame.features is None else frame.features
 
 
-def feature_union(a: CandidateFrame, b: CandidateFrame) -> CandidateFrame:
-    """``a``'s entries with ``b``'s scores (or features) appended as features (``a ** b``)."""
-    _same_batch(a, b, "**")
-    a, b = _ranked(a), _ranked(b)
-    n_docs = _n_docs(a, b)
-    pos, found = _lookup(_keys(a, n_docs), _keys(b, n_docs))
-    right = _feature_block(b)
-    rows = np.zeros((len(a), right.shape[1]), np.float64)
-    if len(b):
-        rows[found] = right[pos[found]]
-    return _build(a.n_queries, a.query, a.doc, a.score, np.hstack([_feature_block(a), rows]))
+def feature_union(a: CandidateFrame, *others: CandidateFrame) -> CandidateFrame:
+    """``a``'s entries with each of ``others``' scores (or features) appended as features, in
+    order, 0 where one lacks the document (``a ** b ** c``)."""
+    a = _ranked(a)
+    blocks = [_feature_block(a)]
+    for b in others:
+        _same_batch(a, b, "**")
+        b = _ranked(b)
+        n_docs = _n_docs(a, b)
+        pos, found = _lookup(_keys(a, n_docs), _keys(b, n_docs))
+        right = _feature_block(b)
+        rows = np.zeros((len(a), right.shape[1]), np.float64)
+        if len(b):
+            rows[found] = right[pos[found]]
+        blocks.append(rows)
+    return _build(a.n_queries, a.query, a.doc, a.score, np.hstack(blocks))

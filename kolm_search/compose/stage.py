@@ -16,7 +16,8 @@ README's table has the details and the differences):
 ``a | b``    documents of either (score 0); ``a & b``: ``a``'s documents that ``b`` has
 ``a % k``    the ``k`` best of ``a`` (``a`` is asked for ``k``)
 ``a ^ b``    ``b``'s documents not in ``a`` appended below ``a``'s
-``a ** b``   ``a``'s candidates with ``b``'s score of each as a feature (``features``)
+``a ** b``   ``a``'s candidates with ``b``'s score of each as a feature (``features``; flat:
+             ``a ** b ** c`` = ``(a ** b) ** c``, ``b``'s then ``c``'s score)
 ===========  =====================================================================
 
 Each node runs its operands once per batch (through :func:`~kolm_search.compose.runner.run_stage`)
@@ -298,17 +299,37 @@ class Concatenate(_Binary):
 
 
 class FeatureUnion(Composed):
-    """``a ** b``: ``a``'s candidates with ``b``'s scores as features
-    (:func:`~kolm_search.compose.frame_ops.feature_union`). A re-ranking ``b`` scores ``a``'s
-    candidates (or, when ``a`` re-ranks too, the candidates both are given)."""
+    """``a ** b ** c``: ``a``'s candidates with the scores of ``b``, ``c``, ... as features, in
+    order (:func:`~kolm_search.compose.frame_ops.feature_union`). The union is flat, so ``**``
+    is associative as PyTerrier's is: an operand that is itself a feature union gives its
+    operands in its place (``a ** b ** c``, which Python reads ``a ** (b ** c)``, ``(a ** b) ** c``
+    and ``FeatureUnion(a, b, c)`` are one stage; its operands are the parameters ``s0, s1, ...``).
+    A re-ranking operand after the first scores the first's candidates (or, when the first
+    re-ranks too, the candidates the union is given); a retrieving one retrieves on its own and
+    gives its score where it found the document, 0 elsewhere."""
 
     symbol = "**"
 
+    def __init__(self, *operands: Stage) -> None:
+        flat = _flat_union(operands)
+        if len(flat) < 2:
+            raise KolmValueError(f"a feature union takes at least two stages, got {len(flat)}")
+        self.names = tuple(f"s{i}" for i in range(len(flat)))
+        super().__init__(*flat)
+
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
-        left, right = self.operands
-        out = run_stage(left, batch, candidates)
-        given = None if right.is_source else (candidates if not left.is_source else out)
-        return ops.feature_union(out, run_stage(right, batch, given))
+        first, *rest = _flat_union(self.operands)  # flat also when set_params gave an operand that is a union
+        out = run_stage(first, batch, candidates)
+        given = out if first.is_source else candidates
+        return ops.feature_union(out, *(run_stage(s, batch, None if s.is_source else given) for s in rest))
+
+
+def _flat_union(operands: Any) -> list[Stage]:
+    """``operands`` with every feature union among them replaced by its operands, recursively."""
+    out: list[Stage] = []
+    for stage in operands:
+        out += _flat_union(stage.operands) if isinstance(stage, FeatureUnion) else [stage]
+    return out
 
 
 class _Unary(Composed):

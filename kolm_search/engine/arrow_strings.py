@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = ["buffers", "lookup_within_groups", "may_repeat_within_groups", "parse_integers",
-           "positions_if_distinct"]
+           "positions_if_distinct", "string_ranks"]
 
 
 def buffers(strings: Any) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint8]]:
@@ -131,3 +131,23 @@ def parse_integers(strings: Any, shift: int = 0) -> npt.NDArray[np.int64] | None
     offsets, data = buffers(strings)
     out = np.empty(len(strings), np.int64)
     return out if load("strings").parse_int64(offsets, data, out, int(shift)) else None
+
+
+def string_ranks(values: Any) -> npt.NDArray[np.int64]:
+    """Dense ranks int64 ``(n,)`` of ``values`` as strings (``str(v)``) in code point order, the
+    order Python compares ``str`` in (and UTF-8 bytes sort in): 0 for the smallest, equal strings
+    equal ranks. Arrow's sort for a string array (or what converts to one); Python's sort
+    otherwise (categoricals, ids of other types, lone surrogates)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        arr = values if isinstance(values, pa.Array) else pa.array(values, from_pandas=True)
+        if (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)) and not arr.null_count:
+            return np.asarray(pc.rank(arr, sort_keys="ascending", tiebreaker="dense"), np.int64) - 1
+    except (pa.ArrowException, TypeError, ValueError, UnicodeError):
+        pass
+    names = pd.Index([str(v) for v in values], dtype=object)
+    codes, _ = pd.factorize(names, sort=True)
+    return np.asarray(codes, np.int64)

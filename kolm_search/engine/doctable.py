@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from kolm_search.engine.arrow_strings import string_ranks
 from kolm_search.engine.doc_fields import DOCUMENT_FIELDS, arrow_digest, decoded, joined_texts, make_documents
 from kolm_search.engine.filters import FieldColumn, compile_filter, date_text, parse_filter, select_filter
 from kolm_search.engine.selection import Selection, Selections
@@ -89,6 +90,7 @@ class DocumentTable:
         """The caches every table starts with (empty)."""
         self._index: pd.Index | None = None  # ids -> codes, made on the first lookup
         self._id_array: Any = None  # the ids as a run's doc_id column holds them
+        self._id_ranks: npt.NDArray[np.int64] | None = None  # each id's rank in code point order
         self._digest: str | None = None
         self._columns: dict[str, FieldColumn] = {}
         #: the last batch's filter trees and selections (see retrievers._batching.filter_selections)
@@ -190,6 +192,15 @@ class DocumentTable:
         if self._id_array is None:
             self._id_array = pd.Series(self.ids).array
         return self._id_array.take(np.asarray(codes, dtype=np.int64))
+
+    def id_ranks(self, codes: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """Ranks int64 ``(m,)`` of the ids of ``codes`` (int ``(m,)``) in code point order,
+        comparable within one call: a larger id, a larger rank; equal ranks for equal codes
+        (trec_eval's tie-break compares document ids so). Here every id is ranked once, then
+        looked up; a memory-mapped table ranks the ids of ``codes`` alone."""
+        if self._id_ranks is None:
+            self._id_ranks = string_ranks(self.ids)
+        return self._id_ranks[np.asarray(codes, dtype=np.int64)]
 
     def texts(self, fields: Sequence[str] = ("title", "content")) -> list[str]:
         """One string per document: the given fields joined by a space (missing and empty skipped)."""

@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from kolm_search.engine.arrow_strings import buffers
+from kolm_search.engine.arrow_strings import buffers, string_ranks
 from kolm_search.engine.doc_fields import (
     DOCUMENT_FIELDS,
     arrow_digest,
@@ -154,19 +154,15 @@ class MappedDocumentTable(DocumentTable):
 
     @classmethod
     def of_arrow(cls, table: Any, where: str) -> MappedDocumentTable:
-        """A table over the record batches of ``table`` in memory (a ``pyarrow.Table`` of the six
-        string columns, as :meth:`DocumentTable.to_arrow` makes them; ``where`` names it in errors):
-        a chunk of a streamed corpus whose texts never become Python strings."""
+        """A table over the batches of ``table``, a ``pyarrow.Table`` of :meth:`DocumentTable.to_arrow`'s
+        columns (``where`` names it in errors): a streamed chunk whose texts stay in Arrow."""
         self = cls.__new__(cls)
         self.path = Path(where)
         self._setup(table.schema, table.to_batches(), None)
         return self
 
     def _setup(self, schema: Any, batches: list[Any], n_docs: int | None) -> None:
-        import pyarrow as pa
-
-        if schema.names != list(DOCUMENT_FIELDS) or not all(
-                pa.types.is_string(t) or pa.types.is_large_string(t) for t in schema.types):
+        if schema.names != list(DOCUMENT_FIELDS) or not all(str(t) in ("string", "large_string") for t in schema.types):
             raise KolmValueError(f"{self.path}: a documents file holds the string columns {list(DOCUMENT_FIELDS)}; "
                                  f"this one has {schema}")
         self._schema, self._batches = schema, batches
@@ -295,6 +291,9 @@ class MappedDocumentTable(DocumentTable):
         if isinstance(dtype, pd.StringDtype):
             return pd.array(taken, dtype=dtype)
         return pd.array(taken.to_numpy(zero_copy_only=False), dtype=dtype)
+
+    def id_ranks(self, codes: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        return string_ranks(self._gather("id", codes))
 
     def _lookup(self, ids: Sequence[str] | npt.ArrayLike) -> npt.NDArray[np.int64]:
         import pyarrow as pa

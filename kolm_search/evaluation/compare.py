@@ -16,7 +16,8 @@ import pandas as pd
 
 from kolm_search.engine.runs import as_qrels, as_run
 from kolm_search.errors import KolmValueError
-from kolm_search.evaluation.curves import RECALL_LEVELS, precision_recall_curve
+from kolm_search.evaluation.coded_runs import Runs
+from kolm_search.evaluation.curves import CURVE_MEASURES, RECALL_LEVELS, mean_curve
 from kolm_search.evaluation.measures import metric_key, metric_list
 from kolm_search.evaluation.metrics import evaluate
 from kolm_search.evaluation.report import ComparisonTable
@@ -53,25 +54,45 @@ def _check_names(names: Sequence[Any]) -> None:
                                  "names as text, so one would hide the other; rename one")
 
 
+def run_tables(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any], *, relevance_level: int = 1,
+               drop_self_hits: bool | None = None) -> dict[Any, pd.DataFrame]:
+    """Each run's per-query table (``evaluate(run, qrels, metrics, per_query=True, ...)``), by
+    name; an experiment's :class:`~kolm_search.evaluation.coded_runs.Runs` measures the runs it
+    holds as codes from their codes (:meth:`Runs.evaluate`)."""
+    if isinstance(runs, Runs):
+        return runs.evaluate(qrels, metrics, relevance_level=relevance_level, drop_self_hits=drop_self_hits)
+    return {name: evaluate(as_run(run, what=f"run {name!r}"), qrels, metrics, per_query=True,
+                           relevance_level=relevance_level, drop_self_hits=drop_self_hits)
+            for name, run in runs.items()}
+
+
+def common_tables(tables: Mapping[Any, pd.DataFrame], keys: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """``{metric: DataFrame qid x run}`` on the queries any run's table holds (the judged queries
+    any run answers), a run's missing ones (and NaN values) scored 0, from each run's per-query
+    table."""
+    found = [t["qid"].astype(str).to_numpy(dtype=object) for t in tables.values()]
+    qids = sorted(set(np.concatenate(found).tolist())) if found else []
+    index = pd.Index(qids, name="qid")
+    columns: dict[str, dict[Any, np.ndarray]] = {m: {} for m in keys}
+    for name, table in tables.items():
+        at = index.get_indexer(table["qid"].astype(str))
+        for m in keys:
+            column = np.zeros(len(index))
+            column[at] = table[m].to_numpy(np.float64)
+            column[np.isnan(column)] = 0.0
+            columns[m][name] = column
+    return {m: pd.DataFrame(columns[m], index=index) if columns[m] else pd.DataFrame(index=index) for m in keys}
+
+
 def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any, *,
                     relevance_level: int = 1, drop_self_hits: bool | None = None) -> dict[str, pd.DataFrame]:
     """Per-query scores of every run on a common query set: ``{metric: DataFrame qid x run}``
-    (metrics as in :func:`~kolm_search.evaluate`, keyed likewise)."""
+    (metrics as in :func:`~kolm_search.evaluate`, keyed likewise): the judged queries that any
+    run answers, a run that misses one scored 0 there."""
     metrics = metric_list(metrics)
-    keys = [metric_key(m) for m in metrics]
-    qrels_df = as_qrels(qrels)
-    frames = {name: as_run(run, what=f"run {name!r}") for name, run in runs.items()}
-    judged = set(qrels_df["qid"].astype(str))
-    answered = set().union(*(set(f["qid"].astype(str)) for f in frames.values())) & judged
-    qids = sorted(answered)
-    out = {m: pd.DataFrame(index=pd.Index(qids, name="qid")) for m in keys}
-    for name, frame in frames.items():
-        table = evaluate(frame, qrels_df, metrics, per_query=True, relevance_level=relevance_level,
-                         drop_self_hits=drop_self_hits)
-        table = table.set_index(table["qid"].astype(str))
-        for m in keys:
-            out[m][name] = table[m].reindex(qids).fillna(0.0).to_numpy()
-    return out
+    tables = run_tables(runs, as_qrels(qrels), metrics, relevance_level=relevance_level,
+                        drop_self_hits=drop_self_hits)
+    return common_tables(tables, [metric_key(m) for m in metrics])
 
 
 def _baselines(baseline: str | Sequence[str] | None, names: list[Any]) -> list[Any]:
@@ -154,7 +175,11 @@ def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = 
     if test == "tukey" and len(names) < 2:
         raise KolmValueError("Tukey's HSD needs at least two runs")
     rng = rng_of(seed)
-    tables = per_query_table(runs, qrels, measures, relevance_level=relevance_level, drop_self_hits=drop_self_hits)
+    keys = [metric_key(m) for m in measures]
+    curve = [m for m in CURVE_MEASURES if m not in keys]  # the curves' measures, in the same pass
+    raw = run_tables(runs, as_qrels(qrels), [*measures, *curve], relevance_level=relevance_level,
+                     drop_self_hits=drop_self_hits)
+    tables = common_tables(raw, keys)
     rows = []
     for metric in (metric_key(m) for m in measures):
         t = tables[metric]
@@ -188,9 +213,8 @@ def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = 
         rows += metric_rows
     table = ComparisonTable(rows, columns=list(COLUMNS))
     table.per_query = tables  # the pictures' scores (ComparisonTable.to_html, Experiment.plot)
-    table.curves = pd.DataFrame({n: precision_recall_curve(runs[n], qrels, relevance_level=relevance_level,
-                                                           drop_self_hits=drop_self_hits)["precision"].to_numpy()
-                                 for n in names}, index=pd.Index(RECALL_LEVELS, name="recall"))
+    table.curves = pd.DataFrame({n: mean_curve(raw[n])["precision"].to_numpy() for n in names},
+                                index=pd.Index(RECALL_LEVELS, name="recall"))
     table.attrs["compare"] = {"baseline": bases[0], "baselines": bases, "test": test, "correction": correction,
                               "alpha": alpha, "ci": "tukey" if test == "tukey" else ci, "n_resamples": n_resamples,
                               "n_queries": len(tables[metric_key(measures[0])]),

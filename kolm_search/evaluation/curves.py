@@ -8,9 +8,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["RECALL_LEVELS", "precision_recall_curve"]
+__all__ = ["CURVE_MEASURES", "RECALL_LEVELS", "mean_curve", "precision_recall_curve"]
 
 RECALL_LEVELS = tuple(round(i / 10, 1) for i in range(11))
+#: the measures whose per-query values make the curve, one per recall level
+CURVE_MEASURES = tuple(f"iprec_at_recall_{r:.2f}" for r in RECALL_LEVELS)
+
+
+def mean_curve(table: pd.DataFrame) -> pd.DataFrame:
+    """``recall, precision`` (11 rows) from a per-query table holding the columns
+    :data:`CURVE_MEASURES`: each level's mean over its rows (NaN when it has none)."""
+    values = table[list(CURVE_MEASURES)].to_numpy(np.float64)
+    means = []
+    for j in range(len(CURVE_MEASURES)):  # as pandas' mean: NaN skipped (summed as 0, not counted)
+        column = np.ascontiguousarray(values[:, j])
+        present = ~np.isnan(column)
+        count = int(present.sum())
+        means.append(float(np.where(present, column, 0.0).sum() / count) if count else float("nan"))
+    return pd.DataFrame({"recall": np.array(RECALL_LEVELS), "precision": means})
 
 
 def precision_recall_curve(run: Any, qrels: Any, *, per_query: bool = False, **settings: Any) -> pd.DataFrame:
@@ -35,10 +50,7 @@ def precision_recall_curve(run: Any, qrels: Any, *, per_query: bool = False, **s
     """
     from kolm_search.evaluation.metrics import evaluate
 
-    names = [f"iprec_at_recall_{r:.2f}" for r in RECALL_LEVELS]
-    table = evaluate(run, qrels, names, per_query=True, **settings)
-    table = table.rename(columns=dict(zip(names, RECALL_LEVELS, strict=True)))
+    table = evaluate(run, qrels, list(CURVE_MEASURES), per_query=True, **settings)
     if per_query:
-        return table
-    means = [float(table[r].mean()) if len(table) else float("nan") for r in RECALL_LEVELS]
-    return pd.DataFrame({"recall": np.array(RECALL_LEVELS), "precision": means})
+        return table.rename(columns=dict(zip(CURVE_MEASURES, RECALL_LEVELS, strict=True)))
+    return mean_curve(table)

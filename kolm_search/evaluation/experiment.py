@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
 from kolm_search.engine.runs import as_qrels
 from kolm_search.errors import KolmError, KolmValueError
+from kolm_search.evaluation.coded_runs import Runs
 from kolm_search.evaluation.compare import compare, per_query_table
 from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.runner import run_queries
@@ -29,69 +30,6 @@ from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dro
 from kolm_search.evaluation.stats import Correction, Interval, Test
 
 __all__ = ["Experiment", "Runs"]
-
-
-class Runs(MutableMapping[str, pd.DataFrame]):
-    """An experiment's runs by pipeline name, in the order they were set: a mapping of run
-    DataFrames whose stage pipelines' DataFrames are made when first asked for (from the
-    :class:`~kolm_search.compose.queries.CodedRun` the pipeline returned or the run cache read,
-    then kept), so that running an experiment looks no document id up until a run is used.
-    Setting a name stores a DataFrame."""
-
-    def __init__(self) -> None:
-        self._frames: dict[str, pd.DataFrame] = {}
-        self._coded: dict[str, tuple[CodedRun, Callable[[pd.DataFrame], pd.DataFrame] | None]] = {}
-        self._order: dict[str, None] = {}
-
-    def set_coded(self, name: str, run: CodedRun, then: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> None:
-        """Keep ``run`` under ``name``; its DataFrame (``then`` of :meth:`CodedRun.frame`) is made when asked for."""
-        self._frames.pop(name, None)
-        self._coded[name] = (run, then)
-        self._order[name] = None
-
-    def coded(self, name: str) -> CodedRun | None:
-        """The coded run kept under ``name`` whose DataFrame is ``run.frame()`` as is, else None."""
-        found = self._coded.get(name)
-        return found[0] if found is not None and found[1] is None else None
-
-    def __getitem__(self, name: str) -> pd.DataFrame:
-        found = self._frames.get(name)
-        if found is not None:
-            return found
-        run, then = self._coded[name]  # KeyError for a name never set
-        frame = run.frame()
-        frame = frame if then is None else then(frame)
-        self._frames[name] = frame
-        del self._coded[name]
-        return frame
-
-    def __setitem__(self, name: str, run: pd.DataFrame) -> None:
-        self._coded.pop(name, None)
-        self._frames[name] = run
-        self._order[name] = None
-
-    def __delitem__(self, name: str) -> None:
-        if name not in self._order:
-            raise KeyError(name)
-        self._frames.pop(name, None)
-        self._coded.pop(name, None)
-        del self._order[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._order))
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._order
-
-    def __repr__(self) -> str:
-        return f"Runs({list(self._order)})"
-
-
-def _self_hits_dropper(limit: int) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    return lambda frame: drop_self_hits(frame, limit)[0]
 
 
 class Experiment:
@@ -191,11 +129,11 @@ class Experiment:
                 continue
             if isinstance(client, Stage):
                 run = self._run_stage(client, queries)
-                then = _self_hits_dropper(self.limit) if self.drop_self_hits else None
                 if isinstance(self.runs, Runs):
-                    self.runs.set_coded(name, run, then)
+                    self.runs.set_coded(name, run, self.limit if self.drop_self_hits else None)
                 else:  # a mapping the caller set
-                    self.runs[name] = run.frame() if then is None else then(run.frame())
+                    self.runs[name] = drop_self_hits(run.frame(), self.limit)[0] if self.drop_self_hits \
+                        else run.frame()
                 continue
             path = self._cache_path(name)
             if path is not None and path.exists():

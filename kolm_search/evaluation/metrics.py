@@ -57,24 +57,22 @@ from collections.abc import Sequence
 from typing import Any, Literal, overload
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
-from kolm_search._kernels.measure_ids import (
-    ANY_LEVEL,
-    DIVERSITY_IDS,
-    EXPONENTIAL,
-    MAX_EXP_GRADE,
-    METRIC_IDS,
-    N_PARAMS,
-    QueryStatus,
-)
 from kolm_search._params import boolean
 from kolm_search.engine import ids
-from kolm_search.engine.arrow_strings import lookup_within_groups
-from kolm_search.engine.runs import as_qrels, as_run, check_ids, check_qrels, numeric_column
-from kolm_search.errors import FrameValidationError, KolmValueError
-from kolm_search.evaluation.measures import MeasureSpec, aggregate, metric_list, parse_measure
+from kolm_search.engine.arrow_strings import lookup_within_groups, string_ranks
+from kolm_search.engine.runs import as_run, check_ids, numeric_column
+from kolm_search.evaluation.measure_pass import (
+    CodedPair,
+    check_grades,
+    measure,
+    per_query_frame,
+    prepare_qrels,
+    ranking_order,
+    settings,
+)
+from kolm_search.evaluation.measures import aggregate, parse_measure
 from kolm_search.evaluation.self_hits import self_hit_mask, wants_self_hits_dropped
 
 __all__ = ["evaluate", "parse_metric", "ranking_order"]
@@ -88,97 +86,6 @@ def parse_metric(name: Any) -> tuple[str, int]:
     """
     spec = parse_measure(name)
     return spec.kind, spec.cutoff
-
-
-def ranking_order(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float32], doc_ids: pd.Series,
-                  ) -> npt.NDArray[np.int64]:
-    """Row order by query ascending, score descending (compared as float32), then document id
-    descending as a string (byte order): trec_eval's ranking.
-
-    One stable sort of a packed (query, score) key (none when the rows are in that order
-    already, :mod:`kolm_search._kernels.ranking`); only the rows tied on it, which are few,
-    have their ids read and compared.
-    """
-    from kolm_search._kernels import load
-
-    query = np.ascontiguousarray(query, np.int64)
-    if len(query) and (int(query.min()) < 0 or int(query.max()) >= 1 << 32):
-        raise KolmValueError("ranking_order takes query codes in [0, 2**32) (the high half of each key)")
-    n_q = int(query.max()) + 1 if len(query) else 0
-    kernels = load("ranking")
-    if n_q <= 2 * len(query) + 1024:  # the kernel keeps a slot per query code
-        key, order = kernels.presorted_ranking(query, score32, n_q)
-    else:  # sparse codes (a caller's own): the numpy path, whose memory is the rows'
-        key = kernels.descending_key_numpy(query, np.asarray(score32, np.float32))
-        order = kernels.presorted_order_numpy(query, key)
-    if order is None:  # not in rank order already: the stable sort
-        order = np.argsort(key, kind="stable")
-    ranked = key[order]
-    tied = np.flatnonzero(ranked[1:] == ranked[:-1])
-    if tied.size:
-        rows = np.unique(np.concatenate([tied, tied + 1]))  # every position of a run of equal keys
-        run = np.cumsum(np.concatenate([[0], ranked[rows[1:]] != ranked[rows[:-1]]]))  # equal keys are adjacent
-        names = [str(v) for v in doc_ids.iloc[order[rows]]]
-        by_name, _ = pd.factorize(pd.Index(names, dtype=object), sort=True)
-        order[rows] = order[rows][np.lexsort((-np.asarray(by_name), run))]
-    return order
-
-
-def _kernel_group(kernels: Any, specs: list[tuple[int, MeasureSpec]], level: int, judged_only: bool,
-                  r_args: tuple[Any, ...], qrels_q: npt.NDArray[np.int64], qrels_d: npt.NDArray[np.int64],
-                  rel: npt.NDArray[np.int64], n_judged: int, values: npt.NDArray[np.float64],
-                  n_threads: int | None) -> npt.NDArray[np.int64]:
-    """Fill ``values[:, column]`` of ``specs`` (column, spec) sharing one grade mapping; returns status."""
-    gains = specs[0][1].gains if specs else None
-    if gains is not None:
-        rel = pd.Series(rel).replace(dict(gains)).to_numpy(np.int64)
-    j_order = np.lexsort((-rel, qrels_q))
-    j_count = np.bincount(qrels_q, minlength=len(r_args[0]) - 1)
-    levels = [level if METRIC_IDS[s.kind] in ANY_LEVEL or s.rel is None else s.rel for _, s in specs]
-    flags = [int(s.judged_only or judged_only) for _, s in specs]
-    order = sorted(range(len(specs)), key=lambda i: (flags[i], levels[i]))  # one pass per level and flag
-    chosen = [specs[i][1] for i in order]
-    params = np.zeros((len(chosen), N_PARAMS))
-    for row, m in enumerate(chosen):
-        params[row, :len(m.params)] = m.params
-    got, status = kernels.evaluate_queries(
-        *r_args, np.concatenate([[0], np.cumsum(j_count)]), qrels_d[j_order], rel[j_order], n_judged,
-        [METRIC_IDS[m.kind] for m in chosen], [m.cutoff for m in chosen], [levels[i] for i in order],
-        [flags[i] for i in order], params, n_threads=n_threads)
-    for j, i in enumerate(order):
-        values[:, specs[i][0]] = got[:, j]
-    return np.asarray(status)
-
-
-def _through_ir_measures(specs: list[tuple[int, MeasureSpec]], q_uniques: pd.Index, run_q: npt.NDArray[np.int64],
-                         run_docs: pd.Series, qrels_q: npt.NDArray[np.int64], qrels_docs: pd.Index,
-                         rel: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> None:
-    """Fill ``values[:, column]`` of measures only ir_measures computes, from the run ranked by
-    :func:`ranking_order` (``run_q``, ``run_docs`` in rank order): its scores are replaced by
-    descending ranks, so every tool behind ir_measures sees trec_eval's ranking."""
-    from kolm_search._extras import require
-
-    irm = require("ir_measures", "measures")
-    measures = [irm.parse_measure(s.external) if isinstance(s.external, str) else s.external for _, s in specs]
-    columns: dict[str, list[int]] = {}
-    for (col, _), m in zip(specs, measures, strict=True):
-        columns.setdefault(repr(m), []).append(col)
-    starts = np.concatenate([[0], np.cumsum(np.bincount(run_q, minlength=len(q_uniques)))])
-    depth = np.arange(len(run_q)) - starts[run_q]
-    qid = np.asarray(q_uniques, dtype=object)
-    run = pd.DataFrame({"query_id": qid[run_q], "doc_id": np.asarray(run_docs, dtype=object),
-                        "score": (starts[run_q + 1] - starts[run_q] - depth).astype(np.float64)})
-    qrels = pd.DataFrame({"query_id": qid[qrels_q], "doc_id": np.asarray(qrels_docs, dtype=object), "relevance": rel})
-    row = {q: i for i, q in enumerate(qid.tolist())}
-    unique = list({repr(m): m for m in measures}.values())
-    try:
-        for measure in unique:  # one at a time: ir_measures 0.4.3 may put NumRet or nDCG in another's -J call
-            for metric in irm.iter_calc([measure], qrels, run):
-                if metric.query_id in row:
-                    values[row[metric.query_id], columns[repr(metric.measure)]] = metric.value
-    except Exception as exc:  # ir_measures' providers raise anything; name the measures and the cause
-        names = ", ".join(s.key for _, s in specs)
-        raise KolmValueError(f"ir_measures could not compute {names}: {type(exc).__name__}: {exc}") from exc
 
 
 @overload
@@ -294,26 +201,10 @@ def evaluate(
         One row per evaluated query, sorted by ``qid`` (``str``, the ids compared as strings),
         then one ``float64`` column per metric, named as the dict's keys.
     """
-    from kolm_search._kernels import load
-
     per_query = boolean("per_query", per_query)
-    names = metric_list(metrics)
-    specs = [parse_measure(m) for m in names]
-    keys = [s.key for s in specs]
-    if isinstance(relevance_level, bool) or not isinstance(relevance_level, (int, np.integer)) or relevance_level < 1:
-        raise KolmValueError(f"relevance_level must be an integer >= 1, got {relevance_level!r}")
-    if missing not in ("ignore", "zero"):
-        raise KolmValueError(f"missing must be 'ignore' or 'zero', got {missing!r}")
+    specs, keys = settings(metrics, relevance_level, missing)
     run_df = as_run(run)
-    diversity = [(col, s) for col, s in enumerate(specs) if s.kind in DIVERSITY_IDS]
-    if diversity:  # subtopic qrels: the other measures see each document once, at its best grade
-        from kolm_search.evaluation.diversity import collapse_subtopics, subtopic_column
-
-        sub_qrels = as_qrels(qrels)
-        sub_column = subtopic_column(sub_qrels, [s for _, s in diversity])
-        check_ids(sub_qrels, "qrels")
-        qrels = collapse_subtopics(sub_qrels, sub_column)
-    qrels_df, rel = check_qrels(qrels)  # the rules every trainer on qrels shares (fit_fusion)
+    qrels_df, rel, subtopics = prepare_qrels(qrels, specs)
     emptied: list[str] = []  # queries whose run held only self-hits: scored 0, as BEIR's pytrec_eval call does
     if wants_self_hits_dropped(qrels_df, drop_self_hits):
         hits = self_hit_mask(run_df)
@@ -323,12 +214,7 @@ def evaluate(
             emptied = sorted(before - set(run_df["qid"].astype(str)))
     check_ids(run_df, "run")
     score32 = numeric_column(run_df, "score", "run").astype(np.float32)
-    if any(METRIC_IDS.get(s.kind) in EXPONENTIAL for s in specs) and len(rel) and rel.max() > MAX_EXP_GRADE:
-        raise KolmValueError(f"exponential gains 2**grade - 1 take grades up to {MAX_EXP_GRADE}; the qrels have "
-                             f"grade {int(rel.max())}")
-    if any(s.kind == "err_cut" for s in specs) and len(rel) and rel.max() > 4:
-        raise KolmValueError(f"ERR@k (gdeval's, as ir_measures computes it) takes grades up to 4; the qrels have "
-                             f"grade {int(rel.max())}")
+    check_grades(specs, rel)
     (run_q, qrels_q), q_uniques = ids.encode([run_df["qid"], qrels_df["qid"]], names=["run qid", "qrels qid"],
                                              sort=True, as_str=True)
     (qrels_d,), judged = ids.encode([qrels_df["doc_id"]], names=["qrels doc_id"], as_str=True)
@@ -338,46 +224,14 @@ def evaluate(
         run_judged = ids.lookup(run_docs, judged)
     (run_d,), n_run_d, _ = ids.codes_within_groups([run_docs], [run_q], names=["run doc_id"], with_ids=False,
                                                 n_threads=n_threads)  # to find duplicates
-    n_q = len(q_uniques)
-    order = ranking_order(run_q, score32, run_docs)
-    r_count = np.bincount(run_q, minlength=n_q)
-    j_count = np.bincount(qrels_q, minlength=n_q)
-    kernels = load("metrics")
-    r_args = (np.concatenate([[0], np.cumsum(r_count)]), run_d[order], n_run_d, run_judged[order])
-    values = np.zeros((n_q, len(specs)))
-    groups: dict[Any, list[tuple[int, MeasureSpec]]] = {None: []}
-    for col, spec in enumerate(specs):
-        if spec.kind in METRIC_IDS:
-            groups.setdefault(spec.gains, []).append((col, spec))
-    for group in groups.values():  # the first (no gain mapping) also checks for duplicates
-        status = _kernel_group(kernels, group, int(relevance_level), bool(judged_only), r_args, qrels_q, qrels_d,
-                               rel, len(judged), values, n_threads)
-        for code, word in ((QueryStatus.RUN_DUPLICATE, "run"), (QueryStatus.QRELS_DUPLICATE, "qrels")):
-            if (status == code).any():
-                q = q_uniques[int(np.flatnonzero(status == code)[0])]
-                raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
-    if diversity:
-        from kolm_search.evaluation.diversity import diversity_values
-
-        diversity_values(diversity, sub_qrels, sub_column, q_uniques, run_q[order], run_docs.iloc[order],
-                         int(relevance_level), bool(judged_only), values, n_threads)
-    external = [(col, spec) for col, spec in enumerate(specs) if not spec.kind]
-    if external:
-        ranked = order
-        if judged_only:  # trec_eval -J for the measures ir_measures computes: unjudged documents leave the ranking
-            width = np.int64(len(judged) + 1)
-            pairs = qrels_q[rel >= 0].astype(np.int64) * width + qrels_d[rel >= 0]
-            ranked = order[np.isin(run_q[order].astype(np.int64) * width + run_judged[order], pairs)
-                           & (run_judged[order] >= 0)]
-        _through_ir_measures(external, q_uniques, run_q[ranked], run_docs.iloc[ranked], qrels_q,
-                             judged[qrels_d], rel, values)
-    keep = (r_count > 0) & (j_count > 0)
-    if missing == "zero":
-        keep |= j_count > 0
-    if emptied:
-        keep |= np.isin(np.asarray(q_uniques, dtype=object), emptied) & (j_count > 0)
-    table = pd.DataFrame(values[keep], columns=keys)
-    table.insert(0, "qid", ids.decode(q_uniques, np.flatnonzero(keep)))
+    pair = CodedPair(q_labels=q_uniques, run_q=run_q, score32=score32, run_d=run_d, n_run_d=n_run_d,
+                     run_judged=run_judged, docs_at=lambda rows: run_docs.iloc[rows],
+                     id_ranks=lambda rows: string_ranks(run_docs.iloc[rows]), qrels_q=qrels_q,
+                     qrels_d=qrels_d, rel=rel, judged=judged,
+                     emptied=np.isin(np.asarray(q_uniques, dtype=object), emptied) if emptied else None)
+    values, keep = measure(pair, specs, relevance_level=int(relevance_level), judged_only=bool(judged_only),
+                           missing=missing, n_threads=n_threads, subtopics=subtopics)
+    table = per_query_frame(pair, values, keep, keys)
     if per_query:
         return table
     return aggregate(table, specs)

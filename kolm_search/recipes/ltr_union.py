@@ -2,8 +2,8 @@
 ``LTRReranker(hybrid_features(bm25, dense))`` (extra ``ltr``).
 
 :func:`hybrid_features` is the hybrid's top ``depth`` candidates (``Fuse(bm25, dense, k=60)``,
-``presets.hybrid``'s expression) with eleven features, grouped to the left so each scores the
-hybrid's candidates:
+``presets.hybrid``'s expression) with eleven features, each scoring the hybrid's candidates
+(a feature union is flat, however ``**`` is grouped):
 
 ===============  ====================================================================
 column           feature
@@ -83,5 +83,5 @@ def hybrid_features(bm25: BM25Retriever, dense: DenseRetriever, *, depth: int = 
         TermCoverage(bm25), TermCoverage(bm25, weighted=False)]
     union: Stage = Fuse(bm25, dense, k=60) % depth
     for feature in features:
-        union = union ** feature  # grouped to the left: every feature sees the hybrid's candidates
+        union = union ** feature  # one flat union: every feature sees the hybrid's candidates
     return union

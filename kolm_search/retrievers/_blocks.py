@@ -8,8 +8,9 @@ after a load holds none of the postings, whatever their size. The blocks are che
 
 :func:`check_postings` checks the postings of a BM25 index (``t_docs``, ``t_w`` under checked
 pointers ``t_ptr``: rows in range and ascending within each term, finite non-negative
-weights) with :func:`kolm_search._kernels.postings_check.first_bad_posting` and returns each
-term's largest weight; :func:`check_rows` applies a vectorised check to consecutive row blocks
+weights) with :func:`kolm_search._kernels.postings_check.first_bad_posting` and returns, from
+the same pass, the bounds that pruning reads (each term's smallest and largest weight, each
+block of 64 postings' largest weight and last document: :mod:`kolm_search._kernels.blocks`); :func:`check_rows` applies a vectorised check to consecutive row blocks
 of any array (dense embeddings).
 """
 
@@ -64,8 +65,8 @@ def _threads(n_blocks: int, n_threads: int | None) -> int:
 
 
 def check_postings(paths: dict[str, Path], t_ptr: npt.NDArray[np.int64], t_docs: np.ndarray, t_w: np.ndarray,
-                   n_docs: int, n_threads: int | None = None) -> npt.NDArray[np.float32]:
-    """Check the postings block by block; their terms' largest weights, float32 (V,).
+                   n_docs: int, n_threads: int | None = None) -> dict[str, np.ndarray]:
+    """Check the postings block by block; their bounds.
 
     Parameters
     ----------
@@ -76,13 +77,23 @@ def check_postings(paths: dict[str, Path], t_ptr: npt.NDArray[np.int64], t_docs:
     t_docs : int32 (nnz,), t_w : float32 (nnz,)
         Memory-mapped (read block by block from their files) or in memory.
 
+    Returns
+    -------
+    dict
+        ``t_min, t_max`` float32 (V,), ``b_max`` float32 and ``b_last`` int32 (n_blocks,): what
+        :func:`kolm_search.retrievers.bounds.index_bounds` computes from resident postings.
+
     Raises
     ------
     KolmValueError
         The first bad posting of the first bad block: its file and position.
     """
-    kernel = load("postings_check").first_bad_posting
-    maxima = np.zeros(len(t_ptr) - 1, np.float32)
+    kernels = load("postings_check"), load("blocks")
+    kernel = kernels[0].first_bad_posting
+    b_ptr = kernels[1].block_pointers(t_ptr)
+    n_terms, n_blocks = len(t_ptr) - 1, int(b_ptr[-1])
+    t_min, t_max = np.full(n_terms, np.inf, np.float32), np.zeros(n_terms, np.float32)
+    b_max, b_last = np.zeros(n_blocks, np.float32), np.zeros(n_blocks, np.int32)
     blocks = _term_blocks(t_ptr, max(1, BLOCK_BYTES // 4))
 
     def check(block: tuple[int, int]) -> tuple[int, int]:
@@ -90,7 +101,7 @@ def check_postings(paths: dict[str, Path], t_ptr: npt.NDArray[np.int64], t_docs:
         lo, hi = int(t_ptr[t0]), int(t_ptr[t1])
         docs = np.ascontiguousarray(read_rows(t_docs, lo, hi), dtype=np.int32)
         weights = np.ascontiguousarray(read_rows(t_w, lo, hi), dtype=np.float32)
-        return kernel(t_ptr, docs, weights, t0, t1, n_docs, maxima)
+        return kernel(t_ptr, b_ptr, docs, weights, t0, t1, n_docs, t_min, t_max, b_max, b_last)
 
     with ThreadPoolExecutor(_threads(len(blocks), n_threads)) as pool:
         for kind, pos in pool.map(check, blocks):  # in block order: the first bad block's first posting
@@ -102,7 +113,7 @@ def check_postings(paths: dict[str, Path], t_ptr: npt.NDArray[np.int64], t_docs:
             if kind == 3:
                 raise KolmValueError(f"{paths['t_w']}: value at position {pos} is {t_w[pos].item()!r}; "
                                      "values must be finite and >= 0")
-    return maxima
+    return {"t_min": t_min, "t_max": t_max, "b_max": b_max, "b_last": b_last}
 
 
 def check_rows(arr: np.ndarray, check: Callable[[np.ndarray, int], None], n_threads: int | None = None) -> None:

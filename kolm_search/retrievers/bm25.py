@@ -48,7 +48,7 @@ from kolm_search.retrievers.bm25_weights import (
     reduce_offsets,
     weigh_postings,
 )
-from kolm_search.retrievers.bounds import PRUNINGS, Pruning, prune_queries, term_maxima
+from kolm_search.retrievers.bounds import PRUNINGS, Pruning, index_bounds, prune_queries
 from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.retrievers.segments import Pending, combine_postings, merged_table
@@ -99,10 +99,10 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         Already counted postings of the table's rows (skips tokenisation).
     pruning : {"auto", "none"}, default "auto"
         Top-k by exact dynamic pruning (block-max MaxScore, :mod:`kolm_search._kernels.pruned`)
-        for the queries where it pays (long postings, small k:
-        :func:`~kolm_search.retrievers.bounds.prune_queries`), or ``"none"``: every query
-        scores every posting of its terms. Results are the same bit for bit; each scoring call
-        may override it.
+        for the queries where it pays (long postings for k:
+        :func:`~kolm_search.retrievers.bounds.prune_queries`; a query whose rarer terms hold
+        too many of its postings is given back), or ``"none"``: every query scores every
+        posting of its terms. Results are the same bit for bit; each scoring call may override it.
 
     Notes
     -----
@@ -170,7 +170,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
     def _from_arrays(cls, table: DocumentTable, arrays: Mapping[str, Any], vocab: list[str], *,
                      own_stats: bool | None, **config: Any) -> BM25Retriever:
         """An index over ``table`` from weighted arrays (``t_ptr``, ``t_docs``, ``t_w``, ``nonocc``,
-        ``doc_len``, perhaps ``tf`` and ``t_max``) and their ``vocab``, already checked (:meth:`load`'s path);
+        ``doc_len``, perhaps ``tf`` and ``bounds``) and their ``vocab``, already checked (:meth:`load`'s path);
         ``config`` as :meth:`_configure` takes it."""
         self = cls.__new__(cls)
         self._configure(**config)
@@ -277,8 +277,13 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         self.nonocc = arrays["nonocc"]
         self.doc_len = arrays["doc_len"]
         self.tf = arrays.get("tf")
-        t_max = arrays.get("t_max")  # checked against t_w by the loader, else computed here
-        self.t_max: npt.NDArray[np.float32] = term_maxima(self.t_ptr, self.t_w) if t_max is None else t_max
+        bounds = arrays.get("bounds")  # the loader's (it compares them with the saved maxima), else computed here
+        if bounds is None:
+            bounds = index_bounds(self.t_ptr, self.t_docs, self.t_w, n_threads=self.n_threads)
+        self.t_min: npt.NDArray[np.float32] = bounds["t_min"]  # what the kernels read: kolm_search._kernels.blocks
+        self.t_max: npt.NDArray[np.float32] = bounds["t_max"]
+        self.b_max: npt.NDArray[np.float32] = bounds["b_max"]
+        self.b_last: npt.NDArray[np.int32] = bounds["b_last"]
         self.vocab = vocab
         self._vocab_index = {t: i for i, t in enumerate(vocab)}
 
@@ -378,14 +383,13 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
             raise KolmValueError(str(exc)) from exc
         k = min(check.top_k(k), max(n_docs, 1))
         if mode == "auto":
-            prune = prune_queries(q_ptr, q_ids, weights, self.t_ptr, self.t_max, offsets, sel.ids, sel.ptr,
-                                  sel.mask_of, k)
+            prune = prune_queries(q_ptr, q_ids, weights, self.t_ptr, offsets, sel.ids, sel.ptr, sel.mask_of, k)
             if prune.any():
                 return load("pruned").pruned_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, self.t_max,
-                                                  offsets, *sel.arrays(), n_docs, k, n_threads=self.n_threads,
-                                                  prune=prune)
+                                                  self.b_max, self.b_last, offsets, *sel.arrays(), n_docs, k,
+                                                  n_threads=self.n_threads, prune=prune, t_min=self.t_min)
         return load("sparse").sparse_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, offsets,
-                                          *sel.arrays(), n_docs, k, n_threads=self.n_threads)
+                                          *sel.arrays(), n_docs, k, n_threads=self.n_threads, t_min=self.t_min)
 
     def score_weighted(self, q_ptr: npt.ArrayLike, q_ids: npt.ArrayLike, q_weights: npt.ArrayLike, k: int,
                        selections: Selections | None = None, *, pruning: Pruning | None = None,
@@ -443,6 +447,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         if stats == "own":
             arrays["tf"] = np.asarray(self.tf).astype(np.int32, copy=False)
         arrays["term_max"] = np.asarray(self.t_max, np.float32)
+        arrays["block_max"] = np.asarray(self.b_max, np.float32)
         return Payload(FORMAT, VERSION, {"config": self.config(), "n_docs": len(self.table), "stats": stats},
                        arrays=arrays, blobs={"vocab": list(self.vocab)}, tables={"documents": self.table})
 
@@ -451,11 +456,11 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         """What :meth:`save` writes for an index of this configuration whose files are on disk
         already (a streaming build, :mod:`kolm_search.retrievers.stream_build`, whose probe over
         the corpus's first documents this is): ``arrays`` the ``.npy`` files of ``t_ptr, t_docs,
-        t_w, nonocc, doc_len, term_max`` and, with its own statistics, ``tf`` (``own_stats``
-        False: a shard weighted with a collection's statistics, saved without ``tf``),
+        t_w, nonocc, doc_len, term_max, block_max`` and, with its own statistics, ``tf``
+        (``own_stats`` False: a shard weighted with a collection's statistics, saved without ``tf``),
         ``documents`` the documents file of the table
         (:class:`~kolm_search.engine.mapped_table.DocumentsWriter`)."""
-        need = {*ARRAYS, "term_max", *(("tf",) if own_stats else ())}
+        need = {*ARRAYS, "term_max", "block_max", *(("tf",) if own_stats else ())}
         if set(arrays) != need:
             raise KolmValueError(f"a BM25 payload has arrays {sorted(arrays)}; it needs {sorted(need)}")
         stats = "own" if own_stats else "external"
@@ -487,8 +492,8 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         """Write the index to folder ``path``, replacing any index there all or nothing.
 
         Pending changes are merged first. Term frequencies (``tf``) are written when the index
-        has its own statistics, so that a loaded index can take further changes; each term's
-        largest weight (``term_max``, what pruning reads) always. Everything is
+        has its own statistics, so that a loaded index can take further changes; each term's and
+        each block of postings' largest weight (``term_max``, ``block_max``: what pruning reads) always. Everything is
         built and checked before the first byte is written: a tokenizer that a loaded index
         could not rebuild (a function such as ``str.split``, an unregistered subclass; see
         :func:`kolm_search.register_tokenizer`) raises ``KolmTypeError`` naming its class and
@@ -506,14 +511,17 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         Every file is checked before any search can read what it holds, as ``verify`` says
         (:mod:`kolm_search.retrievers.bm25_saved`): ``"full"`` reads every byte (each file's
         size and sha256 against the manifest, array dtypes, shapes, pointers, document rows,
-        finite weights, weights equal to those of the saved term frequencies, term maxima equal
-        to the weights', the document table whole); ``"quick"`` checks what searches index with,
-        without the digests and without leaving the postings' pages resident (the term
-        frequencies when first read; the documents' rows when first read); ``"auto"`` (default)
+        finite weights, weights equal to those of the saved term frequencies, term and block
+        maxima equal to the postings', the document table whole); ``"quick"`` checks what
+        searches index with (term and block maxima included), without the digests and without
+        leaving the postings' pages resident (the term frequencies when first read; the
+        documents' rows when first read); ``"auto"`` (default)
         checks an index of up to 256 MiB in full and a larger one quickly. A damaged index raises
         ``KolmValueError`` naming the file and the key or position, never a crash. Format
-        versions 1 and 2 (before file maps), 3 (before term maxima: they are computed) and 4
-        (documents in parquet, read whole) still load.
+        versions 1 and 2 (before file maps), 3 (before term maxima), 4 (documents in parquet,
+        read whole) and 5 (before block maxima) still load; the bounds that pruning reads are
+        computed from the postings by every load (the saved maxima are compared with them), so
+        an older index prunes as a new one does.
         """
         root = Path(path)
         one_of("pruning", pruning, PRUNINGS)
@@ -531,8 +539,8 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
                     n_threads: int | None = None) -> BM25Retriever:
         """The index of one manifest ``body`` (or a composite's child), checked, and its files."""
         saved = read_bm25(files, body, BM25_METHODS, mmap=mmap, n_threads=n_threads)
-        out = cls._from_arrays(saved.table, saved.arrays, saved.vocab, own_stats=saved.own_stats, n_threads=n_threads,
-                               **saved.config)
+        out = cls._from_arrays(saved.table, {**saved.arrays, "bounds": saved.bounds}, saved.vocab,
+                               own_stats=saved.own_stats, n_threads=n_threads, **saved.config)
         out._tf_unchecked = saved.deferred
         return out
 

@@ -4,13 +4,15 @@
 builds the retriever from. Checked in full (``files.full``, :mod:`._saved`), every file's
 digest and every value: the arrays' invariants (:mod:`._validate`), the term frequencies
 (counts >= 1 summing to each document's length) and the weights recomputed from them bit for
-bit, the term maxima against the weights, the document table read whole. Checked quickly,
-what the kernels index with, read block by block from the files so that no mapped page of the
-postings stays resident (:func:`._blocks.check_postings`): pointers, document rows in range
-and ascending within a term, finite non-negative weights, term maxima equal to the weights'
-own; the term frequencies are checked as in full, by :func:`check_term_frequencies`, when an
+bit, the pruning bounds computed from the postings (:func:`.bounds.index_bounds`) and the
+saved term and block maxima compared with them, the document table read whole. Checked
+quickly, what the kernels index with, read block by block from the files so that no mapped
+page of the postings stays resident (:func:`._blocks.check_postings`): pointers, document rows
+in range and ascending within a term, finite non-negative weights, and from the same pass the
+pruning bounds, the saved term and block maxima compared with them; the term frequencies are checked as in full, by :func:`check_term_frequencies`, when an
 update, a feedback model or a save first reads them (:class:`DeferredCheck`); the documents
-file's batches when first read.
+file's batches when first read. Formats before 6 (no block maxima) and before 4 (no term
+maxima) load with the bounds computed in that same pass (full or quick): they prune at once.
 """
 
 from __future__ import annotations
@@ -26,14 +28,14 @@ from kolm_search.errors import KolmValueError
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers._blocks import check_postings
 from kolm_search.retrievers._saved import SavedFiles, check_manifest
-from kolm_search.retrievers.bounds import checked_term_maxima, equal_term_maxima
+from kolm_search.retrievers.bounds import checked_bounds, index_bounds
 
 __all__ = ["ARRAYS", "DeferredCheck", "FILES_SINCE", "FORMAT", "SavedBM25", "VERSION",
            "check_term_frequencies", "read_bm25", "run_deferred"]
 
 FORMAT = "kolm-search/bm25"
-VERSION = 5  # 5: a documents file (Arrow IPC, memory-mapped); 4: term maxima; 3: a file map
-# (kolm_search.retrievers._persist); 2: tf and "stats"; 1-4 still load
+VERSION = 6  # 6: block maxima; 5: a documents file (Arrow IPC, memory-mapped); 4: term maxima;
+# 3: a file map (kolm_search.retrievers._persist); 2: tf and "stats"; 1-5 still load
 FILES_SINCE = 3
 ARRAYS: dict[str, tuple[Any, type[np.generic]]] = {  # saved arrays: kind, dtype written
     "t_ptr": ("int", np.int64), "t_docs": ("int", np.int32), "t_w": ("float", np.float32),
@@ -56,11 +58,13 @@ class DeferredCheck:
 @dataclass
 class SavedBM25:
     """A saved index's checked parts: ``config`` (``_configure``'s keyword arguments),
-    ``arrays`` (``t_ptr, t_docs, t_w, nonocc, doc_len``, perhaps ``tf`` and ``t_max``),
+    ``arrays`` (``t_ptr, t_docs, t_w, nonocc, doc_len``, perhaps ``tf``), ``bounds`` (what
+    pruning reads, by name: :data:`.bounds.BOUNDS`; the saved maxima checked against them),
     ``vocab``, ``table``, ``own_stats`` and, after a quick load, the deferred ``tf`` check."""
 
     config: dict[str, Any]
     arrays: dict[str, np.ndarray]
+    bounds: dict[str, np.ndarray]
     vocab: list[str]
     table: Any
     own_stats: bool | None
@@ -71,21 +75,24 @@ def read_bm25(files: SavedFiles, body: dict[str, Any], methods: Any, *, mmap: bo
               n_threads: int | None) -> SavedBM25:
     """The index of one manifest ``body`` (or a composite's child), checked (see the module)."""
     where = files.where
-    body = check_manifest(where, body, FORMAT, (1, 2, 3, 4, VERSION), ("n_docs", *files.manifest_keys),
+    body = check_manifest(where, body, FORMAT, (1, 2, 3, 4, 5, VERSION), ("n_docs", *files.manifest_keys),
                           optional=("stats",))
     cfg = check.bm25_config(where, body["config"], methods)
     n_docs = check.integer(where, "n_docs", body["n_docs"])
     stats = check.bm25_stats(where, body)
-    bounded = body["version"] >= 4  # term maxima saved
-    saved = (*ARRAYS, *(("tf",) if stats == "own" else ()), *(("term_max",) if bounded else ()))
+    maxima = (*(("term_max",) if body["version"] >= 4 else ()), *(("block_max",) if body["version"] >= 6 else ()))
+    saved = (*ARRAYS, *(("tf",) if stats == "own" else ()), *maxima)
     files.expect(("documents", "vocab", *saved))
     vocab = check.vocabulary(files.path("vocab", "json"), files.json("vocab"))
     arrays = {name: files.array(name, kind, 1, mmap=mmap) for name, (kind, _) in ARRAYS.items()}
     names = {name: files.name(name, "npy") for name in saved}
     full = files.full or not mmap  # arrays read into memory: checking them in place costs nothing more
     arrays = check.bm25_arrays(files.root, arrays, len(vocab), n_docs, cfg["method"], names, postings=full)
-    maxima = None if full else check_postings({n: files.root / names[n] for n in ("t_docs", "t_w")}, arrays["t_ptr"],
-                                              arrays["t_docs"], arrays["t_w"], n_docs, n_threads)
+    bounds = (index_bounds(arrays["t_ptr"], arrays["t_docs"], arrays["t_w"], n_threads=n_threads) if full
+              else check_postings({n: files.root / names[n] for n in ("t_docs", "t_w")}, arrays["t_ptr"],
+                                  arrays["t_docs"], arrays["t_w"], n_docs, n_threads))
+    checked_bounds({name: (files.root / names[name], files.array(name, "float", 1, mmap=mmap)) for name in maxima},
+                   bounds, arrays["t_ptr"])
     deferred = None
     if stats == "own":
         tf = files.array("tf", "int", 1, mmap=mmap)
@@ -97,15 +104,8 @@ def read_bm25(files: SavedFiles, body: dict[str, Any], methods: Any, *, mmap: bo
                           "one term frequency per posting: t_docs has as many")
             arrays["tf"] = tf
             deferred = DeferredCheck(files.root, names, cfg["method"], cfg["k1"], cfg["b"], cfg["delta"])
-    if bounded:
-        stored = files.array("term_max", "float", 1, mmap=mmap)
-        path = files.root / names["term_max"]
-        arrays["t_max"] = (checked_term_maxima(path, stored, arrays["t_ptr"], arrays["t_w"]) if maxima is None
-                           else equal_term_maxima(path, stored, maxima))
-    elif maxima is not None:
-        arrays["t_max"] = maxima
     table = files.table("documents", n_docs, mmap=mmap)
-    return SavedBM25(cfg, arrays, vocab, table, {"own": True, "external": False}.get(stats), deferred)
+    return SavedBM25(cfg, arrays, bounds, vocab, table, {"own": True, "external": False}.get(stats), deferred)
 
 
 def check_term_frequencies(root: Path, names: dict[str, str], arrays: dict[str, np.ndarray], tf: np.ndarray, *,

@@ -1,14 +1,19 @@
-"""Term maxima of a BM25 index and the rule that sends queries to the pruned kernel.
+"""Posting bounds of a BM25 index and the rule that sends queries to the pruned kernel.
 
-The pruned kernel (:mod:`kolm_search._kernels.pruned`, term-at-a-time MaxScore) rules a
-document out only when upper bounds show it cannot enter the top-k, so a bound below a weight
-it bounds would silently drop results. Its bounds are each term's largest stored weight
-(``term_max``): computed from the weights at every build and merge, saved with the index and,
-on load, compared with the maxima of the loaded weights (a file that differs is refused, naming
-it and the first term that differs; an index saved before term maxima existed gets them
-computed). Per-block maxima (of 64 postings) were measured only 4-20 % below the term maxima on
-``benchmarks/bench_pruning.py``'s corpus (documents in random order), too little to pay for a
-block-at-a-time kernel.
+The pruned kernel (:mod:`kolm_search._kernels.pruned`, block-max MaxScore) rules a document out
+only when upper bounds show it cannot enter the top-k, so a bound below a weight it bounds would
+silently drop results. Its bounds (:func:`index_bounds`, the layout of
+:mod:`kolm_search._kernels.blocks`): each term's largest stored weight (``t_max``, saved as
+``term_max``), each block of 64 postings' largest weight (``b_max``, saved as ``block_max``) and
+last document (``b_last``), and each term's smallest weight (``t_min``: the exhaustive kernel's
+dense path skips its stamps when every product of a query is > 0). They are computed from the
+postings at every build and merge; on load, from the loaded postings (a full load: one pass
+over the mapped arrays; a quick load: in the same block-by-block pass that checks the postings,
+:func:`kolm_search.retrievers._blocks.check_postings`, so no page of them stays resident), and
+the saved maxima are compared with them (a file that differs is refused, naming it and the first
+term or block that differs). An index saved before block maxima (format 5 and older) or term
+maxima (format 3 and older) loads with them computed in that same pass: pruning is available
+at once, at no extra read.
 """
 
 from __future__ import annotations
@@ -22,20 +27,19 @@ import numpy.typing as npt
 from kolm_search._kernels import load
 from kolm_search.errors import KolmValueError
 
-__all__ = ["PRUNE_MAX_K", "PRUNE_MIN_POSTINGS_PER_K", "PRUNE_PHASE_SHARE", "PRUNINGS", "Pruning", "checked_term_maxima", "equal_term_maxima",
-           "prune_queries", "term_maxima"]
+__all__ = ["BOUNDS", "PRUNE_MIN_POSTINGS_PER_K", "PRUNINGS", "Pruning", "SAVED_BOUNDS", "checked_bounds",
+           "index_bounds", "prune_queries", "term_maxima"]
 
 Pruning = Literal["auto", "none"]
 PRUNINGS = ("auto", "none")
-# "auto" prunes a query when all three hold (measured by benchmarks/bench_pruning.py, see benchmarks/README.md):
-PRUNE_MAX_K = 512  # k at most this (at top-1000 the pruned kernel was slower on the synthetic queries)
-PRUNE_MIN_POSTINGS_PER_K = 50  # at least this many postings per result wanted
-PRUNE_PHASE_SHARE = 0.15  # the postings of its largest-bound terms that reach 4 k documents: at most this share
+BOUNDS = ("t_min", "t_max", "b_max", "b_last")  # what index_bounds returns, by array name
+SAVED_BOUNDS = {"term_max": "t_max", "block_max": "b_max"}  # saved file name -> array name
+PRUNE_MIN_POSTINGS_PER_K = 50  # "auto" prunes a query with at least this many postings per result wanted
 
 
 def term_maxima(t_ptr: npt.NDArray[np.int64], t_w: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """The largest weight of each term, float32 (V,) (0 for a term without postings), of weights
-    ``t_w`` float32 (nnz,) under pointers ``t_ptr`` int64 (V + 1,)."""
+    ``t_w`` float32 (nnz,) under pointers ``t_ptr`` int64 (V + 1,) (numpy)."""
     ptr = np.asarray(t_ptr, np.int64)
     out = np.zeros(len(ptr) - 1, np.float32)
     has = np.diff(ptr) > 0
@@ -44,56 +48,48 @@ def term_maxima(t_ptr: npt.NDArray[np.int64], t_w: npt.NDArray[np.float32]) -> n
     return out
 
 
-def checked_term_maxima(path: Path, stored: np.ndarray, t_ptr: npt.NDArray[np.int64],
-                        t_w: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """Saved maxima ``stored`` (the file ``path``) of checked weights, refused unless equal to
-    the weights' own."""
-    return equal_term_maxima(path, stored, term_maxima(t_ptr, t_w))
+def index_bounds(t_ptr: npt.NDArray[np.int64], t_docs: npt.NDArray[np.int32], t_w: npt.NDArray[np.float32], *,
+                 n_threads: int | None = None) -> dict[str, np.ndarray]:
+    """The bounds of checked postings by name (:data:`BOUNDS`): ``t_min, t_max`` float32 (V,),
+    ``b_max`` float32, ``b_last`` int32 (n_blocks,) (:func:`kolm_search._kernels.blocks.posting_bounds`)."""
+    return dict(zip(BOUNDS, load("blocks").posting_bounds(t_ptr, t_docs, t_w, n_threads=n_threads), strict=True))
 
 
-def equal_term_maxima(path: Path, stored: np.ndarray, want: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """Saved maxima ``stored`` (the file ``path``), refused unless equal to ``want`` (the
-    weights' own, float32 (V,)); ``want`` returned."""
-    if stored.shape != want.shape:
-        raise KolmValueError(f"{path}: has {stored.shape[0]} term maxima, expected {want.shape[0]} (one per term)")
-    with np.errstate(over="ignore", invalid="ignore"):
-        differ = ~(stored.astype(np.float32, copy=False) == want)  # NaN differs too
-    if differ.any():
-        t = int(np.flatnonzero(differ)[0])
-        raise KolmValueError(f"{path}: term {t} records maximum {stored[t].item()!r}, but its weights' largest is "
-                             f"{want[t].item()!r}; the maxima and the weights come from different indexes")
-    return want
+def checked_bounds(files: dict[str, tuple[Path, np.ndarray]], bounds: dict[str, np.ndarray],
+                   t_ptr: npt.NDArray[np.int64]) -> None:
+    """Refuse saved maxima (``files``: saved name -> (path, array), names of :data:`SAVED_BOUNDS`)
+    that differ from ``bounds`` (:func:`index_bounds` of the loaded postings, pointers ``t_ptr``)."""
+    for name, (path, stored) in files.items():
+        want = bounds[SAVED_BOUNDS[name]]
+        unit = "term" if name == "term_max" else "block"
+        if stored.ndim != 1 or stored.shape != want.shape:
+            raise KolmValueError(f"{path}: has {stored.shape[0] if stored.ndim else 0} {unit} maxima, expected "
+                                 f"{want.shape[0]} (one per {unit})")
+        with np.errstate(over="ignore", invalid="ignore"):
+            differ = ~(stored.astype(np.float32, copy=False) == want)  # NaN differs too
+        if differ.any():
+            i = int(np.flatnonzero(differ)[0])
+            where = f"term {i}" if unit == "term" else _block_name(i, t_ptr)
+            raise KolmValueError(f"{path}: {where} records maximum {stored[i].item()!r}, but its weights' largest is "
+                                 f"{want[i].item()!r}; the maxima and the weights come from different indexes")
+
+
+def _block_name(i: int, t_ptr: npt.NDArray[np.int64]) -> str:
+    """``"block j of term t"`` for block ``i`` of the block arrays."""
+    b_ptr = load("blocks").block_pointers(t_ptr)
+    t = int(np.searchsorted(b_ptr, i, side="right")) - 1
+    return f"block {i - int(b_ptr[t])} of term {t}"
 
 
 def prune_queries(q_ptr: npt.NDArray[np.int64], q_ids: npt.NDArray[np.int64], weights: npt.NDArray[np.float32],
-                  t_ptr: npt.NDArray[np.int64], t_max: npt.NDArray[np.float32], offsets: npt.NDArray[np.float32],
-                  sel_ids: npt.NDArray[np.int64], sel_ptr: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64],
-                  k: int) -> npt.NDArray[np.bool_]:
-    """The queries that ``pruning="auto"`` sends to the pruned kernel, bool (n_q,).
-
-    Those it can take (:func:`kolm_search._kernels.pruned.prunable`), with ``k`` at most
-    :data:`PRUNE_MAX_K`, at least :data:`PRUNE_MIN_POSTINGS_PER_K` postings per result, and whose
-    terms of largest bound (``weight * term_max``), taken until they hold ``4 k`` postings, hold
-    at most :data:`PRUNE_PHASE_SHARE` of the query's postings: an estimate of what the kernel
-    must read in full before it can rule documents out.
-    """
-    n_q = len(q_ptr) - 1
-    if k > PRUNE_MAX_K or n_q == 0:
-        return np.zeros(n_q, bool)
-    ok = load("pruned").prunable(q_ptr, q_ids, weights, t_ptr, offsets, sel_ids, sel_ptr, sel_mask, k,
-                                 min_postings=PRUNE_MIN_POSTINGS_PER_K)
-    if not len(q_ids):
-        return np.asarray(ok, bool)
-    owner = np.repeat(np.arange(n_q), np.diff(q_ptr))
-    df = (t_ptr[q_ids + 1] - t_ptr[q_ids]).astype(np.float64)
-    ub = np.asarray(weights, np.float64) * t_max[q_ids]
-    order = np.lexsort((-ub, owner))  # by query, then largest bound first
-    cum = np.cumsum(df[order])
-    start = np.concatenate([[0.0], cum])[q_ptr[:-1]]  # postings before each query's first term
-    within = cum - start[owner[order]]
-    total = np.bincount(owner, weights=df, minlength=n_q)
-    reach = np.full(n_q, np.inf)  # the postings read until 4 k are reached
-    hit = within >= 4 * k
-    np.minimum.at(reach, owner[order][hit], within[hit])
-    reach = np.where(np.isinf(reach), total, reach)
-    return np.asarray(ok, bool) & (reach <= PRUNE_PHASE_SHARE * np.maximum(total, 1))
+                  t_ptr: npt.NDArray[np.int64], offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64],
+                  sel_ptr: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64], k: int) -> npt.NDArray[np.bool_]:
+    """The queries that ``pruning="auto"`` sends to the pruned kernel, bool (n_q,): those it can
+    take (:func:`kolm_search._kernels.pruned.prunable`) with at least
+    :data:`PRUNE_MIN_POSTINGS_PER_K` postings per result wanted. The kernel gives back to the
+    exhaustive one a query whose rarer terms hold too many of its postings to leave the others
+    out (:data:`kolm_search._kernels.pruned.BAIL`)."""
+    if len(q_ptr) <= 1:
+        return np.zeros(0, bool)
+    return np.asarray(load("pruned").prunable(q_ptr, q_ids, weights, t_ptr, offsets, sel_ids, sel_ptr, sel_mask, k,
+                                              min_postings=PRUNE_MIN_POSTINGS_PER_K), bool)

@@ -2,13 +2,13 @@
 (on the right of ``**``): ``(hybrid % 100) ** BM25Score(bm25) ** DenseScore(dense)``.
 
 A retrieving stage on the right of ``**`` contributes its score of the candidates that are
-among *its own* top ``FIT_DEPTH`` (1000) documents and 0 for the others; and since Python's
-``**`` groups to the right, ``a ** b ** c`` with retrieving ``b`` and ``c`` is
-``a ** (b ** c)``: ``c``'s score reaches ``a``'s candidates only where ``b`` retrieved them
-too. In the union ``(hybrid % 100) ** bm25 ** bo1 ** dense ** ...`` the MiniLM cosine was
-0 for 4% (cranfield), 15% (med, npl) and 27% (lisa) of the hybrid's top-100 candidates that way. These stages re-rank instead (``is_source`` False): each scores every
-candidate it is given, in one call per batch, whatever its rank in the retriever's list and
-however the union is grouped.
+among *its own* top ``FIT_DEPTH`` (1000) documents and 0 for the others. (When ``**`` still
+grouped to the right, ``a ** b ** c`` with retrieving ``b`` and ``c`` gave ``c``'s score only
+where ``b`` retrieved the candidate too: in ``(hybrid % 100) ** bm25 ** bo1 ** dense ** ...``
+the MiniLM cosine was 0 for 4% (cranfield), 15% (med, npl) and 27% (lisa) of the hybrid's
+top-100 candidates; the union is flat now.) These stages re-rank instead (``is_source``
+False): each scores every candidate it is given, in one call per batch, whatever its rank in
+the retriever's list.
 
 - :class:`BM25Score`: the candidate's BM25 score under the index ``bm25`` (its parameters,
   fields and tokenizer; any ``BM25Retriever(table, k1=0.9, b=0.4)`` is another feature), the

@@ -49,7 +49,7 @@ from kolm_search.errors import KolmError, KolmValueError
 from kolm_search.io.corpus_stream import corpus_chunks
 from kolm_search.retrievers._persist import FileSource, Payload, save_index
 from kolm_search.retrievers.bm25_weights import weigh_postings
-from kolm_search.retrievers.bounds import term_maxima
+from kolm_search.retrievers.bounds import index_bounds
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.retrievers.stream_count import CountedCorpus, count_corpus
 
@@ -272,6 +272,7 @@ def write_counted(counted: CountedCorpus, target: Path, params: StreamedIndex,
     kept = ("t_docs", np.int32), *((("tf", np.int32),) if stats is None else ()), ("t_w", np.float32)
     out = {name: _NpyWriter(tmp / f"out_{name}.npy", dtype, nnz) for name, dtype in kept}
     nonocc, t_max = np.zeros(len(vocab), np.float32), np.zeros(len(vocab), np.float32)
+    b_max: list[np.ndarray] = []  # blocks never cross terms: each block of terms' block maxima, in order
     n_blocks = 0
     with progress_bar(nnz, "bm25 build: weigh", "posting", progress=progress) as bar:
         for block in spill.blocks(max(1, limit // _BYTES_PER_POSTING)):
@@ -280,7 +281,9 @@ def write_counted(counted: CountedCorpus, target: Path, params: StreamedIndex,
                                                k1=params.k1, b=params.b, delta=params.delta,
                                                n_threads=params.n_threads)
             nonocc[block.start:block.stop] = block_nonocc
-            t_max[block.start:block.stop] = term_maxima(block.t_ptr, t_w)
+            bounds = index_bounds(block.t_ptr - block.t_ptr[0], block.p_doc, t_w, n_threads=params.n_threads)
+            t_max[block.start:block.stop] = bounds["t_max"]
+            b_max.append(bounds["b_max"])
             out["t_docs"].write(block.p_doc)
             if "tf" in out:
                 out["tf"].write(block.tf)
@@ -291,7 +294,8 @@ def write_counted(counted: CountedCorpus, target: Path, params: StreamedIndex,
     spilled = {"t_ptr": _npy(tmp, "out_t_ptr", t_ptr, np.int64), **files,
                "nonocc": _npy(tmp, "out_nonocc", nonocc, np.float32),
                "doc_len": _npy(tmp, "out_doc_len", lengths, np.int64),
-               "term_max": _npy(tmp, "out_term_max", t_max, np.float32)}
+               "term_max": _npy(tmp, "out_term_max", t_max, np.float32),
+               "block_max": _npy(tmp, "out_block_max", np.concatenate([np.zeros(0, np.float32), *b_max]), np.float32)}
     first = probe(counted.head)
     save_index(target, first.streamed_payload(counted.n_docs, vocab, spilled, _SpilledFile(counted.table_path),
                                               own_stats=stats is None))

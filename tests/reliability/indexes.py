@@ -87,8 +87,9 @@ def as_legacy(d: Path, version: int) -> None:
         (d / entry["name"]).rename(d / f"{key}.{ext}")
     del body["generation"]
     body["version"] = version
-    if body["format"] == "kolm-search/bm25":  # term maxima came with version 4
+    if body["format"] == "kolm-search/bm25":  # term maxima came with version 4, block maxima with 6
         (d / "term_max.npy").unlink()
+        (d / "block_max.npy").unlink()
     if version == 1 and body["format"] == "kolm-search/bm25":
         body.pop("stats")
         (d / "tf.npy").unlink(missing_ok=True)
@@ -111,6 +112,8 @@ def documents_as_parquet(d: Path, version: int | None = None) -> None:
     entry["name"] = new.name
     if version is not None:
         body["version"] = version
+        if body["format"] == "kolm-search/bm25" and version < 6:  # block maxima came with version 6
+            (d / body["files"].pop("block_max")["name"]).unlink()
     path.write_text(json.dumps(body))
     reseal(d)
 

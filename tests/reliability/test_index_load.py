@@ -135,6 +135,27 @@ def test_non_finite_or_negative_weights(pristine: dict[str, Path], tmp_path: Pat
         BM25Retriever.load(d, verify=verify)
 
 
+_MAXIMA_DAMAGE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "one ulp low": lambda a: np.where(np.arange(len(a)) == np.argmax(a), np.nextafter(a, np.float32(0)), a),
+    "one ulp high": lambda a: np.where(np.arange(len(a)) == 0, np.nextafter(a, np.float32(np.inf)), a),
+    "nan": lambda a: np.where(np.arange(len(a)) == len(a) - 1, np.float32(np.nan), a),
+    "short": lambda a: a[:-1], "long": lambda a: np.append(a, a[-1:])}
+
+
+@pytest.mark.parametrize("damage", list(_MAXIMA_DAMAGE))
+@pytest.mark.parametrize("name, unit", [("term_max", "term"), ("block_max", "block")])
+def test_damaged_term_or_block_maxima(pristine: dict[str, Path], tmp_path: Path, name: str, unit: str, damage: str,
+                                      verify: str) -> None:
+    """The bounds pruning rules documents out with: one a ulp low would drop results silently."""
+    d = _copy(pristine, "bm25plus", tmp_path)
+    path = file_of(d, name)
+    np.save(path, _MAXIMA_DAMAGE[damage](np.load(path)).astype(np.float32))
+    reseal(d)
+    pattern = rf"{name}{G}\.npy: (term \d+|block \d+ of term \d+) records maximum|{name}{G}\.npy: has \d+ {unit} maxima"
+    with pytest.raises(KolmValueError, match=pattern):
+        BM25Retriever.load(d, verify=verify)
+
+
 @pytest.mark.parametrize("metric", ["cosine", "ip"])
 @pytest.mark.parametrize("value", [np.nan, np.inf])
 def test_non_finite_embeddings(pristine: dict[str, Path], tmp_path: Path, metric: str, value: float,
@@ -159,7 +180,7 @@ def test_unknown_metric(pristine: dict[str, Path], tmp_path: Path) -> None:
         DenseRetriever.load(d)
 
 
-BM25_FILES = ["documents", "vocab", "t_ptr", "t_docs", "t_w", "nonocc", "doc_len", "tf", "term_max"]
+BM25_FILES = ["documents", "vocab", "t_ptr", "t_docs", "t_w", "nonocc", "doc_len", "tf", "term_max", "block_max"]
 BM25_KEYS = ["format", "version", "generation", "config", "n_docs", "stats", "files", "config.method", "config.k1",
              "config.b", "config.delta", "config.tokenizer", "config.fields", "config.fusion_k",
              "config.tokenizer.lowercase", "config.tokenizer.pattern", "config.tokenizer.stopwords",

@@ -1,0 +1,245 @@
+"""An experiment's runs (:class:`Runs`), and the measures of its stage pipelines' runs computed
+from their codes, without making their DataFrames.
+
+A stage pipeline's run is a :class:`~kolm_search.compose.queries.CodedRun`: rows of the
+prepared queries, codes of a document table, ranks and scores. To evaluate it, the qrels are
+mapped to those codes once (:class:`QrelsCodes`: the qrels' query ids to codes shared with the
+queries' rows, their document ids to the table's codes by ``table.codes(ids,
+missing="ignore")``, a hash lookup of the judged documents only, never a read of the whole
+table), for every pipeline over the same table and queries; each run is then measured by the
+kernel pass :func:`~kolm_search.evaluation.evaluate` ends with
+(:func:`~kolm_search.evaluation.measure_pass.measure`), the document ids of its rows read only
+where scores tie. The values are those of ``evaluate`` on the run's DataFrame, float for float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from kolm_search.compose.queries import CodedRun, PreparedQueries
+from kolm_search.engine import ids
+from kolm_search.evaluation.measure_pass import CodedPair, measure, per_query_frame, prepare_qrels, settings
+from kolm_search.evaluation.metrics import evaluate
+from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
+
+__all__ = ["QrelsCodes", "Runs", "evaluate_coded"]
+
+I64 = npt.NDArray[np.int64]
+DENSE_DOCS = 1 << 22  # tables up to this many documents get a per-document array; larger ones a search
+
+
+class QrelsCodes:
+    """Qrels mapped to the codes of runs over one set of queries and one document table.
+
+    Query ids (the queries' and the qrels', as strings) get one set of codes in sorted order,
+    as :func:`~kolm_search.evaluation.evaluate` gives them; ``row_q`` int64 ``(n_queries,)``
+    is the code of each query row. The judged documents are coded as ``evaluate`` codes them
+    (``judged``, ``qrels_d``) and looked up in the table once: ``judged_of(docs)`` is the
+    judged code of table codes (-1 when not judged). A judged document that the table lacks
+    keeps its judgement (it counts for recall and the ideal ranking) and is never retrieved.
+    """
+
+    def __init__(self, qrels: pd.DataFrame, rel: I64, prepared: PreparedQueries, table: Any) -> None:
+        self.qids, self.table = prepared.qids, table
+        (self.row_q, self.qrels_q), self.q_labels = ids.encode(
+            [pd.Series(prepared.qid_column, copy=False), qrels["qid"]], names=["run qid", "qrels qid"], sort=True,
+            as_str=True)
+        (self.qrels_d,), self.judged = ids.encode([qrels["doc_id"]], names=["qrels doc_id"], as_str=True)
+        self.rel = rel
+        #: each query row has its own code (ids equal as strings, such as 1 and "1", share one: such
+        #: runs are evaluated from their DataFrames, whose self-hit cut groups by the ids as they are)
+        self.distinct = len(np.unique(self.row_q)) == len(self.row_q)
+        self.n_docs = len(table)
+        at = np.asarray(table.codes([str(v) for v in self.judged], missing="ignore"), np.int64)
+        present = np.flatnonzero(at >= 0)
+        self._dense: I64 | None = None
+        if self.n_docs <= DENSE_DOCS:
+            self._dense = np.full(self.n_docs, -1, np.int64)
+            self._dense[at[present]] = present
+        by_code = np.argsort(at[present], kind="stable")
+        self._codes, self._judged_at = at[present][by_code], present[by_code]
+        self._self: I64 | None = None
+
+    def matches(self, prepared: PreparedQueries, table: Any) -> bool:
+        """True when these codes serve runs over ``prepared``'s queries and ``table``."""
+        return table is self.table and (prepared.qids is self.qids or prepared.qids == self.qids)
+
+    def judged_of(self, docs: I64) -> I64:
+        """The judged code of each table code of ``docs`` (-1 when not judged)."""
+        if self._dense is not None:
+            return self._dense[docs]
+        at = np.minimum(np.searchsorted(self._codes, docs), max(len(self._codes) - 1, 0))
+        hit = (self._codes[at] == docs) if len(self._codes) else np.zeros(len(docs), bool)
+        return np.where(hit, self._judged_at[at] if len(self._codes) else -1, -1).astype(np.int64)
+
+    def self_codes(self) -> I64:
+        """The table code of each query row's own id (-1 when no document has it): its self-hit."""
+        if self._self is None:
+            self._self = np.asarray(self.table.codes([ids.str_id(q) for q in self.qids], missing="ignore"), np.int64)
+        return self._self
+
+
+def _cut(q: I64, rank: I64, keep: npt.NDArray[np.bool_], limit: int) -> npt.NDArray[np.bool_]:
+    """``keep`` further cut to each query's ``limit`` first kept rows by rank (ties in row order),
+    as :func:`~kolm_search.evaluation.self_hits.drop_self_hits` cuts."""
+    rows = np.flatnonzero(keep)
+    kq, kr = q[rows], rank[rows]
+    if len(rows) > 1 and not bool(((kq[1:] > kq[:-1]) | ((kq[1:] == kq[:-1]) & (kr[1:] > kr[:-1]))).all()):
+        order = np.lexsort((kr, kq))  # stable
+        rows, kq = rows[order], kq[order]
+    starts = np.flatnonzero(np.concatenate([[True], kq[1:] != kq[:-1]])) if len(kq) else np.zeros(0, np.int64)
+    position = np.arange(len(kq)) - np.repeat(starts, np.diff(np.append(starts, len(kq))))
+    out = np.zeros(len(keep), bool)
+    out[rows[position < limit]] = True
+    return out
+
+
+def evaluate_coded(run: CodedRun, codes: QrelsCodes, specs: list[Any], keys: list[str], *,
+                   self_hits_limit: int | None = None, drop: bool = False, relevance_level: int = 1,
+                   judged_only: bool = False, missing: Literal["ignore", "zero"] = "ignore",
+                   n_threads: int | None = None, subtopics: tuple[pd.DataFrame, str] | None = None,
+                   ) -> pd.DataFrame | None:
+    """``evaluate(frame, qrels, specs, per_query=True, ...)`` of the run's DataFrame ``frame``
+    (:meth:`CodedRun.frame`, or with ``self_hits_limit`` its ``drop_self_hits(frame,
+    self_hits_limit)[0]``), computed from its codes; ``codes`` must :meth:`~QrelsCodes.matches`
+    the run and be ``distinct``. ``drop``: self-hits dropped as ``evaluate(drop_self_hits=True)``
+    drops them (a query left without rows scores 0). None when a score is NaN (``evaluate`` of
+    the DataFrame names the row)."""
+    q, doc, rank, score = run.flat()
+    if np.isnan(score).any():
+        return None
+    if self_hits_limit is not None:  # the experiment's cut: self-hits out, then the limit
+        kept = _cut(q, rank, doc != codes.self_codes()[q], int(self_hits_limit))
+        q, doc, score = q[kept], doc[kept], score[kept]
+    emptied = None
+    if drop:
+        hit = doc == codes.self_codes()[q]
+        if hit.any():
+            before = np.bincount(codes.row_q[q], minlength=len(codes.q_labels)) > 0
+            q, doc, score = q[~hit], doc[~hit], score[~hit]
+            emptied = before & ~(np.bincount(codes.row_q[q], minlength=len(codes.q_labels)) > 0)
+    if codes.n_docs <= DENSE_DOCS:
+        run_d, n_run_d = doc, codes.n_docs
+    else:  # codes of the documents this run retrieves (the kernel keeps a mark per code)
+        uniques, inverse = np.unique(doc, return_inverse=True)
+        run_d, n_run_d = inverse.astype(np.int64), len(uniques)
+    table = run.table
+    pair = CodedPair(q_labels=codes.q_labels, run_q=codes.row_q[q], score32=score.astype(np.float32),
+                     run_d=np.asarray(run_d, np.int64), n_run_d=n_run_d, run_judged=codes.judged_of(doc),
+                     docs_at=lambda rows: table.ids_of(doc[rows]),
+                     id_ranks=lambda rows: table.id_ranks(doc[rows]), qrels_q=codes.qrels_q, qrels_d=codes.qrels_d,
+                     rel=codes.rel, judged=codes.judged, emptied=emptied)
+    values, keep = measure(pair, specs, relevance_level=relevance_level, judged_only=judged_only, missing=missing,
+                           n_threads=n_threads, subtopics=subtopics)
+    return per_query_frame(pair, values, keep, keys)
+
+
+class Runs(MutableMapping[str, pd.DataFrame]):
+    """An experiment's runs by pipeline name, in the order they were set: a mapping of run
+    DataFrames whose stage pipelines' DataFrames are made when first asked for (from the
+    :class:`~kolm_search.compose.queries.CodedRun` the pipeline returned or the run cache read,
+    then kept), so that running an experiment looks no document id up until a run is used;
+    :meth:`evaluate` measures the runs still held as codes from their codes. Setting a name
+    stores a DataFrame."""
+
+    def __init__(self) -> None:
+        self._frames: dict[str, pd.DataFrame] = {}
+        self._coded: dict[str, tuple[CodedRun, int | None]] = {}
+        self._order: dict[str, None] = {}
+
+    def set_coded(self, name: str, run: CodedRun, self_hits_limit: int | None = None) -> None:
+        """Keep ``run`` under ``name``; its DataFrame (:meth:`CodedRun.frame`, with
+        ``self_hits_limit`` cut by ``drop_self_hits(frame, self_hits_limit)``) is made when asked for."""
+        self._frames.pop(name, None)
+        self._coded[name] = (run, self_hits_limit)
+        self._order[name] = None
+
+    def coded(self, name: str) -> CodedRun | None:
+        """The coded run kept under ``name`` whose DataFrame is ``run.frame()`` as is, else None."""
+        found = self._coded.get(name)
+        return found[0] if found is not None and found[1] is None else None
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        found = self._frames.get(name)
+        if found is not None:
+            return found
+        run, limit = self._coded[name]  # KeyError for a name never set
+        frame = run.frame()
+        frame = frame if limit is None else drop_self_hits(frame, limit)[0]
+        self._frames[name] = frame
+        del self._coded[name]
+        return frame
+
+    def __setitem__(self, name: str, run: pd.DataFrame) -> None:
+        self._coded.pop(name, None)
+        self._frames[name] = run
+        self._order[name] = None
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self._order:
+            raise KeyError(name)
+        self._frames.pop(name, None)
+        self._coded.pop(name, None)
+        del self._order[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._order))
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._order
+
+    def __repr__(self) -> str:
+        return f"Runs({list(self._order)})"
+
+    def evaluate(self, qrels: Any, metrics: Sequence[Any] | str | Any = ("ndcg@10",), *, relevance_level: int = 1,
+                 missing: Literal["ignore", "zero"] = "ignore", n_threads: int | None = None,
+                 drop_self_hits: bool | None = None, judged_only: bool = False) -> dict[str, pd.DataFrame]:
+        """Each run's ``evaluate(self[name], qrels, metrics, per_query=True, ...)``, by name in
+        order. A run held as codes is measured from them, its DataFrame not made: the qrels are
+        mapped once per (document table, queries) for all of them (:class:`QrelsCodes`)."""
+        specs, keys = settings(metrics, relevance_level, missing)
+        prepared_qrels: tuple[pd.DataFrame, Any, Any] | None = None
+        mapped: list[QrelsCodes] = []
+        out: dict[str, pd.DataFrame] = {}
+        for name in self:
+            coded = self._coded.get(name)
+            table = None
+            if coded is not None:
+                if prepared_qrels is None:
+                    prepared_qrels = prepare_qrels(qrels, specs)
+                qrels_df, _, subtopics = prepared_qrels
+                codes = self._codes_for(coded[0], prepared_qrels, mapped)
+                if codes is not None:
+                    table = evaluate_coded(coded[0], codes, specs, keys, self_hits_limit=coded[1],
+                                           drop=wants_self_hits_dropped(qrels_df, drop_self_hits),
+                                           relevance_level=relevance_level, judged_only=judged_only,
+                                           missing=missing, n_threads=n_threads, subtopics=subtopics)
+            if table is None:  # a DataFrame, or a run that its DataFrame evaluates (or refuses)
+                table = evaluate(self[name], qrels, metrics, per_query=True, relevance_level=relevance_level,
+                                 missing=missing, n_threads=n_threads, drop_self_hits=drop_self_hits,
+                                 judged_only=judged_only)
+            out[name] = table
+        return out
+
+    @staticmethod
+    def _codes_for(run: CodedRun, prepared_qrels: tuple[pd.DataFrame, Any, Any],
+                   mapped: list[QrelsCodes]) -> QrelsCodes | None:
+        """The qrels' codes for ``run`` (made once per table and queries), None when its query
+        ids are not distinct as strings."""
+        prepared = run.prepared
+        for codes in mapped:
+            if codes.matches(prepared, run.table):
+                return codes if codes.distinct else None
+        qrels_df, rel, _ = prepared_qrels
+        codes = QrelsCodes(qrels_df, rel, prepared, run.table)
+        mapped.append(codes)
+        return codes if codes.distinct else None
+
