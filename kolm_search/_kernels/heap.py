@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-__all__ = ["heap_push", "sort_heap", "topk_rows_numpy"]
+__all__ = ["heap_push", "kth_largest_above", "sort_heap", "topk_rows_numpy"]
 
 
 @njit
@@ -68,6 +68,41 @@ def sort_heap(hs, hd, size):  # pragma: no cover - compiled
         i = _sift_down(hs, hd, end, s, d)
         hs[i] = s
         hd[i] = d
+
+
+@njit
+def kth_largest_above(vals, n, k, heap, lim):  # pragma: no cover - compiled
+    """The ``k``-th largest of those of ``vals[:n]`` above ``lim``, given that at least ``k`` are
+    (a min-heap of the best ``k`` in ``heap`` (k,); the caller counts them when it must)."""
+    size = 0
+    for c in range(n):
+        v = vals[c]
+        if v <= lim:
+            continue
+        if size < k:  # sift up
+            i = size
+            size += 1
+            while i > 0:
+                parent = (i - 1) >> 1
+                if heap[parent] <= v:
+                    break
+                heap[i] = heap[parent]
+                i = parent
+            heap[i] = v
+        elif v > heap[0]:  # replace the root, sift down
+            i = 0
+            while True:
+                child = 2 * i + 1
+                if child >= size:
+                    break
+                if child + 1 < size and heap[child + 1] < heap[child]:
+                    child += 1
+                if heap[child] >= v:
+                    break
+                heap[i] = heap[child]
+                i = child
+            heap[i] = v
+    return heap[0]
 
 
 def topk_rows_numpy(scores: npt.NDArray[np.float32], valid: npt.NDArray[np.bool_], k: int,

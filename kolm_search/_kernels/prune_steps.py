@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from kolm_search._kernels.blocks import BLOCK_SHIFT, find, in_block, next_block
+from kolm_search._kernels.heap import kth_largest_above
 
 __all__ = ["add_term", "kth_largest", "merge", "rescore_term"]
 
@@ -21,41 +22,13 @@ __all__ = ["add_term", "kth_largest", "merge", "rescore_term"]
 @njit
 def kth_largest(vals, n, k, heap, lim):  # pragma: no cover - compiled
     """The ``k``-th largest of ``vals[:n]`` among those above ``lim``, or -inf when fewer than
-    ``k`` are (counted first; then a min-heap of the best ``k`` in ``heap`` (k,))."""
+    ``k`` are (counted first; then :func:`~kolm_search._kernels.heap.kth_largest_above`)."""
     above = 0
     for c in range(n):
         above += vals[c] > lim
     if above < k:
         return -np.inf
-    size = 0
-    for c in range(n):
-        v = vals[c]
-        if v <= lim:
-            continue
-        if size < k:  # sift up
-            i = size
-            size += 1
-            while i > 0:
-                parent = (i - 1) >> 1
-                if heap[parent] <= v:
-                    break
-                heap[i] = heap[parent]
-                i = parent
-            heap[i] = v
-        elif v > heap[0]:  # replace the root, sift down
-            i = 0
-            while True:
-                child = 2 * i + 1
-                if child >= size:
-                    break
-                if child + 1 < size and heap[child + 1] < heap[child]:
-                    child += 1
-                if heap[child] >= v:
-                    break
-                heap[i] = heap[child]
-                i = child
-            heap[i] = v
-    return heap[0]
+    return kth_largest_above(vals, n, k, heap, lim)
 
 
 @njit

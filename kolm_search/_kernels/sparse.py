@@ -26,7 +26,7 @@ import numpy.typing as npt
 from numba import njit, types
 
 from kolm_search._kernels import chunk_bounds, resolve_threads, run_pieces
-from kolm_search._kernels.heap import heap_push, sort_heap, topk_rows_numpy
+from kolm_search._kernels.heap import heap_push, kth_largest_above, sort_heap, topk_rows_numpy
 from kolm_search._kernels.selection import selection_matrix_numpy
 from kolm_search._kernels.sig import f32, i64, ro, rw, u8
 
@@ -39,38 +39,6 @@ _SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(types.int32), ro(
 PIECES = 8  # pieces of a batch per thread (threads take the next piece when free)
 SLICE = 1 << 15  # documents summed at a time by the plain dense path (their sums stay in cache)
 SPAN = 64  # documents per span of the plain dense path's selection (the largest sum of each is kept)
-
-
-@njit
-def _kth_largest32(vals, n, k, heap):  # pragma: no cover - compiled
-    """The ``k``-th largest of ``vals[:n]`` (``n >= k``; a min-heap of the best ``k`` in ``heap``)."""
-    size = 0
-    for c in range(n):
-        v = vals[c]
-        if size < k:
-            i = size
-            size += 1
-            while i > 0:
-                parent = (i - 1) >> 1
-                if heap[parent] <= v:
-                    break
-                heap[i] = heap[parent]
-                i = parent
-            heap[i] = v
-        elif v > heap[0]:
-            i = 0
-            while True:
-                child = 2 * i + 1
-                if child >= size:
-                    break
-                if child + 1 < size and heap[child + 1] < heap[child]:
-                    child += 1
-                if heap[child] >= v:
-                    break
-                heap[i] = heap[child]
-                i = child
-            heap[i] = v
-    return heap[0]
 
 
 @njit
@@ -109,7 +77,7 @@ def _plain_dense(q, q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, off, k, acc, 
             span_max[b] = mx
             if mx > 0:
                 n_pos += 1
-    lim = _kth_largest32(span_max, n_spans, k, heap) + off if n_pos >= k else -np.inf  # monotone rounding
+    lim = kth_largest_above(span_max, n_spans, k, heap, -np.inf) + off if n_pos >= k else -np.inf  # monotone rounding
     size = 0
     for b in range(n_spans):
         mx = span_max[b]
