@@ -17,6 +17,13 @@ child inherits across fork and exec) and the peak of its RSS plus its tokenising
   and ``BM25().index`` (in memory; it has no streaming build).
 
 The stream index is checked equal, array for array, to the in-memory one.
+
+Paired with another checkout: ``python bench_stream_build.py --docs 1000000 --dir DIR --compare
+OTHER_TREE --rounds 3 --limit 1073741824`` runs ``BM25Retriever.build(corpus, index_dir,
+memory_limit=LIMIT)`` (the streamed build, loaded at the end, as ``bench_scale.py`` times it),
+each in its own process niced by 5, alternating this checkout's ``kolm_search`` with
+``OTHER_TREE``'s (``PYTHONPATH``; the order swapped every round; ``--work DIR`` holds the indexes), notes the load average before
+each run, checks the two indexes equal, and prints the median ratio of the other's time to this one's.
 """
 
 from __future__ import annotations
@@ -119,6 +126,10 @@ def child(mode: str, corpus: Path, out: Path, limit: int | None) -> None:
         s = build_bm25(corpus, out, lambda t: BM25Retriever(t, n_jobs=1, progress=False), memory_limit=limit,
                        progress=False)
         extra = {"chunks": s.chunks, "blocks": s.blocks, "nnz": s.nnz, "terms": s.n_terms}
+    elif mode == "build":
+        from kolm_search.retrievers.bm25 import BM25Retriever
+
+        BM25Retriever.build(corpus, out, memory_limit=limit, progress=False)
     elif mode == "in-memory":
         from kolm_search.io.beir import _read_corpus
         from kolm_search.retrievers.bm25 import BM25Retriever
@@ -134,7 +145,10 @@ def child(mode: str, corpus: Path, out: Path, limit: int | None) -> None:
         bm25s.BM25(method="lucene", k1=1.5, b=0.75).index(tokens, show_progress=False)
     seconds = time.perf_counter() - t0
     rss = vm_hwm_mb()
-    print(json.dumps({"seconds": seconds, "peak_rss_mb": rss, "tree_peak_rss_mb": tree.close(), **extra}))
+    import kolm_search
+
+    print(json.dumps({"seconds": seconds, "peak_rss_mb": rss, "tree_peak_rss_mb": tree.close(),
+                      "module": kolm_search.__file__, **extra}))
 
 
 def same_index(a: Path, b: Path) -> bool:
@@ -145,17 +159,61 @@ def same_index(a: Path, b: Path) -> bool:
                                       for n in ("t_ptr", "t_docs", "t_w", "nonocc", "doc_len", "tf", "t_max", "b_max"))
 
 
+def compare(corpus: Path, work: Path, other: Path, rounds: int, limit: int) -> None:
+    """Paired, alternating builds of this checkout and ``other`` (see the module)."""
+    import os
+    import statistics
+
+    trees = {"this": Path(__file__).resolve().parents[1], "other": other.resolve()}
+    print(f"# paired streamed builds of {corpus.name}, memory_limit={limit:,}; this = {trees['this']}, "
+          f"other = {trees['other']}")
+    print("| round | checkout | seconds | peak RSS (MB) | with workers (MB) | load average before (1/5/15 min) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    seconds: dict[str, list[float]] = {"this": [], "other": []}
+    for r in range(rounds):
+        for name in ("other", "this") if r % 2 == 0 else ("this", "other"):
+            out = work / f"index-{name}"
+            shutil.rmtree(out, ignore_errors=True)
+            load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+            env = {**os.environ, "PYTHONPATH": str(trees[name])}
+            res = subprocess.run(["nice", "-n", "5", sys.executable, __file__, "--child", "build", str(corpus), str(out),
+                                  str(limit)], check=True, capture_output=True, text=True, env=env)
+            got = json.loads(res.stdout.strip().splitlines()[-1])
+            seconds[name].append(got["seconds"])
+            if not got["module"].startswith(str(trees[name])):
+                raise SystemExit(f"{name}: imported {got['module']}, not {trees[name]}'s kolm_search")
+            print(f"| {r + 1} | {name} | {got['seconds']:.1f} | {got['peak_rss_mb']:,.0f} | {got['tree_peak_rss_mb']:,.0f} "
+                  f"| {load} |", flush=True)
+        print(f"| {r + 1} | other / this | {seconds['other'][-1] / seconds['this'][-1]:.2f}x | | | equal: "
+              f"{same_index(work / 'index-this', work / 'index-other')} |", flush=True)
+    ratios = [o / t for o, t in zip(seconds["other"], seconds["this"], strict=True)]
+    print(f"\nmedian other / this: {statistics.median(ratios):.2f}x (rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, nargs="+", default=[250_000, 1_000_000])
     ap.add_argument("--dir", type=Path, default=Path("/tmp/kolm-bench-stream"))
     ap.add_argument("--limit", type=int, nargs="*", default=[1 << 30, 256 << 20], help="memory_limit bytes")
     ap.add_argument("--no-bm25s", action="store_true")
+    ap.add_argument("--compare", type=Path, help="another checkout: paired builds of this one and it")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--work", type=Path, default=Path("/tmp"), help="--compare writes its indexes under this folder")
     ap.add_argument("--child", nargs=4, metavar=("MODE", "CORPUS", "OUT", "LIMIT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         mode, corpus, out, limit = args.child
         child(mode, Path(corpus), Path(out), int(limit) or None)
+        return
+    if args.compare:
+        for n in args.docs:
+            corpus = args.dir / f"corpus-{n}.jsonl.gz"
+            if not corpus.exists():
+                write_corpus(corpus, n)
+            work = args.work / f"kolm-bench-compare-{n}"
+            work.mkdir(parents=True, exist_ok=True)
+            compare(corpus, work, args.compare, args.rounds, args.limit[0] if args.limit else 1 << 30)
+            shutil.rmtree(work, ignore_errors=True)
         return
     args.dir.mkdir(parents=True, exist_ok=True)
     print(f"# streaming BM25 build; argv: {' '.join(sys.argv)}")

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from kolm_search import KolmError, KolmValueError
 from kolm_search._kernels import load
 from kolm_search.engine import mapped_table
+from kolm_search.engine.doc_fields import concat_strings
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.engine.mapped_table import DocumentsWriter, MappedDocumentTable, in_memory, write_documents
 
@@ -199,3 +200,14 @@ def test_codes_out_of_range_raise(tmp_path: Path) -> None:
         mapped.ids_of([1])
     with pytest.raises(IndexError):
         mapped.documents([-1])
+
+
+def test_concat_strings_keeps_the_values_and_widens_only_when_it_must() -> None:
+    small, large = pa.array(["a", None, "bc"]), pa.array(["d", ""], pa.large_string())
+    assert concat_strings([small, small]).type == pa.string()
+    assert concat_strings([small, small]).to_pylist() == ["a", None, "bc", "a", None, "bc"]
+    mixed = concat_strings([small, large])
+    assert mixed.type == pa.large_string() and mixed.to_pylist() == ["a", None, "bc", "d", ""]
+    assert concat_strings([small]) is small
+    empty = concat_strings([])
+    assert empty.type == pa.large_string() and len(empty) == 0

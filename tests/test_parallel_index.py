@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from kolm_search import BM25Retriever, KolmError, KolmTypeError, KolmValueError, Tokenizer
 from kolm_search.engine.doctable import DocumentTable
-from kolm_search.retrievers import _parallel
+from kolm_search.retrievers import _encode, _parallel
 from kolm_search.retrievers.postings import Postings
 
 ENGLISH = Tokenizer()
@@ -104,7 +104,7 @@ def test_chunks_merge_to_the_oracle(texts: list[str], chunk: int, tok: Tokenizer
 def test_worker_maps_refuse_a_worker_out_of_step() -> None:
     """A chunk whose worker reports a vocabulary the parent has not seen is an error, not wrong ids."""
     maps = _parallel.WorkerMaps(_parallel.Merger())
-    counted = _parallel.count_ids(np.array([0, 1], np.int32), np.array([2], np.int64), 2)
+    counted = _encode.count_ids(np.array([0, 1], np.int32), np.array([2], np.int64), 2)
     maps.add("w", 0, ["a", "b"], counted)
     with pytest.raises(KolmError, match="reported 5 known terms, the parent holds 2"):
         maps.add("w", 5, [], counted)

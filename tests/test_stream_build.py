@@ -223,7 +223,7 @@ def test_a_build_that_fails_while_saving_leaves_no_index_and_no_temp_files(tmp_p
 ])
 def test_a_build_out_of_memory_or_disk_says_which_and_leaves_the_index(tmp_path: Path, monkeypatch: Any,
                                                                         error: BaseException, match: str) -> None:
-    from kolm_search.retrievers import stream_count
+    from kolm_search.retrievers import spill
 
     docs = [{"id": "a", "content": "apple"}, {"id": "b", "content": "banana"}]
     BM25Retriever.build(docs, tmp_path / "ix", progress=False)
@@ -232,7 +232,7 @@ def test_a_build_out_of_memory_or_disk_says_which_and_leaves_the_index(tmp_path:
     def spilling(*args: Any, **kwargs: Any) -> Any:
         raise error
 
-    monkeypatch.setattr(stream_count.SpilledPostings, "add", spilling)
+    monkeypatch.setattr(spill.SpilledPostings, "add_counted", spilling)
     with pytest.raises(KolmError, match=match):
         BM25Retriever.build([*docs, {"id": "c", "content": "cherry"}], tmp_path / "ix", memory_limit=4096,
                             progress=False)

@@ -21,7 +21,8 @@ import numpy.typing as npt
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument
 
-__all__ = ["DOCUMENT_FIELDS", "arrow_digest", "decoded", "joined_texts", "make_documents"]
+__all__ = ["DOCUMENT_FIELDS", "arrow_digest", "concat_strings", "decoded", "joined_array", "joined_texts",
+           "make_documents"]
 
 DOCUMENT_FIELDS = ("id", "content", "title", "source", "tags", "metadata")
 
@@ -65,6 +66,36 @@ def joined_texts(columns: list[list[Any]], n: int) -> list[str]:
     if len(cols) < 2:  # one field (or none): no joining
         return [str(v) if v is not None else "" for v in cols[0]] if cols else [""] * n
     return [" ".join([str(v) for v in vals if v is not None]) for vals in zip(*cols, strict=True)]
+
+
+def joined_array(columns: list[Any], n: int) -> Any:
+    """:func:`joined_texts` of ``pyarrow`` string columns (nulls allowed), as a string array of
+    ``n`` texts without nulls: each row's non-empty values joined by a space, computed by Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    texts = [c for c in columns if c.null_count < len(c) and pc.any(pc.greater(pc.binary_length(c), 0)).as_py()]
+    if len(texts) == 1:  # one field with text (titles are often empty): no copy but of its nulls
+        return pc.fill_null(texts[0], "") if texts[0].null_count else texts[0]
+    out = None
+    for column in texts:
+        values = pc.fill_null(column.cast(pa.large_string()), "")
+        if out is None:
+            out = values
+            continue
+        joined = pc.binary_join_element_wise(out, values, pa.scalar(" ", pa.large_string()))
+        out = pc.if_else(pc.equal(out, ""), values, pc.if_else(pc.equal(values, ""), out, joined))
+    return pa.array([""] * n, pa.large_string()) if out is None else out
+
+
+def concat_strings(parts: list[Any]) -> Any:
+    """``pyarrow`` string or large_string arrays as one array: large_string when their types
+    differ or their bytes could overflow a string array's 32-bit offsets (or there are none)."""
+    import pyarrow as pa
+
+    if len({p.type for p in parts}) != 1 or sum(p.nbytes for p in parts) >= 1 << 30:
+        parts = [p.cast(pa.large_string()) for p in parts] or [pa.array([], pa.large_string())]
+    return pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
 
 
 def arrow_digest(parts: Iterable[Sequence[Any]]) -> str:

@@ -206,6 +206,12 @@ class DocumentTable:
         """One string per document: the given fields joined by a space (missing and empty skipped)."""
         return joined_texts([self.frame[f].tolist() for f in fields], len(self))
 
+    def text_array(self, fields: Sequence[str] = ("title", "content")) -> Any:
+        """:meth:`texts` as a ``pyarrow`` large_string array (what a streaming build tokenises)."""
+        import pyarrow as pa
+
+        return pa.array(self.texts(fields), pa.large_string())
+
     def digest(self) -> str:
         """A digest of every field of every document (as :meth:`to_arrow` writes them), the same
         for equal tables however they are stored; made once (tables are immutable)."""

@@ -42,7 +42,15 @@ import numpy.typing as npt
 import pandas as pd
 
 from kolm_search.engine.arrow_strings import buffers, string_ranks
-from kolm_search.engine.doc_fields import DOCUMENT_FIELDS, arrow_digest, decoded, joined_texts, make_documents
+from kolm_search.engine.doc_fields import (
+    DOCUMENT_FIELDS,
+    arrow_digest,
+    concat_strings,
+    decoded,
+    joined_array,
+    joined_texts,
+    make_documents,
+)
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument
@@ -52,6 +60,7 @@ __all__ = ["BATCH_BYTES", "BATCH_ROWS", "DocumentsWriter", "MappedDocumentTable"
 BATCH_ROWS = 65_536  # rows of a record batch at most: the unit read and checked
 BATCH_BYTES = 64 << 20  # and about this many bytes of text (at least one row)
 _FIELD = {name: i for i, name in enumerate(DOCUMENT_FIELDS)}
+_TEXT_FIELDS = {"id", "content", "title", "source"}  # the columns stored as the text itself
 
 
 def _string_dtype() -> Any:
@@ -141,9 +150,19 @@ class MappedDocumentTable(DocumentTable):
             batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise KolmValueError(f"{self.path}: not a readable documents file (Arrow IPC): {exc}") from exc
-        schema = reader.schema
-        if schema.names != list(DOCUMENT_FIELDS) or not all(
-                pa.types.is_string(t) or pa.types.is_large_string(t) for t in schema.types):
+        self._setup(reader.schema, batches, n_docs)
+
+    @classmethod
+    def of_arrow(cls, table: Any, where: str) -> MappedDocumentTable:
+        """A table over the batches of ``table``, a ``pyarrow.Table`` of :meth:`DocumentTable.to_arrow`'s
+        columns (``where`` names it in errors): a streamed chunk whose texts stay in Arrow."""
+        self = cls.__new__(cls)
+        self.path = Path(where)
+        self._setup(table.schema, table.to_batches(), None)
+        return self
+
+    def _setup(self, schema: Any, batches: list[Any], n_docs: int | None) -> None:
+        if schema.names != list(DOCUMENT_FIELDS) or not all(str(t) in ("string", "large_string") for t in schema.types):
             raise KolmValueError(f"{self.path}: a documents file holds the string columns {list(DOCUMENT_FIELDS)}; "
                                  f"this one has {schema}")
         self._schema, self._batches = schema, batches
@@ -200,9 +219,7 @@ class MappedDocumentTable(DocumentTable):
         for part in np.split(order, cuts):
             b = int(batch[part[0]])
             pieces.append(self._array(field, b).take(pa.array(codes[part] - self._starts[b])))
-        if sum(p.nbytes for p in pieces) >= 1 << 30:  # 32-bit offsets of one array could overflow
-            pieces = [p.cast(pa.large_string()) for p in pieces]
-        out = pa.concat_arrays(pieces) if len(pieces) > 1 else pieces[0]
+        out = concat_strings(pieces)
         if grouped:
             return out
         inverse = np.empty(len(order), np.int64)
@@ -331,6 +348,12 @@ class MappedDocumentTable(DocumentTable):
             columns = [decoded(f, self._array(f, b).to_pylist()) for f in fields]
             out += joined_texts(columns, self._batches[b].num_rows)
         return out
+
+    def text_array(self, fields: Sequence[str] = ("title", "content")) -> Any:
+        if not set(fields) <= _TEXT_FIELDS:  # tags or metadata: as Python values
+            return super().text_array(fields)
+        return concat_strings([joined_array([self._array(f, b) for f in fields], self._batches[b].num_rows)
+                               for b in range(len(self._batches))])
 
     def digest(self) -> str:
         if self._digest is None:

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from kolm_search._params import boolean
 from kolm_search.engine.languages import (
     ENGLISH_STOPWORDS,
@@ -230,6 +233,50 @@ class Tokenizer:
         if self.pattern != _DEFAULT_PATTERN and "" in words:  # r"\w*" matches nothing between words
             words = [w for w in words if w]
         return words
+
+    def words_array(self, texts: Any) -> tuple[Any, npt.NDArray[np.int64]]:
+        """The words of many texts, stopword phrases dropped: ``self.drop_phrases(self.words(t))``
+        of each text of ``texts`` (a ``pyarrow`` string or large_string array without nulls),
+        back to back as a ``pyarrow`` large_string array, and how many each text has, int64 (n,).
+
+        With the default pattern and no stopword phrases, ASCII texts are split by Arrow's
+        compute functions (for ASCII text, ``\\b\\w\\w+\\b`` is a maximal run of at least two of
+        ``[A-Za-z0-9_]``: no Python string per word); the other texts, and every text under
+        another pattern or with phrases, go through :meth:`words` one by one.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = len(texts)
+        counts = np.zeros(n, np.int64)
+        if self.pattern != _DEFAULT_PATTERN or self._phrases:
+            lists = [self.drop_phrases(self.words(t)) for t in texts.to_pylist()]
+            counts[:] = [len(ws) for ws in lists]
+            return pa.array([w for ws in lists for w in ws], pa.large_string()), counts
+        ascii_rows = np.asarray(pc.string_is_ascii(texts), dtype=bool) if n else np.zeros(0, bool)
+        fast = texts if ascii_rows.all() else pc.if_else(pa.array(ascii_rows), texts, pa.scalar("", texts.type))
+        if self.lowercase:
+            fast, pattern = pc.ascii_lower(fast), "[^a-z0-9_]+"
+        else:
+            pattern = "[^A-Za-z0-9_]+"
+        pieces = pc.split_pattern_regex(fast, pattern=pattern)
+        flat = pc.list_flatten(pieces)
+        keep = np.asarray(pc.greater_equal(pc.binary_length(flat), 2), dtype=bool)
+        per_row = np.asarray(pc.list_value_length(pieces), dtype=np.int64)
+        counts += np.bincount(np.repeat(np.arange(n, dtype=np.int64), per_row)[keep], minlength=n)
+        words = flat.filter(pa.array(keep)).cast(pa.large_string())
+        slow = np.flatnonzero(~ascii_rows)
+        if not len(slow):
+            return words, counts
+        slow_words = [self.words(t) for t in texts.take(pa.array(slow)).to_pylist()]
+        counts[slow] = [len(ws) for ws in slow_words]
+        # every text's words in row order: the fast ones from ``words``, the others after them
+        ends = np.cumsum(counts)
+        starts = np.where(ascii_rows, np.cumsum(np.where(ascii_rows, counts, 0)) - counts,
+                          len(words) + np.cumsum(np.where(ascii_rows, 0, counts)) - counts)
+        order = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(starts - (ends - counts), counts)
+        both = pa.concat_arrays([words, pa.array([w for ws in slow_words for w in ws], pa.large_string())])
+        return both.take(pa.array(order)), counts
 
     def term(self, word: str) -> str | None:
         """The token of one word of :meth:`words`: ``None`` for a stopword, else its stem."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,7 +143,13 @@ def _jsonl(path: Path, fields: tuple[str, ...], **span: Any) -> Iterator[tuple[i
     :func:`~kolm_search.io._text.text_lines` takes it); ``_id`` checked, and ``fields`` that
     hold strings checked to be Unicode text (JSON's ``\\ud800`` escapes can write a lone
     surrogate, which no UTF-8 consumer can take)."""
-    for lineno, line in text_lines(path, **span):
+    yield from jsonl_records(path, text_lines(path, **span), fields)
+
+
+def jsonl_records(path: Path, lines: Iterable[tuple[int, str]], fields: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """What :func:`_jsonl` yields of ``(line number, line)`` pairs read elsewhere (blank lines
+    skipped, each record checked, errors naming ``path`` and the line)."""
+    for lineno, line in lines:
         if not line.strip():
             continue
         try:

@@ -45,6 +45,7 @@ from kolm_search.engine.doctable import DOCUMENT_FIELDS, DocumentTable
 from kolm_search.errors import FrameValidationError, KolmTypeError, KolmValueError
 from kolm_search.io._text import text_lines
 from kolm_search.io.beir import _find, _jsonl, _text_and_title
+from kolm_search.io.jsonl_blocks import jsonl_block_chunks
 
 __all__ = ["CorpusChunk", "corpus_chunks"]
 
@@ -197,6 +198,11 @@ class _Rows:
 def jsonl_chunks(path: Path, size: int | None, chars: int, **span: Any) -> Iterator[CorpusChunk]:
     """BEIR records, read as :func:`~kolm_search.io.load_beir` reads them (of a part of the
     file: ``span`` as :func:`~kolm_search.io._text.text_lines` takes it)."""
+    if not span:  # the whole file: in blocks, by Arrow where it reads as the lines do
+        for table, numbers in jsonl_block_chunks(path, size, chars):
+            _check_unique(pd.Series(table.ids), str(path), "line", numbers)
+            yield CorpusChunk(table, str(path), "line", numbers)
+        return
     rows = _Rows(size, chars)
     for lineno, obj in _jsonl(path, ("text", "title"), **span):
         text, title = _text_and_title(path, lineno, obj)

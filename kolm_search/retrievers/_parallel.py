@@ -20,7 +20,7 @@ import functools
 import multiprocessing
 import os
 import pickle
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -34,13 +34,10 @@ import scipy.sparse as sp
 
 from kolm_search._kernels import usable_cores
 from kolm_search._params import positive_int
-from kolm_search.engine.text import Tokenizer
 from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
+from kolm_search.retrievers._encode import Counted, count_ids, encode_array, encode_texts
 
-__all__ = ["Counted", "Merger", "WorkerMaps", "count_ids", "count_texts", "encode_texts", "encode_tokens", "resolve_n_jobs", "term_major"]
-
-#: (lengths int64 (n,), distinct terms per document int64 (n,), term ids int32 (nnz,), tf int32 (nnz,))
-Counted = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32]]
+__all__ = ["Merger", "WorkerMaps", "await_chunk", "chunk_seconds", "count_texts", "resolve_n_jobs", "term_major"]
 
 _START_SECONDS = 60.0  # added to the first chunk's deadline: starting the workers
 _SECONDS_PER_CHUNK = 60.0  # chunk deadline: this plus one second per 100 kB of text (100x slower than usual)
@@ -71,126 +68,6 @@ def resolve_n_jobs(n_jobs: Any) -> int:
     return 1 if multiprocessing.current_process().daemon else max(n, 1)
 
 
-def _row_error(row: int, exc: Exception) -> KolmValueError:
-    what = str(exc) if isinstance(exc, KolmError) else f"{type(exc).__name__}: {exc}"
-    return KolmValueError(f"document row {row}: tokenising failed: {what}")
-
-
-def _token_list(tokens: Iterable[str], row: int) -> Sequence[str]:
-    """``tokens`` as a list or tuple, read once (a generator cannot be read twice); a str (whose
-    characters would become the tokens) or a non-iterable is a ``KolmTypeError``."""
-    if isinstance(tokens, list | tuple):
-        return tokens
-    if isinstance(tokens, str | bytes):
-        raise KolmTypeError(f"document row {row}: a tokenizer must return a list of str, got a "
-                            f"{type(tokens).__name__} ({tokens[:40]!r})")
-    try:
-        return list(tokens)
-    except TypeError as exc:
-        raise KolmTypeError(f"document row {row}: tokens must be an iterable of str ({exc})") from exc
-    except Exception as exc:  # raised while a lazy tokenizer runs
-        raise _row_error(row, exc) from exc
-
-
-def _bad_token(tokens: Sequence[Any], row: int) -> KolmError | None:
-    """The error for the first token of ``tokens`` that is not a non-empty str (None: all are)."""
-    for pos, t in enumerate(tokens):
-        if not isinstance(t, str):
-            return KolmTypeError(f"document row {row}: token {pos} is {t!r:.40} of type {type(t).__name__}; "
-                                 "a tokenizer must return a list of non-empty str")
-        if not t:
-            return KolmValueError(f"document row {row}: token {pos} is the empty string; "
-                                  "a tokenizer must return a list of non-empty str")
-    return None
-
-
-def _tokenize(tokenizer: Callable[[str], Iterable[str]], text: str, row: int) -> Sequence[str]:
-    try:
-        tokens = tokenizer(text)
-    except Exception as exc:
-        raise _row_error(row, exc) from exc
-    return _token_list(tokens, row)
-
-
-def encode_texts(tokenizer: Callable[[str], Sequence[str]], texts: Iterable[str], start: int,
-                 vocab: dict[str, int], word_ids: dict[str, int]) -> tuple[list[int], list[int]]:
-    """Term ids of texts, back to back, and the number of ids per text.
-
-    A plain :class:`Tokenizer` is applied word by word (:meth:`Tokenizer.words`), each
-    distinct word mapped once through ``word_ids`` (-1 for a stopword, dropped by
-    :func:`count_ids`); any other callable is called per text. New terms enter ``vocab``
-    in order of first occurrence. An error names the document row (``start`` + position).
-    """
-    if type(tokenizer) is not Tokenizer:  # a subclass may override __call__: call it
-        lists = (_tokenize(tokenizer, text, row) for row, text in enumerate(texts, start))
-        return encode_tokens(lists, vocab, start)
-    row = start
-    ids: list[int] = []
-    lens: list[int] = []
-    get, words, term, setdefault = word_ids.__getitem__, tokenizer.words, tokenizer.term, vocab.setdefault
-    drop = tokenizer.drop_phrases
-    try:
-        for row, text in enumerate(texts, start):  # noqa: B007 (the row an error names)
-            ws = drop(words(text))
-            n0 = len(ids)
-            try:
-                ids += map(get, ws)
-            except KeyError:  # new words: map them (in order, so new terms enter in order)
-                del ids[n0:]
-                for w in ws:
-                    if w not in word_ids:
-                        t = term(w)
-                        word_ids[w] = -1 if t is None else setdefault(t, len(vocab))
-                ids += map(get, ws)
-            lens.append(len(ids) - n0)
-    except Exception as exc:
-        raise _row_error(row, exc) from exc
-    return ids, lens
-
-
-def encode_tokens(token_lists: Iterable[Sequence[str]], vocab: dict[str, int], start: int = 0,
-                  ) -> tuple[list[int], list[int]]:
-    """Term ids of token lists, back to back, and their lengths (new terms enter ``vocab``).
-
-    A token list that is not a list or tuple (a generator, say) is read once into a list:
-    its tokens are mapped twice when some are new. Tokens must be non-empty str: anything else
-    (a str instead of a list, a tuple or number token, an empty string) raises
-    ``KolmTypeError``/``KolmValueError`` naming its document row (``start`` + position) and
-    token. Only tokens new to ``vocab`` are checked: every term in it passed the check.
-    """
-    ids: list[int] = []
-    lens: list[int] = []
-    get, setdefault = vocab.__getitem__, vocab.setdefault
-    for row, given in enumerate(token_lists, start):
-        tokens = _token_list(given, row)
-        n0 = len(ids)
-        try:
-            ids += map(get, tokens)
-        except (KeyError, TypeError):  # new (or unhashable) tokens: check, then number them
-            del ids[n0:]
-            bad = _bad_token(tokens, row)
-            if bad is not None:
-                raise bad from None
-            ids += [setdefault(t, len(vocab)) for t in tokens]
-        lens.append(len(ids) - n0)
-    return ids, lens
-
-
-def count_ids(ids: npt.NDArray[np.int32], lens: npt.NDArray[np.int64], n_vocab: int) -> Counted:
-    """Doc-major counts of term ids (int32 (n_ids,), -1 = dropped) in documents of ``lens`` ids."""
-    n = int(lens.shape[0])
-    keep = ids >= 0
-    if not keep.all():
-        ids = ids[keep]
-        lens = np.bincount(np.repeat(np.arange(n, dtype=np.int64), lens)[keep], minlength=n).astype(np.int64)
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(lens, out=ptr[1:])
-    m = sp.csr_matrix((np.ones(ids.shape[0], np.int32), ids, ptr), shape=(n, n_vocab))
-    m.sum_duplicates()  # one entry per (document, term), its data the count
-    return (lens.astype(np.int64, copy=False), np.diff(m.indptr).astype(np.int64),
-            m.indices.astype(np.int32, copy=False), m.data.astype(np.int32, copy=False))
-
-
 class Merger:
     """Counted chunks, in row order, into one vocabulary and term-major postings."""
 
@@ -201,6 +78,11 @@ class Merger:
     def add(self, counted: Counted) -> None:
         """Append the next chunk, its term ids already ids of :attr:`vocab`."""
         self._parts.append(counted)
+
+    def take_parts(self) -> list[Counted]:
+        """The chunks added since the last call (the vocabulary stays)."""
+        parts, self._parts = self._parts, []
+        return parts
 
     def finish(self) -> tuple[list[str], npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32],
                               npt.NDArray[np.int64]]:
@@ -226,13 +108,17 @@ def term_major(parts: list[Counted], n_vocab: int) -> tuple[npt.NDArray[np.int64
             csc.data.astype(np.int32, copy=False), lengths)
 
 
-def _count_chunk(tokenizer: Callable[[str], Sequence[str]], texts: Sequence[str], start: int,
+def _count_chunk(tokenizer: Callable[[str], Sequence[str]], texts: Any, start: int,
                  vocab: dict[str, int], word_ids: dict[str, int]) -> Counted:
-    ids, lens = encode_texts(tokenizer, texts, start, vocab, word_ids)
-    return count_ids(np.asarray(ids, np.int32), np.asarray(lens, np.int64), len(vocab))
+    """Counts of ``texts``: a sequence of str, or a ``pyarrow`` string array (:func:`encode_array`)."""
+    if isinstance(texts, list | tuple):
+        ids, lens = encode_texts(tokenizer, texts, start, vocab, word_ids)
+        return count_ids(np.asarray(ids, np.int32), np.asarray(lens, np.int64), len(vocab))
+    arr_ids, arr_lens = encode_array(tokenizer, texts, start, vocab, word_ids)
+    return count_ids(arr_ids, arr_lens, len(vocab))
 
 
-def _worker(key: bytes, blob: bytes, texts: Sequence[str], start: int) -> tuple[str, int, list[str], Counted]:
+def _worker(key: bytes, blob: bytes, texts: Any, start: int) -> tuple[str, int, list[str], Counted]:
     """In a worker process: one chunk's counts in worker-wide term ids, and the terms it added.
 
     The word and term maps live as long as the worker (for one ``key``, a build), so each
@@ -312,6 +198,33 @@ def _stop(pool: ProcessPoolExecutor) -> None:
             p.join(5.0)
 
 
+def chunk_seconds(chars: int) -> float:
+    """The default deadline of a chunk of ``chars`` characters: 60 s plus 1 s per 100 kB."""
+    return _SECONDS_PER_CHUNK + chars / _BYTES_PER_SECOND
+
+
+def await_chunk(future: Any, start: int, stop: int, n_rows: int, wait: float) -> tuple[str, int, list[str], Counted]:
+    """The result of :func:`_worker` counting rows ``[start, stop)`` (of ``n_rows``), awaited
+    at most ``wait`` seconds; a worker that overran, died or could not send raises
+    ``KolmError`` naming the rows (the caller stops the pool)."""
+    try:
+        result: tuple[str, int, list[str], Counted] = future.result(timeout=wait)
+    except FutureTimeout:
+        raise KolmError(f"tokenising document rows {start}-{stop - 1} in a worker process took more than "
+                        f"{wait:.0f} s; the workers were stopped") from None
+    except BrokenProcessPool as exc:
+        raise KolmError(
+            f"a tokenising worker process died before document rows {start}-{n_rows - 1} were all counted "
+            "(killed, out of memory, or a script without an `if __name__ == \"__main__\":` guard, which "
+            "worker processes re-import); pass n_jobs=1 to tokenise in this process") from exc
+    except KolmError:  # a document's row, or the tokenizer not rebuilt
+        raise
+    except Exception as exc:  # the chunk or its result could not travel between processes
+        raise KolmError(f"tokenising document rows {start}-{stop - 1} in a worker process failed "
+                        f"({type(exc).__name__}: {exc}); pass n_jobs=1 to tokenise in this process") from exc
+    return result
+
+
 def count_texts(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]], n_jobs: int, chunk: int,
                 chunk_timeout: float | None, progress: bool = False) -> Merger:
     """Tokenise and count ``texts`` in chunks of ``chunk`` documents on ``n_jobs`` processes.
@@ -355,25 +268,8 @@ def _count(texts: Sequence[str], tokenizer: Callable[[str], Sequence[str]], n_jo
             stop = min(s + chunk, len(texts))
             wait = chunk_timeout
             if wait is None:
-                size = _chars(texts[s:stop])
-                wait = _SECONDS_PER_CHUNK + size / _BYTES_PER_SECOND
-            wait += _START_SECONDS if i == 0 else 0.0
-            try:
-                result = future.result(timeout=wait)
-            except FutureTimeout:
-                raise KolmError(f"tokenising document rows {s}-{stop - 1} in a worker process took more than "
-                                f"{wait:.0f} s; the workers were stopped") from None
-            except BrokenProcessPool as exc:
-                raise KolmError(
-                    f"a tokenising worker process died before document rows {s}-{len(texts) - 1} were all counted "
-                    "(killed, out of memory, or a script without an `if __name__ == \"__main__\":` guard, which "
-                    "worker processes re-import); pass n_jobs=1 to tokenise in this process") from exc
-            except KolmError:  # a document's row, or the tokenizer not rebuilt
-                raise
-            except Exception as exc:  # the chunk or its result could not travel between processes
-                raise KolmError(f"tokenising document rows {s}-{stop - 1} in a worker process failed "
-                                f"({type(exc).__name__}: {exc}); pass n_jobs=1 to tokenise in this process") from exc
-            maps.add(*result)
+                wait = chunk_seconds(_chars(texts[s:stop]))
+            maps.add(*await_chunk(future, s, stop, len(texts), wait + (_START_SECONDS if i == 0 else 0.0)))
             bar.update(stop - s)
     except BaseException:
         _stop(pool)

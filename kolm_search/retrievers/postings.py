@@ -18,14 +18,8 @@ import numpy.typing as npt
 
 from kolm_search._params import positive_int, seconds
 from kolm_search.errors import KolmValueError
-from kolm_search.retrievers._parallel import (
-    Merger,
-    count_ids,
-    count_texts,
-    encode_tokens,
-    resolve_n_jobs,
-    term_major,
-)
+from kolm_search.retrievers._encode import count_ids, encode_tokens
+from kolm_search.retrievers._parallel import Merger, count_texts, resolve_n_jobs, term_major
 
 __all__ = ["CollectionStats", "PROGRESS_DOCS", "Postings"]
 

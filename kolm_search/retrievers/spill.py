@@ -97,19 +97,44 @@ class SpilledPostings:
             raise KolmValueError(f"more than {_MAX_DOCS} documents exceed one index's int32 limit; shard the corpus")
         setdefault, vocab = self.vocab.setdefault, self.vocab
         to_global = np.asarray([setdefault(t, len(vocab)) for t in postings.vocab], np.int64)
+        self._add(to_global, postings)
+
+    def add_counted(self, new_terms: list[str], postings: Postings) -> None:
+        """Spill one chunk's postings counted in this corpus's term ids (:class:`~.chunk_counter.CountedChunk`):
+        ``postings.t_ptr`` spans the whole vocabulary, ``new_terms`` its last terms, new to it."""
+        if self.n_docs + postings.n_docs > _MAX_DOCS:
+            raise KolmValueError(f"more than {_MAX_DOCS} documents exceed one index's int32 limit; shard the corpus")
+        vocab = self.vocab
+        for t in new_terms:
+            if vocab.setdefault(t, len(vocab)) != len(vocab) - 1:
+                raise KolmError(f"term {t!r} counted as new was already known (a build bug)")
+        if len(postings.t_ptr) != len(vocab) + 1:
+            raise KolmError(f"a chunk counted over {len(postings.t_ptr) - 1} terms, the vocabulary has {len(vocab)} "
+                            "(a build bug)")
+        present = np.flatnonzero(np.diff(postings.t_ptr))
+        t_ptr = np.concatenate([postings.t_ptr[present], postings.t_ptr[-1:]])  # absent terms hold nothing
+        self._add(present.astype(np.int64), Postings([], t_ptr, postings.p_doc, postings.tf, postings.lengths))
+
+    def _add(self, to_global: npt.NDArray[np.int64], postings: Postings) -> None:
+        """Spill postings whose term ``i`` is term ``to_global[i]`` of the vocabulary."""
+        vocab = self.vocab
         local_df = np.diff(postings.t_ptr)
         if len(vocab) > len(self.df):
             self.df = np.concatenate([self.df, np.zeros(len(vocab) - len(self.df), np.int64)])
         self.df[to_global] += local_df
         order = np.argsort(to_global)
-        take = gather_ranges(postings.t_ptr[:-1][order], local_df[order])
         ptr = np.zeros(len(order) + 1, np.int64)
         np.cumsum(local_df[order], out=ptr[1:])
+        if np.all(order[1:] > order[:-1]):  # terms already in global order: the postings as they are
+            p_doc, tf = postings.p_doc, np.asarray(postings.tf, np.int32)
+        else:
+            take = gather_ranges(postings.t_ptr[:-1][order], local_df[order])
+            p_doc, tf = postings.p_doc[take], np.asarray(postings.tf, np.int32)[take]
         k = len(self._chunks)
         chunk = _Chunk(to_global[order].astype(np.int32), ptr, self.root / f"chunk{k}.docs", self.root / f"chunk{k}.tf")
         try:
-            (postings.p_doc[take].astype(np.int64) + self.n_docs).astype(np.int32).tofile(chunk.docs)
-            np.asarray(postings.tf, np.int32)[take].tofile(chunk.tf)
+            (p_doc.astype(np.int64) + self.n_docs).astype(np.int32).tofile(chunk.docs)
+            tf.tofile(chunk.tf)
         except OSError as exc:
             raise KolmError(f"{chunk.docs.parent}: cannot spill postings to disk: {exc}") from exc
         self._chunks.append(chunk)

@@ -10,6 +10,7 @@ statistics, its ids' hashes) before it is weighted with the collection's statist
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from kolm_search.engine.doctable import DocumentTable
 from kolm_search.engine.mapped_table import DocumentsWriter, MappedDocumentTable
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.io.corpus_stream import CorpusChunk
+from kolm_search.retrievers.chunk_counter import ChunkCounter, CountedChunk
 from kolm_search.retrievers.postings import CollectionStats, Postings
 from kolm_search.retrievers.spill import SpilledPostings
 
@@ -123,6 +125,10 @@ class CountedCorpus:
         return self.places.place(row)
 
 
+def _spill(spill: SpilledPostings, counted: CountedChunk) -> None:
+    spill.add_counted(counted.new_terms, Postings([], counted.t_ptr, counted.p_doc, counted.tf, counted.lengths))
+
+
 def count_corpus(chunks: Iterable[CorpusChunk], root: Path, tokenizer: Any, fields: Sequence[str], *,
                  n_jobs: int | None = None, progress: bool | None = None) -> CountedCorpus:
     """Phase 1 (and 2: ids unique among these documents): read ``chunks``, write their documents
@@ -132,16 +138,28 @@ def count_corpus(chunks: Iterable[CorpusChunk], root: Path, tokenizer: Any, fiel
     places = _Places()
     sample: list[DocumentTable] = []
     table_path = root / "documents.arrow"
-    with DocumentsWriter(table_path) as writer, progress_bar(None, "bm25 build: read", "doc", progress=progress) as bar:
-        for chunk in chunks:
+    counter = ChunkCounter(tokenizer, n_jobs) if tokenizer is not None else contextlib.nullcontext()
+    with DocumentsWriter(table_path) as writer, progress_bar(None, "bm25 build: read", "doc", progress=progress) as bar, \
+            counter:
+        pending = None
+        for chunk in chunks:  # reads chunk k + 1 while the workers count chunk k
             table = chunk.table
             places.add(chunk)
             if sum(map(len, sample)) < _SAMPLE:
                 sample.append(table.take(np.arange(min(len(table), _SAMPLE))))
             writer.write(table)
-            if spill is not None:
-                spill.add(Postings.from_texts(table.texts(fields), tokenizer, n_jobs=n_jobs, progress=False))
+            if isinstance(counter, ChunkCounter) and spill is not None:
+                submitted = counter.submit(table.text_array(fields), places.starts[-2])
+                if pending is not None:
+                    _spill(spill, counter.collect(pending))
+                pending = submitted
             bar.update(len(table))
+        if isinstance(counter, ChunkCounter) and spill is not None and pending is not None:
+            _spill(spill, counter.collect(pending))
+    if spill is not None:  # the chunks' Arrow buffers are gone: hand the pool's cached pages back before weighing
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
     places.check_unique(lambda rows: _read_ids(table_path, rows))
     head = DocumentTable.concat(sample) if sample else DocumentTable(pd.DataFrame(columns=["id", "content"]))
     return CountedCorpus(root, spill, places, head.take(np.arange(min(len(head), _SAMPLE))), table_path)
