@@ -1,0 +1,74 @@
+"""Probe 9 (hostile user of the newest features: exact BM25 pruning, format-6 loads, stage
+experiments with ``cache_dir``): a reproducer for each bug found. What held is in the report."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kolm_search import BM25Retriever, Experiment
+from kolm_search.errors import KolmError
+from kolm_search.io import load_dataset
+
+
+def _docs(n: int = 300) -> list[dict[str, Any]]:
+    return [{"id": f"d{i}", "content": "alpha beta" if i % 3 else "alpha"} for i in range(n)]
+
+
+@pytest.mark.xfail(strict=True, reason="offsets of the wrong shape reach the kernels unchecked: an out-of-bounds "
+                                       "read (pruning='none', fewer offsets than queries) or a raw IndexError")
+@pytest.mark.parametrize("pruning", ["auto", "none"])
+@pytest.mark.parametrize("offsets", [[1.0], [1.0, 2.0, 3.0, 4.0], [[1.0], [2.0]], ["x", "y"]])
+def test_offsets_of_the_wrong_shape_are_refused(pruning: str, offsets: Any) -> None:
+    """``score_texts(offsets=...)`` takes one offset per query: any other shape must be a
+    KolmError naming ``offsets`` before a kernel reads it. Before the fix, ``pruning="none"``
+    with fewer offsets than queries read past the array in the Numba kernel (a silent wrong
+    score, or a crash) and other shapes raised a raw IndexError/ValueError."""
+    ret = BM25Retriever(_docs(), method="bm25l")
+    with pytest.raises(KolmError, match="offsets"):
+        ret.score_texts(["alpha", "beta"], 2, offsets=offsets, pruning=pruning)  # type: ignore[arg-type]
+
+
+def test_offsets_of_the_right_shape_still_score() -> None:
+    ret = BM25Retriever(_docs(), method="bm25l")
+    got = ret.score_texts(["alpha", "beta"], 2, offsets=[1.0, 2.0], pruning="none")
+    base = ret.score_texts(["alpha", "beta"], 2, offsets=[0.0, 0.0], pruning="none")
+    np.testing.assert_array_equal(got[0], base[0])
+    np.testing.assert_allclose(got[1], base[1] + np.array([[1.0], [2.0]], np.float32), rtol=1e-6)
+
+
+@pytest.mark.xfail(strict=True, reason="a directory where a cache file belongs: the cache's rename raises a raw "
+                                       "IsADirectoryError out of Experiment.run_pipelines (neither a warning and a "
+                                       "recompute, as for a damaged file, nor a KolmError naming the file)")
+@pytest.mark.parametrize("kind", ["runs", "stages"])
+def test_a_directory_in_place_of_a_cache_file(tmp_path: Path, kind: str) -> None:
+    dataset = load_dataset("cranfield")
+    keep = set(dataset.judged_queries()["qid"].iloc[:3])
+    dataset.queries = dataset.queries[dataset.queries["qid"].isin(keep)].reset_index(drop=True)
+    dataset.qrels = dataset.qrels[dataset.qrels["qid"].isin(keep)].reset_index(drop=True)
+    pipes = {"bm": BM25Retriever(dataset.corpus) % 5}
+    first = Experiment(pipes, dataset, ["ndcg@10"], progress=False, cache_dir=tmp_path)
+    first.run_pipelines()
+    want = first.runs["bm"].copy()
+    files = sorted((tmp_path / kind).iterdir())
+    assert files
+    if kind == "stages":
+        for f in (tmp_path / "runs").iterdir():  # so the stage files are read
+            f.unlink()
+    for f in files:
+        f.unlink()
+        f.mkdir()
+    again = Experiment(pipes, dataset, ["ndcg@10"], progress=False, cache_dir=tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            again.run_pipelines()
+        except KolmError as exc:  # acceptable: a clear error naming the file
+            assert any(f.name in str(exc) for f in files)
+            return
+    pd.testing.assert_frame_equal(again.runs["bm"], want)
