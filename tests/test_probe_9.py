@@ -20,8 +20,6 @@ def _docs(n: int = 300) -> list[dict[str, Any]]:
     return [{"id": f"d{i}", "content": "alpha beta" if i % 3 else "alpha"} for i in range(n)]
 
 
-@pytest.mark.xfail(strict=True, reason="offsets of the wrong shape reach the kernels unchecked: an out-of-bounds "
-                                       "read (pruning='none', fewer offsets than queries) or a raw IndexError")
 @pytest.mark.parametrize("pruning", ["auto", "none"])
 @pytest.mark.parametrize("offsets", [[1.0], [1.0, 2.0, 3.0, 4.0], [[1.0], [2.0]], ["x", "y"]])
 def test_offsets_of_the_wrong_shape_are_refused(pruning: str, offsets: Any) -> None:

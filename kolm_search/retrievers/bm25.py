@@ -374,7 +374,12 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         weights = np.ones(len(q_ids), np.float32) if weights is None else np.asarray(weights, np.float32)
         if offsets is None:
             offsets = reduce_offsets(self.nonocc[q_ids] * weights, q_ptr)
-        offsets = np.ascontiguousarray(offsets, dtype=np.float32)
+        try:
+            offsets = np.ascontiguousarray(offsets, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise KolmValueError(f"offsets must be numbers, one per query ({m}): {exc}") from exc
+        if offsets.shape != (m,):  # a kernel reads offsets[q] for every query q
+            raise KolmValueError(f"offsets must have shape ({m},), one per query, got {offsets.shape}")
         n_docs = len(self.table)
         sel = Selections.none(m) if selections is None else selections
         try:
