@@ -70,3 +70,26 @@ def test_a_directory_in_place_of_a_cache_file(tmp_path: Path, kind: str) -> None
             assert any(f.name in str(exc) for f in files)
             return
     pd.testing.assert_frame_equal(again.runs["bm"], want)
+
+
+@pytest.mark.xfail(strict=True, reason="score_encoded checks q_ids' range but not q_ptr nor the length of weights: "
+                                       "a raw ValueError/IndexError, or (pruning='none', fewer weights than ids) an "
+                                       "out-of-bounds read in the kernel")
+@pytest.mark.parametrize("pruning", ["auto", "none"])
+@pytest.mark.parametrize("bad", ["ptr_past_end", "ptr_decreasing", "ptr_2d", "weights_short", "weights_long"])
+def test_score_encoded_checks_its_csr_arrays(pruning: str, bad: str) -> None:
+    ret = BM25Retriever(_docs(), method="bm25l")
+    q_ptr, q_ids = np.array([0, 2], np.int64), np.array([0, 1], np.int64)
+    weights = None
+    if bad == "ptr_past_end":
+        q_ptr = np.array([0, 50], np.int64)
+    elif bad == "ptr_decreasing":
+        q_ptr = np.array([0, 2, 1, 2], np.int64)
+    elif bad == "ptr_2d":
+        q_ptr = np.array([[0, 2]], np.int64)
+    elif bad == "weights_short":
+        weights = np.ones(1, np.float32)
+    else:
+        weights = np.ones(3, np.float32)
+    with pytest.raises(KolmError, match="q_ptr|weights"):
+        ret.score_encoded(q_ptr, q_ids, 3, weights=weights, pruning=pruning)  # type: ignore[arg-type]
