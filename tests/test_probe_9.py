@@ -72,9 +72,6 @@ def test_a_directory_in_place_of_a_cache_file(tmp_path: Path, kind: str) -> None
     pd.testing.assert_frame_equal(again.runs["bm"], want)
 
 
-@pytest.mark.xfail(strict=True, reason="score_encoded checks q_ids' range but not q_ptr nor the length of weights: "
-                                       "a raw ValueError/IndexError, or (pruning='none', fewer weights than ids) an "
-                                       "out-of-bounds read in the kernel")
 @pytest.mark.parametrize("pruning", ["auto", "none"])
 @pytest.mark.parametrize("bad", ["ptr_past_end", "ptr_decreasing", "ptr_2d", "weights_short", "weights_long"])
 def test_score_encoded_checks_its_csr_arrays(pruning: str, bad: str) -> None:
