@@ -90,3 +90,40 @@ def test_score_encoded_checks_its_csr_arrays(pruning: str, bad: str) -> None:
         weights = np.ones(3, np.float32)
     with pytest.raises(KolmError, match="q_ptr|weights"):
         ret.score_encoded(q_ptr, q_ids, 3, weights=weights, pruning=pruning)  # type: ignore[arg-type]
+
+
+def _small_dataset(n_queries: int = 3) -> Any:
+    dataset = load_dataset("cranfield")
+    keep = set(dataset.judged_queries()["qid"].iloc[:n_queries])
+    dataset.queries = dataset.queries[dataset.queries["qid"].isin(keep)].reset_index(drop=True)
+    dataset.qrels = dataset.qrels[dataset.qrels["qid"].isin(keep)].reset_index(drop=True)
+    return dataset
+
+
+@pytest.mark.xfail(strict=True, reason="cache_dir that is a file (or under one) raises a raw NotADirectoryError; "
+                                       "cache_dir/runs that is a file is a KolmValueError naming it")
+@pytest.mark.parametrize("under", [False, True])
+def test_cache_dir_that_is_a_file_is_refused_by_name(tmp_path: Path, under: bool) -> None:
+    dataset = _small_dataset()
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    cache_dir = blocker / "sub" if under else blocker
+    exp = Experiment({"bm": BM25Retriever(dataset.corpus) % 5}, dataset, ["ndcg@10"], progress=False,
+                     cache_dir=cache_dir)
+    with pytest.raises(KolmError, match="blocker"):
+        exp.run_pipelines()
+    assert blocker.read_text() == "x"
+
+
+@pytest.mark.xfail(strict=True, reason="cache_dir='' is taken as Path('') == '.': runs/ and stages/ are written "
+                                       "into the current directory without a word")
+def test_an_empty_cache_dir_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dataset = _small_dataset()
+    monkeypatch.chdir(tmp_path)
+    try:
+        exp = Experiment({"bm": BM25Retriever(dataset.corpus) % 5}, dataset, ["ndcg@10"], progress=False,
+                         cache_dir="")
+        exp.run_pipelines()
+    except KolmError:
+        pass
+    assert not list(tmp_path.iterdir())
