@@ -100,18 +100,15 @@ def _small_dataset(n_queries: int = 3) -> Any:
     return dataset
 
 
-@pytest.mark.xfail(strict=True, reason="cache_dir that is a file (or under one) raises a raw NotADirectoryError; "
-                                       "cache_dir/runs that is a file is a KolmValueError naming it")
 @pytest.mark.parametrize("under", [False, True])
 def test_cache_dir_that_is_a_file_is_refused_by_name(tmp_path: Path, under: bool) -> None:
     dataset = _small_dataset()
     blocker = tmp_path / "blocker"
     blocker.write_text("x")
     cache_dir = blocker / "sub" if under else blocker
-    exp = Experiment({"bm": BM25Retriever(dataset.corpus) % 5}, dataset, ["ndcg@10"], progress=False,
-                     cache_dir=cache_dir)
+    pipes = {"bm": BM25Retriever(dataset.corpus) % 5}
     with pytest.raises(KolmError, match="blocker"):
-        exp.run_pipelines()
+        Experiment(pipes, dataset, ["ndcg@10"], progress=False, cache_dir=cache_dir).run_pipelines()
     assert blocker.read_text() == "x"
 
 

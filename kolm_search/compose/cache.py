@@ -65,7 +65,10 @@ class CacheFolder:
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
             raise KolmValueError(f"cache_dir {str(self.path)!r} is a file, not a folder")
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file on the way (cache_dir/x where cache_dir is a file), no permission
+            raise KolmValueError(f"cache_dir {str(self.path)!r} cannot be made a folder: {exc}") from exc
         self.reads = self.writes = self.damaged = 0
 
     def file_for(self, stage_fp: str, input_fp: str) -> Path:
