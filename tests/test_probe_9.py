@@ -126,9 +126,6 @@ def test_an_empty_cache_dir_is_refused(tmp_path: Path, monkeypatch: pytest.Monke
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.xfail(strict=True, reason="a Fuse inside a Fuse whose stages are cutoffs fails at its first search: the "
-                                       "outer composite's merge asks the inner one for its indexes, which raises "
-                                       "'Cutoff does not support add/delete' though nothing is added or deleted")
 def test_a_fuse_of_cut_stages_inside_a_fuse_searches() -> None:
     dataset = _small_dataset(5)
     bm, bl = BM25Retriever(dataset.corpus), BM25Retriever(dataset.corpus, method="bm25l")
