@@ -10,10 +10,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kolm_search import BM25Retriever, Experiment, Fuse, fuse
+from kolm_search.engine.selection import Selection, Selections
 from kolm_search.errors import KolmError
 from kolm_search.io import load_dataset
+from kolm_search.retrievers import bounds
 
 
 def _docs(n: int = 300) -> list[dict[str, Any]]:
@@ -135,3 +139,41 @@ def test_a_fuse_of_cut_stages_inside_a_fuse_searches() -> None:
     want = fuse([inner(queries), (bm % 3)(queries)], method="rrf", k=60)  # the same fusion of the two lists
     pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False,
                                   check_categorical=False)
+
+
+_WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data(), method=st.sampled_from(["lucene", "robertson", "atire", "bm25l", "bm25+"]),
+       n_docs=st.integers(1, 150), every=st.booleans())
+def test_auto_equals_none_through_updates(data: st.DataObject, method: str, n_docs: int, every: bool,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pruning="auto"`` returns ``"none"``'s top-k bit for bit on corpora of heavy ties (identical
+    documents), queries with repeated and unknown terms or none, every k, row and mask filters,
+    after add/delete; and the updated index returns what a rebuild of its documents returns."""
+    if every:
+        monkeypatch.setattr(bounds, "PRUNE_MIN_POSTINGS_PER_K", 0)
+    texts = st.lists(st.sampled_from(_WORDS), min_size=1, max_size=6).map(" ".join)
+    contents = data.draw(st.lists(st.one_of(st.just("alpha beta"), texts), min_size=n_docs, max_size=n_docs))
+    docs = [{"id": f"d{i}", "content": c} for i, c in enumerate(contents)]
+    ret = BM25Retriever(docs, method=method, n_threads=1)  # type: ignore[arg-type]
+    extra = data.draw(st.lists(texts, max_size=20))
+    ret.add([{"id": f"x{i}", "content": c} for i, c in enumerate(extra)])
+    gone = data.draw(st.sets(st.integers(0, n_docs - 1), max_size=n_docs - 1))
+    if gone:
+        ret.delete([f"d{i}" for i in sorted(gone)])
+    live = [d for i, d in enumerate(docs) if i not in gone] + [{"id": f"x{i}", "content": c} for i, c in enumerate(extra)]
+    rebuilt = BM25Retriever(live, method=method, n_threads=1)  # type: ignore[arg-type]
+    queries = data.draw(st.lists(st.one_of(texts, st.just(""), st.just("unknown words"), st.just("alpha " * 70)),
+                                 min_size=1, max_size=6))
+    n = len(live)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    chosen = [Selection.of_mask(rng.random(n) < 0.05), Selection(n, rows=np.sort(rng.choice(n, min(n, 2), replace=False)))]
+    sels = Selections.build(rng.integers(-1, 2, len(queries)), chosen)
+    for k in sorted({1, 2, n, n + 5, 10**9}):
+        for sel in (None, sels):
+            want = ret.score_texts(queries, k, sel, pruning="none")
+            for got in (ret.score_texts(queries, k, sel, pruning="auto"), rebuilt.score_texts(queries, k, sel)):
+                for a, b in zip(got, want, strict=True):
+                    assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
