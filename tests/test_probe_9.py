@@ -44,9 +44,6 @@ def test_offsets_of_the_right_shape_still_score() -> None:
     np.testing.assert_allclose(got[1], base[1] + np.array([[1.0], [2.0]], np.float32), rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="a directory where a cache file belongs: the cache's rename raises a raw "
-                                       "IsADirectoryError out of Experiment.run_pipelines (neither a warning and a "
-                                       "recompute, as for a damaged file, nor a KolmError naming the file)")
 @pytest.mark.parametrize("kind", ["runs", "stages"])
 def test_a_directory_in_place_of_a_cache_file(tmp_path: Path, kind: str) -> None:
     dataset = load_dataset("cranfield")

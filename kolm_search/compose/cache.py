@@ -75,6 +75,13 @@ class CacheFolder:
         """The file of one (stage, input) pair."""
         return self.path / _file_name(stage_fp, input_fp, self.suffix)
 
+    def writable(self, path: Path) -> Path:
+        """``path`` (a :meth:`file_for`), refused (``KolmValueError`` naming it) when a folder
+        stands where its file goes: no rename can replace it."""
+        if path.is_dir():
+            raise KolmValueError(f"cache file {str(path)!r} is a folder; remove it to let the cache store this entry")
+        return path
+
 
 class StageCache(CacheFolder):
     """A folder of stage outputs (see the module doc and :class:`CacheFolder`)."""
@@ -153,7 +160,7 @@ class StageCache(CacheFolder):
 
     def _write(self, stage_fp: str, input_fp: str, table: pa.Table, meta: dict[str, object]) -> None:
         table = table.replace_schema_metadata({_KEY: json.dumps(meta).encode()})
-        path = self.file_for(stage_fp, input_fp)
+        path = self.writable(self.file_for(stage_fp, input_fp))
         with replacing(path) as tmp:
             pq.write_table(table, tmp)
         self.writes += 1
