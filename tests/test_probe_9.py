@@ -174,3 +174,12 @@ def test_auto_equals_none_through_updates(data: st.DataObject, method: str, n_do
             for got in (ret.score_texts(queries, k, sel, pruning="auto"), rebuilt.score_texts(queries, k, sel)):
                 for a, b in zip(got, want, strict=True):
                     assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.xfail(strict=True, reason="Experiment(limit=2.7) is int()-truncated to 2 without a word (stages and "
+                                       "search_batch refuse a non-integer limit)")
+def test_a_fractional_experiment_limit_is_refused() -> None:
+    dataset = _small_dataset()
+    with pytest.raises(KolmError, match="limit"):
+        Experiment({"bm": BM25Retriever(dataset.corpus) % 5}, dataset, ["ndcg@10"], limit=2.7,  # type: ignore[arg-type]
+                   progress=False).run_pipelines()
