@@ -176,8 +176,6 @@ def test_auto_equals_none_through_updates(data: st.DataObject, method: str, n_do
                     assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-@pytest.mark.xfail(strict=True, reason="Experiment(limit=2.7) is int()-truncated to 2 without a word (stages and "
-                                       "search_batch refuse a non-integer limit)")
 def test_a_fractional_experiment_limit_is_refused() -> None:
     dataset = _small_dataset()
     with pytest.raises(KolmError, match="limit"):
