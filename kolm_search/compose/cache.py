@@ -65,12 +65,22 @@ class CacheFolder:
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
             raise KolmValueError(f"cache_dir {str(self.path)!r} is a file, not a folder")
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file on the way (cache_dir/x where cache_dir is a file), no permission
+            raise KolmValueError(f"cache_dir {str(self.path)!r} cannot be made a folder: {exc}") from exc
         self.reads = self.writes = self.damaged = 0
 
     def file_for(self, stage_fp: str, input_fp: str) -> Path:
         """The file of one (stage, input) pair."""
         return self.path / _file_name(stage_fp, input_fp, self.suffix)
+
+    def writable(self, path: Path) -> Path:
+        """``path`` (a :meth:`file_for`), refused (``KolmValueError`` naming it) when a folder
+        stands where its file goes: no rename can replace it."""
+        if path.is_dir():
+            raise KolmValueError(f"cache file {str(path)!r} is a folder; remove it to let the cache store this entry")
+        return path
 
 
 class StageCache(CacheFolder):
@@ -150,7 +160,7 @@ class StageCache(CacheFolder):
 
     def _write(self, stage_fp: str, input_fp: str, table: pa.Table, meta: dict[str, object]) -> None:
         table = table.replace_schema_metadata({_KEY: json.dumps(meta).encode()})
-        path = self.file_for(stage_fp, input_fp)
+        path = self.writable(self.file_for(stage_fp, input_fp))
         with replacing(path) as tmp:
             pq.write_table(table, tmp)
         self.writes += 1

@@ -199,7 +199,7 @@ class RunCache(CacheFolder):
                 "counts": base64.b64encode(counts).decode("ascii"),
                 "crc32": {"counts": zlib.crc32(counts), **{name: _checksum(values) for name, values in arrays.items()}}}
         table = pa.table(arrays).replace_schema_metadata({_KEY: json.dumps(meta).encode()})
-        with replacing(self.file_for(stage_fp, queries_fp)) as tmp:
+        with replacing(self.writable(self.file_for(stage_fp, queries_fp))) as tmp:
             tmp.write_bytes(memoryview(_ipc_bytes(table)))  # the Arrow buffer, not a copy of it
         self.writes += 1
         return True

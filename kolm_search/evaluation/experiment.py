@@ -7,6 +7,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from kolm_search.compose.cache import StageCache
@@ -96,6 +97,8 @@ class Experiment:
         self.pipelines = dict(pipelines)
         self.dataset = dataset
         self.metrics = list(metrics)
+        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1:
+            raise KolmValueError(f"limit must be a positive integer, got {limit!r}")
         self.limit = int(limit)
         self.baseline = baseline
         self.test: Test = test

@@ -368,13 +368,28 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         ``weights`` float32 (nnz,) per token (default 1, checked by :meth:`score_weighted`)."""
         mode = self.pruning if pruning is None else one_of("pruning", pruning, PRUNINGS)
         self.merge()
+        q_ptr, q_ids = np.asarray(q_ptr), np.asarray(q_ids)
+        if (q_ptr.ndim != 1 or len(q_ptr) < 1 or q_ptr.dtype.kind not in "iu" or q_ids.ndim != 1
+                or (q_ids.size and q_ids.dtype.kind not in "iu")):
+            raise KolmValueError(f"q_ptr and q_ids must be 1-D integer arrays, got {q_ptr.dtype}{q_ptr.shape} and "
+                                 f"{q_ids.dtype}{q_ids.shape}")
+        q_ptr, q_ids = q_ptr.astype(np.int64, copy=False), q_ids.astype(np.int64, copy=False)
+        if q_ptr[0] != 0 or q_ptr[-1] != len(q_ids) or np.any(np.diff(q_ptr) < 0):  # a kernel reads q_ids[q_ptr[q]:]
+            raise KolmValueError(f"q_ptr must start at 0, never decrease and end at len(q_ids) = {len(q_ids)}")
         m = len(q_ptr) - 1
         if len(q_ids) and not 0 <= int(np.min(q_ids)) <= int(np.max(q_ids)) < len(self.vocab):  # stale ids: no kernel read
             raise KolmValueError(f"token ids must lie in [0, {len(self.vocab)}) (encode again after add/delete)")
         weights = np.ones(len(q_ids), np.float32) if weights is None else np.asarray(weights, np.float32)
+        if weights.shape != q_ids.shape:
+            raise KolmValueError(f"weights has shape {weights.shape}, expected one weight per token id {q_ids.shape}")
         if offsets is None:
             offsets = reduce_offsets(self.nonocc[q_ids] * weights, q_ptr)
-        offsets = np.ascontiguousarray(offsets, dtype=np.float32)
+        try:
+            offsets = np.ascontiguousarray(offsets, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise KolmValueError(f"offsets must be numbers, one per query ({m}): {exc}") from exc
+        if offsets.shape != (m,):  # a kernel reads offsets[q] for every query q
+            raise KolmValueError(f"offsets must have shape ({m},), one per query, got {offsets.shape}")
         n_docs = len(self.table)
         sel = Selections.none(m) if selections is None else selections
         try:

@@ -276,7 +276,14 @@ class CompositeRetriever(RetrieverStage):
         for child in self.retrievers:
             if implements(child, Updatable):
                 child.merge()
-        incremental.share_tables([ix for c in self.retrievers if implements(c, HoldsIndexes) for ix in c.indexes()])
+        shared: list[SegmentedIndex] = []
+        for child in self.retrievers:
+            if implements(child, HoldsIndexes):
+                try:
+                    shared.extend(child.indexes())
+                except KolmTypeError:  # a composite of stages that cannot change (e.g. cutoffs): nothing to share
+                    continue
+        incremental.share_tables(shared)
 
     def __copy__(self) -> CompositeRetriever:
         """The same fusion over copies of the children (``SearchClient.add`` changes a copy)."""
