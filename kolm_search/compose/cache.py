@@ -31,7 +31,7 @@ from kolm_search.engine.candidate_frame import CandidateFrame
 from kolm_search.errors import KolmValueError
 from kolm_search.io._atomic import replacing
 
-__all__ = ["CacheFolder", "StageCache"]
+__all__ = ["CacheFolder", "StageCache", "cache_root"]
 
 _FORMAT = "kolm-search/stage-output"
 _VERSION = 1
@@ -42,6 +42,18 @@ _TYPES = {"query": pa.int32(), "doc": pa.int64(), "score": pa.float64(), "rank":
 def _file_name(stage_fp: str, input_fp: str, suffix: str) -> str:
     name = hashlib.sha256(f"{stage_fp}\x1f{input_fp}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
     return f"{name}{suffix}"
+
+
+def cache_root(cache_dir: str | os.PathLike[str] | None) -> Path | None:
+    """A ``cache_dir=`` argument as a folder path (None: no cache). An empty or blank string is
+    refused (``Path("")`` would be the current folder, filled without a word): pass ``"."``
+    for that."""
+    if cache_dir is None:
+        return None
+    if isinstance(cache_dir, str) and not cache_dir.strip():
+        raise KolmValueError(f"cache_dir={cache_dir!r} names no folder; pass '.' for the current folder, "
+                             "or None for no cache")
+    return Path(cache_dir)
 
 
 class CacheFolder:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kolm_search.compose.cache import StageCache
+from kolm_search.compose.cache import StageCache, cache_root
 from kolm_search.compose.queries import (
     CodedRun,
     PreparedQueries,
@@ -105,7 +105,7 @@ class Experiment:
         self.correction: Correction | None = correction
         self.ci: Interval = ci
         self.seed = seed
-        self.cache_dir = None if cache_dir is None else Path(cache_dir)
+        self.cache_dir = cache_root(cache_dir)
         self.progress = progress
         self.drop_self_hits = wants_self_hits_dropped(as_qrels(dataset), drop_self_hits)
         self.runs: MutableMapping[str, pd.DataFrame] = Runs()

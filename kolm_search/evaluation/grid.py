@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from kolm_search._params import positive_int
-from kolm_search.compose.cache import StageCache
+from kolm_search.compose.cache import StageCache, cache_root
 from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
 from kolm_search.errors import KolmTypeError, KolmValueError
@@ -96,7 +96,8 @@ def grid_search(stage: Stage, grid: Mapping[str, Sequence[Any]], queries: Any, q
     if unknown:
         raise KolmValueError(f"grid names {unknown}, which {stage!r} does not have; it has {sorted(current)}")
     original = {name: current[name] for name in grid}
-    state = RunState(cache=None if cache_dir is None else StageCache(cache_dir))
+    root = cache_root(cache_dir)
+    state = RunState(cache=None if root is None else StageCache(root))
     runs: dict[str, pd.DataFrame] = {}
     try:
         for i, point in enumerate(points):
