@@ -63,7 +63,8 @@ class Experiment:
     cache_dir : path, optional
         A client's runs are cached there as parquet (``<dataset>__<pipeline>.parquet``) and
         reused; a stage's outputs go to ``cache_dir/stages`` and a stage pipeline's finished
-        runs to ``cache_dir/runs``, keyed by fingerprints (``run_cache`` reads them).
+        runs to ``cache_dir/runs``, keyed by fingerprints (``run_cache`` reads them). An empty
+        string is refused (``"."`` is the current folder).
     progress : bool
         Progress bars while searching.
     drop_self_hits : bool, optional

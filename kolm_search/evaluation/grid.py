@@ -80,6 +80,7 @@ def grid_search(stage: Stage, grid: Mapping[str, Sequence[Any]], queries: Any, q
         Stage outputs on disk (:class:`~kolm_search.compose.StageCache`): a later search over
         the same folder runs only what it has not run. Within one call, points that share a
         prefix (the first stage, when only a reranker's parameter varies) run it once anyway.
+        An empty string is refused (``"."`` is the current folder).
 
     Returns
     -------
