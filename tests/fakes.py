@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 
 from kolm_search import SearchDocument, SearchPipelineContext
+from kolm_search.compose import RerankerStage
+from kolm_search.compose.frame_ops import rescored
 
 CORPUS = [
     SearchDocument(id=f"d{i}", content=f"document number {i}", tags=["even" if i % 2 == 0 else "odd"])
@@ -163,3 +165,18 @@ class AsyncBoom(Boom):
 
     plan = retrieve = embed = embed_many = deduplicate = rerank = synthesize = classify = _araise
     get = set = track = expand = _araise
+
+
+class Prior(RerankerStage):
+    """A columnar reranker: ``score + weight * (doc code % modulus)``, re-sorted; with ``rounded``
+    the score is rounded to one decimal first (many ties)."""
+
+    def __init__(self, weight: float, modulus: int = 3, rounded: bool = True) -> None:
+        self.weight, self.modulus, self.rounded = weight, modulus, rounded
+
+    def stage_params(self) -> dict[str, Any]:
+        return {"weight": self.weight, "modulus": self.modulus, "rounded": self.rounded}
+
+    def transform(self, batch: Any, candidates: Any) -> Any:
+        base = np.round(candidates.score, 1) if self.rounded else candidates.score
+        return rescored(candidates, base + self.weight * (candidates.doc % self.modulus))

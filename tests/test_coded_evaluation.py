@@ -25,14 +25,13 @@ from kolm_search import (
     compare,
     evaluate,
 )
-from kolm_search.compose import RerankerStage
-from kolm_search.compose.frame_ops import rescored
 from kolm_search.compose.queries import CodedRun, PreparedQueries, prepare_queries, run_coded
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.engine.mapped_table import MappedDocumentTable, write_documents
 from kolm_search.evaluation.coded_runs import Runs
 from kolm_search.evaluation.self_hits import drop_self_hits
 from kolm_search.io import load_dataset
+from tests.fakes import Prior
 
 #: every measure the kernel computes, in several forms (cutoffs, rel=, judged_only=, gains=)
 NATIVE = ["ndcg@10", "nDCG", "AP", "map@5", "RR", "RR@3", "P@5", "P(rel=2)@5", "R@10", "Rprec", "Success@3", "Bpref",
@@ -232,19 +231,6 @@ def test_random_coded_runs_match_pytrec_eval(case: tuple[CodedRun, pd.DataFrame]
     for qid, values in want.items():
         for name in TREC:
             assert got.loc[qid, name] == pytest.approx(values[name], abs=1e-9), (qid, name)
-
-
-class Prior(RerankerStage):
-    """A columnar reranker with many ties: ``round(score, 1) + weight * (doc code % 3)``, re-sorted."""
-
-    def __init__(self, weight: float) -> None:
-        self.weight = weight
-
-    def stage_params(self) -> dict[str, Any]:
-        return {"weight": self.weight}
-
-    def transform(self, batch: Any, candidates: Any) -> Any:
-        return rescored(candidates, np.round(candidates.score, 1) + self.weight * (candidates.doc % 3))
 
 
 @pytest.fixture(scope="module")

@@ -15,27 +15,13 @@ import pandas as pd
 import pytest
 
 from kolm_search import BM25Retriever, DefaultQueryPlanner, Experiment, SearchClient, compare, evaluate
-from kolm_search.compose import RerankerStage
-from kolm_search.compose.frame_ops import rescored
 from kolm_search.compose.queries import CodedRun
 from kolm_search.evaluation.experiment import Runs
 from kolm_search.evaluation.self_hits import drop_self_hits
 from kolm_search.io import load_dataset
+from tests.fakes import Prior
 
 METRICS = ["ndcg@10", "map", "recall@20"]
-
-
-class Prior(RerankerStage):
-    """A columnar reranker with many ties: ``score + weight * (doc code % 3)``, re-sorted."""
-
-    def __init__(self, weight: float) -> None:
-        self.weight = weight
-
-    def stage_params(self) -> dict[str, Any]:
-        return {"weight": self.weight}
-
-    def transform(self, batch: Any, candidates: Any) -> Any:
-        return rescored(candidates, np.round(candidates.score, 1) + self.weight * (candidates.doc % 3))
 
 
 @pytest.fixture(scope="module")

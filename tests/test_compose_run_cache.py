@@ -15,11 +15,10 @@ import pandas as pd
 import pytest
 
 from kolm_search import BM25Retriever, Experiment, as_stage
-from kolm_search.compose import RerankerStage
-from kolm_search.compose.frame_ops import rescored
 from kolm_search.compose.queries import CodedRun, prepare_queries, run_coded
 from kolm_search.compose.run_cache import RunCache
 from kolm_search.io import load_dataset
+from tests.fakes import Prior
 
 
 class Counted(BM25Retriever):
@@ -28,19 +27,6 @@ class Counted(BM25Retriever):
     def retrieve_batch(self, batch: Any) -> Any:
         type(self).calls += 1
         return super().retrieve_batch(batch)
-
-
-class Prior(RerankerStage):
-    """A columnar reranker: ``score + weight * (doc code % 7)``, re-sorted."""
-
-    def __init__(self, weight: float) -> None:
-        self.weight = weight
-
-    def stage_params(self) -> dict[str, Any]:
-        return {"weight": self.weight}
-
-    def transform(self, batch: Any, candidates: Any) -> Any:
-        return rescored(candidates, candidates.score + self.weight * (candidates.doc % 7))
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +41,7 @@ def ds():  # type: ignore[no-untyped-def]
 def _pipes(corpus: pd.DataFrame, weights: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5), k: int = 30,
            k1: float = 0.9) -> dict[str, Any]:
     first = Counted(corpus, k1=k1) % k
-    return {f"prior{w}": first >> Prior(w) for w in weights}
+    return {f"prior{w}": first >> Prior(w, modulus=7, rounded=False) for w in weights}
 
 
 def _run(pipes: dict[str, Any], ds: Any, cache: Path | None, **kw: Any) -> Experiment:
@@ -154,7 +140,7 @@ def test_a_stage_without_fingerprint_is_not_cached_whole(ds, tmp_path: Path) -> 
         def retrieve(self, context: Any) -> Any:
             return self.bm25.retrieve(context)
 
-    pipes = {"plain": as_stage(Plain(ds.corpus)) % 20 >> Prior(0.3)}
+    pipes = {"plain": as_stage(Plain(ds.corpus)) % 20 >> Prior(0.3, modulus=7, rounded=False)}
     exp = _run(pipes, ds, tmp_path)
     assert exp.run_cache is not None and exp.run_cache.writes == 0
     _same_as_uncached(exp, pipes, ds)
