@@ -14,7 +14,7 @@ where scores tie. The values are those of ``evaluate`` on the run's DataFrame, f
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -150,17 +150,42 @@ class Runs(MutableMapping[str, pd.DataFrame]):
     def __init__(self) -> None:
         self._frames: dict[str, pd.DataFrame] = {}
         self._coded: dict[str, tuple[CodedRun, int | None]] = {}
+        self._pending: dict[str, Callable[[], tuple[CodedRun, int | None]]] = {}
         self._order: dict[str, None] = {}
+        self._own: set[str] = set()
 
     def set_coded(self, name: str, run: CodedRun, self_hits_limit: int | None = None) -> None:
         """Keep ``run`` under ``name``; its DataFrame (:meth:`CodedRun.frame`, with
         ``self_hits_limit`` cut by ``drop_self_hits(frame, self_hits_limit)``) is made when asked for."""
         self._frames.pop(name, None)
+        self._pending.pop(name, None)
         self._coded[name] = (run, self_hits_limit)
         self._order[name] = None
+        self._own.add(name)
+
+    def set_pending(self, name: str, load: Callable[[], tuple[CodedRun, int | None]]) -> None:
+        """Keep under ``name`` what makes its run: ``load()`` returns the arguments of
+        :meth:`set_coded` and is called when the run is first asked for (an experiment whose
+        measure table was read from its cache reads no run until one is used)."""
+        self._frames.pop(name, None)
+        self._coded.pop(name, None)
+        self._pending[name] = load
+        self._order[name] = None
+        self._own.add(name)
+
+    def computed(self, name: str) -> bool:
+        """True when the run under ``name`` is the experiment's own (set by :meth:`set_coded` or
+        :meth:`set_pending`), not a DataFrame a caller set."""
+        return name in self._own
+
+    def _load(self, name: str) -> None:
+        load = self._pending.pop(name, None)
+        if load is not None:
+            self.set_coded(name, *load())
 
     def coded(self, name: str) -> CodedRun | None:
         """The coded run kept under ``name`` whose DataFrame is ``run.frame()`` as is, else None."""
+        self._load(name)
         found = self._coded.get(name)
         return found[0] if found is not None and found[1] is None else None
 
@@ -168,6 +193,7 @@ class Runs(MutableMapping[str, pd.DataFrame]):
         found = self._frames.get(name)
         if found is not None:
             return found
+        self._load(name)
         run, limit = self._coded[name]  # KeyError for a name never set
         frame = run.frame()
         frame = frame if limit is None else drop_self_hits(frame, limit)[0]
@@ -177,6 +203,8 @@ class Runs(MutableMapping[str, pd.DataFrame]):
 
     def __setitem__(self, name: str, run: pd.DataFrame) -> None:
         self._coded.pop(name, None)
+        self._pending.pop(name, None)
+        self._own.discard(name)
         self._frames[name] = run
         self._order[name] = None
 
@@ -185,6 +213,8 @@ class Runs(MutableMapping[str, pd.DataFrame]):
             raise KeyError(name)
         self._frames.pop(name, None)
         self._coded.pop(name, None)
+        self._pending.pop(name, None)
+        self._own.discard(name)
         del self._order[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -210,6 +240,7 @@ class Runs(MutableMapping[str, pd.DataFrame]):
         mapped: list[QrelsCodes] = []
         out: dict[str, pd.DataFrame] = {}
         for name in self:
+            self._load(name)
             coded = self._coded.get(name)
             table = None
             if coded is not None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +27,12 @@ from kolm_search.engine.runs import as_qrels
 from kolm_search.errors import KolmError, KolmValueError
 from kolm_search.evaluation.coded_runs import Runs
 from kolm_search.evaluation.compare import compare, per_query_table
+from kolm_search.evaluation.measures import metric_key, metric_list
 from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.runner import run_queries
 from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
 from kolm_search.evaluation.stats import Correction, Interval, Test
+from kolm_search.evaluation.table_cache import TableCache, qrels_digest, settings_digest
 
 __all__ = ["Experiment", "Runs"]
 
@@ -116,6 +120,7 @@ class Experiment:
         self._digest: tuple[Any, str | None] | None = None
         self.shared = RunState(cache=None if self.cache_dir is None else StageCache(self.cache_dir / "stages"))
         self.run_cache = None if self.cache_dir is None else RunCache(self.cache_dir / "runs")
+        self.table_cache = None if self.cache_dir is None else TableCache(self.cache_dir / "tables")
 
     def _cache_path(self, name: str) -> Path | None:
         if self.cache_dir is None:
@@ -207,10 +212,73 @@ class Experiment:
 
     def run(self) -> ComparisonTable:
         """Search (or reuse cached runs) and return the :func:`compare` table (``.to_latex()``,
-        ``.to_markdown()`` render it)."""
+        ``.to_markdown()`` render it).
+
+        With ``cache_dir``, the table is kept in ``cache_dir/tables``
+        (:class:`~kolm_search.evaluation.table_cache.TableCache`) when every pipeline is a stage
+        whose run the run cache keys: a second run finding it reads neither the runs nor measures
+        them (:attr:`runs` then reads a run when it is first asked for)."""
+        key = self._table_key()
+        if key is not None and self.table_cache is not None:
+            found = self.table_cache.get(*key, [str(n) for n in self.pipelines], self._metric_keys())
+            if found is not None:
+                self._pend_runs()
+                return found
         self.run_pipelines()
-        return compare(self.runs, self.dataset.qrels, self.metrics, baseline=self.baseline, test=self.test,
-                       correction=self.correction, ci=self.ci, seed=self.seed, drop_self_hits=self.drop_self_hits)
+        table = compare(self.runs, self.dataset.qrels, self.metrics, baseline=self.baseline, test=self.test,
+                        correction=self.correction, ci=self.ci, seed=self.seed, drop_self_hits=self.drop_self_hits)
+        if key is not None and self.table_cache is not None:
+            self.table_cache.put(*key, table)
+        return table
+
+    def _metric_keys(self) -> list[str]:
+        return [metric_key(m) for m in metric_list(self.metrics)]
+
+    def _table_key(self) -> tuple[str, str] | None:
+        """(a digest of every pipeline's name and run key, a digest of the qrels and of every
+        measuring setting) of the measure table in the table cache, or None: no cache, a
+        pipeline that is not a stage or whose run has no key, a run a caller set in
+        :attr:`runs`, qrels or settings that cannot be digested."""
+        if self.table_cache is None or not isinstance(self.runs, Runs):
+            return None
+        if not all(isinstance(m, str) for m in self.metrics) or not isinstance(self.seed, int) \
+                or not all(isinstance(n, str) for n in self.pipelines):
+            return None
+        queries = self.dataset.judged_queries()
+        parts = []
+        for name, stage in self.pipelines.items():
+            if not isinstance(stage, Stage) or (name in self.runs and not self.runs.computed(name)):
+                return None
+            run_key = self._run_key(stage, queries)
+            if run_key is None:
+                return None
+            parts.append([name, *run_key])
+        from kolm_search import __version__
+
+        qrels = qrels_digest(self.dataset.qrels)
+        if qrels is None:
+            return None
+        baseline = self.baseline if self.baseline is None or isinstance(self.baseline, str) else list(self.baseline)
+        settings = settings_digest({"qrels": qrels, "metrics": self.metrics, "baseline": baseline, "test": self.test,
+                                    "correction": self.correction, "ci": self.ci, "seed": self.seed,
+                                    "alpha": 0.05, "n_resamples": 10_000, "relevance_level": 1,
+                                    "limit": self.limit, "drop_self_hits": self.drop_self_hits,
+                                    "package": __version__})
+        if settings is None:
+            return None
+        return hashlib.sha256(json.dumps(parts).encode("utf-8", "surrogatepass")).hexdigest()[:40], settings
+
+    def _pend_runs(self) -> None:
+        """Every stage pipeline's run, not read yet, made readable on first use."""
+        assert isinstance(self.runs, Runs)
+        cut = self.limit if self.drop_self_hits else None
+
+        def loader(stage: Stage) -> Callable[[], tuple[CodedRun, int | None]]:
+            return lambda: (self._run_stage(stage, self.dataset.judged_queries()), cut)
+
+        for name, stage in self.pipelines.items():
+            if name not in self.runs:
+                self.runs.set_pending(name, loader(stage))
 
     def per_query(self) -> dict[str, pd.DataFrame]:
         """``{metric: DataFrame qid x pipeline}`` of per-query scores."""

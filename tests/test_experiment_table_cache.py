@@ -1,0 +1,187 @@
+"""An experiment's measure table kept in its ``cache_dir`` (issue 27, speed bound (c)): a second
+``Experiment.run()`` over the same folder reads the table (no run read, nothing measured) and
+returns the very table the first run returned (frame, dtypes, attrs, per-query values, curves);
+a damaged or foreign entry is measured again with a warning; changed qrels, metrics or settings
+measure again. Oracles: the first run's table, and the table of an experiment without a cache."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kolm_search import BM25Retriever, Experiment
+from kolm_search.evaluation import coded_runs, compare
+from kolm_search.evaluation.table_cache import TableCache, qrels_digest, same_table
+from kolm_search.io import load_dataset
+from tests.fakes import Prior
+
+
+@pytest.fixture(scope="module")
+def ds():  # type: ignore[no-untyped-def]
+    data = load_dataset("cranfield")
+    keep = set(data.judged_queries()["qid"].iloc[:40])
+    data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
+    data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
+    return data
+
+
+@pytest.fixture(scope="module")
+def pipes(ds):  # type: ignore[no-untyped-def]
+    first = BM25Retriever(ds.corpus) % 30
+    return {f"prior{w}": first >> Prior(w, modulus=7, rounded=False) for w in (0.1, 0.2, 0.3, 0.4, 0.5)}
+
+
+METRICS = ["ndcg@10", "P@5", "recall@20"]
+
+
+def _exp(pipes: dict[str, Any], ds: Any, cache: Path | None, metrics: list[str] = METRICS, **kw: Any) -> Experiment:
+    kw = {"limit": 20, "drop_self_hits": False, "baseline": ["prior0.1", "prior0.3"]} | kw
+    return Experiment(pipes, ds, metrics, progress=False, cache_dir=cache, **kw)
+
+
+def _assert_same(a: Any, b: Any) -> None:
+    assert type(a) is type(b)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert a.attrs == b.attrs
+    assert list(a.per_query) == list(b.per_query)
+    for m in a.per_query:
+        pd.testing.assert_frame_equal(a.per_query[m], b.per_query[m], check_exact=True)
+    pd.testing.assert_frame_equal(a.curves, b.curves, check_exact=True)
+    assert same_table(a, b)
+
+
+@pytest.mark.parametrize("kw", [{}, {"test": "wilcoxon", "correction": "bh"}, {"drop_self_hits": True},
+                                {"test": "tukey", "baseline": None}])
+def test_a_second_run_reads_the_table_and_no_run(ds, pipes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                                 kw: dict[str, Any]) -> None:
+    first = _exp(pipes, ds, tmp_path, **kw)
+    table = first.run()
+    assert first.table_cache is not None and first.table_cache.writes == 1
+    _assert_same(table, _exp(pipes, ds, None, **kw).run())  # the cache changes nothing of the table
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a cached rerun measured a run")
+
+    monkeypatch.setattr(coded_runs, "evaluate_coded", refused)
+    monkeypatch.setattr(coded_runs, "evaluate", refused)
+    again = _exp(pipes, ds, tmp_path, **kw)
+    cached = again.run()
+    assert again.table_cache is not None and again.table_cache.reads == 1
+    assert again.run_cache is not None and again.run_cache.reads == 0  # no run read
+    assert not again.shared.computed
+    _assert_same(table, cached)
+    monkeypatch.undo()
+    # the runs are still there when asked for (read then), equal to the first experiment's
+    for name in pipes:
+        pd.testing.assert_frame_equal(again.runs[name], first.runs[name])
+    assert again.run_cache.reads == len(pipes) and not again.shared.computed
+
+
+@pytest.mark.parametrize("change", ["qrels", "metric", "baseline", "test", "seed", "pipeline", "limit", "names"])
+def test_any_change_measures_again(ds, pipes, tmp_path: Path, change: str) -> None:  # type: ignore[no-untyped-def]
+    _exp(pipes, ds, tmp_path).run()
+    kw: dict[str, Any] = {}
+    metrics, data, chosen = METRICS, ds, pipes
+    if change == "qrels":
+        data = load_dataset("cranfield")
+        data.queries, data.qrels = ds.queries, ds.qrels.copy()
+        data.qrels.loc[0, "relevance"] = int(data.qrels.loc[0, "relevance"]) + 1
+    elif change == "metric":
+        metrics = ["ndcg@10", "P@10", "recall@20"]
+    elif change == "baseline":
+        kw["baseline"] = "prior0.2"
+    elif change == "test":
+        kw["test"] = "wilcoxon"
+    elif change == "seed":
+        kw["seed"] = 1
+    elif change == "pipeline":
+        chosen = dict(pipes)
+        chosen["prior0.5"] = BM25Retriever(ds.corpus) % 30 >> Prior(0.55, modulus=7, rounded=False)
+    elif change == "limit":
+        kw["limit"] = 15
+    elif change == "names":
+        chosen = {("x" + k if k == "prior0.5" else k): v for k, v in pipes.items()}
+    again = _exp(chosen, data, tmp_path, metrics, **kw)
+    table = again.run()
+    assert again.table_cache is not None and again.table_cache.reads == 0 and again.table_cache.writes == 1
+    _assert_same(table, _exp(chosen, data, None, metrics, **kw).run())
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "foreign", "garbage"])
+def test_a_damaged_or_foreign_entry_is_measured_again_with_a_warning(ds, pipes, tmp_path: Path, damage: str) -> None:  # type: ignore[no-untyped-def]
+    table = _exp(pipes, ds, tmp_path).run()
+    files = sorted((tmp_path / "tables").glob("*.arrow"))
+    assert len(files) == 1
+    path = files[0]
+    raw = bytearray(path.read_bytes())
+    if damage == "truncate":
+        path.write_bytes(bytes(raw[: len(raw) // 2]))
+    elif damage == "flip":  # a byte of the per-query values (the Arrow body, not the metadata)
+        at = raw.find(np.float64(table.per_query["ndcg@10"].iloc[0, 0]).tobytes()) if \
+            table.per_query["ndcg@10"].iloc[0, 0] != 0 else -1
+        at = at if at >= 0 else len(raw) // 3
+        raw[at] ^= 0x10
+        path.write_bytes(bytes(raw))
+    elif damage == "foreign":  # another experiment's entry put in this one's place
+        other = tmp_path / "other"
+        _exp(pipes, ds, other, ["ndcg@10", "P@10", "recall@20"]).run()
+        path.write_bytes(next((other / "tables").glob("*.arrow")).read_bytes())
+    else:
+        path.write_bytes(b"not an arrow file")
+    again = _exp(pipes, ds, tmp_path)
+    with pytest.warns(RuntimeWarning, match="measure table cache file .* is damaged"):
+        cached = again.run()
+    assert again.table_cache is not None and again.table_cache.damaged == 1 and again.table_cache.writes == 1
+    _assert_same(table, cached)
+    third = _exp(pipes, ds, tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _assert_same(table, third.run())  # the entry was replaced by a good one
+    assert third.table_cache is not None and third.table_cache.reads == 1
+
+
+def test_a_run_a_caller_set_is_measured_not_read(ds, pipes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _exp(pipes, ds, tmp_path).run()
+    again = _exp(pipes, ds, tmp_path)
+    mine = again.run_pipelines()["prior0.2"].copy()
+    mine["score"] = -mine["score"]  # another run under a pipeline's name
+    again.runs["prior0.2"] = mine
+    table = again.run()
+    assert again.table_cache is not None and again.table_cache.reads == 0 and again.table_cache.writes == 0
+    expected = compare({n: again.runs[n] for n in pipes}, ds.qrels, METRICS, baseline=["prior0.1", "prior0.3"],
+                       drop_self_hits=False)
+    _assert_same(table, expected)
+
+
+def test_qrels_digest_tells_values_and_types_apart(ds) -> None:  # type: ignore[no-untyped-def]
+    q = ds.qrels
+    assert qrels_digest(q) == qrels_digest(q.copy())
+    plain = q.assign(qid=q["qid"].astype(str), doc_id=q["doc_id"].astype(str))
+    changed = plain.copy()
+    changed.loc[3, "doc_id"] = str(changed.loc[3, "doc_id"]) + "x"
+    assert qrels_digest(changed) not in (qrels_digest(plain), None)
+    mixed = pd.DataFrame({"qid": ["1", 1], "doc_id": ["a", "b"], "relevance": [1, 1]}, dtype=object)
+    assert qrels_digest(mixed) is None
+    as_int = q.assign(relevance=q["relevance"].astype("int32"))
+    assert qrels_digest(as_int) != qrels_digest(q)
+
+
+def test_a_table_that_would_not_read_back_equal_is_not_stored(ds, pipes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    table = _exp(pipes, ds, None).run()
+    cache = TableCache(tmp_path)
+    odd = table.copy()
+    odd["extra"] = [object()] * len(odd)  # a column this format does not keep
+    from kolm_search.evaluation.report import ComparisonTable
+
+    odd = ComparisonTable(odd)
+    odd.per_query, odd.curves = table.per_query, table.curves
+    odd.attrs.update(table.attrs)
+    assert not cache.put("a", "b", odd)
+    assert not list(tmp_path.glob("*"))
+    assert cache.put("a", "b", table)
+    _assert_same(table, cache.get("a", "b", list(pipes), [*table.per_query]))
