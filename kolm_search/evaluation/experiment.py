@@ -253,8 +253,6 @@ class Experiment:
             if run_key is None:
                 return None
             parts.append([name, *run_key])
-        from kolm_search import __version__
-
         qrels = qrels_digest(self.dataset.qrels)
         if qrels is None:
             return None
@@ -262,8 +260,7 @@ class Experiment:
         settings = settings_digest({"qrels": qrels, "metrics": self.metrics, "baseline": baseline, "test": self.test,
                                     "correction": self.correction, "ci": self.ci, "seed": self.seed,
                                     "alpha": 0.05, "n_resamples": 10_000, "relevance_level": 1,
-                                    "limit": self.limit, "drop_self_hits": self.drop_self_hits,
-                                    "package": __version__})
+                                    "limit": self.limit, "drop_self_hits": self.drop_self_hits})
         if settings is None:
             return None
         return hashlib.sha256(json.dumps(parts).encode("utf-8", "surrogatepass")).hexdigest()[:40], settings

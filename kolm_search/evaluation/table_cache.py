@@ -8,8 +8,7 @@ An entry is keyed by the runs it measures (each pipeline's name and its run's ke
 cache: the pipeline's fingerprint and the digest of the queries, the limit and the self-hit
 dropping, :class:`~kolm_search.compose.run_cache.RunCache`) and by the measuring: a digest of
 the qrels (:func:`qrels_digest`), the metrics, baselines, test, correction, interval, alpha,
-resamples, seed, relevance level, self-hit dropping, and this format's and the package's
-versions. Any change of these is another entry (computed, then stored).
+resamples, seed, relevance level, self-hit dropping, and this format's version. Any change of these is another entry (computed, then stored).
 
 A file is an Arrow IPC file: ``qid`` (string) and one float64 column per (metric, run) of the
 per-query values (``per_query``, every metric's table has the same queries and runs), and, in
