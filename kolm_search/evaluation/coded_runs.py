@@ -21,13 +21,22 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from kolm_search._kernels.measure_ids import DIVERSITY_IDS, METRIC_IDS
 from kolm_search.compose.queries import CodedRun, PreparedQueries
 from kolm_search.engine import ids
-from kolm_search.evaluation.measure_pass import CodedPair, measure, per_query_frame, prepare_qrels, settings
+from kolm_search.errors import FrameValidationError
+from kolm_search.evaluation.measure_pass import (
+    CodedPair,
+    measure,
+    per_query_frame,
+    per_query_rows,
+    prepare_qrels,
+    settings,
+)
 from kolm_search.evaluation.metrics import evaluate
 from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
 
-__all__ = ["QrelsCodes", "Runs", "evaluate_coded"]
+__all__ = ["QrelsCodes", "Runs", "evaluate_coded", "evaluate_coded_together"]
 
 I64 = npt.NDArray[np.int64]
 DENSE_DOCS = 1 << 22  # tables up to this many documents get a per-document array; larger ones a search
@@ -110,19 +119,10 @@ def evaluate_coded(run: CodedRun, codes: QrelsCodes, specs: list[Any], keys: lis
     the run and be ``distinct``. ``drop``: self-hits dropped as ``evaluate(drop_self_hits=True)``
     drops them (a query left without rows scores 0). None when a score is NaN (``evaluate`` of
     the DataFrame names the row)."""
-    q, doc, rank, score = run.flat()
-    if np.isnan(score).any():
+    arrays = _coded_arrays(run, codes, self_hits_limit, drop)
+    if arrays is None:
         return None
-    if self_hits_limit is not None:  # the experiment's cut: self-hits out, then the limit
-        kept = _cut(q, rank, doc != codes.self_codes()[q], int(self_hits_limit))
-        q, doc, score = q[kept], doc[kept], score[kept]
-    emptied = None
-    if drop:
-        hit = doc == codes.self_codes()[q]
-        if hit.any():
-            before = np.bincount(codes.row_q[q], minlength=len(codes.q_labels)) > 0
-            q, doc, score = q[~hit], doc[~hit], score[~hit]
-            emptied = before & ~(np.bincount(codes.row_q[q], minlength=len(codes.q_labels)) > 0)
+    q, doc, score, emptied = arrays
     if codes.n_docs <= DENSE_DOCS:
         run_d, n_run_d = doc, codes.n_docs
     else:  # codes of the documents this run retrieves (the kernel keeps a mark per code)
@@ -137,6 +137,74 @@ def evaluate_coded(run: CodedRun, codes: QrelsCodes, specs: list[Any], keys: lis
     values, keep = measure(pair, specs, relevance_level=relevance_level, judged_only=judged_only, missing=missing,
                            n_threads=n_threads, subtopics=subtopics)
     return per_query_frame(pair, values, keep, keys)
+
+
+def evaluate_coded_together(items: Sequence[tuple[CodedRun, int | None]], codes: QrelsCodes, specs: list[Any],
+                            keys: list[str], *, drop: bool = False, relevance_level: int = 1,
+                            judged_only: bool = False, missing: Literal["ignore", "zero"] = "ignore",
+                            n_threads: int | None = None) -> list[pd.DataFrame | None] | None:
+    """:func:`evaluate_coded` of several runs (each with its ``self_hits_limit``) over the same
+    ``codes``, in one kernel pass: run ``i``'s queries take codes ``i * n_q + code`` and the
+    qrels are repeated for each run, so each query of each run is measured on its own, as the
+    runs one by one would be (the kernel's values are per query). None when it does not apply
+    (a table too large for per-document marks, a measure the kernel does not compute, a run
+    holding a document twice: then one by one, whose errors name the query); an item is None
+    for a run with a NaN score."""
+    if codes.n_docs > DENSE_DOCS or any(not s.kind or s.kind in DIVERSITY_IDS or s.kind not in METRIC_IDS
+                                        for s in specs):
+        return None
+    n_q = len(codes.q_labels)
+    found = [_coded_arrays(run, codes, limit, drop) for run, limit in items]
+    live = [i for i, a in enumerate(found) if a is not None]
+    tables = {run.table for run, _ in items}
+    if len(live) < 2 or len(tables) != 1 or len(live) * max(n_q, 1) >= 1 << 31:
+        return None
+    table = next(iter(tables))
+    parts = [found[i] for i in live]
+    doc = np.concatenate([a[1] for a in parts if a is not None])
+    run_q = np.concatenate([codes.row_q[a[0]] + j * n_q for j, a in enumerate(parts) if a is not None])
+    score = np.concatenate([a[2] for a in parts if a is not None])
+    emptied = None
+    if any(a[3] is not None for a in parts if a is not None):
+        emptied = np.concatenate([np.zeros(n_q, bool) if a[3] is None else a[3] for a in parts if a is not None])
+    k = len(parts)
+    pair = CodedPair(q_labels=codes.q_labels[np.tile(np.arange(n_q), k)], run_q=run_q,
+                     score32=score.astype(np.float32), run_d=doc, n_run_d=codes.n_docs,
+                     run_judged=codes.judged_of(doc), docs_at=lambda rows: table.ids_of(doc[rows]),
+                     id_ranks=lambda rows: table.id_ranks(doc[rows]),
+                     qrels_q=np.concatenate([codes.qrels_q + j * n_q for j in range(k)]),
+                     qrels_d=np.tile(codes.qrels_d, k), rel=np.tile(codes.rel, k), judged=codes.judged,
+                     emptied=emptied)
+    try:
+        values, keep = measure(pair, specs, relevance_level=relevance_level, judged_only=judged_only,
+                               missing=missing, n_threads=n_threads)
+    except FrameValidationError:
+        return None
+    out: list[pd.DataFrame | None] = [None] * len(items)
+    for j, i in enumerate(live):
+        block = slice(j * n_q, (j + 1) * n_q)
+        out[i] = per_query_rows(codes.q_labels, values[block], keep[block], keys)
+    return out
+
+
+def _coded_arrays(run: CodedRun, codes: QrelsCodes, self_hits_limit: int | None, drop: bool,
+                  ) -> tuple[I64, I64, npt.NDArray[np.float64], npt.NDArray[np.bool_] | None] | None:
+    """The rows of ``run`` that :func:`evaluate_coded` measures: (query row, document code,
+    score, the queries left without rows by ``drop`` or None), None when a score is NaN."""
+    q, doc, rank, score = run.flat()
+    if np.isnan(score).any():
+        return None
+    if self_hits_limit is not None:  # the experiment's cut: self-hits out, then the limit
+        kept = _cut(q, rank, doc != codes.self_codes()[q], int(self_hits_limit))
+        q, doc, score = q[kept], doc[kept], score[kept]
+    emptied = None
+    if drop:
+        hit = doc == codes.self_codes()[q]
+        if hit.any():
+            before = np.bincount(codes.row_q[q], minlength=len(codes.q_labels)) > 0
+            q, doc, score = q[~hit], doc[~hit], score[~hit]
+            emptied = before & ~(np.bincount(codes.row_q[q], minlength=len(codes.q_labels)) > 0)
+    return q, np.asarray(doc, np.int64), score, emptied
 
 
 class Runs(MutableMapping[str, pd.DataFrame]):
@@ -239,11 +307,30 @@ class Runs(MutableMapping[str, pd.DataFrame]):
         prepared_qrels: tuple[pd.DataFrame, Any, Any] | None = None
         mapped: list[QrelsCodes] = []
         out: dict[str, pd.DataFrame] = {}
+        together: dict[str, pd.DataFrame | None] = {}
         for name in self:
             self._load(name)
+        if sum(name in self._coded for name in self) > 1:  # the runs over one table and queries in one pass
+            prepared_qrels = prepare_qrels(qrels, specs)
+            groups: dict[int, tuple[QrelsCodes, list[str]]] = {}
+            for name in self:
+                coded = self._coded.get(name)
+                codes = None if coded is None else self._codes_for(coded[0], prepared_qrels, mapped)
+                if coded is not None and codes is not None:
+                    groups.setdefault(id(codes), (codes, []))[1].append(name)
+            for codes, names in groups.values():
+                if len(names) < 2:
+                    continue
+                tables = evaluate_coded_together(
+                    [self._coded[n] for n in names], codes, specs, keys,
+                    drop=wants_self_hits_dropped(prepared_qrels[0], drop_self_hits), relevance_level=relevance_level,
+                    judged_only=judged_only, missing=missing, n_threads=n_threads)
+                if tables is not None:
+                    together.update(zip(names, tables, strict=True))
+        for name in self:
             coded = self._coded.get(name)
-            table = None
-            if coded is not None:
+            table = together.get(name)
+            if table is None and coded is not None:
                 if prepared_qrels is None:
                     prepared_qrels = prepare_qrels(qrels, specs)
                 qrels_df, _, subtopics = prepared_qrels

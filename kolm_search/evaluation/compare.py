@@ -17,7 +17,7 @@ import pandas as pd
 from kolm_search.engine.runs import as_qrels, as_run
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.coded_runs import Runs
-from kolm_search.evaluation.curves import CURVE_MEASURES, RECALL_LEVELS, mean_curve
+from kolm_search.evaluation.curves import CURVE_MEASURES, RECALL_LEVELS, mean_curves
 from kolm_search.evaluation.measures import metric_key, metric_list
 from kolm_search.evaluation.metrics import evaluate
 from kolm_search.evaluation.report import ComparisonTable
@@ -32,6 +32,7 @@ from kolm_search.evaluation.stats import (
     confidence_interval,
     correct,
     effect_size,
+    paired_t,
     paired_test,
     rng_of,
     tukey_hsd,
@@ -73,12 +74,18 @@ def common_tables(tables: Mapping[Any, pd.DataFrame], keys: Sequence[str]) -> di
     found = [t["qid"].astype(str).to_numpy(dtype=object) for t in tables.values()]
     qids = sorted(set(np.concatenate(found).tolist())) if found else []
     index = pd.Index(qids, name="qid")
+    ordered = np.array(qids, dtype=object)
     columns: dict[str, dict[Any, np.ndarray]] = {m: {} for m in keys}
-    for name, table in tables.items():
-        at = index.get_indexer(table["qid"].astype(str))
+    for (name, table), ids_ in zip(tables.items(), found, strict=True):
+        whole = len(ids_) == len(ordered) and bool((ids_ == ordered).all())  # every query, in order (the rule)
+        at = None if whole else index.get_indexer(ids_)
         for m in keys:
-            column = np.zeros(len(index))
-            column[at] = table[m].to_numpy(np.float64)
+            values = table[m].to_numpy(np.float64)
+            if at is None:
+                column = values.copy()
+            else:
+                column = np.zeros(len(index))
+                column[at] = values
             column[np.isnan(column)] = 0.0
             columns[m][name] = column
     return {m: pd.DataFrame(columns[m], index=index) if columns[m] else pd.DataFrame(index=index) for m in keys}
@@ -187,6 +194,10 @@ def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = 
         metric_rows = []
         for base in bases:
             b = t[base].to_numpy()
+            others = [n for n in names if n != base]
+            fast = None  # Student's t of every run against this baseline at once (no randomness)
+            if tukey is None and (test == "t" or ci == "t") and others:
+                fast = paired_t(b, np.stack([t[n].to_numpy() for n in others]), confidence=1 - alpha)
             metric_rows.append({"run": base, "metric": metric, "baseline": base,
                                 "mean": float(b.mean()) if b.size else float("nan"), "delta": 0.0, "ci_low": 0.0,
                                 "ci_high": 0.0, "effect_size": 0.0, "p_value": np.nan, "p_adjusted": np.nan,
@@ -200,8 +211,11 @@ def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = 
                     pair = tukey.loc[(n, base)]
                     p, low, high = float(pair["p_value"]), float(pair["ci_low"]), float(pair["ci_high"])
                 else:
-                    p = paired_test(b, x, test, n_resamples=n_resamples, seed=rng)
-                    low, high = confidence_interval(b, x, ci, confidence=1 - alpha, n_resamples=n_resamples, seed=rng)
+                    at = others.index(n)
+                    p = float(fast[0][at]) if fast is not None and test == "t" else \
+                        paired_test(b, x, test, n_resamples=n_resamples, seed=rng)
+                    low, high = (float(fast[1][at]), float(fast[2][at])) if fast is not None and ci == "t" else \
+                        confidence_interval(b, x, ci, confidence=1 - alpha, n_resamples=n_resamples, seed=rng)
                 metric_rows.append({"run": n, "metric": metric, "baseline": base, "mean": float(x.mean()),
                                     "delta": float(d.mean()), "ci_low": low, "ci_high": high,
                                     "effect_size": effect_size(b, x), "p_value": p, "p_adjusted": np.nan,
@@ -213,7 +227,7 @@ def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = 
         rows += metric_rows
     table = ComparisonTable(rows, columns=list(COLUMNS))
     table.per_query = tables  # the pictures' scores (ComparisonTable.to_html, Experiment.plot)
-    table.curves = pd.DataFrame({n: mean_curve(raw[n])["precision"].to_numpy() for n in names},
+    table.curves = pd.DataFrame(mean_curves([raw[n] for n in names]).T.copy(), columns=pd.Index(names),
                                 index=pd.Index(RECALL_LEVELS, name="recall"))
     table.attrs["compare"] = {"baseline": bases[0], "baselines": bases, "test": test, "correction": correction,
                               "alpha": alpha, "ci": "tukey" if test == "tukey" else ci, "n_resamples": n_resamples,

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["CURVE_MEASURES", "RECALL_LEVELS", "mean_curve", "precision_recall_curve"]
+__all__ = ["CURVE_MEASURES", "RECALL_LEVELS", "mean_curve", "mean_curves", "precision_recall_curve"]
 
 RECALL_LEVELS = tuple(round(i / 10, 1) for i in range(11))
 #: the measures whose per-query values make the curve, one per recall level
@@ -26,6 +26,21 @@ def mean_curve(table: pd.DataFrame) -> pd.DataFrame:
         count = int(present.sum())
         means.append(float(np.where(present, column, 0.0).sum() / count) if count else float("nan"))
     return pd.DataFrame({"recall": np.array(RECALL_LEVELS), "precision": means})
+
+
+def mean_curves(tables: list[pd.DataFrame]) -> np.ndarray:
+    """:func:`mean_curve`'s precisions of several per-query tables at once: float64
+    ``(len(tables), 11)``, row ``i`` equal float for float to ``mean_curve(tables[i])["precision"]``
+    (each level's values summed as one contiguous row, as there)."""
+    out = np.full((len(tables), len(CURVE_MEASURES)), np.nan)
+    for i, table in enumerate(tables):
+        values = np.stack([table[m].to_numpy(np.float64) for m in CURVE_MEASURES])  # (11, n), rows contiguous
+        present = ~np.isnan(values)
+        counts = present.sum(axis=1)
+        sums = np.where(present, values, 0.0).sum(axis=1)
+        has = counts > 0
+        out[i, has] = sums[has] / counts[has]
+    return out
 
 
 def precision_recall_curve(run: Any, qrels: Any, *, per_query: bool = False, **settings: Any) -> pd.DataFrame:

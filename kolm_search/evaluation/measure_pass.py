@@ -34,7 +34,7 @@ from kolm_search.engine.runs import as_qrels, check_ids, check_qrels
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.evaluation.measures import MeasureSpec, metric_list, parse_measure
 
-__all__ = ["CodedPair", "check_grades", "measure", "per_query_frame", "prepare_qrels", "ranking_order",
+__all__ = ["CodedPair", "check_grades", "measure", "per_query_frame", "per_query_rows", "prepare_qrels", "ranking_order",
            "ranking_order_of", "settings"]
 
 I64 = npt.NDArray[np.int64]
@@ -302,7 +302,13 @@ def per_query_frame(pair: CodedPair, values: npt.NDArray[np.float64], keep: npt.
     """The per-query table of :func:`~kolm_search.evaluation.evaluate`: ``qid`` (strings, in
     the order of the query codes, which both callers give in sorted order of the ids) then
     one float64 column per measure key, the rows of the queries ``keep`` marks."""
+    return per_query_rows(pair.q_labels, values, keep, keys)
+
+
+def per_query_rows(q_labels: pd.Index, values: npt.NDArray[np.float64], keep: npt.NDArray[np.bool_],
+                   keys: list[str]) -> pd.DataFrame:
+    """:func:`per_query_frame` from the query codes' ids ``q_labels`` (``(n_q,)``)."""
     rows = np.flatnonzero(keep)
     table = pd.DataFrame(values[rows], columns=keys)
-    table.insert(0, "qid", ids.decode(pair.q_labels, rows))
+    table.insert(0, "qid", ids.decode(q_labels, rows))
     return table

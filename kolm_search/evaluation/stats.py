@@ -27,7 +27,7 @@ import pandas as pd
 from kolm_search.errors import KolmValueError
 
 __all__ = ["CORRECTIONS", "INTERVALS", "PAIRED_TESTS", "TESTS", "confidence_interval", "correct", "effect_size",
-           "paired_test", "rng_of", "tukey_hsd"]
+           "paired_t", "paired_test", "rng_of", "tukey_hsd"]
 
 TESTS = ("t", "wilcoxon", "fisher", "bootstrap", "tukey")
 PAIRED_TESTS = ("t", "wilcoxon", "fisher", "bootstrap")
@@ -127,6 +127,44 @@ def confidence_interval(a: npt.ArrayLike, b: npt.ArrayLike, method: Interval = "
     result = stats.bootstrap((diff,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
                              method="percentile", rng=rng_of(seed))
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def paired_t(a: npt.ArrayLike, b: npt.ArrayLike, *, confidence: float = 0.95) -> tuple[F64, F64, F64]:
+    """Student's paired t of ``a`` (n,) against each row of ``b`` (k, n) at once: the p-values of
+    :func:`paired_test` (``test="t"``) and the interval bounds of :func:`confidence_interval`
+    (``method="t"``), float for float (one ``scipy.stats.ttest_rel`` over the rows, each row's
+    reductions over its contiguous values as in the 1-D call; the same special cases per row).
+
+    Returns
+    -------
+    p, low, high : float64 ``(k,)``
+    """
+    from scipy import stats
+
+    x = np.asarray(a, np.float64)
+    y = np.ascontiguousarray(b, np.float64)
+    if x.ndim != 1 or y.ndim != 2 or y.shape[1] != x.size:
+        raise KolmValueError(f"paired scores must be (n,) and (k, n), got {x.shape} and {y.shape}")
+    k = y.shape[0]
+    p, low, high = np.ones(k), np.full(k, np.nan), np.full(k, np.nan)
+    if x.size < 2 or k == 0:
+        return p, low, high
+    diff = y - x
+    need_p = np.array([not np.allclose(row, 0.0, atol=1e-15) for row in diff], bool)
+    need_ci = np.array([np.ptp(row) != 0.0 for row in diff], bool)
+    rows = np.flatnonzero(need_p | need_ci)  # the rows the 1-D calls give to scipy
+    if len(rows):
+        result = stats.ttest_rel(y[rows], np.ascontiguousarray(np.broadcast_to(x, (len(rows), x.size))), axis=1)
+        interval = result.confidence_interval(confidence_level=confidence)
+        at = {int(i): j for j, i in enumerate(rows)}
+    for i in range(k):
+        if need_p[i]:
+            p[i] = float(result.pvalue[at[i]])
+        if need_ci[i]:
+            low[i], high[i] = float(interval.low[at[i]]), float(interval.high[at[i]])
+        else:
+            low[i] = high[i] = float(diff[i, 0])
+    return p, low, high
 
 
 def effect_size(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
