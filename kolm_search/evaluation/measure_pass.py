@@ -158,26 +158,39 @@ def ranking_order_of(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float
     if order is None:  # not in rank order already: the stable sort
         order = np.argsort(key, kind="stable")
     ranked = key[order]
+    if matters is not None:  # the runs of equal keys around the rows that matter (few): found by search
+        values = ranked[np.flatnonzero(matters[order])]
+        low, high = np.searchsorted(ranked, values, "left"), np.searchsorted(ranked, values, "right")
+        tied = high - low > 1
+        low, first = np.unique(low[tied], return_index=True)  # each run once, in position order
+        if not len(low):
+            return order
+        lengths = high[tied][first] - low
+        run = np.repeat(np.arange(len(low), dtype=np.int64), lengths)
+        rows = np.arange(len(run), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths) \
+            + np.repeat(low, lengths)
+        _break_ties(order, rows, run, id_ranks)
+        return order
     tied = np.flatnonzero(ranked[1:] == ranked[:-1])
     if tied.size:
         in_tie = np.zeros(len(order), bool)
         in_tie[tied] = in_tie[tied + 1] = True
         rows = np.flatnonzero(in_tie)  # every position of a run of equal keys
         run = np.cumsum(np.concatenate([[0], ranked[rows[1:]] != ranked[rows[:-1]]]))  # equal keys are adjacent
-        if matters is not None:  # only the runs of equal keys holding a row that matters
-            holds = np.zeros(int(run[-1]) + 1, bool)
-            holds[run[matters[order[rows]]]] = True
-            rows, run = rows[holds[run]], run[holds[run]]
-            if not len(rows):
-                return order
-        by_name = np.asarray(id_ranks(order[rows]), np.int64)
-        width = int(by_name.max()) + 1
-        if int(run[-1]) + 1 < (1 << 62) // width:  # one sort of (run, id descending) packed in an int64
-            within = np.argsort(run.astype(np.int64) * width + (width - 1 - by_name), kind="stable")
-        else:
-            within = np.lexsort((-by_name, run))
-        order[rows] = order[rows][within]
+        _break_ties(order, rows, run, id_ranks)
     return order
+
+
+def _break_ties(order: I64, rows: I64, run: I64, id_ranks: Callable[[I64], I64]) -> None:
+    """Sort ``order[rows]`` (positions of runs of equal keys, ascending; ``run`` each one's run
+    number, non-decreasing) within each run by document id descending, in place."""
+    by_name = np.asarray(id_ranks(order[rows]), np.int64)
+    width = int(by_name.max()) + 1
+    if int(run[-1]) + 1 < (1 << 62) // width:  # one sort of (run, id descending) packed in an int64
+        within = np.argsort(run.astype(np.int64) * width + (width - 1 - by_name), kind="stable")
+    else:
+        within = np.lexsort((-by_name, run))
+    order[rows] = order[rows][within]
 
 
 def _kernel_group(kernels: Any, specs: list[tuple[int, MeasureSpec]], level: int, judged_only: bool,
