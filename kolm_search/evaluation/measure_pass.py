@@ -159,13 +159,16 @@ def ranking_order_of(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float
         order = np.argsort(key, kind="stable")
     ranked = key[order]
     if matters is not None:  # the runs of equal keys around the rows that matter (few): found by search
-        values = ranked[np.flatnonzero(matters[order])]
-        low, high = np.searchsorted(ranked, values, "left"), np.searchsorted(ranked, values, "right")
-        tied = high - low > 1
-        low, first = np.unique(low[tied], return_index=True)  # each run once, in position order
-        if not len(low):
+        at = np.flatnonzero(matters[order])
+        values, last = ranked[at], len(ranked) - 1
+        tied = ((at > 0) & (ranked[np.maximum(at - 1, 0)] == values)) \
+            | ((at < last) & (ranked[np.minimum(at + 1, last)] == values))
+        values = values[tied]  # (sorted)
+        if not len(values):
             return order
-        lengths = high[tied][first] - low
+        low, high = np.searchsorted(ranked, values, "left"), np.searchsorted(ranked, values, "right")
+        low, first = np.unique(low, return_index=True)  # each run once, in position order
+        lengths = high[first] - low
         run = np.repeat(np.arange(len(low), dtype=np.int64), lengths)
         rows = np.arange(len(run), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths) \
             + np.repeat(low, lengths)
