@@ -61,6 +61,9 @@ def qrels_digest(qrels: pd.DataFrame) -> str | None:
     hash alike)."""
     if not isinstance(qrels, pd.DataFrame):
         return None
+    fast = _arrow_qrels_digest(qrels)
+    if fast is not None:
+        return fast
     for name in qrels.columns:
         column = qrels[name]
         if column.dtype == object and pd.api.types.infer_dtype(column, skipna=False) not in ("string", "empty"):
@@ -71,6 +74,41 @@ def qrels_digest(qrels: pd.DataFrame) -> str | None:
         return None
     head = json.dumps([[str(c), str(t)] for c, t in qrels.dtypes.items()])
     return _digest(f"qrels/1|{head}|{len(qrels)}|{hashlib.sha256(rows.tobytes()).hexdigest()}")
+
+
+def _arrow_qrels_digest(qrels: pd.DataFrame) -> str | None:
+    """:func:`qrels_digest` from the Arrow buffers of the columns (offsets and bytes of strings,
+    values of numbers), when every column is strings, integers or floats without nulls (a
+    categorical by its values); None otherwise (then by ``hash_pandas_object``, in another
+    namespace)."""
+    import pyarrow as pa
+
+    head = json.dumps([[str(c), str(t)] for c, t in qrels.dtypes.items()])
+    sha = hashlib.sha256(f"qrels/arrow/1|{head}|{len(qrels)}".encode("utf-8", "surrogatepass"))
+    for name in qrels.columns:
+        try:
+            column = pa.array(qrels[name], from_pandas=True)
+            if isinstance(column, pa.ChunkedArray):
+                column = pa.concat_arrays(column.chunks)
+            if pa.types.is_dictionary(column.type):
+                column = column.dictionary_decode()
+        except (pa.ArrowException, TypeError, ValueError):
+            return None
+        if column.null_count:
+            return None
+        sha.update(f"\x1d{column.type}".encode())
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            column = column.cast(pa.large_string())
+            offsets = np.frombuffer(column.buffers()[1], np.int64)[column.offset:column.offset + len(column) + 1]
+            sha.update((offsets - offsets[0]).tobytes())
+            data = column.buffers()[2]
+            if data is not None:
+                sha.update(memoryview(data)[int(offsets[0]):int(offsets[-1])])
+        elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+            sha.update(np.ascontiguousarray(column.to_numpy(zero_copy_only=False)).tobytes())
+        else:
+            return None
+    return sha.hexdigest()[:40]
 
 
 def settings_digest(settings: dict[str, Any]) -> str | None:
