@@ -15,7 +15,7 @@ where scores tie. The values are those of ``evaluate`` on the run's DataFrame, f
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -36,13 +36,28 @@ from kolm_search.evaluation.measure_pass import (
 from kolm_search.evaluation.metrics import evaluate
 from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
 
-__all__ = ["QrelsCodes", "Runs", "evaluate_coded", "evaluate_coded_together"]
+__all__ = ["Measured", "QrelsCodes", "Runs", "evaluate_coded", "evaluate_coded_together"]
 
 I64 = npt.NDArray[np.int64]
 DENSE_DOCS = 1 << 22  # tables up to this many documents get a per-document array; larger ones a search
 #: runs measured in one kernel pass hold fewer rows than this together (larger passes gain nothing
 #: over one pass per run: measured on 2 x 100,000 rows; 5 x 22,500 gain ~10 %)
 TOGETHER_ROWS = 1 << 17
+
+
+class Measured(NamedTuple):
+    """A run's per-query values before they are a DataFrame: ``values`` float64 ``(n_q, m)``
+    over the query codes whose ids are ``labels`` (sorted as strings), ``keep`` bool ``(n_q,)``
+    the queries evaluated, ``keys`` the measures' columns. :meth:`frame` is the per-query
+    table ``evaluate`` returns (``qid`` then a column per key, the kept rows)."""
+
+    labels: pd.Index
+    values: npt.NDArray[np.float64]
+    keep: npt.NDArray[np.bool_]
+    keys: list[str]
+
+    def frame(self) -> pd.DataFrame:
+        return per_query_rows(self.labels, self.values, self.keep, self.keys)
 
 
 class QrelsCodes:
@@ -115,13 +130,13 @@ def evaluate_coded(run: CodedRun, codes: QrelsCodes, specs: list[Any], keys: lis
                    self_hits_limit: int | None = None, drop: bool = False, relevance_level: int = 1,
                    judged_only: bool = False, missing: Literal["ignore", "zero"] = "ignore",
                    n_threads: int | None = None, subtopics: tuple[pd.DataFrame, str] | None = None,
-                   ) -> pd.DataFrame | None:
+                   values_only: bool = False) -> Any:
     """``evaluate(frame, qrels, specs, per_query=True, ...)`` of the run's DataFrame ``frame``
     (:meth:`CodedRun.frame`, or with ``self_hits_limit`` its ``drop_self_hits(frame,
     self_hits_limit)[0]``), computed from its codes; ``codes`` must :meth:`~QrelsCodes.matches`
     the run and be ``distinct``. ``drop``: self-hits dropped as ``evaluate(drop_self_hits=True)``
     drops them (a query left without rows scores 0). None when a score is NaN (``evaluate`` of
-    the DataFrame names the row)."""
+    the DataFrame names the row). ``values_only``: a :class:`Measured` instead of the DataFrame."""
     arrays = _coded_arrays(run, codes, self_hits_limit, drop)
     if arrays is None:
         return None
@@ -139,20 +154,20 @@ def evaluate_coded(run: CodedRun, codes: QrelsCodes, specs: list[Any], keys: lis
                      rel=codes.rel, judged=codes.judged, emptied=emptied)
     values, keep = measure(pair, specs, relevance_level=relevance_level, judged_only=judged_only, missing=missing,
                            n_threads=n_threads, subtopics=subtopics)
-    return per_query_frame(pair, values, keep, keys)
+    return Measured(codes.q_labels, values, keep, keys) if values_only else per_query_frame(pair, values, keep, keys)
 
 
 def evaluate_coded_together(items: Sequence[tuple[CodedRun, int | None]], codes: QrelsCodes, specs: list[Any],
                             keys: list[str], *, drop: bool = False, relevance_level: int = 1,
                             judged_only: bool = False, missing: Literal["ignore", "zero"] = "ignore",
-                            n_threads: int | None = None) -> list[pd.DataFrame | None] | None:
+                            n_threads: int | None = None) -> list[Measured | None] | None:
     """:func:`evaluate_coded` of several runs (each with its ``self_hits_limit``) over the same
     ``codes``, in one kernel pass: run ``i``'s queries take codes ``i * n_q + code`` and the
     qrels are repeated for each run, so each query of each run is measured on its own, as the
     runs one by one would be (the kernel's values are per query). None when it does not apply
     (a table too large for per-document marks, a measure the kernel does not compute, a run
     holding a document twice: then one by one, whose errors name the query); an item is None
-    for a run with a NaN score."""
+    for a run with a NaN score, else its :class:`Measured` values."""
     if codes.n_docs > DENSE_DOCS or any(not s.kind or s.kind in DIVERSITY_IDS or s.kind not in METRIC_IDS
                                         for s in specs):
         return None
@@ -183,10 +198,10 @@ def evaluate_coded_together(items: Sequence[tuple[CodedRun, int | None]], codes:
                                missing=missing, n_threads=n_threads)
     except FrameValidationError:
         return None
-    out: list[pd.DataFrame | None] = [None] * len(items)
+    out: list[Measured | None] = [None] * len(items)
     for j, i in enumerate(live):
         block = slice(j * n_q, (j + 1) * n_q)
-        out[i] = per_query_rows(codes.q_labels, values[block], keep[block], keys)
+        out[i] = Measured(codes.q_labels, values[block], keep[block], keys)
     return out
 
 
@@ -321,11 +336,21 @@ class Runs(MutableMapping[str, pd.DataFrame]):
         """Each run's ``evaluate(self[name], qrels, metrics, per_query=True, ...)``, by name in
         order. A run held as codes is measured from them, its DataFrame not made: the qrels are
         mapped once per (document table, queries) for all of them (:class:`QrelsCodes`)."""
+        found = self.measure(qrels, metrics, relevance_level=relevance_level, missing=missing, n_threads=n_threads,
+                             drop_self_hits=drop_self_hits, judged_only=judged_only)
+        return {name: t.frame() if isinstance(t, Measured) else t for name, t in found.items()}
+
+    def measure(self, qrels: Any, metrics: Sequence[Any] | str | Any = ("ndcg@10",), *, relevance_level: int = 1,
+                missing: Literal["ignore", "zero"] = "ignore", n_threads: int | None = None,
+                drop_self_hits: bool | None = None, judged_only: bool = False,
+                ) -> dict[str, pd.DataFrame | Measured]:
+        """:meth:`evaluate`, a run measured from its codes given as its :class:`Measured` values
+        (its table not made: :func:`~kolm_search.evaluation.compare` reads them as they are)."""
         specs, keys = settings(metrics, relevance_level, missing)
         prepared_qrels: tuple[pd.DataFrame, Any, Any] | None = None
         mapped: list[QrelsCodes] = []
-        out: dict[str, pd.DataFrame] = {}
-        together: dict[str, pd.DataFrame | None] = {}
+        out: dict[str, pd.DataFrame | Measured] = {}
+        together: dict[str, Measured | None] = {}
         for name in self:
             self._load(name)
         if sum(name in self._coded for name in self) > 1:  # the runs over one table and queries in one pass
@@ -347,7 +372,7 @@ class Runs(MutableMapping[str, pd.DataFrame]):
                         together.update(zip(chunk, tables, strict=True))
         for name in self:
             coded = self._coded.get(name)
-            table = together.get(name)
+            table: pd.DataFrame | Measured | None = together.get(name)
             if table is None and coded is not None:
                 if prepared_qrels is None:
                     prepared_qrels = prepare_qrels(qrels, specs)
@@ -357,7 +382,8 @@ class Runs(MutableMapping[str, pd.DataFrame]):
                     table = evaluate_coded(coded[0], codes, specs, keys, self_hits_limit=coded[1],
                                            drop=wants_self_hits_dropped(qrels_df, drop_self_hits),
                                            relevance_level=relevance_level, judged_only=judged_only,
-                                           missing=missing, n_threads=n_threads, subtopics=subtopics)
+                                           missing=missing, n_threads=n_threads, subtopics=subtopics,
+                                           values_only=True)
             if table is None:  # a DataFrame, or a run that its DataFrame evaluates (or refuses)
                 table = evaluate(self[name], qrels, metrics, per_query=True, relevance_level=relevance_level,
                                  missing=missing, n_threads=n_threads, drop_self_hits=drop_self_hits,

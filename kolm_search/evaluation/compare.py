@@ -8,6 +8,7 @@ the table; Tukey's HSD compares every run at once and needs none.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,8 +17,8 @@ import pandas as pd
 
 from kolm_search.engine.runs import as_qrels, as_run
 from kolm_search.errors import KolmValueError
-from kolm_search.evaluation.coded_runs import Runs
-from kolm_search.evaluation.curves import CURVE_MEASURES, RECALL_LEVELS, mean_curves
+from kolm_search.evaluation.coded_runs import Measured, Runs
+from kolm_search.evaluation.curves import CURVE_MEASURES, RECALL_LEVELS, level_means, mean_curves
 from kolm_search.evaluation.measures import metric_key, metric_list
 from kolm_search.evaluation.metrics import evaluate
 from kolm_search.evaluation.report import ComparisonTable
@@ -89,6 +90,44 @@ def common_tables(tables: Mapping[Any, pd.DataFrame], keys: Sequence[str]) -> di
             column[np.isnan(column)] = 0.0
             columns[m][name] = column
     return {m: pd.DataFrame(columns[m], index=index) if columns[m] else pd.DataFrame(index=index) for m in keys}
+
+
+def _common_values(measured: Mapping[Any, pd.DataFrame | Measured], keys: Sequence[str], curve_keys: Sequence[str],
+                   ) -> tuple[dict[str, pd.DataFrame], np.ndarray] | None:
+    """:func:`common_tables` and the runs' mean curves (float64 ``(n_runs, 11)``) straight from
+    the runs' :class:`Measured` values, when every run is measured over the same query codes
+    (the same labels) and the kept queries' ids are in Python's string order (as
+    ``common_tables`` sorts them); None otherwise. The same floats as through the per-query
+    DataFrames: each value is the one the DataFrame holds, the missing ones 0, each curve level
+    summed as one contiguous row."""
+    found = list(measured.values())
+    if not found or not all(isinstance(t, Measured) for t in found):
+        return None
+    first = found[0]
+    assert isinstance(first, Measured)
+    if any(t.labels is not first.labels or t.keys != first.keys for t in found if isinstance(t, Measured)):
+        return None
+    keeps = np.stack([t.keep for t in found if isinstance(t, Measured)])
+    rows = np.flatnonzero(keeps.any(axis=0))
+    qids = first.labels[rows].tolist() if len(rows) else []
+    if not all(isinstance(q, str) for q in qids) or any(a >= b for a, b in itertools.pairwise(qids)):
+        return None
+    index = pd.Index(qids, name="qid")
+    column_of = {k: j for j, k in enumerate(first.keys)}
+    columns: dict[str, dict[Any, np.ndarray]] = {m: {} for m in keys}
+    curves = np.full((len(found), len(curve_keys)), np.nan)
+    for i, (name, t) in enumerate(measured.items()):
+        assert isinstance(t, Measured)
+        kept = t.keep[rows]
+        for m in keys:
+            column = np.zeros(len(rows))
+            column[kept] = t.values[rows[kept], column_of[m]]
+            column[np.isnan(column)] = 0.0
+            columns[m][name] = column
+        own = np.flatnonzero(t.keep)
+        curves[i] = level_means(np.stack([t.values[own, column_of[c]] for c in curve_keys]))
+    tables = {m: pd.DataFrame(columns[m], index=index) if columns[m] else pd.DataFrame(index=index) for m in keys}
+    return tables, curves
 
 
 def per_query_table(runs: Mapping[str, Any], qrels: Any, metrics: Sequence[Any] | Any, *,
@@ -184,9 +223,16 @@ def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = 
     rng = rng_of(seed)
     keys = [metric_key(m) for m in measures]
     curve = [m for m in CURVE_MEASURES if m not in keys]  # the curves' measures, in the same pass
-    raw = run_tables(runs, as_qrels(qrels), [*measures, *curve], relevance_level=relevance_level,
-                     drop_self_hits=drop_self_hits)
-    tables = common_tables(raw, keys)
+    curve_keys = [metric_key(m) for m in [*measures, *curve] if metric_key(m) in CURVE_MEASURES]
+    if isinstance(runs, Runs):  # an experiment's runs: those measured from codes come as values
+        measured = runs.measure(as_qrels(qrels), [*measures, *curve], relevance_level=relevance_level,
+                                drop_self_hits=drop_self_hits)
+        fast = _common_values(measured, keys, curve_keys)
+        raw = {} if fast is not None else {n: t.frame() if isinstance(t, Measured) else t for n, t in measured.items()}
+    else:
+        fast, raw = None, run_tables(runs, as_qrels(qrels), [*measures, *curve], relevance_level=relevance_level,
+                                     drop_self_hits=drop_self_hits)
+    tables, curves = fast if fast is not None else (common_tables(raw, keys), mean_curves([raw[n] for n in names]))
     rows = []
     for metric in (metric_key(m) for m in measures):
         t = tables[metric]
@@ -195,9 +241,9 @@ def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = 
         for base in bases:
             b = t[base].to_numpy()
             others = [n for n in names if n != base]
-            fast = None  # Student's t of every run against this baseline at once (no randomness)
+            student = None  # Student's t of every run against this baseline at once (no randomness)
             if tukey is None and (test == "t" or ci == "t") and others:
-                fast = paired_t(b, np.stack([t[n].to_numpy() for n in others]), confidence=1 - alpha)
+                student = paired_t(b, np.stack([t[n].to_numpy() for n in others]), confidence=1 - alpha)
             metric_rows.append({"run": base, "metric": metric, "baseline": base,
                                 "mean": float(b.mean()) if b.size else float("nan"), "delta": 0.0, "ci_low": 0.0,
                                 "ci_high": 0.0, "effect_size": 0.0, "p_value": np.nan, "p_adjusted": np.nan,
@@ -212,9 +258,9 @@ def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = 
                     p, low, high = float(pair["p_value"]), float(pair["ci_low"]), float(pair["ci_high"])
                 else:
                     at = others.index(n)
-                    p = float(fast[0][at]) if fast is not None and test == "t" else \
+                    p = float(student[0][at]) if student is not None and test == "t" else \
                         paired_test(b, x, test, n_resamples=n_resamples, seed=rng)
-                    low, high = (float(fast[1][at]), float(fast[2][at])) if fast is not None and ci == "t" else \
+                    low, high = (float(student[1][at]), float(student[2][at])) if student is not None and ci == "t" else \
                         confidence_interval(b, x, ci, confidence=1 - alpha, n_resamples=n_resamples, seed=rng)
                 metric_rows.append({"run": n, "metric": metric, "baseline": base, "mean": float(x.mean()),
                                     "delta": float(d.mean()), "ci_low": low, "ci_high": high,
@@ -227,8 +273,7 @@ def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = 
         rows += metric_rows
     table = ComparisonTable(rows, columns=list(COLUMNS))
     table.per_query = tables  # the pictures' scores (ComparisonTable.to_html, Experiment.plot)
-    table.curves = pd.DataFrame(mean_curves([raw[n] for n in names]).T.copy(), columns=pd.Index(names),
-                                index=pd.Index(RECALL_LEVELS, name="recall"))
+    table.curves = pd.DataFrame(curves.T.copy(), columns=pd.Index(names), index=pd.Index(RECALL_LEVELS, name="recall"))
     table.attrs["compare"] = {"baseline": bases[0], "baselines": bases, "test": test, "correction": correction,
                               "alpha": alpha, "ci": "tukey" if test == "tukey" else ci, "n_resamples": n_resamples,
                               "n_queries": len(tables[metric_key(measures[0])]),

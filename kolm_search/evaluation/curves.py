@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["CURVE_MEASURES", "RECALL_LEVELS", "mean_curve", "mean_curves", "precision_recall_curve"]
+__all__ = ["CURVE_MEASURES", "RECALL_LEVELS", "level_means", "mean_curve", "mean_curves", "precision_recall_curve"]
 
 RECALL_LEVELS = tuple(round(i / 10, 1) for i in range(11))
 #: the measures whose per-query values make the curve, one per recall level
@@ -34,12 +34,20 @@ def mean_curves(tables: list[pd.DataFrame]) -> np.ndarray:
     (each level's values summed as one contiguous row, as there)."""
     out = np.full((len(tables), len(CURVE_MEASURES)), np.nan)
     for i, table in enumerate(tables):
-        values = np.stack([table[m].to_numpy(np.float64) for m in CURVE_MEASURES])  # (11, n), rows contiguous
-        present = ~np.isnan(values)
-        counts = present.sum(axis=1)
-        sums = np.where(present, values, 0.0).sum(axis=1)
-        has = counts > 0
-        out[i, has] = sums[has] / counts[has]
+        out[i] = level_means(np.stack([table[m].to_numpy(np.float64) for m in CURVE_MEASURES]))
+    return out
+
+
+def level_means(values: np.ndarray) -> np.ndarray:
+    """Each row's mean, NaN skipped (NaN for a row of none): float64 ``(k,)`` of ``values``
+    ``(k, n)`` whose rows are contiguous (each summed as :func:`mean_curve` sums a level)."""
+    values = np.ascontiguousarray(values, np.float64)
+    present = ~np.isnan(values)
+    counts = present.sum(axis=1)
+    sums = np.where(present, values, 0.0).sum(axis=1)
+    out = np.full(len(values), np.nan)
+    has = counts > 0
+    out[has] = sums[has] / counts[has]
     return out
 
 
