@@ -137,7 +137,8 @@ def _encode_frame(frame: pd.DataFrame) -> dict[str, Any]:
             "values": [frame[c].tolist() for c in frame.columns]}
 
 
-def _decode_frame(data: Any, columns: Sequence[str] | None = None) -> pd.DataFrame:
+def _decode_frame(data: Any, columns: Sequence[str] | None = None, *, index: str | None = None,
+                  kind: type[pd.DataFrame] = pd.DataFrame) -> pd.DataFrame:
     if not isinstance(data, dict) or not isinstance(data.get("columns"), list):
         raise KolmValueError("a table is not a JSON object with columns")
     names, dtypes, values = data["columns"], data.get("dtypes"), data.get("values")
@@ -164,7 +165,10 @@ def _decode_frame(data: Any, columns: Sequence[str] | None = None) -> pd.DataFra
             if dtype == "int64" and any(isinstance(v, bool) for v in column):
                 raise KolmValueError(f"column {name!r} holds a value that is not {dtype}")
             out[name] = np.array(column, dtype=dtype)
-    return pd.DataFrame(out, columns=names)
+    if index is not None:  # that column as the index (DataFrame.set_index, without a second frame)
+        return kind({n: v for n, v in out.items() if n != index}, index=pd.Index(out[index], name=index),
+                    columns=[n for n in names if n != index])
+    return kind(out, columns=names)
 
 
 def same_table(a: ComparisonTable, b: ComparisonTable) -> bool:
@@ -249,10 +253,9 @@ class TableCache(CacheFolder):
                     raise KolmValueError(f"the checksum of column {i}:{j} does not match the one recorded")
                 values[name] = array
             per_query[metric] = pd.DataFrame(values, index=index) if values else pd.DataFrame(index=index)
-        frame = _decode_frame(body.get("table"))
-        table = ComparisonTable(frame)
-        curves = _decode_frame(body.get("curves"), ["recall", *names])
-        table.curves = curves.set_index("recall")
+        table = _decode_frame(body.get("table"), kind=ComparisonTable)
+        assert isinstance(table, ComparisonTable)
+        table.curves = _decode_frame(body.get("curves"), ["recall", *names], index="recall")
         table.per_query = per_query
         attrs = body.get("attrs")
         if not isinstance(attrs, dict):
