@@ -82,7 +82,8 @@ def test_a_second_run_reads_the_table_and_no_run(ds, pipes, tmp_path: Path, monk
     assert again.run_cache.reads == len(pipes) and not again.shared.computed
 
 
-@pytest.mark.parametrize("change", ["qrels", "metric", "baseline", "test", "seed", "pipeline", "limit", "names"])
+@pytest.mark.parametrize("change", ["qrels", "queries", "metric", "baseline", "test", "seed", "pipeline", "limit",
+                                    "names"])
 def test_any_change_measures_again(ds, pipes, tmp_path: Path, change: str) -> None:  # type: ignore[no-untyped-def]
     _exp(pipes, ds, tmp_path).run()
     kw: dict[str, Any] = {}
@@ -91,6 +92,10 @@ def test_any_change_measures_again(ds, pipes, tmp_path: Path, change: str) -> No
         data = load_dataset("cranfield")
         data.queries, data.qrels = ds.queries, ds.qrels.copy()
         data.qrels.loc[0, "relevance"] = int(data.qrels.loc[0, "relevance"]) + 1
+    elif change == "queries":  # a query's text changed
+        data = load_dataset("cranfield")
+        data.queries, data.qrels = ds.queries.copy(), ds.qrels
+        data.queries.loc[0, "query"] = str(data.queries.loc[0, "query"]) + " wing"
     elif change == "metric":
         metrics = ["ndcg@10", "P@10", "recall@20"]
     elif change == "baseline":

@@ -235,24 +235,29 @@ class Experiment:
         return [metric_key(m) for m in metric_list(self.metrics)]
 
     def _table_key(self) -> tuple[str, str] | None:
-        """(a digest of every pipeline's name and run key, a digest of the qrels and of every
-        measuring setting) of the measure table in the table cache, or None: no cache, a
-        pipeline that is not a stage or whose run has no key, a run a caller set in
-        :attr:`runs`, qrels or settings that cannot be digested."""
+        """(a digest of every pipeline's name and fingerprint and of the dataset's queries, a
+        digest of the qrels and of every measuring setting) of the measure table in the table
+        cache, or None: no cache, a pipeline that is not a stage or has no fingerprint, a run a
+        caller set in :attr:`runs`, queries, qrels or settings that cannot be digested. (The
+        judged queries, whose digest keys the runs, follow from the queries and the qrels: they
+        are not made here.)"""
         if self.table_cache is None or not isinstance(self.runs, Runs):
             return None
         if not all(isinstance(m, str) for m in self.metrics) or not isinstance(self.seed, int) \
                 or not all(isinstance(n, str) for n in self.pipelines):
             return None
-        queries = self.dataset.judged_queries()
-        parts = []
+        queries = queries_digest(self.dataset.queries, limit=self.limit, drop_self_hits=self.drop_self_hits,
+                                 judged="judged_queries")
+        if queries is None:
+            return None
+        parts: list[Any] = [queries]
         for name, stage in self.pipelines.items():
             if not isinstance(stage, Stage) or (name in self.runs and not self.runs.computed(name)):
                 return None
-            run_key = self._run_key(stage, queries)
-            if run_key is None:
+            try:
+                parts.append([name, stage.fingerprint()])
+            except KolmError:
                 return None
-            parts.append([name, *run_key])
         qrels = qrels_digest(self.dataset.qrels)
         if qrels is None:
             return None
