@@ -190,3 +190,15 @@ def test_a_table_that_would_not_read_back_equal_is_not_stored(ds, pipes, tmp_pat
     assert not list(tmp_path.glob("*"))
     assert cache.put("a", "b", table)
     _assert_same(table, cache.get("a", "b", list(pipes), [*table.per_query]))
+
+
+def test_an_experiment_with_a_client_pipeline_keeps_no_table(ds, pipes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from kolm_search import presets
+
+    chosen = {"client": presets.bm25(ds.corpus), **dict(list(pipes.items())[:2])}
+    first = _exp(chosen, ds, tmp_path, baseline=None).run()
+    again = _exp(chosen, ds, tmp_path, baseline=None)
+    table = again.run()
+    assert again.table_cache is not None and again.table_cache.reads == 0 and again.table_cache.writes == 0
+    assert not list((tmp_path / "tables").glob("*.arrow"))
+    _assert_same(first, table)
