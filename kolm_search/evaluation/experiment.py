@@ -246,7 +246,8 @@ class Experiment:
         if not all(isinstance(m, str) for m in self.metrics) or not isinstance(self.seed, int) \
                 or not all(isinstance(n, str) for n in self.pipelines):
             return None
-        queries = queries_digest(self.dataset.queries, limit=self.limit, drop_self_hits=self.drop_self_hits,
+        queries = queries_digest(getattr(self.dataset, "queries", None), limit=self.limit,
+                                 drop_self_hits=self.drop_self_hits,
                                  judged="judged_queries")
         if queries is None:
             return None
