@@ -16,7 +16,8 @@ corpus; ``--docs`` changes its size). Rows:
 The experiment rows time ``exp.run()``, the table of measures an experiment is run for (its
 runs, then their per-query values, tests and precision-recall curves), against the slowest of
 the five pipelines timed the same way (an ``Experiment`` of that pipeline alone, ``.run()``);
-the cached rows time ``exp.run()`` too, and then ``run_pipelines()`` alone. An experiment keeps
+the cached rows time ``exp.run()`` too (a second one finds its measure table in ``cache_dir/tables``
+and reads no run), and then ``run_pipelines()`` alone. An experiment keeps
 a stage pipeline's run as codes and measures it from them; the rows "run_pipelines() only" (against the pipeline's
 ``pipe(queries)``) and "every run as a DataFrame" (``run_pipelines()`` and then
 ``exp.runs[name]`` of every pipeline, the work ``pipe(queries)`` does five times) time the runs
