@@ -40,16 +40,14 @@ __all__ = ["Measured", "QrelsCodes", "Runs", "evaluate_coded", "evaluate_coded_t
 
 I64 = npt.NDArray[np.int64]
 DENSE_DOCS = 1 << 22  # tables up to this many documents get a per-document array; larger ones a search
-#: runs measured in one kernel pass hold fewer rows than this together (larger passes gain nothing
-#: over one pass per run: measured on 2 x 100,000 rows; 5 x 22,500 gain ~10 %)
+#: rows of the runs of one kernel pass (more gained nothing on 2 x 100,000 rows; 5 x 22,500: ~10 %)
 TOGETHER_ROWS = 1 << 17
 
 
 class Measured(NamedTuple):
-    """A run's per-query values before they are a DataFrame: ``values`` float64 ``(n_q, m)``
-    over the query codes whose ids are ``labels`` (sorted as strings), ``keep`` bool ``(n_q,)``
-    the queries evaluated, ``keys`` the measures' columns. :meth:`frame` is the per-query
-    table ``evaluate`` returns (``qid`` then a column per key, the kept rows)."""
+    """A run's per-query values: ``values`` float64 ``(n_q, m)`` over the query codes whose ids
+    are ``labels`` (sorted), ``keep`` bool ``(n_q,)`` the queries evaluated, ``keys`` the
+    columns; :meth:`frame` is the per-query table ``evaluate`` returns."""
 
     labels: pd.Index
     values: npt.NDArray[np.float64]
@@ -161,15 +159,13 @@ def evaluate_coded_together(items: Sequence[tuple[CodedRun, int | None]], codes:
                             keys: list[str], *, drop: bool = False, relevance_level: int = 1,
                             judged_only: bool = False, missing: Literal["ignore", "zero"] = "ignore",
                             n_threads: int | None = None) -> list[Measured | None] | None:
-    """:func:`evaluate_coded` of several runs (each with its ``self_hits_limit``) over the same
-    ``codes``, in one kernel pass: run ``i``'s queries take codes ``i * n_q + code`` and the
-    qrels are repeated for each run, so each query of each run is measured on its own, as the
-    runs one by one would be (the kernel's values are per query). None when it does not apply
-    (a table too large for per-document marks, a measure the kernel does not compute, a run
-    holding a document twice: then one by one, whose errors name the query); an item is None
-    for a run with a NaN score, else its :class:`Measured` values."""
-    if codes.n_docs > DENSE_DOCS or any(not s.kind or s.kind in DIVERSITY_IDS or s.kind not in METRIC_IDS
-                                        for s in specs):
+    """:func:`evaluate_coded` of several runs (each with its ``self_hits_limit``) over ``codes``
+    in one kernel pass: run ``i``'s queries take codes ``i * n_q + code``, the qrels repeated per
+    run, so each query of each run is measured alone (the kernel's values are per query). None
+    when it does not apply (a table too large for per-document marks, a measure not the
+    kernel's, a run holding a document twice: one by one then, whose errors name the query);
+    an item is None for a run with a NaN score, else its :class:`Measured` values."""
+    if codes.n_docs > DENSE_DOCS or any(not s.kind or s.kind in DIVERSITY_IDS or s.kind not in METRIC_IDS for s in specs):
         return None
     n_q = len(codes.q_labels)
     found = [_coded_arrays(run, codes, limit, drop) for run, limit in items]
@@ -206,9 +202,7 @@ def evaluate_coded_together(items: Sequence[tuple[CodedRun, int | None]], codes:
 
 
 def _chunks(names: list[str], rows: list[int]) -> list[list[str]]:
-    """``names`` cut into runs of consecutive names whose rows add up to fewer than
-    :data:`TOGETHER_ROWS` (a name of more rows alone): the passes of
-    :func:`evaluate_coded_together`."""
+    """``names`` in consecutive groups of fewer than :data:`TOGETHER_ROWS` rows (one pass each)."""
     out: list[list[str]] = []
     total = TOGETHER_ROWS
     for name, n in zip(names, rows, strict=True):
@@ -275,8 +269,7 @@ class Runs(MutableMapping[str, pd.DataFrame]):
         self._own.add(name)
 
     def computed(self, name: str) -> bool:
-        """True when the run under ``name`` is the experiment's own (set by :meth:`set_coded` or
-        :meth:`set_pending`), not a DataFrame a caller set."""
+        """True when the run under ``name`` was set by :meth:`set_coded` / :meth:`set_pending`, not by a caller."""
         return name in self._own
 
     def _load(self, name: str) -> None:
@@ -344,8 +337,7 @@ class Runs(MutableMapping[str, pd.DataFrame]):
                 missing: Literal["ignore", "zero"] = "ignore", n_threads: int | None = None,
                 drop_self_hits: bool | None = None, judged_only: bool = False,
                 ) -> dict[str, pd.DataFrame | Measured]:
-        """:meth:`evaluate`, a run measured from its codes given as its :class:`Measured` values
-        (its table not made: :func:`~kolm_search.evaluation.compare` reads them as they are)."""
+        """:meth:`evaluate`, a run measured from its codes as its :class:`Measured` values (``compare`` reads them)."""
         specs, keys = settings(metrics, relevance_level, missing)
         prepared_qrels: tuple[pd.DataFrame, Any, Any] | None = None
         mapped: list[QrelsCodes] = []
