@@ -58,7 +58,8 @@ def run_both(t_ptr: np.ndarray, t_docs: np.ndarray, t_w: np.ndarray, q: tuple[np
     q_ptr, q_terms, w, off = q
     t_min, t_max, b_max, b_last = load("blocks").posting_bounds(t_ptr, t_docs, t_w)
     pruned = load("pruned").pruned_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, t_max, b_max, b_last, off,
-                                        *sel.arrays(), n_docs, k, n_threads=threads, scan=scan, bail=np.inf)
+                                        *sel.arrays(), n_docs, k, n_threads=threads, scan=scan, bail=np.inf,
+                                        lookup=0.0)
     exhaustive = load("sparse").sparse_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, off, *sel.arrays(), n_docs, k,
                                             n_threads=threads)
     return pruned, exhaustive

@@ -10,7 +10,11 @@ document count. The bounds the kernels read equal their numpy twin's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
+
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -80,10 +84,11 @@ def test_posting_bounds_equal_their_twin(seed: int, n_docs: int, zero_weights: b
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), n_docs=st.integers(1, 4000), k_frac=st.floats(0, 1.05),
        weighted=st.booleans(), offsets=st.booleans(), filtered=st.booleans(), zero_weights=st.booleans(),
-       bail=st.sampled_from([np.inf, 0.25, 0.05]), threads=st.sampled_from([1, 2]))
+       bail=st.sampled_from([np.inf, 0.25, 0.05]), lookup=st.sampled_from([0.0, 8.0, 1e12]),
+       threads=st.sampled_from([1, 2]))
 def test_block_max_pruning_equals_the_exhaustive_kernel(seed: int, n_docs: int, k_frac: float, weighted: bool,
                                                         offsets: bool, filtered: bool, zero_weights: bool,
-                                                        bail: float, threads: int) -> None:
+                                                        bail: float, lookup: float, threads: int) -> None:
     rng = np.random.default_rng(seed)
     vocab = int(rng.integers(1, 60))
     t_ptr, t_docs, t_w = zipf_index(rng, n_docs, vocab, zero_weights)
@@ -94,10 +99,53 @@ def test_block_max_pruning_equals_the_exhaustive_kernel(seed: int, n_docs: int, 
     sparse = load("sparse")
     want = sparse.sparse_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, off, *sel.arrays(), n_docs, k, n_threads=1)
     got = load("pruned").pruned_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, t_max, b_max, b_last, off, *sel.arrays(),
-                                     n_docs, k, n_threads=threads, bail=bail, t_min=t_min)
+                                     n_docs, k, n_threads=threads, bail=bail, lookup=lookup, t_min=t_min)
     assert_same(got, want)
     twin = sparse.sparse_topk_numpy(q_ptr, q_terms, w, t_ptr, t_docs, t_w, off, *sel.arrays(), n_docs, k)
     assert_same(got, twin)
+
+
+def given_back(pruned: ModuleType, monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> int:
+    """How many queries ``run()`` sends on to the exhaustive kernel (``pruned``'s calls of it counted)."""
+    seen = [0]
+    exhaustive = pruned.sparse_topk
+
+    def counting(q_ptr: np.ndarray, *args: object, **kwargs: object) -> tuple[np.ndarray, ...]:
+        seen[0] += len(q_ptr) - 1
+        return exhaustive(q_ptr, *args, **kwargs)
+
+    monkeypatch.setattr(pruned, "sparse_topk", counting)
+    run()
+    monkeypatch.undo()
+    return seen[0]
+
+
+def test_a_query_whose_lookups_would_cost_more_than_its_postings_is_given_back(monkeypatch: pytest.MonkeyPatch,
+                                                                                ) -> None:
+    """``lookup``: phase 2 would look up (candidates x remaining terms) times ``lookup`` more than
+    the query's postings: the exhaustive kernel scores it. 0 gives none back; a huge factor gives
+    back every query left with candidates and terms after phase 1; the results never change."""
+    rng = np.random.default_rng(7)
+    n_docs = 3000
+    t_ptr, t_docs, t_w = zipf_index(rng, n_docs, 40, False)
+    q_ptr, q_terms, w, off = queries(rng, 60, 40, False, False)
+    t_min, t_max, b_max, b_last = load("blocks").posting_bounds(t_ptr, t_docs, t_w)
+    pruned = load("pruned")
+    want = load("sparse").sparse_topk_numpy(q_ptr, q_terms, w, t_ptr, t_docs, t_w, off,
+                                            *Selections.none(60).arrays(), n_docs, 10)
+    back: dict[float, int] = {}
+    got: dict[float, tuple[np.ndarray, ...]] = {}
+    for lookup in (0.0, pruned.LOOKUP, 1e12):
+        def run(lookup: float = lookup) -> None:
+            got[lookup] = pruned.pruned_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, t_max, b_max, b_last, off,
+                                             *Selections.none(60).arrays(), n_docs, 10, bail=np.inf, lookup=lookup,
+                                             t_min=t_min, prune=np.diff(q_ptr) > 0)
+
+        back[lookup] = given_back(pruned, monkeypatch, run)
+        assert_same(got[lookup], want)
+    assert back[0.0] == int((np.diff(q_ptr) == 0).sum())  # only the empty queries, never pruned
+    assert back[0.0] <= back[pruned.LOOKUP] <= back[1e12]
+    assert back[1e12] > back[0.0] + 10
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -59,7 +59,7 @@ def test_cranfield_every_query_identical(cranfield_indexes: dict[str, BM25Retrie
         same(ret.score_encoded(q_ptr, q_ids, k), exhaustive)
         every = kernel.pruned_topk(q_ptr, q_ids, np.ones(len(q_ids), np.float32), ret.t_ptr, ret.t_docs, ret.t_w,
                                    ret.t_max, ret.b_max, ret.b_last, *_offsets(ret, q_ptr, q_ids),
-                                   *Selections.none(len(texts)).arrays(), n, k, bail=np.inf)
+                                   *Selections.none(len(texts)).arrays(), n, k, bail=np.inf, lookup=0.0)
         same(every, exhaustive)
         every = kernel.pruned_topk(q_ptr, q_ids, np.ones(len(q_ids), np.float32), ret.t_ptr, ret.t_docs, ret.t_w,
                                    ret.t_max, ret.b_max, ret.b_last, *_offsets(ret, q_ptr, q_ids),

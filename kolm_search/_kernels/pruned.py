@@ -24,7 +24,9 @@ float32's rounding of the sum can move a score; a document is ruled out only whe
 strictly below a score that ``k`` documents reach.
 
 A query whose phase 1 would merge (beyond its first term) more than ``bail`` times its postings
-(frequent terms only, or ``k`` past the documents holding its rarer terms) is given back, and
+(frequent terms only, or ``k`` past the documents holding its rarer terms) is given back, as is
+one whose phase 2 would look up more candidates (times its remaining terms) than ``1 / lookup``
+of its postings (:data:`LOOKUP`: a lookup costs about 8 postings of the exhaustive scan), and
 :func:`pruned_topk` scores it with the exhaustive kernel, as it does a query with a negative
 weight or a non-finite offset, and one whose few selected rows the exhaustive kernel scores row
 by row. The numpy twin is the exhaustive kernel's (:func:`kolm_search._kernels.sparse.sparse_topk_numpy`).
@@ -43,24 +45,26 @@ from kolm_search._kernels.prune_steps import add_term, kth_largest, merge, resco
 from kolm_search._kernels.sig import f32, f64, i64, ro, rw, u8
 from kolm_search._kernels.sparse import PIECES, ROW_LOOKUP_COST, query_costs, sparse_topk, sparse_topk_numpy
 
-__all__ = ["BAIL", "SCAN_RATIO", "prunable", "pruned_topk", "pruned_topk_numpy"]
+__all__ = ["BAIL", "LOOKUP", "SCAN_RATIO", "prunable", "pruned_topk", "pruned_topk_numpy"]
 
 pruned_topk_numpy = sparse_topk_numpy  # the oracle: pruning changes no result
 
 SCAN_RATIO = 8  # a term's postings are merged with the candidates when fewer than this many per candidate
 PRODUCT_ROWS = 4  # products of this many phase-2 terms are kept for the final sums (the others looked up again)
 BAIL = 0.3  # a query whose phase 1 would merge more than this share of its postings goes to the exhaustive kernel
+LOOKUP = 8.0  # a query whose phase-2 lookups times LOOKUP exceed its postings goes to the exhaustive kernel (0: none)
 _I32 = types.int32
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(_I32), ro(f32), ro(f32), ro(i64), ro(f32), ro(_I32),
-                        ro(f32), ro(i64), ro(i64), ro(i64), ro(i64), ro(u8, 2), i64, i64, f64, rw(i64, 2), rw(f32, 2),
-                        rw(i64), rw(f32), rw(i64), rw(f64), rw(i64), rw(_I32), rw(f64), rw(_I32), rw(f64), rw(i64),
-                        rw(f64), rw(f64), rw(i64), rw(i64), rw(f64), rw(f32, 2), i64, i64)
+                        ro(f32), ro(i64), ro(i64), ro(i64), ro(i64), ro(u8, 2), i64, i64, f64, f64, rw(i64, 2),
+                        rw(f32, 2), rw(i64), rw(f32), rw(i64), rw(f64), rw(i64), rw(_I32), rw(f64), rw(_I32), rw(f64),
+                        rw(i64), rw(f64), rw(f64), rw(i64), rw(i64), rw(f64), rw(f32, 2), i64, i64)
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
 def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, b_ptr, b_max, b_last, offsets, sel_ids,
-                  sel_ptr, sel_rows, sel_mask, masks, k, scan, bail, out_d, out_s, counts, hs, hd, heap, allow, md0,
-                  mv0, md1, mv1, order, ubs, rest, slot, grp, mult, prod, q0, q1):  # pragma: no cover - compiled
+                  sel_ptr, sel_rows, sel_mask, masks, k, scan, bail, lookup, out_d, out_s, counts, hs, hd, heap,
+                  allow, md0, mv0, md1, mv1, order, ubs, rest, slot, grp, mult, prod, q0,
+                  q1):  # pragma: no cover - compiled
     """Queries ``q0 <= q < q1``; ``allow`` (n_docs or 1,, all <= q0), ``md0, mv0, md1, mv1``
     (the largest union: documents, partial sums), ``hs, hd, heap`` (k,), ``order, ubs, rest,
     slot, grp, mult`` (the longest query,) and ``prod`` (PRODUCT_ROWS, the largest union) are this
@@ -146,6 +150,9 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, b_ptr, b
             cd[n_c] = cd[c]
             cv[n_c] = v
             n_c += v >= need
+        if n_c * (n_g - e) * lookup > n_post:  # looking the candidates up would cost more than the scan
+            counts[q] = -1
+            continue
         # phase 2: the remaining terms for the candidates only, the threshold rising after each
         for s in range(e, n_g):
             if n_c == 0:
@@ -228,7 +235,8 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
                 offsets: npt.NDArray[np.float32], sel_ids: npt.NDArray[np.int64], sel_ptr: npt.NDArray[np.int64],
                 sel_rows: npt.NDArray[np.int64], sel_mask: npt.NDArray[np.int64], masks: npt.NDArray[np.uint8],
                 n_docs: int, k: int, *, n_threads: int | None = None, prune: npt.NDArray[np.bool_] | None = None,
-                scan: int = SCAN_RATIO, bail: float = BAIL, t_min: npt.NDArray[np.float32] | None = None,
+                scan: int = SCAN_RATIO, bail: float = BAIL, lookup: float = LOOKUP,
+                t_min: npt.NDArray[np.float32] | None = None,
                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Top-``k`` documents of every query, as :func:`~kolm_search._kernels.sparse.sparse_topk`
     returns them: ``docs int64 (n_q, k), scores float32 (n_q, k), counts int64 (n_q,)``.
@@ -236,7 +244,9 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
     ``prune`` bool (n_q,) (default :func:`prunable` with any length) marks the queries that the
     pruned kernel scores; it must imply :func:`prunable`'s conditions. The others, and those it
     gives back (``bail``: the share of a query's postings its phase 1 may merge; inf: none given
-    back), go to the exhaustive kernel (with ``t_min``, see there). The caller guarantees the
+    back; ``lookup``: what a phase-2 lookup costs in postings, a query whose candidates times its
+    remaining terms times ``lookup`` exceed its postings given back; 0: none), go to the
+    exhaustive kernel (with ``t_min``, see there). The caller guarantees the
     layout as for ``sparse_topk``, and the bounds of :func:`kolm_search._kernels.blocks.posting_bounds`
     of these postings (:mod:`kolm_search.retrievers.bounds` checks saved ones), else results are
     wrong. ``scan``: a term's postings are merged with the candidates when fewer than ``scan``
@@ -274,7 +284,7 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
         arrays = (p_ptr, p_terms, p_w, c(t_ptr, np.int64), c(t_docs, np.int32), c(t_w, np.float32),
                   c(t_max, np.float32), b_ptr, c(b_max, np.float32), c(b_last, np.int32), c(offsets[prune], np.float32),
                   c(p_sel, np.int64), c(sel_ptr, np.int64), c(sel_rows, np.int64), c(sel_mask, np.int64),
-                  c(masks, np.uint8), int(k), int(scan), float(bail), p_d, p_s, p_n)
+                  c(masks, np.uint8), int(k), int(scan), float(bail), float(lookup), p_d, p_s, p_n)
 
         def scratch() -> tuple[np.ndarray, ...]:
             return (np.empty(k, np.float32), np.empty(k, np.int64), np.empty(k, np.float64),

@@ -88,7 +88,8 @@ def prune_queries(q_ptr: npt.NDArray[np.int64], q_ids: npt.NDArray[np.int64], we
     take (:func:`kolm_search._kernels.pruned.prunable`) with at least
     :data:`PRUNE_MIN_POSTINGS_PER_K` postings per result wanted. The kernel gives back to the
     exhaustive one a query whose rarer terms hold too many of its postings to leave the others
-    out (:data:`kolm_search._kernels.pruned.BAIL`)."""
+    out (:data:`kolm_search._kernels.pruned.BAIL`), and one left with more candidates to look up
+    than its postings are worth (:data:`kolm_search._kernels.pruned.LOOKUP`)."""
     if len(q_ptr) <= 1:
         return np.zeros(0, bool)
     return np.asarray(load("pruned").prunable(q_ptr, q_ids, weights, t_ptr, offsets, sel_ids, sel_ptr, sel_mask, k,

@@ -90,7 +90,8 @@ def check_bm25(path: str, queries: list[str], k: int, verify: str = "auto") -> l
     pruned = kernels("pruned").pruned_topk(q_ptr, q_ids, np.ones(len(q_ids), np.float32), np.asarray(ret.t_ptr),
                                            np.asarray(ret.t_docs), np.asarray(ret.t_w), np.asarray(ret.t_max),
                                            np.asarray(ret.b_max), np.asarray(ret.b_last), offsets,
-                                           *Selections.none(m).arrays(), n_docs, max(1, min(k, n_docs)), bail=np.inf)
+                                           *Selections.none(m).arrays(), n_docs, max(1, min(k, n_docs)), bail=np.inf,
+                                           lookup=0.0)
     for got in ((docs, scores, counts), pruned):  # the pruned kernel on the loaded maxima too
         for got_a, want_a in zip(got, want, strict=True):
             if not np.array_equal(got_a, want_a):
