@@ -192,6 +192,20 @@ def test_a_table_that_would_not_read_back_equal_is_not_stored(ds, pipes, tmp_pat
     _assert_same(table, cache.get("a", "b", list(pipes), [*table.per_query]))
 
 
+def test_a_table_whose_bytes_decode_otherwise_leaves_no_file(ds, pipes, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from kolm_search.evaluation import table_cache
+
+    table = _exp(pipes, ds, None).run()
+    cache = TableCache(tmp_path)
+    monkeypatch.setattr(table_cache, "same_table", lambda a, b: False)
+    assert not cache.put("a", "b", table)
+    assert not [f for f in tmp_path.rglob("*") if f.is_file()]
+    monkeypatch.undo()
+    assert cache.put("a", "b", table)
+    _assert_same(table, cache.get("a", "b", list(pipes), [*table.per_query]))
+
+
 def test_an_experiment_with_a_client_pipeline_keeps_no_table(ds, pipes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from kolm_search import presets
 

@@ -216,6 +216,11 @@ class TableCache(CacheFolder):
     def _read(path: Path, runs_fp: str, settings_fp: str, names: list[str], keys: list[str]) -> ComparisonTable:
         with pa.OSFile(str(path)) as src:
             data = src.read_buffer()
+        return TableCache._decode(data, runs_fp, settings_fp, names, keys)
+
+    @staticmethod
+    def _decode(data: pa.Buffer, runs_fp: str, settings_fp: str, names: list[str], keys: list[str]) -> ComparisonTable:
+        """The table of a file's bytes, every check of :meth:`_read` made (``KolmValueError`` if one fails)."""
         stored = pa.ipc.open_file(data).read_all()
         meta_raw = (stored.schema.metadata or {}).get(_KEY)
         if meta_raw is None:
@@ -299,25 +304,17 @@ class TableCache(CacheFolder):
         with pa.ipc.new_file(sink, stored.schema) as writer:
             writer.write_table(stored)
         data = sink.getvalue()
-        path = self.writable(self.file_for(runs_fp, settings_fp))
-        try:
-            with replacing(path) as tmp:
-                tmp.write_bytes(memoryview(data))
-                try:  # stored only when it reads back as this very table
-                    back = self._read(tmp, runs_fp, settings_fp, names, keys)
-                except KolmValueError:
-                    back = None
-                if back is None or not same_table(table, back):
-                    raise _NotKept  # (the temporary file is removed)
-        except _NotKept:
+        try:  # stored only when its bytes decode as this very table
+            back = self._decode(data, runs_fp, settings_fp, names, keys)
+        except KolmValueError:
             return False
+        if not same_table(table, back):
+            return False
+        path = self.writable(self.file_for(runs_fp, settings_fp))
+        with replacing(path) as tmp:
+            tmp.write_bytes(memoryview(data))
         self.writes += 1
         return True
 
     def __repr__(self) -> str:
         return f"TableCache({str(self.path)!r})"
-
-
-
-class _NotKept(Exception):
-    """A table that would not read back as itself."""
