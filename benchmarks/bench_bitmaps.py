@@ -38,7 +38,7 @@ def main() -> None:
     q_ptr, q_ids = r.encode(texts)
     m = len(q_ptr) - 1
     w = np.ones(len(q_ids), np.float32)
-    from kolm_search.retrievers.bm25 import reduce_offsets  # noqa: PLC0415
+    from kolm_search.retrievers.bm25 import reduce_offsets
     off = np.ascontiguousarray(reduce_offsets(r.nonocc[q_ids] * w, q_ptr), np.float32)
     n_docs = len(r.table)
     sel = Selections.none(m)

@@ -185,7 +185,7 @@ def add_term_bits(cd, cv, n_c, t, w, r, t_ptr, t_w, b_ptr, b_max, bits, rank, ne
     """:func:`add_term` with the term's bitmap ``bits`` and rank directory ``rank`` (rows of
     :func:`kolm_search._kernels.bitmaps.term_bitmaps`): each candidate's place in O(1); a
     candidate holding the term whose block maximum cannot lift it to ``need`` is dropped unread."""
-    lo, hi = t_ptr[t], t_ptr[t + 1]
+    lo = t_ptr[t]
     keep = min(slot, len(prod))
     kept = 0
     bm = b_ptr[t]

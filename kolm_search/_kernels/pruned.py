@@ -41,18 +41,25 @@ from numba import njit, types
 from kolm_search._kernels import chunk_bounds, resolve_threads, run_pieces
 from kolm_search._kernels.blocks import block_pointers
 from kolm_search._kernels.heap import heap_push, sort_heap
-from kolm_search._kernels.prune_steps import add_term, add_term_bits, kth_largest, merge, rescore_term, rescore_term_bits
+from kolm_search._kernels.prune_steps import (
+    add_term,
+    add_term_bits,
+    kth_largest,
+    merge,
+    rescore_term,
+    rescore_term_bits,
+)
 from kolm_search._kernels.sig import f32, f64, i64, ro, rw, u8
 from kolm_search._kernels.sparse import PIECES, ROW_LOOKUP_COST, query_costs, sparse_topk, sparse_topk_numpy
 
-__all__ = ["BAIL", "LOOKUP", "SCAN_RATIO", "prunable", "pruned_topk", "pruned_topk_numpy"]
+__all__ = ["BAIL", "LOOKUP", "LOOKUP_BITS", "SCAN_RATIO", "prunable", "pruned_topk", "pruned_topk_numpy"]
 
 pruned_topk_numpy = sparse_topk_numpy  # the oracle: pruning changes no result
 
 SCAN_RATIO = 8  # a term's postings are merged with the candidates when fewer than this many per candidate
 PRODUCT_ROWS = 4  # products of this many phase-2 terms are kept for the final sums (the others looked up again)
 BAIL = 0.3  # a query whose phase 1 would merge more than this share of its postings goes to the exhaustive kernel
-LOOKUP_BITS = 8.0  # the same for a term looked up in its bitmap
+LOOKUP_BITS = 2.0  # the same for a term looked up in its bitmap (no gallop, no search)
 LOOKUP = 8.0  # a query whose phase-2 lookups times LOOKUP exceed its postings goes to the exhaustive kernel (0: none)
 _I32 = types.int32
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(_I32), ro(f32), ro(f32), ro(i64), ro(f32), ro(_I32),
@@ -302,22 +309,24 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
                   c(p_sel, np.int64), c(sel_ptr, np.int64), c(sel_rows, np.int64), c(sel_mask, np.int64),
                   c(masks, np.uint8), int(k), int(scan), float(bail), float(lookup), p_d, p_s, p_n)
 
-        def scratch() -> tuple[np.ndarray, ...]:
-            return (np.empty(k, np.float32), np.empty(k, np.int64), np.empty(k, np.float64),
-                    np.zeros(n_docs if rows else 1, np.int64), np.empty(cap, np.int32), np.empty(cap, np.float64),
-                    np.empty(cap, np.int32), np.empty(cap, np.float64), np.empty(longest, np.int64),
-                    np.empty(longest, np.float64), np.empty(longest, np.float64), np.empty(longest, np.int64),
-                    np.empty(longest, np.int64), np.empty(longest, np.float64), np.empty((PRODUCT_ROWS, cap), np.float32))
-
         if bitmaps is None:
             bitmaps = (np.full(len(t_ptr) - 1, -1, np.int64), np.zeros((0, 1), np.uint64), np.zeros((0, 1), np.int32))
         f_slot, f_bits, f_rank = c(bitmaps[0], np.int64), c(bitmaps[1], np.uint64), c(bitmaps[2], np.int32)
         if len(f_slot) != len(t_ptr) - 1 or f_bits.shape != f_rank.shape or (
-                len(f_bits) and f_bits.shape[1] != (n_docs + 63) >> 6):
+                len(f_bits) and f_bits.shape[1] != max((n_docs + 63) >> 6, 1)) or (
+                len(f_slot) and not -1 <= f_slot.min() <= f_slot.max() < len(f_bits)):
             raise ValueError(f"bitmaps of shapes {f_slot.shape}, {f_bits.shape}, {f_rank.shape} for {len(t_ptr) - 1} "
                              f"terms and {n_docs} documents")
-        bits = (f_slot, f_bits, f_rank, float(lookup_bits))
-        run_pieces(lambda *a: _pruned_chunk(*arrays, *a[:-2], *bits, *a[-2:]), bounds, threads, scratch)
+
+        def scratch() -> tuple[np.ndarray | float, ...]:  # this thread's scratch, then the bitmaps
+            return (np.empty(k, np.float32), np.empty(k, np.int64), np.empty(k, np.float64),
+                    np.zeros(n_docs if rows else 1, np.int64), np.empty(cap, np.int32), np.empty(cap, np.float64),
+                    np.empty(cap, np.int32), np.empty(cap, np.float64), np.empty(longest, np.int64),
+                    np.empty(longest, np.float64), np.empty(longest, np.float64), np.empty(longest, np.int64),
+                    np.empty(longest, np.int64), np.empty(longest, np.float64), np.empty((PRODUCT_ROWS, cap), np.float32),
+                    f_slot, f_bits, f_rank, float(lookup_bits))
+
+        run_pieces(lambda *a: _pruned_chunk(*arrays, *a), bounds, threads, scratch)
         out_d[prune], out_s[prune], counts[prune] = p_d, p_s, p_n
     rest = ~prune | (counts < 0)
     if rest.any():
