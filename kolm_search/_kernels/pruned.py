@@ -13,9 +13,11 @@ to beat any document that only the remaining terms hold (the k-th best partial s
 sum of the remaining bounds): from then on no new document can enter. The union's documents that
 may still reach the k-th best partial sum are the candidates, in document order. Phase 2 takes
 each remaining term for the candidates only: each candidate's block of the term (galloping over
-the blocks' last documents); a candidate whose partial sum plus that block's maximum plus the
-later terms' bounds cannot reach the threshold is dropped unread, the others are found in the
-block; then the threshold rises to the k-th best partial sum. The survivors are scored as the
+the blocks' last documents, or, for a term given a document bitmap, its place read from the
+bitmap and rank directory of :mod:`kolm_search._kernels.bitmaps` in O(1)); a candidate whose
+partial sum plus that block's maximum plus the later terms' bounds cannot reach the threshold is
+dropped unread, the others are found in the block; then the threshold rises to the k-th best
+partial sum. The survivors are scored as the
 exhaustive kernel scores them: ``sum(q_weight * t_w)`` in float32, over the query's terms in
 query-term order (products kept from phase 2, others looked up again), plus the offset, and the
 best ``k`` kept (equal scores: the lower document code). Every bound is taken in float64 with a
@@ -26,7 +28,8 @@ strictly below a score that ``k`` documents reach.
 A query whose phase 1 would merge (beyond its first term) more than ``bail`` times its postings
 (frequent terms only, or ``k`` past the documents holding its rarer terms) is given back, as is
 one whose phase 2 would look up more candidates (times its remaining terms) than ``1 / lookup``
-of its postings (:data:`LOOKUP`: a lookup costs about 8 postings of the exhaustive scan), and
+of its postings (:data:`LOOKUP`: a lookup costs about 8 postings of the exhaustive scan;
+:data:`LOOKUP_BITS`, 2, in a bitmap), and
 :func:`pruned_topk` scores it with the exhaustive kernel, as it does a query with a negative
 weight or a non-finite offset, and one whose few selected rows the exhaustive kernel scores row
 by row. The numpy twin is the exhaustive kernel's (:func:`kolm_search._kernels.sparse.sparse_topk_numpy`).
@@ -269,7 +272,10 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
     gives back (``bail``: the share of a query's postings its phase 1 may merge; inf: none given
     back; ``lookup``: what a phase-2 lookup costs in postings, a query whose candidates times its
     remaining terms times ``lookup`` exceed its postings given back; 0: none), go to the
-    exhaustive kernel (with ``t_min``, see there). The caller guarantees the
+    exhaustive kernel (with ``t_min``, see there). ``bitmaps``: ``(slot int64 (V,), bits uint64,
+    rank int32 (rows, ceil(n_docs / 64)))``, row ``slot[t]`` (-1: none) the bitmap and rank
+    directory of term t (:func:`kolm_search._kernels.bitmaps.term_bitmaps` of these postings),
+    a lookup in which costs ``lookup_bits`` postings. The caller guarantees the
     layout as for ``sparse_topk``, and the bounds of :func:`kolm_search._kernels.blocks.posting_bounds`
     of these postings (:mod:`kolm_search.retrievers.bounds` checks saved ones), else results are
     wrong. ``scan``: a term's postings are merged with the candidates when fewer than ``scan``
