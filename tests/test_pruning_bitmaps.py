@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from kolm_search import BM25Retriever
 from kolm_search._kernels import load
+from kolm_search.retrievers import bitmaps
 from kolm_search.retrievers.bitmaps import TermBitmaps
 from tests.test_pruning_blocks import zipf_index
 
@@ -53,7 +54,8 @@ def test_the_cache_keeps_rows_starts_again_when_full_and_never_moves_a_published
     frequent = np.flatnonzero(df >= n_docs / 64)
     assert len(frequent) >= 6
     words = (n_docs + 63) // 64
-    cache = TermBitmaps(t_ptr, t_docs, n_docs, max_bytes=4 * words * 12)  # 4 rows
+    cache = TermBitmaps(t_ptr, t_docs, n_docs, max_bytes=4 * words * 12, min_docs=0)  # 4 rows
+    assert TermBitmaps(t_ptr, t_docs, n_docs).for_terms(frequent) is None  # too few documents for the default
     want_bits, want_rank = load("bitmaps").term_bitmaps_numpy(t_ptr, t_docs, np.arange(40), n_docs)
     bm = load("bitmaps")
     build = bm.term_bitmaps
@@ -87,7 +89,8 @@ def test_the_cache_keeps_rows_starts_again_when_full_and_never_moves_a_published
     check(cache.for_terms(frequent), frequent)  # more than fit: the 4 most frequent
 
 
-def test_threads_share_a_cache_and_score_as_the_exhaustive_kernel() -> None:
+def test_threads_share_a_cache_and_score_as_the_exhaustive_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bitmaps, "MIN_DOCS", 0)  # bitmaps for a small index too
     rng = np.random.default_rng(3)
     words = [f"w{i}" for i in range(60)]
     p = 1.0 / np.arange(1, 61) ** 0.9

@@ -402,7 +402,8 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         if mode == "auto":
             prune = prune_queries(q_ptr, q_ids, weights, self.t_ptr, offsets, sel.ids, sel.ptr, sel.mask_of, k)
             if prune.any():
-                bitmaps = self._term_bitmaps(n_docs).for_terms(q_ids[np.repeat(prune, np.diff(q_ptr))])
+                cache = self._term_bitmaps(n_docs)
+                bitmaps = cache.for_terms(q_ids[np.repeat(prune, np.diff(q_ptr))]) if cache.enabled else None
                 return load("pruned").pruned_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, self.t_max,
                                                   self.b_max, self.b_last, offsets, *sel.arrays(), n_docs, k,
                                                   n_threads=self.n_threads, prune=prune, t_min=self.t_min,
