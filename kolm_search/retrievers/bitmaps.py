@@ -51,6 +51,8 @@ class TermBitmaps:
         self.capacity = int(max_bytes) // (self.n_words * 12)  # rows that fit
         self.min_df = self.n_docs / dense_div
         self.enabled = self.capacity > 0 and self.n_docs >= (MIN_DOCS if min_docs is None else min_docs)
+        ptr = np.asarray(t_ptr, np.int64)
+        self._df: npt.NDArray[np.int64] = ptr[1:] - ptr[:-1]  # document frequencies (V,)
         self._lock = threading.Lock()
         self._clear()
 
@@ -82,7 +84,7 @@ class TermBitmaps:
         when none is frequent or none fits."""
         if not self.enabled:
             return None
-        df = np.diff(self.t_ptr)
+        df = self._df
         terms = np.unique(np.asarray(terms, np.int64))
         terms = terms[(df[terms] >= self.min_df) & (df[terms] > 0)]
         if not len(terms):
