@@ -20,6 +20,7 @@ import numpy as np
 from kolm_search import BM25Retriever
 from kolm_search._kernels import load
 from kolm_search.engine.selection import Selections
+from kolm_search.retrievers.bm25_weights import reduce_offsets
 from kolm_search.retrievers.bounds import prune_queries
 
 
@@ -38,7 +39,6 @@ def main() -> None:
     q_ptr, q_ids = r.encode(texts)
     m = len(q_ptr) - 1
     w = np.ones(len(q_ids), np.float32)
-    from kolm_search.retrievers.bm25 import reduce_offsets
     off = np.ascontiguousarray(reduce_offsets(r.nonocc[q_ids] * w, q_ptr), np.float32)
     n_docs = len(r.table)
     sel = Selections.none(m)
