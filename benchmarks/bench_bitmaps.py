@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--lookup-bits", type=float, nargs="+", default=[8.0])
+    ap.add_argument("--lookup-bits", type=float, nargs="+", default=[2.0])
     a = ap.parse_args()
     r = BM25Retriever.load(a.index)
     texts = open(a.queries).read().splitlines()
