@@ -2,7 +2,8 @@
 
 The oracle is the exhaustive kernel (:func:`kolm_search._kernels.sparse.sparse_topk` on its
 stamped paths) and its numpy twin (a dense score matrix): the pruned kernel (many blocks per
-term, candidates looked up block by block, products kept and looked up again, queries given back)
+term, candidates looked up block by block or in frequent terms' bitmaps, products kept and
+looked up again, queries given back)
 and the plain dense path must return the same documents, scores and tie order, bit for bit, on
 random corpora with filters, weights, repeated terms, offsets and every k from 1 to past the
 document count. The bounds the kernels read equal their numpy twin's.
@@ -85,10 +86,12 @@ def test_posting_bounds_equal_their_twin(seed: int, n_docs: int, zero_weights: b
 @given(seed=st.integers(0, 2**32 - 1), n_docs=st.integers(1, 4000), k_frac=st.floats(0, 1.05),
        weighted=st.booleans(), offsets=st.booleans(), filtered=st.booleans(), zero_weights=st.booleans(),
        bail=st.sampled_from([np.inf, 0.25, 0.05]), lookup=st.sampled_from([0.0, 8.0, 1e12]),
-       threads=st.sampled_from([1, 2]))
+       threads=st.sampled_from([1, 2]), dense=st.sampled_from([None, 0.0, 0.05, 0.3]),
+       lookup_bits=st.sampled_from([0.0, 2.0, 1e12]))
 def test_block_max_pruning_equals_the_exhaustive_kernel(seed: int, n_docs: int, k_frac: float, weighted: bool,
                                                         offsets: bool, filtered: bool, zero_weights: bool,
-                                                        bail: float, lookup: float, threads: int) -> None:
+                                                        bail: float, lookup: float, threads: int, dense: float | None,
+                                                        lookup_bits: float) -> None:
     rng = np.random.default_rng(seed)
     vocab = int(rng.integers(1, 60))
     t_ptr, t_docs, t_w = zipf_index(rng, n_docs, vocab, zero_weights)
@@ -98,8 +101,17 @@ def test_block_max_pruning_equals_the_exhaustive_kernel(seed: int, n_docs: int, 
     t_min, t_max, b_max, b_last = load("blocks").posting_bounds(t_ptr, t_docs, t_w)
     sparse = load("sparse")
     want = sparse.sparse_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, off, *sel.arrays(), n_docs, k, n_threads=1)
+    bitmaps = None
+    if dense is not None:  # the terms held by at least this share of the documents looked up in bitmaps
+        terms = np.flatnonzero(np.diff(t_ptr) >= dense * n_docs)
+        slot = np.full(vocab, -1, np.int64)
+        rows = rng.permutation(len(terms))  # rows in any order
+        slot[terms] = rows
+        bits, rank = load("bitmaps").term_bitmaps(t_ptr, t_docs, terms[np.argsort(rows)], n_docs)
+        bitmaps = (slot, bits, rank)
     got = load("pruned").pruned_topk(q_ptr, q_terms, w, t_ptr, t_docs, t_w, t_max, b_max, b_last, off, *sel.arrays(),
-                                     n_docs, k, n_threads=threads, bail=bail, lookup=lookup, t_min=t_min)
+                                     n_docs, k, n_threads=threads, bail=bail, lookup=lookup, t_min=t_min,
+                                     bitmaps=bitmaps, lookup_bits=lookup_bits)
     assert_same(got, want)
     twin = sparse.sparse_topk_numpy(q_ptr, q_terms, w, t_ptr, t_docs, t_w, off, *sel.arrays(), n_docs, k)
     assert_same(got, twin)

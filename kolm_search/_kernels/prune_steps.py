@@ -13,10 +13,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kolm_search._kernels.bitmaps import bit_rank
 from kolm_search._kernels.blocks import BLOCK_SHIFT, find, in_block, next_block
 from kolm_search._kernels.heap import kth_largest_above
 
-__all__ = ["add_term", "kth_largest", "merge", "rescore_term"]
+__all__ = ["add_term", "add_term_bits", "kth_largest", "merge", "rescore_term", "rescore_term_bits"]
 
 
 @njit
@@ -177,3 +178,42 @@ def rescore_term(cd, cv, n_c, t, w, t_ptr, t_docs, t_w, b_ptr, b_last, scan):  #
             break
         if pos >= 0:
             cv[c] = np.float64(np.float32(cv[c]) + w * t_w[pos])
+
+
+@njit
+def add_term_bits(cd, cv, n_c, t, w, r, t_ptr, t_w, b_ptr, b_max, bits, rank, need, prod, slot):  # pragma: no cover
+    """:func:`add_term` with the term's bitmap ``bits`` and rank directory ``rank`` (rows of
+    :func:`kolm_search._kernels.bitmaps.term_bitmaps`): each candidate's place in O(1); a
+    candidate holding the term whose block maximum cannot lift it to ``need`` is dropped unread."""
+    lo = t_ptr[t]
+    keep = min(slot, len(prod))
+    kept = 0
+    bm = b_ptr[t]
+    for c in range(n_c):
+        d = cd[c]
+        v = cv[c]
+        x = np.float32(0.0)
+        p, present = bit_rank(bits, rank, d)
+        if present:
+            if v + r * np.float64(w * b_max[bm + (p >> BLOCK_SHIFT)]) < need:
+                continue  # ruled out by its block's maximum, unread
+            x = w * t_w[lo + p]
+        v += r * np.float64(x)
+        cd[kept] = d
+        cv[kept] = v
+        for row in range(keep):
+            prod[row, kept] = prod[row, c]
+        if slot < len(prod):
+            prod[slot, kept] = x
+        kept += v >= need
+    return kept
+
+
+@njit
+def rescore_term_bits(cd, cv, n_c, t, w, t_ptr, t_w, bits, rank):  # pragma: no cover - compiled
+    """:func:`rescore_term` with the term's bitmap and rank directory."""
+    lo = t_ptr[t]
+    for c in range(n_c):
+        p, present = bit_rank(bits, rank, cd[c])
+        if present:
+            cv[c] = np.float64(np.float32(cv[c]) + w * t_w[lo + p])

@@ -13,9 +13,11 @@ to beat any document that only the remaining terms hold (the k-th best partial s
 sum of the remaining bounds): from then on no new document can enter. The union's documents that
 may still reach the k-th best partial sum are the candidates, in document order. Phase 2 takes
 each remaining term for the candidates only: each candidate's block of the term (galloping over
-the blocks' last documents); a candidate whose partial sum plus that block's maximum plus the
-later terms' bounds cannot reach the threshold is dropped unread, the others are found in the
-block; then the threshold rises to the k-th best partial sum. The survivors are scored as the
+the blocks' last documents, or, for a term given a document bitmap, its place read from the
+bitmap and rank directory of :mod:`kolm_search._kernels.bitmaps` in O(1)); a candidate whose
+partial sum plus that block's maximum plus the later terms' bounds cannot reach the threshold is
+dropped unread, the others are found in the block; then the threshold rises to the k-th best
+partial sum. The survivors are scored as the
 exhaustive kernel scores them: ``sum(q_weight * t_w)`` in float32, over the query's terms in
 query-term order (products kept from phase 2, others looked up again), plus the offset, and the
 best ``k`` kept (equal scores: the lower document code). Every bound is taken in float64 with a
@@ -26,7 +28,8 @@ strictly below a score that ``k`` documents reach.
 A query whose phase 1 would merge (beyond its first term) more than ``bail`` times its postings
 (frequent terms only, or ``k`` past the documents holding its rarer terms) is given back, as is
 one whose phase 2 would look up more candidates (times its remaining terms) than ``1 / lookup``
-of its postings (:data:`LOOKUP`: a lookup costs about 8 postings of the exhaustive scan), and
+of its postings (:data:`LOOKUP`: a lookup costs about 8 postings of the exhaustive scan;
+:data:`LOOKUP_BITS`, 2, in a bitmap), and
 :func:`pruned_topk` scores it with the exhaustive kernel, as it does a query with a negative
 weight or a non-finite offset, and one whose few selected rows the exhaustive kernel scores row
 by row. The numpy twin is the exhaustive kernel's (:func:`kolm_search._kernels.sparse.sparse_topk_numpy`).
@@ -41,30 +44,39 @@ from numba import njit, types
 from kolm_search._kernels import chunk_bounds, resolve_threads, run_pieces
 from kolm_search._kernels.blocks import block_pointers
 from kolm_search._kernels.heap import heap_push, sort_heap
-from kolm_search._kernels.prune_steps import add_term, kth_largest, merge, rescore_term
+from kolm_search._kernels.prune_steps import (
+    add_term,
+    add_term_bits,
+    kth_largest,
+    merge,
+    rescore_term,
+    rescore_term_bits,
+)
 from kolm_search._kernels.sig import f32, f64, i64, ro, rw, u8
 from kolm_search._kernels.sparse import PIECES, ROW_LOOKUP_COST, query_costs, sparse_topk, sparse_topk_numpy
 
-__all__ = ["BAIL", "LOOKUP", "SCAN_RATIO", "prunable", "pruned_topk", "pruned_topk_numpy"]
+__all__ = ["BAIL", "LOOKUP", "LOOKUP_BITS", "SCAN_RATIO", "prunable", "pruned_topk", "pruned_topk_numpy"]
 
 pruned_topk_numpy = sparse_topk_numpy  # the oracle: pruning changes no result
 
 SCAN_RATIO = 8  # a term's postings are merged with the candidates when fewer than this many per candidate
 PRODUCT_ROWS = 4  # products of this many phase-2 terms are kept for the final sums (the others looked up again)
 BAIL = 0.3  # a query whose phase 1 would merge more than this share of its postings goes to the exhaustive kernel
+LOOKUP_BITS = 2.0  # the same for a term looked up in its bitmap (no gallop, no search)
 LOOKUP = 8.0  # a query whose phase-2 lookups times LOOKUP exceed its postings goes to the exhaustive kernel (0: none)
 _I32 = types.int32
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(f32), ro(i64), ro(_I32), ro(f32), ro(f32), ro(i64), ro(f32), ro(_I32),
                         ro(f32), ro(i64), ro(i64), ro(i64), ro(i64), ro(u8, 2), i64, i64, f64, f64, rw(i64, 2),
                         rw(f32, 2), rw(i64), rw(f32), rw(i64), rw(f64), rw(i64), rw(_I32), rw(f64), rw(_I32), rw(f64),
-                        rw(i64), rw(f64), rw(f64), rw(i64), rw(i64), rw(f64), rw(f32, 2), i64, i64)
+                        rw(i64), rw(f64), rw(f64), rw(i64), rw(i64), rw(f64), rw(f32, 2), ro(i64), ro(types.uint64, 2),
+                        ro(_I32, 2), f64, i64, i64)
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
 def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, b_ptr, b_max, b_last, offsets, sel_ids,
                   sel_ptr, sel_rows, sel_mask, masks, k, scan, bail, lookup, out_d, out_s, counts, hs, hd, heap,
-                  allow, md0, mv0, md1, mv1, order, ubs, rest, slot, grp, mult, prod, q0,
-                  q1):  # pragma: no cover - compiled
+                  allow, md0, mv0, md1, mv1, order, ubs, rest, slot, grp, mult, prod, f_slot, f_bits, f_rank,
+                  lookup_bits, q0, q1):  # pragma: no cover - compiled
     """Queries ``q0 <= q < q1``; ``allow`` (n_docs or 1,, all <= q0), ``md0, mv0, md1, mv1``
     (the largest union: documents, partial sums), ``hs, hd, heap`` (k,), ``order, ubs, rest,
     slot, grp, mult`` (the longest query,) and ``prod`` (PRODUCT_ROWS, the largest union) are this
@@ -150,7 +162,10 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, b_ptr, b
             cd[n_c] = cd[c]
             cv[n_c] = v
             n_c += v >= need
-        if n_c * (n_g - e) * lookup > n_post:  # looking the candidates up would cost more than the scan
+        cost = 0.0
+        for s in range(e, n_g):
+            cost += lookup_bits if f_slot[q_terms[j0 + order[s]]] >= 0 else lookup
+        if n_c * cost > n_post:  # looking the candidates up would cost more than the scan
             counts[q] = -1
             continue
         # phase 2: the remaining terms for the candidates only, the threshold rising after each
@@ -159,8 +174,14 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, b_ptr, b
                 break
             i = order[s]
             slot[i] = s - e
-            n_c = add_term(cd, cv, n_c, q_terms[j0 + i], q_weights[j0 + i], mult[i], t_ptr, t_docs, t_w, b_ptr,
-                            b_max, b_last, theta - rest[s] - off - delta, prod, s - e)
+            t = q_terms[j0 + i]
+            f = f_slot[t]
+            if f >= 0:
+                n_c = add_term_bits(cd, cv, n_c, t, q_weights[j0 + i], mult[i], t_ptr, t_w, b_ptr, b_max, f_bits[f],
+                                    f_rank[f], theta - rest[s] - off - delta, prod, s - e)
+            else:
+                n_c = add_term(cd, cv, n_c, t, q_weights[j0 + i], mult[i], t_ptr, t_docs, t_w, b_ptr, b_max, b_last,
+                               theta - rest[s] - off - delta, prod, s - e)
             if n_c >= k:
                 theta = max(theta, kth_largest(cv, n_c, k, heap, theta - off + delta) + off - delta)
         # the survivors (exact sums that could reach theta), scored in float32 in query-term order
@@ -182,6 +203,9 @@ def _pruned_chunk(q_ptr, q_terms, q_weights, t_ptr, t_docs, t_w, t_max, b_ptr, b
             if 0 <= g < len(prod):  # its products were kept in phase 2 (0 for a document without it)
                 for c in range(n_c):
                     cv[c] = np.float64(np.float32(cv[c]) + prod[g, c])
+            elif f_slot[q_terms[j0 + i]] >= 0:
+                f = f_slot[q_terms[j0 + i]]
+                rescore_term_bits(cd, cv, n_c, q_terms[j0 + i], q_weights[j0 + i], t_ptr, t_w, f_bits[f], f_rank[f])
             else:
                 rescore_term(cd, cv, n_c, q_terms[j0 + i], q_weights[j0 + i], t_ptr, t_docs, t_w, b_ptr, b_last,
                               scan)
@@ -237,6 +261,8 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
                 n_docs: int, k: int, *, n_threads: int | None = None, prune: npt.NDArray[np.bool_] | None = None,
                 scan: int = SCAN_RATIO, bail: float = BAIL, lookup: float = LOOKUP,
                 t_min: npt.NDArray[np.float32] | None = None,
+                bitmaps: tuple[npt.NDArray[np.int64], npt.NDArray[np.uint64], npt.NDArray[np.int32]] | None = None,
+                lookup_bits: float = LOOKUP_BITS,
                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Top-``k`` documents of every query, as :func:`~kolm_search._kernels.sparse.sparse_topk`
     returns them: ``docs int64 (n_q, k), scores float32 (n_q, k), counts int64 (n_q,)``.
@@ -246,7 +272,10 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
     gives back (``bail``: the share of a query's postings its phase 1 may merge; inf: none given
     back; ``lookup``: what a phase-2 lookup costs in postings, a query whose candidates times its
     remaining terms times ``lookup`` exceed its postings given back; 0: none), go to the
-    exhaustive kernel (with ``t_min``, see there). The caller guarantees the
+    exhaustive kernel (with ``t_min``, see there). ``bitmaps``: ``(slot int64 (V,), bits uint64,
+    rank int32 (rows, ceil(n_docs / 64)))``, row ``slot[t]`` (-1: none) the bitmap and rank
+    directory of term t (:func:`kolm_search._kernels.bitmaps.term_bitmaps` of these postings),
+    a lookup in which costs ``lookup_bits`` postings. The caller guarantees the
     layout as for ``sparse_topk``, and the bounds of :func:`kolm_search._kernels.blocks.posting_bounds`
     of these postings (:mod:`kolm_search.retrievers.bounds` checks saved ones), else results are
     wrong. ``scan``: a term's postings are merged with the candidates when fewer than ``scan``
@@ -286,12 +315,22 @@ def pruned_topk(q_ptr: npt.NDArray[np.int64], q_terms: npt.NDArray[np.int64], q_
                   c(p_sel, np.int64), c(sel_ptr, np.int64), c(sel_rows, np.int64), c(sel_mask, np.int64),
                   c(masks, np.uint8), int(k), int(scan), float(bail), float(lookup), p_d, p_s, p_n)
 
-        def scratch() -> tuple[np.ndarray, ...]:
+        if bitmaps is None:
+            bitmaps = (np.full(len(t_ptr) - 1, -1, np.int64), np.zeros((0, 1), np.uint64), np.zeros((0, 1), np.int32))
+        f_slot, f_bits, f_rank = c(bitmaps[0], np.int64), c(bitmaps[1], np.uint64), c(bitmaps[2], np.int32)
+        if len(f_slot) != len(t_ptr) - 1 or f_bits.shape != f_rank.shape or (
+                len(f_bits) and f_bits.shape[1] != max((n_docs + 63) >> 6, 1)) or (
+                len(f_slot) and not -1 <= f_slot.min() <= f_slot.max() < len(f_bits)):
+            raise ValueError(f"bitmaps of shapes {f_slot.shape}, {f_bits.shape}, {f_rank.shape} for {len(t_ptr) - 1} "
+                             f"terms and {n_docs} documents")
+
+        def scratch() -> tuple[np.ndarray | float, ...]:  # this thread's scratch, then the bitmaps
             return (np.empty(k, np.float32), np.empty(k, np.int64), np.empty(k, np.float64),
                     np.zeros(n_docs if rows else 1, np.int64), np.empty(cap, np.int32), np.empty(cap, np.float64),
                     np.empty(cap, np.int32), np.empty(cap, np.float64), np.empty(longest, np.int64),
                     np.empty(longest, np.float64), np.empty(longest, np.float64), np.empty(longest, np.int64),
-                    np.empty(longest, np.int64), np.empty(longest, np.float64), np.empty((PRODUCT_ROWS, cap), np.float32))
+                    np.empty(longest, np.int64), np.empty(longest, np.float64), np.empty((PRODUCT_ROWS, cap), np.float32),
+                    f_slot, f_bits, f_rank, float(lookup_bits))
 
         run_pieces(lambda *a: _pruned_chunk(*arrays, *a), bounds, threads, scratch)
         out_d[prune], out_s[prune], counts[prune] = p_d, p_s, p_n

@@ -32,6 +32,7 @@ from kolm_search.retrievers._batching import (
 )
 from kolm_search.retrievers._persist import FileSource, Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, Verify, open_index, retrying
+from kolm_search.retrievers.bitmaps import TermBitmaps
 from kolm_search.retrievers.bm25_saved import (
     ARRAYS,
     FILES_SINCE,
@@ -116,6 +117,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
     _tf_unchecked: DeferredCheck | None = None  # a quick load's check of _tf, run when it is first read
     own_stats: bool | None = None  # weighted with its own statistics (None: unknown, version 1)
     _bounds: tuple[Any, Any, npt.NDArray[np.float64]] | None = None  # (t_w, nonocc, term_bounds) of score_weighted
+    _bitmaps: TermBitmaps | None = None  # frequent terms' document bitmaps for the pruned kernel (built on demand)
 
     def __init__(self, documents: Any, *, method: Method = "lucene", k1: float = 1.5, b: float = 0.75,
                  delta: float = 0.5, tokenizer: Tokenizer | None = None,
@@ -400,9 +402,12 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         if mode == "auto":
             prune = prune_queries(q_ptr, q_ids, weights, self.t_ptr, offsets, sel.ids, sel.ptr, sel.mask_of, k)
             if prune.any():
+                cache = self._term_bitmaps(n_docs)
+                bitmaps = cache.for_terms(q_ids[np.repeat(prune, np.diff(q_ptr))]) if cache.enabled else None
                 return load("pruned").pruned_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, self.t_max,
                                                   self.b_max, self.b_last, offsets, *sel.arrays(), n_docs, k,
-                                                  n_threads=self.n_threads, prune=prune, t_min=self.t_min)
+                                                  n_threads=self.n_threads, prune=prune, t_min=self.t_min,
+                                                  bitmaps=bitmaps)
         return load("sparse").sparse_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, offsets,
                                           *sel.arrays(), n_docs, k, n_threads=self.n_threads, t_min=self.t_min)
 
@@ -416,6 +421,14 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         ptr, ids, w = check_weighted(q_ptr, q_ids, q_weights, len(self.vocab), self.vocab)
         check_bound(ptr, ids, w, self._term_bounds(), self.vocab)
         return self.score_encoded(ptr, ids, k, selections, weights=w, pruning=pruning)
+
+    def _term_bitmaps(self, n_docs: int) -> TermBitmaps:
+        """The bitmaps of the current postings (:mod:`~kolm_search.retrievers.bitmaps`), new
+        when the postings were replaced (a merge)."""
+        cached = self._bitmaps
+        if cached is None or not cached.matches(self.t_ptr, self.t_docs, n_docs):
+            cached = self._bitmaps = TermBitmaps(self.t_ptr, self.t_docs, n_docs, n_threads=self.n_threads)
+        return cached
 
     def _term_bounds(self) -> npt.NDArray[np.float64]:
         """:func:`~kolm_search.retrievers.weighted.term_bounds` of the current arrays (computed
