@@ -47,15 +47,17 @@ _MIN_GEO_MEAN = 0.00001  # trec_eval's MIN_GEO_MEAN
 _I32 = types.int32
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64),
                         ro(f64, 2), ro(f64), rw(f64, 2), rw(i64), rw(i64), rw(f64), rw(f64), rw(f64), rw(i64), rw(i64),
-                        rw(_I32), rw(_I32), rw(_I32), rw(f64), rw(f64), i64, i64)
+                        rw(_I32), rw(_I32), rw(_I32), rw(f64), rw(f64), rw(f64), i64, i64)
 
 
 @njit(cache=True, nogil=True)
-def _iprec(recall, num_rel, n_e, cum_rel):  # pragma: no cover - compiled
+def _iprec_env(recall, num_rel, n_e, cum_rel, env):  # pragma: no cover - compiled
     """trec_eval's interpolated precision at ``recall``: the best precision at or below the rank
     where ``int(recall * num_rel + 0.9)`` relevant documents are retrieved (trec_eval 9.0, as
     pytrec_eval has it; later versions round), 0 if never; NaN (0 / 0, as trec_eval) when no
-    document is ranked and that number is 0."""
+    document is ranked and that number is 0. That rank is found by a binary search of
+    ``cum_rel`` and the best precision from it down is ``env`` (:func:`_envelope`), made once
+    per ranking for every level."""
     found = cum_rel[n_e]
     need = np.floor(recall * num_rel + 0.9)
     if n_e == 0 and need == 0:
@@ -63,12 +65,23 @@ def _iprec(recall, num_rel, n_e, cum_rel):  # pragma: no cover - compiled
     if found == 0 or need > found:
         return 0.0
     need = max(need, 1.0)
+    low, high = 1, n_e  # the first rank i with cum_rel[i] >= need (it holds the need-th relevant one)
+    while low < high:
+        mid = (low + high) // 2
+        if cum_rel[mid] >= need:
+            high = mid
+        else:
+            low = mid + 1
+    return env[low]
+
+
+@njit(cache=True, nogil=True)
+def _envelope(n_e, cum_rel, env):  # pragma: no cover - compiled
+    """``env[i] = max(cum_rel[j] / j for j in i..n_e)`` for ``i`` in ``1..n_e``."""
     best = 0.0
     for i in range(n_e, 0, -1):
         best = max(best, cum_rel[i] / i)
-        if cum_rel[i] == need and cum_rel[i] > cum_rel[i - 1]:
-            break
-    return best
+        env[i] = best
 
 
 @njit(cache=True, nogil=True)
@@ -118,11 +131,12 @@ def _gain_measure(mid, j_rel, js, n_pos, grade_at, n_e, log2, ideal, cum_dcg, nu
 @njit(_SIGNATURE, cache=True, nogil=True)
 def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cutoffs, levels, flags, params, log2,
                     values, status, cum_rel, cum_dcg, cum_ap, ideal, grade_at, cum_judged, rel_of, judged, retrieved,
-                    cum_dcg_exp, ideal_exp, q0, q1):  # pragma: no cover - compiled
+                    cum_dcg_exp, ideal_exp, env, q0, q1):  # pragma: no cover - compiled
     """Queries ``q0 <= q < q1``. ``log2[i] = log2(i + 2)`` for every rank; the rest after
     ``status`` is this chunk's scratch: cumulative arrays and grades by rank (longest ranking
-    + 1), the ideal gains (most judgements + 1), per-document marks (-1 on entry), and the
-    cumulative and ideal gains ``2**grade - 1``."""
+    + 1), the ideal gains (most judgements + 1), per-document marks (-1 on entry), the
+    cumulative and ideal gains ``2**grade - 1``, and the interpolated precisions by rank
+    (``env``, made once per ranking when an IPrec measure asks)."""
     for q in range(q0, q1):
         s, n_r = r_ptr[q], r_ptr[q + 1] - r_ptr[q]
         js, n_j = j_ptr[q], j_ptr[q + 1] - j_ptr[q]
@@ -150,6 +164,7 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
         flag = -1
         n_e = num_rel = num_nonrel = first_rel = nonrel_ret = 0
         bpref = inf_ap = 0.0
+        enveloped = False
         for m in range(metric_ids.shape[0]):
             if levels[m] != level or flags[m] != flag:  # rank the query's documents for this level and flag
                 level, flag = levels[m], flags[m]
@@ -164,6 +179,7 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                 first_rel = 0
                 nonrel_ret = 0
                 bpref = inf_ap = 0.0
+                enveloped = False
                 nonrel_so_far = 0
                 pool_unjudged = 0
                 for i in range(n_r):
@@ -267,12 +283,16 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                     if grade_at[i] >= level:
                         v += weight
                     weight *= p
-            elif mid == Measure.IPREC:
-                v = _iprec(params[m, 0], num_rel, n_e, cum_rel)
-            elif mid == Measure.ELEVEN_PT_AVG:
-                for point in range(11):
-                    v += _iprec(point / 10.0, num_rel, n_e, cum_rel)
-                v /= 11.0
+            elif mid == Measure.IPREC or mid == Measure.ELEVEN_PT_AVG:
+                if not enveloped:  # the curve's levels read one envelope of the ranking
+                    _envelope(n_e, cum_rel, env)
+                    enveloped = True
+                if mid == Measure.IPREC:
+                    v = _iprec_env(params[m, 0], num_rel, n_e, cum_rel, env)
+                else:
+                    for point in range(11):
+                        v += _iprec_env(point / 10.0, num_rel, n_e, cum_rel, env)
+                    v /= 11.0
             elif mid == Measure.SET_P:
                 if n_e > 0:
                     v = found / n_e
@@ -381,7 +401,7 @@ def evaluate_queries(r_ptr: npt.ArrayLike, r_doc: npt.ArrayLike, n_run_docs: int
                         np.zeros(width, np.int64), np.zeros(width), np.zeros(width), np.zeros(width),
                         np.zeros(width, np.int64), np.zeros(width, np.int64), np.zeros(n_judged, np.int32),
                         np.full(n_judged, -1, np.int32), np.full(n_run_docs, -1, np.int32), np.zeros(width),
-                        np.zeros(width), q0, q1)
+                        np.zeros(width), np.zeros(width), q0, q1)
 
     threads = resolve_threads(n_threads) if rd.shape[0] >= PARALLEL_ROWS else 1
     run_chunks(chunk, chunk_bounds(rp, threads))
