@@ -137,6 +137,16 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
     + 1), the ideal gains (most judgements + 1), per-document marks (-1 on entry), the
     cumulative and ideal gains ``2**grade - 1``, and the interpolated precisions by rank
     (``env``, made once per ranking when an IPrec measure asks)."""
+    want_exp = want_ap = want_pool = False  # accumulators only some measures read
+    for m in range(metric_ids.shape[0]):
+        mid = metric_ids[m]
+        if mid == Measure.DCG_EXP or mid == Measure.NDCG_EXP:
+            want_exp = True
+        elif mid == Measure.MAP or mid == Measure.GM_MAP or mid == Measure.MAP_CUT:
+            want_ap = True
+        elif mid == Measure.INFAP or mid == Measure.BPREF or mid == Measure.GM_BPREF \
+                or mid == Measure.NUM_NONREL_JUDGED_RET:
+            want_pool = True
     for q in range(q0, q1):
         s, n_r = r_ptr[q], r_ptr[q + 1] - r_ptr[q]
         js, n_j = j_ptr[q], j_ptr[q + 1] - j_ptr[q]
@@ -193,11 +203,15 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                     cum_judged[n_e + 1] = cum_judged[n_e] + (1 if known else 0)
                     cum_rel[n_e + 1] = cum_rel[n_e] + (1 if is_rel else 0)
                     cum_dcg[n_e + 1] = cum_dcg[n_e] + (r / log2[n_e] if r > 0 else 0.0)
-                    cum_dcg_exp[n_e + 1] = cum_dcg_exp[n_e] + ((2.0 ** r - 1.0) / log2[n_e] if r > 0 else 0.0)
-                    cum_ap[n_e + 1] = cum_ap[n_e] + (cum_rel[n_e + 1] / (n_e + 1.0) if is_rel else 0.0)
+                    if want_exp:
+                        cum_dcg_exp[n_e + 1] = cum_dcg_exp[n_e] + ((2.0 ** r - 1.0) / log2[n_e] if r > 0 else 0.0)
+                    if want_ap:
+                        cum_ap[n_e + 1] = cum_ap[n_e] + (cum_rel[n_e + 1] / (n_e + 1.0) if is_rel else 0.0)
                     n_e += 1
                     if is_rel and first_rel == 0:
                         first_rel = n_e
+                    if not want_pool:
+                        continue
                     if known and r < 0:
                         pool_unjudged += 1
                     elif is_rel:  # trec_eval's infAP term at rank n_e - 1 (from 0)
