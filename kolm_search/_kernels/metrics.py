@@ -37,6 +37,7 @@ from numba import njit, types
 
 from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
 from kolm_search._kernels.measure_ids import METRIC_IDS, N_PARAMS, Measure, QueryStatus
+from kolm_search._kernels.metric_parts import envelope, gain_measure, iprec_env
 from kolm_search._kernels.sig import f64, i64, ro, rw
 
 __all__ = ["METRIC_IDS", "Measure", "evaluate_queries"]
@@ -48,84 +49,6 @@ _I32 = types.int32
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64),
                         ro(f64, 2), ro(f64), rw(f64, 2), rw(i64), rw(i64), rw(f64), rw(f64), rw(f64), rw(i64), rw(i64),
                         rw(_I32), rw(_I32), rw(_I32), rw(f64), rw(f64), rw(f64), i64, i64)
-
-
-@njit(cache=True, nogil=True)
-def _iprec_env(recall, num_rel, n_e, cum_rel, env):  # pragma: no cover - compiled
-    """trec_eval's interpolated precision at ``recall``: the best precision at or below the rank
-    where ``int(recall * num_rel + 0.9)`` relevant documents are retrieved (trec_eval 9.0, as
-    pytrec_eval has it; later versions round), 0 if never; NaN (0 / 0, as trec_eval) when no
-    document is ranked and that number is 0. That rank is found by a binary search of
-    ``cum_rel`` and the best precision from it down is ``env`` (:func:`_envelope`), made once
-    per ranking for every level."""
-    found = cum_rel[n_e]
-    need = np.floor(recall * num_rel + 0.9)
-    if n_e == 0 and need == 0:
-        return np.nan
-    if found == 0 or need > found:
-        return 0.0
-    need = max(need, 1.0)
-    low, high = 1, n_e  # the first rank i with cum_rel[i] >= need (it holds the need-th relevant one)
-    while low < high:
-        mid = (low + high) // 2
-        if cum_rel[mid] >= need:
-            high = mid
-        else:
-            low = mid + 1
-    return env[low]
-
-
-@njit(cache=True, nogil=True)
-def _envelope(n_e, cum_rel, env):  # pragma: no cover - compiled
-    """``env[i] = max(cum_rel[j] / j for j in i..n_e)`` for ``i`` in ``1..n_e``."""
-    best = 0.0
-    for i in range(n_e, 0, -1):
-        best = max(best, cum_rel[i] / i)
-        env[i] = best
-
-
-@njit(cache=True, nogil=True)
-def _gain_measure(mid, j_rel, js, n_pos, grade_at, n_e, log2, ideal, cum_dcg, num_rel):  # pragma: no cover - compiled
-    """trec_eval's G, ndcg_rel and Rndcg (gains are the grades; ``j_rel[js:js + n_pos]`` the
-    positive ones, best first; ``ideal`` and ``cum_dcg`` cumulative discounted gains)."""
-    v = 0.0
-    if mid == Measure.G:
-        total = 0.0  # results gain so far; cost is the ideal gain so far (1 per rank past it)
-        cost = 0.0
-        for i in range(n_e):
-            g = max(grade_at[i], 0)
-            total += g
-            cost += j_rel[js + i] if i < n_pos else 1.0
-            if g != 0:
-                v += g / np.log2(2.0 + cost - total)
-        best = 0.0
-        for t in range(n_pos):
-            best += j_rel[js + t]
-        return v / best if best > 0 else 0.0
-    if mid == Measure.NDCG_REL:
-        if n_pos == 0:
-            return 0.0
-        found = 0
-        for i in range(n_e):
-            if grade_at[i] > 0:
-                v += cum_dcg[i + 1] / ideal[min(i + 1, n_pos)]
-                found += 1
-        v += (n_pos - found) * cum_dcg[n_e] / ideal[n_pos]
-        return v / n_pos if v > 0 else 0.0
-    # Rndcg: the mean of nDCG at each end of a run of equal positive grades in the ideal
-    # ranking, and at the end of the ranking when it is longer than the positive judgements
-    # plus one (trec_eval's loop has read one document past them when it looks)
-    if num_rel == 0 or n_pos == 0:
-        return 0.0
-    count = 0
-    for t in range(1, n_pos + 1):
-        if t == n_pos or j_rel[js + t] != j_rel[js + t - 1]:
-            v += cum_dcg[min(t, n_e)] / ideal[t]
-            count += 1
-    if n_e > n_pos + 1:
-        v += cum_dcg[n_e] / ideal[n_pos]
-        count += 1
-    return v / count
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
@@ -299,13 +222,13 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                     weight *= p
             elif mid == Measure.IPREC or mid == Measure.ELEVEN_PT_AVG:
                 if not enveloped:  # the curve's levels read one envelope of the ranking
-                    _envelope(n_e, cum_rel, env)
+                    envelope(n_e, cum_rel, env)
                     enveloped = True
                 if mid == Measure.IPREC:
-                    v = _iprec_env(params[m, 0], num_rel, n_e, cum_rel, env)
+                    v = iprec_env(params[m, 0], num_rel, n_e, cum_rel, env)
                 else:
                     for point in range(11):
-                        v += _iprec_env(point / 10.0, num_rel, n_e, cum_rel, env)
+                        v += iprec_env(point / 10.0, num_rel, n_e, cum_rel, env)
                     v /= 11.0
             elif mid == Measure.SET_P:
                 if n_e > 0:
@@ -342,7 +265,7 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                             v += 1.0 / np.log2(2.0 + i - cum_rel[i])
                     v /= num_rel
             elif mid == Measure.G or mid == Measure.NDCG_REL or mid == Measure.RNDCG:
-                v = _gain_measure(mid, j_rel, js, n_pos, grade_at, n_e, log2, ideal, cum_dcg, num_rel)
+                v = gain_measure(mid, j_rel, js, n_pos, grade_at, n_e, log2, ideal, cum_dcg, num_rel)
             elif mid == Measure.NUM_Q:
                 v = 1.0
             elif mid == Measure.DCG:
