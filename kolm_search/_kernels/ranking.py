@@ -116,21 +116,24 @@ def _tie_runs(key, order, matters, rows, run):  # pragma: no cover - compiled
     n = len(order)
     m = 0
     n_runs = 0
-    i = 0
-    while i < n:
-        k = key[order[i]]
-        j = i + 1
-        hit = matters[order[i]]
-        while j < n and key[order[j]] == k:
-            hit = hit or matters[order[j]]
-            j += 1
-        if j - i > 1 and hit:
-            for p in range(i, j):
-                rows[m] = p
+    done = 0  # positions below it are in a run already looked at
+    for p in range(n):  # the marked positions (few), each widened to its run of equal keys
+        if p < done or not matters[order[p]]:
+            continue
+        k = key[order[p]]
+        low = p
+        while low > 0 and key[order[low - 1]] == k:
+            low -= 1
+        high = p + 1
+        while high < n and key[order[high]] == k:
+            high += 1
+        done = high
+        if high - low > 1:
+            for i in range(low, high):
+                rows[m] = i
                 run[m] = n_runs
                 m += 1
             n_runs += 1
-        i = j
     return m
 
 
