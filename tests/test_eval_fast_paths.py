@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kolm_search._kernels import load
-from kolm_search._kernels.ranking import descending_key_numpy, presorted_order_numpy
+from kolm_search._kernels.ranking import descending_key_numpy, presorted_order_numpy, tie_runs_numpy
 from kolm_search.engine import ids
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.metrics import ranking_order
@@ -49,6 +49,28 @@ def test_presorted_order_is_the_stable_sort(seed: int) -> None:
     order = ranking_order(query, score, docs)
     ref = np.lexsort((-pd.factorize(docs, sort=True)[0], -score.astype(np.float64), query))
     assert np.array_equal(order, ref)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.0, -0.0, 1.0, 2.5]), st.booleans()), max_size=40))
+def test_tie_runs_kernel_is_its_numpy_twin(rows: list[tuple[int, float, bool]]) -> None:
+    """The runs of equal keys holding a row that matters: the one-pass kernel finds the same
+    positions and run numbers as the binary search of its twin, and each is a run of equal
+    keys that holds a marked row (and every such run of two or more is found)."""
+    query = np.array([q for q, _, _ in rows], np.int64)
+    score = np.array([s for _, s, _ in rows], np.float32)
+    matters = np.array([m for _, _, m in rows], bool)
+    key = descending_key_numpy(query, score)
+    order = np.argsort(key, kind="stable")
+    got = load("ranking").tie_runs(key, order, matters)
+    want = tie_runs_numpy(key, order, matters)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    ranked, marked = key[order], matters[order]
+    brute = [p for p in range(len(order)) if (ranked == ranked[p]).sum() > 1 and marked[ranked == ranked[p]].any()]
+    assert got[0].tolist() == brute
+    if len(got[1]):
+        assert got[1][0] == 0 and set(np.diff(got[1]).tolist()) <= {0, 1}
+        assert all(len(set(ranked[got[0][got[1] == r]].tolist())) == 1 for r in range(int(got[1][-1]) + 1))
 
 
 @settings(max_examples=300, deadline=None)

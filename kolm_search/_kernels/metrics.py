@@ -37,6 +37,7 @@ from numba import njit, types
 
 from kolm_search._kernels import chunk_bounds, resolve_threads, run_chunks
 from kolm_search._kernels.measure_ids import METRIC_IDS, N_PARAMS, Measure, QueryStatus
+from kolm_search._kernels.metric_parts import envelope, gain_measure, iprec_env
 from kolm_search._kernels.sig import f64, i64, ro, rw
 
 __all__ = ["METRIC_IDS", "Measure", "evaluate_queries"]
@@ -47,82 +48,28 @@ _MIN_GEO_MEAN = 0.00001  # trec_eval's MIN_GEO_MEAN
 _I32 = types.int32
 _SIGNATURE = types.void(ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64), ro(i64),
                         ro(f64, 2), ro(f64), rw(f64, 2), rw(i64), rw(i64), rw(f64), rw(f64), rw(f64), rw(i64), rw(i64),
-                        rw(_I32), rw(_I32), rw(_I32), rw(f64), rw(f64), i64, i64)
-
-
-@njit(cache=True, nogil=True)
-def _iprec(recall, num_rel, n_e, cum_rel):  # pragma: no cover - compiled
-    """trec_eval's interpolated precision at ``recall``: the best precision at or below the rank
-    where ``int(recall * num_rel + 0.9)`` relevant documents are retrieved (trec_eval 9.0, as
-    pytrec_eval has it; later versions round), 0 if never; NaN (0 / 0, as trec_eval) when no
-    document is ranked and that number is 0."""
-    found = cum_rel[n_e]
-    need = np.floor(recall * num_rel + 0.9)
-    if n_e == 0 and need == 0:
-        return np.nan
-    if found == 0 or need > found:
-        return 0.0
-    need = max(need, 1.0)
-    best = 0.0
-    for i in range(n_e, 0, -1):
-        best = max(best, cum_rel[i] / i)
-        if cum_rel[i] == need and cum_rel[i] > cum_rel[i - 1]:
-            break
-    return best
-
-
-@njit(cache=True, nogil=True)
-def _gain_measure(mid, j_rel, js, n_pos, grade_at, n_e, log2, ideal, cum_dcg, num_rel):  # pragma: no cover - compiled
-    """trec_eval's G, ndcg_rel and Rndcg (gains are the grades; ``j_rel[js:js + n_pos]`` the
-    positive ones, best first; ``ideal`` and ``cum_dcg`` cumulative discounted gains)."""
-    v = 0.0
-    if mid == Measure.G:
-        total = 0.0  # results gain so far; cost is the ideal gain so far (1 per rank past it)
-        cost = 0.0
-        for i in range(n_e):
-            g = max(grade_at[i], 0)
-            total += g
-            cost += j_rel[js + i] if i < n_pos else 1.0
-            if g != 0:
-                v += g / np.log2(2.0 + cost - total)
-        best = 0.0
-        for t in range(n_pos):
-            best += j_rel[js + t]
-        return v / best if best > 0 else 0.0
-    if mid == Measure.NDCG_REL:
-        if n_pos == 0:
-            return 0.0
-        found = 0
-        for i in range(n_e):
-            if grade_at[i] > 0:
-                v += cum_dcg[i + 1] / ideal[min(i + 1, n_pos)]
-                found += 1
-        v += (n_pos - found) * cum_dcg[n_e] / ideal[n_pos]
-        return v / n_pos if v > 0 else 0.0
-    # Rndcg: the mean of nDCG at each end of a run of equal positive grades in the ideal
-    # ranking, and at the end of the ranking when it is longer than the positive judgements
-    # plus one (trec_eval's loop has read one document past them when it looks)
-    if num_rel == 0 or n_pos == 0:
-        return 0.0
-    count = 0
-    for t in range(1, n_pos + 1):
-        if t == n_pos or j_rel[js + t] != j_rel[js + t - 1]:
-            v += cum_dcg[min(t, n_e)] / ideal[t]
-            count += 1
-    if n_e > n_pos + 1:
-        v += cum_dcg[n_e] / ideal[n_pos]
-        count += 1
-    return v / count
+                        rw(_I32), rw(_I32), rw(_I32), rw(f64), rw(f64), rw(f64), i64, i64)
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
 def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cutoffs, levels, flags, params, log2,
                     values, status, cum_rel, cum_dcg, cum_ap, ideal, grade_at, cum_judged, rel_of, judged, retrieved,
-                    cum_dcg_exp, ideal_exp, q0, q1):  # pragma: no cover - compiled
+                    cum_dcg_exp, ideal_exp, env, q0, q1):  # pragma: no cover - compiled
     """Queries ``q0 <= q < q1``. ``log2[i] = log2(i + 2)`` for every rank; the rest after
     ``status`` is this chunk's scratch: cumulative arrays and grades by rank (longest ranking
-    + 1), the ideal gains (most judgements + 1), per-document marks (-1 on entry), and the
-    cumulative and ideal gains ``2**grade - 1``."""
+    + 1), the ideal gains (most judgements + 1), per-document marks (-1 on entry), the
+    cumulative and ideal gains ``2**grade - 1``, and the interpolated precisions by rank
+    (``env``, made once per ranking when an IPrec measure asks)."""
+    want_exp = want_ap = want_pool = False  # accumulators only some measures read
+    for m in range(metric_ids.shape[0]):
+        mid = metric_ids[m]
+        if mid == Measure.DCG_EXP or mid == Measure.NDCG_EXP:
+            want_exp = True
+        elif mid == Measure.MAP or mid == Measure.GM_MAP or mid == Measure.MAP_CUT:
+            want_ap = True
+        elif mid == Measure.INFAP or mid == Measure.BPREF or mid == Measure.GM_BPREF \
+                or mid == Measure.NUM_NONREL_JUDGED_RET:
+            want_pool = True
     for q in range(q0, q1):
         s, n_r = r_ptr[q], r_ptr[q + 1] - r_ptr[q]
         js, n_j = j_ptr[q], j_ptr[q + 1] - j_ptr[q]
@@ -150,6 +97,7 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
         flag = -1
         n_e = num_rel = num_nonrel = first_rel = nonrel_ret = 0
         bpref = inf_ap = 0.0
+        enveloped = False
         for m in range(metric_ids.shape[0]):
             if levels[m] != level or flags[m] != flag:  # rank the query's documents for this level and flag
                 level, flag = levels[m], flags[m]
@@ -164,6 +112,7 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                 first_rel = 0
                 nonrel_ret = 0
                 bpref = inf_ap = 0.0
+                enveloped = False
                 nonrel_so_far = 0
                 pool_unjudged = 0
                 for i in range(n_r):
@@ -177,11 +126,15 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                     cum_judged[n_e + 1] = cum_judged[n_e] + (1 if known else 0)
                     cum_rel[n_e + 1] = cum_rel[n_e] + (1 if is_rel else 0)
                     cum_dcg[n_e + 1] = cum_dcg[n_e] + (r / log2[n_e] if r > 0 else 0.0)
-                    cum_dcg_exp[n_e + 1] = cum_dcg_exp[n_e] + ((2.0 ** r - 1.0) / log2[n_e] if r > 0 else 0.0)
-                    cum_ap[n_e + 1] = cum_ap[n_e] + (cum_rel[n_e + 1] / (n_e + 1.0) if is_rel else 0.0)
+                    if want_exp:
+                        cum_dcg_exp[n_e + 1] = cum_dcg_exp[n_e] + ((2.0 ** r - 1.0) / log2[n_e] if r > 0 else 0.0)
+                    if want_ap:
+                        cum_ap[n_e + 1] = cum_ap[n_e] + (cum_rel[n_e + 1] / (n_e + 1.0) if is_rel else 0.0)
                     n_e += 1
                     if is_rel and first_rel == 0:
                         first_rel = n_e
+                    if not want_pool:
+                        continue
                     if known and r < 0:
                         pool_unjudged += 1
                     elif is_rel:  # trec_eval's infAP term at rank n_e - 1 (from 0)
@@ -267,12 +220,16 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                     if grade_at[i] >= level:
                         v += weight
                     weight *= p
-            elif mid == Measure.IPREC:
-                v = _iprec(params[m, 0], num_rel, n_e, cum_rel)
-            elif mid == Measure.ELEVEN_PT_AVG:
-                for point in range(11):
-                    v += _iprec(point / 10.0, num_rel, n_e, cum_rel)
-                v /= 11.0
+            elif mid == Measure.IPREC or mid == Measure.ELEVEN_PT_AVG:
+                if not enveloped:  # the curve's levels read one envelope of the ranking
+                    envelope(n_e, cum_rel, env)
+                    enveloped = True
+                if mid == Measure.IPREC:
+                    v = iprec_env(params[m, 0], num_rel, n_e, cum_rel, env)
+                else:
+                    for point in range(11):
+                        v += iprec_env(point / 10.0, num_rel, n_e, cum_rel, env)
+                    v /= 11.0
             elif mid == Measure.SET_P:
                 if n_e > 0:
                     v = found / n_e
@@ -308,7 +265,7 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                             v += 1.0 / np.log2(2.0 + i - cum_rel[i])
                     v /= num_rel
             elif mid == Measure.G or mid == Measure.NDCG_REL or mid == Measure.RNDCG:
-                v = _gain_measure(mid, j_rel, js, n_pos, grade_at, n_e, log2, ideal, cum_dcg, num_rel)
+                v = gain_measure(mid, j_rel, js, n_pos, grade_at, n_e, log2, ideal, cum_dcg, num_rel)
             elif mid == Measure.NUM_Q:
                 v = 1.0
             elif mid == Measure.DCG:
@@ -381,7 +338,7 @@ def evaluate_queries(r_ptr: npt.ArrayLike, r_doc: npt.ArrayLike, n_run_docs: int
                         np.zeros(width, np.int64), np.zeros(width), np.zeros(width), np.zeros(width),
                         np.zeros(width, np.int64), np.zeros(width, np.int64), np.zeros(n_judged, np.int32),
                         np.full(n_judged, -1, np.int32), np.full(n_run_docs, -1, np.int32), np.zeros(width),
-                        np.zeros(width), q0, q1)
+                        np.zeros(width), np.zeros(width), q0, q1)
 
     threads = resolve_threads(n_threads) if rd.shape[0] >= PARALLEL_ROWS else 1
     run_chunks(chunk, chunk_bounds(rp, threads))

@@ -10,6 +10,9 @@ caller, by document id).
 order already (a run file as search engines write it), the stable sort's permutation without
 sorting: the queries' row ranges put in query-code order. :func:`descending_key_numpy` and
 :func:`presorted_order_numpy` are its numpy twins (the test oracle and the general path).
+:func:`tie_runs` finds, in one pass over the ranking, the runs of equal keys that hold a row
+that matters (a judged one), whose rows the caller orders by document id; its twin is
+:func:`tie_runs_numpy`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from numba import njit, types
 
 from kolm_search._kernels.sig import i64, ro, rw
 
-__all__ = ["descending_key_numpy", "presorted_order_numpy", "presorted_ranking"]
+__all__ = ["descending_key_numpy", "presorted_order_numpy", "presorted_ranking", "tie_runs", "tie_runs_numpy"]
 
 _U32 = types.uint32
 _U64 = types.uint64
@@ -106,3 +109,67 @@ def presorted_order_numpy(query: npt.NDArray[np.int64], key: npt.NDArray[np.uint
     lengths = np.diff(np.append(starts, n))[by_query]
     shift = starts[by_query] - np.concatenate([[0], np.cumsum(lengths)[:-1]])
     return np.arange(n, dtype=np.int64) + np.repeat(shift, lengths)
+
+
+@njit(i64(ro(_U64), ro(i64), ro(types.boolean), rw(i64), rw(i64)), cache=True, nogil=True)
+def _tie_runs(key, order, matters, rows, run):  # pragma: no cover - compiled
+    n = len(order)
+    m = 0
+    n_runs = 0
+    done = 0  # positions below it are in a run already looked at
+    for p in range(n):  # the marked positions (few), each widened to its run of equal keys
+        if p < done or not matters[order[p]]:
+            continue
+        k = key[order[p]]
+        low = p
+        while low > 0 and key[order[low - 1]] == k:
+            low -= 1
+        high = p + 1
+        while high < n and key[order[high]] == k:
+            high += 1
+        done = high
+        if high - low > 1:
+            for i in range(low, high):
+                rows[m] = i
+                run[m] = n_runs
+                m += 1
+            n_runs += 1
+    return m
+
+
+def tie_runs(key: npt.NDArray[np.uint64], order: npt.NDArray[np.int64], matters: npt.NDArray[np.bool_],
+             ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The positions ``rows`` int64 (m,) of ``order`` (the stable sort of ``key`` uint64 (n,))
+    in runs of two or more equal keys holding a row that ``matters`` bool (n,) marks, ascending,
+    and ``run`` int64 (m,) each one's run number (0, 1, ... in position order)."""
+    key = np.ascontiguousarray(key, np.uint64)
+    order = np.ascontiguousarray(order, np.int64)
+    matters = np.ascontiguousarray(matters, np.bool_)
+    n = len(order)
+    if len(key) != n or len(matters) != n:
+        raise ValueError(f"tie_runs: {len(key)} keys, {n} positions and {len(matters)} marks")
+    if n and (int(order.min()) < 0 or int(order.max()) >= n):
+        raise ValueError(f"tie_runs: positions must lie in [0, {n})")
+    rows, run = np.empty(n, np.int64), np.empty(n, np.int64)
+    m = _tie_runs(key, order, matters, rows, run)
+    return rows[:m], run[:m]
+
+
+def tie_runs_numpy(key: npt.NDArray[np.uint64], order: npt.NDArray[np.int64], matters: npt.NDArray[np.bool_],
+                   ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Twin of :func:`tie_runs`: the runs around the rows that matter, found by binary search."""
+    ranked = key[order]
+    at = np.flatnonzero(matters[order])
+    values, last = ranked[at], len(ranked) - 1
+    tied = ((at > 0) & (ranked[np.maximum(at - 1, 0)] == values)) \
+        | ((at < last) & (ranked[np.minimum(at + 1, last)] == values))
+    values = values[tied]  # (sorted)
+    if not len(values):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    low, high = np.searchsorted(ranked, values, "left"), np.searchsorted(ranked, values, "right")
+    low, first = np.unique(low, return_index=True)  # each run once, in position order
+    lengths = high[first] - low
+    run = np.repeat(np.arange(len(low), dtype=np.int64), lengths)
+    rows = np.arange(len(run), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths) \
+        + np.repeat(low, lengths)
+    return rows, run

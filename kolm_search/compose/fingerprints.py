@@ -22,7 +22,7 @@ from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError
 
-__all__ = ["frame_digest", "input_digest", "node_digest", "table_digest", "value_fingerprint"]
+__all__ = ["batch_digest", "frame_digest", "input_digest", "node_digest", "table_digest", "value_fingerprint"]
 
 def _sha(*parts: bytes) -> str:
     h = hashlib.sha256()
@@ -79,7 +79,8 @@ def frame_digest(frame: CandidateFrame | None) -> str:
     return _sha(str(frame.n_queries).encode(), *parts)
 
 
-def _batch_digest(batch: QueryBatch) -> str:
+def batch_digest(batch: QueryBatch) -> str:
+    """A digest of a batch: its texts, owners, limit, mode, filters and embeddings."""
     texts = "\x1f".join(batch.texts).encode("utf-8", "surrogatepass")
     filters = json.dumps(batch.filters, sort_keys=True, default=str).encode()
     head = f"{batch.n_queries}|{batch.limit}|{batch.mode}".encode()
@@ -87,11 +88,13 @@ def _batch_digest(batch: QueryBatch) -> str:
     return _sha(head, texts, batch.owner.tobytes(), filters, emb)
 
 
-def input_digest(batch: QueryBatch, candidates: CandidateFrame | None, *, frame_fp: str | None = None) -> str:
+def input_digest(batch: QueryBatch, candidates: CandidateFrame | None, *, frame_fp: str | None = None,
+                 batch_fp: str | None = None) -> str:
     """A digest of what a stage is given: the batch (texts, owners, limit, mode, filters,
-    embeddings) and the candidates (``frame_fp`` when the caller knows a key of their entries,
-    e.g. the key of the node that made them, else :func:`frame_digest`)."""
-    return _sha(_batch_digest(batch).encode(), (frame_fp or frame_digest(candidates)).encode())
+    embeddings; ``batch_fp`` when the caller holds :func:`batch_digest` of it) and the
+    candidates (``frame_fp`` when the caller knows a key of their entries, e.g. the key of the
+    node that made them, else :func:`frame_digest`)."""
+    return _sha((batch_fp or batch_digest(batch)).encode(), (frame_fp or frame_digest(candidates)).encode())
 
 
 def node_digest(stage_fp: str, input_fp: str) -> str:

@@ -136,13 +136,23 @@ def _stage_key(stage: Any) -> tuple[str, bool]:
     return fp, persistent
 
 
+def _batch_key(batch: QueryBatch) -> str:
+    """:func:`~kolm_search.compose.fingerprints.batch_digest` of ``batch``, made once per
+    :func:`sharing` block for a batch object (every pipeline of an experiment is given the same
+    one; a batch is never changed while stages run)."""
+    from kolm_search.compose.fingerprints import batch_digest
+
+    found = shared_value(("batch digest", id(batch)), lambda: (batch, batch_digest(batch)))
+    return found[1] if found[0] is batch else batch_digest(batch)
+
+
 def _key(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> tuple[str, str, bool]:
     """(stage key, input key, persistent): the fingerprint when the stage has one, else its identity."""
     from kolm_search.compose.fingerprints import input_digest
 
     fp, persistent = _stage_key(stage)
-    return fp, input_digest(batch, candidates, frame_fp=None if candidates is None else frame_key(candidates)), \
-        persistent
+    return fp, input_digest(batch, candidates, frame_fp=None if candidates is None else frame_key(candidates),
+                            batch_fp=_batch_key(batch)), persistent
 
 
 def _keep(state: RunState, key: tuple[str, str], out: CandidateFrame, persistent: bool) -> None:

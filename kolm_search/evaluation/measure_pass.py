@@ -157,23 +157,12 @@ def ranking_order_of(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float
         order = kernels.presorted_order_numpy(query, key)
     if order is None:  # not in rank order already: the stable sort
         order = np.argsort(key, kind="stable")
-    ranked = key[order]
-    if matters is not None:  # the runs of equal keys around the rows that matter (few): found by search
-        at = np.flatnonzero(matters[order])
-        values, last = ranked[at], len(ranked) - 1
-        tied = ((at > 0) & (ranked[np.maximum(at - 1, 0)] == values)) \
-            | ((at < last) & (ranked[np.minimum(at + 1, last)] == values))
-        values = values[tied]  # (sorted)
-        if not len(values):
-            return order
-        low, high = np.searchsorted(ranked, values, "left"), np.searchsorted(ranked, values, "right")
-        low, first = np.unique(low, return_index=True)  # each run once, in position order
-        lengths = high[first] - low
-        run = np.repeat(np.arange(len(low), dtype=np.int64), lengths)
-        rows = np.arange(len(run), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths) \
-            + np.repeat(low, lengths)
-        _break_ties(order, rows, run, id_ranks)
+    if matters is not None:  # the runs of equal keys around the rows that matter (few): one pass
+        rows, run = kernels.tie_runs(key, order, matters)
+        if len(rows):
+            _break_ties(order, rows, run, id_ranks)
         return order
+    ranked = key[order]
     tied = np.flatnonzero(ranked[1:] == ranked[:-1])
     if tied.size:
         in_tie = np.zeros(len(order), bool)

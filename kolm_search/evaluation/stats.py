@@ -150,8 +150,8 @@ def paired_t(a: npt.ArrayLike, b: npt.ArrayLike, *, confidence: float = 0.95) ->
     if x.size < 2 or k == 0:
         return p, low, high
     diff = y - x
-    need_p = np.array([not np.allclose(row, 0.0, atol=1e-15) for row in diff], bool)
-    need_ci = np.array([np.ptp(row) != 0.0 for row in diff], bool)
+    need_p = np.asarray(~np.isclose(diff, 0.0, atol=1e-15).all(axis=1), bool)  # each row's np.allclose(row, 0, atol=1e-15)
+    need_ci = (diff.max(axis=1) - diff.min(axis=1)) != 0.0  # each row's np.ptp(row) != 0.0
     rows = np.flatnonzero(need_p | need_ci)  # the rows the 1-D calls give to scipy
     if len(rows):
         result = stats.ttest_rel(y[rows], np.ascontiguousarray(np.broadcast_to(x, (len(rows), x.size))), axis=1)
