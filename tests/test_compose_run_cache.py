@@ -271,3 +271,20 @@ def test_a_run_of_several_parts_is_stored_only_when_its_flat_form_is_the_same_ru
                                                 (group, empty, empty, empty, np.zeros(0))])
     assert not with_empty.frame().dtypes.equals(run.frame().dtypes)  # the empty part's object columns
     assert not cache.put("s", "q2", with_empty) and not cache.file_for("s", "q2").exists()
+
+
+def test_every_cache_warns_of_a_damaged_file_at_its_callers_line(tmp_path: Path) -> None:
+    """CacheFolder.read_checked, shared by the stage, run and measure-table caches: a garbage
+    file is counted, warned about at the line that asked for it, and not used."""
+    from kolm_search.compose.cache import StageCache
+    from kolm_search.evaluation.table_cache import TableCache
+
+    for cache, ask in ((StageCache(tmp_path / "s"), lambda c: c.get("a", "b", 1)),
+                       (TableCache(tmp_path / "t"), lambda c: c.get("a", "b", ["x"], ["ndcg@10"]))):
+        cache.file_for("a", "b").write_bytes(b"not a cache file")
+        with pytest.warns(RuntimeWarning, match="cache file .* is damaged") as seen:
+            assert ask(cache) is None
+        assert seen[0].filename == __file__
+        assert (cache.damaged, cache.reads) == (1, 0)
+        cache.file_for("a", "b").unlink()
+        assert ask(cache) is None and cache.damaged == 1

@@ -20,7 +20,9 @@ import hashlib
 import json
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +38,7 @@ __all__ = ["CacheFolder", "StageCache", "cache_root"]
 _FORMAT = "kolm-search/stage-output"
 _VERSION = 1
 _KEY = b"kolm_search"
+_T = TypeVar("_T")
 _TYPES = {"query": pa.int32(), "doc": pa.int64(), "score": pa.float64(), "rank": pa.int32()}
 
 
@@ -87,6 +90,24 @@ class CacheFolder:
         """The file of one (stage, input) pair."""
         return self.path / _file_name(stage_fp, input_fp, self.suffix)
 
+    def read_checked(self, path: Path, read: Callable[[], _T | None], what: str, redo: str) -> _T | None:
+        """``read()``, the entry in ``path``; None when there is no file, when ``read`` returns
+        None (an entry it does not take, not damaged), or when it raises: then the entry is
+        damaged, counted and warned (a ``RuntimeWarning`` naming the ``what`` cache's file and
+        what is done instead, ``redo``), never used. Entries read are counted in :attr:`reads`."""
+        if not path.exists():
+            return None
+        try:
+            value = read()
+        except Exception as exc:  # any failure to read or check means: do not use it
+            self.damaged += 1
+            warnings.warn(f"{what} cache file {path} is damaged ({type(exc).__name__}: {exc}); {redo}",
+                          RuntimeWarning, stacklevel=4)
+            return None
+        if value is not None:
+            self.reads += 1
+        return value
+
     def writable(self, path: Path) -> Path:
         """``path`` (a :meth:`file_for`), refused (``KolmValueError`` naming it) when a folder
         stands where its file goes: no rename can replace it."""
@@ -101,17 +122,8 @@ class StageCache(CacheFolder):
     def get(self, stage_fp: str, input_fp: str, n_queries: int) -> CandidateFrame | None:
         """The stored frame, or None when there is none or it is damaged (warned)."""
         path = self.file_for(stage_fp, input_fp)
-        if not path.exists():
-            return None
-        try:
-            frame = self._read(path, stage_fp, input_fp, n_queries)
-        except Exception as exc:  # any failure to read or check means: do not use it
-            self.damaged += 1
-            warnings.warn(f"stage cache file {path} is damaged ({type(exc).__name__}: {exc}); computing the output "
-                          "again", RuntimeWarning, stacklevel=3)
-            return None
-        self.reads += 1
-        return frame
+        return self.read_checked(path, lambda: self._read(path, stage_fp, input_fp, n_queries), "stage",
+                                 "computing the output again")
 
     @staticmethod
     def _read(path: Path, stage_fp: str, input_fp: str, n_queries: int, depth: int = 0) -> CandidateFrame:

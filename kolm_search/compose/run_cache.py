@@ -35,7 +35,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import warnings
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -98,18 +97,8 @@ class RunCache(CacheFolder):
         rows of ``table``, or None when there is none, it is of another
         version, or it is damaged (warned)."""
         path = self.file_for(stage_fp, queries_fp)
-        if not path.exists():
-            return None
-        try:
-            run = self._read(path, stage_fp, queries_fp, prepared, table, n_queries)
-        except Exception as exc:  # any failure to read or check means: do not use it
-            self.damaged += 1
-            warnings.warn(f"run cache file {path} is damaged ({type(exc).__name__}: {exc}); computing the run again",
-                          RuntimeWarning, stacklevel=3)
-            return None
-        if run is not None:
-            self.reads += 1
-        return run
+        return self.read_checked(path, lambda: self._read(path, stage_fp, queries_fp, prepared, table, n_queries),
+                                 "run", "computing the run again")
 
     def _read(self, path: Path, stage_fp: str, queries_fp: str, prepared: PreparedQueries | Callable[[], PreparedQueries],
               documents: DocumentTable, n_queries: int) -> CodedRun | None:

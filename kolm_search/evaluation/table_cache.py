@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -200,17 +199,8 @@ class TableCache(CacheFolder):
         """The stored table of the runs ``names`` measured by ``keys``, or None when there is
         none or it is damaged (warned)."""
         path = self.file_for(runs_fp, settings_fp)
-        if not path.exists():
-            return None
-        try:
-            table = self._read(path, runs_fp, settings_fp, list(names), list(keys))
-        except Exception as exc:  # any failure to read or check means: do not use it
-            self.damaged += 1
-            warnings.warn(f"measure table cache file {path} is damaged ({type(exc).__name__}: {exc}); measuring "
-                          "the runs again", RuntimeWarning, stacklevel=3)
-            return None
-        self.reads += 1
-        return table
+        return self.read_checked(path, lambda: self._read(path, runs_fp, settings_fp, list(names), list(keys)),
+                                 "measure table", "measuring the runs again")
 
     @staticmethod
     def _read(path: Path, runs_fp: str, settings_fp: str, names: list[str], keys: list[str]) -> ComparisonTable:
