@@ -13,6 +13,12 @@ each k's seconds over all queries; whether ``pruning="auto"`` equals the exhaust
 (every array, bit for bit) on the first ``--check`` queries at top-100; the resident memory at
 the end (the postings' pages that the queries read, file-backed). Queries: bench_scale's
 (``queries-<n>.txt`` beside the index, written if absent).
+
+``--cold`` first drops the index's files from the page cache (``posix_fadvise(DONTNEED)`` on
+each, which any reader may ask), as after a reboot or after another job filled the memory: the
+load and the first pass then read from the disk. A quick load (``verify="auto"`` above 256 MiB)
+checks each term's postings when the first search reads them, so the first k's pass includes
+those checks (``--verify full`` checks everything at load instead).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--check", type=int, default=300, help="queries compared with pruning='none' at top-100")
     ap.add_argument("--verify", choices=["auto", "full", "quick"], default="auto")
+    ap.add_argument("--cold", action="store_true", help="drop the index's files from the page cache before loading")
     args = ap.parse_args()
     header("Load and query an existing BM25 index")
     from kolm_search import BM25Retriever
@@ -47,6 +54,8 @@ def main() -> None:
         docs = [{"id": str(i), "content": t} for i, t in enumerate(texts[:50])]
         BM25Retriever.build(docs, Path(tmp) / "i", progress=False).score_texts(texts[:5], 10)
     out: dict[str, object] = {"load_avg_before": os.getloadavg()}
+    if args.cold:
+        out["evicted_mb"] = evict(args.index)
     before = resident_mb()
     t0 = time.perf_counter()
     ret = BM25Retriever.load(args.index, verify=args.verify)
@@ -62,6 +71,20 @@ def main() -> None:
     out["pruned_equal_exhaustive"] = all(a.tobytes() == b.tobytes() for a, b in zip(auto, none, strict=True))
     out.update(rss_end_mb=resident_mb()[0] - before[0], load_avg_after=os.getloadavg())
     print(json.dumps(out), flush=True)
+
+
+def evict(index: Path) -> float:
+    """Drop the files of ``index`` (links followed) from the page cache; their megabytes."""
+    total = 0
+    for path in Path(os.path.realpath(index)).rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                total += os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+    return total / 2**20
 
 
 if __name__ == "__main__":

@@ -21,7 +21,11 @@ computes the same from resident arrays): each term's smallest and largest weight
 :data:`~kolm_search._kernels.blocks.BLOCK` postings' largest weight and last document
 (``b_max``, ``b_last`` at ``b_ptr[t] + i``). It is one read of each slice, so that a load can
 check an index of any size block by block (:mod:`kolm_search.retrievers._blocks`) without
-mapping its pages. :func:`first_bad_posting_numpy` is the numpy twin (the test oracle).
+mapping its pages. :func:`first_bad_term` does the same for a list of terms ``terms`` int64
+(n,), in that order, over the whole postings (``base`` 0: the memory-mapped arrays, of which
+only those terms' pages are read), for a search that checks the terms it reads on first use.
+:func:`first_bad_posting_numpy` and :func:`first_bad_term_numpy` are the numpy twins (the test
+oracles).
 """
 
 from __future__ import annotations
@@ -33,49 +37,71 @@ from numba import njit, types
 from kolm_search._kernels.blocks import BLOCK, posting_bounds_numpy
 from kolm_search._kernels.sig import f32, i64, ro, rw
 
-__all__ = ["first_bad_posting", "first_bad_posting_numpy"]
+__all__ = ["first_bad_posting", "first_bad_posting_numpy", "first_bad_term", "first_bad_term_numpy"]
 
 _I32 = types.int32
 _SIGNATURE = types.UniTuple(i64, 2)(ro(i64), ro(i64), ro(_I32), ro(f32), i64, i64, i64, rw(f32), rw(f32), rw(f32),
                                    rw(_I32))
+_TERMS_SIGNATURE = types.UniTuple(i64, 2)(ro(i64), ro(i64), ro(_I32), ro(f32), ro(i64), i64, rw(f32), rw(f32), rw(f32),
+                                         rw(_I32))
+
+
+@njit(cache=True, nogil=True)
+def _check_term(t, base, t_ptr, b_ptr, docs, weights, n_docs, t_min, t_max, b_max,
+                b_last):  # pragma: no cover - compiled
+    """Term ``t``'s postings (``docs``, ``weights`` from posting ``base``): (kind, position)."""
+    inf = np.float32(np.inf)
+    top = np.float32(0.0)
+    low = inf
+    prev = -1
+    lo, hi = t_ptr[t], t_ptr[t + 1]
+    b = b_ptr[t]
+    for start in range(lo, hi, BLOCK):
+        end = min(start + BLOCK, hi)
+        mx = np.float32(0.0)
+        for p in range(start, end):
+            i = p - base
+            d = docs[i]
+            if d < 0 or d >= n_docs:
+                return 1, p
+            if d <= prev:
+                return 2, p
+            prev = d
+            w = weights[i]
+            if not (w >= 0 and w < inf):  # NaN fails both
+                return 3, p
+            if w > mx:
+                mx = w
+            if w < low:
+                low = w
+        b_max[b] = mx
+        b_last[b] = docs[end - 1 - base]
+        b += 1
+        if mx > top:
+            top = mx
+    t_min[t] = low
+    t_max[t] = top
+    return 0, -1
 
 
 @njit(_SIGNATURE, cache=True, nogil=True)
 def first_bad_posting(t_ptr, b_ptr, docs, weights, t0, t1, n_docs, t_min, t_max, b_max,
                       b_last):  # pragma: no cover - compiled
     base = t_ptr[t0]
-    inf = np.float32(np.inf)
     for t in range(t0, t1):
-        top = np.float32(0.0)
-        low = inf
-        prev = -1
-        lo, hi = t_ptr[t], t_ptr[t + 1]
-        b = b_ptr[t]
-        for start in range(lo, hi, BLOCK):
-            end = min(start + BLOCK, hi)
-            mx = np.float32(0.0)
-            for p in range(start, end):
-                i = p - base
-                d = docs[i]
-                if d < 0 or d >= n_docs:
-                    return 1, p
-                if d <= prev:
-                    return 2, p
-                prev = d
-                w = weights[i]
-                if not (w >= 0 and w < inf):  # NaN fails both
-                    return 3, p
-                if w > mx:
-                    mx = w
-                if w < low:
-                    low = w
-            b_max[b] = mx
-            b_last[b] = docs[end - 1 - base]
-            b += 1
-            if mx > top:
-                top = mx
-        t_min[t] = low
-        t_max[t] = top
+        kind, pos = _check_term(t, base, t_ptr, b_ptr, docs, weights, n_docs, t_min, t_max, b_max, b_last)
+        if kind:
+            return kind, pos
+    return 0, -1
+
+
+@njit(_TERMS_SIGNATURE, cache=True, nogil=True)
+def first_bad_term(t_ptr, b_ptr, docs, weights, terms, n_docs, t_min, t_max, b_max,
+                   b_last):  # pragma: no cover - compiled
+    for j in range(len(terms)):
+        kind, pos = _check_term(terms[j], 0, t_ptr, b_ptr, docs, weights, n_docs, t_min, t_max, b_max, b_last)
+        if kind:
+            return kind, pos
     return 0, -1
 
 
@@ -104,4 +130,18 @@ def first_bad_posting_numpy(t_ptr: npt.NDArray[np.int64], b_ptr: npt.NDArray[np.
     t_min[t0:t1], t_max[t0:t1] = lo_t, hi_t
     b0, b1 = int(b_ptr[t0]), int(b_ptr[t1])
     b_max[b0:b1], b_last[b0:b1] = bm, bl
+    return 0, -1
+
+
+def first_bad_term_numpy(t_ptr: npt.NDArray[np.int64], b_ptr: npt.NDArray[np.int64], docs: npt.NDArray[np.int32],
+                         weights: npt.NDArray[np.float32], terms: npt.NDArray[np.int64], n_docs: int,
+                         t_min: npt.NDArray[np.float32], t_max: npt.NDArray[np.float32],
+                         b_max: npt.NDArray[np.float32], b_last: npt.NDArray[np.int32]) -> tuple[int, int]:
+    """Twin of :func:`first_bad_term`: :func:`first_bad_posting_numpy` of each term in turn."""
+    for t in np.asarray(terms, np.int64).tolist():
+        lo, hi = int(t_ptr[t]), int(t_ptr[t + 1])
+        got = first_bad_posting_numpy(t_ptr, b_ptr, docs[lo:hi], weights[lo:hi], t, t + 1, n_docs, t_min, t_max,
+                                      b_max, b_last)
+        if got[0]:
+            return got
     return 0, -1

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from kolm_search._kernels import load, resolve_threads
 from kolm_search.errors import KolmValueError
 
-__all__ = ["BLOCK_BYTES", "check_postings", "check_rows", "read_rows"]
+__all__ = ["BLOCK_BYTES", "check_postings", "check_rows", "posting_error", "read_rows"]
 
 BLOCK_BYTES = 32 << 20  # bytes of one array read at a time (a term's postings are never split)
 
@@ -105,15 +105,22 @@ def check_postings(paths: dict[str, Path], t_ptr: npt.NDArray[np.int64], t_docs:
 
     with ThreadPoolExecutor(_threads(len(blocks), n_threads)) as pool:
         for kind, pos in pool.map(check, blocks):  # in block order: the first bad block's first posting
-            if kind == 1:
-                raise KolmValueError(f"{paths['t_docs']}: document row {int(t_docs[pos])} at position {pos} "
-                                     f"lies outside [0, {n_docs})")
-            if kind == 2:
-                raise KolmValueError(f"{paths['t_docs']}: document rows not ascending within a term at position {pos}")
-            if kind == 3:
-                raise KolmValueError(f"{paths['t_w']}: value at position {pos} is {t_w[pos].item()!r}; "
-                                     "values must be finite and >= 0")
+            if kind:
+                raise posting_error(kind, pos, paths, t_docs, t_w, n_docs)
     return {"t_min": t_min, "t_max": t_max, "b_max": b_max, "b_last": b_last}
+
+
+def posting_error(kind: int, pos: int, paths: dict[str, Path], t_docs: np.ndarray, t_w: np.ndarray,
+                  n_docs: int) -> KolmValueError:
+    """The error of bad posting ``pos`` of ``kind``
+    (:func:`kolm_search._kernels.postings_check.first_bad_posting`), naming its file."""
+    if kind == 1:
+        return KolmValueError(f"{paths['t_docs']}: document row {int(t_docs[pos])} at position {pos} "
+                              f"lies outside [0, {n_docs})")
+    if kind == 2:
+        return KolmValueError(f"{paths['t_docs']}: document rows not ascending within a term at position {pos}")
+    return KolmValueError(f"{paths['t_w']}: value at position {pos} is {t_w[pos].item()!r}; "
+                          "values must be finite and >= 0")
 
 
 def check_rows(arr: np.ndarray, check: Callable[[np.ndarray, int], None], n_threads: int | None = None) -> None:

@@ -52,8 +52,9 @@ from kolm_search.retrievers.bm25_weights import (
 from kolm_search.retrievers.bounds import PRUNINGS, Pruning, index_bounds, prune_queries
 from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.retrievers.postings import CollectionStats, Postings
+from kolm_search.retrievers.postings_gate import GatedArray, PostingsGate
 from kolm_search.retrievers.segments import Pending, combine_postings, merged_table
-from kolm_search.retrievers.weighted import check_bound, check_weighted, encode_weighted, term_bounds
+from kolm_search.retrievers.weighted import check_bound, check_weighted, encode_weighted
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = [
@@ -118,6 +119,19 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
     own_stats: bool | None = None  # weighted with its own statistics (None: unknown, version 1)
     _bounds: tuple[Any, Any, npt.NDArray[np.float64]] | None = None  # (t_w, nonocc, term_bounds) of score_weighted
     _bitmaps: TermBitmaps | None = None  # frequent terms' document bitmaps for the pruned kernel (built on demand)
+    _postings_gate: PostingsGate | None = None  # a quick load's check of the postings, term by term on first read
+    t_docs = GatedArray()  # postings (int32 (nnz,) document rows, float32 (nnz,) weights) and their pruning
+    t_w = GatedArray()  # bounds (kolm_search._kernels.blocks): checked before they are read after a quick load
+    t_min = GatedArray()
+    t_max = GatedArray()
+    b_max = GatedArray()
+    b_last = GatedArray()
+    _t_docs: npt.NDArray[np.int32]  # where GatedArray keeps them (read by the search path after _check_terms)
+    _t_w: npt.NDArray[np.float32]
+    _t_min: npt.NDArray[np.float32]
+    _t_max: npt.NDArray[np.float32]
+    _b_max: npt.NDArray[np.float32]
+    _b_last: npt.NDArray[np.int32]
 
     def __init__(self, documents: Any, *, method: Method = "lucene", k1: float = 1.5, b: float = 0.75,
                  delta: float = 0.5, tokenizer: Tokenizer | None = None,
@@ -172,7 +186,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
     def _from_arrays(cls, table: DocumentTable, arrays: Mapping[str, Any], vocab: list[str], *,
                      own_stats: bool | None, **config: Any) -> BM25Retriever:
         """An index over ``table`` from weighted arrays (``t_ptr``, ``t_docs``, ``t_w``, ``nonocc``,
-        ``doc_len``, perhaps ``tf`` and ``bounds``) and their ``vocab``, already checked (:meth:`load`'s path);
+        ``doc_len``, perhaps ``tf``, ``bounds`` and a quick load's ``gate``) and their ``vocab``, already checked (:meth:`load`'s path);
         ``config`` as :meth:`_configure` takes it."""
         self = cls.__new__(cls)
         self._configure(**config)
@@ -273,6 +287,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         self.own_stats = stats is None
 
     def _set_arrays(self, arrays: Mapping[str, Any], vocab: list[str]) -> None:
+        self._postings_gate = None
         self.t_ptr = arrays["t_ptr"]
         self.t_docs = np.asarray(arrays["t_docs"]).astype(np.int32, copy=False)
         self.t_w = arrays["t_w"]
@@ -281,11 +296,10 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         self.tf = arrays.get("tf")
         bounds = arrays.get("bounds")  # the loader's (it compares them with the saved maxima), else computed here
         if bounds is None:
-            bounds = index_bounds(self.t_ptr, self.t_docs, self.t_w, n_threads=self.n_threads)
-        self.t_min: npt.NDArray[np.float32] = bounds["t_min"]  # what the kernels read: kolm_search._kernels.blocks
-        self.t_max: npt.NDArray[np.float32] = bounds["t_max"]
-        self.b_max: npt.NDArray[np.float32] = bounds["b_max"]
-        self.b_last: npt.NDArray[np.int32] = bounds["b_last"]
+            bounds = index_bounds(self.t_ptr, self._t_docs, self._t_w, n_threads=self.n_threads)
+        self.t_min, self.t_max = bounds["t_min"], bounds["t_max"]  # what the kernels read: kolm_search._kernels.blocks
+        self.b_max, self.b_last = bounds["b_max"], bounds["b_last"]
+        self._postings_gate = arrays.get("gate")  # a quick load's: the bounds fill in as it checks terms
         self.vocab = vocab
         self._vocab_index = {t: i for i, t in enumerate(vocab)}
 
@@ -399,17 +413,18 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         except ValueError as exc:
             raise KolmValueError(str(exc)) from exc
         k = min(check.top_k(k), max(n_docs, 1))
+        self._check_terms(q_ids)  # the kernels below read these terms' postings and bounds only
         if mode == "auto":
             prune = prune_queries(q_ptr, q_ids, weights, self.t_ptr, offsets, sel.ids, sel.ptr, sel.mask_of, k)
             if prune.any():
                 cache = self._term_bitmaps(n_docs)
                 bitmaps = cache.for_terms(q_ids[np.repeat(prune, np.diff(q_ptr))]) if cache.enabled else None
-                return load("pruned").pruned_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, self.t_max,
-                                                  self.b_max, self.b_last, offsets, *sel.arrays(), n_docs, k,
-                                                  n_threads=self.n_threads, prune=prune, t_min=self.t_min,
-                                                  bitmaps=bitmaps)
-        return load("sparse").sparse_topk(q_ptr, q_ids, weights, self.t_ptr, self.t_docs, self.t_w, offsets,
-                                          *sel.arrays(), n_docs, k, n_threads=self.n_threads, t_min=self.t_min)
+                return load("pruned").pruned_topk(q_ptr, q_ids, weights, self.t_ptr, self._t_docs, self._t_w,
+                                                  self._t_max, self._b_max, self._b_last, offsets, *sel.arrays(),
+                                                  n_docs, k, n_threads=self.n_threads, prune=prune,
+                                                  t_min=self._t_min, bitmaps=bitmaps)
+        return load("sparse").sparse_topk(q_ptr, q_ids, weights, self.t_ptr, self._t_docs, self._t_w, offsets,
+                                          *sel.arrays(), n_docs, k, n_threads=self.n_threads, t_min=self._t_min)
 
     def score_weighted(self, q_ptr: npt.ArrayLike, q_ids: npt.ArrayLike, q_weights: npt.ArrayLike, k: int,
                        selections: Selections | None = None, *, pruning: Pruning | None = None,
@@ -419,23 +434,37 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         whose scores could overflow float32 raises ``KolmValueError`` naming it, its term and the bound."""
         self.merge()  # ids and bounds of the merged index
         ptr, ids, w = check_weighted(q_ptr, q_ids, q_weights, len(self.vocab), self.vocab)
+        self._check_terms(ids)
         check_bound(ptr, ids, w, self._term_bounds(), self.vocab)
         return self.score_encoded(ptr, ids, k, selections, weights=w, pruning=pruning)
 
+    def _check_terms(self, ids: npt.NDArray[np.int64]) -> None:
+        """After a quick load, check the postings of terms ``ids`` not yet checked (their bounds
+        with them: :mod:`~kolm_search.retrievers.postings_gate`); nothing to do otherwise."""
+        if self._postings_gate is not None:
+            self._postings_gate.terms(ids)
+
     def _term_bitmaps(self, n_docs: int) -> TermBitmaps:
         """The bitmaps of the current postings (:mod:`~kolm_search.retrievers.bitmaps`), new
-        when the postings were replaced (a merge)."""
+        when the postings were replaced (a merge). They are built for the terms of a search,
+        which :meth:`_check_terms` checked."""
         cached = self._bitmaps
-        if cached is None or not cached.matches(self.t_ptr, self.t_docs, n_docs):
-            cached = self._bitmaps = TermBitmaps(self.t_ptr, self.t_docs, n_docs, n_threads=self.n_threads)
+        if cached is None or not cached.matches(self.t_ptr, self._t_docs, n_docs):
+            cached = self._bitmaps = TermBitmaps(self.t_ptr, self._t_docs, n_docs, n_threads=self.n_threads)
         return cached
 
     def _term_bounds(self) -> npt.NDArray[np.float64]:
-        """:func:`~kolm_search.retrievers.weighted.term_bounds` of the current arrays (computed
-        once per set of arrays: a rebuild or merge replaces them)."""
+        """The largest score a unit weight of each term can add, float64 (V,): its largest
+        weight (``t_max``; weights are >= 0) plus its non-occurrence constant's absolute value,
+        as :func:`~kolm_search.retrievers.weighted.term_bounds` computes from the postings.
+        Computed once per set of arrays (a rebuild or merge replaces them); after a quick load,
+        valid for the terms checked (:meth:`_check_terms`) and computed again until all are."""
         cached = self._bounds
-        if cached is None or cached[0] is not self.t_w or cached[1] is not self.nonocc:
-            cached = self._bounds = (self.t_w, self.nonocc, term_bounds(self.t_ptr, self.t_w, self.nonocc))
+        if cached is None or cached[0] is not self._t_max or cached[1] is not self.nonocc:
+            bounds = self._t_max.astype(np.float64) + np.abs(np.asarray(self.nonocc, np.float64))
+            if self._postings_gate is not None and not self._postings_gate.done:
+                return bounds
+            cached = self._bounds = (self._t_max, self.nonocc, bounds)
         return cached[2]
 
     def score_terms(self, queries: Sequence[Mapping[str, float]], k: int, selections: Selections | None = None, *,
@@ -567,7 +596,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
                     n_threads: int | None = None) -> BM25Retriever:
         """The index of one manifest ``body`` (or a composite's child), checked, and its files."""
         saved = read_bm25(files, body, BM25_METHODS, mmap=mmap, n_threads=n_threads)
-        out = cls._from_arrays(saved.table, {**saved.arrays, "bounds": saved.bounds}, saved.vocab,
+        out = cls._from_arrays(saved.table, {**saved.arrays, "bounds": saved.bounds, "gate": saved.postings}, saved.vocab,
                                own_stats=saved.own_stats, n_threads=n_threads, **saved.config)
         out._tf_unchecked = saved.deferred
         return out

@@ -6,13 +6,15 @@ digest and every value: the arrays' invariants (:mod:`._validate`), the term fre
 (counts >= 1 summing to each document's length) and the weights recomputed from them bit for
 bit, the pruning bounds computed from the postings (:func:`.bounds.index_bounds`) and the
 saved term and block maxima compared with them, the document table read whole. Checked
-quickly, what the kernels index with, read block by block from the files so that no mapped
-page of the postings stays resident (:func:`._blocks.check_postings`): pointers, document rows
-in range and ascending within a term, finite non-negative weights, and from the same pass the
-pruning bounds, the saved term and block maxima compared with them; the term frequencies are checked as in full, by :func:`check_term_frequencies`, when an
-update, a feedback model or a save first reads them (:class:`DeferredCheck`); the documents
-file's batches when first read. Formats before 6 (no block maxima) and before 4 (no term
-maxima) load with the bounds computed in that same pass (full or quick): they prune at once.
+quickly, what costs time in the vocabulary's size at load (pointers, sizes, headers, the saved
+maxima's sizes), and each term's postings when a search first reads them
+(:class:`.postings_gate.PostingsGate`: document rows in range and ascending within a term,
+finite non-negative weights, and from the same pass the term's pruning bounds, the saved term
+and block maxima compared with them); the term frequencies are checked as in full, by
+:func:`check_term_frequencies`, when an update, a feedback model or a save first reads them
+(:class:`DeferredCheck`); the documents file's batches when first read. Formats before 6 (no
+block maxima) and before 4 (no term maxima) load with the bounds computed from the postings
+(at load in full, term by term quickly): they prune at once.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ import numpy.typing as npt
 
 from kolm_search.errors import KolmValueError
 from kolm_search.retrievers import _validate as check
-from kolm_search.retrievers._blocks import check_postings
 from kolm_search.retrievers._saved import SavedFiles, check_manifest
 from kolm_search.retrievers.bounds import checked_bounds, index_bounds
+from kolm_search.retrievers.postings_gate import PostingsGate
 
 __all__ = ["ARRAYS", "DeferredCheck", "FILES_SINCE", "FORMAT", "SavedBM25", "VERSION",
            "check_term_frequencies", "read_bm25", "run_deferred"]
@@ -60,7 +62,8 @@ class SavedBM25:
     """A saved index's checked parts: ``config`` (``_configure``'s keyword arguments),
     ``arrays`` (``t_ptr, t_docs, t_w, nonocc, doc_len``, perhaps ``tf``), ``bounds`` (what
     pruning reads, by name: :data:`.bounds.BOUNDS`; the saved maxima checked against them),
-    ``vocab``, ``table``, ``own_stats`` and, after a quick load, the deferred ``tf`` check."""
+    ``vocab``, ``table``, ``own_stats`` and, after a quick load, the deferred ``tf`` check and
+    the postings' check (``postings``: the bounds fill in as it checks terms)."""
 
     config: dict[str, Any]
     arrays: dict[str, np.ndarray]
@@ -69,6 +72,7 @@ class SavedBM25:
     table: Any
     own_stats: bool | None
     deferred: DeferredCheck | None
+    postings: PostingsGate | None = None
 
 
 def read_bm25(files: SavedFiles, body: dict[str, Any], methods: Any, *, mmap: bool,
@@ -88,11 +92,15 @@ def read_bm25(files: SavedFiles, body: dict[str, Any], methods: Any, *, mmap: bo
     names = {name: files.name(name, "npy") for name in saved}
     full = files.full or not mmap  # arrays read into memory: checking them in place costs nothing more
     arrays = check.bm25_arrays(files.root, arrays, len(vocab), n_docs, cfg["method"], names, postings=full)
-    bounds = (index_bounds(arrays["t_ptr"], arrays["t_docs"], arrays["t_w"], n_threads=n_threads) if full
-              else check_postings({n: files.root / names[n] for n in ("t_docs", "t_w")}, arrays["t_ptr"],
-                                  arrays["t_docs"], arrays["t_w"], n_docs, n_threads))
-    checked_bounds({name: (files.root / names[name], files.array(name, "float", 1, mmap=mmap)) for name in maxima},
-                   bounds, arrays["t_ptr"])
+    saved_maxima = {name: (files.root / names[name], files.array(name, "float", 1, mmap=mmap)) for name in maxima}
+    gate = None
+    if full:
+        bounds = index_bounds(arrays["t_ptr"], arrays["t_docs"], arrays["t_w"], n_threads=n_threads)
+        checked_bounds(saved_maxima, bounds, arrays["t_ptr"])
+    else:  # each term's postings checked when a search first reads them
+        gate = PostingsGate({n: files.root / names[n] for n in ("t_docs", "t_w")}, arrays["t_ptr"], arrays["t_docs"],
+                            arrays["t_w"], n_docs, saved_maxima, n_threads)
+        bounds = gate.bounds
     deferred = None
     if stats == "own":
         tf = files.array("tf", "int", 1, mmap=mmap)
@@ -105,7 +113,7 @@ def read_bm25(files: SavedFiles, body: dict[str, Any], methods: Any, *, mmap: bo
             arrays["tf"] = tf
             deferred = DeferredCheck(files.root, names, cfg["method"], cfg["k1"], cfg["b"], cfg["delta"])
     table = files.table("documents", n_docs, mmap=mmap)
-    return SavedBM25(cfg, arrays, bounds, vocab, table, {"own": True, "external": False}.get(stats), deferred)
+    return SavedBM25(cfg, arrays, bounds, vocab, table, {"own": True, "external": False}.get(stats), deferred, gate)
 
 
 def check_term_frequencies(root: Path, names: dict[str, str], arrays: dict[str, np.ndarray], tf: np.ndarray, *,

@@ -56,22 +56,38 @@ def index_bounds(t_ptr: npt.NDArray[np.int64], t_docs: npt.NDArray[np.int32], t_
 
 
 def checked_bounds(files: dict[str, tuple[Path, np.ndarray]], bounds: dict[str, np.ndarray],
-                   t_ptr: npt.NDArray[np.int64]) -> None:
+                   t_ptr: npt.NDArray[np.int64], terms: npt.NDArray[np.int64] | None = None,
+                   b_ptr: npt.NDArray[np.int64] | None = None) -> None:
     """Refuse saved maxima (``files``: saved name -> (path, array), names of :data:`SAVED_BOUNDS`)
-    that differ from ``bounds`` (:func:`index_bounds` of the loaded postings, pointers ``t_ptr``)."""
+    that differ from ``bounds`` (:func:`index_bounds` of the loaded postings, pointers ``t_ptr``):
+    every entry, or only those of ``terms`` int64 (n,) and their blocks (the sizes in full;
+    ``b_ptr``: the block pointers of ``t_ptr``, computed when not given)."""
+    if terms is not None and b_ptr is None:
+        b_ptr = load("blocks").block_pointers(t_ptr)
+    blocks = None if terms is None or b_ptr is None else _blocks_of(terms, b_ptr)
     for name, (path, stored) in files.items():
         want = bounds[SAVED_BOUNDS[name]]
         unit = "term" if name == "term_max" else "block"
         if stored.ndim != 1 or stored.shape != want.shape:
             raise KolmValueError(f"{path}: has {stored.shape[0] if stored.ndim else 0} {unit} maxima, expected "
                                  f"{want.shape[0]} (one per {unit})")
+        at = terms if unit == "term" else blocks
+        got, need = (stored, want) if at is None else (stored[at], want[at])
         with np.errstate(over="ignore", invalid="ignore"):
-            differ = ~(stored.astype(np.float32, copy=False) == want)  # NaN differs too
+            differ = ~(np.asarray(got).astype(np.float32, copy=False) == need)  # NaN differs too
         if differ.any():
-            i = int(np.flatnonzero(differ)[0])
+            j = int(np.flatnonzero(differ)[0])
+            i = j if at is None else int(at[j])
             where = f"term {i}" if unit == "term" else _block_name(i, t_ptr)
             raise KolmValueError(f"{path}: {where} records maximum {stored[i].item()!r}, but its weights' largest is "
                                  f"{want[i].item()!r}; the maxima and the weights come from different indexes")
+
+
+def _blocks_of(terms: npt.NDArray[np.int64], b_ptr: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The positions in the block arrays (pointers ``b_ptr``) of the blocks of ``terms``, int64, term by term."""
+    starts, counts = b_ptr[terms], b_ptr[terms + 1] - b_ptr[terms]
+    first = np.cumsum(counts) - counts  # where each term's blocks begin in the output
+    return np.repeat(starts - first, counts) + np.arange(int(counts.sum()), dtype=np.int64)
 
 
 def _block_name(i: int, t_ptr: npt.NDArray[np.int64]) -> str:

@@ -7,8 +7,9 @@ Reads a JSON list of cases on stdin (``{"kind": "bm25"|"dense", "dir", "queries"
   (a numpy twin over the loaded arrays: BM25's dense score matrix, dense brute force in float64)
   and are valid (document rows in range, finite scores, best first); ``result`` holds them;
 - ``{"status": "kolm", "type", "error"}``: loading raised a ``KolmError`` (or, loaded with
-  ``verify="quick"``, which reads the documents and term frequencies when first used, reading
-  them did: the results' documents and ids, and ``tf``);
+  ``verify="quick"``, which checks each term's postings, the documents and the term
+  frequencies when first used, using them did: the searches, the results' documents and ids,
+  and ``tf``, which checks every posting first);
 - ``{"status": "bad", "type", "error"}``: anything else (another exception, a ``KolmError`` at
   search time, results that disagree with the oracle).
 
@@ -67,18 +68,18 @@ def _first_reads(ret: Any, docs: np.ndarray, counts: np.ndarray) -> None:
 
 def check_bm25(path: str, queries: list[str], k: int, verify: str = "auto") -> list[list[Any]]:
     ret = BM25Retriever.load(path, verify=verify)
-    if verify == "quick":
-        ret.tf  # noqa: B018 - the deferred check of the term frequencies
     n_docs = len(ret.table)
     q_ptr, q_ids = ret.encode(queries)
     offsets = np.array([np.float32(sum(np.float32(ret.nonocc[t]) for t in q_ids[q_ptr[q]:q_ptr[q + 1]]))
                         for q in range(len(queries))], np.float32)
-    try:
+    try:  # quickly loaded, the searches check their terms' postings first (the rest at ret.tf)
         docs, scores, counts = ret.score_texts(queries, k, offsets=offsets)
         _valid_rows(*ret.score_texts(queries, k), n_docs)  # the retriever's own offsets
         if verify == "quick":
             _first_reads(ret, docs, counts)
         _batch(ret, queries, k, None, "fulltext")
+        if verify == "quick":
+            ret.tf  # noqa: B018 - every posting, then the deferred check of the term frequencies
     except KolmError as exc:
         if verify == "quick":
             raise

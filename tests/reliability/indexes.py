@@ -54,6 +54,17 @@ def file_of(d: Path, key: str) -> Path:
     return d / body["files"][last]["name"]
 
 
+def load_and_read(d: Path, verify: str = "auto", **kwargs: Any) -> BM25Retriever:
+    """The BM25 index in ``d`` loaded with ``verify`` and, loaded quickly, searched for every
+    term once, one query per term: a quick load checks each term's postings and bounds when a
+    search first reads them (:mod:`kolm_search.retrievers.postings_gate`), so its errors come
+    from that search, where a full load's come from the load."""
+    ret = BM25Retriever.load(d, verify=verify, **kwargs)  # type: ignore[arg-type]
+    n = len(ret.vocab)
+    ret.score_encoded(np.arange(n + 1, dtype=np.int64), np.arange(n, dtype=np.int64), 1)
+    return ret
+
+
 def _entries(body: dict[str, Any]) -> list[dict[str, Any]]:
     out = list(body.get("files", {}).values())
     for child in body.get("children", []):

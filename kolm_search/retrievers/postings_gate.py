@@ -1,0 +1,157 @@
+"""A quick load's check of the postings, run term by term when a search first reads them.
+
+A quick load (``verify="quick"``, :mod:`._saved`) checks at load what costs time in the
+vocabulary's size (pointers, sizes, headers, the saved maxima's shapes), and leaves the
+postings of each term (its document rows in range and ascending, its weights finite and
+non-negative: :mod:`kolm_search._kernels.postings_check`) to the first search that reads
+them: a load of an index of any size reads none of its postings, and a search reads the
+postings of its terms once more, from pages it maps anyway. The check writes the term's
+pruning bounds (:mod:`.bounds`: smallest and largest weight, each block's largest weight and
+last document) and compares them with the saved maxima, so a search never reads a bound or a
+posting that was not checked.
+
+:class:`PostingsGate` is that check's state for one loaded index: :meth:`PostingsGate.terms`
+checks the terms a search is about to read, :meth:`PostingsGate.all` every term still
+unchecked (block by block on threads, :func:`._blocks.check_postings`: what a merge, a save, a
+feedback model or any reader of the whole arrays needs first). A term that fails stays
+unchecked, so every search that reads it raises the same :class:`KolmValueError`, naming the
+file and the position; the other terms answer as a full load's would. The gate is
+thread-safe (one check at a time; a term is marked checked only after its bounds are written).
+:class:`GatedArray` makes an index's array attributes (``t_docs``, ``t_w``, the bounds) run
+:meth:`PostingsGate.all` when read, so that only the search path, which checks its own terms
+first, reads them unchecked.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kolm_search._kernels import load
+from kolm_search.retrievers._blocks import check_postings, posting_error
+from kolm_search.retrievers.bounds import checked_bounds
+
+__all__ = ["GatedArray", "PostingsGate"]
+
+
+class PostingsGate:
+    """The unchecked postings of a quickly loaded BM25 index (see the module).
+
+    Parameters
+    ----------
+    paths : dict
+        ``"t_docs"`` and ``"t_w"`` -> their files (for messages).
+    t_ptr : int64 (V + 1,)
+        Checked pointers (from 0, never decreasing, ending at ``len(t_docs)``).
+    t_docs : int32 (nnz,), t_w : float32 (nnz,)
+        The postings, memory-mapped (only the pages of the terms checked are read).
+    n_docs : int
+        Rows of the document table.
+    maxima : dict
+        Saved maxima to compare: name (``"term_max"``, ``"block_max"``) -> (path, array);
+        their sizes are checked here.
+    n_threads : int, optional
+        Threads of :meth:`all`.
+
+    Attributes
+    ----------
+    bounds : dict
+        ``t_min, t_max`` float32 (V,), ``b_max`` float32, ``b_last`` int32 (n_blocks,):
+        written term by term as terms are checked; an entry of an unchecked term is not a bound.
+    """
+
+    def __init__(self, paths: dict[str, Path], t_ptr: npt.NDArray[np.int64], t_docs: np.ndarray, t_w: np.ndarray,
+                 n_docs: int, maxima: dict[str, tuple[Path, np.ndarray]], n_threads: int | None = None) -> None:
+        self._paths, self._t_ptr, self._t_docs, self._t_w = paths, t_ptr, t_docs, t_w
+        self._n_docs, self._maxima, self._n_threads = int(n_docs), maxima, n_threads
+        self._b_ptr = load("blocks").block_pointers(t_ptr)
+        n_terms, n_blocks = len(t_ptr) - 1, int(self._b_ptr[-1])
+        self.bounds: dict[str, np.ndarray] = {
+            "t_min": np.full(n_terms, np.inf, np.float32), "t_max": np.zeros(n_terms, np.float32),
+            "b_max": np.zeros(n_blocks, np.float32), "b_last": np.zeros(n_blocks, np.int32)}
+        self._checked = np.zeros(n_terms, bool)
+        self._left = n_terms  # terms not yet checked
+        self._done = n_terms == 0
+        self._lock = threading.Lock()
+        checked_bounds(maxima, self.bounds, t_ptr, terms=np.zeros(0, np.int64), b_ptr=self._b_ptr)  # sizes only
+
+    @property
+    def done(self) -> bool:
+        """Every term checked."""
+        return self._done
+
+    def terms(self, ids: npt.ArrayLike) -> None:
+        """Check the terms of ``ids`` (int, in ``[0, V)``, repeats allowed) not yet checked.
+
+        Raises
+        ------
+        KolmValueError
+            The first bad posting of the first bad term (by id), or a saved maximum that differs.
+        """
+        if self._done:
+            return
+        ids = np.unique(np.asarray(ids, np.int64))
+        todo = ids[~self._checked[ids]]
+        if not len(todo):
+            return
+        with self._lock:
+            todo = todo[~self._checked[todo]]
+            if not len(todo):
+                return
+            kind, pos = load("postings_check").first_bad_term(
+                self._t_ptr, self._b_ptr, self._t_docs, self._t_w, todo, self._n_docs, self.bounds["t_min"],
+                self.bounds["t_max"], self.bounds["b_max"], self.bounds["b_last"])
+            if kind:
+                raise posting_error(kind, pos, self._paths, self._t_docs, self._t_w, self._n_docs)
+            checked_bounds(self._maxima, self.bounds, self._t_ptr, terms=todo, b_ptr=self._b_ptr)
+            self._checked[todo] = True
+            self._left -= len(todo)
+            self._done = self._left == 0
+
+    def all(self) -> None:
+        """Check every term not yet checked (raises as :meth:`terms`)."""
+        if self._done:
+            return
+        with self._lock:
+            if self._done:
+                return
+            got = check_postings(self._paths, self._t_ptr, self._t_docs, self._t_w, self._n_docs, self._n_threads)
+            checked_bounds(self._maxima, got, self._t_ptr)
+            for name, values in got.items():  # in place: equal where already checked
+                self.bounds[name][...] = values
+            self._checked[...] = True
+            self._left, self._done = 0, True
+
+    def __getstate__(self) -> dict[str, Any]:  # travels without its lock
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+class GatedArray:
+    """An array attribute that its owner's postings gate guards (see the module).
+
+    Reading ``obj.<name>`` runs ``obj._postings_gate.all()`` first (when the owner has a gate:
+    a quick load) and returns the array stored under ``obj._<name>``; the owner's search path
+    reads ``obj._<name>`` after :meth:`PostingsGate.terms` of its terms. Setting stores it.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        gate: PostingsGate | None = obj._postings_gate
+        if gate is not None:
+            gate.all()
+        return getattr(obj, self.slot)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        setattr(obj, self.slot, value)
