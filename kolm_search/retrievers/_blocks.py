@@ -1,7 +1,9 @@
 """Checking a saved index's large arrays block by block, read from their files.
 
-A quick load (``verify="quick"``, see :mod:`._saved`) checks what the search kernels rely on
-without touching the pages of the memory-mapped arrays it serves: each block is read from the
+What reads a quickly loaded index's whole postings (:meth:`.postings_gate.PostingsGate.all`;
+searches check their own terms first), and a quick load of dense embeddings (``verify="quick"``,
+see :mod:`._saved`), check what the search kernels rely on without touching the pages of the
+memory-mapped arrays: each block is read from the
 array's file (:func:`read_rows`) into memory that is freed after it, so the resident memory
 after a load holds none of the postings, whatever their size. The blocks are checked on
 ``n_threads`` threads (file reads and the kernel release the GIL).

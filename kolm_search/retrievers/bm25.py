@@ -569,10 +569,12 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         (:mod:`kolm_search.retrievers.bm25_saved`): ``"full"`` reads every byte (each file's
         size and sha256 against the manifest, array dtypes, shapes, pointers, document rows,
         finite weights, weights equal to those of the saved term frequencies, term and block
-        maxima equal to the postings', the document table whole); ``"quick"`` checks what
-        searches index with (term and block maxima included), without the digests and without
-        leaving the postings' pages resident (the term frequencies when first read; the
-        documents' rows when first read); ``"auto"`` (default)
+        maxima equal to the postings', the document table whole); ``"quick"`` checks sizes,
+        headers and pointers, without the digests, and each term's postings (term and block
+        maxima included) when a search first reads them (:mod:`~kolm_search.retrievers.postings_gate`:
+        load time grows with the vocabulary only; whatever reads the whole postings checks every
+        term first), the term frequencies when first read, the documents' rows when first
+        read; ``"auto"`` (default)
         checks an index of up to 256 MiB in full and a larger one quickly. A damaged index raises
         ``KolmValueError`` naming the file and the key or position, never a crash. Format
         versions 1 and 2 (before file maps), 3 (before term maxima), 4 (documents in parquet,

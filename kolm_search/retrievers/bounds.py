@@ -8,8 +8,8 @@ silently drop results. Its bounds (:func:`index_bounds`, the layout of
 last document (``b_last``), and each term's smallest weight (``t_min``: the exhaustive kernel's
 dense path skips its stamps when every product of a query is > 0). They are computed from the
 postings at every build and merge; on load, from the loaded postings (a full load: one pass
-over the mapped arrays; a quick load: in the same block-by-block pass that checks the postings,
-:func:`kolm_search.retrievers._blocks.check_postings`, so no page of them stays resident), and
+over the mapped arrays; a quick load: term by term, in the pass that checks a term's postings
+when a search first reads them, :mod:`kolm_search.retrievers.postings_gate`), and
 the saved maxima are compared with them (a file that differs is refused, naming it and the first
 term or block that differs). An index saved before block maxima (format 5 and older) or term
 maxima (format 3 and older) loads with them computed in that same pass: pruning is available
