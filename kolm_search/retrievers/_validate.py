@@ -215,8 +215,9 @@ def bm25_arrays(root: Path, arrays: dict[str, np.ndarray], n_vocab: int, n_docs:
                 names: dict[str, str] | None = None, *, postings: bool = True) -> dict[str, np.ndarray]:
     """The BM25 index arrays, checked and in the kernels' dtypes (no copy when already so);
     ``names`` maps each array to its file name (default ``<array>.npy``). ``postings=False``
-    leaves the values of ``t_docs`` and ``t_w`` to the caller (a quick load checks them block
-    by block, :func:`kolm_search.retrievers._blocks.check_postings`); their lengths are checked."""
+    leaves the values of ``t_docs`` and ``t_w`` to the caller (a quick load checks each term's
+    when a search first reads it, :mod:`kolm_search.retrievers.postings_gate`); their lengths
+    are checked, and the rows of a ``t_docs`` wider than int32 before the cast that would wrap them."""
     p = {name: root / (names or {}).get(name, f"{name}.npy") for name in arrays}
     lengths(p["t_ptr"], arrays["t_ptr"], n_vocab + 1, "one more than the terms of the vocabulary")
     nnz = arrays["t_docs"].shape[0]
@@ -225,8 +226,8 @@ def bm25_arrays(root: Path, arrays: dict[str, np.ndarray], n_vocab: int, n_docs:
     lengths(p["doc_len"], arrays["doc_len"], n_docs, "one per document, manifest.json key 'n_docs'")
     t_ptr = pointers(p["t_ptr"], arrays["t_ptr"], nnz)
     t_docs = arrays["t_docs"]
-    if postings:
-        _in_range(p["t_docs"], t_docs, n_docs, "document row")
+    if postings or not np.can_cast(t_docs.dtype, np.int32, "safe"):  # a narrowing cast would wrap rows into range
+        _in_range(p["t_docs"], t_docs, n_docs, "document row")  # (the cast reads every row anyway)
     t_docs = t_docs.astype(np.int32, copy=False)
     if postings and nnz > 1:  # documents strictly ascending within each term's postings
         ok = np.diff(t_docs) > 0
