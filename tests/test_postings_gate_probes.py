@@ -45,3 +45,40 @@ def test_a_wide_document_row_that_an_int32_cast_would_wrap_into_range_is_refused
     with pytest.raises(KolmValueError, match=rf"t_docs\.[0-9a-f]{{32}}\.npy: document row {a[pos]} at position {pos}"):
         ret = BM25Retriever.load(d, verify=verify)  # type: ignore[arg-type]
         ret.score_texts(["w1"], 10)
+
+
+def test_a_pickle_taken_while_a_search_checks_a_term_never_carries_it_checked_without_its_bounds(
+        saved: Path) -> None:
+    """A pickler that runs Python code per object (cloudpickle's ``reducer_override``, what Dask
+    ships retrievers with) lets another thread run between two arrays of the gate's state: here
+    a search checks a term just after the bounds were written out and before the checked flags
+    were. The copy must then recheck that term, not read bounds it never received."""
+    import io
+    import pickle
+
+    full = BM25Retriever.load(saved, verify="full")
+    quick = BM25Retriever.load(saved, verify="quick")
+    gate = quick._postings_gate
+    assert gate is not None
+    words = "w1 w2"
+    t = quick._vocab_index["w1"]
+    last = gate.bounds["b_last"]
+
+    class Interleaved(pickle.Pickler):
+        def reducer_override(self, obj: object) -> object:
+            if obj is last:  # the other thread's search, between the bounds and the flags
+                quick.score_texts([words], 10)
+            return NotImplemented
+
+    buf = io.BytesIO()
+    Interleaved(buf).dump(quick)
+    back = pickle.loads(buf.getvalue())
+    assert gate._checked[t]
+    back_gate = back._postings_gate
+    assert back_gate is not None
+    if back_gate._checked[t]:  # carried as checked: its bounds must have come with it
+        assert back._t_max[t] == full.t_max[t]
+    texts = [words, "w2 w1 w3", "w1 w9", "w1"]
+    for k in (1, 3, 10):
+        for x, y in zip(back.score_texts(texts, k), full.score_texts(texts, k), strict=True):
+            assert np.array_equal(x, y)

@@ -126,8 +126,14 @@ class PostingsGate:
             self._checked[...] = True
             self._left, self._done = 0, True
 
-    def __getstate__(self) -> dict[str, Any]:  # travels without its lock
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+    def __getstate__(self) -> dict[str, Any]:
+        """The state without its lock; the checked flags as they are now, taken under the lock:
+        the bounds are written out after this returns (a pickler may let a search check more
+        terms in between), and the bounds of a term already checked never change."""
+        with self._lock:
+            state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+            state["_checked"] = self._checked.copy()
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
