@@ -82,3 +82,18 @@ def test_a_pickle_taken_while_a_search_checks_a_term_never_carries_it_checked_wi
     for k in (1, 3, 10):
         for x, y in zip(back.score_texts(texts, k), full.score_texts(texts, k), strict=True):
             assert np.array_equal(x, y)
+
+
+def test_the_gate_checks_the_very_postings_the_kernels_read_before_and_after_a_pickle(saved: Path) -> None:
+    """One array, not a view beside the gate's: a pickle (Dask) then carries the postings once,
+    and the copy's gate checks the buffer its searches read, not a second copy of it."""
+    import pickle
+
+    quick = BM25Retriever.load(saved, verify="quick")
+    for ret in (quick, pickle.loads(pickle.dumps(quick))):
+        gate = ret._postings_gate
+        assert gate is not None
+        assert ret._t_docs is gate._t_docs and ret._t_w is gate._t_w
+    full = BM25Retriever.load(saved, verify="full")
+    extra = len(pickle.dumps(quick)) - len(pickle.dumps(full))  # the gate's flags, bounds and maxima only
+    assert extra < quick._t_docs.nbytes

@@ -289,7 +289,8 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
     def _set_arrays(self, arrays: Mapping[str, Any], vocab: list[str]) -> None:
         self._postings_gate = None
         self.t_ptr = arrays["t_ptr"]
-        self.t_docs = np.asarray(arrays["t_docs"]).astype(np.int32, copy=False)
+        # an int32 array kept as given, a memory map too: a quick load's gate checks this very array
+        self.t_docs = np.asanyarray(arrays["t_docs"]).astype(np.int32, copy=False)
         self.t_w = arrays["t_w"]
         self.nonocc = arrays["nonocc"]
         self.doc_len = arrays["doc_len"]
