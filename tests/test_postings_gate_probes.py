@@ -97,3 +97,34 @@ def test_the_gate_checks_the_very_postings_the_kernels_read_before_and_after_a_p
     full = BM25Retriever.load(saved, verify="full")
     extra = len(pickle.dumps(quick)) - len(pickle.dumps(full))  # the gate's flags, bounds and maxima only
     assert extra < quick._t_docs.nbytes
+
+
+def test_term_bounds_computed_while_the_gate_finishes_are_not_kept(saved: Path) -> None:
+    """The weighted path's overflow bounds (``t_max + |nonocc|``) read while some terms were
+    unchecked (their ``t_max`` 0) must not be cached because the gate finished meanwhile (another
+    thread's whole check, here run from inside the read): a later query of such a term would
+    pass the overflow check with a bound of 0 and score infinity."""
+    quick = BM25Retriever.load(saved, verify="quick")
+    nonocc = np.asarray(quick.nonocc)
+
+    class Meanwhile:  # nonocc as read by _term_bounds: the whole check runs in between
+        ran = False
+
+        def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+            if not self.ran:
+                self.ran = True
+                quick.b_max  # noqa: B018 - the public arrays: every term checked
+            return nonocc if dtype is None else nonocc.astype(dtype)  # type: ignore[arg-type]
+
+        def __getitem__(self, key: object) -> np.ndarray:
+            return nonocc[key]  # type: ignore[index]
+
+    quick.score_terms([{"w1": 1.0}], 5)  # w1 checked, the others not
+    quick.nonocc = Meanwhile()  # type: ignore[assignment]
+    quick.score_terms([{"w1": 1.0}], 5)
+    gate = quick._postings_gate
+    assert gate is not None and gate.done
+    t = quick._vocab_index["w2"]
+    weight = float(np.float32(2e38) / max(float(quick._t_max[t]), 1e-30))  # score = weight * t_max: above 1.7e38
+    with pytest.raises(KolmValueError, match="'w2' has weight"):
+        quick.score_terms([{"w2": min(weight, 3e38)}], 5)

@@ -462,8 +462,11 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         valid for the terms checked (:meth:`_check_terms`) and computed again until all are."""
         cached = self._bounds
         if cached is None or cached[0] is not self._t_max or cached[1] is not self.nonocc:
+            # whether every term was checked, asked before t_max is read: bounds read while a gate
+            # finishes (another thread) hold zeros of terms unchecked then, and must not be kept
+            done = self._postings_gate is None or self._postings_gate.done
             bounds = self._t_max.astype(np.float64) + np.abs(np.asarray(self.nonocc, np.float64))
-            if self._postings_gate is not None and not self._postings_gate.done:
+            if not done:
                 return bounds
             cached = self._bounds = (self._t_max, self.nonocc, bounds)
         return cached[2]
