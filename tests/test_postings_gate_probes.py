@@ -5,7 +5,11 @@ as if the damage were not there."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +17,7 @@ import pytest
 
 from kolm_search import BM25Retriever, KolmValueError
 from tests.conftest import synthetic_corpus
-from tests.reliability.indexes import file_of, reseal
+from tests.reliability.indexes import ROOT, file_of, reseal
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +132,72 @@ def test_term_bounds_computed_while_the_gate_finishes_are_not_kept(saved: Path) 
     weight = float(np.float32(2e38) / max(float(quick._t_max[t]), 1e-30))  # score = weight * t_max: above 1.7e38
     with pytest.raises(KolmValueError, match="'w2' has weight"):
         quick.score_terms([{"w2": min(weight, 3e38)}], 5)
+
+
+_CHILD = """
+import json, pickle, sys
+from pathlib import Path
+from kolm_search import BM25Retriever
+from kolm_search.errors import KolmError
+from kolm_search.recipes import presets
+from kolm_search.retrievers.composite import CompositeRetriever
+from kolm_search.retrievers.feedback import FeedbackRetriever
+from kolm_search.retrievers.ltr_terms import TermPairs
+from kolm_search.engine.candidate_frame import QueryBatch
+root = Path(sys.argv[1])
+bm25 = lambda: BM25Retriever.load(root / "bm25", verify="quick")
+import numpy as np
+batch = lambda text: QueryBatch([text], np.zeros(1, np.int64), 1, 10, [{}])
+def ltr():  # candidates of a sound term; the pair feature's document frequencies read w1's postings
+    ret = bm25()
+    return TermPairs(ret, weighting="bm25").feature(batch("w1 w3"), ret.retrieve_batch(batch("w3 w5")))
+paths = {
+    "search": lambda: bm25().score_texts(["w1 w2"], 5),
+    "client": lambda: presets.bm25(bm25()).search_batch(["w3 w1"]),
+    "pickled": lambda: pickle.loads(pickle.dumps(bm25())).score_terms([{"w1": 1.0}], 5),
+    "rm3": lambda: FeedbackRetriever(bm25(), "rm3").expand(["w3"]),
+    "feedback_saved": lambda: FeedbackRetriever.load(root / "feedback", verify="quick").expand(["w3"]),
+    "composite": lambda: CompositeRetriever.load(root / "composite", verify="quick").retrieve_batch(batch("w1")),
+    "ltr_pairs": ltr,
+}
+for name, run in paths.items():
+    try:
+        run()
+        out = {"path": name, "status": "answered"}
+    except KolmError as exc:
+        out = {"path": name, "status": "kolm", "error": str(exc)}
+    except BaseException as exc:
+        out = {"path": name, "status": "other", "error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(out), flush=True)
+"""
+
+
+def test_every_public_reader_of_a_damaged_term_fails_with_its_file_and_position(tmp_path: Path) -> None:
+    """A row far outside the table in term ``w1``: the search, a client, a pickled copy, RM3
+    (in memory and saved), a saved composite and the LTR pair feature, quickly loaded in a
+    child process (a kernel reading the row could crash it), each raise naming the file and
+    position; none answers and none crashes."""
+    from kolm_search.retrievers.composite import CompositeRetriever
+    from kolm_search.retrievers.feedback import FeedbackRetriever
+
+    texts = synthetic_corpus(300, 40, seed=9)
+    ret = BM25Retriever([{"id": f"d{i}", "content": t} for i, t in enumerate(texts)])
+    t = ret._vocab_index["w1"]
+    pos = int(ret.t_ptr[t]) + 1
+    for name, obj, key in (("bm25", ret, "t_docs"), ("feedback", FeedbackRetriever(ret, "rm3"), "0.t_docs"),
+                           ("composite", CompositeRetriever([ret, BM25Retriever(ret.table, k1=0.9)], 10), "0.t_docs")):
+        obj.save(tmp_path / name)
+        path = file_of(tmp_path / name, key)
+        a = np.load(path).copy()
+        a[pos] = 2**30
+        np.save(path, a)
+        reseal(tmp_path / name)
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["path"] for r in records] == ["search", "client", "pickled", "rm3", "feedback_saved", "composite",
+                                            "ltr_pairs"]
+    for r in records:
+        assert r["status"] == "kolm", r
+        assert f"document row {2**30} at position {pos}" in r["error"], r
