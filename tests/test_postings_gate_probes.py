@@ -201,3 +201,58 @@ def test_every_public_reader_of_a_damaged_term_fails_with_its_file_and_position(
     for r in records:
         assert r["status"] == "kolm", r
         assert f"document row {2**30} at position {pos}" in r["error"], r
+
+
+def test_the_whole_check_reads_what_the_kernels_read_after_the_folder_was_saved_again(saved: Path,
+                                                                                       tmp_path: Path) -> None:
+    """A quick load maps its files; a save of another index into the same folder (all or
+    nothing, another process's update) then removes them by name. The whole check that a
+    save, an update or the public arrays run later checks the mapped postings the index
+    searches, not files by a name that no longer holds them (was: FileNotFoundError)."""
+    d = tmp_path / "i"
+    shutil.copytree(saved, d)
+    quick = BM25Retriever.load(d, verify="quick")
+    quick.score_texts(["w1"], 5)  # part checked
+    want = BM25Retriever.load(saved, verify="full")
+    BM25Retriever([{"id": "x", "content": "other words"}]).save(d)  # the folder's new index
+    for name in ("t_docs", "t_w", "t_min", "t_max", "b_max", "b_last"):
+        assert np.array_equal(getattr(quick, name), getattr(want, name))
+    quick.save(tmp_path / "copy")
+    texts = ["w1 w2", "w7 w30", "w59"]
+    for x, y in zip(BM25Retriever.load(tmp_path / "copy", verify="full").score_texts(texts, 10),
+                    want.score_texts(texts, 10), strict=True):
+        assert np.array_equal(x, y)
+
+
+_REPLACED = """
+import os, sys
+from pathlib import Path
+from kolm_search import BM25Retriever, KolmValueError
+bad, good = Path(sys.argv[1]), Path(sys.argv[2])
+quick = BM25Retriever.load(bad, verify="quick")  # maps the damaged postings
+os.replace(good, bad / good.name)  # a sound file now has their name (a repair copied over the folder)
+try:
+    quick.t_max  # the whole check: of the mapped postings, which every search reads
+except KolmValueError as exc:
+    print("refused:", exc)
+quick.score_texts(["w1"], 10)  # never reached unchecked: the same error
+"""
+
+
+def test_the_whole_check_refuses_the_mapped_damage_though_a_sound_file_took_its_name(saved: Path,
+                                                                                       tmp_path: Path) -> None:
+    d, ref = _copy(saved, tmp_path)
+    t = ref._vocab_index["w1"]
+    pos = int(ref.t_ptr[t]) + 1
+    path = file_of(d, "t_docs")
+    sound = tmp_path / path.name
+    shutil.copy(path, sound)
+    a = np.load(path).copy()
+    a[pos] = 2**30
+    np.save(path, a)
+    reseal(d)
+    done = subprocess.run([sys.executable, "-c", _REPLACED, str(d), str(sound)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr[-2000:])  # not a crash, not an answer
+    assert f"refused: {path}: document row {2**30} at position {pos}" in done.stdout
+    assert done.stderr.rstrip().splitlines()[-1].startswith("kolm_search.errors.KolmValueError: ")

@@ -1,11 +1,12 @@
 """Checking a saved index's large arrays block by block, read from their files.
 
-What reads a quickly loaded index's whole postings (:meth:`.postings_gate.PostingsGate.all`;
-searches check their own terms first), and a quick load of dense embeddings (``verify="quick"``,
-see :mod:`._saved`), check what the search kernels rely on without touching the pages of the
-memory-mapped arrays: each block is read from the
-array's file (:func:`read_rows`) into memory that is freed after it, so the resident memory
-after a load holds none of the postings, whatever their size. The blocks are checked on
+A quick load of dense embeddings (``verify="quick"``, see :mod:`._saved`) checks what the
+search kernels rely on without touching the pages of the memory-mapped arrays: each block is
+read from the array's file (:func:`read_rows`) into memory that is freed after it, so the
+resident memory after a load holds none of the embeddings, whatever their size. What reads a
+quickly loaded index's whole postings (:meth:`.postings_gate.PostingsGate.all`; searches check
+their own terms first) passes the mapped memory itself, which it reads next anyway: a file's
+name may, long after the load, no longer hold what the searches read. The blocks are checked on
 ``n_threads`` threads (file reads and the kernel release the GIL).
 
 :func:`check_postings` checks the postings of a BM25 index (``t_docs``, ``t_w`` under checked

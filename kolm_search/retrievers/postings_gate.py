@@ -119,7 +119,11 @@ class PostingsGate:
         with self._lock:
             if self._done:
                 return
-            got = check_postings(self._paths, self._t_ptr, self._t_docs, self._t_w, self._n_docs, self._n_threads)
+            # the mapped memory itself, which the searches read (np.asarray: a view, not the map, which
+            # check_postings would read from its file by name: a save over the folder since the load
+            # removes that name, or gives it other contents); its callers read every page next anyway
+            got = check_postings(self._paths, self._t_ptr, np.asarray(self._t_docs), np.asarray(self._t_w),
+                                 self._n_docs, self._n_threads)
             checked_bounds(self._maxima, got, self._t_ptr)
             for name, values in got.items():  # in place: equal where already checked
                 self.bounds[name][...] = values
