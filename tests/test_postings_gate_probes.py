@@ -256,3 +256,17 @@ def test_the_whole_check_refuses_the_mapped_damage_though_a_sound_file_took_its_
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr[-2000:])  # not a crash, not an answer
     assert f"refused: {path}: document row {2**30} at position {pos}" in done.stdout
     assert done.stderr.rstrip().splitlines()[-1].startswith("kolm_search.errors.KolmValueError: ")
+
+
+@pytest.mark.parametrize("name", ["weights", "offsets"])
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf, 1e39])
+def test_score_encoded_refuses_non_finite_weights_and_offsets(name: str, value: float) -> None:
+    ret = BM25Retriever([{"id": f"d{i}", "content": t} for i, t in enumerate(["alpha beta", "beta gamma",
+                                                                                   "gamma alpha alpha"])])
+    q_ptr, q_ids = ret.encode(["alpha beta", "gamma"])
+    arrays = {"weights": np.ones(len(q_ids)), "offsets": np.zeros(2)}
+    arrays[name][1] = value  # 1e39 overflows float32
+    with pytest.raises(KolmValueError, match=rf"{name}\[1\] is -?inf|{name}\[1\] is nan"):
+        ret.score_encoded(q_ptr, q_ids, 3, **{name: arrays[name]})
+    ok = ret.score_encoded(q_ptr, q_ids, 3, weights=np.ones(len(q_ids)), offsets=np.zeros(2))
+    assert ok[2].tolist() == [3, 2]

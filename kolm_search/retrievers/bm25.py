@@ -68,6 +68,14 @@ __all__ = [
 _SAMPLE = 32  # documents tokenised before and after the tokenizer's round trip at save
 
 
+def _finite(name: str, values: npt.NDArray[np.float32]) -> None:
+    """Refuse NaN or infinite ``values`` (float32, as the kernels read them), naming the first."""
+    bad = ~np.isfinite(values)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise KolmValueError(f"{name}[{i}] is {values[i].item()!r} as float32; {name} must be finite")
+
+
 @saved_kind("bm25")
 class BM25Retriever(SegmentedIndex, RetrieverStage):
     """Sparse BM25 retriever over a :class:`DocumentTable`.
@@ -399,6 +407,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
         weights = np.ones(len(q_ids), np.float32) if weights is None else np.asarray(weights, np.float32)
         if weights.shape != q_ids.shape:
             raise KolmValueError(f"weights has shape {weights.shape}, expected one weight per token id {q_ids.shape}")
+        _finite("weights", weights)
         if offsets is None:
             offsets = reduce_offsets(self.nonocc[q_ids] * weights, q_ptr)
         try:
@@ -407,6 +416,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
             raise KolmValueError(f"offsets must be numbers, one per query ({m}): {exc}") from exc
         if offsets.shape != (m,):  # a kernel reads offsets[q] for every query q
             raise KolmValueError(f"offsets must have shape ({m},), one per query, got {offsets.shape}")
+        _finite("offsets", offsets)
         n_docs = len(self.table)
         sel = Selections.none(m) if selections is None else selections
         try:
