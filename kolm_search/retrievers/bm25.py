@@ -1,6 +1,8 @@
 """BM25 over a term-major sparse index, scored for a whole batch in one kernel call.
 
-Weighting (the variants' formulas) lives in :mod:`kolm_search.retrievers.bm25_weights`.
+Weighting (the variants' formulas) lives in :mod:`kolm_search.retrievers.bm25_weights`, scoring
+(texts or token ids to top-k) in :mod:`kolm_search.retrievers.bm25_scoring`, reading a saved
+index in :mod:`kolm_search.retrievers.bm25_saved`.
 """
 
 from __future__ import annotations
@@ -13,17 +15,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kolm_search._kernels import load
 from kolm_search._params import one_of, real
 from kolm_search.compose.kinds import RetrieverStage
 from kolm_search.contract.saved_kinds import saved_kind
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.doctable import DocumentTable
-from kolm_search.engine.selection import Selections
 from kolm_search.engine.text import Tokenizer
 from kolm_search.engine.tokenizers import tokenizer_config
 from kolm_search.errors import KolmValueError
-from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers._batching import (
     frame_from_topk,
     fuse_expansions,
@@ -32,7 +31,6 @@ from kolm_search.retrievers._batching import (
 )
 from kolm_search.retrievers._persist import FileSource, Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, Verify, open_index, retrying
-from kolm_search.retrievers.bitmaps import TermBitmaps
 from kolm_search.retrievers.bm25_saved import (
     ARRAYS,
     FILES_SINCE,
@@ -42,19 +40,16 @@ from kolm_search.retrievers.bm25_saved import (
     read_bm25,
     run_deferred,
 )
+from kolm_search.retrievers.bm25_scoring import BM25Scoring
 from kolm_search.retrievers.bm25_weights import (
     BM25_METHODS,
     Method,
     query_offsets,
-    reduce_offsets,
     weigh_postings,
 )
-from kolm_search.retrievers.bounds import PRUNINGS, Pruning, index_bounds, prune_queries
-from kolm_search.retrievers.incremental import SegmentedIndex
+from kolm_search.retrievers.bounds import PRUNINGS, Pruning, index_bounds
 from kolm_search.retrievers.postings import CollectionStats, Postings
-from kolm_search.retrievers.postings_gate import GatedArray, PostingsGate
 from kolm_search.retrievers.segments import Pending, combine_postings, merged_table
-from kolm_search.retrievers.weighted import check_bound, check_weighted, encode_weighted
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = [
@@ -68,16 +63,8 @@ __all__ = [
 _SAMPLE = 32  # documents tokenised before and after the tokenizer's round trip at save
 
 
-def _finite(name: str, values: npt.NDArray[np.float32]) -> None:
-    """Refuse NaN or infinite ``values`` (float32, as the kernels read them), naming the first."""
-    bad = ~np.isfinite(values)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise KolmValueError(f"{name}[{i}] is {values[i].item()!r} as float32; {name} must be finite")
-
-
 @saved_kind("bm25")
-class BM25Retriever(SegmentedIndex, RetrieverStage):
+class BM25Retriever(BM25Scoring, RetrieverStage):
     """Sparse BM25 retriever over a :class:`DocumentTable`.
 
     Parameters
@@ -125,21 +112,6 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
     _tf: npt.NDArray[np.int32] | None = None
     _tf_unchecked: DeferredCheck | None = None  # a quick load's check of _tf, run when it is first read
     own_stats: bool | None = None  # weighted with its own statistics (None: unknown, version 1)
-    _bounds: tuple[Any, Any, npt.NDArray[np.float64]] | None = None  # (t_w, nonocc, term_bounds) of score_weighted
-    _bitmaps: TermBitmaps | None = None  # frequent terms' document bitmaps for the pruned kernel (built on demand)
-    _postings_gate: PostingsGate | None = None  # a quick load's check of the postings, term by term on first read
-    t_docs = GatedArray()  # postings (int32 (nnz,) document rows, float32 (nnz,) weights) and their pruning
-    t_w = GatedArray()  # bounds (kolm_search._kernels.blocks): checked before they are read after a quick load
-    t_min = GatedArray()
-    t_max = GatedArray()
-    b_max = GatedArray()
-    b_last = GatedArray()
-    _t_docs: npt.NDArray[np.int32]  # where GatedArray keeps them (read by the search path after _check_terms)
-    _t_w: npt.NDArray[np.float32]
-    _t_min: npt.NDArray[np.float32]
-    _t_max: npt.NDArray[np.float32]
-    _b_max: npt.NDArray[np.float32]
-    _b_last: npt.NDArray[np.int32]
 
     def __init__(self, documents: Any, *, method: Method = "lucene", k1: float = 1.5, b: float = 0.75,
                  delta: float = 0.5, tokenizer: Tokenizer | None = None,
@@ -357,137 +329,7 @@ class BM25Retriever(SegmentedIndex, RetrieverStage):
             self.table = old
             raise
 
-    # -- querying ----------------------------------------------------------------------
-    def encode(self, texts: Iterable[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Token ids of each text as CSR ``(ptr, ids)``; unknown tokens dropped, repeats kept.
-
-        The ids hold until the next :meth:`add`/:meth:`delete` is merged (it renumbers terms)."""
-        self.merge()  # ids of the merged vocabulary
-        ids: list[int] = []
-        ptr = [0]
-        index = self._vocab_index
-        for text in texts:
-            ids.extend(index[t] for t in self.tokenizer(text) if t in index)
-            ptr.append(len(ids))
-        return np.asarray(ptr, np.int64), np.asarray(ids, np.int64)
-
-    def score_texts(self, texts: Sequence[str], k: int, selections: Selections | None = None, *,
-                    offsets: npt.ArrayLike | None = None, pruning: Pruning | None = None,
-                    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """Top-``k`` documents of each text: ``(docs (m, k), scores (m, k), counts (m,))``, each
-        limited to its selection (:class:`~kolm_search.engine.selection.Selections`, default all).
-
-        ``offsets`` overrides the per-query BM25L/BM25+ constant (a sharded index passes the
-        collection-wide one, see :meth:`CollectionStats.query_offsets`). ``pruning`` overrides
-        the retriever's (``"none"``: the exhaustive kernel; the results are the same).
-        """
-        q_ptr, q_ids = self.encode(texts)
-        return self.score_encoded(q_ptr, q_ids, k, selections, offsets=offsets, pruning=pruning)
-
-    def score_encoded(self, q_ptr: npt.NDArray[np.int64], q_ids: npt.NDArray[np.int64], k: int,
-                      selections: Selections | None = None,
-                      *, offsets: npt.ArrayLike | None = None, weights: npt.NDArray[np.float32] | None = None,
-                      pruning: Pruning | None = None,
-                      ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """:meth:`score_texts` on token ids from :meth:`encode` (CSR ``q_ptr``, ``q_ids``);
-        ``weights`` float32 (nnz,) per token (default 1, checked by :meth:`score_weighted`)."""
-        mode = self.pruning if pruning is None else one_of("pruning", pruning, PRUNINGS)
-        self.merge()
-        q_ptr, q_ids = np.asarray(q_ptr), np.asarray(q_ids)
-        if (q_ptr.ndim != 1 or len(q_ptr) < 1 or q_ptr.dtype.kind not in "iu" or q_ids.ndim != 1
-                or (q_ids.size and q_ids.dtype.kind not in "iu")):
-            raise KolmValueError(f"q_ptr and q_ids must be 1-D integer arrays, got {q_ptr.dtype}{q_ptr.shape} and "
-                                 f"{q_ids.dtype}{q_ids.shape}")
-        q_ptr, q_ids = q_ptr.astype(np.int64, copy=False), q_ids.astype(np.int64, copy=False)
-        if q_ptr[0] != 0 or q_ptr[-1] != len(q_ids) or np.any(np.diff(q_ptr) < 0):  # a kernel reads q_ids[q_ptr[q]:]
-            raise KolmValueError(f"q_ptr must start at 0, never decrease and end at len(q_ids) = {len(q_ids)}")
-        m = len(q_ptr) - 1
-        if len(q_ids) and not 0 <= int(np.min(q_ids)) <= int(np.max(q_ids)) < len(self.vocab):  # stale ids: no kernel read
-            raise KolmValueError(f"token ids must lie in [0, {len(self.vocab)}) (encode again after add/delete)")
-        weights = np.ones(len(q_ids), np.float32) if weights is None else np.asarray(weights, np.float32)
-        if weights.shape != q_ids.shape:
-            raise KolmValueError(f"weights has shape {weights.shape}, expected one weight per token id {q_ids.shape}")
-        _finite("weights", weights)
-        if offsets is None:
-            offsets = reduce_offsets(self.nonocc[q_ids] * weights, q_ptr)
-        try:
-            offsets = np.ascontiguousarray(offsets, dtype=np.float32)
-        except (TypeError, ValueError) as exc:
-            raise KolmValueError(f"offsets must be numbers, one per query ({m}): {exc}") from exc
-        if offsets.shape != (m,):  # a kernel reads offsets[q] for every query q
-            raise KolmValueError(f"offsets must have shape ({m},), one per query, got {offsets.shape}")
-        _finite("offsets", offsets)
-        n_docs = len(self.table)
-        sel = Selections.none(m) if selections is None else selections
-        try:
-            sel.check(m, n_docs)
-        except ValueError as exc:
-            raise KolmValueError(str(exc)) from exc
-        k = min(check.top_k(k), max(n_docs, 1))
-        self._check_terms(q_ids)  # the kernels below read these terms' postings and bounds only
-        if mode == "auto":
-            prune = prune_queries(q_ptr, q_ids, weights, self.t_ptr, offsets, sel.ids, sel.ptr, sel.mask_of, k)
-            if prune.any():
-                cache = self._term_bitmaps(n_docs)
-                bitmaps = cache.for_terms(q_ids[np.repeat(prune, np.diff(q_ptr))]) if cache.enabled else None
-                return load("pruned").pruned_topk(q_ptr, q_ids, weights, self.t_ptr, self._t_docs, self._t_w,
-                                                  self._t_max, self._b_max, self._b_last, offsets, *sel.arrays(),
-                                                  n_docs, k, n_threads=self.n_threads, prune=prune,
-                                                  t_min=self._t_min, bitmaps=bitmaps)
-        return load("sparse").sparse_topk(q_ptr, q_ids, weights, self.t_ptr, self._t_docs, self._t_w, offsets,
-                                          *sel.arrays(), n_docs, k, n_threads=self.n_threads, t_min=self._t_min)
-
-    def score_weighted(self, q_ptr: npt.ArrayLike, q_ids: npt.ArrayLike, q_weights: npt.ArrayLike, k: int,
-                       selections: Selections | None = None, *, pruning: Pruning | None = None,
-                       ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """Top-``k`` of weighted queries in CSR form (term ids, float32 weights): a document
-        scores ``sum w * bm25(term, doc)`` (:mod:`~kolm_search.retrievers.weighted`); a query
-        whose scores could overflow float32 raises ``KolmValueError`` naming it, its term and the bound."""
-        self.merge()  # ids and bounds of the merged index
-        ptr, ids, w = check_weighted(q_ptr, q_ids, q_weights, len(self.vocab), self.vocab)
-        self._check_terms(ids)
-        check_bound(ptr, ids, w, self._term_bounds(), self.vocab)
-        return self.score_encoded(ptr, ids, k, selections, weights=w, pruning=pruning)
-
-    def _check_terms(self, ids: npt.NDArray[np.int64]) -> None:
-        """After a quick load, check the postings of terms ``ids`` not yet checked (their bounds
-        with them: :mod:`~kolm_search.retrievers.postings_gate`); nothing to do otherwise."""
-        if self._postings_gate is not None:
-            self._postings_gate.terms(ids)
-
-    def _term_bitmaps(self, n_docs: int) -> TermBitmaps:
-        """The bitmaps of the current postings (:mod:`~kolm_search.retrievers.bitmaps`), new
-        when the postings were replaced (a merge). They are built for the terms of a search,
-        which :meth:`_check_terms` checked."""
-        cached = self._bitmaps
-        if cached is None or not cached.matches(self.t_ptr, self._t_docs, n_docs):
-            cached = self._bitmaps = TermBitmaps(self.t_ptr, self._t_docs, n_docs, n_threads=self.n_threads)
-        return cached
-
-    def _term_bounds(self) -> npt.NDArray[np.float64]:
-        """The largest score a unit weight of each term can add, float64 (V,): its largest
-        weight (``t_max``; weights are >= 0) plus its non-occurrence constant's absolute value,
-        as :func:`~kolm_search.retrievers.weighted.term_bounds` computes from the postings.
-        Computed once per set of arrays (a rebuild or merge replaces them); after a quick load,
-        valid for the terms checked (:meth:`_check_terms`) and computed again until all are."""
-        cached = self._bounds
-        if cached is None or cached[0] is not self._t_max or cached[1] is not self.nonocc:
-            # whether every term was checked, asked before t_max is read: bounds read while a gate
-            # finishes (another thread) hold zeros of terms unchecked then, and must not be kept
-            done = self._postings_gate is None or self._postings_gate.done
-            bounds = self._t_max.astype(np.float64) + np.abs(np.asarray(self.nonocc, np.float64))
-            if not done:
-                return bounds
-            cached = self._bounds = (self._t_max, self.nonocc, bounds)
-        return cached[2]
-
-    def score_terms(self, queries: Sequence[Mapping[str, float]], k: int, selections: Selections | None = None, *,
-                    pruning: Pruning | None = None,
-                    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """:meth:`score_weighted` of queries given as analysed term -> weight (unknown terms dropped)."""
-        self.merge()
-        return self.score_weighted(*encode_weighted(self._vocab_index, queries), k, selections, pruning=pruning)
-
+    # -- querying: encode, score_texts, score_encoded, score_weighted, score_terms (BM25Scoring) ----
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Candidates for every query of ``batch`` (expanded queries fused by RRF)."""
         self.merge()

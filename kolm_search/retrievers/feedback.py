@@ -236,7 +236,7 @@ class FeedbackRetriever(RetrieverStage):
         tf, coll_freq, order, _ = _term_counts(bm25, postings)
         df = np.diff(np.asarray(bm25.t_ptr))
         eligible = np.array([_ELIGIBLE.fullmatch(t) is not None for t in bm25.vocab], dtype=bool)
-        eligible &= df <= self.max_df_ratio * len(bm25.table)
+        eligible &= df.astype(np.float64) <= self.max_df_ratio * len(bm25.table)
         self._cache = (bm25.t_ptr, current, tf, coll_freq, eligible[order], order)
         return self._cache[2:]
 
