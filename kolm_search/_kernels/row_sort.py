@@ -44,30 +44,30 @@ def _pack(values, mask, packed):  # pragma: no cover - compiled
 def _unpack(values, mask, cols, wrong):  # pragma: no cover - compiled
     raw = values.view(np.int64)
     n_rows, width = values.shape
+    keys = np.empty(width, np.int64)  # a row's value keys in the packed order
     n_wrong = 0
     for r in range(n_rows):
         wrong[r] = False
         for t in range(width):
-            cols[r, t] &= mask
+            c = cols[r, t] & mask
+            cols[r, t] = c
+            v = raw[r, c]
+            if v == _MIN:  # -0.0 is 0.0
+                v = 0
+            keys[t] = v ^ ((v >> 63) & _LOW63)
         budget = MOVES * width
         for t in range(1, width):  # an insertion sort on (value key, column): exact and stable
+            k = keys[t]
+            if keys[t - 1] < k or (keys[t - 1] == k and cols[r, t - 1] < cols[r, t]):
+                continue
             c = cols[r, t]
-            v = raw[r, c]
-            if v == _MIN:
-                v = 0
-            k = v ^ ((v >> 63) & _LOW63)
             u = t - 1
-            while u >= 0:
-                d = cols[r, u]
-                w = raw[r, d]
-                if w == _MIN:
-                    w = 0
-                kd = w ^ ((w >> 63) & _LOW63)
-                if kd < k or (kd == k and d < c):
-                    break
-                cols[r, u + 1] = d
+            while u >= 0 and (keys[u] > k or (keys[u] == k and cols[r, u] > c)):
+                keys[u + 1] = keys[u]
+                cols[r, u + 1] = cols[r, u]
                 u -= 1
                 budget -= 1
+            keys[u + 1] = k
             cols[r, u + 1] = c
             if budget < 0:
                 wrong[r] = True

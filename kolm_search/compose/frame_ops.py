@@ -140,35 +140,18 @@ def _score_order(frame: CandidateFrame, score: npt.NDArray[np.float64]) -> I64:
     return (starts[:, None] + cols)[cols < counts[:, None]]
 
 
-_LOW63 = np.int64(0x7FFF_FFFF_FFFF_FFFF)
-
-
 def _stable_rows(neg: npt.NDArray[np.float64]) -> I64:
-    """``np.argsort(neg, axis=1, kind="stable")`` (int64), for a matrix without NaN by one sort of
-    packed integer keys (numpy's vectorised sort, several times faster than a stable argsort
-    of rows with many ties, as BM25's equal scores give).
+    """``np.argsort(neg, axis=1, kind="stable")`` (int64), for a matrix without NaN by the row
+    sort kernel (:func:`kolm_search._kernels.row_sort.stable_rows`: numpy's vectorised sort of
+    packed integer keys, each row then finished by an insertion sort on (value, column), several
+    times faster than a stable argsort of rows with many ties, as BM25's equal scores give).
+    Rows wider than 2**24 keep too few bits of each value to part most of them: numpy sorts
+    them, as it sorts a matrix holding NaN (last)."""
+    from kolm_search._kernels import load
 
-    Each value becomes an int64 in the same order as the float (``-0.0`` as ``0.0``); its low
-    ``b`` bits, ``2**b >= width``, are replaced by the column, so the sorted keys give the
-    columns in order of (value, column) wherever two values differ above those bits. Rows where
-    two different values share the rest (their order is then the columns') are found by
-    checking that the full keys come out non-decreasing, and sorted again by the stable argsort.
-    """
-    n_rows, width = neg.shape
-    bits = max(1, (width - 1).bit_length())
-    if bits > 24 or np.isnan(neg).any():  # too few bits of the value left to part most of them; NaN sorts last
-        return np.argsort(neg, axis=1, kind="stable")
-    raw = (neg + 0.0).view(np.int64)  # (-0.0 + 0.0 is 0.0)
-    key = raw ^ ((raw >> 63) & _LOW63)  # negative floats: the magnitude bits reversed
-    mask = np.int64((1 << bits) - 1)
-    packed = (key & ~mask) | np.arange(width, dtype=np.int64)
-    packed.sort(axis=1)
-    cols = packed & mask
-    full = np.take_along_axis(key, cols, axis=1)
-    wrong = np.flatnonzero((full[:, 1:] < full[:, :-1]).any(axis=1))
-    if len(wrong):
-        cols[wrong] = np.argsort(neg[wrong], axis=1, kind="stable")
-    return cols
+    width = neg.shape[1]
+    cols = load("row_sort").stable_rows(neg) if (width - 1).bit_length() <= 24 else None
+    return np.argsort(neg, axis=1, kind="stable") if cols is None else cols
 
 
 def rescored(frame: CandidateFrame, score: npt.ArrayLike) -> CandidateFrame:
