@@ -38,27 +38,34 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
     n_docs = len(judged_of)
     for c in range(n_q):
         count[c] = 0
-    prev = np.float32(0.0)
     nan = False
     unordered = False
-    for i in range(n):  # counts, codes and order checked before anything is written
+    i = 0
+    while i < n:  # counts, codes and order checked query by query before anything is written
         r = q[i]
         if r < 0 or r >= n_rows:
             return BAD_CODE
         c = row_code[r]
-        if c < 0 or c >= n_q or doc[i] < 0 or doc[i] >= n_docs:
+        if c < 0 or c >= n_q:
             return BAD_CODE
-        s = score[i]
-        if np.isnan(s):
-            nan = True
-        s32 = np.float32(s)
-        if i == 0 or q[i - 1] != r:
-            if count[c] != 0:  # a query in two places
-                unordered = True
-        elif s32 > prev:
+        if count[c] != 0:  # a query in two places
             unordered = True
-        prev = s32
-        count[c] += 1
+        prev = np.float32(np.inf)
+        end = i
+        while end < n and q[end] == r:
+            d = doc[end]
+            if d < 0 or d >= n_docs:
+                return BAD_CODE
+            s = score[end]
+            if np.isnan(s):
+                nan = True
+            s32 = np.float32(s)
+            if s32 > prev:
+                unordered = True
+            prev = s32
+            end += 1
+        count[c] += end - i
+        i = end
     if nan:
         return NAN_SCORE
     if unordered:
@@ -72,28 +79,30 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
     i = 0
     while i < n:  # one query's entries: placed in order, its tied runs holding a judged entry reported
         r = q[i]
-        pos = ptr[row_code[r]]
-        end = i
-        while end < n and q[end] == r:
-            end += 1
+        shift = ptr[row_code[r]] - i
+        end = i + count[row_code[r]]
         start = i
-        while start < end:
-            s32 = np.float32(score[start])
-            stop = start
-            judged = False
-            while stop < end and np.float32(score[stop]) == s32:
-                d = doc[stop]
-                jd = judged_of[d]
-                r_doc[pos + stop - i] = d
-                r_judged[pos + stop - i] = jd
-                judged = judged or jd >= 0
-                stop += 1
-            if judged and stop - start > 1:
-                for t in range(start, stop):
-                    tie_rows[n_ties + m] = pos + t - i
-                    tie_run[n_ties + m] = pos + start - i  # the run's first position
-                    m += 1
-            start = stop
+        prev = np.float32(score[i])
+        judged = False
+        for t in range(i, end + 1):
+            s32 = np.float32(score[t]) if t < end else prev
+            if t == end or s32 != prev:  # a run of equal scores ends before t
+                if judged and t - start > 1:
+                    for u in range(start, t):
+                        tie_rows[n_ties + m] = u + shift
+                        tie_run[n_ties + m] = start + shift  # the run's first position
+                        m += 1
+                if t == end:
+                    break
+                start = t
+                judged = False
+                prev = s32
+            d = doc[t]
+            jd = judged_of[d]
+            r_doc[t + shift] = d
+            r_judged[t + shift] = jd
+            if jd >= 0:
+                judged = True
         i = end
     return m
 
