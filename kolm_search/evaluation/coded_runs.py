@@ -435,7 +435,7 @@ class Runs(MutableMapping[str, pd.DataFrame]):
         together: dict[str, Measured | None] = {}
         for name in self:
             self._load(name)
-        if sum(name in self._coded for name in self) > 1:  # the runs over one table and queries in one pass
+        if any(name in self._coded for name in self):  # the runs over one table and queries in one pass
             prepared_qrels = prepare_qrels(qrels, specs)
             groups: dict[int, tuple[QrelsCodes, list[str]]] = {}
             for name in self:
@@ -449,7 +449,7 @@ class Runs(MutableMapping[str, pd.DataFrame]):
                         [self._coded[n] for n in chunk], codes, specs, keys,
                         drop=wants_self_hits_dropped(prepared_qrels[0], drop_self_hits),
                         relevance_level=relevance_level, judged_only=judged_only, missing=missing,
-                        n_threads=n_threads) if len(chunk) > 1 else None
+                        n_threads=n_threads)
                     if tables is not None:
                         together.update(zip(chunk, tables, strict=True))
         for name in self:
