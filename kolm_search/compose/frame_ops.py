@@ -158,7 +158,14 @@ def rescored(frame: CandidateFrame, score: npt.ArrayLike) -> CandidateFrame:
     """``frame`` with new scores (one per entry), re-ranked by descending score, ties by the
     old rank: what a columnar reranker returns (``score`` finite). Each query keeps its entries'
     positions and ranks (``0..``), so the new frame shares the ranked frame's queries and ranks."""
+    from kolm_search._kernels import load
+
     score = np.asarray(score, np.float64)
+    if frame.list_id is None and frame.features is None and len(score) == len(frame):  # the row sort kernel's
+        fast = load("row_sort").rescore_rows(frame.query, frame.rank, frame.doc, score, frame.n_queries)
+        if fast is not None:
+            return CandidateFrame(query=np.asarray(frame.query, np.int32), doc=fast[0], score=fast[1],
+                                  rank=np.asarray(frame.rank, np.int32), n_queries=frame.n_queries)
     if not _is_ranked(frame):
         frame, score = _ranked_with(frame, score)
     order = _score_order(frame, score)
