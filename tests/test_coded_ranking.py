@@ -48,36 +48,39 @@ def coded_runs(draw: st.DrawFn) -> tuple[np.ndarray, ...]:
 
 @settings(max_examples=400, deadline=None)
 @given(coded_runs(), st.integers(0, 3), st.integers(0, 2))
-def test_place_run_is_its_numpy_twin(run: tuple[np.ndarray, ...], base: int, n_ties: int) -> None:
+def test_check_and_place_run_are_their_numpy_twin(run: tuple[np.ndarray, ...], base: int, n_ties: int) -> None:
     q, doc, score, row_code, judged_of, n_q = run
     kernel = load("coded_ranking")
     n = len(q)
-    r_doc, r_judged = np.full(base + n + 2, -9, np.int64), np.full(base + n + 2, -9, np.int64)
-    tie_rows, tie_run = np.full(n_ties + n, -9, np.int64), np.full(n_ties + n, -9, np.int64)
     count = np.full(int(n_q), -9, np.int64)
-    got = kernel.place_run(q, doc, score, row_code, judged_of, int(n_q), base, count, r_doc, r_judged, tie_rows,
-                           tie_run, n_ties)
+    got = kernel.check_run(q, doc, score, row_code, judged_of, int(n_q), count)
     status, w_count, w_doc, w_judged, w_rows, w_run = place_run_numpy(q, doc, score, row_code, judged_of, int(n_q))
     assert got == status
     if status in (BAD_CODE, NAN_SCORE, UNORDERED):
-        assert (r_doc == -9).all() and (tie_rows == -9).all()
         return
     assert (count == w_count).all()
+    r_doc, r_judged = np.full(base + n + 2, -9, np.int64), np.full(base + n + 2, -9, np.int64)
+    tie_rows, tie_run = np.full(n_ties + got, -9, np.int64), np.full(n_ties + got, -9, np.int64)
+    assert kernel.place_run(q, doc, score, row_code, judged_of, base, count, r_doc, r_judged, tie_rows, tie_run,
+                            n_ties) == got
     assert (r_doc[base:base + n] == w_doc).all() and (r_judged[base:base + n] == w_judged).all()
     assert (r_doc[:base] == -9).all() and (r_doc[base + n:] == -9).all()
-    by_position = np.argsort(tie_rows[n_ties:n_ties + got], kind="stable")
-    assert (tie_rows[n_ties:n_ties + got][by_position] - base == w_rows).all()
-    assert (tie_run[n_ties:n_ties + got][by_position] - base == w_run).all()
+    by_position = np.argsort(tie_rows[n_ties:], kind="stable")
+    assert (tie_rows[n_ties:][by_position] - base == w_rows).all()
+    assert (tie_run[n_ties:][by_position] - base == w_run).all()
     assert (tie_rows[:n_ties] == -9).all()
-
-
-def test_place_run_refuses_outputs_too_small() -> None:
-    kernel = load("coded_ranking")
-    q, doc, score = np.zeros(3, np.int64), np.zeros(3, np.int64), np.ones(3)
-    small = np.zeros(2, np.int64)
-    with pytest.raises(ValueError, match="outputs"):
-        kernel.place_run(q, doc, score, np.zeros(1, np.int64), np.zeros(1, np.int64), 1, 0, np.zeros(1, np.int64),
-                         small, small, np.zeros(3, np.int64), np.zeros(3, np.int64), 0)
+    if got:  # outputs one tie position short, or counts that are not the run's: refused, nothing past them written
+        with pytest.raises(ValueError, match="outputs"):
+            kernel.place_run(q, doc, score, row_code, judged_of, base, count, r_doc, r_judged, tie_rows[:-1],
+                             tie_run[:-1], n_ties)
+    if n > 1 and int(n_q) > 1:
+        wrong = count.copy()  # one entry moved to another query code
+        most = int(np.argmax(wrong))
+        wrong[most] -= 1
+        wrong[(most + 1) % int(n_q)] += 1
+        with pytest.raises(ValueError, match="counts"):
+            kernel.place_run(q, doc, score, row_code, judged_of, base, wrong, r_doc, r_judged, tie_rows, tie_run,
+                             n_ties)
 
 
 def _experiment_runs(seed: int) -> tuple[list, object, list]:

@@ -235,7 +235,7 @@ def test_rescore_rows_kernel_is_its_numpy_twin(lengths: list[int], seed: int, ki
     width = int(counts.max())
     sparse = n == 0 or len(counts) * width > 2 * n
     ranked = kind != "unranked" or n < 2 or bool(np.array_equal(rank, rank[::-1]))
-    if kind == "nan" and n or sparse or not ranked:
+    if (kind == "nan" and n) or sparse or not ranked:
         assert got is None
         return
     if got is None:  # many moves (values one ulp apart): left to the caller

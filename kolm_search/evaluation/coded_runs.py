@@ -212,7 +212,8 @@ def evaluate_coded_together(items: Sequence[tuple[CodedRun, int | None]], codes:
 
 def _placed(found: list[Any], codes: QrelsCodes, table: Any) -> tuple[list[int], tuple[I64, I64, int, I64]] | None:
     """The runs of ``found`` (:func:`_coded_arrays` of each, None for one left out) in trec_eval's
-    ranking, one after another (:func:`~kolm_search._kernels.coded_ranking.place_run`): the
+    ranking, one after another (:func:`~kolm_search._kernels.coded_ranking.check_run`, then
+    :func:`~kolm_search._kernels.coded_ranking.place_run` into outputs made to size): the
     runs placed (those without a NaN score) and the evaluation kernel's ``(r_ptr, r_doc, n_docs,
     r_judged)`` of them; None when a run is not in rank order within contiguous queries."""
     from kolm_search._kernels import load
@@ -222,34 +223,38 @@ def _placed(found: list[Any], codes: QrelsCodes, table: Any) -> tuple[list[int],
     if dense is None:
         return None
     n_q = len(codes.q_labels)
-    total = sum(len(a[0]) for a in found if a is not None)
-    r_doc, r_judged = np.empty(total, np.int64), np.empty(total, np.int64)
-    tie_rows, tie_run = np.empty(total, np.int64), np.empty(total, np.int64)
     counts = np.zeros((len(found), n_q), np.int64)
     live: list[int] = []
-    base = n_ties = 0
-    for i, a in enumerate(found):
+    n_ties = 0
+    for i, a in enumerate(found):  # each run checked and counted; then the outputs made to size
         if a is None:
             continue
-        got = kernel.place_run(a[0], a[1], a[2], codes.row_q, dense, n_q, base, counts[len(live)], r_doc, r_judged,
-                               tie_rows, tie_run, n_ties)
+        got = kernel.check_run(a[0], a[1], a[2], codes.row_q, dense, n_q, counts[len(live)])
         if got == kernel.NAN_SCORE:
             continue
         if got == kernel.BAD_CODE:
-            raise FrameValidationError(f"a coded run holds a query row or document code outside its queries ({len(codes.row_q)}) "
-                                       f"or table ({codes.n_docs} documents)")
+            raise FrameValidationError(f"a coded run holds a query row or document code outside its queries "
+                                       f"({len(codes.row_q)}) or table ({codes.n_docs} documents)")
         if got < 0:
             return None
         live.append(i)
-        base += len(a[0])
         n_ties += got
+    total = sum(len(found[i][0]) for i in live)
+    r_doc, r_judged = np.empty(total, np.int64), np.empty(total, np.int64)
+    tie_rows, tie_run = np.empty(n_ties, np.int64), np.empty(n_ties, np.int64)
+    base = n_ties = 0
+    for j, i in enumerate(live):
+        a = found[i]
+        n_ties += kernel.place_run(a[0], a[1], a[2], codes.row_q, dense, base, counts[j], r_doc, r_judged, tie_rows,
+                                   tie_run, n_ties)
+        base += len(a[0])
     if n_ties:  # the tied runs holding a judged document, each by document id descending
         by_position = np.argsort(tie_rows[:n_ties], kind="stable")
         rows, run = tie_rows[:n_ties][by_position], tie_run[:n_ties][by_position]
         within = tie_order(run, np.asarray(table.id_ranks(r_doc[rows]), np.int64))
         r_doc[rows], r_judged[rows] = r_doc[rows][within], r_judged[rows][within]
     r_ptr = np.concatenate([[0], np.cumsum(counts[:len(live)].ravel())]).astype(np.int64)
-    return live, (r_ptr, r_doc[:base], codes.n_docs, r_judged[:base])
+    return live, (r_ptr, r_doc, codes.n_docs, r_judged)
 
 
 def _together_general(found: list[Any], codes: QrelsCodes, table: Any, specs: list[Any], keys: list[str], *,
