@@ -16,6 +16,8 @@ being :func:`place_run_numpy`, built on it).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 from numba import njit
@@ -190,7 +192,7 @@ def place_run(q: npt.NDArray[np.int64], doc: npt.NDArray[np.int64], score: npt.N
     return got
 
 
-def _inputs(*arrays: npt.NDArray[np.generic]) -> list[npt.NDArray[np.generic]]:
+def _inputs(*arrays: npt.NDArray[Any]) -> list[npt.NDArray[Any]]:
     q, doc, score, row_code, judged_of = arrays
     if len(doc) != len(q) or len(score) != len(q):
         raise ValueError(f"{len(q)} query rows, {len(doc)} documents and {len(score)} scores")
