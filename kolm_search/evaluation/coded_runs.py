@@ -45,6 +45,8 @@ I64 = npt.NDArray[np.int64]
 DENSE_DOCS = 1 << 22  # tables up to this many documents get a per-document array; larger ones a search
 #: rows of the runs of one kernel pass (more gained nothing on 2 x 100,000 rows; 5 x 22,500: ~10 %)
 TOGETHER_ROWS = 1 << 17
+#: tie positions made room for at first (few: the runs of tied entries that hold a judged one); more when needed
+TIE_ROOM = 1024
 
 
 class Measured(NamedTuple):
@@ -212,8 +214,7 @@ def evaluate_coded_together(items: Sequence[tuple[CodedRun, int | None]], codes:
 
 def _placed(found: list[Any], codes: QrelsCodes, table: Any) -> tuple[list[int], tuple[I64, I64, int, I64]] | None:
     """The runs of ``found`` (:func:`_coded_arrays` of each, None for one left out) in trec_eval's
-    ranking, one after another (:func:`~kolm_search._kernels.coded_ranking.check_run`, then
-    :func:`~kolm_search._kernels.coded_ranking.place_run` into outputs made to size): the
+    ranking, one after another (:func:`~kolm_search._kernels.coded_ranking.place_run`): the
     runs placed (those without a NaN score) and the evaluation kernel's ``(r_ptr, r_doc, n_docs,
     r_judged)`` of them; None when a run is not in rank order within contiguous queries."""
     from kolm_search._kernels import load
@@ -223,13 +224,18 @@ def _placed(found: list[Any], codes: QrelsCodes, table: Any) -> tuple[list[int],
     if dense is None:
         return None
     n_q = len(codes.q_labels)
+    total = sum(len(a[0]) for a in found if a is not None)
+    r_doc, r_judged = np.empty(total, np.int64), np.empty(total, np.int64)
+    room = TIE_ROOM
+    tie_rows, tie_run = np.empty(room, np.int64), np.empty(room, np.int64)
     counts = np.zeros((len(found), n_q), np.int64)
     live: list[int] = []
-    n_ties = 0
-    for i, a in enumerate(found):  # each run checked and counted; then the outputs made to size
+    base = n_ties = 0
+    for i, a in enumerate(found):
         if a is None:
             continue
-        got = kernel.check_run(a[0], a[1], a[2], codes.row_q, dense, n_q, counts[len(live)])
+        got = kernel.place_run(a[0], a[1], a[2], codes.row_q, dense, n_q, base, counts[len(live)], r_doc, r_judged,
+                               tie_rows, tie_run, n_ties)
         if got == kernel.NAN_SCORE:
             continue
         if got == kernel.BAD_CODE:
@@ -237,24 +243,21 @@ def _placed(found: list[Any], codes: QrelsCodes, table: Any) -> tuple[list[int],
                                        f"({len(codes.row_q)}) or table ({codes.n_docs} documents)")
         if got < 0:
             return None
+        if n_ties + got > room:  # more tie positions than room: the run placed again with enough
+            room = 2 * (n_ties + got)
+            tie_rows, tie_run = np.resize(tie_rows[:n_ties], room), np.resize(tie_run[:n_ties], room)
+            kernel.place_run(a[0], a[1], a[2], codes.row_q, dense, n_q, base, counts[len(live)], r_doc, r_judged,
+                             tie_rows, tie_run, n_ties)
         live.append(i)
-        n_ties += got
-    total = sum(len(found[i][0]) for i in live)
-    r_doc, r_judged = np.empty(total, np.int64), np.empty(total, np.int64)
-    tie_rows, tie_run = np.empty(n_ties, np.int64), np.empty(n_ties, np.int64)
-    base = n_ties = 0
-    for j, i in enumerate(live):
-        a = found[i]
-        n_ties += kernel.place_run(a[0], a[1], a[2], codes.row_q, dense, base, counts[j], r_doc, r_judged, tie_rows,
-                                   tie_run, n_ties)
         base += len(a[0])
+        n_ties += got
     if n_ties:  # the tied runs holding a judged document, each by document id descending
         by_position = np.argsort(tie_rows[:n_ties], kind="stable")
         rows, run = tie_rows[:n_ties][by_position], tie_run[:n_ties][by_position]
         within = tie_order(run, np.asarray(table.id_ranks(r_doc[rows]), np.int64))
         r_doc[rows], r_judged[rows] = r_doc[rows][within], r_judged[rows][within]
     r_ptr = np.concatenate([[0], np.cumsum(counts[:len(live)].ravel())]).astype(np.int64)
-    return live, (r_ptr, r_doc, codes.n_docs, r_judged)
+    return live, (r_ptr, r_doc[:base], codes.n_docs, r_judged[:base])
 
 
 def _together_general(found: list[Any], codes: QrelsCodes, table: Any, specs: list[Any], keys: list[str], *,
