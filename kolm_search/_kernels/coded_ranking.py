@@ -43,6 +43,7 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
         count[c] = 0
     nan = False
     unordered = False
+    tied = np.zeros(n_q, np.bool_)  # the queries with two entries of one float32 score
     i = 0
     while i < n:  # query by query: codes, order and counts checked before anything is written
         r = q[i]
@@ -53,7 +54,8 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
             return BAD_CODE
         if count[c] != 0:  # a query in two places
             unordered = True
-        prev = np.float32(np.inf)
+        prev = np.float32(score[i])
+        tie = False
         end = i
         while end < n and q[end] == r:
             d = doc[end]
@@ -65,9 +67,12 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
             s32 = np.float32(s)
             if s32 > prev:
                 unordered = True
+            if s32 == prev and end > i:
+                tie = True
             prev = s32
             end += 1
         count[c] += end - i
+        tied[c] = tie
         i = end
     if nan:
         return NAN_SCORE
@@ -87,6 +92,13 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
         r = q[i]
         shift = ptr[row_code[r]] - i
         end = i + count[row_code[r]]
+        if not tied[row_code[r]]:  # no ties: the entries copied with their judged codes
+            for t in range(i, end):
+                d = doc[t]
+                r_doc[t + shift] = d
+                r_judged[t + shift] = judged_of[d]
+            i = end
+            continue
         start = i
         prev = np.float32(score[i])
         judged = False
