@@ -124,7 +124,7 @@ def test_runs_placed_together_equal_the_general_path(seed: int, room: int, monke
         evaluate_coded_together,
     )
 
-    monkeypatch.setattr(coded_runs, "TIE_ROOM", room)
+    monkeypatch.setattr(coded_runs, "_tie_room", lambda rows: room)
     items, codes, (specs, keys) = _experiment_runs(seed)
     got = evaluate_coded_together(items, codes, specs, keys)
     found = [_coded_arrays(run, codes, None, False) for run, _ in items]

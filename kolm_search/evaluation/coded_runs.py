@@ -45,8 +45,14 @@ I64 = npt.NDArray[np.int64]
 DENSE_DOCS = 1 << 22  # tables up to this many documents get a per-document array; larger ones a search
 #: rows of the runs of one kernel pass (more gained nothing on 2 x 100,000 rows; 5 x 22,500: ~10 %)
 TOGETHER_ROWS = 1 << 17
-#: tie positions made room for at first (few: the runs of tied entries that hold a judged one); more when needed
 TIE_ROOM = 1024
+
+
+def _tie_room(rows: int) -> int:
+    """Tie positions made room for at first when placing runs of ``rows`` rows: one in 16 rows,
+    at least :data:`TIE_ROOM` (the runs of tied entries that hold a judged one are few; a run
+    needing more is placed again with more)."""
+    return max(TIE_ROOM, rows >> 4)
 
 
 class Measured(NamedTuple):
@@ -226,7 +232,7 @@ def _placed(found: list[Any], codes: QrelsCodes, table: Any) -> tuple[list[int],
     n_q = len(codes.q_labels)
     total = sum(len(a[0]) for a in found if a is not None)
     r_doc, r_judged = np.empty(total, np.int64), np.empty(total, np.int64)
-    room = TIE_ROOM
+    room = _tie_room(total)
     tie_rows, tie_run = np.empty(room, np.int64), np.empty(room, np.int64)
     counts = np.zeros((len(found), n_q), np.int64)
     live: list[int] = []
