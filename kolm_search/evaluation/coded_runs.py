@@ -6,9 +6,12 @@ prepared queries, codes of a document table, ranks and scores. To evaluate it, t
 mapped to those codes once (:class:`QrelsCodes`: the qrels' query ids to codes shared with the
 queries' rows, their document ids to the table's codes by ``table.codes(ids,
 missing="ignore")``, a hash lookup of the judged documents only, never a read of the whole
-table), for every pipeline over the same table and queries; each run is then measured by the
-kernel pass :func:`~kolm_search.evaluation.evaluate` ends with
-(:func:`~kolm_search.evaluation.measure_pass.measure`), the document ids of its rows read only
+table), for every pipeline over the same table and queries; the runs are then placed as they
+are into trec_eval's ranking, one kernel pass each
+(:func:`~kolm_search._kernels.coded_ranking.place_run`), and measured together by the kernel
+pass :func:`~kolm_search.evaluation.evaluate` ends with
+(:func:`~kolm_search.evaluation.measure_pass.measure_ranked`; a run not in rank order through
+:func:`~kolm_search.evaluation.measure_pass.measure`), the document ids of their rows read only
 where scores tie. The values are those of ``evaluate`` on the run's DataFrame, float for float.
 """
 
