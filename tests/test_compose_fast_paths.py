@@ -177,3 +177,70 @@ def test_stable_rows_with_nan_or_long_rows_equal_numpys() -> None:
     np.testing.assert_array_equal(_stable_rows(neg), np.argsort(neg, axis=1, kind="stable"))
     wide = np.round(np.random.default_rng(0).standard_normal((2, (1 << 24) // 8 + 1)), 2)
     np.testing.assert_array_equal(_stable_rows(wide), np.argsort(wide, axis=1, kind="stable"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 200), st.integers(0, 2**32 - 1),
+       st.sampled_from(["pool", "ulps", "ties", "nan"]))
+def test_row_sort_kernel_is_its_numpy_twin(rows: int, width: int, seed: int, kind: str) -> None:
+    """``_kernels/row_sort.stable_rows`` against ``stable_rows_numpy``: values alike in all but
+    their last bits (many insertion moves: some rows handed to numpy), ties, signed zeros; NaN
+    refused (None)."""
+    from kolm_search._kernels import load
+    from kolm_search._kernels.row_sort import stable_rows_numpy
+
+    rng = np.random.default_rng(seed)
+    if kind == "ulps":  # one ulp apart, in descending order: every entry moves
+        neg = 1.0 + np.arange(width)[::-1] * 2.0**-52 * rng.integers(1, 3, (rows, 1))
+    elif kind == "ties":
+        neg = rng.integers(-2, 3, (rows, width)).astype(np.float64) * rng.choice([1.0, -0.0], (rows, width))
+    else:
+        neg = rng.choice(_POOL, (rows, width))
+    if kind == "nan":
+        neg[rng.integers(0, rows), rng.integers(0, width)] = np.nan
+        assert load("row_sort").stable_rows(neg) is None
+        return
+    got = load("row_sort").stable_rows(neg)
+    assert got is not None and got.dtype == np.int64
+    np.testing.assert_array_equal(got, stable_rows_numpy(neg))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=12), st.integers(0, 2**32 - 1),
+       st.sampled_from(["pool", "ulps", "ties", "nan", "unranked"]))
+def test_rescore_rows_kernel_is_its_numpy_twin(lengths: list[int], seed: int, kind: str) -> None:
+    """``_kernels/row_sort.rescore_rows`` against ``rescore_rows_numpy`` (one lexsort by query,
+    descending score, rank) on ranked frames, full and ragged, empty queries among them; None for
+    a NaN score, entries not ranked, or a list much longer than the mean."""
+    from kolm_search._kernels import load
+    from kolm_search._kernels.row_sort import rescore_rows_numpy
+
+    rng = np.random.default_rng(seed)
+    counts = np.array(lengths)
+    query = np.repeat(np.arange(len(counts)), counts).astype(np.int32)
+    rank = np.concatenate([np.arange(c) for c in counts]).astype(np.int32) if counts.sum() else np.zeros(0, np.int32)
+    doc = rng.integers(0, 1000, len(query)).astype(np.int64)
+    n = len(query)
+    if kind == "ulps":
+        score = 1.0 + np.arange(n) * 2.0**-52 * rng.integers(1, 3)
+    elif kind == "ties":
+        score = rng.integers(-2, 3, n).astype(np.float64) * rng.choice([1.0, -0.0], n)
+    else:
+        score = rng.choice(_POOL[np.isfinite(_POOL)], n)
+    if kind == "nan" and n:
+        score[rng.integers(0, n)] = np.nan
+    if kind == "unranked" and n > 1:
+        rank = rank[::-1].copy()
+    got = load("row_sort").rescore_rows(query, rank, doc, score, len(counts))
+    width = int(counts.max())
+    sparse = n == 0 or len(counts) * width > 2 * n
+    ranked = kind != "unranked" or n < 2 or bool(np.array_equal(rank, rank[::-1]))
+    if (kind == "nan" and n) or sparse or not ranked:
+        assert got is None
+        return
+    if got is None:  # many moves (values one ulp apart): left to the caller
+        assert kind == "ulps"
+        return
+    want = rescore_rows_numpy(query, rank, doc, score)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])

@@ -125,6 +125,42 @@ def test_paired_t_equals_the_tests_and_intervals_pair_by_pair(n: int, k: int, se
         np.testing.assert_array_equal([low[i], high[i]], want)  # (NaN equal to NaN)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 400), st.integers(1, 6), st.integers(0, 10**6),
+       st.sampled_from(["random", "ties", "alike", "large"]), st.sampled_from([0.9, 0.95, 0.99]))
+def test_student_rows_equal_scipys_ttest_rel_float_for_float(n: int, k: int, seed: int, kind: str,
+                                                              level: float) -> None:
+    """``stats._student_rows`` (paired_t's arithmetic) against ``scipy.stats.ttest_rel`` of the
+    same rows: p-values and interval bounds equal float for float (NaN where scipy's are);
+    nearly identical differences warn as scipy warns."""
+    import warnings
+
+    from scipy import stats
+
+    from kolm_search.evaluation.stats import _student_rows
+
+    rng = np.random.default_rng(seed)
+    d = rng.standard_normal((k, n))
+    if kind == "ties":
+        d = np.round(d, 1)
+    elif kind == "alike":  # nearly identical differences: scipy's precision warning
+        d = 0.3 + d * 1e-17
+    elif kind == "large":
+        d = d * 1e6 + 1e7
+    with warnings.catch_warnings(record=True) as ours:
+        warnings.simplefilter("always")
+        p, low, high = _student_rows(np.ascontiguousarray(d), level)
+    with warnings.catch_warnings(record=True) as theirs:
+        warnings.simplefilter("always")
+        result = stats.ttest_rel(d, np.zeros((k, n)), axis=1)
+        interval = result.confidence_interval(confidence_level=level)
+    np.testing.assert_array_equal(p, result.pvalue)
+    np.testing.assert_array_equal(low, interval.low)
+    np.testing.assert_array_equal(high, interval.high)
+    assert [str(w.message) for w in ours if "Precision loss" in str(w.message)][:1] == \
+        [str(w.message) for w in theirs if "Precision loss" in str(w.message)][:1]
+
+
 def test_mean_curves_equal_mean_curve_table_by_table() -> None:
     rng = np.random.default_rng(3)
     tables = []

@@ -115,7 +115,36 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                 enveloped = False
                 nonrel_so_far = 0
                 pool_unjudged = 0
-                for i in range(n_r):
+                if flag != 1 and not want_pool:  # every document ranked, no pool counts: running sums in registers
+                    n_e = n_r
+                    sum_judged = sum_rel = 0
+                    sum_dcg = sum_exp = sum_ap = 0.0
+                    for i in range(n_r):  # (the same float operations as the general pass below)
+                        d = r_judged[s + i]
+                        known = d >= 0 and judged[d] == q
+                        r = rel_of[d] if known else -1
+                        is_rel = r >= level
+                        grade_at[i] = r
+                        if known:
+                            sum_judged += 1
+                        cum_judged[i + 1] = sum_judged
+                        if is_rel:
+                            sum_rel += 1
+                            if first_rel == 0:
+                                first_rel = i + 1
+                        cum_rel[i + 1] = sum_rel
+                        if r > 0:
+                            sum_dcg = sum_dcg + r / log2[i]
+                        cum_dcg[i + 1] = sum_dcg
+                        if want_exp:
+                            if r > 0:
+                                sum_exp = sum_exp + (2.0 ** r - 1.0) / log2[i]
+                            cum_dcg_exp[i + 1] = sum_exp
+                        if want_ap:
+                            if is_rel:
+                                sum_ap = sum_ap + sum_rel / (i + 1.0)
+                            cum_ap[i + 1] = sum_ap
+                for i in range(0 if flag != 1 and not want_pool else n_r):
                     d = r_judged[s + i]
                     known = d >= 0 and judged[d] == q
                     r = rel_of[d] if known else -1

@@ -140,42 +140,32 @@ def _score_order(frame: CandidateFrame, score: npt.NDArray[np.float64]) -> I64:
     return (starts[:, None] + cols)[cols < counts[:, None]]
 
 
-_LOW63 = np.int64(0x7FFF_FFFF_FFFF_FFFF)
-
-
 def _stable_rows(neg: npt.NDArray[np.float64]) -> I64:
-    """``np.argsort(neg, axis=1, kind="stable")`` (int64), for a matrix without NaN by one sort of
-    packed integer keys (numpy's vectorised sort, several times faster than a stable argsort
-    of rows with many ties, as BM25's equal scores give).
+    """``np.argsort(neg, axis=1, kind="stable")`` (int64), for a matrix without NaN by the row
+    sort kernel (:func:`kolm_search._kernels.row_sort.stable_rows`: numpy's vectorised sort of
+    packed integer keys, each row then finished by an insertion sort on (value, column), several
+    times faster than a stable argsort of rows with many ties, as BM25's equal scores give).
+    Rows wider than 2**24 keep too few bits of each value to part most of them: numpy sorts
+    them, as it sorts a matrix holding NaN (last)."""
+    from kolm_search._kernels import load
 
-    Each value becomes an int64 in the same order as the float (``-0.0`` as ``0.0``); its low
-    ``b`` bits, ``2**b >= width``, are replaced by the column, so the sorted keys give the
-    columns in order of (value, column) wherever two values differ above those bits. Rows where
-    two different values share the rest (their order is then the columns') are found by
-    checking that the full keys come out non-decreasing, and sorted again by the stable argsort.
-    """
-    n_rows, width = neg.shape
-    bits = max(1, (width - 1).bit_length())
-    if bits > 24 or np.isnan(neg).any():  # too few bits of the value left to part most of them; NaN sorts last
-        return np.argsort(neg, axis=1, kind="stable")
-    raw = (neg + 0.0).view(np.int64)  # (-0.0 + 0.0 is 0.0)
-    key = raw ^ ((raw >> 63) & _LOW63)  # negative floats: the magnitude bits reversed
-    mask = np.int64((1 << bits) - 1)
-    packed = (key & ~mask) | np.arange(width, dtype=np.int64)
-    packed.sort(axis=1)
-    cols = packed & mask
-    full = np.take_along_axis(key, cols, axis=1)
-    wrong = np.flatnonzero((full[:, 1:] < full[:, :-1]).any(axis=1))
-    if len(wrong):
-        cols[wrong] = np.argsort(neg[wrong], axis=1, kind="stable")
-    return cols
+    width = neg.shape[1]
+    cols = load("row_sort").stable_rows(neg) if (width - 1).bit_length() <= 24 else None
+    return np.argsort(neg, axis=1, kind="stable") if cols is None else cols
 
 
 def rescored(frame: CandidateFrame, score: npt.ArrayLike) -> CandidateFrame:
     """``frame`` with new scores (one per entry), re-ranked by descending score, ties by the
     old rank: what a columnar reranker returns (``score`` finite). Each query keeps its entries'
     positions and ranks (``0..``), so the new frame shares the ranked frame's queries and ranks."""
+    from kolm_search._kernels import load
+
     score = np.asarray(score, np.float64)
+    if frame.list_id is None and frame.features is None and len(score) == len(frame):  # the row sort kernel's
+        fast = load("row_sort").rescore_rows(frame.query, frame.rank, frame.doc, score, frame.n_queries)
+        if fast is not None:
+            return CandidateFrame(query=np.asarray(frame.query, np.int32), doc=fast[0], score=fast[1],
+                                  rank=np.asarray(frame.rank, np.int32), n_queries=frame.n_queries)
     if not _is_ranked(frame):
         frame, score = _ranked_with(frame, score)
     order = _score_order(frame, score)

@@ -138,12 +138,16 @@ def _stage_key(stage: Any) -> tuple[str, bool]:
 
 def _batch_key(batch: QueryBatch) -> str:
     """:func:`~kolm_search.compose.fingerprints.batch_digest` of ``batch``, made once per
-    :func:`sharing` block for a batch object (every pipeline of an experiment is given the same
-    one; a batch is never changed while stages run)."""
+    :func:`sharing` block for the objects it digests (its texts, owners, filters and
+    embeddings, with its size, limit and mode): every pipeline of an experiment is given the
+    same ones, also through the copies ``replace(batch, table=...)`` makes for each pipeline;
+    a batch is never changed while stages run."""
     from kolm_search.compose.fingerprints import batch_digest
 
-    found = shared_value(("batch digest", id(batch)), lambda: (batch, batch_digest(batch)))
-    return found[1] if found[0] is batch else batch_digest(batch)
+    parts = (batch.texts, batch.owner, batch.filters, batch.embeddings)
+    key = ("batch digest", tuple(id(p) for p in parts), batch.n_queries, batch.limit, batch.mode)
+    found = shared_value(key, lambda: (parts, batch_digest(batch)))  # (the parts kept: their ids stay theirs)
+    return found[1] if all(a is b for a, b in zip(found[0], parts, strict=True)) else batch_digest(batch)
 
 
 def _key(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> tuple[str, str, bool]:

@@ -6,9 +6,12 @@ prepared queries, codes of a document table, ranks and scores. To evaluate it, t
 mapped to those codes once (:class:`QrelsCodes`: the qrels' query ids to codes shared with the
 queries' rows, their document ids to the table's codes by ``table.codes(ids,
 missing="ignore")``, a hash lookup of the judged documents only, never a read of the whole
-table), for every pipeline over the same table and queries; each run is then measured by the
-kernel pass :func:`~kolm_search.evaluation.evaluate` ends with
-(:func:`~kolm_search.evaluation.measure_pass.measure`), the document ids of its rows read only
+table), for every pipeline over the same table and queries; the runs are then placed as they
+are into trec_eval's ranking, one kernel pass each
+(:func:`~kolm_search._kernels.coded_ranking.place_run`), and measured together by the kernel
+pass :func:`~kolm_search.evaluation.evaluate` ends with
+(:func:`~kolm_search.evaluation.measure_pass.measure_ranked`; a run not in rank order through
+:func:`~kolm_search.evaluation.measure_pass.measure`), the document ids of their rows read only
 where scores tie. The values are those of ``evaluate`` on the run's DataFrame, float for float.
 """
 
@@ -27,11 +30,14 @@ from kolm_search.engine import ids
 from kolm_search.errors import FrameValidationError
 from kolm_search.evaluation.measure_pass import (
     CodedPair,
+    kept,
     measure,
+    measure_ranked,
     per_query_frame,
     per_query_rows,
     prepare_qrels,
     settings,
+    tie_order,
 )
 from kolm_search.evaluation.metrics import evaluate
 from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
@@ -42,6 +48,14 @@ I64 = npt.NDArray[np.int64]
 DENSE_DOCS = 1 << 22  # tables up to this many documents get a per-document array; larger ones a search
 #: rows of the runs of one kernel pass (more gained nothing on 2 x 100,000 rows; 5 x 22,500: ~10 %)
 TOGETHER_ROWS = 1 << 17
+TIE_ROOM = 1024
+
+
+def _tie_room(rows: int) -> int:
+    """Tie positions made room for at first when placing runs of ``rows`` rows: one in 16 rows,
+    at least :data:`TIE_ROOM` (the runs of tied entries that hold a judged one are few; a run
+    needing more is placed again with more)."""
+    return max(TIE_ROOM, rows >> 4)
 
 
 class Measured(NamedTuple):
@@ -89,6 +103,11 @@ class QrelsCodes:
         by_code = np.argsort(at[present], kind="stable")
         self._codes, self._judged_at = at[present][by_code], present[by_code]
         self._self: I64 | None = None
+
+    def dense(self) -> I64 | None:
+        """The judged code of every table code (int64 ``(n_docs,)``, -1 when not judged), or None
+        for a table too large to hold one per document."""
+        return self._dense
 
     def matches(self, prepared: PreparedQueries, table: Any) -> bool:
         """True when these codes serve runs over ``prepared``'s queries and ``table``."""
@@ -161,26 +180,112 @@ def evaluate_coded_together(items: Sequence[tuple[CodedRun, int | None]], codes:
                             n_threads: int | None = None) -> list[Measured | None] | None:
     """:func:`evaluate_coded` of several runs (each with its ``self_hits_limit``) over ``codes``
     in one kernel pass: run ``i``'s queries take codes ``i * n_q + code``, the qrels repeated per
-    run, so each query of each run is measured alone (the kernel's values are per query). None
-    when it does not apply (a table too large for per-document marks, a measure not the
-    kernel's, a run holding a document twice: one by one then, whose errors name the query);
-    an item is None for a run with a NaN score, else its :class:`Measured` values."""
+    run, so each query of each run is measured alone (the kernel's values are per query). Runs
+    in rank order within contiguous queries (every stage's) are placed in the ranking as they
+    are, one kernel pass each (:func:`_placed`), with no assembly of their rows; others go
+    through :func:`~kolm_search.evaluation.measure_pass.measure`. None when it does not apply
+    (a table too large for per-document marks, a measure not the kernel's, a run holding a
+    document twice: one by one then, whose errors name the query); an item is None for a run
+    with a NaN score, else its :class:`Measured` values."""
     if codes.n_docs > DENSE_DOCS or any(not s.kind or s.kind in DIVERSITY_IDS or s.kind not in METRIC_IDS for s in specs):
         return None
     n_q = len(codes.q_labels)
-    found = [_coded_arrays(run, codes, limit, drop) for run, limit in items]
-    live = [i for i, a in enumerate(found) if a is not None]
+    # NaN scores are found while placing the runs (a run cut for self-hits is checked whole first)
+    found = [_coded_arrays(run, codes, limit, drop, nan_check=limit is not None or drop) for run, limit in items]
     tables = {run.table for run, _ in items}
-    if len(live) < 2 or len(tables) != 1 or len(live) * max(n_q, 1) >= 1 << 31:
+    if sum(a is not None for a in found) < 1 or len(tables) != 1 or len(items) * max(n_q, 1) >= 1 << 31:
         return None
-    table = next(iter(tables))
-    parts = [found[i] for i in live]
-    doc = np.concatenate([a[1] for a in parts if a is not None])
-    run_q = np.concatenate([codes.row_q[a[0]] + j * n_q for j, a in enumerate(parts) if a is not None])
-    score = np.concatenate([a[2] for a in parts if a is not None])
+    placed = _placed(found, codes, next(iter(tables)))
+    if placed is None:  # a run not in rank order: the general path
+        return _together_general(found, codes, next(iter(tables)), specs, keys, relevance_level=relevance_level,
+                                 judged_only=judged_only, missing=missing, n_threads=n_threads)
+    live, r_args = placed
+    if not live:
+        return [None] * len(items)
+    k = len(live)
     emptied = None
-    if any(a[3] is not None for a in parts if a is not None):
-        emptied = np.concatenate([np.zeros(n_q, bool) if a[3] is None else a[3] for a in parts if a is not None])
+    if any(found[i][3] is not None for i in live):  # type: ignore[index]
+        emptied = np.concatenate([np.zeros(n_q, bool) if found[i][3] is None else found[i][3]  # type: ignore[index]
+                                  for i in live])
+    try:
+        values = measure_ranked(r_args, codes.qrels_q, codes.qrels_d, codes.rel, len(codes.judged),
+                                lambda at: codes.q_labels[at % max(n_q, 1)], specs, relevance_level=relevance_level,
+                                judged_only=judged_only, n_threads=n_threads, copies=k)
+    except FrameValidationError:
+        return None
+    keep = kept(np.diff(r_args[0]), np.tile(np.bincount(codes.qrels_q, minlength=n_q), k), missing, emptied)
+    out: list[Measured | None] = [None] * len(items)
+    for j, i in enumerate(live):
+        block = slice(j * n_q, (j + 1) * n_q)
+        out[i] = Measured(codes.q_labels, values[block], keep[block], keys)
+    return out
+
+
+def _placed(found: list[Any], codes: QrelsCodes, table: Any) -> tuple[list[int], tuple[I64, I64, int, I64]] | None:
+    """The runs of ``found`` (:func:`_coded_arrays` of each, None for one left out) in trec_eval's
+    ranking, one after another (:func:`~kolm_search._kernels.coded_ranking.place_run`): the
+    runs placed (those without a NaN score) and the evaluation kernel's ``(r_ptr, r_doc, n_docs,
+    r_judged)`` of them; None when a run is not in rank order within contiguous queries."""
+    from kolm_search._kernels import load
+
+    kernel = load("coded_ranking")
+    dense = codes.dense()
+    if dense is None:
+        return None
+    n_q = len(codes.q_labels)
+    total = sum(len(a[0]) for a in found if a is not None)
+    r_doc, r_judged = np.empty(total, np.int64), np.empty(total, np.int64)
+    room = _tie_room(total)
+    tie_rows, tie_run = np.empty(room, np.int64), np.empty(room, np.int64)
+    counts = np.zeros((len(found), n_q), np.int64)
+    live: list[int] = []
+    base = n_ties = 0
+    for i, a in enumerate(found):
+        if a is None:
+            continue
+        got = kernel.place_run(a[0], a[1], a[2], codes.row_q, dense, n_q, base, counts[len(live)], r_doc, r_judged,
+                               tie_rows, tie_run, n_ties)
+        if got == kernel.NAN_SCORE:
+            continue
+        if got == kernel.BAD_CODE:
+            raise FrameValidationError(f"a coded run holds a query row or document code outside its queries "
+                                       f"({len(codes.row_q)}) or table ({codes.n_docs} documents)")
+        if got < 0:
+            return None
+        if n_ties + got > room:  # more tie positions than room: the run placed again with enough
+            room = 2 * (n_ties + got)
+            tie_rows, tie_run = np.resize(tie_rows[:n_ties], room), np.resize(tie_run[:n_ties], room)
+            kernel.place_run(a[0], a[1], a[2], codes.row_q, dense, n_q, base, counts[len(live)], r_doc, r_judged,
+                             tie_rows, tie_run, n_ties)
+        live.append(i)
+        base += len(a[0])
+        n_ties += got
+    if n_ties:  # the tied runs holding a judged document, each by document id descending
+        by_position = np.argsort(tie_rows[:n_ties], kind="stable")
+        rows, run = tie_rows[:n_ties][by_position], tie_run[:n_ties][by_position]
+        within = tie_order(run, np.asarray(table.id_ranks(r_doc[rows]), np.int64))
+        r_doc[rows], r_judged[rows] = r_doc[rows][within], r_judged[rows][within]
+    r_ptr = np.concatenate([[0], np.cumsum(counts[:len(live)].ravel())]).astype(np.int64)
+    return live, (r_ptr, r_doc[:base], codes.n_docs, r_judged[:base])
+
+
+def _together_general(found: list[Any], codes: QrelsCodes, table: Any, specs: list[Any], keys: list[str], *,
+                      relevance_level: int, judged_only: bool, missing: Literal["ignore", "zero"],
+                      n_threads: int | None) -> list[Measured | None] | None:
+    """:func:`evaluate_coded_together` of runs not all in rank order: their rows assembled,
+    then ranked by :func:`~kolm_search.evaluation.measure_pass.measure` (NaN scores checked)."""
+    n_q = len(codes.q_labels)
+    found = [None if a is None or np.isnan(a[2]).any() else a for a in found]
+    live = [i for i, a in enumerate(found) if a is not None]
+    if not live:
+        return [None] * len(found)
+    parts = [found[i] for i in live]
+    doc = np.concatenate([a[1] for a in parts])
+    run_q = np.concatenate([codes.row_q[a[0]] + j * n_q for j, a in enumerate(parts)])
+    score = np.concatenate([a[2] for a in parts])
+    emptied = None
+    if any(a[3] is not None for a in parts):
+        emptied = np.concatenate([np.zeros(n_q, bool) if a[3] is None else a[3] for a in parts])
     k = len(parts)
     pair = CodedPair(q_labels=codes.q_labels[np.tile(np.arange(n_q), k)], run_q=run_q,
                      score32=score.astype(np.float32), run_d=doc, n_run_d=codes.n_docs,
@@ -194,7 +299,7 @@ def evaluate_coded_together(items: Sequence[tuple[CodedRun, int | None]], codes:
                                missing=missing, n_threads=n_threads)
     except FrameValidationError:
         return None
-    out: list[Measured | None] = [None] * len(items)
+    out: list[Measured | None] = [None] * len(found)
     for j, i in enumerate(live):
         block = slice(j * n_q, (j + 1) * n_q)
         out[i] = Measured(codes.q_labels, values[block], keep[block], keys)
@@ -214,12 +319,14 @@ def _chunks(names: list[str], rows: list[int]) -> list[list[str]]:
     return out
 
 
-def _coded_arrays(run: CodedRun, codes: QrelsCodes, self_hits_limit: int | None, drop: bool,
+def _coded_arrays(run: CodedRun, codes: QrelsCodes, self_hits_limit: int | None, drop: bool, *,
+                  nan_check: bool = True,
                   ) -> tuple[I64, I64, npt.NDArray[np.float64], npt.NDArray[np.bool_] | None] | None:
     """The rows of ``run`` that :func:`evaluate_coded` measures: (query row, document code,
-    score, the queries left without rows by ``drop`` or None), None when a score is NaN."""
+    score, the queries left without rows by ``drop`` or None), None when a score is NaN (not
+    looked for with ``nan_check=False``: the caller does)."""
     q, doc, rank, score = run.flat()
-    if np.isnan(score).any():
+    if nan_check and np.isnan(score).any():
         return None
     if self_hits_limit is not None:  # the experiment's cut: self-hits out, then the limit
         kept = _cut(q, rank, doc != codes.self_codes()[q], int(self_hits_limit))
@@ -345,7 +452,7 @@ class Runs(MutableMapping[str, pd.DataFrame]):
         together: dict[str, Measured | None] = {}
         for name in self:
             self._load(name)
-        if sum(name in self._coded for name in self) > 1:  # the runs over one table and queries in one pass
+        if any(name in self._coded for name in self):  # the runs over one table and queries in one pass
             prepared_qrels = prepare_qrels(qrels, specs)
             groups: dict[int, tuple[QrelsCodes, list[str]]] = {}
             for name in self:
@@ -359,7 +466,7 @@ class Runs(MutableMapping[str, pd.DataFrame]):
                         [self._coded[n] for n in chunk], codes, specs, keys,
                         drop=wants_self_hits_dropped(prepared_qrels[0], drop_self_hits),
                         relevance_level=relevance_level, judged_only=judged_only, missing=missing,
-                        n_threads=n_threads) if len(chunk) > 1 else None
+                        n_threads=n_threads)
                     if tables is not None:
                         together.update(zip(chunk, tables, strict=True))
         for name in self:

@@ -34,8 +34,8 @@ from kolm_search.engine.runs import as_qrels, check_ids, check_qrels
 from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.evaluation.measures import MeasureSpec, metric_list, parse_measure
 
-__all__ = ["CodedPair", "check_grades", "measure", "per_query_frame", "per_query_rows", "prepare_qrels", "ranking_order",
-           "ranking_order_of", "settings"]
+__all__ = ["CodedPair", "check_grades", "kept", "measure", "measure_ranked", "per_query_frame", "per_query_rows",
+           "prepare_qrels", "ranking_order", "ranking_order_of", "settings", "tie_order"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -176,24 +176,33 @@ def ranking_order_of(query: npt.NDArray[np.int64], score32: npt.NDArray[np.float
 def _break_ties(order: I64, rows: I64, run: I64, id_ranks: Callable[[I64], I64]) -> None:
     """Sort ``order[rows]`` (positions of runs of equal keys, ascending; ``run`` each one's run
     number, non-decreasing) within each run by document id descending, in place."""
-    by_name = np.asarray(id_ranks(order[rows]), np.int64)
+    order[rows] = order[rows][tie_order(run, np.asarray(id_ranks(order[rows]), np.int64))]
+
+
+def tie_order(run: I64, by_name: I64) -> I64:
+    """The permutation that sorts rows of tied runs (``run`` each row's run number, the rows of
+    a run together and in ascending run number) by run, then by ``by_name`` descending (the
+    ranks of their document ids in code point order), stably."""
     width = int(by_name.max()) + 1
     if int(run[-1]) + 1 < (1 << 62) // width:  # one sort of (run, id descending) packed in an int64
-        within = np.argsort(run.astype(np.int64) * width + (width - 1 - by_name), kind="stable")
-    else:
-        within = np.lexsort((-by_name, run))
-    order[rows] = order[rows][within]
+        return np.argsort(run.astype(np.int64) * width + (width - 1 - by_name), kind="stable")
+    return np.lexsort((-by_name, run))
 
 
 def _kernel_group(kernels: Any, specs: list[tuple[int, MeasureSpec]], level: int, judged_only: bool,
                   r_args: tuple[Any, ...], qrels_q: I64, qrels_d: I64, rel: I64, n_judged: int,
-                  values: npt.NDArray[np.float64], n_threads: int | None) -> I64:
-    """Fill ``values[:, column]`` of ``specs`` (column, spec) sharing one grade mapping; returns status."""
+                  values: npt.NDArray[np.float64], n_threads: int | None, copies: int = 1) -> I64:
+    """Fill ``values[:, column]`` of ``specs`` (column, spec) sharing one grade mapping; returns
+    status. ``copies``: the run's queries are ``copies`` blocks of the qrels' ``n_q`` queries
+    (block ``j``'s query ``c`` coded ``j * n_q + c``), each judged by the qrels as given."""
     gains = specs[0][1].gains if specs else None
     if gains is not None:
         rel = pd.Series(rel).replace(dict(gains)).to_numpy(np.int64)
     j_order = np.lexsort((-rel, qrels_q))
-    j_count = np.bincount(qrels_q, minlength=len(r_args[0]) - 1)
+    j_count = np.bincount(qrels_q, minlength=(len(r_args[0]) - 1) // copies)
+    j_doc, j_rel = qrels_d[j_order], rel[j_order]
+    if copies > 1:  # the blocks' judgements one after another, as the sort of the repeated qrels puts them
+        j_count, j_doc, j_rel = np.tile(j_count, copies), np.tile(j_doc, copies), np.tile(j_rel, copies)
     levels = [level if METRIC_IDS[s.kind] in ANY_LEVEL or s.rel is None else s.rel for _, s in specs]
     flags = [int(s.judged_only or judged_only) for _, s in specs]
     order = sorted(range(len(specs)), key=lambda i: (flags[i], levels[i]))  # one pass per level and flag
@@ -202,7 +211,7 @@ def _kernel_group(kernels: Any, specs: list[tuple[int, MeasureSpec]], level: int
     for row, m in enumerate(chosen):
         params[row, :len(m.params)] = m.params
     got, status = kernels.evaluate_queries(
-        *r_args, np.concatenate([[0], np.cumsum(j_count)]), qrels_d[j_order], rel[j_order], n_judged,
+        *r_args, np.concatenate([[0], np.cumsum(j_count)]), j_doc, j_rel, n_judged,
         [METRIC_IDS[m.kind] for m in chosen], [m.cutoff for m in chosen], [levels[i] for i in order],
         [flags[i] for i in order], params, n_threads=n_threads)
     for j, i in enumerate(order):
@@ -249,8 +258,6 @@ def measure(pair: CodedPair, specs: list[MeasureSpec], *, relevance_level: int, 
     ``missing="zero"`` every judged query). ``subtopics`` is the subtopic qrels and their
     subtopic column, for the diversity measures. Raises ``FrameValidationError`` naming the
     first query whose run or qrels hold a document twice."""
-    from kolm_search._kernels import load
-
     n_q = len(pair.q_labels)
     diversity = [(col, s) for col, s in enumerate(specs) if s.kind in DIVERSITY_IDS]
     external = [(col, spec) for col, spec in enumerate(specs) if not spec.kind]
@@ -259,22 +266,10 @@ def measure(pair: CodedPair, specs: list[MeasureSpec], *, relevance_level: int, 
     matters = None if diversity or external else pair.run_judged >= 0
     order = ranking_order_of(pair.run_q, pair.score32, pair.id_ranks, matters)
     r_count = np.bincount(pair.run_q, minlength=n_q)
-    j_count = np.bincount(pair.qrels_q, minlength=n_q)
-    kernels = load("metrics")
     r_args = (np.concatenate([[0], np.cumsum(r_count)]), pair.run_d[order], pair.n_run_d, pair.run_judged[order])
-    values = np.zeros((n_q, len(specs)))
-    groups: dict[Any, list[tuple[int, MeasureSpec]]] = {None: []}
-    for col, spec in enumerate(specs):
-        if spec.kind in METRIC_IDS:
-            groups.setdefault(spec.gains, []).append((col, spec))
-    for group in groups.values():  # the first (no gain mapping) also checks for duplicates
-        status = _kernel_group(kernels, group, int(relevance_level), bool(judged_only), r_args, pair.qrels_q,
-                               pair.qrels_d, pair.rel, len(pair.judged), values, n_threads)
-        for code, word in ((QueryStatus.RUN_DUPLICATE, "run"), (QueryStatus.QRELS_DUPLICATE, "qrels")):
-            if (status == code).any():
-                found = np.flatnonzero(status == code)
-                q = min(pair.q_labels[found])  # the first in sorted order, however the queries are coded
-                raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
+    values = measure_ranked(r_args, pair.qrels_q, pair.qrels_d, pair.rel, len(pair.judged),
+                            lambda found: pair.q_labels[found], specs, relevance_level=relevance_level,
+                            judged_only=judged_only, n_threads=n_threads)
     if diversity and subtopics is not None:
         from kolm_search.evaluation.diversity import diversity_values
 
@@ -290,12 +285,47 @@ def measure(pair: CodedPair, specs: list[MeasureSpec], *, relevance_level: int, 
                            & (pair.run_judged[order] >= 0)]
         _through_ir_measures(external, pair.q_labels, pair.run_q[ranked], pair.docs_at(ranked), pair.qrels_q,
                              pair.judged[pair.qrels_d], pair.rel, values)
+    return values, kept(r_count, np.bincount(pair.qrels_q, minlength=n_q), missing, pair.emptied)
+
+
+def kept(r_count: I64, j_count: I64, missing: Literal["ignore", "zero"],
+         emptied: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.bool_]:
+    """The queries evaluated (bool ``(n_q,)``) from each query's retrieved rows and judgements:
+    those in both (with ``missing="zero"`` every judged query; and the judged queries that
+    ``emptied`` marks)."""
     keep = (r_count > 0) & (j_count > 0)
     if missing == "zero":
         keep |= j_count > 0
-    if pair.emptied is not None:
-        keep |= pair.emptied & (j_count > 0)
-    return values, keep
+    if emptied is not None:
+        keep |= emptied & (j_count > 0)
+    return keep
+
+
+def measure_ranked(r_args: tuple[I64, I64, int, I64], qrels_q: I64, qrels_d: I64, rel: I64, n_judged: int,
+                   labels: Callable[[I64], Any], specs: list[MeasureSpec], *, relevance_level: int,
+                   judged_only: bool, n_threads: int | None, copies: int = 1) -> npt.NDArray[np.float64]:
+    """The evaluation kernel's measures of ``specs`` (the others' columns left 0) over a run in
+    trec_eval's ranking: ``r_args`` is ``(r_ptr, r_doc, n_run_d, r_judged)`` as
+    :func:`~kolm_search._kernels.metrics.evaluate_queries` reads them, over ``copies`` blocks of
+    the qrels' queries (see :func:`_kernel_group`); ``labels(codes)`` the ids of query codes.
+    Returns ``values`` float64 ``(n_q, m)``. Raises ``FrameValidationError`` naming the first
+    query (in sorted order of the ids) whose run or qrels hold a document twice."""
+    from kolm_search._kernels import load
+
+    kernels = load("metrics")
+    values = np.zeros((len(r_args[0]) - 1, len(specs)))
+    groups: dict[Any, list[tuple[int, MeasureSpec]]] = {None: []}
+    for col, spec in enumerate(specs):
+        if spec.kind in METRIC_IDS:
+            groups.setdefault(spec.gains, []).append((col, spec))
+    for group in groups.values():  # the first (no gain mapping) also checks for duplicates
+        status = _kernel_group(kernels, group, int(relevance_level), bool(judged_only), r_args, qrels_q, qrels_d,
+                               rel, n_judged, values, n_threads, copies)
+        for code, word in ((QueryStatus.RUN_DUPLICATE, "run"), (QueryStatus.QRELS_DUPLICATE, "qrels")):
+            if (status == code).any():
+                q = min(labels(np.flatnonzero(status == code)))  # the first in sorted order, however coded
+                raise FrameValidationError(f"{word} has a duplicate document for query {q!r} (trec_eval rejects it too)")
+    return values
 
 
 def _series(values: Any) -> pd.Series:

@@ -132,15 +132,14 @@ def confidence_interval(a: npt.ArrayLike, b: npt.ArrayLike, method: Interval = "
 def paired_t(a: npt.ArrayLike, b: npt.ArrayLike, *, confidence: float = 0.95) -> tuple[F64, F64, F64]:
     """Student's paired t of ``a`` (n,) against each row of ``b`` (k, n) at once: the p-values of
     :func:`paired_test` (``test="t"``) and the interval bounds of :func:`confidence_interval`
-    (``method="t"``), float for float (one ``scipy.stats.ttest_rel`` over the rows, each row's
-    reductions over its contiguous values as in the 1-D call; the same special cases per row).
+    (``method="t"``), float for float (``scipy.stats.ttest_rel``'s arithmetic over the rows at
+    once, :func:`_student_rows`, each row's reductions over its contiguous values as in the 1-D
+    call; the same special cases per row).
 
     Returns
     -------
     p, low, high : float64 ``(k,)``
     """
-    from scipy import stats
-
     x = np.asarray(a, np.float64)
     y = np.ascontiguousarray(b, np.float64)
     if x.ndim != 1 or y.ndim != 2 or y.shape[1] != x.size:
@@ -154,17 +153,50 @@ def paired_t(a: npt.ArrayLike, b: npt.ArrayLike, *, confidence: float = 0.95) ->
     need_ci = (diff.max(axis=1) - diff.min(axis=1)) != 0.0  # each row's np.ptp(row) != 0.0
     rows = np.flatnonzero(need_p | need_ci)  # the rows the 1-D calls give to scipy
     if len(rows):
-        result = stats.ttest_rel(y[rows], np.ascontiguousarray(np.broadcast_to(x, (len(rows), x.size))), axis=1)
-        interval = result.confidence_interval(confidence_level=confidence)
+        pvalue, interval_low, interval_high = _student_rows(np.ascontiguousarray(diff[rows]), confidence)
         at = {int(i): j for j, i in enumerate(rows)}
     for i in range(k):
         if need_p[i]:
-            p[i] = float(result.pvalue[at[i]])
+            p[i] = float(pvalue[at[i]])
         if need_ci[i]:
-            low[i], high[i] = float(interval.low[at[i]]), float(interval.high[at[i]])
+            low[i], high[i] = float(interval_low[at[i]]), float(interval_high[at[i]])
         else:
             low[i] = high[i] = float(diff[i, 0])
     return p, low, high
+
+
+_PRECISION_LOSS = ("Precision loss occurred in moment calculation due to catastrophic cancellation. This occurs when "
+                   "the data are nearly identical. Results may be unreliable.")
+
+
+def _student_rows(d: F64, confidence: float) -> tuple[F64, F64, F64]:
+    """``scipy.stats.ttest_rel`` of the rows of differences ``d`` (k, n), n >= 2 (its p-values,
+    two-sided, and ``confidence_interval(confidence)``), computed as scipy computes them (mean
+    over each contiguous row, the second central moment times n / (n - 1), the standard error,
+    Student's t distribution by ``scipy.special.stdtr`` / ``stdtrit``), float for float, without
+    the cost of scipy's per-call axis and NaN handling (~0.25 ms a call); scipy's warning on
+    nearly identical differences too."""
+    import warnings
+
+    from scipy import special
+
+    n = d.shape[1]
+    mean = d.mean(axis=1)
+    centred = d - d.mean(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if bool((np.abs(centred).max(axis=1) / np.abs(mean) < np.finfo(np.float64).eps * 10).any()):
+            warnings.warn(_PRECISION_LOSS, RuntimeWarning, stacklevel=4)
+        nf = np.asarray(n, dtype=np.float64)
+        var = (centred ** 2).mean(axis=1)
+        var *= nf / (nf - 1)
+        se = np.sqrt(var / n)
+        t = (mean - 0.0) / se
+    df = np.float64(n - 1)
+    pvalue = 2 * special.stdtr(df, -np.abs(t))
+    level = np.asarray(confidence, dtype=np.float64)
+    tail = (1 - level) / 2
+    bounds = special.stdtrit(df, np.stack((tail, 1 - tail)))
+    return pvalue, bounds[0] * se + mean, bounds[1] * se + mean
 
 
 def effect_size(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
