@@ -28,7 +28,7 @@ from kolm_search import (
 from kolm_search.compose.queries import CodedRun, PreparedQueries, prepare_queries, run_coded
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.engine.mapped_table import MappedDocumentTable, write_documents
-from kolm_search.evaluation.coded_runs import Runs
+from kolm_search.evaluation.experiment_runs import Runs
 from kolm_search.evaluation.self_hits import drop_self_hits
 from kolm_search.io import load_dataset
 from tests.fakes import Prior

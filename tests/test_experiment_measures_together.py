@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from kolm_search import BM25Retriever, Experiment, KolmError, evaluate
 from kolm_search.compose.queries import CodedRun
-from kolm_search.evaluation import coded_runs
-from kolm_search.evaluation.coded_runs import Runs
+from kolm_search.evaluation import coded_runs, experiment_runs
 from kolm_search.evaluation.curves import CURVE_MEASURES, RECALL_LEVELS, mean_curve, mean_curves
+from kolm_search.evaluation.experiment_runs import Runs
 from kolm_search.evaluation.stats import confidence_interval, correct, effect_size, paired_t, paired_test
 from kolm_search.io import load_dataset
 from tests.fakes import Prior
@@ -102,7 +102,7 @@ def test_a_joint_pass_is_what_measures_an_experiments_runs(monkeypatch: pytest.M
         calls.append((len(items), out is not None))
         return out
 
-    monkeypatch.setattr(coded_runs, "evaluate_coded_together", spy)
+    monkeypatch.setattr(experiment_runs, "evaluate_coded_together", spy)
     exp.run()
     assert calls == [(3, True)]
 

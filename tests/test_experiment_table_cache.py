@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from kolm_search import BM25Retriever, Experiment
-from kolm_search.evaluation import coded_runs, compare
+from kolm_search.evaluation import compare, experiment_runs
 from kolm_search.evaluation.table_cache import TableCache, qrels_digest, same_table
 from kolm_search.io import load_dataset
 from tests.fakes import Prior
@@ -67,8 +67,8 @@ def test_a_second_run_reads_the_table_and_no_run(ds, pipes, tmp_path: Path, monk
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a cached rerun measured a run")
 
-    monkeypatch.setattr(coded_runs, "evaluate_coded", refused)
-    monkeypatch.setattr(coded_runs, "evaluate", refused)
+    for name in ("evaluate_coded", "evaluate_coded_together", "evaluate"):
+        monkeypatch.setattr(experiment_runs, name, refused)
     again = _exp(pipes, ds, tmp_path, **kw)
     cached = again.run()
     assert again.table_cache is not None and again.table_cache.reads == 1

@@ -17,8 +17,9 @@ import pandas as pd
 
 from kolm_search.engine.runs import as_qrels, as_run
 from kolm_search.errors import KolmValueError
-from kolm_search.evaluation.coded_runs import Measured, Runs
+from kolm_search.evaluation.coded_runs import Measured
 from kolm_search.evaluation.curves import CURVE_MEASURES, RECALL_LEVELS, level_means, mean_curves
+from kolm_search.evaluation.experiment_runs import Runs
 from kolm_search.evaluation.measures import metric_key, metric_list
 from kolm_search.evaluation.metrics import evaluate
 from kolm_search.evaluation.report import ComparisonTable
@@ -59,7 +60,7 @@ def _check_names(names: Sequence[Any]) -> None:
 def run_tables(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any], *, relevance_level: int = 1,
                drop_self_hits: bool | None = None) -> dict[Any, pd.DataFrame]:
     """Each run's per-query table (``evaluate(run, qrels, metrics, per_query=True, ...)``), by
-    name; an experiment's :class:`~kolm_search.evaluation.coded_runs.Runs` measures the runs it
+    name; an experiment's :class:`~kolm_search.evaluation.experiment_runs.Runs` measures the runs it
     holds as codes from their codes (:meth:`Runs.evaluate`)."""
     if isinstance(runs, Runs):
         return runs.evaluate(qrels, metrics, relevance_level=relevance_level, drop_self_hits=drop_self_hits)

@@ -25,8 +25,8 @@ from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
 from kolm_search.engine.runs import as_qrels
 from kolm_search.errors import KolmError, KolmValueError
-from kolm_search.evaluation.coded_runs import Runs
 from kolm_search.evaluation.compare import compare, per_query_table
+from kolm_search.evaluation.experiment_runs import Runs
 from kolm_search.evaluation.measures import metric_key, metric_list
 from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.runner import run_queries
