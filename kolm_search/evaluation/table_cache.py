@@ -45,13 +45,21 @@ from kolm_search.io._atomic import replacing
 __all__ = ["TableCache", "qrels_digest", "settings_digest"]
 
 _FORMAT = "kolm-search/measure-table"
-_VERSION = 1
+_VERSION = 2  # 2: the qid column's checksum over its Arrow offsets and bytes
 _KEY = b"kolm_search"
 _DTYPES = ("float64", "int64", "bool", "object", "str")
 
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def _dtype_text(dtype: Any) -> str:
+    """A column's dtype for a digest: a categorical by the dtype of its categories (its values
+    are digested decoded; ``str`` of a categorical dtype would print every category)."""
+    if isinstance(dtype, pd.CategoricalDtype):
+        return f"category[{dtype.categories.dtype}]"
+    return str(dtype)
 
 
 def qrels_digest(qrels: pd.DataFrame) -> str | None:
@@ -72,7 +80,7 @@ def qrels_digest(qrels: pd.DataFrame) -> str | None:
         rows = pd.util.hash_pandas_object(qrels, index=False).to_numpy(np.uint64)
     except (TypeError, ValueError):
         return None
-    head = json.dumps([[str(c), str(t)] for c, t in qrels.dtypes.items()])
+    head = json.dumps([[str(c), _dtype_text(t)] for c, t in qrels.dtypes.items()])
     return _digest(f"qrels/1|{head}|{len(qrels)}|{hashlib.sha256(rows.tobytes()).hexdigest()}")
 
 
@@ -83,11 +91,12 @@ def _arrow_qrels_digest(qrels: pd.DataFrame) -> str | None:
     namespace)."""
     import pyarrow as pa
 
-    head = json.dumps([[str(c), str(t)] for c, t in qrels.dtypes.items()])
-    sha = hashlib.sha256(f"qrels/arrow/1|{head}|{len(qrels)}".encode("utf-8", "surrogatepass"))
+    sha = hashlib.sha256(f"qrels/arrow/2|{len(qrels)}|{len(qrels.columns)}".encode())
     for name in qrels.columns:
+        series = qrels[name]
+        sha.update(f"\x1e{json.dumps([str(name), _dtype_text(series.dtype)])}".encode("utf-8", "surrogatepass"))
         try:
-            column = pa.array(qrels[name], from_pandas=True)
+            column = pa.array(series, from_pandas=True)
             if isinstance(column, pa.ChunkedArray):
                 column = pa.concat_arrays(column.chunks)
             if pa.types.is_dictionary(column.type):
@@ -123,6 +132,15 @@ def settings_digest(settings: dict[str, Any]) -> str | None:
 
 def _checksum(values: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(values).data)
+
+
+def _strings_checksum(column: pa.Array) -> int:
+    """CRC-32 of a string column's offsets (from 0) and then its bytes (any string type)."""
+    column = column.cast(pa.large_string())
+    offsets = np.frombuffer(column.buffers()[1], np.int64)[column.offset:column.offset + len(column) + 1]
+    crc = zlib.crc32((offsets - offsets[0]).tobytes())
+    data = column.buffers()[2]
+    return crc if data is None else zlib.crc32(memoryview(data)[int(offsets[0]):int(offsets[-1])], crc)
 
 
 def _encode_frame(frame: pd.DataFrame) -> dict[str, Any]:
@@ -165,10 +183,11 @@ def _decode_frame(data: Any, columns: Sequence[str] | None = None, *, index: str
             if dtype == "int64" and any(isinstance(v, bool) for v in column):
                 raise KolmValueError(f"column {name!r} holds a value that is not {dtype}")
             out[name] = np.array(column, dtype=dtype)
-    if index is not None:  # that column as the index (DataFrame.set_index, without a second frame)
-        return kind({n: v for n, v in out.items() if n != index}, index=pd.Index(out[index], name=index),
-                    columns=[n for n in names if n != index])
-    return kind(out, columns=names)
+    rest = [n for n in names if n != index]
+    at = None if index is None else pd.Index(out[index], name=index)  # that column as the index
+    if rest and all(out[n].dtype == np.float64 for n in rest):  # one float block: no per-column assembly
+        return kind(np.column_stack([out[n] for n in rest]), index=at, columns=rest)
+    return kind({n: out[n] for n in rest}, index=at, columns=rest)
 
 
 def same_table(a: ComparisonTable, b: ComparisonTable) -> bool:
@@ -234,9 +253,9 @@ class TableCache(CacheFolder):
         crcs = meta.get("columns_crc32")
         if not isinstance(crcs, list) or len(crcs) != len(columns) - 1:
             raise KolmValueError(f"metadata 'columns_crc32' is {crcs!r}")
-        index = pd.Index(qid.to_pylist(), name="qid")
-        if zlib.crc32("\x1f".join(index).encode("utf-8", "surrogatepass")) != meta.get("qid_crc32"):
+        if _strings_checksum(qid.combine_chunks()) != meta.get("qid_crc32"):
             raise KolmValueError("the checksum of column 'qid' does not match the one recorded")
+        index = pd.Index(qid.to_pandas(), name="qid")
         per_query: dict[str, pd.DataFrame] = {}
         for i, metric in enumerate(keys):
             values: dict[str, np.ndarray] = {}
@@ -248,7 +267,8 @@ class TableCache(CacheFolder):
                 if _checksum(array) != crcs[i * len(names) + j]:
                     raise KolmValueError(f"the checksum of column {i}:{j} does not match the one recorded")
                 values[name] = array
-            per_query[metric] = pd.DataFrame(values, index=index) if values else pd.DataFrame(index=index)
+            per_query[metric] = (pd.DataFrame(np.column_stack(list(values.values())), index=index, columns=list(values))
+                                 if values else pd.DataFrame(index=index))
         table = _decode_frame(body.get("table"), kind=ComparisonTable)
         assert isinstance(table, ComparisonTable)
         table.curves = _decode_frame(body.get("curves"), ["recall", *names], index="recall")
@@ -278,7 +298,8 @@ class TableCache(CacheFolder):
             payload = json.dumps(body)
         except (TypeError, ValueError):
             return False
-        arrays: dict[str, Any] = {"qid": pa.array(list(index), pa.large_string())}
+        qid = pa.array(list(index), pa.large_string())
+        arrays: dict[str, Any] = {"qid": qid}
         crcs = []
         for i, metric in enumerate(keys):
             for j, name in enumerate(names):
@@ -287,7 +308,7 @@ class TableCache(CacheFolder):
                 crcs.append(_checksum(values))
         meta = {"format": _FORMAT, "version": _VERSION, "runs": runs_fp, "settings": settings_fp, "names": names,
                 "metrics": keys, "rows": len(index), "columns_crc32": crcs,
-                "qid_crc32": zlib.crc32("\x1f".join(index).encode("utf-8", "surrogatepass")),
+                "qid_crc32": _strings_checksum(qid),
                 "payload": payload, "crc32": zlib.crc32(payload.encode("utf-8", "surrogatepass"))}
         stored = pa.table(arrays).replace_schema_metadata({_KEY: json.dumps(meta).encode()})
         sink = pa.BufferOutputStream()
