@@ -288,3 +288,15 @@ def test_every_cache_warns_of_a_damaged_file_at_its_callers_line(tmp_path: Path)
         assert (cache.damaged, cache.reads) == (1, 0)
         cache.file_for("a", "b").unlink()
         assert ask(cache) is None and cache.damaged == 1
+
+
+def test_a_cache_folder_is_made_or_refused_with_its_path(tmp_path: Path) -> None:
+    from kolm_search.errors import KolmValueError
+
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(KolmValueError, match=r"cache_dir '.*f' is a file, not a folder"):
+        RunCache(tmp_path / "f")
+    with pytest.raises(KolmValueError, match=r"cache_dir '.*sub' cannot be made a folder"):
+        RunCache(tmp_path / "f" / "sub")
+    made = RunCache(tmp_path / "new" / "deep")
+    assert made.path.is_dir() and RunCache(made.path).path == made.path  # there already: taken as it is

@@ -78,12 +78,13 @@ class CacheFolder:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        if self.path.exists() and not self.path.is_dir():
-            raise KolmValueError(f"cache_dir {str(self.path)!r} is a file, not a folder")
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # a file on the way (cache_dir/x where cache_dir is a file), no permission
-            raise KolmValueError(f"cache_dir {str(self.path)!r} cannot be made a folder: {exc}") from exc
+        if not self.path.is_dir():  # (one stat when the folder is there, as on every rerun)
+            if self.path.exists():
+                raise KolmValueError(f"cache_dir {str(self.path)!r} is a file, not a folder")
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file on the way (cache_dir/x where cache_dir is a file), no permission
+                raise KolmValueError(f"cache_dir {str(self.path)!r} cannot be made a folder: {exc}") from exc
         self.reads = self.writes = self.damaged = 0
 
     def file_for(self, stage_fp: str, input_fp: str) -> Path:
