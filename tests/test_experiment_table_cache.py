@@ -216,3 +216,21 @@ def test_an_experiment_with_a_client_pipeline_keeps_no_table(ds, pipes, tmp_path
     assert again.table_cache is not None and again.table_cache.reads == 0 and again.table_cache.writes == 0
     assert not list((tmp_path / "tables").glob("*.arrow"))
     _assert_same(first, table)
+
+
+def test_a_categorical_qrels_digest_follows_its_values(ds) -> None:  # type: ignore[no-untyped-def]
+    q = ds.qrels
+    assert isinstance(q["qid"].dtype, pd.CategoricalDtype)  # the packaged dataset's qrels are categorical
+    base = qrels_digest(q)
+    moved = q.copy()
+    moved["doc_id"] = moved["doc_id"].cat.set_categories([*moved["doc_id"].cat.categories, "zz"])
+    moved.loc[5, "doc_id"] = "zz"  # one value changed, the categories alike but for one more
+    assert qrels_digest(moved) not in (base, None)
+    swapped = q.copy()
+    swapped["qid"] = swapped["qid"].cat.reorder_categories(list(reversed(swapped["qid"].cat.categories)))
+    assert qrels_digest(swapped) is not None  # the same values under other codes: another entry, never a wrong one
+    plain = q.assign(qid=q["qid"].astype(str))
+    assert qrels_digest(plain) not in (base, None)
+    missing = q.copy()
+    missing.loc[0, "qid"] = None
+    assert qrels_digest(missing) != base

@@ -87,37 +87,54 @@ def qrels_digest(qrels: pd.DataFrame) -> str | None:
 def _arrow_qrels_digest(qrels: pd.DataFrame) -> str | None:
     """:func:`qrels_digest` from the Arrow buffers of the columns (offsets and bytes of strings,
     values of numbers), when every column is strings, integers or floats without nulls (a
-    categorical by its values); None otherwise (then by ``hash_pandas_object``, in another
-    namespace)."""
+    categorical by its codes and its categories' buffers: equal values under other categories
+    are another entry, never the same one); None otherwise (then by ``hash_pandas_object``, in
+    another namespace)."""
     import pyarrow as pa
 
-    sha = hashlib.sha256(f"qrels/arrow/2|{len(qrels)}|{len(qrels.columns)}".encode())
+    sha = hashlib.sha256(f"qrels/arrow/3|{len(qrels)}|{len(qrels.columns)}".encode())
     for name in qrels.columns:
         series = qrels[name]
         sha.update(f"\x1e{json.dumps([str(name), _dtype_text(series.dtype)])}".encode("utf-8", "surrogatepass"))
         try:
-            column = pa.array(series, from_pandas=True)
+            if isinstance(series.dtype, pd.CategoricalDtype):
+                codes = np.asarray(series.array.codes)
+                if len(codes) and int(codes.min()) < 0:  # a missing value
+                    return None
+                sha.update(b"\x1dcodes")
+                sha.update(codes.astype(np.int64).tobytes())
+                column = pa.array(series.dtype.categories, from_pandas=True)
+            else:
+                column = pa.array(series, from_pandas=True)
             if isinstance(column, pa.ChunkedArray):
                 column = pa.concat_arrays(column.chunks)
             if pa.types.is_dictionary(column.type):
                 column = column.dictionary_decode()
         except (pa.ArrowException, TypeError, ValueError):
             return None
-        if column.null_count:
-            return None
-        sha.update(f"\x1d{column.type}".encode())
-        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-            column = column.cast(pa.large_string())
-            offsets = np.frombuffer(column.buffers()[1], np.int64)[column.offset:column.offset + len(column) + 1]
-            sha.update((offsets - offsets[0]).tobytes())
-            data = column.buffers()[2]
-            if data is not None:
-                sha.update(memoryview(data)[int(offsets[0]):int(offsets[-1])])
-        elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
-            sha.update(np.ascontiguousarray(column.to_numpy(zero_copy_only=False)).tobytes())
-        else:
+        if column.null_count or not _digest_column(sha, column):
             return None
     return sha.hexdigest()[:40]
+
+
+def _digest_column(sha: Any, column: Any) -> bool:
+    """Add a string or number Arrow array (its type, then offsets and bytes or values) to
+    ``sha``; False for another type."""
+    import pyarrow as pa
+
+    sha.update(f"\x1d{column.type}".encode())
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = column.cast(pa.large_string())
+        offsets = np.frombuffer(column.buffers()[1], np.int64)[column.offset:column.offset + len(column) + 1]
+        sha.update((offsets - offsets[0]).tobytes())
+        data = column.buffers()[2]
+        if data is not None:
+            sha.update(memoryview(data)[int(offsets[0]):int(offsets[-1])])
+        return True
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        sha.update(np.ascontiguousarray(column.to_numpy(zero_copy_only=False)).tobytes())
+        return True
+    return False
 
 
 def settings_digest(settings: dict[str, Any]) -> str | None:
