@@ -45,6 +45,30 @@ def _pack(values, mask, packed):  # pragma: no cover - compiled
     return True
 
 
+@njit(cache=True, nogil=True)
+def _finish_row(keys, cols, r, m):  # pragma: no cover - compiled
+    """Row ``r``'s first ``m`` entries (value ``keys``, columns or ranks ``cols[r]``), nearly in
+    order, finished by an insertion sort on (key, column): exact and stable. False once it has
+    made more than :data:`MOVES` moves per entry (the row is then left to the caller)."""
+    budget = MOVES * m
+    for t in range(1, m):
+        k = keys[t]
+        if keys[t - 1] < k or (keys[t - 1] == k and cols[r, t - 1] < cols[r, t]):
+            continue
+        c = cols[r, t]
+        u = t - 1
+        while u >= 0 and (keys[u] > k or (keys[u] == k and cols[r, u] > c)):
+            keys[u + 1] = keys[u]
+            cols[r, u + 1] = cols[r, u]
+            u -= 1
+            budget -= 1
+        keys[u + 1] = k
+        cols[r, u + 1] = c
+        if budget < 0:
+            return False
+    return True
+
+
 @njit(i64(ro(f64, 2), i64, rw(i64, 2), rw(types.boolean)), cache=True, nogil=True)
 def _unpack(values, mask, cols, wrong):  # pragma: no cover - compiled
     raw = values.view(np.int64)
@@ -60,24 +84,9 @@ def _unpack(values, mask, cols, wrong):  # pragma: no cover - compiled
             if v == _MIN:  # -0.0 is 0.0
                 v = 0
             keys[t] = v ^ ((v >> 63) & _LOW63)
-        budget = MOVES * width
-        for t in range(1, width):  # an insertion sort on (value key, column): exact and stable
-            k = keys[t]
-            if keys[t - 1] < k or (keys[t - 1] == k and cols[r, t - 1] < cols[r, t]):
-                continue
-            c = cols[r, t]
-            u = t - 1
-            while u >= 0 and (keys[u] > k or (keys[u] == k and cols[r, u] > c)):
-                keys[u + 1] = keys[u]
-                cols[r, u + 1] = cols[r, u]
-                u -= 1
-                budget -= 1
-            keys[u + 1] = k
-            cols[r, u + 1] = c
-            if budget < 0:
-                wrong[r] = True
-                n_wrong += 1
-                break
+        if not _finish_row(keys, cols, r, width):
+            wrong[r] = True
+            n_wrong += 1
     return n_wrong
 
 
@@ -167,22 +176,8 @@ def _unpack_scores(doc, score, count, mask, cols, out_doc, out_score):  # pragma
             if v == _MIN:
                 v = 0
             keys[t] = v ^ ((v >> 63) & _LOW63)
-        budget = MOVES * m
-        for t in range(1, m):  # an insertion sort on (value key, rank): exact and stable
-            k = keys[t]
-            if keys[t - 1] < k or (keys[t - 1] == k and cols[r, t - 1] < cols[r, t]):
-                continue
-            c = cols[r, t]
-            u = t - 1
-            while u >= 0 and (keys[u] > k or (keys[u] == k and cols[r, u] > c)):
-                keys[u + 1] = keys[u]
-                cols[r, u + 1] = cols[r, u]
-                u -= 1
-                budget -= 1
-            keys[u + 1] = k
-            cols[r, u + 1] = c
-            if budget < 0:
-                return False
+        if not _finish_row(keys, cols, r, m):
+            return False
         for t in range(m):
             out_doc[start + t] = doc[start + cols[r, t]]
             out_score[start + t] = score[start + cols[r, t]]
