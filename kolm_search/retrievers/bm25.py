@@ -270,16 +270,16 @@ class BM25Retriever(BM25Scoring, RetrieverStage):
         self._postings_gate = None
         self.t_ptr = arrays["t_ptr"]
         # an int32 array kept as given, a memory map too: a quick load's gate checks this very array
-        self.t_docs = np.asanyarray(arrays["t_docs"]).astype(np.int32, copy=False)
-        self.t_w = arrays["t_w"]
+        self._t_docs = np.asanyarray(arrays["t_docs"]).astype(np.int32, copy=False)
+        self._t_w = arrays["t_w"]
         self.nonocc = arrays["nonocc"]
         self.doc_len = arrays["doc_len"]
         self.tf = arrays.get("tf")
         bounds = arrays.get("bounds")  # the loader's (it compares them with the saved maxima), else computed here
         if bounds is None:
             bounds = index_bounds(self.t_ptr, self._t_docs, self._t_w, n_threads=self.n_threads)
-        self.t_min, self.t_max = bounds["t_min"], bounds["t_max"]  # what the kernels read: kolm_search._kernels.blocks
-        self.b_max, self.b_last = bounds["b_max"], bounds["b_last"]
+        self._t_min, self._t_max = bounds["t_min"], bounds["t_max"]  # what the kernels read: kolm_search._kernels.blocks
+        self._b_max, self._b_last = bounds["b_max"], bounds["b_last"]
         self._postings_gate = arrays.get("gate")  # a quick load's: the bounds fill in as it checks terms
         self.vocab = vocab
         self._vocab_index = {t: i for i, t in enumerate(vocab)}

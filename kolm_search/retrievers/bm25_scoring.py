@@ -31,7 +31,7 @@ from kolm_search.retrievers.bitmaps import TermBitmaps
 from kolm_search.retrievers.bm25_weights import reduce_offsets
 from kolm_search.retrievers.bounds import PRUNINGS, Pruning, prune_queries
 from kolm_search.retrievers.incremental import SegmentedIndex
-from kolm_search.retrievers.postings_gate import GatedArray, PostingsGate
+from kolm_search.retrievers.postings_gate import PostingsGate
 from kolm_search.retrievers.weighted import check_bound, check_weighted, encode_weighted
 
 __all__ = ["BM25Scoring"]
@@ -58,18 +58,53 @@ class BM25Scoring(SegmentedIndex):
     _bounds: tuple[Any, Any, npt.NDArray[np.float64]] | None = None  # (t_w, nonocc, term_bounds) of score_weighted
     _bitmaps: TermBitmaps | None = None  # frequent terms' document bitmaps for the pruned kernel (built on demand)
     _postings_gate: PostingsGate | None = None  # a quick load's check of the postings, term by term on first read
-    t_docs = GatedArray()  # postings (int32 (nnz,) document rows, float32 (nnz,) weights) and their pruning
-    t_w = GatedArray()  # bounds (kolm_search._kernels.blocks): checked before they are read after a quick load
-    t_min = GatedArray()
-    t_max = GatedArray()
-    b_max = GatedArray()
-    b_last = GatedArray()
-    _t_docs: npt.NDArray[np.int32]  # where GatedArray keeps them (read by the search path after _check_terms)
-    _t_w: npt.NDArray[np.float32]
-    _t_min: npt.NDArray[np.float32]
+    _t_docs: npt.NDArray[np.int32]  # the postings and their pruning bounds (kolm_search._kernels.blocks),
+    _t_w: npt.NDArray[np.float32]  # set by the retriever; the search path reads them after _check_terms,
+    _t_min: npt.NDArray[np.float32]  # any other reader through the properties below
     _t_max: npt.NDArray[np.float32]
     _b_max: npt.NDArray[np.float32]
     _b_last: npt.NDArray[np.int32]
+
+    def _checked_all(self) -> None:
+        """After a quick load, check every term not yet checked (what reads the whole arrays)."""
+        if self._postings_gate is not None:
+            self._postings_gate.all()
+
+    @property
+    def t_docs(self) -> npt.NDArray[np.int32]:
+        """Document row of each posting, int32 (nnz,), term by term (pointers ``t_ptr``)."""
+        self._checked_all()
+        return self._t_docs
+
+    @property
+    def t_w(self) -> npt.NDArray[np.float32]:
+        """BM25 weight of each posting, float32 (nnz,)."""
+        self._checked_all()
+        return self._t_w
+
+    @property
+    def t_min(self) -> npt.NDArray[np.float32]:
+        """Each term's smallest weight, float32 (V,) (+inf without postings)."""
+        self._checked_all()
+        return self._t_min
+
+    @property
+    def t_max(self) -> npt.NDArray[np.float32]:
+        """Each term's largest weight, float32 (V,) (0 without postings)."""
+        self._checked_all()
+        return self._t_max
+
+    @property
+    def b_max(self) -> npt.NDArray[np.float32]:
+        """Each block of 64 postings' largest weight, float32 (n_blocks,)."""
+        self._checked_all()
+        return self._b_max
+
+    @property
+    def b_last(self) -> npt.NDArray[np.int32]:
+        """Each block of 64 postings' last document row, int32 (n_blocks,)."""
+        self._checked_all()
+        return self._b_last
 
     def encode(self, texts: Iterable[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Token ids of each text as CSR ``(ptr, ids)``; unknown tokens dropped, repeats kept.

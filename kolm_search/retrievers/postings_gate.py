@@ -17,7 +17,8 @@ feedback model or any reader of the whole arrays needs first). A term that fails
 unchecked, so every search that reads it raises the same :class:`KolmValueError`, naming the
 file and the position; the other terms answer as a full load's would. The gate is
 thread-safe (one check at a time; a term is marked checked only after its bounds are written).
-:class:`GatedArray` makes an index's array attributes (``t_docs``, ``t_w``, the bounds) run
+An index's public arrays (``t_docs``, ``t_w``, the bounds:
+:class:`~kolm_search.retrievers.bm25_scoring.BM25Scoring`'s properties) run
 :meth:`PostingsGate.all` when read, so that only the search path, which checks its own terms
 first, reads them unchecked.
 """
@@ -35,7 +36,7 @@ from kolm_search._kernels import load
 from kolm_search.retrievers._blocks import check_postings, posting_error
 from kolm_search.retrievers.bounds import checked_bounds
 
-__all__ = ["GatedArray", "PostingsGate"]
+__all__ = ["PostingsGate"]
 
 
 class PostingsGate:
@@ -142,26 +143,3 @@ class PostingsGate:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-
-
-class GatedArray:
-    """An array attribute that its owner's postings gate guards (see the module).
-
-    Reading ``obj.<name>`` runs ``obj._postings_gate.all()`` first (when the owner has a gate:
-    a quick load) and returns the array stored under ``obj._<name>``; the owner's search path
-    reads ``obj._<name>`` after :meth:`PostingsGate.terms` of its terms. Setting stores it.
-    """
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.slot = "_" + name
-
-    def __get__(self, obj: Any, owner: type | None = None) -> Any:
-        if obj is None:
-            return self
-        gate: PostingsGate | None = obj._postings_gate
-        if gate is not None:
-            gate.all()
-        return getattr(obj, self.slot)
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        setattr(obj, self.slot, value)
