@@ -38,6 +38,7 @@ import pandas as pd
 import pyarrow as pa
 
 from kolm_search.compose.cache import CacheFolder
+from kolm_search.engine.arrow_strings import buffers
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.io._atomic import replacing
@@ -124,12 +125,8 @@ def _digest_column(sha: Any, column: Any) -> bool:
 
     sha.update(f"\x1d{column.type}".encode())
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        column = column.cast(pa.large_string())
-        offsets = np.frombuffer(column.buffers()[1], np.int64)[column.offset:column.offset + len(column) + 1]
-        sha.update((offsets - offsets[0]).tobytes())
-        data = column.buffers()[2]
-        if data is not None:
-            sha.update(memoryview(data)[int(offsets[0]):int(offsets[-1])])
+        for part in _string_parts(column):
+            sha.update(part)
         return True
     if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
         sha.update(np.ascontiguousarray(column.to_numpy(zero_copy_only=False)).tobytes())
@@ -151,13 +148,18 @@ def _checksum(values: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(values).data)
 
 
+def _string_parts(column: pa.Array) -> tuple[bytes, np.ndarray]:
+    """A string array without nulls (string or large_string) as what tells its entries apart:
+    its offsets from 0 as int64 bytes, and its bytes (:func:`~kolm_search.engine.arrow_strings.buffers`)."""
+    offsets, data = buffers(column)
+    wide = offsets.astype(np.int64)
+    return (wide - wide[0]).tobytes(), data[int(wide[0]):int(wide[-1])]
+
+
 def _strings_checksum(column: pa.Array) -> int:
     """CRC-32 of a string column's offsets (from 0) and then its bytes (any string type)."""
-    column = column.cast(pa.large_string())
-    offsets = np.frombuffer(column.buffers()[1], np.int64)[column.offset:column.offset + len(column) + 1]
-    crc = zlib.crc32((offsets - offsets[0]).tobytes())
-    data = column.buffers()[2]
-    return crc if data is None else zlib.crc32(memoryview(data)[int(offsets[0]):int(offsets[-1])], crc)
+    offsets, data = _string_parts(column)
+    return zlib.crc32(data.tobytes(), zlib.crc32(offsets))
 
 
 def _encode_frame(frame: pd.DataFrame) -> dict[str, Any]:
