@@ -20,18 +20,14 @@ from hypothesis import strategies as st
 from kolm_search import BM25Retriever, KolmValueError
 from kolm_search._kernels import load
 from kolm_search.retrievers import _blocks, postings_gate
-from tests.conftest import synthetic_corpus
-from tests.reliability.indexes import file_of, reseal
+from tests.reliability.indexes import file_of, reseal, save_synthetic_bm25
 
 BOUNDS = ("t_min", "t_max", "b_max", "b_last")
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("gate") / "i"
-    texts = synthetic_corpus(900, 120, seed=3)
-    BM25Retriever([{"id": f"d{i}", "content": t} for i, t in enumerate(texts)], method="bm25+").save(root)
-    return root
+    return save_synthetic_bm25(tmp_path_factory.mktemp("gate") / "i", 900, 120, seed=3)
 
 
 @pytest.fixture(scope="module")

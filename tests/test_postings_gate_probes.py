@@ -17,15 +17,12 @@ import pytest
 
 from kolm_search import BM25Retriever, KolmValueError
 from tests.conftest import synthetic_corpus
-from tests.reliability.indexes import ROOT, file_of, reseal
+from tests.reliability.indexes import ROOT, file_of, reseal, save_synthetic_bm25
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("probes") / "i"
-    texts = synthetic_corpus(400, 60, seed=5)
-    BM25Retriever([{"id": f"d{i}", "content": t} for i, t in enumerate(texts)], method="bm25+").save(root)
-    return root
+    return save_synthetic_bm25(tmp_path_factory.mktemp("probes") / "i", 400, 60, seed=5)
 
 
 def _copy(saved: Path, tmp_path: Path) -> tuple[Path, BM25Retriever]:

@@ -54,6 +54,13 @@ def file_of(d: Path, key: str) -> Path:
     return d / body["files"][last]["name"]
 
 
+def save_synthetic_bm25(root: Path, n_docs: int, vocab: int, seed: int) -> Path:
+    """A BM25+ index of ``n_docs`` synthetic documents (words ``w0..w{vocab-1}``) saved in ``root``."""
+    texts = synthetic_corpus(n_docs, vocab, seed=seed)
+    BM25Retriever([{"id": f"d{i}", "content": t} for i, t in enumerate(texts)], method="bm25+").save(root)
+    return root
+
+
 def load_and_read(d: Path, verify: str = "auto", **kwargs: Any) -> BM25Retriever:
     """The BM25 index in ``d`` loaded with ``verify`` and, loaded quickly, searched for every
     term once, one query per term: a quick load checks each term's postings and bounds when a
