@@ -244,3 +244,42 @@ def test_rescore_rows_kernel_is_its_numpy_twin(lengths: list[int], seed: int, ki
     want = rescore_rows_numpy(query, rank, doc, score)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=0, max_size=8), st.integers(0, 2**32 - 1),
+       st.sampled_from(["ranked", "swap", "shift", "descending", "outside", "int64"]))
+def test_ranked_width_kernel_is_its_numpy_twin(lengths: list[int], seed: int, kind: str) -> None:
+    """``_kernels/row_sort.ranked_width`` (the check ``cutoff`` makes before keeping prefixes)
+    against ``ranked_width_numpy`` and against its definition: the longest list when queries
+    ascend with ranks ``0..`` each, -1 when two entries swap, a rank is off by one, queries
+    descend or a query is outside the batch; int64 columns take the twin."""
+    from kolm_search._kernels import load
+    from kolm_search._kernels.row_sort import ranked_width_numpy
+
+    rng = np.random.default_rng(seed)
+    counts = np.array(lengths, np.int64)
+    n_q = len(counts)
+    query = np.repeat(np.arange(n_q), counts).astype(np.int32)
+    rank = np.concatenate([np.arange(c) for c in counts]).astype(np.int32) if counts.sum() else np.zeros(0, np.int32)
+    n = len(query)
+    broken = False
+    if kind == "swap" and n > 1:
+        i = int(rng.integers(0, n - 1))
+        rank[[i, i + 1]] = rank[[i + 1, i]]
+        broken = rank[i] != rank[i + 1]
+    elif kind == "shift" and n:
+        rank[int(rng.integers(0, n))] += 1
+        broken = True
+    elif kind == "descending" and n and query[0] != query[-1]:
+        query, rank = query[::-1].copy(), rank[::-1].copy()
+        broken = True
+    elif kind == "outside" and n:
+        query = query.copy()
+        query[-1] = n_q
+        broken = True
+    elif kind == "int64":
+        query, rank = query.astype(np.int64), rank.astype(np.int64)
+    got = load("row_sort").ranked_width(query, rank, n_q)
+    assert got == ranked_width_numpy(query, rank, n_q)
+    assert got == (-1 if broken else int(counts.max(initial=0)))

@@ -41,9 +41,7 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
     n_docs = len(judged_of)
     for c in range(n_q):
         count[c] = 0
-    nan = False
-    unordered = False
-    tied = np.zeros(n_q, np.bool_)  # the queries with two entries of one float32 score
+    bad = nan = unordered = False
     i = 0
     while i < n:  # query by query: codes, order and counts checked before anything is written
         r = q[i]
@@ -55,25 +53,20 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
         if count[c] != 0:  # a query in two places
             unordered = True
         prev = np.float32(score[i])
-        tie = False
         end = i
-        while end < n and q[end] == r:
+        while end < n and q[end] == r:  # flags or'ed without branches: this loop is most of the pass
             d = doc[end]
-            if d < 0 or d >= n_docs:
-                return BAD_CODE
+            bad |= (d < 0) | (d >= n_docs)
             s = score[end]
-            if np.isnan(s):
-                nan = True
+            nan |= s != s
             s32 = np.float32(s)
-            if s32 > prev:
-                unordered = True
-            if s32 == prev and end > i:
-                tie = True
+            unordered |= s32 > prev
             prev = s32
             end += 1
         count[c] += end - i
-        tied[c] = tie
         i = end
+    if bad:
+        return BAD_CODE
     if nan:
         return NAN_SCORE
     if unordered:
@@ -88,40 +81,32 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
     room = min(len(tie_rows), len(tie_run))
     m = 0
     i = 0
-    while i < n:  # one query's entries: placed in order, its tied runs holding a judged entry reported
-        r = q[i]
-        shift = ptr[row_code[r]] - i
-        end = i + count[row_code[r]]
-        if not tied[row_code[r]]:  # no ties: the entries copied with their judged codes
-            for t in range(i, end):
-                d = doc[t]
-                r_doc[t + shift] = d
-                r_judged[t + shift] = judged_of[d]
-            i = end
-            continue
-        start = i
-        prev = np.float32(score[i])
-        judged = False
-        for t in range(i, end + 1):
-            s32 = np.float32(score[t]) if t < end else prev
-            if t == end or s32 != prev:  # a run of equal scores ends before t
-                if judged and t - start > 1:
-                    for u in range(start, t):
-                        if n_ties + m < room:
-                            tie_rows[n_ties + m] = u + shift
-                            tie_run[n_ties + m] = start + shift  # the run's first position
-                        m += 1
-                if t == end:
-                    break
-                start = t
-                judged = False
-                prev = s32
+    while i < n:  # one query's entries placed in order; the tied runs around its judged entries reported
+        c = row_code[q[i]]
+        shift = ptr[c] - i
+        end = i + count[c]
+        reported = i  # the entries before this one are in a run already looked at
+        for t in range(i, end):
             d = doc[t]
             jd = judged_of[d]
             r_doc[t + shift] = d
             r_judged[t + shift] = jd
-            if jd >= 0:
-                judged = True
+            if jd < 0 or t < reported:  # judged entries are few: the run of equal scores around one
+                continue
+            s32 = np.float32(score[t])
+            start = t
+            while start > i and np.float32(score[start - 1]) == s32:
+                start -= 1
+            stop = t + 1
+            while stop < end and np.float32(score[stop]) == s32:
+                stop += 1
+            reported = stop
+            if stop - start > 1:
+                for u in range(start, stop):
+                    if n_ties + m < room:
+                        tie_rows[n_ties + m] = u + shift
+                        tie_run[n_ties + m] = start + shift  # the run's first position
+                    m += 1
         i = end
     return m
 

@@ -23,7 +23,8 @@ from numba import njit, types
 
 from kolm_search._kernels.sig import f64, i64, ro, rw
 
-__all__ = ["rescore_rows", "rescore_rows_numpy", "stable_rows", "stable_rows_numpy"]
+__all__ = ["ranked_width", "ranked_width_numpy", "rescore_rows", "rescore_rows_numpy", "stable_rows",
+           "stable_rows_numpy"]
 
 _MIN = np.int64(-0x8000_0000_0000_0000)
 _LOW63 = np.int64(0x7FFF_FFFF_FFFF_FFFF)
@@ -46,6 +47,12 @@ def _pack(values, mask, packed):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
+def _before(key_a, col_a, key_b, col_b):  # pragma: no cover - compiled
+    """(key, column) a before b, without a branch (a row's order is checked as its keys are read)."""
+    return (key_a < key_b) | ((key_a == key_b) & (col_a < col_b))
+
+
+@njit(cache=True, nogil=True)
 def _finish_row(keys, cols, r, m):  # pragma: no cover - compiled
     """Row ``r``'s first ``m`` entries (value ``keys``, columns or ranks ``cols[r]``), nearly in
     order, finished by an insertion sort on (key, column): exact and stable. False once it has
@@ -53,7 +60,7 @@ def _finish_row(keys, cols, r, m):  # pragma: no cover - compiled
     budget = MOVES * m
     for t in range(1, m):
         k = keys[t]
-        if keys[t - 1] < k or (keys[t - 1] == k and cols[r, t - 1] < cols[r, t]):
+        if _before(keys[t - 1], cols[r, t - 1], k, cols[r, t]):
             continue
         c = cols[r, t]
         u = t - 1
@@ -77,6 +84,7 @@ def _unpack(values, mask, cols, wrong):  # pragma: no cover - compiled
     n_wrong = 0
     for r in range(n_rows):
         wrong[r] = False
+        ordered = True
         for t in range(width):
             c = cols[r, t] & mask
             cols[r, t] = c
@@ -84,7 +92,9 @@ def _unpack(values, mask, cols, wrong):  # pragma: no cover - compiled
             if v == _MIN:  # -0.0 is 0.0
                 v = 0
             keys[t] = v ^ ((v >> 63) & _LOW63)
-        if not _finish_row(keys, cols, r, width):
+            if t > 0:
+                ordered &= _before(keys[t - 1], cols[r, t - 1], keys[t], c)
+        if not ordered and not _finish_row(keys, cols, r, width):
             wrong[r] = True
             n_wrong += 1
     return n_wrong
@@ -136,6 +146,30 @@ def _ranked_width(query, rank, n_queries, count):  # pragma: no cover - compiled
     return width
 
 
+def ranked_width(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], n_queries: int) -> int:
+    """The longest query's number of entries (0 when there are none) when the entries are ranked:
+    ``query`` int32 (n,) ascending and below ``n_queries``, ``rank`` int32 (n,) ``0, 1, ...``
+    within each query; -1 otherwise. One pass (:func:`ranked_width_numpy` is its twin)."""
+    if query.dtype != np.int32 or rank.dtype != np.int32 or len(query) != len(rank):
+        return ranked_width_numpy(query, rank, n_queries)
+    count = np.empty(max(int(n_queries), 0), np.int64)
+    return int(_ranked_width(np.ascontiguousarray(query), np.ascontiguousarray(rank), int(n_queries), count))
+
+
+def ranked_width_numpy(query: npt.NDArray[np.integer], rank: npt.NDArray[np.integer], n_queries: int) -> int:
+    """Twin of :func:`ranked_width` (any integer dtypes)."""
+    q, r = np.asarray(query, np.int64), np.asarray(rank, np.int64)
+    if len(q) != len(r):
+        return -1
+    if len(q) == 0:
+        return 0
+    if q.min() < 0 or q.max() >= n_queries or bool((q[1:] < q[:-1]).any()):
+        return -1
+    starts = np.flatnonzero(np.concatenate([[True], q[1:] != q[:-1]]))
+    counts = np.diff(np.append(starts, len(q)))
+    return int(counts.max()) if np.array_equal(r, np.arange(len(q)) - np.repeat(starts, counts)) else -1
+
+
 @njit(types.boolean(ro(f64), ro(i64), i64, rw(i64, 2)), cache=True, nogil=True)
 def _pack_scores(score, count, mask, packed):  # pragma: no cover - compiled
     """Row ``q`` of ``packed``: the keys of query ``q``'s negated scores with their ranks in the
@@ -169,6 +203,7 @@ def _unpack_scores(doc, score, count, mask, cols, out_doc, out_score):  # pragma
     start = 0
     for r in range(n_rows):
         m = count[r]
+        ordered = True
         for t in range(m):
             c = cols[r, t] & mask
             cols[r, t] = c
@@ -176,7 +211,9 @@ def _unpack_scores(doc, score, count, mask, cols, out_doc, out_score):  # pragma
             if v == _MIN:
                 v = 0
             keys[t] = v ^ ((v >> 63) & _LOW63)
-        if not _finish_row(keys, cols, r, m):
+            if t > 0:
+                ordered &= _before(keys[t - 1], cols[r, t - 1], keys[t], c)
+        if not ordered and not _finish_row(keys, cols, r, m):
             return False
         for t in range(m):
             out_doc[start + t] = doc[start + cols[r, t]]

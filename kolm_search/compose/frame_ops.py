@@ -79,18 +79,20 @@ def _lookup(keys: I64, table: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
     return order[pos] if len(table) else np.zeros(len(keys), np.int64), found
 
 
-def _is_ranked(frame: CandidateFrame) -> bool:
-    """True when ``frame`` is one list already in (query, rank) order with ranks ``0..`` per query
-    (what :func:`_build` makes: a retriever's or an operator's output), checked in one pass."""
+def _ranked_width(frame: CandidateFrame) -> int:
+    """The longest query's entries when ``frame`` is one list already in (query, rank) order,
+    queries ascending, ranks ``0..`` per query (what :func:`_build` makes: a retriever's or an
+    operator's output), else -1; one kernel pass."""
+    from kolm_search._kernels import load
+
     if frame.list_id is not None:
-        return False
-    if len(frame) == 0:
-        return True
-    rank, query = frame.rank, frame.query
-    if rank[0] != 0:
-        return False
-    starts = query[1:] != query[:-1]
-    return bool(np.all(np.where(starts, rank[1:] == 0, rank[1:] == rank[:-1] + 1)))
+        return -1
+    return int(load("row_sort").ranked_width(frame.query, frame.rank, frame.n_queries))
+
+
+def _is_ranked(frame: CandidateFrame) -> bool:
+    """True when :func:`_ranked_width` finds ``frame`` ranked."""
+    return _ranked_width(frame) >= 0
 
 
 def _typed(frame: CandidateFrame, keep: npt.NDArray[np.bool_] | None = None) -> CandidateFrame:
@@ -111,8 +113,9 @@ def _typed(frame: CandidateFrame, keep: npt.NDArray[np.bool_] | None = None) -> 
 
 def cutoff(frame: CandidateFrame, k: int) -> CandidateFrame:
     """The entries of rank below ``k`` (``a % k``)."""
-    if _is_ranked(frame):  # already in order: keep a prefix of each query's entries, no sort
-        return _typed(frame, None if len(frame) == 0 or int(frame.rank.max()) < k else frame.rank < k)
+    width = _ranked_width(frame)
+    if width >= 0:  # already in order: keep a prefix of each query's entries, no sort
+        return _typed(frame, None if width <= k else frame.rank < k)
     frame = _ranked(frame)
     keep = frame.rank < k
     return _build(frame.n_queries, frame.query[keep], frame.doc[keep], frame.score[keep],
