@@ -60,7 +60,7 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
             s = score[end]
             nan |= s != s
             s32 = np.float32(s)
-            unordered |= s32 > prev
+            unordered |= bool(s32 > prev)
             prev = s32
             end += 1
         count[c] += end - i
