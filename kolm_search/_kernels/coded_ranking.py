@@ -42,6 +42,7 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
     for c in range(n_q):
         count[c] = 0
     bad = nan = unordered = False
+    tied = np.zeros(n_q, np.bool_)  # the queries with two entries of one float32 score
     i = 0
     while i < n:  # query by query: codes, order and counts checked before anything is written
         r = q[i]
@@ -53,6 +54,7 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
         if count[c] != 0:  # a query in two places
             unordered = True
         prev = np.float32(score[i])
+        tie = False
         end = i
         while end < n and q[end] == r:  # flags or'ed without branches: this loop is most of the pass
             d = doc[end]
@@ -61,9 +63,11 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
             nan |= s != s
             s32 = np.float32(s)
             unordered |= bool(s32 > prev)
+            tie |= bool(s32 == prev) & (end > i)
             prev = s32
             end += 1
         count[c] += end - i
+        tied[c] = tie
         i = end
     if bad:
         return BAD_CODE
@@ -85,6 +89,13 @@ def _place(q, doc, score, row_code, judged_of, n_q, base, count, r_doc, r_judged
         c = row_code[q[i]]
         shift = ptr[c] - i
         end = i + count[c]
+        if not tied[c]:  # no ties: the entries copied with their judged codes
+            for t in range(i, end):
+                d = doc[t]
+                r_doc[t + shift] = d
+                r_judged[t + shift] = judged_of[d]
+            i = end
+            continue
         reported = i  # the entries before this one are in a run already looked at
         for t in range(i, end):
             d = doc[t]
