@@ -1,6 +1,6 @@
 """Stage algebra (issue 27): what composing, sharing and caching cost, in one process.
 
-Rerun: ``python benchmarks/bench_compose.py`` (Cranfield, then a 100,000-document synthetic
+Rerun: ``python benchmarks/bench_compose.py`` (Cranfield or ``--corpus``, then a 100,000-document synthetic
 corpus; ``--docs`` changes its size). Rows:
 
 - ``hybrid``: ``search_batch`` (limit 10) through ``Fuse(bm25 % 100, dense % 100)`` against
@@ -117,7 +117,7 @@ def hybrid_rows(name: str, ds: Dataset, repeat: int) -> list[dict[str, Any]]:
     table = DocumentTable.coerce(ds.corpus)
     emb = LookupEmbedder(table.texts())
     bm25, dense = BM25Retriever(table), DenseRetriever(table, emb, embeddings=emb.matrix)
-    queries = ds.judged_queries() if name == "cranfield" else ds.queries
+    queries = ds.queries if name.startswith("synthetic") else ds.judged_queries()
 
     def client(retriever: Any) -> SearchClient:
         return SearchClient({"planner": DefaultQueryPlanner(), "retriever": retriever, "embedder": emb})
@@ -147,7 +147,7 @@ def experiment_rows(name: str, ds: Dataset, repeat: int, kind: str) -> list[dict
     lengths = np.array([len(t.split()) for t in table.texts()], np.float64)
     pipes: dict[str, Any] = {f"{kind}{w}": first >> (LengthPrior(lengths, w) if kind == "prior" else
                                                       MMRReranker(emb, lambda_=w)) for w in (0.5, 0.6, 0.7, 0.8, 0.9)}
-    queries = ds.judged_queries() if name == "cranfield" else ds.queries
+    queries = ds.queries if name.startswith("synthetic") else ds.judged_queries()
     label = KINDS[kind]
 
     def experiment(cache: Path | None = None, measured: bool = True, frames: bool = False,
@@ -210,12 +210,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--only", choices=("hybrid", "experiment"), default=None)
     ap.add_argument("--no-synthetic", action="store_true")
+    ap.add_argument("--corpus", nargs="+", default=["cranfield"],
+                    help="collections by name or BEIR folder (default cranfield; e.g. ../../shared/data/npl)")
     ap.add_argument("--rerankers", nargs="+", choices=tuple(KINDS), default=list(KINDS),
                     help="which experiments to run (default all)")
     args = ap.parse_args()
     header("stage algebra: composed vs fixed wiring, shared prefixes, cached reruns")
     rows: list[dict[str, Any]] = []
-    sets = [("cranfield", load_dataset("cranfield"))]
+    sets = [(Path(c).name, load_dataset(c)) for c in args.corpus]
     if not args.no_synthetic:
         sets.append((f"synthetic{args.docs}", synthetic(args.docs, args.queries)))
     for name, ds in sets:

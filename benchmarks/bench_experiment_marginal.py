@@ -27,10 +27,11 @@ from kolm_search.io import load_dataset
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--corpus", choices=("cranfield", "synthetic"), default="cranfield")
+    ap.add_argument("--corpus", default="cranfield",
+                    help="cranfield, synthetic (100,000 documents), or a BEIR folder (e.g. ../../shared/data/npl)")
     ap.add_argument("--rounds", type=int, default=40)
     args = ap.parse_args()
-    ds = load_dataset("cranfield") if args.corpus == "cranfield" else synthetic(100_000, 1000)
+    ds = synthetic(100_000, 1000) if args.corpus == "synthetic" else load_dataset(args.corpus)
     table = DocumentTable.coerce(ds.corpus)
     first = BM25Retriever(table) % 100
     lengths = np.array([len(t.split()) for t in table.texts()], np.float64)
