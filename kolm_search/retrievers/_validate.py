@@ -242,6 +242,10 @@ def bm25_arrays(root: Path, arrays: dict[str, np.ndarray], n_vocab: int, n_docs:
     doc_len = arrays["doc_len"]
     if doc_len.size and int(doc_len.min()) < 0:
         raise KolmValueError(f"{p['doc_len']}: negative document length at position {_first(doc_len < 0)}")
+    too_long = np.iinfo(np.int64).max
+    if doc_len.size and doc_len.dtype.kind == "u" and int(doc_len.max()) > too_long:  # would wrap in int64
+        at = _first(doc_len > too_long)
+        raise KolmValueError(f"{p['doc_len']}: document length {int(doc_len[at])} at position {at} is past int64")
     t_w = _finite(p["t_w"], arrays["t_w"], non_negative=True) if postings else arrays["t_w"].astype(np.float32, copy=False)
     return {"t_ptr": t_ptr, "t_docs": t_docs, "t_w": t_w, "nonocc": nonocc, "doc_len": doc_len.astype(np.int64, copy=False)}
 

@@ -133,3 +133,24 @@ def test_an_add_after_load_equals_a_rebuild(tmp_path: Path) -> None:
     for a, b in zip(loaded.score_texts(["alpha", "omega beta"], 8), rebuilt.score_texts(["alpha", "omega beta"], 8),
                     strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("verify", ["full", "quick"])
+def test_document_lengths_past_int64_are_refused_not_wrapped(tmp_path: Path, verify: str) -> None:
+    """A ``doc_len`` saved as uint64 with a length of 2**63 or more is refused naming the file,
+    the position and the length (before: cast to int64 it wrapped negative, and an index
+    without term frequencies to compare it with served it)."""
+    BM25Retriever(DOCS).save(tmp_path)
+    path = file_of(tmp_path, "doc_len")
+    lengths = np.load(path).astype(np.uint64)
+    np.save(path, lengths)
+    reseal(tmp_path)
+    loaded = BM25Retriever.load(tmp_path, verify=verify)  # uint64 itself is fine
+    np.testing.assert_array_equal(np.asarray(loaded.doc_len), lengths.astype(np.int64))
+    assert np.asarray(loaded.doc_len).dtype == np.int64
+    lengths[5] = np.uint64(2**63 + 7)
+    np.save(path, lengths)
+    reseal(tmp_path)
+    with pytest.raises(KolmValueError, match=r"doc_len\.[0-9a-f]{32}\.npy: document length 9223372036854775815 "
+                                             r"at position 5 is past int64"):
+        BM25Retriever.load(tmp_path, verify=verify)
