@@ -37,6 +37,7 @@ from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
 from kolm_search.retrievers._persist import Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, Verify, check_manifest, open_index, retrying
+from kolm_search.retrievers.composite_gather import gather_best_effort, gather_fail_fast, retriever_name
 from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.types import SearchDocument, SearchPipelineContext, as_documents
 
@@ -47,12 +48,6 @@ _STAGE = PIPELINE_STAGES.COMPOSITE_RETRIEVER
 _FORMAT = "kolm-search/composite"
 _VERSION = 1
 _CONFIG = ("k", "strategy", "weights", "method", "norm", "depth")
-
-
-def retriever_name(retriever: Any) -> str:
-    """A readable name for logs: its ``name`` attribute, else its class name."""
-    name = getattr(retriever, "name", None)
-    return name if isinstance(name, str) else type(retriever).__name__
 
 
 def _child_frame(child: Any, batch: QueryBatch) -> CandidateFrame:
@@ -156,10 +151,10 @@ class CompositeRetriever(RetrieverStage):
             asyncio.ensure_future(self._run_child(i, child_context)) for i in range(len(self.retrievers))
         ]
         if self.strategy == "fail-fast":
-            lists = await self._fail_fast(tasks)
+            lists = await gather_fail_fast(tasks, self.retrievers)
             weights = self.weights
         else:
-            lists, weights = await self._best_effort(tasks)
+            lists, weights = await gather_best_effort(tasks, self.retrievers, self.weights, self.logger)
         if self._spec_rrf:
             return merge_with_rrf(lists, {}, target, self.k, weights=weights)
         return self._fuse_documents(lists, weights, target)
@@ -185,58 +180,6 @@ class CompositeRetriever(RetrieverStage):
         fused = self._fuse(CandidateFrame.concat(frames), weights, limit, len(frames), max(len(code), 1))
         by_code = list(first.values())  # codes follow first appearance, as ``first`` does
         return [replace(by_code[int(c)], score=float(sc)) for c, sc in zip(fused.doc, fused.score, strict=True)]
-
-    async def _fail_fast(self, tasks: list[asyncio.Future[list[SearchDocument]]]) -> list[list[SearchDocument]]:
-        pending: set[asyncio.Future[list[SearchDocument]]] = set(tasks)
-        try:
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-                for task in tasks:
-                    if task in done and task.exception() is not None:
-                        exc = task.exception()
-                        assert exc is not None
-                        index = tasks.index(task)
-                        raise SearchError(
-                            _STAGE,
-                            f"retrievers[{index}] ({retriever_name(self.retrievers[index])}) failed: {exc}",
-                            cause=exc,
-                        )
-        finally:
-            for task in pending:
-                task.cancel()
-            if pending:  # let the cancellations land before returning or raising
-                await asyncio.gather(*pending, return_exceptions=True)
-            for task in tasks:  # a second failure in the same round is not reported: mark it seen
-                if task.done() and not task.cancelled():
-                    task.exception()
-        return [task.result() for task in tasks]
-
-    async def _best_effort(
-        self, tasks: list[asyncio.Future[list[SearchDocument]]]
-    ) -> tuple[list[list[SearchDocument]], list[float] | None]:
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        lists: list[list[SearchDocument]] = []
-        weights: list[float] = []
-        errors: list[BaseException] = []
-        for index, result in enumerate(results):
-            if isinstance(result, BaseException):
-                if isinstance(result, asyncio.CancelledError):
-                    raise result
-                errors.append(result)
-                log(
-                    self.logger,
-                    "warning",
-                    f"retrievers[{index}] ({retriever_name(self.retrievers[index])}) failed; skipped",
-                    SearchError.wrap(_STAGE, result),
-                )
-                continue
-            lists.append(result)
-            weights.append(1.0 if self.weights is None else self.weights[index])
-        if not lists:
-            raise SearchError(
-                _STAGE, f"all {len(self.retrievers)} retrievers failed; first error: {errors[0]}", cause=errors[0]
-            )
-        return lists, (None if self.weights is None else weights)
 
     # -- incremental updates (every child a BM25, dense, feedback or composite retriever) ---
     @property
