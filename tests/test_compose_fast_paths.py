@@ -311,3 +311,18 @@ def test_rescored_of_int64_ranks_past_int32_orders_by_the_ranks_themselves(lengt
     np.testing.assert_array_equal(got.score, new[order])
     np.testing.assert_array_equal(got.rank, np.arange(n) - np.repeat(starts, counts))
 
+
+def test_operators_over_a_batch_of_no_queries_return_an_empty_batch() -> None:
+    """Every operator over frames of a batch of no queries (``n_queries == 0``): an empty frame
+    of no queries, not numpy's broadcast error from renumbering the ranks."""
+    from kolm_search.compose import frame_ops
+
+    empty = CandidateFrame.empty(0)
+    listed = CandidateFrame(query=empty.query, doc=empty.doc, score=empty.score, rank=empty.rank, n_queries=0,
+                            list_id=np.zeros(0, np.int32))
+    outs = [frame_ops.cutoff(empty, 3), frame_ops.cutoff(listed, 3), frame_ops.scale(empty, 2.0),
+            frame_ops.scale(empty, -1.0), frame_ops.rescored(listed, np.zeros(0))]
+    outs += [getattr(frame_ops, op)(empty, empty) for op in
+             ("linear", "union", "intersection", "concatenate", "feature_union")]
+    for out in outs:
+        assert len(out) == 0 and out.n_queries == 0 and out.rank.dtype == np.int32
