@@ -137,3 +137,59 @@ def test_runs_placed_together_equal_the_general_path(seed: int, room: int, monke
         assert a is not None and b is not None
         assert (a.keep == b.keep).all()
         assert np.array_equal(a.values, b.values)
+
+
+TIE_SCORES = st.sampled_from([0.0, -0.0, 1.0, 1.0 + 1e-9, 1.0 + 1e-6, -3.0, float("inf"), float("-inf"), 1e39, -1e39,
+                              1e-46, -1e-46])
+
+
+@st.composite
+def tied_runs(draw: st.DrawFn) -> tuple[np.ndarray, ...]:
+    """Runs in rank order with many float32 ties (``-0.0`` and ``0.0``, values equal only in
+    float32, infinities, values past float32's range or below its smallest), queries in any
+    order of their codes, most documents judged."""
+    n_q = draw(st.integers(1, 6))
+    row_code = np.array(draw(st.permutations(range(n_q))), np.int64)
+    n_docs = draw(st.integers(1, 10))
+    judged_of = np.array(draw(st.lists(st.integers(-1, 3), min_size=n_docs, max_size=n_docs)), np.int64)
+    q: list[int] = []
+    score: list[float] = []
+    for r in draw(st.permutations(range(n_q)))[:draw(st.integers(1, n_q))]:
+        m = draw(st.integers(1, 10))
+        drawn = draw(st.lists(TIE_SCORES, min_size=m, max_size=m))
+        q += [r] * m
+        with np.errstate(over="ignore"):  # 1e39 is inf in float32
+            score += sorted(drawn, key=lambda v: -float(np.float32(v)))  # descending as float32 (stable)
+    doc = np.array(draw(st.lists(st.integers(0, n_docs - 1), min_size=len(q), max_size=len(q))), np.int64)
+    return np.array(q, np.int64), doc, np.array(score, np.float64), row_code, judged_of, n_q
+
+
+@settings(max_examples=400, deadline=None)
+@given(tied_runs(), st.integers(0, 2), st.integers(0, 12))
+def test_place_run_reports_tied_runs_in_the_runs_query_order_positions_ascending(
+        run: tuple[np.ndarray, ...], n_ties: int, short: int) -> None:
+    """The exact sequence of tie positions and run numbers (not only the set): each query's
+    runs in the order the run holds its queries, each run's positions ascending, runs in position
+    order within a query, ``-0.0`` tied with ``0.0``; with ``short`` fewer places than positions,
+    exactly the first ones are written and the count is still the whole."""
+    import warnings
+
+    q, doc, score, row_code, judged_of, n_q = run
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # 1e39 past float32's range is inf there
+        status, w_count, _, _, w_rows, w_run = place_run_numpy(q, doc, score, row_code, judged_of, n_q)
+    assert status >= 0
+    n = len(q)
+    ptr = np.concatenate([[0], np.cumsum(w_count)])
+    seen = list(dict.fromkeys(row_code[q].tolist()))  # query codes in the run's order
+    want = sorted(zip(w_rows.tolist(), w_run.tolist(), strict=True),
+                  key=lambda p: (seen.index(int(np.searchsorted(ptr, p[0], side="right") - 1)), p[0]))
+    room = n_ties + max(status - short, 0)
+    r_doc, r_judged = np.full(n, -9, np.int64), np.full(n, -9, np.int64)
+    tie_rows, tie_run = np.full(room, -9, np.int64), np.full(room, -9, np.int64)
+    got = load("coded_ranking").place_run(q, doc, score, row_code, judged_of, n_q, 0, np.zeros(n_q, np.int64),
+                                          r_doc, r_judged, tie_rows, tie_run, n_ties)
+    assert got == status
+    assert (tie_rows[:n_ties] == -9).all()
+    written = list(zip(tie_rows[n_ties:].tolist(), tie_run[n_ties:].tolist(), strict=True))
+    assert written == want[:room - n_ties]

@@ -283,3 +283,46 @@ def test_ranked_width_kernel_is_its_numpy_twin(lengths: list[int], seed: int, ki
     got = load("row_sort").ranked_width(query, rank, n_q)
     assert got == ranked_width_numpy(query, rank, n_q)
     assert got == (-1 if broken else int(counts.max(initial=0)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=6), st.integers(0, 2**32 - 1),
+       st.sampled_from([2**31, 2**32, 3 * 2**32, 2**40]))
+def test_rescored_of_int64_ranks_past_int32_orders_by_the_ranks_themselves(lengths: list[int], seed: int,
+                                                                          offset: int) -> None:
+    """A frame whose int64 ranks do not fit int32, ranks ``0..`` per query but some moved up by
+    ``offset`` (the row sort kernel's cast wrapped ``[2**32, 1]`` to ``[0, 1]``, took the frame
+    as ranked, and broke ties by the wrapped ranks): ``rescored`` equals a lexsort by (query,
+    descending new score, old rank), with ranks ``0..`` per query."""
+    rng = np.random.default_rng(seed)
+    counts = np.array(lengths, np.int64)
+    n_q = len(counts)
+    query = np.repeat(np.arange(n_q), counts).astype(np.int32)
+    n = len(query)
+    starts = np.cumsum(counts) - counts
+    rank = np.arange(n, dtype=np.int64) - np.repeat(starts, counts)
+    rank += np.where(rng.random(n) < 0.5, offset, 0)
+    doc = rng.permutation(n).astype(np.int64)
+    new = rng.integers(0, 2, n).astype(np.float64)  # many ties: broken by the old rank
+    frame = CandidateFrame(query=query, doc=doc, score=np.zeros(n), rank=rank, n_queries=n_q)
+    got = rescored(frame, new)
+    order = np.lexsort((rank, -new, query))
+    np.testing.assert_array_equal(got.doc, doc[order])
+    np.testing.assert_array_equal(got.score, new[order])
+    np.testing.assert_array_equal(got.rank, np.arange(n) - np.repeat(starts, counts))
+
+
+def test_operators_over_a_batch_of_no_queries_return_an_empty_batch() -> None:
+    """Every operator over frames of a batch of no queries (``n_queries == 0``): an empty frame
+    of no queries, not numpy's broadcast error from renumbering the ranks."""
+    from kolm_search.compose import frame_ops
+
+    empty = CandidateFrame.empty(0)
+    listed = CandidateFrame(query=empty.query, doc=empty.doc, score=empty.score, rank=empty.rank, n_queries=0,
+                            list_id=np.zeros(0, np.int32))
+    outs = [frame_ops.cutoff(empty, 3), frame_ops.cutoff(listed, 3), frame_ops.scale(empty, 2.0),
+            frame_ops.scale(empty, -1.0), frame_ops.rescored(listed, np.zeros(0))]
+    outs += [getattr(frame_ops, op)(empty, empty) for op in
+             ("linear", "union", "intersection", "concatenate", "feature_union")]
+    for out in outs:
+        assert len(out) == 0 and out.n_queries == 0 and out.rank.dtype == np.int32

@@ -228,9 +228,11 @@ def rescore_rows(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], doc:
     """The documents and scores of ranked candidates (``query`` int32 (n,) ascending, ``rank``
     int32 (n,) ``0..`` within each query, ``doc`` int64 (n,)) with new scores ``score`` float64
     (n,), each query's entries re-ordered by descending score, ties by rank: ``(doc, score)``,
-    each (n,). None when the entries are not ranked so, a score is NaN, the queries' longest
+    each (n,). None when the entries are not ranked so, a query or rank is past int32, a score is NaN, the queries' longest
     list is over twice the mean or 2**24, or values alike in all but their last bits need many
     moves (the caller sorts otherwise)."""
+    if not (_fits_int32(query) and _fits_int32(rank)):
+        return None  # a value int32 does not hold: the cast would wrap it (e.g. rank 2**32 into 0)
     query = np.ascontiguousarray(query, np.int32)
     rank = np.ascontiguousarray(rank, np.int32)
     doc = np.ascontiguousarray(doc, np.int64)
@@ -251,6 +253,14 @@ def rescore_rows(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], doc:
     if not _unpack_scores(doc, score, count, mask, packed, out_doc, out_score):
         return None
     return out_doc, out_score
+
+
+def _fits_int32(values: npt.NDArray[np.integer]) -> bool:
+    """True when ``values`` (any integer dtype) cast to int32 keep their values."""
+    if values.dtype == np.int32 or len(values) == 0:
+        return True
+    info = np.iinfo(np.int32)
+    return bool(np.issubdtype(values.dtype, np.integer) and values.min() >= info.min and values.max() <= info.max)
 
 
 def rescore_rows_numpy(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], doc: npt.NDArray[np.int64],

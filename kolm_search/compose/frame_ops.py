@@ -51,7 +51,7 @@ def _build(n_queries: int, query: npt.NDArray[Any], doc: npt.NDArray[Any], score
     """A frame of entries already in their final order (grouped by query): ranks renumbered."""
     query = np.asarray(query, np.int32)
     counts = np.bincount(query, minlength=n_queries).astype(np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    starts = np.cumsum(counts) - counts  # (n_queries,): also for a batch of no queries
     rank = (np.arange(len(query), dtype=np.int64) - np.repeat(starts, counts)).astype(np.int32)
     return CandidateFrame(query=query, doc=np.asarray(doc, np.int64), score=np.asarray(score, np.float64), rank=rank,
                           n_queries=n_queries, features=features)
