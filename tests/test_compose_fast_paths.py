@@ -326,3 +326,46 @@ def test_operators_over_a_batch_of_no_queries_return_an_empty_batch() -> None:
              ("linear", "union", "intersection", "concatenate", "feature_union")]
     for out in outs:
         assert len(out) == 0 and out.n_queries == 0 and out.rank.dtype == np.int32
+
+
+def test_rank_checks_of_a_huge_batch_allocate_nothing_of_its_size() -> None:
+    """``ranked_width`` (``cutoff``'s check) and ``rescore_rows`` of three entries in a batch
+    declared 10**12 queries long answer without an array of that size (before: ``ranked_width``
+    allocated a count per query)."""
+    from kolm_search._kernels import load
+
+    query, rank = np.array([0, 0, 7], np.int32), np.array([0, 1, 0], np.int32)
+    assert load("row_sort").ranked_width(query, rank, 10**12) == 2
+    assert load("row_sort").rescore_rows(query, rank, np.arange(3), np.array([1.0, 2.0, 3.0]), 10**12) is None
+    frame = CandidateFrame(query=query, doc=np.arange(3, dtype=np.int64), score=np.array([3.0, 2.0, 1.0]), rank=rank,
+                           n_queries=10**12)
+    assert cutoff(frame, 1).doc.tolist() == [0, 2]
+
+
+@pytest.mark.parametrize("shape", [(2,), (4,), (3, 1), ()])
+def test_rescored_refuses_scores_not_one_per_candidate(shape: tuple[int, ...]) -> None:
+    """A columnar reranker's scores of the wrong shape are a ``FrameValidationError`` naming both
+    sizes (before: numpy's reshape or index error), a ``SearchError`` naming the stage in a pipeline."""
+    from kolm_search.errors import FrameValidationError
+
+    frame = CandidateFrame.from_ptr([0, 3], np.arange(3), np.array([3.0, 2.0, 1.0]))
+    with pytest.raises(FrameValidationError, match=r"rescored: .* scores for a frame of 3 candidates"):
+        rescored(frame, np.ones(shape))
+
+
+def test_a_reranker_giving_rescored_too_few_scores_is_a_search_error_naming_it() -> None:
+    """Inside a pipeline, ``rescored``'s refusal reaches the caller as a ``SearchError`` naming the reranker."""
+    from kolm_search.compose.kinds import RerankerStage
+    from kolm_search.errors import SearchError
+
+    class Short(RerankerStage):
+        def stage_params(self) -> dict[str, object]:
+            return {}
+
+        def transform(self, batch: object, candidates: CandidateFrame | None) -> CandidateFrame:
+            assert candidates is not None
+            return rescored(candidates, candidates.score[:-1])
+
+    bm25 = BM25Retriever([{"id": f"d{i}", "content": t} for i, t in enumerate(["alpha beta", "alpha gamma", "beta gamma", "alpha alpha"])])
+    with pytest.raises(SearchError, match=r"Short.*rescored: \(\d+,\) scores for a frame of \d+ candidates"):
+        (bm25 % 3 >> Short())(pd.DataFrame({"qid": ["q1", "q2"], "query": ["alpha", "beta"]}))

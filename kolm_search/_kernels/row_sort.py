@@ -146,14 +146,34 @@ def _ranked_width(query, rank, n_queries, count):  # pragma: no cover - compiled
     return width
 
 
+@njit(i64(ro(types.int32), ro(types.int32), i64), cache=True, nogil=True)
+def _ranked_scan(query, rank, n_queries):  # pragma: no cover - compiled
+    """:func:`_ranked_width` without the per-query counts (nothing the size of ``n_queries``):
+    queries ascend, so the current query's count is the run since it began."""
+    n = len(query)
+    width = 0
+    run = 0
+    for i in range(n):
+        q = query[i]
+        if q < 0 or q >= n_queries:
+            return -1
+        if i > 0 and q < query[i - 1]:
+            return -1
+        run = run + 1 if i > 0 and q == query[i - 1] else 1
+        if rank[i] != run - 1:
+            return -1
+        if run > width:
+            width = run
+    return width
+
+
 def ranked_width(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], n_queries: int) -> int:
     """The longest query's number of entries (0 when there are none) when the entries are ranked:
     ``query`` int32 (n,) ascending and below ``n_queries``, ``rank`` int32 (n,) ``0, 1, ...``
     within each query; -1 otherwise. One pass (:func:`ranked_width_numpy` is its twin)."""
     if query.dtype != np.int32 or rank.dtype != np.int32 or len(query) != len(rank):
         return ranked_width_numpy(query, rank, n_queries)
-    count = np.empty(max(int(n_queries), 0), np.int64)
-    return int(_ranked_width(np.ascontiguousarray(query), np.ascontiguousarray(rank), int(n_queries), count))
+    return int(_ranked_scan(np.ascontiguousarray(query), np.ascontiguousarray(rank), int(n_queries)))
 
 
 def ranked_width_numpy(query: npt.NDArray[np.integer], rank: npt.NDArray[np.integer], n_queries: int) -> int:
@@ -240,6 +260,8 @@ def rescore_rows(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], doc:
     n = len(query)
     if len(rank) != n or len(doc) != n or len(score) != n:
         raise ValueError(f"rescore_rows: {n} queries, {len(rank)} ranks, {len(doc)} documents, {len(score)} scores")
+    if n == 0 or n_queries > 2 * n:  # a matrix mostly of padding (and no count array of a huge batch)
+        return None
     count = np.empty(max(int(n_queries), 0), np.int64)
     width = int(_ranked_width(query, rank, int(n_queries), count))
     if width < 0 or n == 0 or n_queries * width > 2 * n or (width - 1).bit_length() > 24:

@@ -164,7 +164,10 @@ def rescored(frame: CandidateFrame, score: npt.ArrayLike) -> CandidateFrame:
     from kolm_search._kernels import load
 
     score = np.asarray(score, np.float64)
-    if frame.list_id is None and frame.features is None and len(score) == len(frame):  # the row sort kernel's
+    if score.shape != (len(frame),):
+        raise FrameValidationError(f"rescored: {score.shape} scores for a frame of {len(frame)} candidates "
+                                   "(one score per candidate)")
+    if frame.list_id is None and frame.features is None:  # the row sort kernel's
         fast = load("row_sort").rescore_rows(frame.query, frame.rank, frame.doc, score, frame.n_queries)
         if fast is not None:
             return CandidateFrame(query=np.asarray(frame.query, np.int32), doc=fast[0], score=fast[1],
