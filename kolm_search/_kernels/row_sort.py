@@ -146,34 +146,14 @@ def _ranked_width(query, rank, n_queries, count):  # pragma: no cover - compiled
     return width
 
 
-@njit(i64(ro(types.int32), ro(types.int32), i64), cache=True, nogil=True)
-def _ranked_scan(query, rank, n_queries):  # pragma: no cover - compiled
-    """:func:`_ranked_width` without the per-query counts (nothing the size of ``n_queries``):
-    queries ascend, so the current query's count is the run since it began."""
-    n = len(query)
-    width = 0
-    run = 0
-    for i in range(n):
-        q = query[i]
-        if q < 0 or q >= n_queries:
-            return -1
-        if i > 0 and q < query[i - 1]:
-            return -1
-        run = run + 1 if i > 0 and q == query[i - 1] else 1
-        if rank[i] != run - 1:
-            return -1
-        if run > width:
-            width = run
-    return width
-
-
 def ranked_width(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], n_queries: int) -> int:
     """The longest query's number of entries (0 when there are none) when the entries are ranked:
     ``query`` int32 (n,) ascending and below ``n_queries``, ``rank`` int32 (n,) ``0, 1, ...``
     within each query; -1 otherwise. One pass (:func:`ranked_width_numpy` is its twin)."""
-    if query.dtype != np.int32 or rank.dtype != np.int32 or len(query) != len(rank):
-        return ranked_width_numpy(query, rank, n_queries)
-    return int(_ranked_scan(np.ascontiguousarray(query), np.ascontiguousarray(rank), int(n_queries)))
+    if query.dtype != np.int32 or rank.dtype != np.int32 or len(query) != len(rank) or n_queries > 2 * len(query) + 1:
+        return ranked_width_numpy(query, rank, n_queries)  # (a batch mostly of empty queries: no count per query)
+    count = np.empty(max(int(n_queries), 0), np.int64)
+    return int(_ranked_width(np.ascontiguousarray(query), np.ascontiguousarray(rank), int(n_queries), count))
 
 
 def ranked_width_numpy(query: npt.NDArray[np.integer], rank: npt.NDArray[np.integer], n_queries: int) -> int:
@@ -248,9 +228,10 @@ def rescore_rows(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], doc:
     """The documents and scores of ranked candidates (``query`` int32 (n,) ascending, ``rank``
     int32 (n,) ``0..`` within each query, ``doc`` int64 (n,)) with new scores ``score`` float64
     (n,), each query's entries re-ordered by descending score, ties by rank: ``(doc, score)``,
-    each (n,). None when the entries are not ranked so, a query or rank is past int32, a score is NaN, the queries' longest
-    list is over twice the mean or 2**24, or values alike in all but their last bits need many
-    moves (the caller sorts otherwise)."""
+    each (n,). None when the entries are not ranked so, a query or rank is past int32, a score
+    is NaN, the batch holds over twice as many queries as entries, the queries' longest list is
+    over twice the mean or 2**24, or values alike in all but their last bits need many moves
+    (the caller sorts otherwise)."""
     if not (_fits_int32(query) and _fits_int32(rank)):
         return None  # a value int32 does not hold: the cast would wrap it (e.g. rank 2**32 into 0)
     query = np.ascontiguousarray(query, np.int32)
@@ -264,7 +245,7 @@ def rescore_rows(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], doc:
         return None
     count = np.empty(max(int(n_queries), 0), np.int64)
     width = int(_ranked_width(query, rank, int(n_queries), count))
-    if width < 0 or n == 0 or n_queries * width > 2 * n or (width - 1).bit_length() > 24:
+    if width < 0 or n_queries * width > 2 * n or (width - 1).bit_length() > 24:
         return None
     mask = np.int64((1 << max(1, (width - 1).bit_length())) - 1)
     packed = np.empty((int(n_queries), width), np.int64)
