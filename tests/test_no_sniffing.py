@@ -71,7 +71,7 @@ def test_no_module_edits_anothers_dict_or_compares_class_names() -> None:
 #: ``(file, attribute)`` read by name on purpose: a retriever's display name in log lines; the
 #: worker processes of a ``ProcessPoolExecutor``, which has no public handle on them before
 #: Python 3.14's ``terminate_workers`` (to end a hung tokenising worker).
-_NAMED = {("retrievers/composite.py", "name"), ("retrievers/_parallel.py", "_processes")}
+_NAMED = {("retrievers/composite_gather.py", "name"), ("retrievers/_parallel.py", "_processes")}
 
 
 def _named_reads(source: str) -> list[str]:
