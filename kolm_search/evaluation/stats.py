@@ -182,7 +182,7 @@ def _student_rows(d: F64, confidence: float) -> tuple[F64, F64, F64]:
 
     n = d.shape[1]
     mean = d.mean(axis=1)
-    centred = d - d.mean(axis=1, keepdims=True)
+    centred = d - mean[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
         if bool((np.abs(centred).max(axis=1) / np.abs(mean) < np.finfo(np.float64).eps * 10).any()):
             warnings.warn(_PRECISION_LOSS, RuntimeWarning, stacklevel=4)
