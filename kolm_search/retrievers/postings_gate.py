@@ -95,8 +95,8 @@ class PostingsGate:
         """
         if self._done:
             return
-        ids = np.unique(np.asarray(ids, np.int64))
-        todo = ids[~self._checked[ids]]
+        ids = np.asarray(ids, np.int64)
+        todo = np.unique(ids[~self._checked[ids]])  # (once warm, a gather: the ids sorted only while some are new)
         if not len(todo):
             return
         with self._lock:
