@@ -22,11 +22,11 @@ digests above, every value of every array, the document table whole); ``"quick"`
 what no search can do without, reading nothing it will not use: sizes and headers but no
 digests, the invariants of the arrays that kernels index with that cost time in the
 vocabulary's size (pointers), each term's postings when a search first reads them
-(:mod:`.postings_gate`; a reader of whole arrays checks them block by block from the files,
-:mod:`._blocks`, so the mapped pages stay on disk), term frequencies when an update first
-needs them, and each record batch of the documents file when a row of it is first read. ``"auto"`` (the loaders' default) is ``"full"`` for an index of at most
-:data:`AUTO_FULL_BYTES` on disk and ``"quick"`` above, as Lucene checks a segment's files in full
-on merges and only their structure on open. Names are checked in every mode, so a load
+(:mod:`.postings_gate`; a reader of whole arrays checks them block by block, :mod:`._blocks`),
+term frequencies when an update first needs them, and each record batch of the documents file
+when a row of it is first read. ``"auto"`` (the loaders' default) is ``"full"`` for an index
+of at most :data:`AUTO_FULL_BYTES` on disk and ``"quick"`` above, as Lucene checks a
+segment's files in full on merges and only their structure on open. Names are checked in every mode, so a load
 never mixes the files of two saves.
 """
 
