@@ -44,14 +44,9 @@ class PostingsGate:
 
     Parameters
     ----------
-    paths : dict
-        ``"t_docs"`` and ``"t_w"`` -> their files (for messages).
-    t_ptr : int64 (V + 1,)
-        Checked pointers (from 0, never decreasing, ending at ``len(t_docs)``).
-    t_docs : int32 (nnz,), t_w : float32 (nnz,)
-        The postings, memory-mapped (only the pages of the terms checked are read).
-    n_docs : int
-        Rows of the document table.
+    paths, t_ptr, t_docs, t_w, n_docs
+        As :func:`._blocks.check_postings` takes them; ``t_docs``, ``t_w`` memory-mapped (only
+        the pages of the terms checked are read).
     maxima : dict
         Saved maxima to compare: name (``"term_max"``, ``"block_max"``) -> (path, array);
         their sizes are checked here.
