@@ -248,14 +248,15 @@ def test_rescore_rows_kernel_is_its_numpy_twin(lengths: list[int], seed: int, ki
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(0, 6), min_size=0, max_size=8), st.integers(0, 2**32 - 1),
-       st.sampled_from(["ranked", "swap", "shift", "descending", "outside", "int64"]))
+       st.sampled_from(["ranked", "swap", "shift", "descending", "outside", "negative", "int64"]))
 def test_ranked_width_kernel_is_its_numpy_twin(lengths: list[int], seed: int, kind: str) -> None:
     """``_kernels/row_sort.ranked_width`` (the check ``cutoff`` makes before keeping prefixes)
     against ``ranked_width_numpy`` and against its definition: the longest list when queries
     ascend with ranks ``0..`` each, -1 when two entries swap, a rank is off by one, queries
-    descend or a query is outside the batch; int64 columns take the twin."""
+    descend or a query is outside the batch (past it or negative); int64 columns take the twin.
+    The kernel's count per query (what ``rescore_rows`` sorts by) is each query's entries."""
     from kolm_search._kernels import load
-    from kolm_search._kernels.row_sort import ranked_width_numpy
+    from kolm_search._kernels.row_sort import _ranked_width, ranked_width_numpy
 
     rng = np.random.default_rng(seed)
     counts = np.array(lengths, np.int64)
@@ -278,11 +279,19 @@ def test_ranked_width_kernel_is_its_numpy_twin(lengths: list[int], seed: int, ki
         query = query.copy()
         query[-1] = n_q
         broken = True
+    elif kind == "negative" and n:
+        query = query.copy()
+        query[: int(rng.integers(1, n + 1))] = -1
+        broken = True
     elif kind == "int64":
         query, rank = query.astype(np.int64), rank.astype(np.int64)
     got = load("row_sort").ranked_width(query, rank, n_q)
     assert got == ranked_width_numpy(query, rank, n_q)
     assert got == (-1 if broken else int(counts.max(initial=0)))
+    if not broken and query.dtype == np.int32:
+        count = np.full(n_q, -7, np.int64)
+        assert _ranked_width(query, rank, n_q, count) == got
+        np.testing.assert_array_equal(count, counts)
 
 
 @settings(max_examples=200, deadline=None)
@@ -369,3 +378,71 @@ def test_a_reranker_giving_rescored_too_few_scores_is_a_search_error_naming_it()
     bm25 = BM25Retriever([{"id": f"d{i}", "content": t} for i, t in enumerate(["alpha beta", "alpha gamma", "beta gamma", "alpha alpha"])])
     with pytest.raises(SearchError, match=r"Short.*rescored: \(\d+,\) scores for a frame of \d+ candidates"):
         (bm25 % 3 >> Short())(pd.DataFrame({"qid": ["q1", "q2"], "query": ["alpha", "beta"]}))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=0, max_size=8), st.integers(0, 2**32 - 1),
+       st.sampled_from(["ranked", "unranked", "int64", "lists", "sparse"]))
+def test_a_frames_ranked_counts_are_its_queries_entries_made_once(lengths: list[int], seed: int, kind: str) -> None:
+    """``CandidateFrame.ranked_counts``: each query's entries (``bincount``) when the frame is
+    one list ranked ``0..`` per query, None when it is not (ranks shuffled, several lists) or
+    its batch is mostly empty queries; made once per frame (the same array again), kept by
+    ``reordered`` (a reranker's frame: same queries and ranks); ``cutoff`` and ``rescored`` of
+    it equal the sorting paths (lexsort)."""
+    rng = np.random.default_rng(seed)
+    counts = np.array(lengths, np.int64)
+    n_q = len(counts) + (3 * int(counts.sum()) + 2 if kind == "sparse" else 0)
+    ptr = np.concatenate([[0], np.cumsum(counts), np.full(n_q - len(counts), counts.sum())]).astype(np.int64)
+    n = int(ptr[-1])
+    frame = CandidateFrame.from_ptr(ptr, rng.permutation(max(n, 1))[:n], rng.integers(0, 3, n).astype(np.float64),
+                                    list_id=np.zeros(n, np.int32) if kind == "lists" else None)
+    broken = False
+    if kind == "unranked" and n > 1 and len(np.unique(frame.rank)) > 1:
+        rank = frame.rank.copy()
+        rank[[0, -1]] = rank[[-1, 0]]
+        broken = bool(rank[0] != frame.rank[0])
+        frame = CandidateFrame(frame.query, frame.doc, frame.score, rank, n_q)
+    elif kind == "int64":
+        frame = CandidateFrame(frame.query.astype(np.int64), frame.doc, frame.score, frame.rank.astype(np.int64), n_q)
+    got = frame.ranked_counts
+    if kind == "lists" or broken or n_q > 2 * n + 1:
+        assert got is None
+    else:
+        assert got is not None and got.dtype == np.int64
+        np.testing.assert_array_equal(got, np.bincount(frame.query, minlength=n_q))
+        assert frame.ranked_counts is got  # made once
+    new_score = rng.integers(0, 3, n).astype(np.float64)
+    if kind != "lists":
+        out = rescored(frame, new_score)
+        order = np.lexsort((frame.rank, -new_score, frame.query))
+        np.testing.assert_array_equal(out.doc, frame.doc[order])
+        np.testing.assert_array_equal(out.score, new_score[order])
+        if got is not None:  # the same counts (kept, not made again, when the row sort kernel re-ranked it)
+            np.testing.assert_array_equal(out.ranked_counts, got)
+        for k in (1, 2, 10):
+            cut = cutoff(out, k)
+            keep = out.rank < k
+            np.testing.assert_array_equal(cut.doc, out.doc[keep])
+            np.testing.assert_array_equal(cut.rank, out.rank[keep])
+    reordered = frame.reordered(frame.doc[::-1].copy(), frame.score[::-1].copy())
+    assert reordered.list_id is None and reordered.query.dtype == np.int32
+    if got is not None:
+        assert reordered.ranked_counts is got
+
+
+def test_rescore_rows_refuses_counts_that_do_not_describe_its_entries() -> None:
+    """``rescore_rows(..., counts)`` takes the entries as ranked by the counts a frame made:
+    counts of another shape, another sum or a negative one raise ``ValueError`` before the
+    kernel reads past the entries."""
+    from kolm_search._kernels import load
+
+    query = np.array([0, 0, 1], np.int32)
+    rank = np.array([0, 1, 0], np.int32)
+    doc, score = np.array([5, 6, 7], np.int64), np.array([0.1, 0.9, 0.5])
+    rows = load("row_sort")
+    got = rows.rescore_rows(query, rank, doc, score, 2, np.array([2, 1], np.int64))
+    assert got is not None
+    np.testing.assert_array_equal(got[0], [6, 5, 7])
+    for bad in ([2, 1, 0], [2, 2], [4, -1]):
+        with pytest.raises(ValueError, match="counts"):
+            rows.rescore_rows(query, rank, doc, score, 2, np.array(bad, np.int64))

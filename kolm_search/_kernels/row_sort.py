@@ -23,7 +23,7 @@ from numba import njit, types
 
 from kolm_search._kernels.sig import f64, i64, ro, rw
 
-__all__ = ["ranked_width", "ranked_width_numpy", "rescore_rows", "rescore_rows_numpy", "stable_rows",
+__all__ = ["ranked_counts", "ranked_width", "ranked_width_numpy", "rescore_rows", "rescore_rows_numpy", "stable_rows",
            "stable_rows_numpy"]
 
 _MIN = np.int64(-0x8000_0000_0000_0000)
@@ -127,23 +127,32 @@ def stable_rows_numpy(values: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
 @njit(i64(ro(types.int32), ro(types.int32), i64, rw(i64)), cache=True, nogil=True)
 def _ranked_width(query, rank, n_queries, count):  # pragma: no cover - compiled
     """The longest query's entries when the entries are ranked (queries ascending, each one's
-    ranks ``0, 1, ...``), counting each query's into ``count``; -1 otherwise."""
+    ranks ``0, 1, ...``), each query's count written into ``count``; -1 otherwise. The checks
+    are or'ed without branches; the one branch is taken once per query."""
     for q in range(n_queries):
         count[q] = 0
     n = len(query)
+    if n == 0:
+        return 0
     width = 0
+    prev = query[0]
+    c = 0
+    bad = prev < 0
     for i in range(n):
         q = query[i]
-        if q < 0 or q >= n_queries:
-            return -1
-        if i > 0 and q < query[i - 1]:
-            return -1
-        if rank[i] != count[q]:
-            return -1
-        count[q] += 1
-        if count[q] > width:
-            width = count[q]
-    return width
+        bad |= (q < prev) | (q >= n_queries)
+        if q != prev:  # a new query: the last one's count kept (a code out of range is not written)
+            width = max(width, c)
+            if not bad:
+                count[prev] = c
+            c = 0
+        bad |= rank[i] != c
+        c += 1
+        prev = q
+    if bad:
+        return -1
+    count[prev] = c
+    return max(width, c)
 
 
 def ranked_width(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], n_queries: int) -> int:
@@ -154,6 +163,24 @@ def ranked_width(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], n_qu
         return ranked_width_numpy(query, rank, n_queries)  # (a batch mostly of empty queries: no count per query)
     count = np.empty(max(int(n_queries), 0), np.int64)
     return int(_ranked_width(np.ascontiguousarray(query), np.ascontiguousarray(rank), int(n_queries), count))
+
+
+def ranked_counts(query: npt.NDArray[np.integer], rank: npt.NDArray[np.integer], n_queries: int,
+                  ) -> npt.NDArray[np.int64] | None:
+    """Each query's number of entries, int64 (n_queries,), when the entries are ranked (as
+    :func:`ranked_width` reads them); None when they are not, and for a batch of more than
+    ``2 * len(query) + 1`` queries (no array per query is made for one mostly empty). One
+    kernel pass for int32 columns; other integer columns by the twin and a ``bincount``."""
+    n = len(query)
+    if n_queries > 2 * n + 1 or len(rank) != n:
+        return None
+    count = np.empty(max(int(n_queries), 0), np.int64)
+    if query.dtype == np.int32 and rank.dtype == np.int32:
+        width = int(_ranked_width(np.ascontiguousarray(query), np.ascontiguousarray(rank), int(n_queries), count))
+        return count if width >= 0 else None
+    if ranked_width_numpy(query, rank, n_queries) < 0:
+        return None
+    return np.bincount(np.asarray(query, np.int64), minlength=int(n_queries)).astype(np.int64)
 
 
 def ranked_width_numpy(query: npt.NDArray[np.integer], rank: npt.NDArray[np.integer], n_queries: int) -> int:
@@ -213,17 +240,20 @@ def _unpack_scores(doc, score, count, mask, cols, out_doc, out_score):  # pragma
             keys[t] = v ^ ((v >> 63) & _LOW63)
             if t > 0:
                 ordered &= _before(keys[t - 1], cols[r, t - 1], keys[t], c)
-        if not ordered and not _finish_row(keys, cols, r, m):
-            return False
-        for t in range(m):
-            out_doc[start + t] = doc[start + cols[r, t]]
-            out_score[start + t] = score[start + cols[r, t]]
+            out_doc[start + t] = doc[start + c]
+            out_score[start + t] = score[start + c]
+        if not ordered:  # finished, then written again
+            if not _finish_row(keys, cols, r, m):
+                return False
+            for t in range(m):
+                out_doc[start + t] = doc[start + cols[r, t]]
+                out_score[start + t] = score[start + cols[r, t]]
         start += m
     return True
 
 
 def rescore_rows(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], doc: npt.NDArray[np.int64],
-                 score: npt.NDArray[np.float64], n_queries: int,
+                 score: npt.NDArray[np.float64], n_queries: int, counts: npt.NDArray[np.int64] | None = None,
                  ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
     """The documents and scores of ranked candidates (``query`` int32 (n,) ascending, ``rank``
     int32 (n,) ``0..`` within each query, ``doc`` int64 (n,)) with new scores ``score`` float64
@@ -231,7 +261,9 @@ def rescore_rows(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], doc:
     each (n,). None when the entries are not ranked so, a query or rank is past int32, a score
     is NaN, the batch holds over twice as many queries as entries, the queries' longest list is
     over twice the mean or 2**24, or values alike in all but their last bits need many moves
-    (the caller sorts otherwise)."""
+    (the caller sorts otherwise). ``counts``: :func:`ranked_counts` of ``query`` and ``rank``
+    when the caller has it (a frame's, made once for every reranker of one first stage): the
+    entries are then taken as ranked without the pass that checks them."""
     if not (_fits_int32(query) and _fits_int32(rank)):
         return None  # a value int32 does not hold: the cast would wrap it (e.g. rank 2**32 into 0)
     query = np.ascontiguousarray(query, np.int32)
@@ -243,8 +275,14 @@ def rescore_rows(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], doc:
         raise ValueError(f"rescore_rows: {n} queries, {len(rank)} ranks, {len(doc)} documents, {len(score)} scores")
     if n == 0 or n_queries > 2 * n:  # a matrix mostly of padding (and no count array of a huge batch)
         return None
-    count = np.empty(max(int(n_queries), 0), np.int64)
-    width = int(_ranked_width(query, rank, int(n_queries), count))
+    if counts is None:
+        count = np.empty(max(int(n_queries), 0), np.int64)
+        width = int(_ranked_width(query, rank, int(n_queries), count))
+    elif counts.shape != (n_queries,) or int(counts.sum()) != n or int(counts.min(initial=0)) < 0:
+        raise ValueError(f"rescore_rows: counts of shape {counts.shape} summing to {int(counts.sum())}, "
+                         f"not one count >= 0 per query ({n_queries}) summing to {n}")
+    else:
+        count, width = np.ascontiguousarray(counts, np.int64), int(counts.max(initial=0))
     if width < 0 or n_queries * width > 2 * n or (width - 1).bit_length() > 24:
         return None
     mask = np.int64((1 << max(1, (width - 1).bit_length())) - 1)

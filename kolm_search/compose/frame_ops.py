@@ -82,10 +82,16 @@ def _lookup(keys: I64, table: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
 def _ranked_width(frame: CandidateFrame) -> int:
     """The longest query's entries when ``frame`` is one list already in (query, rank) order,
     queries ascending, ranks ``0..`` per query (what :func:`_build` makes: a retriever's or an
-    operator's output), else -1; one kernel pass."""
+    operator's output), else -1: from the frame's :attr:`~CandidateFrame.ranked_counts` (made
+    once per frame), or for a batch mostly of empty queries by one pass without counts."""
     from kolm_search._kernels import load
 
     if frame.list_id is not None:
+        return -1
+    counts = frame.ranked_counts
+    if counts is not None:
+        return int(counts.max(initial=0))
+    if frame.n_queries <= 2 * len(frame) + 1:
         return -1
     return int(load("row_sort").ranked_width(frame.query, frame.rank, frame.n_queries))
 
@@ -167,11 +173,11 @@ def rescored(frame: CandidateFrame, score: npt.ArrayLike) -> CandidateFrame:
     if score.shape != (len(frame),):
         raise FrameValidationError(f"rescored: {score.shape} scores for a frame of {len(frame)} candidates "
                                    "(one score per candidate)")
-    if frame.list_id is None and frame.features is None:  # the row sort kernel's
-        fast = load("row_sort").rescore_rows(frame.query, frame.rank, frame.doc, score, frame.n_queries)
+    counts = frame.ranked_counts if frame.features is None else None
+    if counts is not None:  # the row sort kernel's (the counts made once per frame: every reranker of it shares them)
+        fast = load("row_sort").rescore_rows(frame.query, frame.rank, frame.doc, score, frame.n_queries, counts)
         if fast is not None:
-            return CandidateFrame(query=np.asarray(frame.query, np.int32), doc=fast[0], score=fast[1],
-                                  rank=np.asarray(frame.rank, np.int32), n_queries=frame.n_queries)
+            return frame.reordered(*fast)
     if not _is_ranked(frame):
         frame, score = _ranked_with(frame, score)
     order = _score_order(frame, score)

@@ -17,13 +17,15 @@ features   float64 (n, f)   optional: one row of ``f`` feature values per entry 
 Entries are sorted by (query, list_id, rank). Retrievers break score ties by document code
 (ascending); fusion breaks them by first appearance. A frame is built once by a retriever
 and turned into ``SearchDocument``s or a run DataFrame (``qid, doc_id, rank, score``) only
-at the edge.
+at the edge. Its arrays are not changed after it is built: it is checked once, when built,
+and what it derives from them (:attr:`CandidateFrame.ranked_counts`) is made once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -113,6 +115,34 @@ class CandidateFrame:
 
     def __len__(self) -> int:
         return int(self.doc.shape[0])
+
+    @cached_property
+    def ranked_counts(self) -> npt.NDArray[np.int64] | None:
+        """Each query's number of entries, int64 (n_queries,), when the frame is one list in
+        rank order (no ``list_id``; each query's ranks ``0, 1, ...``, as a retriever or an
+        operator of :mod:`kolm_search.compose` returns it); None otherwise, and for a batch of
+        more than ``2 * len(frame) + 1`` queries (no array per query of one mostly empty). Made
+        once per frame, by one kernel pass (:func:`kolm_search._kernels.row_sort.ranked_counts`)."""
+        from kolm_search._kernels import load
+
+        if self.list_id is not None:
+            return None
+        counts = load("row_sort").ranked_counts(self.query, self.rank, self.n_queries)
+        if counts is not None:
+            counts.setflags(write=False)
+        return counts
+
+    def reordered(self, doc: npt.ArrayLike, score: npt.ArrayLike) -> CandidateFrame:
+        """This frame's queries and ranks with each query's entries in a new order: ``doc``
+        int64 (n,) and ``score`` float64 (n,) in that order (what a reranker returns, one list:
+        ``list_id`` and ``features`` are not kept). Its :attr:`ranked_counts` are this frame's
+        (the same queries and ranks), not made again."""
+        out = CandidateFrame(query=np.asarray(self.query, np.int32), doc=np.asarray(doc, np.int64),
+                             score=np.asarray(score, np.float64), rank=np.asarray(self.rank, np.int32),
+                             n_queries=self.n_queries)
+        if self.list_id is None and "ranked_counts" in self.__dict__:  # made already (cached_property's slot)
+            out.__dict__["ranked_counts"] = self.__dict__["ranked_counts"]
+        return out
 
     @property
     def ptr(self) -> npt.NDArray[np.int64]:
