@@ -206,7 +206,7 @@ def _decode_frame(data: Any, columns: Sequence[str] | None = None, *, index: str
     at = None if index is None else pd.Index(out[index], name=index)  # that column as the index
     if rest and all(out[n].dtype == np.float64 for n in rest):  # one float block: no per-column assembly
         return kind(np.column_stack([out[n] for n in rest]), index=at, columns=rest)
-    return kind({n: out[n] for n in rest}, index=at, columns=rest)
+    return kind({n: out[n] for n in rest}, index=at)  # the dict keeps the order (columns= would reindex: ~2x slower)
 
 
 def same_table(a: ComparisonTable, b: ComparisonTable) -> bool:
