@@ -41,6 +41,18 @@ if TYPE_CHECKING:
 __all__ = ["CandidateFrame", "QueryBatch"]
 
 
+def _int32_kept(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``values`` (n,) as int32 when int32 holds every one, else as they are (a cast would
+    wrap a value past int32, e.g. rank 2**32 into 0)."""
+    if values.dtype == np.int32:
+        return values
+    info = np.iinfo(np.int32)
+    if len(values) == 0 or (np.issubdtype(values.dtype, np.integer)
+                            and values.min() >= info.min and values.max() <= info.max):
+        return values.astype(np.int32)
+    return values
+
+
 @dataclass(frozen=True, eq=False)
 class CandidateFrame:
     """Struct of arrays for the candidates of ``n_queries`` queries (see the module doc)."""
@@ -136,9 +148,10 @@ class CandidateFrame:
         """This frame's queries and ranks with each query's entries in a new order: ``doc``
         int64 (n,) and ``score`` float64 (n,) in that order (what a reranker returns, one list:
         ``list_id`` and ``features`` are not kept). Its :attr:`ranked_counts` are this frame's
-        (the same queries and ranks), not made again."""
-        out = CandidateFrame(query=np.asarray(self.query, np.int32), doc=np.asarray(doc, np.int64),
-                             score=np.asarray(score, np.float64), rank=np.asarray(self.rank, np.int32),
+        (the same queries and ranks), not made again. Queries and ranks are int32 when int32
+        holds them, else kept as they are (never wrapped)."""
+        out = CandidateFrame(query=_int32_kept(self.query), doc=np.asarray(doc, np.int64),
+                             score=np.asarray(score, np.float64), rank=_int32_kept(self.rank),
                              n_queries=self.n_queries)
         if self.list_id is None and "ranked_counts" in self.__dict__:  # made already (cached_property's slot)
             out.__dict__["ranked_counts"] = self.__dict__["ranked_counts"]
