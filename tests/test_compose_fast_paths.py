@@ -432,8 +432,8 @@ def test_a_frames_ranked_counts_are_its_queries_entries_made_once(lengths: list[
 
 def test_rescore_rows_refuses_counts_that_do_not_describe_its_entries() -> None:
     """``rescore_rows(..., counts)`` takes the entries as ranked by the counts a frame made:
-    counts of another shape, another sum or a negative one raise ``ValueError`` before the
-    kernel reads past the entries."""
+    counts of another shape, another sum, a negative one or not integers raise ``ValueError``
+    before the kernel reads past the entries."""
     from kolm_search._kernels import load
 
     query = np.array([0, 0, 1], np.int32)
@@ -446,3 +446,9 @@ def test_rescore_rows_refuses_counts_that_do_not_describe_its_entries() -> None:
     for bad in ([2, 1, 0], [2, 2], [4, -1]):
         with pytest.raises(ValueError, match="counts"):
             rows.rescore_rows(query, rank, doc, score, 2, np.array(bad, np.int64))
+    # counts of another dtype are read as the int64 the kernel takes: fractions (summing to the
+    # entries as floats) and a uint64 past int64 (wrapped to a negative count) are refused too,
+    # never left to write fewer entries than it returns (uninitialised documents and scores)
+    for bad_counts in (np.array([1.5, 1.5]), np.array([2**64 - 1, 4], np.uint64)):
+        with pytest.raises(ValueError, match="counts"):
+            rows.rescore_rows(query, rank, doc, score, 2, bad_counts)

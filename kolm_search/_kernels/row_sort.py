@@ -278,11 +278,13 @@ def rescore_rows(query: npt.NDArray[np.int32], rank: npt.NDArray[np.int32], doc:
     if counts is None:
         count = np.empty(max(int(n_queries), 0), np.int64)
         width = int(_ranked_width(query, rank, int(n_queries), count))
-    elif counts.shape != (n_queries,) or int(counts.sum()) != n or int(counts.min(initial=0)) < 0:
-        raise ValueError(f"rescore_rows: counts of shape {counts.shape} summing to {int(counts.sum())}, "
-                         f"not one count >= 0 per query ({n_queries}) summing to {n}")
-    else:
-        count, width = np.ascontiguousarray(counts, np.int64), int(counts.max(initial=0))
+    else:  # checked as the kernel reads them: int64 (a fraction or a uint64 past int64 is refused)
+        count = np.ascontiguousarray(counts, np.int64)
+        width = int(count.max(initial=0))
+        if (not np.issubdtype(counts.dtype, np.integer) or count.shape != (n_queries,) or int(count.sum()) != n
+                or int(count.min(initial=0)) < 0 or width > n):
+            raise ValueError(f"rescore_rows: counts {counts.dtype} of shape {counts.shape} summing to "
+                             f"{counts.sum()}, not one integer count >= 0 per query ({n_queries}) summing to {n}")
     if width < 0 or n_queries * width > 2 * n or (width - 1).bit_length() > 24:
         return None
     mask = np.int64((1 << max(1, (width - 1).bit_length())) - 1)
