@@ -119,5 +119,18 @@ def test_a_stage_breaking_the_frame_schema_is_a_search_error_naming_it(small) ->
     with pytest.raises(SearchError, match=r"document code 1000000") as info:
         (as_stage(Broken()) % 5)(queries, limit=5)
     assert "Broken()" in info.value.stage
+
+    class FloatCodes(Broken):  # document codes as floats: refused, not truncated
+        def retrieve_batch(self, batch):  # type: ignore[no-untyped-def]
+            n = batch.n_queries
+            return CandidateFrame(query=np.arange(n, dtype=np.int32), doc=np.full(n, 1.5), score=np.ones(n),
+                                  rank=np.zeros(n, np.int32), n_queries=n)
+
+        def __repr__(self) -> str:
+            return "FloatCodes()"
+
+    with pytest.raises(SearchError, match=r"'doc' has dtype float64; it holds integer codes") as info:
+        (as_stage(FloatCodes()) % 5)(queries, limit=5)
+    assert "FloatCodes()" in info.value.stage
     with pytest.raises(KolmTypeError, match="re-ranks"):
         MMRReranker(BatchHashEmbedder())(["q"])

@@ -38,6 +38,16 @@ def test_from_ptr_select_page_to_run() -> None:
         ({"rank": np.array([0, -1], np.int32)}, "rank"),
         ({"doc": np.array([-1, 0])}, "doc"),
         ({"score": np.zeros(3)}, "shape"),
+        ({"query": np.array([0.0, 0.5])}, "'query' has dtype float64; it holds integer codes"),
+        ({"doc": np.array([1.0, 2.0])}, "'doc' has dtype float64"),
+        ({"rank": np.array([0.0, 1.0])}, "'rank' has dtype float64"),
+        ({"list_id": np.array([0.0, 0.0])}, "'list_id' has dtype float64"),
+        ({"score": np.array(["1", "0.5"], dtype=object)}, "'score' has dtype object; it holds real numbers"),
+        ({"score": np.array([1 + 0j, 0j])}, "'score' has dtype complex128"),
+        ({"features": np.array([["a"], ["b"]])}, "'features' has dtype <U1"),
+        ({"n_queries": -1}, "n_queries is -1"),
+        ({"n_queries": 2.0}, "n_queries is 2.0"),
+        ({"n_queries": True}, "n_queries is True"),
     ],
 )
 def test_validation_errors(kwargs: dict[str, object], match: str) -> None:

@@ -114,6 +114,15 @@ class CandidateFrame:
             raise FrameValidationError(f"frame column 'list_id' has shape {self.list_id.shape}, expected ({n},)")
         if self.features is not None and (self.features.ndim != 2 or self.features.shape[0] != n):
             raise FrameValidationError(f"frame column 'features' has shape {self.features.shape}, expected ({n}, f)")
+        codes = (("query", self.query), ("doc", self.doc), ("rank", self.rank), ("list_id", self.list_id))
+        for name, arr in codes:  # codes are integers: a float column would be truncated, not refused
+            if arr is not None and arr.dtype.kind not in "iu":
+                raise FrameValidationError(f"frame column {name!r} has dtype {arr.dtype}; it holds integer codes")
+        for name, arr in (("score", self.score), ("features", self.features)):
+            if arr is not None and arr.dtype.kind not in "fiu":
+                raise FrameValidationError(f"frame column {name!r} has dtype {arr.dtype}; it holds real numbers")
+        if isinstance(self.n_queries, bool) or not isinstance(self.n_queries, (int, np.integer)) or self.n_queries < 0:
+            raise FrameValidationError(f"frame n_queries is {self.n_queries!r}; it must be an int >= 0")
         if n == 0:
             return
         if self.query.min() < 0 or self.query.max() >= self.n_queries:
