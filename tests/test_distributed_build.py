@@ -304,6 +304,42 @@ def test_a_shard_that_is_missing_replaced_or_of_another_size_is_refused_on_load(
         ShardedBM25.load(tmp_path / "other", dask_client=dc)
 
 
+def test_a_cluster_without_workers_is_waited_for_until_the_deadline_then_named(dc: Any, tmp_path: Path) -> None:
+    """A cluster with no worker at the moment a sharded index is loaded or built (its workers
+    restarting after one was killed, or still starting: before, ``ZeroDivisionError``) is waited
+    for: a worker that comes in time is used; none within the deadline is a ``DistributedError``
+    naming what waited, raised at the deadline, not after it."""
+    import threading
+    import time
+
+    from kolm_search.distributed import ShardedBM25
+    from kolm_search.distributed._wait import Deadline, cluster_workers
+
+    source = _write(tmp_path, "tsv")
+    ShardedBM25.build(source, tmp_path / "ix", n_shards=2, dask_client=dc)
+    want = _run(BM25Retriever.build(source, tmp_path / "whole"), QUERIES, 20)
+    empty = distributed.LocalCluster(n_workers=0, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                     dashboard_address="127.0.0.1:0", silence_logs=50)
+    client = distributed.Client(empty)
+    try:
+        started = time.monotonic()
+        with pytest.raises(DistributedError, match=r"loading the sharded index .* has no workers \(none came within 1 s"):
+            ShardedBM25.load(tmp_path / "ix", dask_client=client, timeout=1.0)
+        assert time.monotonic() - started < 20
+        with pytest.raises(DistributedError, match=r"the sharded build of .*ix2: the Dask cluster has no workers"):
+            ShardedBM25.build(source, tmp_path / "ix2", n_shards=2, dask_client=client, timeout=1.0)
+        assert not (tmp_path / "ix2").exists()
+        late = threading.Timer(0.5, lambda: empty.scale(1))  # a worker that comes while the load waits
+        late.start()
+        loaded = ShardedBM25.load(tmp_path / "ix", dask_client=client, timeout=60)
+        late.join()
+        _same_run(loaded.search(QUERIES, k=20, timeout=60), want)
+        assert cluster_workers(client, Deadline(1.0, "a probe")) == loaded.workers[:1]
+    finally:
+        client.close()
+        empty.close()
+
+
 def test_deadlines_and_arguments_are_checked(dc: Any, tmp_path: Path) -> None:
     from kolm_search.distributed import ShardedBM25, ShardedDense
 

@@ -9,7 +9,7 @@ from typing import Any
 from kolm_search._params import seconds
 from kolm_search.errors import DistributedError, KolmError
 
-__all__ = ["Deadline", "results"]
+__all__ = ["Deadline", "cluster_workers", "results"]
 
 
 class Deadline:
@@ -23,6 +23,29 @@ class Deadline:
     def left(self) -> float:
         """Seconds left (at least a millisecond: an expired deadline is noticed by the wait)."""
         return max(self.at - time.monotonic(), 1e-3)
+
+
+def cluster_workers(dask_client: Any, deadline: Deadline) -> list[str]:
+    """The addresses of the cluster's workers. A cluster with none at this moment (its workers
+    restarting after one was killed, or still starting) is waited for until ``deadline``.
+
+    Raises
+    ------
+    DistributedError
+        No worker came within ``deadline`` (naming what waited).
+    """
+    workers = list(dask_client.scheduler_info()["workers"])
+    if workers:
+        return workers
+    try:
+        dask_client.wait_for_workers(1, timeout=deadline.left())
+    except TimeoutError as exc:  # distributed's WorkerStartTimeoutError is one
+        raise DistributedError(f"{deadline.what}: the Dask cluster has no workers "
+                               f"(none came within {deadline.timeout:g} s)") from exc
+    workers = list(dask_client.scheduler_info()["workers"])
+    if not workers:
+        raise DistributedError(f"{deadline.what}: the Dask cluster has no workers")
+    return workers
 
 
 def results(futures: Sequence[Any], names: Sequence[str], deadline: Deadline) -> list[Any]:

@@ -43,7 +43,7 @@ from typing import Any
 import filelock
 import numpy as np
 
-from kolm_search.distributed._wait import Deadline, results
+from kolm_search.distributed._wait import Deadline, cluster_workers, results
 from kolm_search.distributed.sharded_store import ShardEntry, open_sharded
 from kolm_search.errors import DistributedError, FrameValidationError, KolmError, KolmValueError
 from kolm_search.io.corpus_parts import (
@@ -121,9 +121,7 @@ class ShardBuild:
 
     def __init__(self, dask_client: Any, deadline: Deadline) -> None:
         self.dc, self.deadline = dask_client, deadline
-        self.workers = list(dask_client.scheduler_info()["workers"])
-        if not self.workers:
-            raise DistributedError("the Dask cluster has no workers")
+        self.workers = cluster_workers(dask_client, deadline)
         self.futures: list[Any] = []
 
     def submit(self, fn: Callable[..., Any], *args: Any, shard: int | None = None) -> Any:

@@ -19,7 +19,7 @@ import pandas as pd
 from kolm_search._extras import require
 from kolm_search._params import one_of, positive_int
 from kolm_search.distributed import shard_kinds as kinds
-from kolm_search.distributed._wait import Deadline, results
+from kolm_search.distributed._wait import Deadline, cluster_workers, results
 from kolm_search.distributed.shard_build import build_shards
 from kolm_search.distributed.shard_merge import merge_parts, to_run
 from kolm_search.distributed.sharded_store import ShardedManifest, open_sharded
@@ -73,7 +73,7 @@ def _load(cls: Any, path: str | Path, dask_client: Any, kind: str, timeout: floa
     manifest = open_sharded(Path(path).expanduser(), kind)
     self = cls.__new__(cls)
     self.dask_client, self.path = dask_client, manifest.root
-    workers = list(dask_client.scheduler_info()["workers"])
+    workers = cluster_workers(dask_client, deadline)
     self.workers = [workers[i % len(workers)] for i in range(len(manifest.shards))]
     self.bounds = manifest.offsets
     self.shards = [dask_client.submit(loader, str(manifest.root), e, i, manifest.config, *args, workers=[w],
@@ -107,10 +107,10 @@ class ShardedBM25:
         self.bounds = _bounds(len(frame), n_shards)
         self.dask_client, self.path = dask_client, None
         self._configure(bm25_kwargs)
-        workers = list(dask_client.scheduler_info()["workers"])
+        deadline = Deadline(_BUILD_SECONDS, "the sharded build")
+        workers = cluster_workers(dask_client, deadline)
         pieces = [frame.iloc[a:b].reset_index(drop=True) for a, b in zip(self.bounds[:-1], self.bounds[1:], strict=True)]
         self.workers = [workers[i % len(workers)] for i in range(len(pieces))]
-        deadline = Deadline(_BUILD_SECONDS, "the sharded build")
         frames = [dask_client.scatter(p, workers=[w], hash=False, timeout=deadline.left())
                   for p, w in zip(pieces, self.workers, strict=True)]
         del pieces
@@ -291,10 +291,10 @@ class ShardedDense:
         self.metric, self.path = metric, None
         self.bounds = _bounds(len(ids), n_shards)
         self.dask_client = dask_client
-        workers = list(dask_client.scheduler_info()["workers"])
+        deadline = Deadline(_BUILD_SECONDS, "the sharded build")
+        workers = cluster_workers(dask_client, deadline)
         self.workers = [workers[i % len(workers)] for i in range(n_shards)]
         spans = list(zip(self.bounds[:-1], self.bounds[1:], self.workers, strict=True))
-        deadline = Deadline(_BUILD_SECONDS, "the sharded build")
         raw = [dask_client.scatter(emb[a:b], workers=[w], hash=False, timeout=deadline.left()) for a, b, w in spans]
         self._ids = [dask_client.scatter(all_ids[a:b], workers=[w], hash=False, timeout=deadline.left())
                      for a, b, w in spans]
