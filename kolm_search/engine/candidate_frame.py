@@ -163,8 +163,13 @@ class CandidateFrame:
                              score=np.asarray(score, np.float64), rank=_int32_kept(self.rank),
                              n_queries=self.n_queries)
         if self.list_id is None and "ranked_counts" in self.__dict__:  # made already (cached_property's slot)
-            out.__dict__["ranked_counts"] = self.__dict__["ranked_counts"]
+            out._take_counts(self.__dict__["ranked_counts"])
         return out
+
+    def _take_counts(self, counts: npt.NDArray[np.int64] | None) -> None:
+        """Keep ``counts`` as this frame's :attr:`ranked_counts` (:meth:`reordered`'s: those of
+        a frame with the same queries and ranks)."""
+        self.__dict__["ranked_counts"] = counts
 
     @property
     def ptr(self) -> npt.NDArray[np.int64]:
