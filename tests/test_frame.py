@@ -166,3 +166,16 @@ def test_reordered_keeps_the_frames_queries_and_ranks_of_any_integer_dtype(dtype
             assert out.ranked_counts is None
         else:
             np.testing.assert_array_equal(out.ranked_counts, fresh)
+
+
+def test_reordered_refuses_documents_and_scores_it_would_have_to_convert() -> None:
+    """``CandidateFrame.reordered`` takes integer codes and real scores as they are (int64 and
+    float64 for the kernels); float codes (truncated before) and text scores (parsed before)
+    raise ``FrameValidationError`` naming the column."""
+    frame = CandidateFrame.from_ptr([0, 2], [3, 4], [0.5, 0.25])
+    out = frame.reordered(np.array([4, 3], np.uint32), np.array([0.25, 0.5], np.float32))
+    assert out.doc.dtype == np.int64 and out.score.dtype == np.float64 and list(out.doc) == [4, 3]
+    with pytest.raises(FrameValidationError, match="'doc' has dtype float64"):
+        frame.reordered(np.array([4.5, 3.0]), np.array([0.25, 0.5]))
+    with pytest.raises(FrameValidationError, match="'score' has dtype <U4"):
+        frame.reordered(np.array([4, 3]), np.array(["0.25", "0.5"]))

@@ -159,9 +159,13 @@ class CandidateFrame:
         ``list_id`` and ``features`` are not kept). Its :attr:`ranked_counts` are this frame's
         (the same queries and ranks), not made again. Queries and ranks are int32 when int32
         holds them, else kept as they are (never wrapped)."""
-        out = CandidateFrame(query=_int32_kept(self.query), doc=np.asarray(doc, np.int64),
-                             score=np.asarray(score, np.float64), rank=_int32_kept(self.rank),
-                             n_queries=self.n_queries)
+        doc, score = np.asarray(doc), np.asarray(score)
+        if doc.dtype.kind == "i" or (doc.dtype.kind == "u" and doc.dtype.itemsize < 8):
+            doc = doc.astype(np.int64, copy=False)
+        if score.dtype.kind in "fiu":
+            score = score.astype(np.float64, copy=False)
+        out = CandidateFrame(query=_int32_kept(self.query), doc=doc, score=score, rank=_int32_kept(self.rank),
+                             n_queries=self.n_queries)  # (codes or scores of another kind are refused there)
         if self.list_id is None and "ranked_counts" in self.__dict__:  # made already (cached_property's slot)
             out._take_counts(self.__dict__["ranked_counts"])
         return out
