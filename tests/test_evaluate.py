@@ -151,6 +151,34 @@ def test_object_and_categorical_columns_match_pytrec_eval(kind: str) -> None:
         evaluate(run, qrels, ["map"])
 
 
+def test_the_kernel_split_over_threads_equals_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call past ``PARALLEL_ROWS`` measures its queries in chunks on threads: lowered to 0 here,
+    two and three threads give one thread's values and statuses exactly (queries of every length,
+    duplicates included)."""
+    from kolm_search._kernels import load
+    from kolm_search._kernels import metrics as metrics_module
+    from kolm_search._kernels.measure_ids import Measure
+
+    kernels = load("metrics")
+    rng = np.random.default_rng(7)
+    n_q, n_docs = 300, 500
+    ranked = [rng.integers(0, n_docs, rng.integers(0, 120)) for _ in range(n_q)]  # duplicates now and then
+    judged = [rng.choice(n_docs, rng.integers(0, 20), replace=False) for _ in range(n_q)]
+    grades = [np.sort(rng.integers(-1, 4, len(j)))[::-1] for j in judged]
+    ptr = lambda parts: np.concatenate([[0], np.cumsum([len(x) for x in parts])]).astype(np.int64)  # noqa: E731
+    flat = lambda parts: np.concatenate(parts).astype(np.int64)  # noqa: E731
+    args = (ptr(ranked), flat(ranked), n_docs, flat(ranked), ptr(judged), flat(judged), flat(grades), n_docs)
+    mids = list(Measure)
+    cuts = [int(c) for c in rng.integers(1, 40, len(mids))]
+    one = kernels.evaluate_queries(*args, mids, cuts, 1, n_threads=1)
+    monkeypatch.setattr(metrics_module, "PARALLEL_ROWS", 0)
+    for threads in (2, 3):
+        got = kernels.evaluate_queries(*args, mids, cuts, 1, n_threads=threads)
+        np.testing.assert_array_equal(got[0], one[0])
+        np.testing.assert_array_equal(got[1], one[1])
+    assert (one[1] != 0).any()  # some query holds a duplicate
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_metrics_kernel_matches_numpy_twin(seed: int) -> None:
     """The evaluation kernel against its twin on random rankings and graded judgements."""

@@ -327,9 +327,11 @@ def per_measure(n_m: int, levels: npt.ArrayLike, flags: npt.ArrayLike | None, pa
     return lv, fl, pr
 
 
-#: retrieved rows from which a call splits its queries over threads: one thread measures 100,000
-#: rows (1,000 queries of 100, twelve measures) in ~1 ms, what starting a pool of two costs
-PARALLEL_ROWS = 1 << 18
+#: retrieved rows from which a call splits its queries over threads. On this project's 2 shared
+#: cores two threads were slower up to ~1M rows (twelve measures, one thread / two, ms: 500k rows
+#: 2.3 / 3.0, 1M 4.4 / 4.0-5.2, 2M 8.7 / 7.1-8.2, 4M 17.6 / 13.4-16.1): the pool's start and a
+#: second chunk's scratch outweigh a half pass until then
+PARALLEL_ROWS = 1 << 21
 
 
 def evaluate_queries(r_ptr: npt.ArrayLike, r_doc: npt.ArrayLike, n_run_docs: int, r_judged: npt.ArrayLike,
