@@ -328,10 +328,10 @@ def per_measure(n_m: int, levels: npt.ArrayLike, flags: npt.ArrayLike | None, pa
 
 
 #: retrieved rows from which a call splits its queries over threads. On this project's 2 shared
-#: cores two threads were slower up to ~1M rows (twelve measures, one thread / two, ms: 500k rows
-#: 2.3 / 3.0, 1M 4.4 / 4.0-5.2, 2M 8.7 / 7.1-8.2, 4M 17.6 / 13.4-16.1): the pool's start and a
-#: second chunk's scratch outweigh a half pass until then
-PARALLEL_ROWS = 1 << 21
+#: cores (``benchmarks/bench_eval_threads.py``: two threads / one, ndcg@10 and eleven recall levels)
+#: two threads lost at 250k rows (1.32x), were even around 500k-1M (0.90-1.12x) and won from 1.5M
+#: (0.77-0.82x): a pool's start and a second chunk's scratch outweigh a half pass until then
+PARALLEL_ROWS = 1 << 20
 
 
 def evaluate_queries(r_ptr: npt.ArrayLike, r_doc: npt.ArrayLike, n_run_docs: int, r_judged: npt.ArrayLike,
