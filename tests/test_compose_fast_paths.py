@@ -386,8 +386,8 @@ def test_a_reranker_giving_rescored_too_few_scores_is_a_search_error_naming_it()
 def test_a_frames_ranked_counts_are_its_queries_entries_made_once(lengths: list[int], seed: int, kind: str) -> None:
     """``CandidateFrame.ranked_counts``: each query's entries (``bincount``) when the frame is
     one list ranked ``0..`` per query, None when it is not (ranks shuffled, several lists) or
-    its batch is mostly empty queries; made once per frame (the same array again), kept by
-    ``reordered`` (a reranker's frame: same queries and ranks); ``cutoff`` and ``rescored`` of
+    its batch is mostly empty queries; made once per frame (the same array again), the same
+    for ``reordered`` (a reranker's frame: the same query and rank arrays); ``cutoff`` and ``rescored`` of
     it equal the sorting paths (lexsort)."""
     rng = np.random.default_rng(seed)
     counts = np.array(lengths, np.int64)
@@ -425,9 +425,9 @@ def test_a_frames_ranked_counts_are_its_queries_entries_made_once(lengths: list[
             np.testing.assert_array_equal(cut.doc, out.doc[keep])
             np.testing.assert_array_equal(cut.rank, out.rank[keep])
     reordered = frame.reordered(frame.doc[::-1].copy(), frame.score[::-1].copy())
-    assert reordered.list_id is None and reordered.query.dtype == np.int32
+    assert reordered.list_id is None and reordered.query is frame.query and reordered.rank is frame.rank
     if got is not None:
-        assert reordered.ranked_counts is got
+        np.testing.assert_array_equal(reordered.ranked_counts, got)
 
 
 def test_rescore_rows_refuses_counts_that_do_not_describe_its_entries() -> None:

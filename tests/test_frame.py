@@ -146,8 +146,8 @@ def test_texts_join_present_fields_with_one_space(fields: tuple[str, ...]) -> No
 @pytest.mark.parametrize("past_int32", [False, True])
 def test_reordered_keeps_the_frames_queries_and_ranks_of_any_integer_dtype(dtype: type, past_int32: bool) -> None:
     """``CandidateFrame.reordered`` gives a frame of this frame's queries and ranks: their
-    values kept whatever the columns' dtype (int32 when it holds them; a rank past int32, which
-    the schema check lets through, is not wrapped, e.g. 2**32 into 0), and its ``ranked_counts``
+    values kept whatever the columns' dtype (a rank past int32, which the schema check lets
+    through, is not wrapped, e.g. 2**32 into 0), and its ``ranked_counts`` this frame's and
     those of a frame built afresh from its columns."""
     if past_int32 and np.iinfo(dtype).max <= np.iinfo(np.int32).max:
         pytest.skip("the dtype holds no rank past int32")
@@ -155,10 +155,11 @@ def test_reordered_keeps_the_frames_queries_and_ranks_of_any_integer_dtype(dtype
     frame = CandidateFrame(query=np.array([0, 0, 0, 1], dtype), doc=np.array([4, 5, 6, 7]),
                            score=np.array([3.0, 2.0, 1.0, 0.5]), rank=rank.astype(dtype), n_queries=2)
     for warm in (False, True):
-        warmed = frame.ranked_counts if warm else None  # cached on the frame, carried to the new one
+        warmed = frame.ranked_counts if warm else None  # cached on the frame before the new one is made
         out = frame.reordered(frame.doc[[1, 0, 2, 3]], frame.score[[1, 0, 2, 3]])
+        assert out.query is frame.query and out.rank is frame.rank
         if warmed is not None:
-            assert out.ranked_counts is warmed
+            np.testing.assert_array_equal(out.ranked_counts, warmed)
         np.testing.assert_array_equal(out.query.astype(np.int64), [0, 0, 0, 1])
         np.testing.assert_array_equal(out.rank.astype(np.int64), rank)
         fresh = CandidateFrame(out.query, out.doc, out.score, out.rank, out.n_queries).ranked_counts

@@ -174,7 +174,7 @@ def rescored(frame: CandidateFrame, score: npt.ArrayLike) -> CandidateFrame:
         raise FrameValidationError(f"rescored: {score.shape} scores for a frame of {len(frame)} candidates "
                                    "(one score per candidate)")
     counts = frame.ranked_counts if frame.features is None else None
-    if counts is not None:  # the row sort kernel's (the counts made once per frame: every reranker of it shares them)
+    if counts is not None:  # the row sort kernel's (the frame's counts: every reranker of one frame shares them)
         fast = load("row_sort").rescore_rows(frame.query, frame.rank, frame.doc, score, frame.n_queries, counts)
         if fast is not None:
             return frame.reordered(*fast)

@@ -18,7 +18,7 @@ Entries are sorted by (query, list_id, rank). Retrievers break score ties by doc
 (ascending); fusion breaks them by first appearance. A frame is built once by a retriever
 and turned into ``SearchDocument``s or a run DataFrame (``qid, doc_id, rank, score``) only
 at the edge. Its arrays are not changed after it is built: it is checked once, when built,
-and what it derives from them (:attr:`CandidateFrame.ranked_counts`) is made once.
+and what it derives from them (:attr:`CandidateFrame.ranked_counts`) is made once per frame.
 """
 
 from __future__ import annotations
@@ -39,18 +39,6 @@ if TYPE_CHECKING:
     from kolm_search.types import SearchPipelineContext
 
 __all__ = ["CandidateFrame", "QueryBatch"]
-
-
-def _int32_kept(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """``values`` (n,) as int32 when int32 holds every one, else as they are (a cast would
-    wrap a value past int32, e.g. rank 2**32 into 0)."""
-    if values.dtype == np.int32:
-        return values
-    info = np.iinfo(np.int32)
-    if len(values) == 0 or (np.issubdtype(values.dtype, np.integer)
-                            and values.min() >= info.min and values.max() <= info.max):
-        return values.astype(np.int32)
-    return values
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,26 +142,16 @@ class CandidateFrame:
         return counts
 
     def reordered(self, doc: npt.ArrayLike, score: npt.ArrayLike) -> CandidateFrame:
-        """This frame's queries and ranks with each query's entries in a new order: ``doc``
-        int64 (n,) and ``score`` float64 (n,) in that order (what a reranker returns, one list:
-        ``list_id`` and ``features`` are not kept). Its :attr:`ranked_counts` are this frame's
-        (the same queries and ranks), not made again. Queries and ranks are int32 when int32
-        holds them, else kept as they are (never wrapped)."""
+        """This frame's queries and ranks (the same arrays) with each query's entries in a new
+        order: ``doc`` int64 (n,) and ``score`` float64 (n,) in that order (what a reranker
+        returns, one list: ``list_id`` and ``features`` are not kept). Integer codes and real
+        scores are cast to those dtypes; others are refused by the frame's checks."""
         doc, score = np.asarray(doc), np.asarray(score)
         if doc.dtype.kind == "i" or (doc.dtype.kind == "u" and doc.dtype.itemsize < 8):
             doc = doc.astype(np.int64, copy=False)
         if score.dtype.kind in "fiu":
             score = score.astype(np.float64, copy=False)
-        out = CandidateFrame(query=_int32_kept(self.query), doc=doc, score=score, rank=_int32_kept(self.rank),
-                             n_queries=self.n_queries)  # (codes or scores of another kind are refused there)
-        if self.list_id is None and "ranked_counts" in self.__dict__:  # made already (cached_property's slot)
-            out._take_counts(self.__dict__["ranked_counts"])
-        return out
-
-    def _take_counts(self, counts: npt.NDArray[np.int64] | None) -> None:
-        """Keep ``counts`` as this frame's :attr:`ranked_counts` (:meth:`reordered`'s: those of
-        a frame with the same queries and ranks)."""
-        self.__dict__["ranked_counts"] = counts
+        return CandidateFrame(query=self.query, doc=doc, score=score, rank=self.rank, n_queries=self.n_queries)
 
     @property
     def ptr(self) -> npt.NDArray[np.int64]:
