@@ -14,37 +14,31 @@ __all__ = ["envelope", "gain_measure", "iprec_env"]
 
 
 @njit(cache=True, nogil=True)
-def iprec_env(recall, num_rel, n_e, cum_rel, env):  # pragma: no cover - compiled
+def iprec_env(recall, num_rel, n_e, found, env):  # pragma: no cover - compiled
     """trec_eval's interpolated precision at ``recall``: the best precision at or below the rank
     where ``int(recall * num_rel + 0.9)`` relevant documents are retrieved (trec_eval 9.0, as
     pytrec_eval has it; later versions round), 0 if never; NaN (0 / 0, as trec_eval) when no
-    document is ranked and that number is 0. That rank is found by a binary search of
-    ``cum_rel`` and the best precision from it down is ``env`` (:func:`envelope`), made once
-    per ranking for every level."""
-    found = cum_rel[n_e]
+    document is ranked and that number is 0. ``found`` relevant documents are ranked, and
+    ``env[c]`` is the best precision from the ``c``-th relevant one down (:func:`envelope`),
+    made once per ranking for every level."""
     need = np.floor(recall * num_rel + 0.9)
     if n_e == 0 and need == 0:
         return np.nan
     if found == 0 or need > found:
         return 0.0
-    need = max(need, 1.0)
-    low, high = 1, n_e  # the first rank i with cum_rel[i] >= need (it holds the need-th relevant one)
-    while low < high:
-        mid = (low + high) // 2
-        if cum_rel[mid] >= need:
-            high = mid
-        else:
-            low = mid + 1
-    return env[low]
+    return env[int(max(need, 1.0))]
 
 
 @njit(cache=True, nogil=True)
-def envelope(n_e, cum_rel, env):  # pragma: no cover - compiled
-    """``env[i] = max(cum_rel[j] / j for j in i..n_e)`` for ``i`` in ``1..n_e``."""
+def envelope(found, env):  # pragma: no cover - compiled
+    """``env[c]``, on entry the rank ``p_c`` of the ``c``-th relevant document (``c`` in
+    ``1..found``), becomes ``max(k / p_k for k in c..found)``: the best precision at or below
+    ``p_c`` (between two relevant ranks precision only falls, so the best is at one of them,
+    and is the same float division as at every rank)."""
     best = 0.0
-    for i in range(n_e, 0, -1):
-        best = max(best, cum_rel[i] / i)
-        env[i] = best
+    for c in range(found, 0, -1):
+        best = max(best, c / env[c])
+        env[c] = best
 
 
 @njit(cache=True, nogil=True)

@@ -58,8 +58,10 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
     """Queries ``q0 <= q < q1``. ``log2[i] = log2(i + 2)`` for every rank; the rest after
     ``status`` is this chunk's scratch: cumulative arrays and grades by rank (longest ranking
     + 1), the ideal gains (most judgements + 1), per-document marks (-1 on entry), the
-    cumulative and ideal gains ``2**grade - 1``, and the interpolated precisions by rank
-    (``env``, made once per ranking when an IPrec measure asks)."""
+    cumulative and ideal gains ``2**grade - 1``, and ``env``: the rank of each relevant document
+    (``env[c]``, the ``c``-th), written as the ranking is read, and turned into the interpolated
+    precision at each of them when an IPrec measure asks (once per ranking: only those ranks
+    matter to it, not every rank)."""
     want_exp = want_ap = want_pool = False  # accumulators only some measures read
     for m in range(metric_ids.shape[0]):
         mid = metric_ids[m]
@@ -130,6 +132,7 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                         cum_judged[i + 1] = sum_judged
                         if is_rel:
                             sum_rel += 1
+                            env[sum_rel] = i + 1.0  # the rank of each relevant one, for the envelope
                             if first_rel == 0:
                                 first_rel = i + 1
                         cum_rel[i + 1] = sum_rel
@@ -160,8 +163,10 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                     if want_ap:
                         cum_ap[n_e + 1] = cum_ap[n_e] + (cum_rel[n_e + 1] / (n_e + 1.0) if is_rel else 0.0)
                     n_e += 1
-                    if is_rel and first_rel == 0:
-                        first_rel = n_e
+                    if is_rel:
+                        env[cum_rel[n_e]] = float(n_e)  # the rank of each relevant one, for the envelope
+                        if first_rel == 0:
+                            first_rel = n_e
                     if not want_pool:
                         continue
                     if known and r < 0:
@@ -251,13 +256,13 @@ def _evaluate_chunk(r_ptr, r_doc, r_judged, j_ptr, j_doc, j_rel, metric_ids, cut
                     weight *= p
             elif mid == Measure.IPREC or mid == Measure.ELEVEN_PT_AVG:
                 if not enveloped:  # the curve's levels read one envelope of the ranking
-                    envelope(n_e, cum_rel, env)
+                    envelope(found, env)
                     enveloped = True
                 if mid == Measure.IPREC:
-                    v = iprec_env(params[m, 0], num_rel, n_e, cum_rel, env)
+                    v = iprec_env(params[m, 0], num_rel, n_e, found, env)
                 else:
                     for point in range(11):
-                        v += iprec_env(point / 10.0, num_rel, n_e, cum_rel, env)
+                        v += iprec_env(point / 10.0, num_rel, n_e, found, env)
                     v /= 11.0
             elif mid == Measure.SET_P:
                 if n_e > 0:
