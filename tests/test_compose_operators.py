@@ -257,3 +257,25 @@ def test_cycles_are_refused() -> None:
     outer = a >> Loop()
     with pytest.raises(KolmValueError, match="cycle"):
         outer.retrieve_batch(_batch(1))
+
+
+@pytest.mark.parametrize("method", ["max", "min", "med", "sum", "mnz"])
+def test_fuse_of_stages_takes_the_methods_without_weights(method: str) -> None:
+    """``Fuse(a, b, method=m)`` is ``fuse([run_a, run_b], method=m)`` for the methods that take
+    no weights too (min, max, med), not a refusal of weights nobody gave."""
+    from kolm_search import fuse
+
+    fa = CandidateFrame.from_ptr([0, 3, 5], [0, 1, 2, 3, 4], [3.0, 2.0, -1.0, 4.0, 4.0])
+    fb = CandidateFrame.from_ptr([0, 2, 3], [2, 5, 3], [5.0, 0.5, 1.0])
+    a, b = Given(fa), Given(fb)
+
+    def run(f: CandidateFrame) -> pd.DataFrame:
+        return pd.DataFrame({"qid": f.query.astype(str), "doc_id": [f"d{d}" for d in f.doc], "score": f.score,
+                             "rank": f.rank})
+
+    got = Fuse(a % 10, b % 10, method=method).transform(_batch(2), None)
+    want = fuse([run(fa), run(fb)], method=method)
+    assert list(zip(got.query.astype(str), (f"d{d}" for d in got.doc), strict=True)) == list(zip(want["qid"],
+                                                                                                 want["doc_id"],
+                                                                                                 strict=True))
+    np.testing.assert_allclose(got.score, want["score"], rtol=0, atol=1e-12)

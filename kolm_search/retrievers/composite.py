@@ -347,8 +347,8 @@ class CompositeRetriever(RetrieverStage):
                     SearchError.wrap(_STAGE, exc))
         if not frames:
             raise SearchError(_STAGE, f"all {len(self.retrievers)} retrievers failed; first error: {errors[0]}", cause=errors[0])
-        stacked = CandidateFrame.concat(frames)
-        return self._fuse(stacked, weights, batch.limit, len(frames), max(len(table), 1))
+        kept = None if self.weights is None else weights  # none given, none passed (min, max and med take none)
+        return self._fuse(CandidateFrame.concat(frames), kept, batch.limit, len(frames), max(len(table), 1))
 
     # -- stage parameters (kolm_search.compose) ---------------------------------------------
     def stage_params(self) -> dict[str, Any]:
