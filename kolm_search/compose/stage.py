@@ -344,9 +344,10 @@ class _Unary(Composed):
         return {"stage": self.operands[0], self.param: self.value}
 
     def apply_params(self, changes: dict[str, Any]) -> None:
-        if self.param in changes:
-            self.value = self._check(changes.pop(self.param))
-        super().apply_params(changes)
+        changes = dict(changes)
+        value = self._check(changes.pop(self.param)) if self.param in changes else self.value
+        super().apply_params(changes)  # the operand checked before either changes
+        self.value = value
 
     def _check(self, value: Any) -> Any:
         raise NotImplementedError
