@@ -227,3 +227,16 @@ def test_a_user_stage_called_on_queries_is_checked_and_guarded(small) -> None:  
     for pipe in (looped, looped % 3):
         with pytest.raises(KolmError, match="cycle"):
             pipe(["wing flutter"], limit=3)
+
+
+def test_a_user_retriever_as_a_stage_serves_the_spec_api() -> None:
+    """``as_stage(port, table=...)`` is a stage, so a client serves it as any stage (search and
+    search_batch give the stage's own run)."""
+    table = pd.DataFrame({"id": [d.id for d in CORPUS], "content": [d.content for d in CORPUS]})
+    for port in (ListRetriever(CORPUS[3:20]), AsyncListRetriever(CORPUS[3:20])):
+        stage = as_stage(port, table=table)
+        client = _client(stage)
+        own = stage(["a", "b"], limit=4)
+        pd.testing.assert_frame_equal(client.search_batch(["a", "b"], limit=4).run, own, check_dtype=False)
+        single = client.search_sync({"query": "a", "limit": 4})
+        assert [r.id for r in single.results] == list(own[own["qid"] == 0]["doc_id"])

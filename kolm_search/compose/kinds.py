@@ -15,6 +15,7 @@ import numpy as np
 
 from kolm_search._bridge import inline, run_sync
 from kolm_search.compose.fingerprints import table_digest
+from kolm_search.compose.frame_ops import cutoff
 from kolm_search.compose.runner import frame_key, run_stage, shared_value, stage_name
 from kolm_search.compose.stage import Stage
 from kolm_search.contract.ports import (
@@ -157,7 +158,14 @@ class PortRetriever(RetrieverStage):
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """The port's candidates of ``batch``, checked as every stage's output is (:func:`run_stage`:
         also when the stage is called alone or serves a client, and a port calling it again is a cycle)."""
-        return run_stage(self, replace(batch, table=self.table), None)
+        return cutoff(run_stage(self, replace(batch, table=self.table), None), batch.limit)
+
+    def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
+        """One query's documents (:meth:`retrieve_batch` of a batch of one), so that the stage
+        serves a :class:`~kolm_search.contract.client.SearchClient` as every stage does."""
+        limit = max(1, min(int(context.plan.target_limit), len(self.table)))
+        frame = self.retrieve_batch(QueryBatch.from_contexts([context], limit=limit))
+        return self.table.documents(frame.doc, frame.score)
 
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
         if candidates is not None:
