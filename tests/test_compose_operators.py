@@ -250,6 +250,13 @@ def test_cycles_are_refused() -> None:
     with pytest.raises(KolmTypeError, match="same kind"):
         (a >> Rescore()).set_params(right=a)
 
+    fused = Fuse(a % 5, Given(_frame()) % 5)
+    for holder in (fused, fused % 3, fused >> Rescore()):  # a Fuse given itself, or a stage holding it
+        with pytest.raises(KolmValueError, match="cycle"):
+            fused.set_params(s1=holder % 4)
+        assert [type(s).__name__ for s in fused.retrievers] == ["Cutoff", "Cutoff"]  # unchanged
+    assert len(fused.transform(_batch(1), None)) == 1
+
     class Loop(RerankerStage):  # a user stage that calls the pipeline holding it
         def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
             return outer.transform(batch, None)

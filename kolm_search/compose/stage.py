@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["Composed", "Concatenate", "Cutoff", "FeatureUnion", "Intersection", "Scale", "Stage", "Sum", "Then",
-           "Union"]
+           "Union", "check_acyclic"]
 
 
 def _fail(op: str, left: Any, right: Any, why: str, kind: type[Exception] = KolmTypeError) -> Exception:
@@ -187,7 +187,7 @@ class Composed(Stage):
 
     def __init__(self, *operands: Stage) -> None:
         self.operands = list(operands)
-        _check_acyclic(self)
+        check_acyclic(self)
 
     @property
     def is_source(self) -> bool:
@@ -214,7 +214,7 @@ class Composed(Stage):
                                     f"{stage_name(self.operands[self.names.index(name)])}, got {stage_name(value)}")
             self.operands[self.names.index(name)] = value
         try:
-            _check_acyclic(self)
+            check_acyclic(self)
         except KolmValueError:
             self.operands = old
             raise
@@ -240,12 +240,13 @@ class Composed(Stage):
         return "(" + f" {self.symbol} ".join(repr(s) for s in self.operands) + ")"
 
 
-def _check_acyclic(root: Stage) -> None:
+def check_acyclic(root: Stage) -> None:
     """``KolmValueError`` when ``root`` is reached again through its operands."""
     def walk(node: Stage, path: tuple[int, ...]) -> None:
         if id(node) in path:
-            raise KolmValueError(f"{type(root).__name__} {root.symbol if isinstance(root, Composed) else ''}: the "
-                                 f"composition holds itself ({stage_name(node)}): a cycle")
+            symbol = f" {root.symbol}" if isinstance(root, Composed) else ""
+            raise KolmValueError(f"{type(root).__name__}{symbol}: the composition holds itself "
+                                 f"({stage_name(node)}): a cycle")
         for child in node.stage_params().values():
             if isinstance(child, Stage):
                 walk(child, (*path, id(node)))
