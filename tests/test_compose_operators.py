@@ -212,6 +212,16 @@ def test_feature_union_parameters_are_its_flat_operands() -> None:
     np.testing.assert_array_equal(got.features, [[2.0, 5.0, 6.0, 6.0], [1.0, 0.0, 7.0, 7.0]])
     with pytest.raises(KolmValueError, match="at least two"):
         FeatureUnion(a)
+    # any operand after the first may re-rank (as in ``a ** r``), set or written
+    stage.set_params(s1=Rescore())
+    np.testing.assert_array_equal(stage.transform(_batch(1), None).features, [[2.0, 0.0, 6.0], [1.0, 1.0, 7.0]])
+    with pytest.raises(KolmTypeError, match="same kind"):
+        stage.set_params(s0=Rescore())
+    # a refused operand leaves the ones set before it in the same call
+    pair = a + b
+    with pytest.raises(KolmTypeError, match="same kind"):
+        pair.set_params(left=c, right=Rescore())
+    assert pair.operands == [a, b]
 
 
 def _frame() -> CandidateFrame:

@@ -204,18 +204,24 @@ class Composed(Stage):
     def stage_params(self) -> dict[str, Any]:
         return dict(zip(self.names, self.operands, strict=True))
 
+    def kind_fixed(self, name: str) -> bool:
+        """Whether operand ``name`` must stay of its kind (retrieving or re-ranking) when set."""
+        return True
+
     def apply_params(self, changes: dict[str, Any]) -> None:
         old = list(self.operands)
-        for name, value in changes.items():
-            if name not in self.names:
-                super().apply_params({name: value})
-            if not isinstance(value, Stage) or value.is_source != self.operands[self.names.index(name)].is_source:
-                raise KolmTypeError(f"{type(self).__name__}.{name} must be a stage of the same kind as "
-                                    f"{stage_name(self.operands[self.names.index(name)])}, got {stage_name(value)}")
-            self.operands[self.names.index(name)] = value
         try:
+            for name, value in changes.items():
+                if name not in self.names:
+                    super().apply_params({name: value})
+                i = self.names.index(name)
+                if not isinstance(value, Stage) or (self.kind_fixed(name)
+                                                    and value.is_source != self.operands[i].is_source):
+                    raise KolmTypeError(f"{type(self).__name__}.{name} must be a stage of the same kind as "
+                                        f"{stage_name(self.operands[i])}, got {stage_name(value)}")
+                self.operands[i] = value
             check_acyclic(self)
-        except KolmValueError:
+        except (KolmTypeError, KolmValueError):  # all or nothing
             self.operands = old
             raise
 
@@ -317,6 +323,9 @@ class FeatureUnion(Composed):
             raise KolmValueError(f"a feature union takes at least two stages, got {len(flat)}")
         self.names = tuple(f"s{i}" for i in range(len(flat)))
         super().__init__(*flat)
+
+    def kind_fixed(self, name: str) -> bool:
+        return name == self.names[0]  # after the first, an operand may retrieve or re-rank
 
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
         first, *rest = _flat_union(self.operands)  # flat also when set_params gave an operand that is a union
