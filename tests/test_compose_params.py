@@ -139,3 +139,16 @@ def test_set_params_is_all_or_nothing(ds) -> None:  # type: ignore[no-untyped-de
         after = pipe.get_params()
         assert {k: after[k] for k in bad} == {k: before[k] for k in bad}
         assert pipe.fingerprint() == fp
+
+
+def test_set_params_of_its_own_values_is_a_no_op(ds) -> None:  # type: ignore[no-untyped-def]
+    """scikit-learn's round trip ``set_params(**get_params())`` leaves a stage as it was, also one
+    holding a dense index whose vector parameters cannot change."""
+    corpus = ds[0].iloc[:200]
+    emb = Embedder()
+    pipe = Fuse(BM25Retriever(corpus) % 50, DenseRetriever(corpus, emb), k=30) >> MMRReranker(emb, lambda_=0.4)
+    fp = pipe.fingerprint()
+    for params in (pipe.get_params(deep=False), pipe.get_params()):
+        assert pipe.set_params(**params).fingerprint() == fp
+    with pytest.raises(KolmValueError, match="change the document vectors"):
+        pipe.set_params(left__s1__metric="ip", left__s1__index="flat")
