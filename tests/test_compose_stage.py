@@ -192,7 +192,8 @@ def test_user_ports_that_fail_or_misbehave_are_search_errors_naming_the_stage(sm
             with pytest.raises(SearchError, match=pattern) as info:
                 pipe(["wing flutter", "heat"], limit=3)
             assert "UserPort()" in str(info.value)
-    rerankers = {"backend down": _fail, "twice": lambda d, c: d + d[:1]}
+    rerankers = {"backend down": _fail, "twice": lambda d, c: d + d[:1], "NaN score": lambda d, c: [doc(d[0].id, float("nan"))],
+                 "must return a list": lambda d, c: None}
     for pattern, body in rerankers.items():
         with pytest.raises(SearchError, match=pattern) as info:
             (bm25 % 5 >> as_stage(_UserReranker(body, run_async)))(["wing flutter"], limit=5)
@@ -219,6 +220,28 @@ def test_a_user_stage_called_on_queries_is_checked_and_guarded(small) -> None:  
     with pytest.raises(SearchError, match=r"document code 1000000") as info:
         as_stage(Broken())(queries, limit=5)
     assert "Broken()" in info.value.stage
+
+    class Twice(Broken):
+        def retrieve_batch(self, batch):  # type: ignore[no-untyped-def]
+            return CandidateFrame.from_ptr([0, 2] + [2] * (batch.n_queries - 1), [3, 3], [2.0, 1.0])
+
+    with pytest.raises(SearchError, match=r"document code 3 twice") as info:
+        as_stage(Twice())(queries, limit=5)
+    assert "Broken()" in info.value.stage
+
+    class Batched:  # a batch reranker returning one list for several queries
+        def rerank(self, documents, context):  # type: ignore[no-untyped-def]
+            return documents
+
+        def rerank_batch(self, items):  # type: ignore[no-untyped-def]
+            return [items[0][0]]
+
+        def __repr__(self) -> str:
+            return "Batched()"
+
+    with pytest.raises(SearchError, match="one list per query") as info:
+        (bm25 % 5 >> as_stage(Batched()))(queries, limit=5)
+    assert info.value.stage == "as_stage(Batched())"
 
     def again(context):  # type: ignore[no-untyped-def]
         return list(looped(["x"]))  # a user retriever calling the stage that holds it

@@ -70,7 +70,7 @@ def _frame_of(lists: list[list[SearchDocument]], table: DocumentTable, stage: An
         bad = flat[int(np.argmax(codes < 0))].id
         raise SearchError(stage_name(stage), f"returned document {bad!r}, which is not in the table")
     query = np.repeat(np.arange(len(lists)), counts)
-    _distinct(query, codes, len(table), lambda i: flat[i].id, stage)
+    _distinct(query, codes, len(table), lambda i: repr(flat[i].id), stage)
     ptr = np.concatenate([[0], np.cumsum(counts)])
     rank = np.arange(len(flat)) - np.repeat(ptr[:-1], counts)
     score = np.array([np.nan if d.score is None else float(d.score) for d in flat], np.float64)
@@ -82,14 +82,14 @@ def _frame_of(lists: list[list[SearchDocument]], table: DocumentTable, stage: An
 
 
 def _distinct(query: np.ndarray, codes: np.ndarray, n_docs: int, id_at: Callable[[int], Any], stage: Any) -> None:
-    """A ``SearchError`` naming ``stage`` and the document (``id_at(position)``) when a query's
+    """A ``SearchError`` naming ``stage`` and the document (``id_at(position)``, as text) when a query's
     list holds one twice (the operators match documents by (query, code): a second entry would
     be dropped or counted twice)."""
     keys = query.astype(np.int64) * max(n_docs, 1) + codes
     _, first, seen = np.unique(keys, return_index=True, return_counts=True)
     if (seen > 1).any():
         bad = id_at(int(first[np.argmax(seen > 1)]))
-        raise SearchError(stage_name(stage), f"returned document {bad!r} twice for one query")
+        raise SearchError(stage_name(stage), f"returned document {bad} twice for one query")
 
 
 class RetrieverStage(Stage):
@@ -136,7 +136,11 @@ class RerankerStage(Stage):
         items = [(docs[ptr[j]:ptr[j + 1]], contexts[j]) for j in rows]
         lists: list[list[SearchDocument]] = [[] for _ in range(batch.n_queries)]
         if items:
-            for j, out in zip(rows, run_sync(rerank_all(self._port(), items, call=inline)), strict=True):
+            try:
+                found = run_sync(rerank_all(self._port(), items, call=inline))
+            except SearchError as exc:  # the port's output refused: named by this stage, not "reranker"
+                raise SearchError(name, exc.detail, exc.cause) from exc
+            for j, out in zip(rows, found, strict=True):
                 lists[j] = out
         return _frame_of(lists, table, self)
 
@@ -173,7 +177,7 @@ class PortRetriever(RetrieverStage):
         if self._batch:
             frame = _settle(self.port.retrieve_batch(batch))
             if isinstance(frame, CandidateFrame):
-                _distinct(frame.query, frame.doc, len(self.table), lambda i: frame.doc[i], self)
+                _distinct(frame.query, frame.doc, len(self.table), lambda i: f"code {int(frame.doc[i])}", self)
             return frame
         name = stage_name(self)
         lists = []
