@@ -296,3 +296,16 @@ def test_fuse_of_stages_takes_the_methods_without_weights(method: str) -> None:
                                                                                                  want["doc_id"],
                                                                                                  strict=True))
     np.testing.assert_allclose(got.score, want["score"], rtol=0, atol=1e-12)
+
+
+def test_a_stage_of_ones_own_is_called_on_queries() -> None:
+    """A subclass of ``Stage`` with ``transform`` and ``table`` only (no ``retrieve_batch``) is run
+    on queries as any stage: its output checked and cut at the limit."""
+    frame = CandidateFrame.from_ptr([0, 3, 3], [4, 1, 7], [3.0, 2.0, 2.0])
+    run = Given(frame)(["first", "second"], limit=2)
+    expected = pd.DataFrame({"qid": [0, 0], "doc_id": ["d4", "d1"], "rank": [0, 1], "score": [3.0, 2.0]})
+    pd.testing.assert_frame_equal(run, expected, check_dtype=False)
+    from kolm_search import SearchError
+
+    with pytest.raises(SearchError, match="document code 99"):
+        Given(CandidateFrame.from_ptr([0, 1, 1], [99], [1.0]))(["a", "b"])
