@@ -309,3 +309,40 @@ def test_a_stage_of_ones_own_is_called_on_queries() -> None:
 
     with pytest.raises(SearchError, match="document code 99"):
         Given(CandidateFrame.from_ptr([0, 1, 1], [99], [1.0]))(["a", "b"])
+
+
+def test_operators_on_cranfield_match_pandas(cranfield) -> None:  # type: ignore[no-untyped-def]
+    """The operators through ``stage(queries, limit=L)`` on BM25 and LSA runs of Cranfield (real
+    ties and overlaps): each the pandas meaning of the operands' own runs at that limit."""
+    from kolm_search import BM25Retriever, DenseRetriever, fuse
+    from kolm_search.adapters import LSAEmbedder
+
+    corpus, queries = cranfield["corpus"], cranfield["queries"].iloc[:60].reset_index(drop=True)
+    lsa = LSAEmbedder(list(corpus["title"].fillna("") + " " + corpus["content"]), n_components=16)
+    a, b = BM25Retriever(corpus), DenseRetriever(corpus, lsa)
+    cut = 50
+
+    position = {qid: i for i, qid in enumerate(queries["qid"])}  # the run's query order
+
+    def df(run: pd.DataFrame) -> pd.DataFrame:
+        run = run.rename(columns={"qid": "q", "doc_id": "doc"})[["q", "doc", "score", "rank"]]
+        return run.assign(q=run["q"].map(position))
+
+    def top(expected: pd.DataFrame) -> pd.DataFrame:
+        expected = _ranked(expected)
+        return expected[expected["rank"] < cut].reset_index(drop=True)
+
+    def same(stage: Stage, expected: pd.DataFrame) -> None:
+        got = df(stage(queries, limit=cut))
+        pd.testing.assert_frame_equal(got[["q", "doc", "rank"]], expected[["q", "doc", "rank"]], check_dtype=False)
+        np.testing.assert_allclose(got["score"], expected["score"], rtol=0, atol=1e-9)
+
+    ra, rb = df(a(queries, limit=cut)), df(b(queries, limit=cut))
+    same(a + b, top(p_sum(ra, rb)))
+    same(0.3 * b + a * -2.0, top(p_sum(p_scale(rb, 0.3), p_scale(ra, -2.0))))
+    same(a & b, top(p_intersection(ra, rb)))
+    same((a % 20) ^ b, top(p_concat(ra[ra["rank"] < 20], rb)))
+    same(a % 7, ra[ra["rank"] < 7].reset_index(drop=True))
+    rrf = fuse([ra.rename(columns={"q": "qid", "doc": "doc_id"}), rb.rename(columns={"q": "qid", "doc": "doc_id"})],
+               method="rrf", k=60)
+    same(Fuse(a, b, k=60), top(rrf.rename(columns={"qid": "q", "doc_id": "doc"}).sort_values("q", kind="stable")))
