@@ -346,3 +346,31 @@ def test_operators_on_cranfield_match_pandas(cranfield) -> None:  # type: ignore
     rrf = fuse([ra.rename(columns={"q": "qid", "doc": "doc_id"}), rb.rename(columns={"q": "qid", "doc": "doc_id"})],
                method="rrf", k=60)
     same(Fuse(a, b, k=60), top(rrf.rename(columns={"qid": "q", "doc_id": "doc"}).sort_values("q", kind="stable")))
+
+
+@st.composite
+def signed_frames(draw: Any, n_queries: int) -> CandidateFrame:
+    """Each query: distinct documents with negative, zero and huge scores, not always falling with
+    rank (a stage of one's own may return them so), many ties."""
+    ptr, docs, scores = [0], [], []
+    for _ in range(n_queries):
+        chosen = draw(st.lists(st.integers(0, N_DOCS - 1), unique=True, max_size=10))
+        docs += chosen
+        scores += [draw(st.sampled_from([-2.5, -1.0, -0.0, 0.0, 0.5, 3.0, 1e9])) for _ in chosen]
+        ptr.append(len(docs))
+    return CandidateFrame.from_ptr(ptr, np.asarray(docs, np.int64), np.asarray(scores, np.float64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 4).flatmap(lambda n: st.tuples(signed_frames(n), frames(n))), st.integers(1, 12),
+       st.sampled_from([2.0, 0.0, -0.0, -0.25]))
+def test_operators_match_pandas_on_signed_unordered_scores(pair: tuple[CandidateFrame, CandidateFrame], k: int,
+                                                           w: float) -> None:
+    for fa, fb in (pair, pair[::-1]):
+        a, b = Given(fa), Given(fb)
+        batch, da, db = _batch(fa.n_queries), _df(fa), _df(fb)
+        _same((a + b).transform(batch, None), p_sum(da, db))
+        _same((w * a + b).transform(batch, None), p_sum(p_scale(da, w), db))
+        _same((a & b).transform(batch, None), p_intersection(da, db))
+        _same((a | b).transform(batch, None), p_union(da, db))
+        _same(((a % k) ^ b).transform(batch, None), p_concat(_ranked(da[da["rank"] < k]), db))
