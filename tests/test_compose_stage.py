@@ -263,3 +263,22 @@ def test_a_user_retriever_as_a_stage_serves_the_spec_api() -> None:
         pd.testing.assert_frame_equal(client.search_batch(["a", "b"], limit=4).run, own, check_dtype=False)
         single = client.search_sync({"query": "a", "limit": 4})
         assert [r.id for r in single.results] == list(own[own["qid"] == 0]["doc_id"])
+
+
+def test_a_fingerprinted_user_retriever_is_keyed_by_its_table_too() -> None:
+    """Two stages of one port that declares a fingerprint, over tables of other row orders (or a
+    corpus loaded again in another order), share nothing: the codes of one are not the other's."""
+    from kolm_search.compose.runner import sharing
+
+    class Named(ListRetriever):
+        def fingerprint(self) -> str:
+            return "my-retriever-v1"
+
+    table = pd.DataFrame({"id": [d.id for d in CORPUS], "content": [d.content for d in CORPUS]})
+    port = Named(CORPUS[:5])
+    first, other = as_stage(port, table=table), as_stage(port, table=table.iloc[::-1].reset_index(drop=True))
+    assert first.fingerprint() != other.fingerprint()
+    assert first.fingerprint() == as_stage(port, table=table.copy()).fingerprint()
+    with sharing():
+        runs = [stage(["a", "b"], limit=5) for stage in (first, other)]
+    assert list(runs[0]["doc_id"]) == list(runs[1]["doc_id"]) == [d.id for d in CORPUS[:5]] * 2

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from kolm_search._bridge import inline, run_sync
-from kolm_search.compose.fingerprints import table_digest
+from kolm_search.compose.fingerprints import describe, table_digest
 from kolm_search.compose.frame_ops import cutoff
 from kolm_search.compose.runner import frame_key, run_stage, shared_value, stage_name
 from kolm_search.compose.stage import Stage
@@ -189,7 +189,9 @@ class PortRetriever(RetrieverStage):
         return _frame_of(lists, self.table, self)
 
     def fingerprint(self) -> str:
-        return fingerprint_of(self.port, what="stage")
+        """The port's own fingerprint with the table's digest and revision: its codes are rows of that table."""
+        return describe("PortRetriever", [("port", fingerprint_of(self.port, what="stage")),
+                                          ("index", self.stage_identity())], what="PortRetriever")
 
     def __repr__(self) -> str:
         return f"as_stage({self.port!r})"
