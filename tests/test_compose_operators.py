@@ -212,6 +212,16 @@ def test_feature_union_parameters_are_its_flat_operands() -> None:
     np.testing.assert_array_equal(got.features, [[2.0, 5.0, 6.0, 6.0], [1.0, 0.0, 7.0, 7.0]])
     with pytest.raises(KolmValueError, match="at least two"):
         FeatureUnion(a)
+    # any operand after the first may re-rank (as in ``a ** r``), set or written
+    stage.set_params(s1=Rescore())
+    np.testing.assert_array_equal(stage.transform(_batch(1), None).features, [[2.0, 0.0, 6.0], [1.0, 1.0, 7.0]])
+    with pytest.raises(KolmTypeError, match="same kind"):
+        stage.set_params(s0=Rescore())
+    # a refused operand leaves the ones set before it in the same call
+    pair = a + b
+    with pytest.raises(KolmTypeError, match="same kind"):
+        pair.set_params(left=c, right=Rescore())
+    assert pair.operands == [a, b]
 
 
 def _frame() -> CandidateFrame:
@@ -250,6 +260,13 @@ def test_cycles_are_refused() -> None:
     with pytest.raises(KolmTypeError, match="same kind"):
         (a >> Rescore()).set_params(right=a)
 
+    fused = Fuse(a % 5, Given(_frame()) % 5)
+    for holder in (fused, fused % 3, fused >> Rescore()):  # a Fuse given itself, or a stage holding it
+        with pytest.raises(KolmValueError, match="cycle"):
+            fused.set_params(s1=holder % 4)
+        assert [type(s).__name__ for s in fused.retrievers] == ["Cutoff", "Cutoff"]  # unchanged
+    assert len(fused.transform(_batch(1), None)) == 1
+
     class Loop(RerankerStage):  # a user stage that calls the pipeline holding it
         def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
             return outer.transform(batch, None)
@@ -257,3 +274,103 @@ def test_cycles_are_refused() -> None:
     outer = a >> Loop()
     with pytest.raises(KolmValueError, match="cycle"):
         outer.retrieve_batch(_batch(1))
+
+
+@pytest.mark.parametrize("method", ["max", "min", "med", "sum", "mnz"])
+def test_fuse_of_stages_takes_the_methods_without_weights(method: str) -> None:
+    """``Fuse(a, b, method=m)`` is ``fuse([run_a, run_b], method=m)`` for the methods that take
+    no weights too (min, max, med), not a refusal of weights nobody gave."""
+    from kolm_search import fuse
+
+    fa = CandidateFrame.from_ptr([0, 3, 5], [0, 1, 2, 3, 4], [3.0, 2.0, -1.0, 4.0, 4.0])
+    fb = CandidateFrame.from_ptr([0, 2, 3], [2, 5, 3], [5.0, 0.5, 1.0])
+    a, b = Given(fa), Given(fb)
+
+    def run(f: CandidateFrame) -> pd.DataFrame:
+        return pd.DataFrame({"qid": f.query.astype(str), "doc_id": [f"d{d}" for d in f.doc], "score": f.score,
+                             "rank": f.rank})
+
+    got = Fuse(a % 10, b % 10, method=method).transform(_batch(2), None)
+    want = fuse([run(fa), run(fb)], method=method)
+    assert list(zip(got.query.astype(str), (f"d{d}" for d in got.doc), strict=True)) == list(zip(want["qid"],
+                                                                                                 want["doc_id"],
+                                                                                                 strict=True))
+    np.testing.assert_allclose(got.score, want["score"], rtol=0, atol=1e-12)
+
+
+def test_a_stage_of_ones_own_is_called_on_queries() -> None:
+    """A subclass of ``Stage`` with ``transform`` and ``table`` only (no ``retrieve_batch``) is run
+    on queries as any stage: its output checked and cut at the limit."""
+    frame = CandidateFrame.from_ptr([0, 3, 3], [4, 1, 7], [3.0, 2.0, 2.0])
+    run = Given(frame)(["first", "second"], limit=2)
+    expected = pd.DataFrame({"qid": [0, 0], "doc_id": ["d4", "d1"], "rank": [0, 1], "score": [3.0, 2.0]})
+    pd.testing.assert_frame_equal(run, expected, check_dtype=False)
+    from kolm_search import SearchError
+
+    with pytest.raises(SearchError, match="document code 99"):
+        Given(CandidateFrame.from_ptr([0, 1, 1], [99], [1.0]))(["a", "b"])
+
+
+def test_operators_on_cranfield_match_pandas(cranfield) -> None:  # type: ignore[no-untyped-def]
+    """The operators through ``stage(queries, limit=L)`` on BM25 and LSA runs of Cranfield (real
+    ties and overlaps): each the pandas meaning of the operands' own runs at that limit."""
+    from kolm_search import BM25Retriever, DenseRetriever, fuse
+    from kolm_search.adapters import LSAEmbedder
+
+    corpus, queries = cranfield["corpus"], cranfield["queries"].iloc[:60].reset_index(drop=True)
+    lsa = LSAEmbedder(list(corpus["title"].fillna("") + " " + corpus["content"]), n_components=16)
+    a, b = BM25Retriever(corpus), DenseRetriever(corpus, lsa)
+    cut = 50
+
+    position = {qid: i for i, qid in enumerate(queries["qid"])}  # the run's query order
+
+    def df(run: pd.DataFrame) -> pd.DataFrame:
+        run = run.rename(columns={"qid": "q", "doc_id": "doc"})[["q", "doc", "score", "rank"]]
+        return run.assign(q=run["q"].map(position))
+
+    def top(expected: pd.DataFrame) -> pd.DataFrame:
+        expected = _ranked(expected)
+        return expected[expected["rank"] < cut].reset_index(drop=True)
+
+    def same(stage: Stage, expected: pd.DataFrame) -> None:
+        got = df(stage(queries, limit=cut))
+        pd.testing.assert_frame_equal(got[["q", "doc", "rank"]], expected[["q", "doc", "rank"]], check_dtype=False)
+        np.testing.assert_allclose(got["score"], expected["score"], rtol=0, atol=1e-9)
+
+    ra, rb = df(a(queries, limit=cut)), df(b(queries, limit=cut))
+    same(a + b, top(p_sum(ra, rb)))
+    same(0.3 * b + a * -2.0, top(p_sum(p_scale(rb, 0.3), p_scale(ra, -2.0))))
+    same(a & b, top(p_intersection(ra, rb)))
+    same((a % 20) ^ b, top(p_concat(ra[ra["rank"] < 20], rb)))
+    same(a % 7, ra[ra["rank"] < 7].reset_index(drop=True))
+    rrf = fuse([ra.rename(columns={"q": "qid", "doc": "doc_id"}), rb.rename(columns={"q": "qid", "doc": "doc_id"})],
+               method="rrf", k=60)
+    same(Fuse(a, b, k=60), top(rrf.rename(columns={"qid": "q", "doc_id": "doc"}).sort_values("q", kind="stable")))
+
+
+@st.composite
+def signed_frames(draw: Any, n_queries: int) -> CandidateFrame:
+    """Each query: distinct documents with negative, zero and huge scores, not always falling with
+    rank (a stage of one's own may return them so), many ties."""
+    ptr, docs, scores = [0], [], []
+    for _ in range(n_queries):
+        chosen = draw(st.lists(st.integers(0, N_DOCS - 1), unique=True, max_size=10))
+        docs += chosen
+        scores += [draw(st.sampled_from([-2.5, -1.0, -0.0, 0.0, 0.5, 3.0, 1e9])) for _ in chosen]
+        ptr.append(len(docs))
+    return CandidateFrame.from_ptr(ptr, np.asarray(docs, np.int64), np.asarray(scores, np.float64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 4).flatmap(lambda n: st.tuples(signed_frames(n), frames(n))), st.integers(1, 12),
+       st.sampled_from([2.0, 0.0, -0.0, -0.25]))
+def test_operators_match_pandas_on_signed_unordered_scores(pair: tuple[CandidateFrame, CandidateFrame], k: int,
+                                                           w: float) -> None:
+    for fa, fb in (pair, pair[::-1]):
+        a, b = Given(fa), Given(fb)
+        batch, da, db = _batch(fa.n_queries), _df(fa), _df(fb)
+        _same((a + b).transform(batch, None), p_sum(da, db))
+        _same((w * a + b).transform(batch, None), p_sum(p_scale(da, w), db))
+        _same((a & b).transform(batch, None), p_intersection(da, db))
+        _same((a | b).transform(batch, None), p_union(da, db))
+        _same(((a % k) ^ b).transform(batch, None), p_concat(_ranked(da[da["rank"] < k]), db))

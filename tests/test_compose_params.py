@@ -9,7 +9,15 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from kolm_search import BM25Retriever, DenseRetriever, FeedbackRetriever, Fuse, KolmValueError, evaluate
+from kolm_search import (
+    BM25Retriever,
+    DenseRetriever,
+    FeedbackRetriever,
+    Fuse,
+    KolmTypeError,
+    KolmValueError,
+    evaluate,
+)
 from kolm_search.adapters import MMRReranker
 from kolm_search.evaluation import cross_validate, grid_search
 from kolm_search.io import load_dataset
@@ -111,3 +119,36 @@ def test_reranker_params() -> None:
         fusion.set_params(weights=[1.0, 2.0])
     mmr = MMRReranker(Embedder(), lambda_=0.3, top_n=4)
     assert mmr.set_params(top_n=None).get_params() == {"embedder": mmr.embedder, "lambda_": 0.3, "top_n": None}
+
+
+def test_set_params_is_all_or_nothing(ds) -> None:  # type: ignore[no-untyped-def]
+    """A refused value leaves every parameter of the call as it was (the fingerprint too), at one
+    level (``k`` and ``stage`` of a cutoff) and across nested stages."""
+    corpus = ds[0].iloc[:200]
+    emb = Embedder()
+    cut = BM25Retriever(corpus) % 50
+    with pytest.raises(KolmTypeError, match="same kind"):
+        cut.set_params(k=7, stage=MMRReranker(emb))
+    assert cut.get_params()["k"] == 50
+    pipe = Fuse(BM25Retriever(corpus) % 50, DenseRetriever(corpus, emb), k=30) >> MMRReranker(emb, lambda_=0.4)
+    before, fp = pipe.get_params(), pipe.fingerprint()
+    for bad in ({"right__lambda_": 0.9, "left__s0__k": 0}, {"left__k": 10, "left__s0__stage__k1": 0.9, "left__s0__k": 0},
+                {"left__s0__stage__k1": 0.9, "right__top_n": -1}):
+        with pytest.raises(KolmValueError):
+            pipe.set_params(**bad)
+        after = pipe.get_params()
+        assert {k: after[k] for k in bad} == {k: before[k] for k in bad}
+        assert pipe.fingerprint() == fp
+
+
+def test_set_params_of_its_own_values_is_a_no_op(ds) -> None:  # type: ignore[no-untyped-def]
+    """scikit-learn's round trip ``set_params(**get_params())`` leaves a stage as it was, also one
+    holding a dense index whose vector parameters cannot change."""
+    corpus = ds[0].iloc[:200]
+    emb = Embedder()
+    pipe = Fuse(BM25Retriever(corpus) % 50, DenseRetriever(corpus, emb), k=30) >> MMRReranker(emb, lambda_=0.4)
+    fp = pipe.fingerprint()
+    for params in (pipe.get_params(deep=False), pipe.get_params()):
+        assert pipe.set_params(**params).fingerprint() == fp
+    with pytest.raises(KolmValueError, match="change the document vectors"):
+        pipe.set_params(left__s1__metric="ip", left__s1__index="flat")

@@ -15,6 +15,8 @@ from kolm_search import (
     CandidateFrame,
     DefaultQueryPlanner,
     DenseRetriever,
+    Fuse,
+    KolmError,
     KolmTypeError,
     SearchClient,
     SearchError,
@@ -134,3 +136,149 @@ def test_a_stage_breaking_the_frame_schema_is_a_search_error_naming_it(small) ->
     assert "FloatCodes()" in info.value.stage
     with pytest.raises(KolmTypeError, match="re-ranks"):
         MMRReranker(BatchHashEmbedder())(["q"])
+
+
+class _Port:
+    """A user port whose one method runs ``body`` (sync, or async with ``run_async``)."""
+
+    def __init__(self, body, run_async: bool = False) -> None:  # type: ignore[no-untyped-def]
+        self.body, self.run_async = body, run_async
+
+    def __repr__(self) -> str:
+        return "UserPort()"
+
+
+class _UserRetriever(_Port):
+    def retrieve(self, context):  # type: ignore[no-untyped-def]
+        if self.run_async:
+            async def later():  # type: ignore[no-untyped-def]
+                return self.body(context)
+            return later()
+        return self.body(context)
+
+
+class _UserReranker(_Port):
+    def rerank(self, documents, context):  # type: ignore[no-untyped-def]
+        if self.run_async:
+            async def later():  # type: ignore[no-untyped-def]
+                return self.body(documents, context)
+            return later()
+        return self.body(documents, context)
+
+
+def _fail(*_):  # type: ignore[no-untyped-def]
+    raise RuntimeError("backend down")
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+def test_user_ports_that_fail_or_misbehave_are_search_errors_naming_the_stage(small, run_async: bool) -> None:  # type: ignore[no-untyped-def]
+    corpus, _, bm25, _, _ = small
+    ids = list(corpus["id"].astype(str))
+
+    def doc(i: str, score: float | None = 1.0):  # type: ignore[no-untyped-def]
+        from kolm_search import SearchDocument
+        return SearchDocument(id=i, content="x", score=score)
+
+    retrievers = {
+        "backend down": _fail,
+        "returned NoneType|NoneType": lambda c: None,
+        "item 0 of type int": lambda c: [1, 2],
+        "NaN score": lambda c: [doc(ids[0], float("nan"))],
+        f"document {ids[0]!r} twice": lambda c: [doc(ids[0]), doc(ids[1]), doc(ids[0])],
+    }
+    for pattern, body in retrievers.items():
+        stage = as_stage(_UserRetriever(body, run_async), table=corpus)
+        for pipe in (stage, stage % 3, Fuse(stage % 3, bm25 % 3)):
+            with pytest.raises(SearchError, match=pattern) as info:
+                pipe(["wing flutter", "heat"], limit=3)
+            assert "UserPort()" in str(info.value)
+    rerankers = {"backend down": _fail, "twice": lambda d, c: d + d[:1], "NaN score": lambda d, c: [doc(d[0].id, float("nan"))],
+                 "must return a list": lambda d, c: None}
+    for pattern, body in rerankers.items():
+        with pytest.raises(SearchError, match=pattern) as info:
+            (bm25 % 5 >> as_stage(_UserReranker(body, run_async)))(["wing flutter"], limit=5)
+        assert "UserPort()" in info.value.stage
+        if pattern == "backend down":
+            assert isinstance(info.value.cause, RuntimeError)
+
+
+def test_a_user_stage_called_on_queries_is_checked_and_guarded(small) -> None:  # type: ignore[no-untyped-def]
+    corpus, queries, bm25, _, _ = small
+
+    class Broken:  # a batch path returning a code out of the table, called directly (no operator around it)
+        table = bm25.table
+
+        def retrieve(self, context):  # type: ignore[no-untyped-def]
+            return []
+
+        def retrieve_batch(self, batch):  # type: ignore[no-untyped-def]
+            return CandidateFrame.from_ptr([0, 1] + [1] * (batch.n_queries - 1), [10**6], [1.0])
+
+        def __repr__(self) -> str:
+            return "Broken()"
+
+    with pytest.raises(SearchError, match=r"document code 1000000") as info:
+        as_stage(Broken())(queries, limit=5)
+    assert "Broken()" in info.value.stage
+
+    class Twice(Broken):
+        def retrieve_batch(self, batch):  # type: ignore[no-untyped-def]
+            return CandidateFrame.from_ptr([0, 2] + [2] * (batch.n_queries - 1), [3, 3], [2.0, 1.0])
+
+    with pytest.raises(SearchError, match=r"document code 3 twice") as info:
+        as_stage(Twice())(queries, limit=5)
+    assert "Broken()" in info.value.stage
+
+    class Batched:  # a batch reranker returning one list for several queries
+        def rerank(self, documents, context):  # type: ignore[no-untyped-def]
+            return documents
+
+        def rerank_batch(self, items):  # type: ignore[no-untyped-def]
+            return [items[0][0]]
+
+        def __repr__(self) -> str:
+            return "Batched()"
+
+    with pytest.raises(SearchError, match="one list per query") as info:
+        (bm25 % 5 >> as_stage(Batched()))(queries, limit=5)
+    assert info.value.stage == "as_stage(Batched())"
+
+    def again(context):  # type: ignore[no-untyped-def]
+        return list(looped(["x"]))  # a user retriever calling the stage that holds it
+
+    looped = as_stage(_UserRetriever(again), table=corpus)
+    for pipe in (looped, looped % 3):
+        with pytest.raises(KolmError, match="cycle"):
+            pipe(["wing flutter"], limit=3)
+
+
+def test_a_user_retriever_as_a_stage_serves_the_spec_api() -> None:
+    """``as_stage(port, table=...)`` is a stage, so a client serves it as any stage (search and
+    search_batch give the stage's own run)."""
+    table = pd.DataFrame({"id": [d.id for d in CORPUS], "content": [d.content for d in CORPUS]})
+    for port in (ListRetriever(CORPUS[3:20]), AsyncListRetriever(CORPUS[3:20])):
+        stage = as_stage(port, table=table)
+        client = _client(stage)
+        own = stage(["a", "b"], limit=4)
+        pd.testing.assert_frame_equal(client.search_batch(["a", "b"], limit=4).run, own, check_dtype=False)
+        single = client.search_sync({"query": "a", "limit": 4})
+        assert [r.id for r in single.results] == list(own[own["qid"] == 0]["doc_id"])
+
+
+def test_a_fingerprinted_user_retriever_is_keyed_by_its_table_too() -> None:
+    """Two stages of one port that declares a fingerprint, over tables of other row orders (or a
+    corpus loaded again in another order), share nothing: the codes of one are not the other's."""
+    from kolm_search.compose.runner import sharing
+
+    class Named(ListRetriever):
+        def fingerprint(self) -> str:
+            return "my-retriever-v1"
+
+    table = pd.DataFrame({"id": [d.id for d in CORPUS], "content": [d.content for d in CORPUS]})
+    port = Named(CORPUS[:5])
+    first, other = as_stage(port, table=table), as_stage(port, table=table.iloc[::-1].reset_index(drop=True))
+    assert first.fingerprint() != other.fingerprint()
+    assert first.fingerprint() == as_stage(port, table=table.copy()).fingerprint()
+    with sharing():
+        runs = [stage(["a", "b"], limit=5) for stage in (first, other)]
+    assert list(runs[0]["doc_id"]) == list(runs[1]["doc_id"]) == [d.id for d in CORPUS[:5]] * 2

@@ -7,13 +7,16 @@ or ``rerank``), and :func:`as_stage`, which wraps any user port object as one of
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from kolm_search._bridge import inline, run_sync
-from kolm_search.compose.fingerprints import table_digest
-from kolm_search.compose.runner import frame_key, shared_value, stage_name
+from kolm_search.compose.fingerprints import describe, table_digest
+from kolm_search.compose.frame_ops import cutoff
+from kolm_search.compose.runner import frame_key, run_stage, shared_value, stage_name
 from kolm_search.compose.stage import Stage
 from kolm_search.contract.ports import (
     BatchRetriever,
@@ -26,7 +29,7 @@ from kolm_search.contract.ports import (
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
-from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest
+from kolm_search.types import QueryPlan, SearchDocument, SearchPipelineContext, SearchRequest, as_documents
 
 __all__ = ["PortReranker", "PortRetriever", "RerankerStage", "RetrieverStage", "as_stage", "batch_contexts"]
 
@@ -66,15 +69,27 @@ def _frame_of(lists: list[list[SearchDocument]], table: DocumentTable, stage: An
     if (codes < 0).any():
         bad = flat[int(np.argmax(codes < 0))].id
         raise SearchError(stage_name(stage), f"returned document {bad!r}, which is not in the table")
+    query = np.repeat(np.arange(len(lists)), counts)
+    _distinct(query, codes, len(table), lambda i: repr(flat[i].id), stage)
     ptr = np.concatenate([[0], np.cumsum(counts)])
     rank = np.arange(len(flat)) - np.repeat(ptr[:-1], counts)
     score = np.array([np.nan if d.score is None else float(d.score) for d in flat], np.float64)
     score = np.where(np.isnan(score), 1.0 / (rank + 1.0), score)
-    query = np.repeat(np.arange(len(lists)), counts)
     # a reranker that re-orders without re-scoring (MMR keeps the incoming scores): the scores,
     # sorted, follow its order, so that rank and score agree (evaluate and '+' read scores)
     score = score[np.lexsort((-score, query))]
     return CandidateFrame.from_ptr(ptr, codes, score)
+
+
+def _distinct(query: np.ndarray, codes: np.ndarray, n_docs: int, id_at: Callable[[int], Any], stage: Any) -> None:
+    """A ``SearchError`` naming ``stage`` and the document (``id_at(position)``, as text) when a query's
+    list holds one twice (the operators match documents by (query, code): a second entry would
+    be dropped or counted twice)."""
+    keys = query.astype(np.int64) * max(n_docs, 1) + codes
+    _, first, seen = np.unique(keys, return_index=True, return_counts=True)
+    if (seen > 1).any():
+        bad = id_at(int(first[np.argmax(seen > 1)]))
+        raise SearchError(stage_name(stage), f"returned document {bad} twice for one query")
 
 
 class RetrieverStage(Stage):
@@ -121,7 +136,11 @@ class RerankerStage(Stage):
         items = [(docs[ptr[j]:ptr[j + 1]], contexts[j]) for j in rows]
         lists: list[list[SearchDocument]] = [[] for _ in range(batch.n_queries)]
         if items:
-            for j, out in zip(rows, run_sync(rerank_all(self._port(), items, call=inline)), strict=True):
+            try:
+                found = run_sync(rerank_all(self._port(), items, call=inline))
+            except SearchError as exc:  # the port's output refused: named by this stage, not "reranker"
+                raise SearchError(name, exc.detail, exc.cause) from exc
+            for j, out in zip(rows, found, strict=True):
                 lists[j] = out
         return _frame_of(lists, table, self)
 
@@ -141,13 +160,38 @@ class PortRetriever(RetrieverStage):
         self._batch = own is not None
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
+        """The port's candidates of ``batch``, checked as every stage's output is (:func:`run_stage`:
+        also when the stage is called alone or serves a client, and a port calling it again is a cycle)."""
+        return cutoff(run_stage(self, replace(batch, table=self.table), None), batch.limit)
+
+    def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
+        """One query's documents (:meth:`retrieve_batch` of a batch of one), so that the stage
+        serves a :class:`~kolm_search.contract.client.SearchClient` as every stage does."""
+        limit = max(1, min(int(context.plan.target_limit), len(self.table)))
+        frame = self.retrieve_batch(QueryBatch.from_contexts([context], limit=limit))
+        return self.table.documents(frame.doc, frame.score)
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        if candidates is not None:
+            raise SearchError(stage_name(self), "a retrieving stage takes no candidates")
         if self._batch:
-            return _settle(self.port.retrieve_batch(batch))
-        lists = [list(_settle(self.port.retrieve(c))) for c in batch_contexts(batch)]
+            frame = _settle(self.port.retrieve_batch(batch))
+            if isinstance(frame, CandidateFrame):
+                _distinct(frame.query, frame.doc, len(self.table), lambda i: f"code {int(frame.doc[i])}", self)
+            return frame
+        name = stage_name(self)
+        lists = []
+        for context in batch_contexts(batch):
+            try:
+                lists.append(as_documents(_settle(self.port.retrieve(context)), what=name))
+            except (KolmTypeError, KolmValueError) as exc:
+                raise SearchError(name, str(exc), cause=exc) from exc
         return _frame_of(lists, self.table, self)
 
     def fingerprint(self) -> str:
-        return fingerprint_of(self.port, what="stage")
+        """The port's own fingerprint with the table's digest and revision: its codes are rows of that table."""
+        return describe("PortRetriever", [("port", fingerprint_of(self.port, what="stage")),
+                                          ("index", self.stage_identity())], what="PortRetriever")
 
     def __repr__(self) -> str:
         return f"as_stage({self.port!r})"

@@ -63,8 +63,9 @@ class Parameters:
         return out
 
     def set_params(self, **params: Any) -> Parameters:
-        """Set parameters (nested as ``name__param``) in place; returns the stage. Unknown names
-        raise ``KolmValueError`` listing the valid ones."""
+        """Set parameters (nested as ``name__param``) in place, all or nothing (a refused value
+        leaves every one as it was); returns the stage. Unknown names raise ``KolmValueError``
+        listing the valid ones."""
         own = self.stage_params()
         mine: dict[str, Any] = {}
         nested: dict[str, dict[str, Any]] = {}
@@ -78,9 +79,22 @@ class Parameters:
                 nested.setdefault(name, {})[rest] = value
             else:
                 mine[key] = value
-        self.apply_params(mine)
-        for name, sub in nested.items():
-            self.stage_params()[name].set_params(**sub)
+        done: list[tuple[Parameters, dict[str, Any]]] = []  # what was set, with the old values
+        try:
+            self.apply_params(mine)
+            done.append((self, {k: own[k] for k in mine}))
+            for name, sub in nested.items():
+                child = self.stage_params()[name]
+                was = child.get_params()
+                child.set_params(**sub)
+                done.append((child, {k: was[k] for k in sub}))
+        except Exception:  # all or nothing: a refused value undoes the ones set before it
+            for stage, old in reversed(done):
+                if stage is not self:
+                    stage.set_params(**old)
+                elif old:
+                    self.apply_params(old)
+            raise
         return self
 
     def fingerprint(self) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ import pandas as pd
 from kolm_search.contract.config import SearchPipelineOptions
 from kolm_search.contract.guards import batch_requests
 from kolm_search.contract.planners import DefaultQueryPlanner
+from kolm_search.contract.ports import BatchRetriever, implements
 from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.engine.runs import RUN_COLUMNS
@@ -126,15 +127,24 @@ class CodedRun:
 def run_coded(stage: Any, prepared: PreparedQueries) -> CodedRun:
     """The run of ``prepared`` through a retrieving ``stage``, ids not yet looked up
     (:meth:`CodedRun.frame` makes the DataFrame)."""
-    from kolm_search.compose.runner import stage_name
+    from kolm_search.compose.frame_ops import cutoff
+    from kolm_search.compose.runner import run_stage, stage_name
 
     if not stage.is_source:
         raise KolmTypeError(f"{stage_name(stage)} re-ranks: a stage called on queries must retrieve "
                             "(put a retrieving stage first, e.g. bm25 >> reranker)")
-    table = stage.table
+    table = getattr(stage, "table", None)
+    if table is None:
+        raise KolmTypeError(f"{stage_name(stage)} has no document table: a retrieving stage's codes are rows of "
+                            "its 'table' (a DocumentTable)")
+    batched = implements(stage, BatchRetriever)  # (stage stays Any: a built-in's retrieve_batch returns a frame)
     parts: list[tuple[int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     for group, (rows, _, first, target) in enumerate(prepared.groups):
-        frame = stage.retrieve_batch(_batch(prepared, group, max(1, min(int(target.max()), len(table)))))
+        batch = _batch(prepared, group, max(1, min(int(target.max()), len(table))))
+        if batched:
+            frame = stage.retrieve_batch(batch)
+        else:  # a stage of one's own (``transform`` and ``table``): run and checked as an operand is
+            frame = cutoff(run_stage(stage, replace(batch, table=table), None), batch.limit)
         query, doc, rank, score = frame.query, frame.doc, frame.rank, frame.score
         if len(frame) and (int(first.max()) > 0 or int(rank.max()) >= int(target.min())):  # else every entry is kept
             keep = (rank >= first[query]) & (rank < target[query])

@@ -180,6 +180,10 @@ def _compute(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -
         raise
     except FrameValidationError as exc:
         raise SearchError(stage_name(stage), f"returned a frame that breaks the schema: {exc}", cause=exc) from exc
+    except KolmError:
+        raise
+    except Exception as exc:  # a user port's own failure: named by its stage, the original as cause
+        raise SearchError(stage_name(stage), f"failed: {type(exc).__name__}: {exc}", cause=exc) from exc
     finally:
         _ACTIVE.reset(token)
     return check_output(stage, out, batch)

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["Composed", "Concatenate", "Cutoff", "FeatureUnion", "Intersection", "Scale", "Stage", "Sum", "Then",
-           "Union"]
+           "Union", "check_acyclic"]
 
 
 def _fail(op: str, left: Any, right: Any, why: str, kind: type[Exception] = KolmTypeError) -> Exception:
@@ -187,7 +187,7 @@ class Composed(Stage):
 
     def __init__(self, *operands: Stage) -> None:
         self.operands = list(operands)
-        _check_acyclic(self)
+        check_acyclic(self)
 
     @property
     def is_source(self) -> bool:
@@ -204,18 +204,24 @@ class Composed(Stage):
     def stage_params(self) -> dict[str, Any]:
         return dict(zip(self.names, self.operands, strict=True))
 
+    def kind_fixed(self, name: str) -> bool:
+        """Whether operand ``name`` must stay of its kind (retrieving or re-ranking) when set."""
+        return True
+
     def apply_params(self, changes: dict[str, Any]) -> None:
         old = list(self.operands)
-        for name, value in changes.items():
-            if name not in self.names:
-                super().apply_params({name: value})
-            if not isinstance(value, Stage) or value.is_source != self.operands[self.names.index(name)].is_source:
-                raise KolmTypeError(f"{type(self).__name__}.{name} must be a stage of the same kind as "
-                                    f"{stage_name(self.operands[self.names.index(name)])}, got {stage_name(value)}")
-            self.operands[self.names.index(name)] = value
         try:
-            _check_acyclic(self)
-        except KolmValueError:
+            for name, value in changes.items():
+                if name not in self.names:
+                    super().apply_params({name: value})
+                i = self.names.index(name)
+                if not isinstance(value, Stage) or (self.kind_fixed(name)
+                                                    and value.is_source != self.operands[i].is_source):
+                    raise KolmTypeError(f"{type(self).__name__}.{name} must be a stage of the same kind as "
+                                        f"{stage_name(self.operands[i])}, got {stage_name(value)}")
+                self.operands[i] = value
+            check_acyclic(self)
+        except (KolmTypeError, KolmValueError):  # all or nothing
             self.operands = old
             raise
 
@@ -240,12 +246,13 @@ class Composed(Stage):
         return "(" + f" {self.symbol} ".join(repr(s) for s in self.operands) + ")"
 
 
-def _check_acyclic(root: Stage) -> None:
+def check_acyclic(root: Stage) -> None:
     """``KolmValueError`` when ``root`` is reached again through its operands."""
     def walk(node: Stage, path: tuple[int, ...]) -> None:
         if id(node) in path:
-            raise KolmValueError(f"{type(root).__name__} {root.symbol if isinstance(root, Composed) else ''}: the "
-                                 f"composition holds itself ({stage_name(node)}): a cycle")
+            symbol = f" {root.symbol}" if isinstance(root, Composed) else ""
+            raise KolmValueError(f"{type(root).__name__}{symbol}: the composition holds itself "
+                                 f"({stage_name(node)}): a cycle")
         for child in node.stage_params().values():
             if isinstance(child, Stage):
                 walk(child, (*path, id(node)))
@@ -317,6 +324,9 @@ class FeatureUnion(Composed):
         self.names = tuple(f"s{i}" for i in range(len(flat)))
         super().__init__(*flat)
 
+    def kind_fixed(self, name: str) -> bool:
+        return name == self.names[0]  # after the first, an operand may retrieve or re-rank
+
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
         first, *rest = _flat_union(self.operands)  # flat also when set_params gave an operand that is a union
         out = run_stage(first, batch, candidates)
@@ -344,9 +354,10 @@ class _Unary(Composed):
         return {"stage": self.operands[0], self.param: self.value}
 
     def apply_params(self, changes: dict[str, Any]) -> None:
-        if self.param in changes:
-            self.value = self._check(changes.pop(self.param))
-        super().apply_params(changes)
+        changes = dict(changes)
+        value = self._check(changes.pop(self.param)) if self.param in changes else self.value
+        super().apply_params(changes)  # the operand checked before either changes
+        self.value = value
 
     def _check(self, value: Any) -> Any:
         raise NotImplementedError

@@ -17,7 +17,7 @@ from kolm_search._logging import log
 from kolm_search._params import one_of, positive_int
 from kolm_search.compose.kinds import RetrieverStage
 from kolm_search.compose.runner import run_stage
-from kolm_search.compose.stage import Stage
+from kolm_search.compose.stage import Stage, check_acyclic
 from kolm_search.contract.ports import (
     BatchRetriever,
     Embedder,
@@ -347,8 +347,8 @@ class CompositeRetriever(RetrieverStage):
                     SearchError.wrap(_STAGE, exc))
         if not frames:
             raise SearchError(_STAGE, f"all {len(self.retrievers)} retrievers failed; first error: {errors[0]}", cause=errors[0])
-        stacked = CandidateFrame.concat(frames)
-        return self._fuse(stacked, weights, batch.limit, len(frames), max(len(table), 1))
+        kept = None if self.weights is None else weights  # none given, none passed (min, max and med take none)
+        return self._fuse(CandidateFrame.concat(frames), kept, batch.limit, len(frames), max(len(table), 1))
 
     # -- stage parameters (kolm_search.compose) ---------------------------------------------
     def stage_params(self) -> dict[str, Any]:
@@ -365,7 +365,14 @@ class CompositeRetriever(RetrieverStage):
         children = [merged[f"s{i}"] for i in range(len(self.retrievers))]
         rebuilt = CompositeRetriever(children, merged["k"], merged["strategy"], self.logger, weights=merged["weights"],
                                      method=merged["method"], norm=merged["norm"], depth=merged["depth"])
+        old = dict(self.__dict__)
         self.__dict__.update(rebuilt.__dict__)
+        try:
+            check_acyclic(self)  # a child holding this retriever: refused when written, not a RecursionError later
+        except KolmValueError:
+            self.__dict__.clear()
+            self.__dict__.update(old)
+            raise
 
     def __repr__(self) -> str:
         names = ", ".join(retriever_name(r) for r in self.retrievers)

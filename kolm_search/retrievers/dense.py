@@ -118,6 +118,12 @@ def exact_topk(queries: npt.NDArray[np.float32], docs: npt.NDArray[np.float32], 
                                     n_threads=n_threads)
 
 
+def _equal_value(a: Any, b: Any) -> bool:
+    """``a == b`` for plain parameter values (text, numbers, lists, tuples, dicts, None), else False."""
+    plain = (str, int, float, list, tuple, dict, type(None))
+    return isinstance(a, plain) and isinstance(b, plain) and type(a) is type(b) and bool(a == b)
+
+
 @saved_kind("dense")
 class DenseRetriever(SegmentedIndex, RetrieverStage):
     """Dense retriever: exact (brute-force) by default, or approximate on a faiss index.
@@ -317,7 +323,9 @@ class DenseRetriever(SegmentedIndex, RetrieverStage):
 
     def apply_params(self, changes: dict[str, Any]) -> None:
         """Set ``fusion_k`` or ``embed_queries``; the others change the vectors (build a new index)."""
-        fixed = set(changes) - {"fusion_k", "embed_queries"}
+        own = self.stage_params()
+        fixed = {name for name in set(changes) - {"fusion_k", "embed_queries"}  # the values it has: a no-op
+                 if name not in own or not (changes[name] is own[name] or _equal_value(changes[name], own[name]))}
         if fixed:
             raise KolmValueError(f"DenseRetriever: {sorted(fixed)} change the document vectors; build a new index "
                                  "(only fusion_k and embed_queries can be set)")
