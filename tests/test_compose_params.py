@@ -144,3 +144,8 @@ def test_grid_search_scores_a_point_zero_on_the_queries_it_does_not_answer(ds) -
     assert found.cross_validation.scores.mean().to_dict() == pytest.approx(found.table.set_index("point")["ndcg@10"]
                                                                            .to_dict(), abs=1e-12)
 
+
+def test_grid_search_refuses_an_empty_grid(ds) -> None:  # type: ignore[no-untyped-def]
+    corpus, queries, qrels = ds
+    with pytest.raises(KolmValueError, match="grid is empty"):
+        grid_search(BM25Retriever(corpus.iloc[:100]), {}, queries, qrels)

@@ -94,6 +94,8 @@ def grid_search(stage: Stage, grid: Mapping[str, Sequence[Any]], queries: Any, q
         raise KolmValueError(f"grid_search scores one metric, got {metric!r}")
     limit = positive_int("limit", limit)
     points = grid_points(grid)
+    if not grid:
+        raise KolmValueError("grid_search: the grid is empty; name at least one parameter and its values")
     current = stage.get_params(deep=True)
     unknown = [name for name in grid if name not in current]
     if unknown:
