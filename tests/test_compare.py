@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -155,3 +156,36 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["eval"])
     assert info.value.code == 2
+
+
+@pytest.mark.parametrize("damage", ["truncated", "foreign", "bit-flipped", "empty"])
+def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_dir: Path, tmp_path: Path,
+                                                                    damage: str) -> None:
+    """A client's cached run (``<dataset>__<pipeline>__k<limit>.parquet``) that does not read back
+    whole (cut short, another parquet file, flipped bits, no bytes) is warned about naming it,
+    searched again (oracle: an experiment without a cache) and replaced; it is written all or
+    nothing."""
+    ds = load_beir(cranfield_dir)
+    pipes = {"bm25": presets.bm25(ds.corpus)}
+    oracle = Experiment(pipes, ds, ["ndcg@10", "map"], progress=False).run()
+    Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+    (path,) = tmp_path.glob("*.parquet")
+    data = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "foreign":
+        pd.DataFrame({"x": [1, 2]}).to_parquet(path)
+    elif damage == "bit-flipped":
+        flipped = bytearray(data)
+        flipped[len(data) // 3] ^= 0x08  # inside the column pages
+        path.write_bytes(bytes(flipped))
+    else:
+        path.write_bytes(b"")
+    with pytest.warns(RuntimeWarning, match=f"run cache file .*{path.name}.* is damaged"):
+        table = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+    pd.testing.assert_frame_equal(table, oracle)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+    pd.testing.assert_frame_equal(again, oracle)
+    assert path.is_file() and not list(tmp_path.glob(".*"))  # replaced, no temporary file left

@@ -5,12 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import warnings
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from kolm_search.compose.cache import StageCache, cache_root
 from kolm_search.compose.queries import (
@@ -23,7 +26,7 @@ from kolm_search.compose.queries import (
 from kolm_search.compose.run_cache import RunCache
 from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
-from kolm_search.engine.runs import as_qrels
+from kolm_search.engine.runs import as_qrels, as_run
 from kolm_search.errors import KolmError, KolmValueError
 from kolm_search.evaluation.compare import compare, per_query_table
 from kolm_search.evaluation.experiment_runs import Runs
@@ -33,8 +36,37 @@ from kolm_search.evaluation.runner import run_queries
 from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
 from kolm_search.evaluation.stats import Correction, Interval, Test
 from kolm_search.evaluation.table_cache import TableCache, qrels_digest, settings_digest
+from kolm_search.io._atomic import replacing
 
 __all__ = ["Experiment", "Runs"]
+
+
+_CLIENT_RUN_COLUMNS = ["qid", "doc_id", "rank", "score"]
+
+
+def _read_client_run(path: Path) -> pd.DataFrame | None:
+    """A client's cached run, or None when there is no file or it is damaged: it does not parse,
+    a page's checksum does not match (:func:`_write_client_run` records them), or it is not a
+    run ``qid, doc_id, rank, score`` without nulls. A damaged file is warned about (a
+    ``RuntimeWarning`` naming it), never used; the run is searched again and the file replaced."""
+    if not path.exists():
+        return None
+    try:
+        run = pq.read_table(path, page_checksum_verification=True).to_pandas()
+        if list(run.columns) != _CLIENT_RUN_COLUMNS or bool(run.isna().to_numpy().any()):
+            raise KolmValueError(f"columns {list(run.columns)} with nulls or not {_CLIENT_RUN_COLUMNS}")
+        as_run(run)
+    except Exception as exc:  # any failure to read or check means: do not use it
+        warnings.warn(f"run cache file {path} is damaged ({type(exc).__name__}: {exc}); searching again",
+                      RuntimeWarning, stacklevel=3)
+        return None
+    return run
+
+
+def _write_client_run(path: Path, run: pd.DataFrame) -> None:
+    """``run`` stored in ``path`` with a checksum of every page, all or nothing."""
+    with replacing(path) as tmp:
+        pq.write_table(pa.Table.from_pandas(run, preserve_index=False), tmp, write_page_checksum=True)
 
 
 class Experiment:
@@ -65,10 +97,12 @@ class Experiment:
     baseline, test, correction, ci, seed
         As in :func:`kolm_search.evaluation.compare` (several baselines, Tukey's HSD, FDR control).
     cache_dir : path, optional
-        A client's runs are cached there as parquet (``<dataset>__<pipeline>.parquet``) and
-        reused; a stage's outputs go to ``cache_dir/stages`` and a stage pipeline's finished
-        runs to ``cache_dir/runs``, keyed by fingerprints (``run_cache`` reads them). An empty
-        string is refused (``"."`` is the current folder).
+        A client's runs are cached there as parquet (``<dataset>__<pipeline>.parquet``, each
+        page checksummed, written all or nothing) and reused (keyed by those names alone: a
+        changed client needs another name); a damaged file is searched again with a warning; a
+        stage's outputs go to ``cache_dir/stages`` and a stage pipeline's finished runs to
+        ``cache_dir/runs``, keyed by fingerprints (``run_cache`` reads them). An empty string is
+        refused (``"."`` is the current folder).
     progress : bool
         Progress bars while searching.
     drop_self_hits : bool, optional
@@ -145,8 +179,9 @@ class Experiment:
                         else run.frame()
                 continue
             path = self._cache_path(name)
-            if path is not None and path.exists():
-                self.runs[name] = pd.read_parquet(path)
+            found = None if path is None else _read_client_run(path)
+            if found is not None:
+                self.runs[name] = found
                 continue
             extra = {} if self.score_cache is None else {"score_cache": self.score_cache}
             if self.drop_self_hits:
@@ -155,8 +190,7 @@ class Experiment:
             else:
                 run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name, **extra)
             if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                run.to_parquet(path, index=False)
+                _write_client_run(path, run)
             self.runs[name] = run
         return self.runs
 
