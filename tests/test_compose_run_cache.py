@@ -300,3 +300,27 @@ def test_a_cache_folder_is_made_or_refused_with_its_path(tmp_path: Path) -> None
         RunCache(tmp_path / "f" / "sub")
     made = RunCache(tmp_path / "new" / "deep")
     assert made.path.is_dir() and RunCache(made.path).path == made.path  # there already: taken as it is
+
+
+def test_a_folder_where_a_cache_file_goes_is_warned_about_and_the_experiment_still_runs(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A folder standing where a stage output, a run or a measure table goes (no rename can
+    replace it) is warned about naming it, and the entry is not stored: the experiment returns
+    what it computed (oracle: an experiment without a cache), never a KolmValueError after all
+    its work; every other entry is stored and read back by the next experiment."""
+    from kolm_search.evaluation.table_cache import same_table
+
+    pipes = _pipes(ds.corpus, weights=(0.1, 0.2))
+    oracle = Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20).run()
+    Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20, cache_dir=tmp_path / "first").run()
+    files = sorted(p.relative_to(tmp_path / "first") for p in (tmp_path / "first").glob("*/*"))
+    assert {f.parts[0] for f in files} == {"stages", "runs", "tables"}
+    for f in files:
+        (tmp_path / "second" / f).mkdir(parents=True)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        table = Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20, cache_dir=tmp_path / "second").run()
+    assert same_table(table, oracle)
+    messages = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+    for f in files:
+        assert any(f.name in m and "is a folder" in m for m in messages), f
+    assert all((tmp_path / "second" / f).is_dir() for f in files)  # left as they are

@@ -109,11 +109,14 @@ class CacheFolder:
             self.reads += 1
         return value
 
-    def writable(self, path: Path) -> Path:
-        """``path`` (a :meth:`file_for`), refused (``KolmValueError`` naming it) when a folder
-        stands where its file goes: no rename can replace it."""
+    def writable(self, path: Path) -> Path | None:
+        """``path`` (a :meth:`file_for`), or None when a folder stands where its file goes (no
+        rename can replace it): the entry is then not stored, with a ``RuntimeWarning`` naming
+        the folder (what was computed is still used; the folder is left as it is)."""
         if path.is_dir():
-            raise KolmValueError(f"cache file {str(path)!r} is a folder; remove it to let the cache store this entry")
+            warnings.warn(f"cache file {path} is a folder; the entry is not stored (remove the folder to let the "
+                          "cache store it)", RuntimeWarning, stacklevel=4)
+            return None
         return path
 
 
@@ -186,6 +189,8 @@ class StageCache(CacheFolder):
     def _write(self, stage_fp: str, input_fp: str, table: pa.Table, meta: dict[str, object]) -> None:
         table = table.replace_schema_metadata({_KEY: json.dumps(meta).encode()})
         path = self.writable(self.file_for(stage_fp, input_fp))
+        if path is None:
+            return
         with replacing(path) as tmp:
             pq.write_table(table, tmp)
         self.writes += 1

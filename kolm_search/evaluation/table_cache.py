@@ -341,6 +341,8 @@ class TableCache(CacheFolder):
         if not same_table(table, back):
             return False
         path = self.writable(self.file_for(runs_fp, settings_fp))
+        if path is None:
+            return False
         with replacing(path) as tmp:
             tmp.write_bytes(memoryview(data))
         self.writes += 1
