@@ -158,7 +158,7 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 2
 
 
-@pytest.mark.parametrize("damage", ["truncated", "foreign", "bit-flipped", "empty"])
+@pytest.mark.parametrize("damage", ["truncated", "foreign", "bit-flipped", "empty", "symlink loop"])
 def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_dir: Path, tmp_path: Path,
                                                                     damage: str) -> None:
     """A client's cached run (``<dataset>__<pipeline>__k<limit>.parquet``) that does not read back
@@ -179,8 +179,11 @@ def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_di
         flipped = bytearray(data)
         flipped[len(data) // 3] ^= 0x08  # inside the column pages
         path.write_bytes(bytes(flipped))
-    else:
+    elif damage == "empty":
         path.write_bytes(b"")
+    else:
+        path.unlink()
+        path.symlink_to(path)
     with pytest.warns(RuntimeWarning, match=f"run cache file .*{path.name}.* is damaged"):
         table = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
     pd.testing.assert_frame_equal(table, oracle)

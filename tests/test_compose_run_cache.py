@@ -288,6 +288,10 @@ def test_every_cache_warns_of_a_damaged_file_at_its_callers_line(tmp_path: Path)
         assert (cache.damaged, cache.reads) == (1, 0)
         cache.file_for("a", "b").unlink()
         assert ask(cache) is None and cache.damaged == 1
+        cache.file_for("a", "b").symlink_to(cache.file_for("a", "b"))  # a link in a loop: damaged, not missing
+        with pytest.warns(RuntimeWarning, match="cache file .* is damaged"):
+            assert ask(cache) is None
+        assert cache.damaged == 2
 
 
 def test_a_cache_folder_is_made_or_refused_with_its_path(tmp_path: Path) -> None:

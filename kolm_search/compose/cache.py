@@ -95,8 +95,9 @@ class CacheFolder:
         """``read()``, the entry in ``path``; None when there is no file, when ``read`` returns
         None (an entry it does not take, not damaged), or when it raises: then the entry is
         damaged, counted and warned (a ``RuntimeWarning`` naming the ``what`` cache's file and
-        what is done instead, ``redo``), never used. Entries read are counted in :attr:`reads`."""
-        if not path.exists():
+        what is done instead, ``redo``), never used (a symbolic link that leads nowhere, or round
+        in a loop, is damaged too). Entries read are counted in :attr:`reads`."""
+        if not path.exists() and not path.is_symlink():
             return None
         try:
             value = read()

@@ -49,7 +49,7 @@ def _read_client_run(path: Path) -> pd.DataFrame | None:
     a page's checksum does not match (:func:`_write_client_run` records them), or it is not a
     run ``qid, doc_id, rank, score`` without nulls. A damaged file is warned about (a
     ``RuntimeWarning`` naming it), never used; the run is searched again and the file replaced."""
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # (a link leading nowhere, or in a loop, is damaged)
         return None
     try:
         run = pq.read_table(path, page_checksum_verification=True).to_pandas()
