@@ -152,6 +152,9 @@ class Experiment:
         self._prepared: tuple[Any, PreparedQueries] | None = None
         self._qids: tuple[Any, PreparedQueries] | None = None
         self._digest: tuple[Any, str | None] | None = None
+        #: the runs part of the table key (:meth:`_runs_key`) the runs held were made under (None:
+        #: unknown, or runs made under several): a table measured from them is stored only under it
+        self._runs_for: str | None = None
         self.shared = RunState(cache=None if self.cache_dir is None else StageCache(self.cache_dir / "stages"))
         self.run_cache = None if self.cache_dir is None else RunCache(self.cache_dir / "runs")
         self.table_cache = None if self.cache_dir is None else TableCache(self.cache_dir / "tables")
@@ -167,6 +170,9 @@ class Experiment:
         """Search every pipeline over the judged queries (cached runs are reused). Returns
         :attr:`runs` (a :class:`Runs`: a stage pipeline's DataFrame is made when first asked for)."""
         queries = self.dataset.judged_queries()
+        made_for = self._runs_key()
+        held = any(name in self.runs for name in self.pipelines)
+        self._runs_for = made_for if not held or self._runs_for == made_for else None
         for name, client in self.pipelines.items():
             if name in self.runs:
                 continue
@@ -256,28 +262,44 @@ class Experiment:
         if key is not None and self.table_cache is not None:
             found = self.table_cache.get(*key, [str(n) for n in self.pipelines], self._metric_keys())
             if found is not None:
+                if not any(name in self.runs for name in self.pipelines):
+                    self._runs_for = key[0]
                 self._pend_runs()
                 return found
         self.run_pipelines()
         table = compare(self.runs, self.dataset.qrels, self.metrics, baseline=self.baseline, test=self.test,
                         correction=self.correction, ci=self.ci, seed=self.seed, drop_self_hits=self.drop_self_hits)
-        if key is not None and self.table_cache is not None:
-            self.table_cache.put(*key, table)
+        if key is not None and self.table_cache is not None and self._runs_for == key[0]:
+            self.table_cache.put(*key, table)  # (not a table of runs made before the queries or a pipeline changed)
         return table
 
     def _metric_keys(self) -> list[str]:
         return [metric_key(m) for m in metric_list(self.metrics)]
 
     def _table_key(self) -> tuple[str, str] | None:
-        """(a digest of every pipeline's name and fingerprint and of the dataset's queries, a
-        digest of the qrels and of every measuring setting) of the measure table in the table
-        cache, or None: no cache, a pipeline that is not a stage or has no fingerprint, a run a
+        """(:meth:`_runs_key`: a digest of every pipeline's name and fingerprint and of the
+        dataset's queries and qrels; a digest of every measuring setting) of the measure table in
+        the table cache, or None: no cache, a pipeline that is not a stage or has no fingerprint, a run a
         caller set in :attr:`runs`, queries, qrels or settings that cannot be digested. (The
         judged queries, whose digest keys the runs, follow from the queries and the qrels: they
         are not made here.)"""
-        if self.table_cache is None or not isinstance(self.runs, Runs):
+        runs = self._runs_key()
+        if runs is None or not all(isinstance(m, str) for m in self.metrics) or not isinstance(self.seed, int):
             return None
-        if not all(isinstance(m, str) for m in self.metrics) or not isinstance(self.seed, int) \
+        baseline = self.baseline if self.baseline is None or isinstance(self.baseline, str) else list(self.baseline)
+        settings = settings_digest({"metrics": self.metrics, "baseline": baseline, "test": self.test,
+                                    "correction": self.correction, "ci": self.ci, "seed": self.seed,
+                                    "alpha": 0.05, "n_resamples": 10_000, "relevance_level": 1,
+                                    "limit": self.limit, "drop_self_hits": self.drop_self_hits})
+        if settings is None:
+            return None
+        return runs, settings
+
+    def _runs_key(self) -> str | None:
+        """The runs part of :meth:`_table_key`: a digest of every pipeline's name and fingerprint,
+        of the dataset's queries (with the limit and the dropping of self-hits) and of its qrels
+        (which choose the judged queries the runs are made for, and judge them), or None."""
+        if self.table_cache is None or not isinstance(self.runs, Runs) \
                 or not all(isinstance(n, str) for n in self.pipelines):
             return None
         queries = queries_digest(getattr(self.dataset, "queries", None), limit=self.limit,
@@ -296,14 +318,8 @@ class Experiment:
         qrels = qrels_digest(self.dataset.qrels)
         if qrels is None:
             return None
-        baseline = self.baseline if self.baseline is None or isinstance(self.baseline, str) else list(self.baseline)
-        settings = settings_digest({"qrels": qrels, "metrics": self.metrics, "baseline": baseline, "test": self.test,
-                                    "correction": self.correction, "ci": self.ci, "seed": self.seed,
-                                    "alpha": 0.05, "n_resamples": 10_000, "relevance_level": 1,
-                                    "limit": self.limit, "drop_self_hits": self.drop_self_hits})
-        if settings is None:
-            return None
-        return hashlib.sha256(json.dumps(parts).encode("utf-8", "surrogatepass")).hexdigest()[:40], settings
+        parts.append(qrels)
+        return hashlib.sha256(json.dumps(parts).encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
     def _pend_runs(self) -> None:
         """Every stage pipeline's run, not read yet, made readable on first use."""
