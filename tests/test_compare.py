@@ -192,3 +192,24 @@ def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_di
         again = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
     pd.testing.assert_frame_equal(again, oracle)
     assert path.is_file() and not list(tmp_path.glob(".*"))  # replaced, no temporary file left
+
+
+@pytest.mark.parametrize("edit", ["queries", "qrels"])
+def test_a_client_run_is_searched_again_when_the_judged_queries_change(cranfield_dir: Path, tmp_path: Path,
+                                                                       edit: str) -> None:
+    """A client's cached run is keyed by the judged queries it was searched for too (not the
+    dataset's and pipeline's names alone): queries edited in place, or a query judged anew, give
+    a new run, not the stale one (oracle: an experiment without a cache)."""
+    ds = load_beir(cranfield_dir)
+    first = ds.qrels["qid"].iloc[0]
+    moved = ds.qrels[ds.qrels["qid"] == first]
+    ds.qrels = ds.qrels[ds.qrels["qid"] != first].reset_index(drop=True)
+    pipes = {"bm25": presets.bm25(ds.corpus)}
+    Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+    if edit == "queries":
+        ds.queries.loc[ds.queries.index[:50], "query"] = "boundary layer heat transfer"
+    else:
+        for row in moved.itertuples(index=False):
+            ds.qrels.loc[len(ds.qrels)] = list(row)
+    table = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+    pd.testing.assert_frame_equal(table, Experiment(pipes, ds, ["ndcg@10", "map"], progress=False).run())

@@ -97,12 +97,12 @@ class Experiment:
     baseline, test, correction, ci, seed
         As in :func:`kolm_search.evaluation.compare` (several baselines, Tukey's HSD, FDR control).
     cache_dir : path, optional
-        A client's runs are cached there as parquet (``<dataset>__<pipeline>.parquet``, each
-        page checksummed, written all or nothing) and reused (keyed by those names alone: a
-        changed client needs another name); a damaged file is searched again with a warning; a
-        stage's outputs go to ``cache_dir/stages`` and a stage pipeline's finished runs to
-        ``cache_dir/runs``, keyed by fingerprints (``run_cache`` reads them). An empty string is
-        refused (``"."`` is the current folder).
+        A client's runs are cached there as parquet (``<dataset>__<pipeline>__k<limit>__q<digest
+        of the judged queries>.parquet``, each page checksummed, written all or nothing) and
+        reused (a client has no fingerprint: a changed client needs another name); a damaged
+        file is searched again with a warning; a stage's outputs go to ``cache_dir/stages`` and
+        a stage pipeline's finished runs to ``cache_dir/runs``, keyed by fingerprints
+        (``run_cache`` reads them). An empty string is refused (``"."`` is the current folder).
     progress : bool
         Progress bars while searching.
     drop_self_hits : bool, optional
@@ -159,12 +159,16 @@ class Experiment:
         self.run_cache = None if self.cache_dir is None else RunCache(self.cache_dir / "runs")
         self.table_cache = None if self.cache_dir is None else TableCache(self.cache_dir / "tables")
 
-    def _cache_path(self, name: str) -> Path | None:
-        if self.cache_dir is None:
+    def _cache_path(self, name: str, queries: pd.DataFrame) -> Path | None:
+        """The file of a client's run over ``queries`` (the judged ones), named by the dataset, the
+        pipeline, the limit and a digest of those queries; None without a cache or when the
+        queries cannot be digested (then it is not cached)."""
+        digest = None if self.cache_dir is None else queries_digest(queries)
+        if self.cache_dir is None or digest is None:
             return None
         tail = "__noself" if self.drop_self_hits else ""
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{getattr(self.dataset, 'name', 'dataset')}__{name}__k{self.limit}{tail}")
-        return self.cache_dir / f"{safe}.parquet"
+        return self.cache_dir / f"{safe}__q{digest[:16]}.parquet"
 
     def run_pipelines(self) -> MutableMapping[str, pd.DataFrame]:
         """Search every pipeline over the judged queries (cached runs are reused). Returns
@@ -184,7 +188,7 @@ class Experiment:
                     self.runs[name] = drop_self_hits(run.frame(), self.limit)[0] if self.drop_self_hits \
                         else run.frame()
                 continue
-            path = self._cache_path(name)
+            path = self._cache_path(name, queries)
             found = None if path is None else _read_client_run(path)
             if found is not None:
                 self.runs[name] = found
