@@ -149,3 +149,14 @@ def test_grid_search_refuses_an_empty_grid(ds) -> None:  # type: ignore[no-untyp
     corpus, queries, qrels = ds
     with pytest.raises(KolmValueError, match="grid is empty"):
         grid_search(BM25Retriever(corpus.iloc[:100]), {}, queries, qrels)
+
+
+@pytest.mark.parametrize("folds", [0, 1, -1, 2.5, True, "3", 31])
+def test_grid_search_refuses_bad_folds_before_running_any_point(ds, folds: Any) -> None:  # type: ignore[no-untyped-def]
+    """Bad ``folds`` (not an integer >= 2, or more than the 30 queries) is a KolmValueError
+    raised before any point runs, not after the whole grid was searched."""
+    corpus, queries, qrels = ds
+    calls: list[int] = []
+    with pytest.raises(KolmValueError, match="folds"):
+        grid_search(_counted(calls)(corpus.iloc[:100]), {"k1": [0.6, 1.2]}, queries, qrels, folds=folds)
+    assert not calls

@@ -17,7 +17,7 @@ from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.evaluation.compare import per_query_table
-from kolm_search.evaluation.crossval import CrossValidation, cross_validate, grid_points
+from kolm_search.evaluation.crossval import CrossValidation, check_folds, cross_validate, grid_points
 from kolm_search.evaluation.measures import metric_key, metric_list
 
 __all__ = ["GridSearch", "grid_search"]
@@ -100,6 +100,8 @@ def grid_search(stage: Stage, grid: Mapping[str, Sequence[Any]], queries: Any, q
     unknown = [name for name in grid if name not in current]
     if unknown:
         raise KolmValueError(f"grid names {unknown}, which {stage!r} does not have; it has {sorted(current)}")
+    if folds is not None:  # before any point runs (the queries scored are checked again at the end)
+        check_folds(folds, queries["qid"].nunique() if isinstance(queries, pd.DataFrame) and "qid" in queries else None)
     original = {name: current[name] for name in grid}
     root = cache_root(cache_dir)
     state = RunState(cache=None if root is None else StageCache(root))
