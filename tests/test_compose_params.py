@@ -160,3 +160,12 @@ def test_grid_search_refuses_bad_folds_before_running_any_point(ds, folds: Any) 
     with pytest.raises(KolmValueError, match="folds"):
         grid_search(_counted(calls)(corpus.iloc[:100]), {"k1": [0.6, 1.2]}, queries, qrels, folds=folds)
     assert not calls
+
+
+@pytest.mark.parametrize("metric", ["nosuch", "", "ndcg@xx", "ndcg@0"])
+def test_grid_search_refuses_a_bad_metric_before_running_any_point(ds, metric: str) -> None:  # type: ignore[no-untyped-def]
+    corpus, queries, qrels = ds
+    calls: list[int] = []
+    with pytest.raises(KolmValueError, match="metric"):
+        grid_search(_counted(calls)(corpus.iloc[:100]), {"k1": [0.6, 1.2]}, queries, qrels, metric)
+    assert not calls

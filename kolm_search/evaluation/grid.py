@@ -18,6 +18,7 @@ from kolm_search.compose.stage import Stage
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.evaluation.compare import per_query_table
 from kolm_search.evaluation.crossval import CrossValidation, check_folds, cross_validate, grid_points
+from kolm_search.evaluation.measure_pass import settings
 from kolm_search.evaluation.measures import metric_key, metric_list
 
 __all__ = ["GridSearch", "grid_search"]
@@ -92,6 +93,7 @@ def grid_search(stage: Stage, grid: Mapping[str, Sequence[Any]], queries: Any, q
         raise KolmTypeError(f"grid_search takes a retrieving Stage, got {type(stage).__name__}")
     if len(metric_list(metric)) != 1:
         raise KolmValueError(f"grid_search scores one metric, got {metric!r}")
+    settings(metric, relevance_level, "ignore")  # the metric parsed before any point runs
     limit = positive_int("limit", limit)
     points = grid_points(grid)
     if not grid:
