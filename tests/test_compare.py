@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -213,3 +214,24 @@ def test_a_client_run_is_searched_again_when_the_judged_queries_change(cranfield
             ds.qrels.loc[len(ds.qrels)] = list(row)
     table = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
     pd.testing.assert_frame_equal(table, Experiment(pipes, ds, ["ndcg@10", "map"], progress=False).run())
+
+
+@pytest.mark.parametrize("bad", [{"metrics": ["nosuch"]}, {"metrics": ["ndcg@0"]}, {"baseline": "zz"}, {"test": "nope"},
+                                 {"correction": "nope"}, {"ci": "nope"}, {"seed": "x"}, {"seed": -1},
+                                 {"test": "tukey", "correction": "holm"}])
+def test_an_experiment_refuses_bad_settings_before_searching(cranfield_dir: Path, bad: dict[str, Any]) -> None:
+    """A metric, baseline, test, correction, interval or seed that ``compare`` would refuse is a
+    KolmValueError when the experiment is made, not after every pipeline has searched (a seed
+    that is no integer was a raw TypeError)."""
+    ds = load_beir(cranfield_dir)
+    calls: list[int] = []
+
+    class Counting:
+        def search_batch(self, queries, **kw):  # type: ignore[no-untyped-def]
+            calls.append(len(queries))
+            raise AssertionError("searched")
+
+    kw = {"metrics": ["ndcg@10"], **bad}
+    with pytest.raises(KolmValueError):
+        Experiment({"a": Counting(), "b": Counting()}, ds, progress=False, **kw).run()
+    assert not calls

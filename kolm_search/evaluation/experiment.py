@@ -28,7 +28,7 @@ from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
 from kolm_search.engine.runs import as_qrels, as_run
 from kolm_search.errors import KolmError, KolmValueError
-from kolm_search.evaluation.compare import compare, per_query_table
+from kolm_search.evaluation.compare import check_settings, compare, per_query_table
 from kolm_search.evaluation.experiment_runs import Runs
 from kolm_search.evaluation.measures import metric_key, metric_list
 from kolm_search.evaluation.report import ComparisonTable
@@ -144,6 +144,7 @@ class Experiment:
         self.correction: Correction | None = correction
         self.ci: Interval = ci
         self.seed = seed
+        check_settings(list(self.pipelines), self.metrics, baseline, test, correction, ci=ci, seed=seed)  # before searching
         self.cache_dir = cache_root(cache_dir)
         self.progress = progress
         self.drop_self_hits = wants_self_hits_dropped(as_qrels(dataset), drop_self_hits)
