@@ -328,3 +328,63 @@ def test_a_folder_where_a_cache_file_goes_is_warned_about_and_the_experiment_sti
     for f in files:
         assert any(f.name in m and "is a folder" in m for m in messages), f
     assert all((tmp_path / "second" / f).is_dir() for f in files)  # left as they are
+
+
+def _experiment_into(pipes: dict[str, Any], ds: Any, cache: Path) -> None:
+    Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20, cache_dir=cache).run()
+
+
+def _killed_while_writing(pipes: dict[str, Any], ds: Any, cache: Path, marker: Path) -> None:
+    """Writes the first stage output cut in half into its temporary file, then waits to be killed."""
+    import time
+
+    import pyarrow.parquet as pq
+
+    real = pq.write_table
+
+    def half(table: Any, where: Any, **kw: Any) -> None:
+        real(table, where, **kw)
+        data = Path(where).read_bytes()
+        Path(where).write_bytes(data[: len(data) // 2])
+        marker.touch()
+        time.sleep(120)
+
+    pq.write_table = half
+    _experiment_into(pipes, ds, cache)
+
+
+def test_concurrent_writers_and_a_writer_killed_mid_write_leave_the_cache_right(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two processes filling one cache_dir at once, and a process SIGKILLed while it writes a
+    stage output: a later experiment over the folder warns of nothing, reads the entries whole
+    (oracle: an experiment without a cache) and never a part of a file (writes are renames)."""
+    import multiprocessing
+    import os
+    import signal
+    import time
+
+    from kolm_search.evaluation.table_cache import same_table
+
+    pipes = _pipes(ds.corpus, weights=(0.1, 0.2))
+    oracle = Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20).run()
+    fork = multiprocessing.get_context("fork")
+    workers = [fork.Process(target=_experiment_into, args=(pipes, ds, tmp_path / "both")) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+        assert w.exitcode == 0
+    marker = tmp_path / "writing"
+    killed = fork.Process(target=_killed_while_writing, args=(pipes, ds, tmp_path / "killed", marker))
+    killed.start()
+    deadline = time.monotonic() + 120
+    while not marker.exists() and killed.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert marker.exists()
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.join(30)
+    for folder in ("both", "killed"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            exp = Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20, cache_dir=tmp_path / folder)
+            assert same_table(exp.run(), oracle)
+        assert exp.table_cache is not None and exp.table_cache.reads == (folder == "both")
