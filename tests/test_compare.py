@@ -235,3 +235,17 @@ def test_an_experiment_refuses_bad_settings_before_searching(cranfield_dir: Path
     with pytest.raises(KolmValueError):
         Experiment({"a": Counting(), "b": Counting()}, ds, progress=False, **kw).run()
     assert not calls
+
+
+def test_client_names_alike_once_made_file_names_keep_their_own_runs(cranfield_dir: Path, tmp_path: Path) -> None:
+    """Two clients whose names differ only in characters a file name cannot hold ("bm25 title"
+    and "bm25_title") are cached in two files, each read back as its own run (was: one file,
+    the second pipeline reading the first's run; oracle: an experiment without a cache)."""
+    ds = load_beir(cranfield_dir)
+    pipes = {"bm25 title": presets.bm25(ds.corpus, fields=("title",)), "bm25_title": presets.bm25(ds.corpus)}
+    oracle = Experiment(pipes, ds, ["ndcg@10"], progress=False).run()
+    first = Experiment(pipes, ds, ["ndcg@10"], cache_dir=tmp_path, progress=False).run()
+    again = Experiment(pipes, ds, ["ndcg@10"], cache_dir=tmp_path, progress=False).run()
+    pd.testing.assert_frame_equal(first, oracle)
+    pd.testing.assert_frame_equal(again, oracle)
+    assert len(list(tmp_path.glob("*.parquet"))) == 2

@@ -98,7 +98,8 @@ class Experiment:
         As in :func:`kolm_search.evaluation.compare` (several baselines, Tukey's HSD, FDR control).
     cache_dir : path, optional
         A client's runs are cached there as parquet (``<dataset>__<pipeline>__k<limit>__q<digest
-        of the judged queries>.parquet``, each page checksummed, written all or nothing) and
+        of the judged queries>.parquet``, a name with characters a file name cannot hold
+        replaced and its digest added, each page checksummed, written all or nothing) and
         reused (a client has no fingerprint: a changed client needs another name); a damaged
         file is searched again with a warning; a stage's outputs go to ``cache_dir/stages`` and
         a stage pipeline's finished runs to ``cache_dir/runs``, keyed by fingerprints
@@ -168,7 +169,10 @@ class Experiment:
         if self.cache_dir is None or digest is None:
             return None
         tail = "__noself" if self.drop_self_hits else ""
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{getattr(self.dataset, 'name', 'dataset')}__{name}__k{self.limit}{tail}")
+        text = f"{getattr(self.dataset, 'name', 'dataset')}__{name}__k{self.limit}{tail}"
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+        if safe != text:  # names that differ only in what a file name cannot hold get files of their own
+            safe += "__" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
         return self.cache_dir / f"{safe}__q{digest[:16]}.parquet"
 
     def run_pipelines(self) -> MutableMapping[str, pd.DataFrame]:
