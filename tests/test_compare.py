@@ -159,18 +159,18 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 2
 
 
-@pytest.mark.parametrize("damage", ["truncated", "foreign", "bit-flipped", "empty", "symlink loop"])
+@pytest.mark.parametrize("damage", ["truncated", "foreign", "bit-flipped", "empty", "symlink loop", "another's"])
 def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_dir: Path, tmp_path: Path,
                                                                     damage: str) -> None:
-    """A client's cached run (``<dataset>__<pipeline>__k<limit>.parquet``) that does not read back
-    whole (cut short, another parquet file, flipped bits, no bytes) is warned about naming it,
-    searched again (oracle: an experiment without a cache) and replaced; it is written all or
-    nothing."""
+    """A client's cached run (``<dataset>__<pipeline>__k<limit>__q<digest>.parquet``) that does
+    not read back whole (cut short, another parquet file, flipped bits, no bytes, a link in a
+    loop, another pipeline's run file copied over it) is warned about naming it, searched again
+    (oracle: an experiment without a cache) and replaced; it is written all or nothing."""
     ds = load_beir(cranfield_dir)
-    pipes = {"bm25": presets.bm25(ds.corpus)}
+    pipes = {"bm25": presets.bm25(ds.corpus), "title": presets.bm25(ds.corpus, fields=("title",))}
     oracle = Experiment(pipes, ds, ["ndcg@10", "map"], progress=False).run()
     Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
-    (path,) = tmp_path.glob("*.parquet")
+    (path,) = tmp_path.glob("*__bm25__*.parquet")
     data = path.read_bytes()
     if damage == "truncated":
         path.write_bytes(data[: len(data) // 2])
@@ -182,9 +182,12 @@ def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_di
         path.write_bytes(bytes(flipped))
     elif damage == "empty":
         path.write_bytes(b"")
-    else:
+    elif damage == "symlink loop":
         path.unlink()
         path.symlink_to(path)
+    else:
+        (other,) = tmp_path.glob("*__title__*.parquet")
+        path.write_bytes(other.read_bytes())
     with pytest.warns(RuntimeWarning, match=f"run cache file .*{path.name}.* is damaged"):
         table = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
     pd.testing.assert_frame_equal(table, oracle)

@@ -42,17 +42,23 @@ __all__ = ["Experiment", "Runs"]
 
 
 _CLIENT_RUN_COLUMNS = ["qid", "doc_id", "rank", "score"]
+_CLIENT_RUN_KEY = b"kolm_search"
 
 
 def _read_client_run(path: Path) -> pd.DataFrame | None:
     """A client's cached run, or None when there is no file or it is damaged: it does not parse,
-    a page's checksum does not match (:func:`_write_client_run` records them), or it is not a
-    run ``qid, doc_id, rank, score`` without nulls. A damaged file is warned about (a
+    a page's checksum does not match (:func:`_write_client_run` records them), it was written
+    for another file (another pipeline's, copied over it), or it is not a run ``qid, doc_id,
+    rank, score`` without nulls. A damaged file is warned about (a
     ``RuntimeWarning`` naming it), never used; the run is searched again and the file replaced."""
     if not path.exists() and not path.is_symlink():  # (a link leading nowhere, or in a loop, is damaged)
         return None
     try:
-        run = pq.read_table(path, page_checksum_verification=True).to_pandas()
+        table = pq.read_table(path, page_checksum_verification=True)
+        written_as = (table.schema.metadata or {}).get(_CLIENT_RUN_KEY)
+        if written_as != path.name.encode("utf-8", "surrogatepass"):
+            raise KolmValueError(f"it was written as {written_as!r}, not as this file")
+        run = table.to_pandas()
         if list(run.columns) != _CLIENT_RUN_COLUMNS or bool(run.isna().to_numpy().any()):
             raise KolmValueError(f"columns {list(run.columns)} with nulls or not {_CLIENT_RUN_COLUMNS}")
         as_run(run)
@@ -64,9 +70,13 @@ def _read_client_run(path: Path) -> pd.DataFrame | None:
 
 
 def _write_client_run(path: Path, run: pd.DataFrame) -> None:
-    """``run`` stored in ``path`` with a checksum of every page, all or nothing."""
+    """``run`` stored in ``path`` with a checksum of every page and the file's name (its key),
+    all or nothing."""
+    table = pa.Table.from_pandas(run, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           _CLIENT_RUN_KEY: path.name.encode("utf-8", "surrogatepass")})
     with replacing(path) as tmp:
-        pq.write_table(pa.Table.from_pandas(run, preserve_index=False), tmp, write_page_checksum=True)
+        pq.write_table(table, tmp, write_page_checksum=True)
 
 
 class Experiment:
