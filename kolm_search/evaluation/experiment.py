@@ -5,15 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import warnings
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kolm_search.compose.cache import StageCache, cache_root
 from kolm_search.compose.queries import (
@@ -26,8 +23,9 @@ from kolm_search.compose.queries import (
 from kolm_search.compose.run_cache import RunCache
 from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
-from kolm_search.engine.runs import as_qrels, as_run
+from kolm_search.engine.runs import as_qrels
 from kolm_search.errors import KolmError, KolmValueError
+from kolm_search.evaluation.client_run_cache import read_client_run, write_client_run
 from kolm_search.evaluation.compare import check_settings, compare, per_query_table
 from kolm_search.evaluation.experiment_runs import Runs
 from kolm_search.evaluation.measures import metric_key, metric_list
@@ -36,47 +34,8 @@ from kolm_search.evaluation.runner import run_queries
 from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
 from kolm_search.evaluation.stats import Correction, Interval, Test
 from kolm_search.evaluation.table_cache import TableCache, qrels_digest, settings_digest
-from kolm_search.io._atomic import replacing
 
 __all__ = ["Experiment", "Runs"]
-
-
-_CLIENT_RUN_COLUMNS = ["qid", "doc_id", "rank", "score"]
-_CLIENT_RUN_KEY = b"kolm_search"
-
-
-def _read_client_run(path: Path) -> pd.DataFrame | None:
-    """A client's cached run, or None when there is no file or it is damaged: it does not parse,
-    a page's checksum does not match (:func:`_write_client_run` records them), it was written
-    for another file (another pipeline's, copied over it), or it is not a run ``qid, doc_id,
-    rank, score`` without nulls. A damaged file is warned about (a
-    ``RuntimeWarning`` naming it), never used; the run is searched again and the file replaced."""
-    if not path.exists() and not path.is_symlink():  # (a link leading nowhere, or in a loop, is damaged)
-        return None
-    try:
-        table = pq.read_table(path, page_checksum_verification=True)
-        written_as = (table.schema.metadata or {}).get(_CLIENT_RUN_KEY)
-        if written_as != path.name.encode("utf-8", "surrogatepass"):
-            raise KolmValueError(f"it was written as {written_as!r}, not as this file")
-        run = table.to_pandas()
-        if list(run.columns) != _CLIENT_RUN_COLUMNS or bool(run.isna().to_numpy().any()):
-            raise KolmValueError(f"columns {list(run.columns)} with nulls or not {_CLIENT_RUN_COLUMNS}")
-        as_run(run)
-    except Exception as exc:  # any failure to read or check means: do not use it
-        warnings.warn(f"run cache file {path} is damaged ({type(exc).__name__}: {exc}); searching again",
-                      RuntimeWarning, stacklevel=3)
-        return None
-    return run
-
-
-def _write_client_run(path: Path, run: pd.DataFrame) -> None:
-    """``run`` stored in ``path`` with a checksum of every page and the file's name (its key),
-    all or nothing."""
-    table = pa.Table.from_pandas(run, preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                           _CLIENT_RUN_KEY: path.name.encode("utf-8", "surrogatepass")})
-    with replacing(path) as tmp:
-        pq.write_table(table, tmp, write_page_checksum=True)
 
 
 class Experiment:
@@ -204,7 +163,7 @@ class Experiment:
                         else run.frame()
                 continue
             path = self._cache_path(name, queries)
-            found = None if path is None else _read_client_run(path)
+            found = None if path is None else read_client_run(path)
             if found is not None:
                 self.runs[name] = found
                 continue
@@ -215,7 +174,7 @@ class Experiment:
             else:
                 run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name, **extra)
             if path is not None:
-                _write_client_run(path, run)
+                write_client_run(path, run)
             self.runs[name] = run
         return self.runs
 
