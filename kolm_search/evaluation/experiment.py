@@ -147,10 +147,17 @@ class Experiment:
     def run_pipelines(self) -> MutableMapping[str, pd.DataFrame]:
         """Search every pipeline over the judged queries (cached runs are reused). Returns
         :attr:`runs` (a :class:`Runs`: a stage pipeline's DataFrame is made when first asked for)."""
+        return self._run_pipelines(None)
+
+    def _run_pipelines(self, made_for: str | None) -> MutableMapping[str, pd.DataFrame]:
+        """:meth:`run_pipelines`, the runs made now being made under the runs key ``made_for``
+        (:meth:`_runs_key`, None: not known), which :attr:`_runs_for` records when every run
+        held was made under it."""
         queries = self.dataset.judged_queries()
-        made_for = self._runs_key()
-        held = any(name in self.runs for name in self.pipelines)
-        self._runs_for = made_for if not held or self._runs_for == made_for else None
+        missing = [name for name in self.pipelines if name not in self.runs]
+        if missing:
+            held = len(missing) < len(self.pipelines)
+            self._runs_for = made_for if not held or self._runs_for == made_for else None
         for name, client in self.pipelines.items():
             if name in self.runs:
                 continue
@@ -244,7 +251,7 @@ class Experiment:
                     self._runs_for = key[0]
                 self._pend_runs()
                 return found
-        self.run_pipelines()
+        self._run_pipelines(None if key is None else key[0])
         table = compare(self.runs, self.dataset.qrels, self.metrics, baseline=self.baseline, test=self.test,
                         correction=self.correction, ci=self.ci, seed=self.seed, drop_self_hits=self.drop_self_hits)
         if key is not None and self.table_cache is not None and self._runs_for == key[0]:
