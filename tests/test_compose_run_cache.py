@@ -388,3 +388,16 @@ def test_concurrent_writers_and_a_writer_killed_mid_write_leave_the_cache_right(
             exp = Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20, cache_dir=tmp_path / folder)
             assert same_table(exp.run(), oracle)
         assert exp.table_cache is not None and exp.table_cache.reads == (folder == "both")
+
+
+def test_a_cache_dir_under_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cache_dir="~/..."`` is the folder under the home folder (was: a folder named ``~`` made
+    in the current one)."""
+    from kolm_search.compose.cache import cache_root
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    root = cache_root("~/runs")
+    assert root == tmp_path / "home" / "runs"
+    RunCache(root)
+    assert (tmp_path / "home" / "runs").is_dir() and not (tmp_path / "~").exists()

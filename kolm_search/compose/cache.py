@@ -48,15 +48,15 @@ def _file_name(stage_fp: str, input_fp: str, suffix: str) -> str:
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None) -> Path | None:
-    """A ``cache_dir=`` argument as a folder path (None: no cache). An empty or blank string is
-    refused (``Path("")`` would be the current folder, filled without a word): pass ``"."``
-    for that."""
+    """A ``cache_dir=`` argument as a folder path (None: no cache; ``~`` expanded). An empty or
+    blank string is refused (``Path("")`` would be the current folder, filled without a word):
+    pass ``"."`` for that."""
     if cache_dir is None:
         return None
     if isinstance(cache_dir, str) and not cache_dir.strip():
         raise KolmValueError(f"cache_dir={cache_dir!r} names no folder; pass '.' for the current folder, "
                              "or None for no cache")
-    return Path(cache_dir)
+    return Path(cache_dir).expanduser()
 
 
 class CacheFolder:
