@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -155,3 +157,98 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["eval"])
     assert info.value.code == 2
+
+
+@pytest.mark.parametrize("damage", ["truncated", "foreign", "bit-flipped", "empty", "symlink loop", "another's"])
+def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_dir: Path, tmp_path: Path,
+                                                                    damage: str) -> None:
+    """A client's cached run (``<dataset>__<pipeline>__k<limit>__q<digest>.parquet``) that does
+    not read back whole (cut short, another parquet file, flipped bits, no bytes, a link in a
+    loop, another pipeline's run file copied over it) is warned about naming it, searched again
+    (oracle: an experiment without a cache) and replaced; it is written all or nothing."""
+    ds = load_beir(cranfield_dir)
+    pipes = {"bm25": presets.bm25(ds.corpus), "title": presets.bm25(ds.corpus, fields=("title",))}
+    oracle = Experiment(pipes, ds, ["ndcg@10", "map"], progress=False).run()
+    Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+    (path,) = tmp_path.glob("*__bm25__*.parquet")
+    data = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "foreign":
+        pd.DataFrame({"x": [1, 2]}).to_parquet(path)
+    elif damage == "bit-flipped":
+        flipped = bytearray(data)
+        flipped[len(data) // 3] ^= 0x08  # inside the column pages
+        path.write_bytes(bytes(flipped))
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "symlink loop":
+        path.unlink()
+        path.symlink_to(path)
+    else:
+        (other,) = tmp_path.glob("*__title__*.parquet")
+        path.write_bytes(other.read_bytes())
+    with pytest.warns(RuntimeWarning, match=f"run cache file .*{path.name}.* is damaged"):
+        table = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+    pd.testing.assert_frame_equal(table, oracle)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+    pd.testing.assert_frame_equal(again, oracle)
+    assert path.is_file() and not list(tmp_path.glob(".*"))  # replaced, no temporary file left
+
+
+@pytest.mark.parametrize("edit", ["queries", "qrels"])
+def test_a_client_run_is_searched_again_when_the_judged_queries_change(cranfield_dir: Path, tmp_path: Path,
+                                                                       edit: str) -> None:
+    """A client's cached run is keyed by the judged queries it was searched for too (not the
+    dataset's and pipeline's names alone): queries edited in place, or a query judged anew, give
+    a new run, not the stale one (oracle: an experiment without a cache)."""
+    ds = load_beir(cranfield_dir)
+    first = ds.qrels["qid"].iloc[0]
+    moved = ds.qrels[ds.qrels["qid"] == first]
+    ds.qrels = ds.qrels[ds.qrels["qid"] != first].reset_index(drop=True)
+    pipes = {"bm25": presets.bm25(ds.corpus)}
+    Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+    if edit == "queries":
+        ds.queries.loc[ds.queries.index[:50], "query"] = "boundary layer heat transfer"
+    else:
+        for row in moved.itertuples(index=False):
+            ds.qrels.loc[len(ds.qrels)] = list(row)
+    table = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+    pd.testing.assert_frame_equal(table, Experiment(pipes, ds, ["ndcg@10", "map"], progress=False).run())
+
+
+@pytest.mark.parametrize("bad", [{"metrics": ["nosuch"]}, {"metrics": ["ndcg@0"]}, {"baseline": "zz"}, {"test": "nope"},
+                                 {"correction": "nope"}, {"ci": "nope"}, {"seed": "x"}, {"seed": -1},
+                                 {"test": "tukey", "correction": "holm"}])
+def test_an_experiment_refuses_bad_settings_before_searching(cranfield_dir: Path, bad: dict[str, Any]) -> None:
+    """A metric, baseline, test, correction, interval or seed that ``compare`` would refuse is a
+    KolmValueError when the experiment is made, not after every pipeline has searched (a seed
+    that is no integer was a raw TypeError)."""
+    ds = load_beir(cranfield_dir)
+    calls: list[int] = []
+
+    class Counting:
+        def search_batch(self, queries, **kw):  # type: ignore[no-untyped-def]
+            calls.append(len(queries))
+            raise AssertionError("searched")
+
+    kw = {"metrics": ["ndcg@10"], **bad}
+    with pytest.raises(KolmValueError):
+        Experiment({"a": Counting(), "b": Counting()}, ds, progress=False, **kw).run()
+    assert not calls
+
+
+def test_client_names_alike_once_made_file_names_keep_their_own_runs(cranfield_dir: Path, tmp_path: Path) -> None:
+    """Two clients whose names differ only in characters a file name cannot hold ("bm25 title"
+    and "bm25_title") are cached in two files, each read back as its own run (was: one file,
+    the second pipeline reading the first's run; oracle: an experiment without a cache)."""
+    ds = load_beir(cranfield_dir)
+    pipes = {"bm25 title": presets.bm25(ds.corpus, fields=("title",)), "bm25_title": presets.bm25(ds.corpus)}
+    oracle = Experiment(pipes, ds, ["ndcg@10"], progress=False).run()
+    first = Experiment(pipes, ds, ["ndcg@10"], cache_dir=tmp_path, progress=False).run()
+    again = Experiment(pipes, ds, ["ndcg@10"], cache_dir=tmp_path, progress=False).run()
+    pd.testing.assert_frame_equal(first, oracle)
+    pd.testing.assert_frame_equal(again, oracle)
+    assert len(list(tmp_path.glob("*.parquet"))) == 2

@@ -152,3 +152,61 @@ def test_set_params_of_its_own_values_is_a_no_op(ds) -> None:  # type: ignore[no
         assert pipe.set_params(**params).fingerprint() == fp
     with pytest.raises(KolmValueError, match="change the document vectors"):
         pipe.set_params(left__s1__metric="ip", left__s1__index="flat")
+
+
+def test_grid_search_scores_a_point_zero_on_the_queries_it_does_not_answer(ds) -> None:  # type: ignore[no-untyped-def]
+    """A point that answers fewer queries (an intersection of two small cutoffs) is not scored on
+    those alone (its mean would beat a better point's): like ``compare`` and ``cross_validate``,
+    every point is scored over the judged queries any point answers, a missing one scoring 0.
+    Oracle: pytrec_eval per query of each point's run, 0 where it has none."""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    corpus, queries, qrels = ds
+    pipe = (BM25Retriever(corpus) % 3) & (BM25Retriever(corpus, k1=0.2, b=0.0) % 3)
+    found = grid_search(pipe, {"left__k": [1, 2], "right__k": [1, 3]}, queries, qrels, "ndcg@10", folds=3)
+    judged: dict[str, dict[str, int]] = {}
+    for qid, doc, rel in qrels[["qid", "doc_id", "relevance"]].itertuples(index=False):
+        judged.setdefault(str(qid), {})[str(doc)] = int(rel)
+    per_point: dict[str, dict[str, float]] = {}
+    for name, run in found.runs.items():
+        scored: dict[str, dict[str, float]] = {}
+        for qid, doc, score in run[["qid", "doc_id", "score"]].itertuples(index=False):
+            scored.setdefault(str(qid), {})[str(doc)] = float(score)
+        values = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut"}).evaluate(scored)
+        per_point[name] = {q: v["ndcg_cut_10"] for q, v in values.items()}
+    answered = sorted(set().union(*per_point.values()) & set(judged))
+    assert min(len(p) for p in per_point.values()) < len(answered)  # some point misses queries
+    means = {name: sum(p.get(q, 0.0) for q in answered) / len(answered) for name, p in per_point.items()}
+    for _, row in found.table.iterrows():
+        assert row["ndcg@10"] == pytest.approx(means[row["point"]], abs=1e-12)
+    best = max(means, key=lambda n: (means[n], -int(n[1:])))
+    assert found.best_score == pytest.approx(means[best], abs=1e-12)
+    assert found.best_params == found.table.set_index("point").loc[best, ["left__k", "right__k"]].to_dict()
+    assert found.cross_validation is not None
+    assert found.cross_validation.scores.mean().to_dict() == pytest.approx(found.table.set_index("point")["ndcg@10"]
+                                                                           .to_dict(), abs=1e-12)
+
+
+def test_grid_search_refuses_an_empty_grid(ds) -> None:  # type: ignore[no-untyped-def]
+    corpus, queries, qrels = ds
+    with pytest.raises(KolmValueError, match="grid is empty"):
+        grid_search(BM25Retriever(corpus.iloc[:100]), {}, queries, qrels)
+
+
+@pytest.mark.parametrize("folds", [0, 1, -1, 2.5, True, "3", 31])
+def test_grid_search_refuses_bad_folds_before_running_any_point(ds, folds: Any) -> None:  # type: ignore[no-untyped-def]
+    """Bad ``folds`` (not an integer >= 2, or more than the 30 queries) is a KolmValueError
+    raised before any point runs, not after the whole grid was searched."""
+    corpus, queries, qrels = ds
+    calls: list[int] = []
+    with pytest.raises(KolmValueError, match="folds"):
+        grid_search(_counted(calls)(corpus.iloc[:100]), {"k1": [0.6, 1.2]}, queries, qrels, folds=folds)
+    assert not calls
+
+
+@pytest.mark.parametrize("metric", ["nosuch", "", "ndcg@xx", "ndcg@0"])
+def test_grid_search_refuses_a_bad_metric_before_running_any_point(ds, metric: str) -> None:  # type: ignore[no-untyped-def]
+    corpus, queries, qrels = ds
+    calls: list[int] = []
+    with pytest.raises(KolmValueError, match="metric"):
+        grid_search(_counted(calls)(corpus.iloc[:100]), {"k1": [0.6, 1.2]}, queries, qrels, metric)
+    assert not calls

@@ -288,6 +288,10 @@ def test_every_cache_warns_of_a_damaged_file_at_its_callers_line(tmp_path: Path)
         assert (cache.damaged, cache.reads) == (1, 0)
         cache.file_for("a", "b").unlink()
         assert ask(cache) is None and cache.damaged == 1
+        cache.file_for("a", "b").symlink_to(cache.file_for("a", "b"))  # a link in a loop: damaged, not missing
+        with pytest.warns(RuntimeWarning, match="cache file .* is damaged"):
+            assert ask(cache) is None
+        assert cache.damaged == 2
 
 
 def test_a_cache_folder_is_made_or_refused_with_its_path(tmp_path: Path) -> None:
@@ -300,3 +304,100 @@ def test_a_cache_folder_is_made_or_refused_with_its_path(tmp_path: Path) -> None
         RunCache(tmp_path / "f" / "sub")
     made = RunCache(tmp_path / "new" / "deep")
     assert made.path.is_dir() and RunCache(made.path).path == made.path  # there already: taken as it is
+
+
+def test_a_folder_where_a_cache_file_goes_is_warned_about_and_the_experiment_still_runs(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A folder standing where a stage output, a run or a measure table goes (no rename can
+    replace it) is warned about naming it, and the entry is not stored: the experiment returns
+    what it computed (oracle: an experiment without a cache), never a KolmValueError after all
+    its work; every other entry is stored and read back by the next experiment."""
+    from kolm_search.evaluation.table_cache import same_table
+
+    pipes = _pipes(ds.corpus, weights=(0.1, 0.2))
+    oracle = Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20).run()
+    Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20, cache_dir=tmp_path / "first").run()
+    files = sorted(p.relative_to(tmp_path / "first") for p in (tmp_path / "first").glob("*/*"))
+    assert {f.parts[0] for f in files} == {"stages", "runs", "tables"}
+    for f in files:
+        (tmp_path / "second" / f).mkdir(parents=True)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        table = Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20, cache_dir=tmp_path / "second").run()
+    assert same_table(table, oracle)
+    messages = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+    for f in files:
+        assert any(f.name in m and "is a folder" in m for m in messages), f
+    assert all((tmp_path / "second" / f).is_dir() for f in files)  # left as they are
+
+
+def _experiment_into(pipes: dict[str, Any], ds: Any, cache: Path) -> None:
+    Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20, cache_dir=cache).run()
+
+
+def _killed_while_writing(pipes: dict[str, Any], ds: Any, cache: Path, marker: Path) -> None:
+    """Writes the first stage output cut in half into its temporary file, then waits to be killed."""
+    import time
+
+    import pyarrow.parquet as pq
+
+    real = pq.write_table
+
+    def half(table: Any, where: Any, **kw: Any) -> None:
+        real(table, where, **kw)
+        data = Path(where).read_bytes()
+        Path(where).write_bytes(data[: len(data) // 2])
+        marker.touch()
+        time.sleep(120)
+
+    pq.write_table = half
+    _experiment_into(pipes, ds, cache)
+
+
+def test_concurrent_writers_and_a_writer_killed_mid_write_leave_the_cache_right(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two processes filling one cache_dir at once, and a process SIGKILLed while it writes a
+    stage output: a later experiment over the folder warns of nothing, reads the entries whole
+    (oracle: an experiment without a cache) and never a part of a file (writes are renames)."""
+    import multiprocessing
+    import os
+    import signal
+    import time
+
+    from kolm_search.evaluation.table_cache import same_table
+
+    pipes = _pipes(ds.corpus, weights=(0.1, 0.2))
+    oracle = Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20).run()
+    fork = multiprocessing.get_context("fork")
+    workers = [fork.Process(target=_experiment_into, args=(pipes, ds, tmp_path / "both")) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+        assert w.exitcode == 0
+    marker = tmp_path / "writing"
+    killed = fork.Process(target=_killed_while_writing, args=(pipes, ds, tmp_path / "killed", marker))
+    killed.start()
+    deadline = time.monotonic() + 120
+    while not marker.exists() and killed.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert marker.exists()
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.join(30)
+    for folder in ("both", "killed"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            exp = Experiment(pipes, ds, ["ndcg@10"], progress=False, limit=20, cache_dir=tmp_path / folder)
+            assert same_table(exp.run(), oracle)
+        assert exp.table_cache is not None and exp.table_cache.reads == (folder == "both")
+
+
+def test_a_cache_dir_under_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cache_dir="~/..."`` is the folder under the home folder (was: a folder named ``~`` made
+    in the current one)."""
+    from kolm_search.compose.cache import cache_root
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    root = cache_root("~/runs")
+    assert root == tmp_path / "home" / "runs"
+    RunCache(root)
+    assert (tmp_path / "home" / "runs").is_dir() and not (tmp_path / "~").exists()

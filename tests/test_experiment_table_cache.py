@@ -234,3 +234,28 @@ def test_a_categorical_qrels_digest_follows_its_values(ds) -> None:  # type: ign
     missing = q.copy()
     missing.loc[0, "qid"] = None
     assert qrels_digest(missing) != base
+
+
+
+@pytest.mark.parametrize("edit", ["queries", "qrels", "params"])
+def test_a_table_measured_from_runs_made_before_a_change_is_not_stored(ds, tmp_path: Path, edit: str) -> None:  # type: ignore[no-untyped-def]
+    """An experiment that ran, whose dataset's queries, qrels (which choose the judged queries)
+    or a pipeline's parameters are then changed in place, measures the runs it holds (made before
+    the change, as without a cache) on a second ``run()``: that table must not be stored under the
+    key of the changed experiment, where a new experiment over the folder would read it (oracle:
+    an experiment without a cache)."""
+    first = ds.qrels["qid"].iloc[0]
+    unjudged = ds.qrels["qid"] == first
+    data = type(ds)(ds.corpus, ds.queries.copy(), ds.qrels[~unjudged].reset_index(drop=True), ds.name)
+    pipes = {f"prior{w}": BM25Retriever(ds.corpus) % 30 >> Prior(w, modulus=7, rounded=False) for w in (0.1, 0.3)}
+    exp = _exp(pipes, data, tmp_path)
+    exp.run()
+    if edit == "queries":
+        data.queries.loc[data.queries.index[:20], "query"] = "boundary layer heat transfer"
+    elif edit == "qrels":  # the judgements of a query that had none, added in place
+        for row in ds.qrels[unjudged].itertuples(index=False):
+            data.qrels.loc[len(data.qrels)] = list(row)
+    else:
+        pipes["prior0.1"].set_params(left__k=5)
+    exp.run()  # the runs it holds are the ones made before the change
+    _assert_same(_exp(pipes, data, tmp_path).run(), _exp(pipes, data, None).run())

@@ -48,15 +48,15 @@ def _file_name(stage_fp: str, input_fp: str, suffix: str) -> str:
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None) -> Path | None:
-    """A ``cache_dir=`` argument as a folder path (None: no cache). An empty or blank string is
-    refused (``Path("")`` would be the current folder, filled without a word): pass ``"."``
-    for that."""
+    """A ``cache_dir=`` argument as a folder path (None: no cache; ``~`` expanded). An empty or
+    blank string is refused (``Path("")`` would be the current folder, filled without a word):
+    pass ``"."`` for that."""
     if cache_dir is None:
         return None
     if isinstance(cache_dir, str) and not cache_dir.strip():
         raise KolmValueError(f"cache_dir={cache_dir!r} names no folder; pass '.' for the current folder, "
                              "or None for no cache")
-    return Path(cache_dir)
+    return Path(cache_dir).expanduser()
 
 
 class CacheFolder:
@@ -95,8 +95,9 @@ class CacheFolder:
         """``read()``, the entry in ``path``; None when there is no file, when ``read`` returns
         None (an entry it does not take, not damaged), or when it raises: then the entry is
         damaged, counted and warned (a ``RuntimeWarning`` naming the ``what`` cache's file and
-        what is done instead, ``redo``), never used. Entries read are counted in :attr:`reads`."""
-        if not path.exists():
+        what is done instead, ``redo``), never used (a symbolic link that leads nowhere, or round
+        in a loop, is damaged too). Entries read are counted in :attr:`reads`."""
+        if not path.exists() and not path.is_symlink():
             return None
         try:
             value = read()
@@ -109,11 +110,14 @@ class CacheFolder:
             self.reads += 1
         return value
 
-    def writable(self, path: Path) -> Path:
-        """``path`` (a :meth:`file_for`), refused (``KolmValueError`` naming it) when a folder
-        stands where its file goes: no rename can replace it."""
+    def writable(self, path: Path) -> Path | None:
+        """``path`` (a :meth:`file_for`), or None when a folder stands where its file goes (no
+        rename can replace it): the entry is then not stored, with a ``RuntimeWarning`` naming
+        the folder (what was computed is still used; the folder is left as it is)."""
         if path.is_dir():
-            raise KolmValueError(f"cache file {str(path)!r} is a folder; remove it to let the cache store this entry")
+            warnings.warn(f"cache file {path} is a folder; the entry is not stored (remove the folder to let the "
+                          "cache store it)", RuntimeWarning, stacklevel=4)
+            return None
         return path
 
 
@@ -186,6 +190,8 @@ class StageCache(CacheFolder):
     def _write(self, stage_fp: str, input_fp: str, table: pa.Table, meta: dict[str, object]) -> None:
         table = table.replace_schema_metadata({_KEY: json.dumps(meta).encode()})
         path = self.writable(self.file_for(stage_fp, input_fp))
+        if path is None:
+            return
         with replacing(path) as tmp:
             pq.write_table(table, tmp)
         self.writes += 1

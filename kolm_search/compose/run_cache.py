@@ -188,7 +188,10 @@ class RunCache(CacheFolder):
                 "counts": base64.b64encode(counts).decode("ascii"),
                 "crc32": {"counts": zlib.crc32(counts), **{name: _checksum(values) for name, values in arrays.items()}}}
         table = pa.table(arrays).replace_schema_metadata({_KEY: json.dumps(meta).encode()})
-        with replacing(self.writable(self.file_for(stage_fp, queries_fp))) as tmp:
+        path = self.writable(self.file_for(stage_fp, queries_fp))
+        if path is None:
+            return False
+        with replacing(path) as tmp:
             tmp.write_bytes(memoryview(_ipc_bytes(table)))  # the Arrow buffer, not a copy of it
         self.writes += 1
         return True

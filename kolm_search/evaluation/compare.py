@@ -20,7 +20,7 @@ from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.coded_runs import Measured
 from kolm_search.evaluation.curves import CURVE_MEASURES, RECALL_LEVELS, level_means, mean_curves
 from kolm_search.evaluation.experiment_runs import Runs
-from kolm_search.evaluation.measures import metric_key, metric_list
+from kolm_search.evaluation.measures import metric_key, metric_list, parse_measure
 from kolm_search.evaluation.metrics import evaluate
 from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.self_hits import wants_self_hits_dropped
@@ -155,6 +155,39 @@ def _baselines(baseline: str | Sequence[str] | None, names: list[Any]) -> list[A
     return chosen
 
 
+def check_settings(names: list[Any], metrics: Sequence[Any] | Any, baseline: str | Sequence[str] | None, test: Test,
+                   correction: Correction | None, *, ci: Interval = "t", alpha: float = 0.05,
+                   seed: int | np.random.Generator | None = 0) -> tuple[list[Any], Correction, list[Any]]:
+    """:func:`compare`'s settings for runs named ``names`` checked before anything is measured
+    (a ``KolmValueError`` naming the bad one; an :class:`~kolm_search.evaluation.Experiment`
+    checks them before it searches): the measures (each parsed), the correction (its default
+    resolved) and the baselines."""
+    measures = metric_list(metrics)
+    for measure in measures:
+        parse_measure(measure)
+    if test not in TESTS:
+        raise KolmValueError(f"test must be one of {TESTS}, got {test!r}")
+    if ci not in INTERVALS:
+        raise KolmValueError(f"ci must be one of {INTERVALS}, got {ci!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
+        raise KolmValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
+    if correction is None:
+        correction = "none" if test == "tukey" else "holm"
+    if correction not in CORRECTIONS:
+        raise KolmValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
+    if test == "tukey" and correction != "none":
+        raise KolmValueError("Tukey's HSD adjusts for every pair of runs itself: give correction='none' (the default "
+                             "with it)")
+    _check_names(names)
+    bases = _baselines(baseline, names)
+    if test == "tukey" and len(names) < 2:
+        raise KolmValueError("Tukey's HSD needs at least two runs")
+    if not (seed is None or isinstance(seed, np.random.Generator)
+            or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0)):
+        raise KolmValueError(f"seed must be an integer >= 0, a numpy Generator or None, got {seed!r}")
+    return measures, correction, bases
+
+
 def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = ("ndcg@10",),
             baseline: str | Sequence[str] | None = None, test: Test = "t", correction: Correction | None = None, *,
             alpha: float = 0.05, ci: Interval = "t", n_resamples: int = 10_000,
@@ -202,25 +235,9 @@ def compare(runs: Mapping[Any, Any], qrels: Any, metrics: Sequence[Any] | Any = 
     """
     if not runs:
         raise KolmValueError("compare needs at least one run")
-    measures = metric_list(metrics)
-    if test not in TESTS:
-        raise KolmValueError(f"test must be one of {TESTS}, got {test!r}")
-    if ci not in INTERVALS:
-        raise KolmValueError(f"ci must be one of {INTERVALS}, got {ci!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
-        raise KolmValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
-    if correction is None:
-        correction = "none" if test == "tukey" else "holm"
-    if correction not in CORRECTIONS:
-        raise KolmValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
-    if test == "tukey" and correction != "none":
-        raise KolmValueError("Tukey's HSD adjusts for every pair of runs itself: give correction='none' (the default "
-                             "with it)")
     names = list(runs)
-    _check_names(names)
-    bases = _baselines(baseline, names)
-    if test == "tukey" and len(names) < 2:
-        raise KolmValueError("Tukey's HSD needs at least two runs")
+    measures, correction, bases = check_settings(names, metrics, baseline, test, correction, ci=ci, alpha=alpha,
+                                                 seed=seed)
     rng = rng_of(seed)
     keys = [metric_key(m) for m in measures]
     curve = [m for m in CURVE_MEASURES if m not in keys]  # the curves' measures, in the same pass

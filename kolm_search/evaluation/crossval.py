@@ -57,16 +57,18 @@ def make_folds(qids: Sequence[Any], folds: int = 5, *, seed: int | np.random.Gen
     the same seed gives the same folds whatever the order of ``qids``.
     """
     keys = sorted({str(q) for q in qids})
-    _check_folds(folds, len(keys))
+    check_folds(folds, len(keys))
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     order = rng.permutation(len(keys))
     return [[keys[i] for i in sorted(part)] for part in np.array_split(order, folds)]
 
 
-def _check_folds(folds: Any, n_queries: int) -> None:
+def check_folds(folds: Any, n_queries: int | None = None) -> None:
+    """Refuse (``KolmValueError``) a ``folds`` that is not an integer >= 2, or exceeds
+    ``n_queries`` (when given)."""
     if isinstance(folds, bool) or not isinstance(folds, numbers.Integral) or int(folds) < 2:
         raise KolmValueError(f"folds must be an integer >= 2, got {folds!r}")
-    if int(folds) > n_queries:
+    if n_queries is not None and int(folds) > n_queries:
         raise KolmValueError(f"folds ({folds}) must not exceed the number of queries ({n_queries})")
 
 
@@ -81,7 +83,7 @@ def _given_split(split: Any, qids: list[str]) -> list[list[str]]:
         parts = [[str(q) for q in part] for part in split]
     else:
         raise KolmTypeError(f"split must be a list of query-id lists or a dict qid -> fold, got {type(split).__name__}")
-    _check_folds(len(parts), len(qids))
+    check_folds(len(parts), len(qids))
     seen: dict[str, int] = {}
     for i, part in enumerate(parts):
         if not part:

@@ -25,7 +25,8 @@ from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
 from kolm_search.engine.runs import as_qrels
 from kolm_search.errors import KolmError, KolmValueError
-from kolm_search.evaluation.compare import compare, per_query_table
+from kolm_search.evaluation.client_run_cache import read_client_run, write_client_run
+from kolm_search.evaluation.compare import check_settings, compare, per_query_table
 from kolm_search.evaluation.experiment_runs import Runs
 from kolm_search.evaluation.measures import metric_key, metric_list
 from kolm_search.evaluation.report import ComparisonTable
@@ -65,10 +66,13 @@ class Experiment:
     baseline, test, correction, ci, seed
         As in :func:`kolm_search.evaluation.compare` (several baselines, Tukey's HSD, FDR control).
     cache_dir : path, optional
-        A client's runs are cached there as parquet (``<dataset>__<pipeline>.parquet``) and
-        reused; a stage's outputs go to ``cache_dir/stages`` and a stage pipeline's finished
-        runs to ``cache_dir/runs``, keyed by fingerprints (``run_cache`` reads them). An empty
-        string is refused (``"."`` is the current folder).
+        A client's runs are cached there as parquet (``<dataset>__<pipeline>__k<limit>__q<digest
+        of the judged queries>.parquet``, a name with characters a file name cannot hold
+        replaced and its digest added, each page checksummed, written all or nothing) and
+        reused (a client has no fingerprint: a changed client needs another name); a damaged
+        file is searched again with a warning; a stage's outputs go to ``cache_dir/stages`` and
+        a stage pipeline's finished runs to ``cache_dir/runs``, keyed by fingerprints
+        (``run_cache`` reads them). An empty string is refused (``"."`` is the current folder).
     progress : bool
         Progress bars while searching.
     drop_self_hits : bool, optional
@@ -110,6 +114,7 @@ class Experiment:
         self.correction: Correction | None = correction
         self.ci: Interval = ci
         self.seed = seed
+        check_settings(list(self.pipelines), self.metrics, baseline, test, correction, ci=ci, seed=seed)  # before searching
         self.cache_dir = cache_root(cache_dir)
         self.progress = progress
         self.drop_self_hits = wants_self_hits_dropped(as_qrels(dataset), drop_self_hits)
@@ -118,21 +123,41 @@ class Experiment:
         self._prepared: tuple[Any, PreparedQueries] | None = None
         self._qids: tuple[Any, PreparedQueries] | None = None
         self._digest: tuple[Any, str | None] | None = None
+        #: the runs part of the table key (:meth:`_runs_key`) the runs held were made under (None:
+        #: unknown, or runs made under several): a table measured from them is stored only under it
+        self._runs_for: str | None = None
         self.shared = RunState(cache=None if self.cache_dir is None else StageCache(self.cache_dir / "stages"))
         self.run_cache = None if self.cache_dir is None else RunCache(self.cache_dir / "runs")
         self.table_cache = None if self.cache_dir is None else TableCache(self.cache_dir / "tables")
 
-    def _cache_path(self, name: str) -> Path | None:
-        if self.cache_dir is None:
+    def _cache_path(self, name: str, queries: pd.DataFrame) -> Path | None:
+        """The file of a client's run over ``queries`` (the judged ones), named by the dataset, the
+        pipeline, the limit and a digest of those queries; None without a cache or when the
+        queries cannot be digested (then it is not cached)."""
+        digest = None if self.cache_dir is None else queries_digest(queries)
+        if self.cache_dir is None or digest is None:
             return None
         tail = "__noself" if self.drop_self_hits else ""
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{getattr(self.dataset, 'name', 'dataset')}__{name}__k{self.limit}{tail}")
-        return self.cache_dir / f"{safe}.parquet"
+        text = f"{getattr(self.dataset, 'name', 'dataset')}__{name}__k{self.limit}{tail}"
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+        if safe != text:  # names that differ only in what a file name cannot hold get files of their own
+            safe += "__" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        return self.cache_dir / f"{safe}__q{digest[:16]}.parquet"
 
     def run_pipelines(self) -> MutableMapping[str, pd.DataFrame]:
         """Search every pipeline over the judged queries (cached runs are reused). Returns
         :attr:`runs` (a :class:`Runs`: a stage pipeline's DataFrame is made when first asked for)."""
+        return self._run_pipelines(None)
+
+    def _run_pipelines(self, made_for: str | None) -> MutableMapping[str, pd.DataFrame]:
+        """:meth:`run_pipelines`, the runs made now being made under the runs key ``made_for``
+        (:meth:`_runs_key`, None: not known), which :attr:`_runs_for` records when every run
+        held was made under it."""
         queries = self.dataset.judged_queries()
+        missing = [name for name in self.pipelines if name not in self.runs]
+        if missing:
+            held = len(missing) < len(self.pipelines)
+            self._runs_for = made_for if not held or self._runs_for == made_for else None
         for name, client in self.pipelines.items():
             if name in self.runs:
                 continue
@@ -144,9 +169,10 @@ class Experiment:
                     self.runs[name] = drop_self_hits(run.frame(), self.limit)[0] if self.drop_self_hits \
                         else run.frame()
                 continue
-            path = self._cache_path(name)
-            if path is not None and path.exists():
-                self.runs[name] = pd.read_parquet(path)
+            path = self._cache_path(name, queries)
+            found = None if path is None else read_client_run(path)
+            if found is not None:
+                self.runs[name] = found
                 continue
             extra = {} if self.score_cache is None else {"score_cache": self.score_cache}
             if self.drop_self_hits:
@@ -155,8 +181,7 @@ class Experiment:
             else:
                 run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name, **extra)
             if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                run.to_parquet(path, index=False)
+                write_client_run(path, run)
             self.runs[name] = run
         return self.runs
 
@@ -222,28 +247,44 @@ class Experiment:
         if key is not None and self.table_cache is not None:
             found = self.table_cache.get(*key, [str(n) for n in self.pipelines], self._metric_keys())
             if found is not None:
+                if not any(name in self.runs for name in self.pipelines):
+                    self._runs_for = key[0]
                 self._pend_runs()
                 return found
-        self.run_pipelines()
+        self._run_pipelines(None if key is None else key[0])
         table = compare(self.runs, self.dataset.qrels, self.metrics, baseline=self.baseline, test=self.test,
                         correction=self.correction, ci=self.ci, seed=self.seed, drop_self_hits=self.drop_self_hits)
-        if key is not None and self.table_cache is not None:
-            self.table_cache.put(*key, table)
+        if key is not None and self.table_cache is not None and self._runs_for == key[0]:
+            self.table_cache.put(*key, table)  # (not a table of runs made before the queries or a pipeline changed)
         return table
 
     def _metric_keys(self) -> list[str]:
         return [metric_key(m) for m in metric_list(self.metrics)]
 
     def _table_key(self) -> tuple[str, str] | None:
-        """(a digest of every pipeline's name and fingerprint and of the dataset's queries, a
-        digest of the qrels and of every measuring setting) of the measure table in the table
-        cache, or None: no cache, a pipeline that is not a stage or has no fingerprint, a run a
+        """(:meth:`_runs_key`: a digest of every pipeline's name and fingerprint and of the
+        dataset's queries and qrels; a digest of every measuring setting) of the measure table in
+        the table cache, or None: no cache, a pipeline that is not a stage or has no fingerprint, a run a
         caller set in :attr:`runs`, queries, qrels or settings that cannot be digested. (The
         judged queries, whose digest keys the runs, follow from the queries and the qrels: they
         are not made here.)"""
-        if self.table_cache is None or not isinstance(self.runs, Runs):
+        runs = self._runs_key()
+        if runs is None or not all(isinstance(m, str) for m in self.metrics) or not isinstance(self.seed, int):
             return None
-        if not all(isinstance(m, str) for m in self.metrics) or not isinstance(self.seed, int) \
+        baseline = self.baseline if self.baseline is None or isinstance(self.baseline, str) else list(self.baseline)
+        settings = settings_digest({"metrics": self.metrics, "baseline": baseline, "test": self.test,
+                                    "correction": self.correction, "ci": self.ci, "seed": self.seed,
+                                    "alpha": 0.05, "n_resamples": 10_000, "relevance_level": 1,
+                                    "limit": self.limit, "drop_self_hits": self.drop_self_hits})
+        if settings is None:
+            return None
+        return runs, settings
+
+    def _runs_key(self) -> str | None:
+        """The runs part of :meth:`_table_key`: a digest of every pipeline's name and fingerprint,
+        of the dataset's queries (with the limit and the dropping of self-hits) and of its qrels
+        (which choose the judged queries the runs are made for, and judge them), or None."""
+        if self.table_cache is None or not isinstance(self.runs, Runs) \
                 or not all(isinstance(n, str) for n in self.pipelines):
             return None
         queries = queries_digest(getattr(self.dataset, "queries", None), limit=self.limit,
@@ -262,14 +303,8 @@ class Experiment:
         qrels = qrels_digest(self.dataset.qrels)
         if qrels is None:
             return None
-        baseline = self.baseline if self.baseline is None or isinstance(self.baseline, str) else list(self.baseline)
-        settings = settings_digest({"qrels": qrels, "metrics": self.metrics, "baseline": baseline, "test": self.test,
-                                    "correction": self.correction, "ci": self.ci, "seed": self.seed,
-                                    "alpha": 0.05, "n_resamples": 10_000, "relevance_level": 1,
-                                    "limit": self.limit, "drop_self_hits": self.drop_self_hits})
-        if settings is None:
-            return None
-        return hashlib.sha256(json.dumps(parts).encode("utf-8", "surrogatepass")).hexdigest()[:40], settings
+        parts.append(qrels)
+        return hashlib.sha256(json.dumps(parts).encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
     def _pend_runs(self) -> None:
         """Every stage pipeline's run, not read yet, made readable on first use."""

@@ -16,9 +16,10 @@ from kolm_search.compose.cache import StageCache, cache_root
 from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.evaluation.crossval import CrossValidation, cross_validate, grid_points
-from kolm_search.evaluation.measures import metric_list
-from kolm_search.evaluation.metrics import evaluate
+from kolm_search.evaluation.compare import per_query_table
+from kolm_search.evaluation.crossval import CrossValidation, check_folds, cross_validate, grid_points
+from kolm_search.evaluation.measure_pass import settings
+from kolm_search.evaluation.measures import metric_key, metric_list
 
 __all__ = ["GridSearch", "grid_search"]
 
@@ -31,7 +32,9 @@ class GridSearch:
     ----------
     table : DataFrame
         One row per point, in grid order: ``point`` (its name, ``p0``, ``p1``, ...), one column
-        per parameter, and the metric's mean over the queries.
+        per parameter, and the metric's mean over the queries (as in
+        :func:`~kolm_search.compare` and :func:`~kolm_search.evaluation.cross_validate`: the
+        judged queries any point answers, a point missing one scored 0 there).
     best_params : dict
         The point with the best mean (ties: the first), the choice to use.
     best_score : float
@@ -90,12 +93,17 @@ def grid_search(stage: Stage, grid: Mapping[str, Sequence[Any]], queries: Any, q
         raise KolmTypeError(f"grid_search takes a retrieving Stage, got {type(stage).__name__}")
     if len(metric_list(metric)) != 1:
         raise KolmValueError(f"grid_search scores one metric, got {metric!r}")
+    settings(metric, relevance_level, "ignore")  # the metric parsed before any point runs
     limit = positive_int("limit", limit)
     points = grid_points(grid)
+    if not grid:
+        raise KolmValueError("grid_search: the grid is empty; name at least one parameter and its values")
     current = stage.get_params(deep=True)
     unknown = [name for name in grid if name not in current]
     if unknown:
         raise KolmValueError(f"grid names {unknown}, which {stage!r} does not have; it has {sorted(current)}")
+    if folds is not None:  # before any point runs (the queries scored are checked again at the end)
+        check_folds(folds, queries["qid"].nunique() if isinstance(queries, pd.DataFrame) and "qid" in queries else None)
     original = {name: current[name] for name in grid}
     root = cache_root(cache_dir)
     state = RunState(cache=None if root is None else StageCache(root))
@@ -108,8 +116,10 @@ def grid_search(stage: Stage, grid: Mapping[str, Sequence[Any]], queries: Any, q
     finally:
         stage.set_params(**original)
     key = str(metric)
-    means = [float(evaluate(run, qrels, [key], relevance_level=relevance_level)[key])
-             for run in runs.values()]
+    scores = per_query_table(runs, qrels, [metric], relevance_level=relevance_level)[metric_key(metric)]
+    if not len(scores):
+        raise KolmValueError("grid_search: no query is both judged and answered by a point: nothing to score")
+    means = [float(scores[name].mean()) for name in runs]
     table = pd.DataFrame([{"point": name, **point, key: m} for (name, point, m) in zip(runs, points, means,
                                                                                      strict=True)])
     best = int(np.argmax(means))

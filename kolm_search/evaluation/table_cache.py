@@ -4,12 +4,14 @@ precision-recall curves) on disk, so that a second :meth:`Experiment.run()
 <kolm_search.evaluation.Experiment.run>` over the same ``cache_dir`` reads the table instead of
 reading the runs and measuring them again.
 
-An entry is keyed by the runs it measures (each pipeline's name and fingerprint, and a digest of
-the dataset's queries with the limit and the self-hit dropping: what keys the runs in
-:class:`~kolm_search.compose.run_cache.RunCache`, the judged queries following from the queries
-and the qrels) and by the measuring: a digest of the qrels (:func:`qrels_digest`), the metrics,
-baselines, test, correction, interval, alpha, resamples, seed, relevance level, and this
-format's version. Any change of these is another entry (computed, then stored).
+An entry is keyed by the runs it measures (each pipeline's name and fingerprint, a digest of the
+dataset's queries with the limit and the self-hit dropping: what keys the runs in
+:class:`~kolm_search.compose.run_cache.RunCache`, and a digest of the qrels,
+:func:`qrels_digest`, the judged queries following from the queries and the qrels) and by the
+measuring: the metrics, baselines, test, correction, interval, alpha, resamples, seed, relevance
+level, and this format's version. Any change of these is another entry (computed, then stored);
+an experiment stores a table only under the key its runs were made under (not one measured from
+runs made before its queries, qrels or a pipeline changed).
 
 A file is an Arrow IPC file: ``qid`` (string) and one float64 column per (metric, run) of the
 per-query values (``per_query``, every metric's table has the same queries and runs), and, in
@@ -341,6 +343,8 @@ class TableCache(CacheFolder):
         if not same_table(table, back):
             return False
         path = self.writable(self.file_for(runs_fp, settings_fp))
+        if path is None:
+            return False
         with replacing(path) as tmp:
             tmp.write_bytes(memoryview(data))
         self.writes += 1

@@ -1,0 +1,59 @@
+"""A client pipeline's run in an :class:`~kolm_search.evaluation.Experiment`'s ``cache_dir``: a
+parquet file per (dataset, pipeline name, limit, judged queries) that the experiment names
+(a client has no fingerprint). A file records a CRC of every page and the name it was written
+as; it is used only when it parses, every checksum matches, it was written as this very file and
+it is a run ``qid, doc_id, rank, score`` without nulls; otherwise a ``RuntimeWarning`` names it
+and the run is searched again and the file replaced. Writes are all or nothing (a rename).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kolm_search.engine.runs import as_run
+from kolm_search.errors import KolmValueError
+from kolm_search.io._atomic import replacing
+
+__all__ = ["read_client_run", "write_client_run"]
+
+_COLUMNS = ["qid", "doc_id", "rank", "score"]
+_KEY = b"kolm_search"
+
+
+def read_client_run(path: Path) -> pd.DataFrame | None:
+    """A client's cached run, or None when there is no file or it is damaged: it does not parse,
+    a page's checksum does not match (:func:`write_client_run` records them), it was written
+    for another file (another pipeline's, copied over it), or it is not a run ``qid, doc_id,
+    rank, score`` without nulls. A damaged file is warned about (a ``RuntimeWarning`` naming
+    it), never used; the run is searched again and the file replaced."""
+    if not path.exists() and not path.is_symlink():  # (a link leading nowhere, or in a loop, is damaged)
+        return None
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
+        written_as = (table.schema.metadata or {}).get(_KEY)
+        if written_as != path.name.encode("utf-8", "surrogatepass"):
+            raise KolmValueError(f"it was written as {written_as!r}, not as this file")
+        run = table.to_pandas()
+        if list(run.columns) != _COLUMNS or bool(run.isna().to_numpy().any()):
+            raise KolmValueError(f"columns {list(run.columns)} with nulls or not {_COLUMNS}")
+        as_run(run)
+    except Exception as exc:  # any failure to read or check means: do not use it
+        warnings.warn(f"run cache file {path} is damaged ({type(exc).__name__}: {exc}); searching again",
+                      RuntimeWarning, stacklevel=3)
+        return None
+    return run
+
+
+def write_client_run(path: Path, run: pd.DataFrame) -> None:
+    """``run`` stored in ``path`` with a checksum of every page and the file's name (its key),
+    all or nothing."""
+    table = pa.Table.from_pandas(run, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           _KEY: path.name.encode("utf-8", "surrogatepass")})
+    with replacing(path) as tmp:
+        pq.write_table(table, tmp, write_page_checksum=True)
