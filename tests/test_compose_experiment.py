@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kolm_search import BM25Retriever, Experiment, KolmValueError
+from kolm_search import BM25Retriever, Experiment, KolmTypeError, KolmValueError, compare
 from kolm_search.adapters import MMRReranker
-from kolm_search.compose import StageCache
+from kolm_search.compose import RerankerStage, StageCache
 from kolm_search.io import load_dataset
 from tests.fakes import BatchHashEmbedder
 
@@ -155,3 +155,59 @@ def test_stage_cache_round_trips_and_refuses_another_entry(tmp_path: Path) -> No
         else:
             for name in ("query", "doc", "score", "rank", "features"):
                 np.testing.assert_array_equal(getattr(got, name), getattr(frame, name))
+
+
+def test_one_metric_given_as_a_string_is_that_metric(ds) -> None:  # type: ignore[no-untyped-def]
+    """``metrics="ndcg@10"`` as ``compare`` takes it (was: split into its letters, 'unknown metric n')."""
+    bm = BM25Retriever(ds.corpus)
+    pipes = {"a": bm % 10, "b": bm % 20}
+    exp = Experiment(pipes, ds, "ndcg@10", limit=20, progress=False, drop_self_hits=False)
+    table = exp.run()
+    q = ds.judged_queries()
+    oracle = compare({n: s(q, limit=20) for n, s in pipes.items()}, ds.qrels, "ndcg@10", drop_self_hits=False)
+    pd.testing.assert_frame_equal(table, oracle)
+    assert list(exp.per_query()) == ["ndcg@10"]
+
+
+def test_plot_draws_pipelines_whose_names_are_not_text(ds) -> None:  # type: ignore[no-untyped-def]
+    """Pipelines named ``1`` and ``2`` (``compare`` keeps names as given): plot's pairs are those
+    names (was: KeyError '2', looked up as text)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    bm = BM25Retriever(ds.corpus)
+    exp = Experiment({1: bm % 10, 2: bm % 5 >> MMRReranker(Embedder(), lambda_=0.5)}, ds, ["ndcg@10"], limit=20,
+                     progress=False, drop_self_hits=False)
+    fig = exp.plot()
+    assert [ax.get_title().split(",")[0] for ax in fig.axes[1:2]] == ["ndcg@10: 2 - 1"]
+
+
+class Failing(RerankerStage):
+    def stage_params(self) -> dict[str, Any]:
+        return {}
+
+    def transform(self, batch: Any, candidates: Any) -> Any:
+        raise RuntimeError("the model fell over")
+
+
+def test_a_failing_pipeline_is_named_and_the_others_work_is_kept(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A pipeline raising midway: the error says which pipeline of the experiment failed (was:
+    only the stage's repr), and a rerun without it reads the run made before the failure."""
+    bm = BM25Retriever(ds.corpus) % 10
+    pipes = {"a": bm >> MMRReranker(Embedder(), lambda_=0.5), "broken": bm >> Failing(),
+             "c": bm >> MMRReranker(Embedder(), lambda_=0.9)}
+    with pytest.raises(Exception, match="the model fell over") as caught:
+        _experiment(pipes, ds, tmp_path).run()
+    assert any("'broken'" in note for note in getattr(caught.value, "__notes__", []))
+    again = _experiment({n: pipes[n] for n in ("a", "c")}, ds, tmp_path)
+    again.run_pipelines()
+    assert again.run_cache is not None and again.run_cache.reads == 1  # 'a', made before 'broken' failed
+    fresh = _experiment({n: pipes[n] for n in ("a", "c")}, ds)
+    for name in ("a", "c"):
+        pd.testing.assert_frame_equal(again.runs[name], fresh.run_pipelines()[name], check_exact=True)
+
+
+def test_a_score_cache_that_is_not_one_is_refused_before_searching(ds) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(KolmTypeError, match="score_cache"):
+        Experiment({"a": BM25Retriever(ds.corpus) % 10}, ds, ["ndcg@10"], progress=False, score_cache="cache.sqlite")

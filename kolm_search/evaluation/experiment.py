@@ -23,8 +23,9 @@ from kolm_search.compose.queries import (
 from kolm_search.compose.run_cache import RunCache
 from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
+from kolm_search.contract.ports import CachesScores, implements
 from kolm_search.engine.runs import as_qrels
-from kolm_search.errors import KolmError, KolmValueError
+from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
 from kolm_search.evaluation.client_run_cache import read_client_run, write_client_run
 from kolm_search.evaluation.compare import check_settings, compare, per_query_table
 from kolm_search.evaluation.experiment_runs import Runs
@@ -60,7 +61,8 @@ class Experiment:
     pipelines : dict name -> Stage or SearchClient
     dataset : Dataset
         From :func:`kolm_search.io.load_beir` / ``load_dataset``; its judged queries are run.
-    metrics : list of str
+    metrics : str, ir_measures measure, or a list of them
+        As in :func:`~kolm_search.evaluation.compare`.
     limit : int, default 100
         Documents retrieved per query.
     baseline, test, correction, ci, seed
@@ -80,8 +82,10 @@ class Experiment:
         ``limit + 1`` and keeps the ``limit`` best others. None follows the dataset's
         ``drop_self_hits`` (on for BEIR datasets; see :mod:`kolm_search.evaluation.self_hits`).
     score_cache : ScoreCache, optional
-        Given to every pipeline's ``search_batch``: rerankers' scores already computed (by
-        this experiment, another one, a job or a notebook) are read, not computed again.
+        Given to every ``SearchClient`` pipeline's ``search_batch`` (checked when the experiment
+        is made): rerankers' scores already computed (by this experiment, another one, a job or a
+        notebook) are read, not computed again. A stage pipeline's built-in rerankers take
+        theirs in their constructors (``score_cache=``).
 
     Example
     -------
@@ -105,7 +109,7 @@ class Experiment:
                 raise KolmValueError(f"pipeline {name!r} is neither a Stage nor a SearchClient")
         self.pipelines = dict(pipelines)
         self.dataset = dataset
-        self.metrics = list(metrics)
+        self.metrics = metric_list(metrics)  # one name or measure, or several
         if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1:
             raise KolmValueError(f"limit must be a positive integer, got {limit!r}")
         self.limit = int(limit)
@@ -119,6 +123,9 @@ class Experiment:
         self.progress = progress
         self.drop_self_hits = wants_self_hits_dropped(as_qrels(dataset), drop_self_hits)
         self.runs: MutableMapping[str, pd.DataFrame] = Runs()
+        if score_cache is not None and not implements(score_cache, CachesScores):  # before searching
+            raise KolmTypeError(f"score_cache must be a ScoreCache (CachesScores: in_front_of), got "
+                                f"{type(score_cache).__name__}")
         self.score_cache = score_cache
         self._prepared: tuple[Any, PreparedQueries] | None = None
         self._qids: tuple[Any, PreparedQueries] | None = None
@@ -161,29 +168,37 @@ class Experiment:
         for name, client in self.pipelines.items():
             if name in self.runs:
                 continue
-            if isinstance(client, Stage):
-                run = self._run_stage(client, queries)
-                if isinstance(self.runs, Runs):
-                    self.runs.set_coded(name, run, self.limit if self.drop_self_hits else None)
-                else:  # a mapping the caller set
-                    self.runs[name] = drop_self_hits(run.frame(), self.limit)[0] if self.drop_self_hits \
-                        else run.frame()
-                continue
-            path = self._cache_path(name, queries)
-            found = None if path is None else read_client_run(path)
-            if found is not None:
-                self.runs[name] = found
-                continue
-            extra = {} if self.score_cache is None else {"score_cache": self.score_cache}
-            if self.drop_self_hits:
-                run = run_queries(client, queries, limit=self.limit + 1, progress=self.progress, desc=name, **extra)
-                run, _ = drop_self_hits(run, self.limit)
-            else:
-                run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name, **extra)
-            if path is not None:
-                write_client_run(path, run)
-            self.runs[name] = run
+            try:
+                self._run_one(name, client, queries)
+            except Exception as exc:  # the runs made before it are kept (and cached)
+                exc.add_note(f"while running the Experiment's pipeline {name!r}")
+                raise
         return self.runs
+
+    def _run_one(self, name: Any, client: Any, queries: pd.DataFrame) -> None:
+        """Pipeline ``name``'s run over ``queries`` into :attr:`runs` (read from a cache, or searched and cached)."""
+        if isinstance(client, Stage):
+            run = self._run_stage(client, queries)
+            if isinstance(self.runs, Runs):
+                self.runs.set_coded(name, run, self.limit if self.drop_self_hits else None)
+            else:  # a mapping the caller set
+                self.runs[name] = drop_self_hits(run.frame(), self.limit)[0] if self.drop_self_hits \
+                    else run.frame()
+            return
+        path = self._cache_path(name, queries)
+        found = None if path is None else read_client_run(path)
+        if found is not None:
+            self.runs[name] = found
+            return
+        extra: dict[str, Any] = {} if self.score_cache is None else {"score_cache": self.score_cache}
+        if self.drop_self_hits:
+            run = run_queries(client, queries, limit=self.limit + 1, progress=self.progress, desc=name, **extra)
+            run, _ = drop_self_hits(run, self.limit)
+        else:
+            run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name, **extra)
+        if path is not None:
+            write_client_run(path, run)
+        self.runs[name] = run
 
     def _qids_of(self, queries: pd.DataFrame) -> PreparedQueries:
         """What a run read from the run cache needs of the queries to make its DataFrame: their
@@ -342,7 +357,7 @@ class Experiment:
         unknown = [m for m in metrics if m not in table.per_query]
         if unknown:
             raise KolmValueError(f"plot: {unknown} are not among the experiment's metrics {self.metrics}")
-        pairs = [(str(b), str(r)) for b in conf["baselines"] for r in self.pipelines if str(r) != str(b)]
+        pairs = [(b, r) for b in conf["baselines"] for r in self.pipelines if r != b]  # names as compare keeps them
         n_rows = 2 + len(pairs)
         fig, axes = plt.subplots(n_rows, len(metrics), figsize=(4.6 * len(metrics), 3.2 * n_rows), squeeze=False)
         for col, metric in enumerate(metrics):
