@@ -23,7 +23,6 @@ from kolm_search.contract.planners import DefaultQueryPlanner
 from kolm_search.contract.ports import BatchRetriever, implements
 from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.engine.doctable import DocumentTable
-from kolm_search.engine.runs import RUN_COLUMNS
 from kolm_search.errors import KolmTypeError
 from kolm_search.types import SearchPipelineContext
 
@@ -117,9 +116,11 @@ class CodedRun:
                 cols["_order"] = q
             frames.append(pd.DataFrame(cols, copy=False))  # every column is this run's own: not copied again
         if not frames:
-            return pd.DataFrame({c: pd.Series(dtype=object if c in ("qid", "doc_id") else float) for c in RUN_COLUMNS})
+            return pd.DataFrame({"qid": np.zeros(0, object), "doc_id": np.zeros(0, object),
+                                 "rank": np.zeros(0, np.int64), "score": np.zeros(0, np.float64)})
+        frames = [f for f in frames if len(f)] or frames[:1]  # an empty part's ids would make the column object
         if len(frames) == 1:
-            return frames[0]
+            return frames[0].drop(columns="_order", errors="ignore")
         run = pd.concat(frames, ignore_index=True).sort_values(["_order", "rank"], kind="stable")
         return run.drop(columns="_order").reset_index(drop=True)
 
