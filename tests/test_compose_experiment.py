@@ -211,3 +211,16 @@ def test_a_failing_pipeline_is_named_and_the_others_work_is_kept(ds, tmp_path: P
 def test_a_score_cache_that_is_not_one_is_refused_before_searching(ds) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(KolmTypeError, match="score_cache"):
         Experiment({"a": BM25Retriever(ds.corpus) % 10}, ds, ["ndcg@10"], progress=False, score_cache="cache.sqlite")
+
+
+def test_a_retriever_alone_shares_its_run_with_the_pipelines_it_starts(ds) -> None:  # type: ignore[no-untyped-def]
+    # ``bm25`` beside ``bm25 >> mmr``: the lone retriever was called outside the sharing (twice)
+    bm25 = Counted(ds.corpus)
+    pipes = {"bm25": bm25, "mmr": bm25 >> MMRReranker(Embedder(), lambda_=0.5)}
+    Counted.calls = 0
+    exp = _experiment(pipes, ds)
+    exp.run_pipelines()
+    assert Counted.calls == 1
+    queries = ds.judged_queries()
+    for name, pipe in pipes.items():
+        pd.testing.assert_frame_equal(exp.runs[name], pipe(queries, limit=20))

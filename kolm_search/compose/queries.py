@@ -20,7 +20,6 @@ import pandas as pd
 from kolm_search.contract.config import SearchPipelineOptions
 from kolm_search.contract.guards import batch_requests
 from kolm_search.contract.planners import DefaultQueryPlanner
-from kolm_search.contract.ports import BatchRetriever, implements
 from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError
@@ -138,14 +137,12 @@ def run_coded(stage: Any, prepared: PreparedQueries) -> CodedRun:
     if table is None:
         raise KolmTypeError(f"{stage_name(stage)} has no document table: a retrieving stage's codes are rows of "
                             "its 'table' (a DocumentTable)")
-    batched = implements(stage, BatchRetriever)  # (stage stays Any: a built-in's retrieve_batch returns a frame)
     parts: list[tuple[int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     for group, (rows, _, first, target) in enumerate(prepared.groups):
         batch = _batch(prepared, group, max(1, min(int(target.max()), len(table))))
-        if batched:
-            frame = stage.retrieve_batch(batch)
-        else:  # a stage of one's own (``transform`` and ``table``): run and checked as an operand is
-            frame = cutoff(run_stage(stage, replace(batch, table=table), None), batch.limit)
+        # run and checked as an operand is: in an experiment a pipeline that is a retriever alone
+        # shares its output with the pipelines that start with it (``bm25`` beside ``bm25 >> mmr``)
+        frame = cutoff(run_stage(stage, replace(batch, table=table), None), batch.limit)
         query, doc, rank, score = frame.query, frame.doc, frame.rank, frame.score
         if len(frame) and (int(first.max()) > 0 or int(rank.max()) >= int(target.min())):  # else every entry is kept
             keep = (rank >= first[query]) & (rank < target[query])
