@@ -224,3 +224,26 @@ def test_a_retriever_alone_shares_its_run_with_the_pipelines_it_starts(ds) -> No
     queries = ds.judged_queries()
     for name, pipe in pipes.items():
         pd.testing.assert_frame_equal(exp.runs[name], pipe(queries, limit=20))
+
+
+def test_a_changed_k1_runs_bm25_and_what_follows_it_once_each_and_nothing_else(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from kolm_search import DenseRetriever
+
+    def pipes(k1: float) -> dict[str, Any]:
+        out = _pipelines(ds.corpus)
+        for p in out.values():
+            p.set_params(left__stage__k1=k1)
+        return {**out, "dense": DenseRetriever(ds.corpus, Embedder()) % 30 >> MMRReranker(Embedder(), lambda_=0.5)}
+
+    _experiment(pipes(1.5), ds, tmp_path).run_pipelines()
+    Counted.calls = 0
+    changed = _experiment(pipes(1.2), ds, tmp_path)
+    changed.run_pipelines()
+    assert Counted.calls == 1
+    computed = changed.shared.computed
+    assert len(computed) == 12 and set(computed.values()) == {1}  # BM25, its cutoff, 5 rerankers, 5 '>>'
+    assert all("k1=1.2" in fp for fp in computed if "MMRReranker(" not in fp or fp.startswith("Then("))
+    assert not any("DenseRetriever(" in fp for fp in computed)  # the dense pipeline read back whole
+    queries = ds.judged_queries()
+    for name, pipe in pipes(1.2).items():
+        pd.testing.assert_frame_equal(changed.runs[name], pipe(queries, limit=20))
