@@ -247,3 +247,26 @@ def test_a_changed_k1_runs_bm25_and_what_follows_it_once_each_and_nothing_else(d
     queries = ds.judged_queries()
     for name, pipe in pipes(1.2).items():
         pd.testing.assert_frame_equal(changed.runs[name], pipe(queries, limit=20))
+
+
+def test_dense_indexes_of_other_vectors_are_other_stages(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # the fingerprint held the embedder, not the vectors: given embeddings= (or loaded files) of
+    # another model shared the first index's run in an experiment and in the caches
+    from kolm_search import DenseRetriever
+
+    emb = Embedder()
+    computed = DenseRetriever(ds.corpus, emb)
+    other = DenseRetriever(ds.corpus, emb, embeddings=np.random.default_rng(0).standard_normal(
+        computed.embeddings.shape).astype(np.float32))
+    assert computed.fingerprint() != other.fingerprint()
+    computed.save(tmp_path / "dense")
+    assert DenseRetriever.load(tmp_path / "dense", emb).fingerprint() == computed.fingerprint()  # the same vectors
+    queries = ds.judged_queries()
+    pipes = {"computed": computed % 10, "other": other % 10}
+    for cache in (None, tmp_path / "cache", tmp_path / "cache"):  # shared in memory; written; read back
+        exp = _experiment(pipes, ds, cache)
+        exp.run_pipelines()
+        for name, pipe in pipes.items():
+            pd.testing.assert_frame_equal(exp.runs[name], pipe(queries, limit=20))
+    empty = DenseRetriever(ds.corpus.iloc[:0], emb)
+    assert empty.fingerprint() != computed.fingerprint()
