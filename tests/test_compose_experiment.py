@@ -211,3 +211,62 @@ def test_a_failing_pipeline_is_named_and_the_others_work_is_kept(ds, tmp_path: P
 def test_a_score_cache_that_is_not_one_is_refused_before_searching(ds) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(KolmTypeError, match="score_cache"):
         Experiment({"a": BM25Retriever(ds.corpus) % 10}, ds, ["ndcg@10"], progress=False, score_cache="cache.sqlite")
+
+
+def test_a_retriever_alone_shares_its_run_with_the_pipelines_it_starts(ds) -> None:  # type: ignore[no-untyped-def]
+    # ``bm25`` beside ``bm25 >> mmr``: the lone retriever was called outside the sharing (twice)
+    bm25 = Counted(ds.corpus)
+    pipes = {"bm25": bm25, "mmr": bm25 >> MMRReranker(Embedder(), lambda_=0.5)}
+    Counted.calls = 0
+    exp = _experiment(pipes, ds)
+    exp.run_pipelines()
+    assert Counted.calls == 1
+    queries = ds.judged_queries()
+    for name, pipe in pipes.items():
+        pd.testing.assert_frame_equal(exp.runs[name], pipe(queries, limit=20))
+
+
+def test_a_changed_k1_runs_bm25_and_what_follows_it_once_each_and_nothing_else(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from kolm_search import DenseRetriever
+
+    def pipes(k1: float) -> dict[str, Any]:
+        out = _pipelines(ds.corpus)
+        for p in out.values():
+            p.set_params(left__stage__k1=k1)
+        return {**out, "dense": DenseRetriever(ds.corpus, Embedder()) % 30 >> MMRReranker(Embedder(), lambda_=0.5)}
+
+    _experiment(pipes(1.5), ds, tmp_path).run_pipelines()
+    Counted.calls = 0
+    changed = _experiment(pipes(1.2), ds, tmp_path)
+    changed.run_pipelines()
+    assert Counted.calls == 1
+    computed = changed.shared.computed
+    assert len(computed) == 12 and set(computed.values()) == {1}  # BM25, its cutoff, 5 rerankers, 5 '>>'
+    assert all("k1=1.2" in fp for fp in computed if "MMRReranker(" not in fp or fp.startswith("Then("))
+    assert not any("DenseRetriever(" in fp for fp in computed)  # the dense pipeline read back whole
+    queries = ds.judged_queries()
+    for name, pipe in pipes(1.2).items():
+        pd.testing.assert_frame_equal(changed.runs[name], pipe(queries, limit=20))
+
+
+def test_dense_indexes_of_other_vectors_are_other_stages(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # the fingerprint held the embedder, not the vectors: given embeddings= (or loaded files) of
+    # another model shared the first index's run in an experiment and in the caches
+    from kolm_search import DenseRetriever
+
+    emb = Embedder()
+    computed = DenseRetriever(ds.corpus, emb)
+    other = DenseRetriever(ds.corpus, emb, embeddings=np.random.default_rng(0).standard_normal(
+        computed.embeddings.shape).astype(np.float32))
+    assert computed.fingerprint() != other.fingerprint()
+    computed.save(tmp_path / "dense")
+    assert DenseRetriever.load(tmp_path / "dense", emb).fingerprint() == computed.fingerprint()  # the same vectors
+    queries = ds.judged_queries()
+    pipes = {"computed": computed % 10, "other": other % 10}
+    for cache in (None, tmp_path / "cache", tmp_path / "cache"):  # shared in memory; written; read back
+        exp = _experiment(pipes, ds, cache)
+        exp.run_pipelines()
+        for name, pipe in pipes.items():
+            pd.testing.assert_frame_equal(exp.runs[name], pipe(queries, limit=20))
+    empty = DenseRetriever(ds.corpus.iloc[:0], emb)
+    assert empty.fingerprint() != computed.fingerprint()

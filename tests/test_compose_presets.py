@@ -17,6 +17,7 @@ from kolm_search import (
     fuse,
     presets,
 )
+from kolm_search.adapters import MMRReranker
 from kolm_search.adapters.lsa import LSAEmbedder
 from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.contract.planners import DefaultQueryPlanner
@@ -99,3 +100,15 @@ def test_fuse_of_cutoffs_is_hybrid_at_that_depth(cran) -> None:  # type: ignore[
         b = preset.search_sync({"query": text, "limit": 10})
         assert [d.id for d in a.results] == [d.id for d in b.results]
         assert [d.score for d in a.results] == pytest.approx([d.score for d in b.results], abs=1e-12)
+
+
+def test_a_fuse_prints_as_its_expression_with_its_settings(cran) -> None:  # type: ignore[no-untyped-def]
+    # was CompositeRetriever([bm25, dense], k=60, ...) without the weights: two hybrids of other
+    # weights printed alike, and the stages were not shown
+    table, _, emb = cran
+    bm25, dense = BM25Retriever(table), DenseRetriever(table, emb)
+    assert repr(Fuse(bm25, dense)) == f"Fuse({bm25!r}, {dense!r})"
+    weighted = presets.hybrid(table, emb, k=10, weights=[1, 0.5], depth=100).modules.retriever
+    assert repr(weighted) == f"Fuse({bm25!r}, {dense!r}, k=10, weights=[1.0, 0.5], depth=100)"
+    assert repr(Fuse(bm25 % 5, dense, method="combsum", norm="min-max") >> MMRReranker(emb)) == \
+        f"(Fuse(({bm25!r} % 5), {dense!r}, method='sum', norm='min-max') >> {MMRReranker(emb)!r})"

@@ -282,3 +282,16 @@ def test_a_fingerprinted_user_retriever_is_keyed_by_its_table_too() -> None:
     with sharing():
         runs = [stage(["a", "b"], limit=5) for stage in (first, other)]
     assert list(runs[0]["doc_id"]) == list(runs[1]["doc_id"]) == [d.id for d in CORPUS[:5]] * 2
+
+
+@pytest.mark.parametrize("form", ["empty list", "empty frame", "modes"])
+def test_call_has_search_batch_dtypes_for_empty_and_mixed_mode_batches(small, form: str) -> None:  # type: ignore[no-untyped-def]
+    # no queries gave a float rank; a mode BM25 finds nothing for beside one it answers gave an
+    # object doc_id column (the empty part's); search_batch gives int64 and strings
+    _, queries, bm25, _, emb = small
+    given = {"empty list": [], "empty frame": queries.iloc[:0],
+             "modes": [{"query": t, "mode": ("fulltext", "vector")[i % 2]} for i, t in enumerate(queries["query"])]}
+    for stage in (bm25, bm25 % 30):
+        run = stage(given[form], limit=5)
+        ref = _client(stage, embedder=emb).search_batch(given[form], limit=5).run
+        pd.testing.assert_frame_equal(run, ref)

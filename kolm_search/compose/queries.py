@@ -20,10 +20,8 @@ import pandas as pd
 from kolm_search.contract.config import SearchPipelineOptions
 from kolm_search.contract.guards import batch_requests
 from kolm_search.contract.planners import DefaultQueryPlanner
-from kolm_search.contract.ports import BatchRetriever, implements
 from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.engine.doctable import DocumentTable
-from kolm_search.engine.runs import RUN_COLUMNS
 from kolm_search.errors import KolmTypeError
 from kolm_search.types import SearchPipelineContext
 
@@ -117,9 +115,11 @@ class CodedRun:
                 cols["_order"] = q
             frames.append(pd.DataFrame(cols, copy=False))  # every column is this run's own: not copied again
         if not frames:
-            return pd.DataFrame({c: pd.Series(dtype=object if c in ("qid", "doc_id") else float) for c in RUN_COLUMNS})
+            return pd.DataFrame({"qid": np.zeros(0, object), "doc_id": np.zeros(0, object),
+                                 "rank": np.zeros(0, np.int64), "score": np.zeros(0, np.float64)})
+        frames = [f for f in frames if len(f)] or frames[:1]  # an empty part's ids would make the column object
         if len(frames) == 1:
-            return frames[0]
+            return frames[0].drop(columns="_order", errors="ignore")
         run = pd.concat(frames, ignore_index=True).sort_values(["_order", "rank"], kind="stable")
         return run.drop(columns="_order").reset_index(drop=True)
 
@@ -137,14 +137,12 @@ def run_coded(stage: Any, prepared: PreparedQueries) -> CodedRun:
     if table is None:
         raise KolmTypeError(f"{stage_name(stage)} has no document table: a retrieving stage's codes are rows of "
                             "its 'table' (a DocumentTable)")
-    batched = implements(stage, BatchRetriever)  # (stage stays Any: a built-in's retrieve_batch returns a frame)
     parts: list[tuple[int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     for group, (rows, _, first, target) in enumerate(prepared.groups):
         batch = _batch(prepared, group, max(1, min(int(target.max()), len(table))))
-        if batched:
-            frame = stage.retrieve_batch(batch)
-        else:  # a stage of one's own (``transform`` and ``table``): run and checked as an operand is
-            frame = cutoff(run_stage(stage, replace(batch, table=table), None), batch.limit)
+        # run and checked as an operand is: in an experiment a pipeline that is a retriever alone
+        # shares its output with the pipelines that start with it (``bm25`` beside ``bm25 >> mmr``)
+        frame = cutoff(run_stage(stage, replace(batch, table=table), None), batch.limit)
         query, doc, rank, score = frame.query, frame.doc, frame.rank, frame.score
         if len(frame) and (int(first.max()) > 0 or int(rank.max()) >= int(target.min())):  # else every entry is kept
             keep = (rank >= first[query]) & (rank < target[query])

@@ -181,6 +181,7 @@ class DenseRetriever(SegmentedIndex, RetrieverStage):
         if not np.all(np.isfinite(mat)):
             raise KolmValueError("document embeddings contain NaN or infinite values")
         self.embeddings = normalise_rows(mat) if metric == "cosine" else np.ascontiguousarray(mat)
+        self._vector_digest: tuple[Any, str] | None = None  # (the matrix, its digest): stage_identity
         if index == "exact" and index_params:
             raise KolmValueError(f"DenseRetriever(index='exact') takes no index parameters, got {sorted(index_params)}")
         self.ann_spec = None if index == "exact" else AnnSpec.of(index, index_params)
@@ -321,6 +322,18 @@ class DenseRetriever(SegmentedIndex, RetrieverStage):
                 "embed_queries": self.embed_queries, "index": self.index,
                 "index_params": {} if spec is None or spec.params is None else dict(spec.params)}
 
+    def stage_identity(self) -> str:
+        """The documents' digest and revision and a sha256 of the document vectors (made once per
+        matrix; a merge binds a new one): two indexes of one table whose vectors differ (given as
+        ``embeddings=``, loaded from files another model wrote) have different fingerprints."""
+        found = self._vector_digest
+        if found is None or found[0] is not self.embeddings:
+            vectors = np.ascontiguousarray(self.embeddings)
+            digest = hashlib.sha256(f"{vectors.shape}|{vectors.dtype.str}".encode())
+            digest.update(vectors.reshape(-1).data.cast("B"))
+            found = self._vector_digest = (self.embeddings, digest.hexdigest()[:32])
+        return f"{super().stage_identity()}|vectors:{found[1]}"
+
     def apply_params(self, changes: dict[str, Any]) -> None:
         """Set ``fusion_k`` or ``embed_queries``; the others change the vectors (build a new index)."""
         own = self.stage_params()
@@ -381,6 +394,7 @@ class DenseRetriever(SegmentedIndex, RetrieverStage):
                         n_threads=n_threads, embed_queries=False)
         self._start_index(table)
         self.embeddings = emb
+        self._vector_digest = None
         self.ann_spec, self.ann = None, None
         if "ann" in body:
             from kolm_search.retrievers.ann_store import load_ann

@@ -78,3 +78,14 @@ class Fuse(CompositeRetriever):
     def apply_params(self, changes: dict[str, Any]) -> None:
         super().apply_params(changes)
         self._composed = any(isinstance(s, Composed) for s in self.retrievers)
+
+    def __repr__(self) -> str:
+        """``Fuse(a, b, ...)``: the stages' reprs and every setting that is not its default (two
+        fusions that differ, e.g. in ``weights``, print differently)."""
+        defaults = {"method": "rrf", "k": 60.0, "norm": None, "weights": None, "depth": None, "strategy": "fail-fast"}
+        shown = {"method": self.method, "k": self.k, "norm": self.norm,
+                 "weights": None if self.weights is None else [float(w) for w in self.weights],
+                 "depth": self.depth, "strategy": self.strategy}
+        settings = [f"{name}={value:g}" if name == "k" else f"{name}={value!r}"
+                    for name, value in shown.items() if value != defaults[name]]
+        return "Fuse(" + ", ".join([repr(s) for s in self.retrievers] + settings) + ")"
