@@ -103,11 +103,12 @@ def test_as_stage_wraps_user_ports(small) -> None:  # type: ignore[no-untyped-de
         as_stage(ListRetriever(docs))
 
 
-def test_a_stage_breaking_the_frame_schema_is_a_search_error_naming_it(small) -> None:  # type: ignore[no-untyped-def]
-    _, queries, bm25, _, _ = small
+def _broken_port(table):  # type: ignore[no-untyped-def]
+    """A user retriever class over ``table`` whose batch path returns a document code out of it."""
 
     class Broken:
-        table = bm25.table
+        def __init__(self) -> None:
+            self.table = table
 
         def retrieve(self, context):  # type: ignore[no-untyped-def]
             return []
@@ -117,6 +118,14 @@ def test_a_stage_breaking_the_frame_schema_is_a_search_error_naming_it(small) ->
 
         def __repr__(self) -> str:
             return "Broken()"
+
+    return Broken
+
+
+def test_a_stage_breaking_the_frame_schema_is_a_search_error_naming_it(small) -> None:  # type: ignore[no-untyped-def]
+    _, queries, bm25, _, _ = small
+
+    Broken = _broken_port(bm25.table)
 
     with pytest.raises(SearchError, match=r"document code 1000000") as info:
         (as_stage(Broken()) % 5)(queries, limit=5)
@@ -205,17 +214,7 @@ def test_user_ports_that_fail_or_misbehave_are_search_errors_naming_the_stage(sm
 def test_a_user_stage_called_on_queries_is_checked_and_guarded(small) -> None:  # type: ignore[no-untyped-def]
     corpus, queries, bm25, _, _ = small
 
-    class Broken:  # a batch path returning a code out of the table, called directly (no operator around it)
-        table = bm25.table
-
-        def retrieve(self, context):  # type: ignore[no-untyped-def]
-            return []
-
-        def retrieve_batch(self, batch):  # type: ignore[no-untyped-def]
-            return CandidateFrame.from_ptr([0, 1] + [1] * (batch.n_queries - 1), [10**6], [1.0])
-
-        def __repr__(self) -> str:
-            return "Broken()"
+    Broken = _broken_port(bm25.table)  # called directly (no operator around it)
 
     with pytest.raises(SearchError, match=r"document code 1000000") as info:
         as_stage(Broken())(queries, limit=5)
