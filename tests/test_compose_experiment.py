@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kolm_search import BM25Retriever, Experiment, KolmTypeError, KolmValueError, compare
+from kolm_search import BM25Retriever, Experiment, KolmValueError, compare
 from kolm_search.adapters import MMRReranker
 from kolm_search.compose import RerankerStage, StageCache
 from kolm_search.io import load_dataset
@@ -206,11 +206,6 @@ def test_a_failing_pipeline_is_named_and_the_others_work_is_kept(ds, tmp_path: P
     fresh = _experiment({n: pipes[n] for n in ("a", "c")}, ds)
     for name in ("a", "c"):
         pd.testing.assert_frame_equal(again.runs[name], fresh.run_pipelines()[name], check_exact=True)
-
-
-def test_a_score_cache_that_is_not_one_is_refused_before_searching(ds) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(KolmTypeError, match="score_cache"):
-        Experiment({"a": BM25Retriever(ds.corpus) % 10}, ds, ["ndcg@10"], progress=False, score_cache="cache.sqlite")
 
 
 def test_a_retriever_alone_shares_its_run_with_the_pipelines_it_starts(ds) -> None:  # type: ignore[no-untyped-def]

@@ -23,9 +23,8 @@ from kolm_search.compose.queries import (
 from kolm_search.compose.run_cache import RunCache
 from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
-from kolm_search.contract.ports import CachesScores, implements
 from kolm_search.engine.runs import as_qrels
-from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
+from kolm_search.errors import KolmError, KolmValueError
 from kolm_search.evaluation.client_run_cache import read_client_run, write_client_run
 from kolm_search.evaluation.compare import check_settings, compare, per_query_table
 from kolm_search.evaluation.experiment_runs import Runs
@@ -82,10 +81,10 @@ class Experiment:
         ``limit + 1`` and keeps the ``limit`` best others. None follows the dataset's
         ``drop_self_hits`` (on for BEIR datasets; see :mod:`kolm_search.evaluation.self_hits`).
     score_cache : ScoreCache, optional
-        Given to every ``SearchClient`` pipeline's ``search_batch`` (checked when the experiment
-        is made): rerankers' scores already computed (by this experiment, another one, a job or a
-        notebook) are read, not computed again. A stage pipeline's built-in rerankers take
-        theirs in their constructors (``score_cache=``).
+        Given to every ``SearchClient`` pipeline's ``search_batch`` (which checks it): rerankers'
+        scores already computed (by this experiment, another one, a job or a notebook) are read,
+        not computed again. A stage pipeline's built-in rerankers take theirs in their
+        constructors (``score_cache=``).
 
     Example
     -------
@@ -123,9 +122,6 @@ class Experiment:
         self.progress = progress
         self.drop_self_hits = wants_self_hits_dropped(as_qrels(dataset), drop_self_hits)
         self.runs: MutableMapping[str, pd.DataFrame] = Runs()
-        if score_cache is not None and not implements(score_cache, CachesScores):  # before searching
-            raise KolmTypeError(f"score_cache must be a ScoreCache (CachesScores: in_front_of), got "
-                                f"{type(score_cache).__name__}")
         self.score_cache = score_cache
         self._prepared: tuple[Any, PreparedQueries] | None = None
         self._qids: tuple[Any, PreparedQueries] | None = None
