@@ -25,11 +25,15 @@ class MMRReranker(RerankerStage):
     embedder : Embedder
         Embeds the documents (title + content) and, when the context has none, the query.
     lambda_ : float, default 0.5
-        1 keeps the relevance order, 0 maximises diversity.
+        1 orders by relevance, 0 maximises diversity. Relevance is the cosine of the query's
+        and the document's embeddings, not the incoming score: at 1 the candidates are
+        re-ordered by that cosine, not kept in their incoming order.
     top_n : int, optional
         How many to select by MMR (default all); the rest keep their order after them.
 
-    Documents keep their scores; only the order changes.
+    Through the port (``rerank``/``rerank_batch``) documents keep their scores; only the order
+    changes. As a stage (``bm25 % 100 >> mmr``) the incoming scores, sorted, follow the new
+    order, so that ranks and scores agree.
     """
 
     def __init__(self, embedder: Any, lambda_: float = 0.5, top_n: int | None = None) -> None:

@@ -32,7 +32,8 @@ class Fuse(CompositeRetriever):
     *stages : Stage or retriever port
         At least one; each retrieves (a user retriever is wrapped by :func:`as_stage`).
     method : str, default "rrf"
-        Any unsupervised method of :data:`~kolm_search.fusion.FUSION_METHODS`.
+        Any unsupervised method of :data:`~kolm_search.fusion.FUSION_METHODS` that needs no
+        ``params`` (``gmnz`` and ``rbc`` do: use :func:`~kolm_search.fusion.fuse` on the runs).
     k : float, default 60
         RRF constant (where the method takes it).
     norm : str, optional
