@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from kolm_search._bridge import inline, run_sync
 from kolm_search.compose.fingerprints import describe, table_digest
-from kolm_search.compose.frame_ops import cutoff
-from kolm_search.compose.runner import frame_key, run_stage, shared_value, stage_name
-from kolm_search.compose.stage import Stage
+from kolm_search.compose.runner import frame_key, shared_value, stage_name
+from kolm_search.compose.stage import ServedByRunner, Stage
 from kolm_search.contract.ports import (
     BatchRetriever,
     Reranker,
@@ -145,10 +143,12 @@ class RerankerStage(Stage):
         return _frame_of(lists, table, self)
 
 
-class PortRetriever(RetrieverStage):
+class PortRetriever(ServedByRunner, RetrieverStage):
     """A user retriever (``retrieve``, perhaps ``retrieve_batch`` and ``table``) as a stage.
     Without a batch path its ``retrieve`` is called per query and the ids it returns are
-    looked up in ``table``."""
+    looked up in ``table``. It retrieves through the stage runner (:class:`ServedByRunner`):
+    checked as every stage's output is, also when called alone or serving a client, and a port
+    calling it again is a cycle."""
 
     def __init__(self, port: Any, table: DocumentTable | None = None) -> None:
         self.port = port
@@ -158,18 +158,6 @@ class PortRetriever(RetrieverStage):
                                  "needs table= (the DocumentTable its document ids are in)")
         self.table = own if own is not None else DocumentTable.coerce(table)
         self._batch = own is not None
-
-    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
-        """The port's candidates of ``batch``, checked as every stage's output is (:func:`run_stage`:
-        also when the stage is called alone or serves a client, and a port calling it again is a cycle)."""
-        return cutoff(run_stage(self, replace(batch, table=self.table), None), batch.limit)
-
-    def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
-        """One query's documents (:meth:`retrieve_batch` of a batch of one), so that the stage
-        serves a :class:`~kolm_search.contract.client.SearchClient` as every stage does."""
-        limit = max(1, min(int(context.plan.target_limit), len(self.table)))
-        frame = self.retrieve_batch(QueryBatch.from_contexts([context], limit=limit))
-        return self.table.documents(frame.doc, frame.score)
 
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
         if candidates is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -127,8 +127,7 @@ class CodedRun:
 def run_coded(stage: Any, prepared: PreparedQueries) -> CodedRun:
     """The run of ``prepared`` through a retrieving ``stage``, ids not yet looked up
     (:meth:`CodedRun.frame` makes the DataFrame)."""
-    from kolm_search.compose.frame_ops import cutoff
-    from kolm_search.compose.runner import run_stage, stage_name
+    from kolm_search.compose.runner import retrieve_through_runner, stage_name
 
     if not stage.is_source:
         raise KolmTypeError(f"{stage_name(stage)} re-ranks: a stage called on queries must retrieve "
@@ -142,7 +141,7 @@ def run_coded(stage: Any, prepared: PreparedQueries) -> CodedRun:
         batch = _batch(prepared, group, max(1, min(int(target.max()), len(table))))
         # run and checked as an operand is: in an experiment a pipeline that is a retriever alone
         # shares its output with the pipelines that start with it (``bm25`` beside ``bm25 >> mmr``)
-        frame = cutoff(run_stage(stage, replace(batch, table=table), None), batch.limit)
+        frame = retrieve_through_runner(stage, batch, table)
         query, doc, rank, score = frame.query, frame.doc, frame.rank, frame.score
         if len(frame) and (int(first.max()) > 0 or int(rank.max()) >= int(target.min())):  # else every entry is kept
             keep = (rank >= first[query]) & (rank < target[query])

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -29,7 +29,8 @@ import numpy as np
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
 
-__all__ = ["RunState", "SharedOutputs", "frame_key", "run_stage", "shared_value", "sharing", "stage_name"]
+__all__ = ["RunState", "SharedOutputs", "frame_key", "retrieve_through_runner", "run_stage", "shared_value", "sharing",
+           "stage_name"]
 
 
 def stage_name(stage: Any) -> str:
@@ -187,6 +188,15 @@ def _compute(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -
     finally:
         _ACTIVE.reset(token)
     return check_output(stage, out, batch)
+
+
+def retrieve_through_runner(stage: Any, batch: QueryBatch, table: Any) -> CandidateFrame:
+    """A retrieving ``stage``'s candidates of ``batch`` over ``table``, at most ``batch.limit`` per
+    query, through :func:`run_stage` (checked, and shared with the other pipelines of an
+    experiment that start with it)."""
+    from kolm_search.compose.frame_ops import cutoff
+
+    return cutoff(run_stage(stage, replace(batch, table=table), None), batch.limit)
 
 
 def run_stage(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:

@@ -38,7 +38,7 @@ import pandas as pd
 
 from kolm_search.compose import frame_ops as ops
 from kolm_search.compose.params import Parameters
-from kolm_search.compose.runner import run_stage, stage_name
+from kolm_search.compose.runner import retrieve_through_runner, run_stage, stage_name
 from kolm_search.contract.ports import Reranker, Retriever, implements
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
@@ -46,8 +46,8 @@ from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
 if TYPE_CHECKING:
     from kolm_search.types import SearchDocument, SearchPipelineContext
 
-__all__ = ["Composed", "Concatenate", "Cutoff", "FeatureUnion", "Intersection", "Scale", "Stage", "Sum", "Then",
-           "Union", "check_acyclic"]
+__all__ = ["Composed", "Concatenate", "Cutoff", "FeatureUnion", "Intersection", "Scale", "ServedByRunner", "Stage", "Sum",
+           "Then", "Union", "check_acyclic"]
 
 
 def _fail(op: str, left: Any, right: Any, why: str, kind: type[Exception] = KolmTypeError) -> Exception:
@@ -176,7 +176,31 @@ def _cutoff(this: Stage, k: Any) -> int:
     return int(k)
 
 
-class Composed(Stage):
+class ServedByRunner:
+    """``retrieve_batch`` and ``retrieve`` of a stage whose ``transform`` computes its candidates
+    (an operator, a user port): both go through :func:`retrieve_through_runner`, so such a stage
+    serves a :class:`~kolm_search.contract.client.SearchClient` and is checked as an operand is."""
+
+    table: Any
+
+    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
+        """The candidates of ``batch`` (at most ``batch.limit`` per query), as the stage runner asks them."""
+        table = self.table
+        if table is None:
+            raise SearchError(stage_name(self), "a re-ranking stage cannot retrieve: put a retrieving stage first")
+        return retrieve_through_runner(self, batch, table)
+
+    def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
+        """One query's documents (:meth:`retrieve_batch` of a batch of one)."""
+        table = self.table
+        if table is None:
+            raise SearchError(stage_name(self), "a re-ranking stage cannot retrieve: put a retrieving stage first")
+        frame = self.retrieve_batch(QueryBatch.from_contexts([context], limit=max(1, min(context.plan.target_limit,
+                                                                                          len(table)))))
+        return table.documents(frame.doc, frame.score)
+
+
+class Composed(ServedByRunner, Stage):
     """A stage made of others by an operator: ``operands`` in order, under :attr:`names`
     (their parameter names), and the operator's own parameters. As a retrieving stage it is
     a :class:`~kolm_search.contract.ports.BatchRetriever` (``table``, ``retrieve_batch``, ``retrieve``),
@@ -224,23 +248,6 @@ class Composed(Stage):
         except (KolmTypeError, KolmValueError):  # all or nothing
             self.operands = old
             raise
-
-    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
-        """The candidates of ``batch`` (at most ``batch.limit`` per query), as the stage runner asks them."""
-        table = self.table
-        if table is None:
-            raise SearchError(stage_name(self), "a re-ranking stage cannot retrieve: put a retrieving stage first")
-        out = run_stage(self, replace(batch, table=table), None)
-        return ops.cutoff(out, batch.limit)
-
-    def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
-        """One query's documents (:meth:`retrieve_batch` of a batch of one)."""
-        table = self.table
-        if table is None:
-            raise SearchError(stage_name(self), "a re-ranking stage cannot retrieve: put a retrieving stage first")
-        frame = self.retrieve_batch(QueryBatch.from_contexts([context], limit=max(1, min(context.plan.target_limit,
-                                                                                          len(table)))))
-        return table.documents(frame.doc, frame.score)
 
     def __repr__(self) -> str:
         return "(" + f" {self.symbol} ".join(repr(s) for s in self.operands) + ")"
