@@ -54,8 +54,8 @@ def _experiment(pipes: dict[str, Any], ds: Any, cache: Path | None = None) -> Ex
     return Experiment(pipes, ds, ["ndcg@10"], limit=20, progress=False, cache_dir=cache, drop_self_hits=False)
 
 
-def test_five_rerankers_run_bm25_once_and_equal_their_own_runs(ds) -> None:  # type: ignore[no-untyped-def]
-    pipes = _pipelines(ds.corpus)
+def _first_stage_runs_once(pipes: dict, ds) -> Experiment:  # type: ignore[no-untyped-def]
+    """An experiment of ``pipes`` calls the counted BM25 once, and each run equals the pipeline's own."""
     Counted.calls = 0
     exp = _experiment(pipes, ds)
     exp.run_pipelines()
@@ -63,6 +63,12 @@ def test_five_rerankers_run_bm25_once_and_equal_their_own_runs(ds) -> None:  # t
     queries = ds.judged_queries()
     for name, pipe in pipes.items():
         pd.testing.assert_frame_equal(exp.runs[name], pipe(queries, limit=20))
+    return exp
+
+
+def test_five_rerankers_run_bm25_once_and_equal_their_own_runs(ds) -> None:  # type: ignore[no-untyped-def]
+    pipes = _pipelines(ds.corpus)
+    exp = _first_stage_runs_once(pipes, ds)
     assert Counted.calls == 1 + len(pipes)  # alone, each pipeline runs its own BM25
     assert len(set(map(tuple, (exp.runs[n]["doc_id"] for n in pipes)))) > 1  # the rerankers differ
 
@@ -212,13 +218,7 @@ def test_a_retriever_alone_shares_its_run_with_the_pipelines_it_starts(ds) -> No
     # ``bm25`` beside ``bm25 >> mmr``: the lone retriever was called outside the sharing (twice)
     bm25 = Counted(ds.corpus)
     pipes = {"bm25": bm25, "mmr": bm25 >> MMRReranker(Embedder(), lambda_=0.5)}
-    Counted.calls = 0
-    exp = _experiment(pipes, ds)
-    exp.run_pipelines()
-    assert Counted.calls == 1
-    queries = ds.judged_queries()
-    for name, pipe in pipes.items():
-        pd.testing.assert_frame_equal(exp.runs[name], pipe(queries, limit=20))
+    _first_stage_runs_once(pipes, ds)
 
 
 def test_a_changed_k1_runs_bm25_and_what_follows_it_once_each_and_nothing_else(ds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
