@@ -1,7 +1,8 @@
 """What the README's operator table and ``Fuse``'s docstring state, checked on a small corpus of
-two queries (issue 27, item 6): ``Fuse`` takes every unsupervised method of ``fuse`` that needs
-no ``params`` and gives ``fuse``'s ranking of the stages' runs (the oracle); ``gmnz`` and
-``rbc`` are refused; a retrieving right operand of ``**`` is asked the union's page."""
+two queries (issue 27, item 6): ``Fuse`` takes every unsupervised method of ``fuse`` and gives
+``fuse``'s ranking of the stages' runs (the oracle), ``gmnz`` and ``rbc`` with their ``params``
+(the supervised methods: ``tests/test_fuse_params.py``); a retrieving right operand of ``**`` is
+asked the union's page."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ NEEDS_PARAMS = sorted(m for m in UNSUPERVISED if METHODS[ALIASES.get(m, m)].requ
 PLAIN = sorted(m for m in UNSUPERVISED if not METHODS[ALIASES.get(m, m)].required)
 
 
-def test_the_methods_fuse_refuses_are_the_documented_ones() -> None:
+def test_the_methods_needing_params_are_the_documented_ones() -> None:
     assert NEEDS_PARAMS == ["gmnz", "rbc"]  # the README's table and Fuse's docstring name them
 
 
@@ -41,9 +42,14 @@ def test_fuse_stage_ranks_as_fuse_of_the_stages_runs(method: str) -> None:
 
 
 @pytest.mark.parametrize("method", NEEDS_PARAMS)
-def test_fuse_stage_refuses_a_method_that_needs_params(method: str) -> None:
+def test_fuse_stage_takes_a_method_that_needs_params_with_them(method: str) -> None:
     with pytest.raises(KolmError, match=method):
-        Fuse(A, B, method=method)
+        Fuse(A, B, method=method)  # without them: refused, naming the method
+    params = {"gmnz": {"gamma": 2.0}, "rbc": {"phi": 0.6}}[method]
+    got = Fuse(A, B, method=method, params=params)(QUERIES, limit=100)
+    want = fuse([A(QUERIES, limit=100), B(QUERIES, limit=100)], method=method, params=params, limit=100)
+    assert got["doc_id"].tolist() == want["doc_id"].tolist()
+    np.testing.assert_allclose(got["score"].to_numpy(), want["score"].to_numpy(), rtol=1e-9)
 
 
 @pytest.mark.parametrize("limit", [1, 2, 100])

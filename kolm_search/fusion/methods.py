@@ -26,7 +26,8 @@ from kolm_search.fusion.entries import Entries
 from kolm_search.fusion.normalize import Norm, apply_norm
 from kolm_search.fusion.rrf import check_k, check_weights
 
-__all__ = ["ALIASES", "FUSION_METHODS", "METHODS", "Method", "canonical_method", "check_params", "fuse_entries"]
+__all__ = ["ALIASES", "FUSION_METHODS", "METHODS", "Method", "PER_RUN_PARAMS", "canonical_method", "check_params",
+           "fuse_entries"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -86,6 +87,8 @@ def _trained(name: str) -> Values:
 
 
 _TABLE = {"probs": "per-run tables", "log_odds": "per-run log-odds", "map_scores": "per-run MAP"}
+#: the parameters holding one entry per run, in the runs' order (fusing some of the runs takes theirs)
+PER_RUN_PARAMS = ("weights", *_TABLE)
 METHODS: dict[str, Method] = {
     "anz": Method("sum(v) / H (CombANZ)", value=_score, scale={"power": -1.0}),
     "bayesfuse": Method("sum of log-odds of relevance at rank i, log(0.001/0.999) where absent", rank_based=True,

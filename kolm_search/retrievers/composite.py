@@ -1,11 +1,11 @@
 """``CompositeRetriever``: fan out to child retrievers concurrently, fuse with RRF (or any
-unsupervised fusion method of :mod:`kolm_search.fusion`)."""
+fusion method of :mod:`kolm_search.fusion`, with its ``params``)."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -32,7 +32,7 @@ from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmTypeError, KolmValueError, SearchError
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
 from kolm_search.fusion.frames import resolve as resolve_fusion
-from kolm_search.fusion.methods import METHODS
+from kolm_search.fusion.methods import METHODS, PER_RUN_PARAMS
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
 from kolm_search.retrievers._persist import Payload, save_index
@@ -41,13 +41,14 @@ from kolm_search.retrievers.composite_gather import gather_best_effort, gather_f
 from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.types import SearchDocument, SearchPipelineContext, as_documents
 
-__all__ = ["CompositeRetriever"]
+__all__ = ["CompositeRetriever", "short_params"]
 
 Strategy = Literal["fail-fast", "best-effort"]
 _STAGE = PIPELINE_STAGES.COMPOSITE_RETRIEVER
 _FORMAT = "kolm-search/composite"
 _VERSION = 1
 _CONFIG = ("k", "strategy", "weights", "method", "norm", "depth")
+_OPTIONAL = ("params",)  # written since params were taken; a file without them has none
 
 
 def _child_frame(child: Any, batch: QueryBatch) -> CandidateFrame:
@@ -80,9 +81,9 @@ class CompositeRetriever(RetrieverStage):
         One weight per child (weighted RRF, beyond the spec; with ``method="wsum"`` the
         weights of the convex combination).
     method : str, default "rrf"
-        Fusion method: a name of :data:`~kolm_search.fusion.FUSION_METHODS` that needs no
-        training (``"rrf"``, ``"wsum"``, ``"sum"``, ``"mnz"``, ``"max"``, ``"bordafuse"``,
-        ...); ``k`` applies where the method takes it.
+        Fusion method: a name of :data:`~kolm_search.fusion.FUSION_METHODS` (``"rrf"``,
+        ``"wsum"``, ``"sum"``, ``"mnz"``, ``"max"``, ``"bordafuse"``, ...); ``k`` applies
+        where the method takes it. A method with required parameters takes them in ``params``.
     norm : str, optional
         Score normalisation of each child's list before fusion (``"min-max"``, ``"zmuv"``,
         ...; see :data:`~kolm_search.fusion.NORMALIZATIONS`); None keeps the scores.
@@ -90,6 +91,14 @@ class CompositeRetriever(RetrieverStage):
         Candidates asked of each child: ``max(depth, target_limit)`` (capped at the table's
         size on the batch path). Default: ``target_limit``, the spec's behaviour, so deeper
         pages also fuse deeper lists.
+    params : dict, optional
+        The method's parameters besides ``k`` as :func:`~kolm_search.fusion.fuse` takes them
+        (ranx's names): ``gamma`` (``gmnz``), ``phi`` (``rbc``), ``sigma`` (``logn_isr``), ``w``
+        and the trained tables ``probs``, ``log_odds``, ``map_scores`` of the supervised
+        methods (one per child, in the children's order: ``FittedFusion.params`` of
+        :func:`~kolm_search.fit_fusion` trained on the children's runs). Checked here; kept as
+        plain numbers and lists (saved with the composite). With ``"best-effort"``, a child that
+        fails takes its weight and its tables with it.
 
     The fused list is cut at ``context.plan.target_limit``; each document carries its
     fused score. With the defaults (``method="rrf"``, no ``norm``, no ``depth``) the
@@ -108,6 +117,7 @@ class CompositeRetriever(RetrieverStage):
         method: str = "rrf",
         norm: str | None = None,
         depth: int | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> None:
         retrievers = list(retrievers)
         if not retrievers:
@@ -116,25 +126,38 @@ class CompositeRetriever(RetrieverStage):
             if not implements(r, Retriever):
                 raise KolmTypeError(f"retrievers[{i}] ({type(r).__name__}) has no 'retrieve' method")
         self.retrievers = retrievers
+        params, k, weights = _lift(params, k, weights)
         self.k = check_k(k)
         self.strategy: Strategy = one_of("strategy", strategy, ("fail-fast", "best-effort"))
         self.logger = logger
         self.weights = None if weights is None else list(check_weights(weights, len(retrievers)))
         self.depth: int | None = positive_int("depth", depth, none=True)
-        self.method, self.norm, _ = resolve_fusion(method, norm, None, len(retrievers), k=self.k, weights=self.weights)
-        if METHODS[self.method].supervised:
-            raise KolmValueError(f"method {method!r} must be trained on qrels (fit_fusion); "
-                                 "CompositeRetriever takes the methods that need no training")
+        self.method, self.norm, checked = resolve_fusion(method, norm, params, len(retrievers), k=self.k,
+                                                         weights=self.weights)
+        self.params: dict[str, Any] | None = None if params is None else {
+            name: _plain(checked[name]) for name in params}  # checked, as numbers and lists (JSON, fingerprints)
 
     @property
     def _spec_rrf(self) -> bool:
         """True when the spec's document path (``merge_with_rrf``, children cut at the target) applies."""
         return self.method == "rrf" and self.norm is None and self.depth is None
 
-    def _fuse(self, frame: CandidateFrame, weights: list[float] | None, limit: int, n_lists: int,
-              n_docs: int) -> CandidateFrame:
-        return fuse_frame(frame, method=self.method, k=self.k, weights=weights, norm=self.norm, limit=limit,
-                          n_lists=n_lists, n_docs=n_docs)
+    def _fuse(self, frame: CandidateFrame, kept: Sequence[int], limit: int, n_docs: int) -> CandidateFrame:
+        """Fuse ``frame``'s lists, list ``i`` made by child ``kept[i]`` (the weights and per-run
+        parameters of those children)."""
+        return fuse_frame(frame, method=self.method, k=self.k, weights=self._weights_of(kept), norm=self.norm,
+                          limit=limit, n_lists=len(kept), n_docs=n_docs, params=self._params_of(kept))
+
+    def _weights_of(self, kept: Sequence[int]) -> list[float] | None:
+        """The weights of children ``kept`` (None when none were given: min, max and med take none)."""
+        return None if self.weights is None else [self.weights[i] for i in kept]
+
+    def _params_of(self, kept: Sequence[int]) -> dict[str, Any] | None:
+        """:attr:`params` for children ``kept``: each per-run parameter's entries of those children."""
+        if self.params is None:
+            return None
+        return {name: [value[i] for i in kept] if name in PER_RUN_PARAMS else value
+                for name, value in self.params.items()}
 
     async def _run_child(self, index: int, context: SearchPipelineContext) -> list[SearchDocument]:
         retriever = self.retrievers[index]
@@ -152,14 +175,14 @@ class CompositeRetriever(RetrieverStage):
         ]
         if self.strategy == "fail-fast":
             lists = await gather_fail_fast(tasks, self.retrievers)
-            weights = self.weights
+            kept = list(range(len(lists)))
         else:
-            lists, weights = await gather_best_effort(tasks, self.retrievers, self.weights, self.logger)
+            lists, kept = await gather_best_effort(tasks, self.retrievers, self.logger)
         if self._spec_rrf:
-            return merge_with_rrf(lists, {}, target, self.k, weights=weights)
-        return self._fuse_documents(lists, weights, target)
+            return merge_with_rrf(lists, {}, target, self.k, weights=self._weights_of(kept))
+        return self._fuse_documents(lists, kept, target)
 
-    def _fuse_documents(self, lists: list[list[SearchDocument]], weights: list[float] | None,
+    def _fuse_documents(self, lists: list[list[SearchDocument]], kept: Sequence[int],
                         limit: int) -> list[SearchDocument]:
         """Fuse document lists with :meth:`_fuse` (ids coded by first appearance)."""
         first: dict[str, SearchDocument] = {}
@@ -177,7 +200,7 @@ class CompositeRetriever(RetrieverStage):
                 scores.append(0.0 if doc.score is None else float(doc.score))
             frames.append(CandidateFrame.from_ptr([0, len(codes)], np.asarray(codes, np.int64),
                                                   np.asarray(scores, np.float64)))
-        fused = self._fuse(CandidateFrame.concat(frames), weights, limit, len(frames), max(len(code), 1))
+        fused = self._fuse(CandidateFrame.concat(frames), kept, limit, max(len(code), 1))
         by_code = list(first.values())  # codes follow first appearance, as ``first`` does
         return [replace(by_code[int(c)], score=float(sc)) for c, sc in zip(fused.doc, fused.score, strict=True)]
 
@@ -229,9 +252,24 @@ class CompositeRetriever(RetrieverStage):
         incremental.share_tables(shared)
 
     def __copy__(self) -> CompositeRetriever:
-        """The same fusion over copies of the children (``SearchClient.add`` changes a copy)."""
-        return CompositeRetriever([copy.copy(c) for c in self.retrievers], self.k, self.strategy, self.logger,
-                                  weights=self.weights, method=self.method, norm=self.norm, depth=self.depth)
+        """The same fusion over copies of the children (``SearchClient.add`` changes a copy), of this class."""
+        return self.assemble([copy.copy(c) for c in self.retrievers], self.settings(), self.logger)
+
+    def settings(self) -> dict[str, Any]:
+        """The fusion settings by name (``k, strategy, weights, method, norm, depth, params``):
+        what :meth:`assemble` takes besides the children."""
+        return {"k": self.k, "strategy": self.strategy, "weights": self.weights, "method": self.method,
+                "norm": self.norm, "depth": self.depth, "params": self.params}
+
+    @classmethod
+    def assemble(cls, children: Sequence[Any], settings: dict[str, Any],
+                 logger: Logger | None = None) -> CompositeRetriever:
+        """An instance of this class over ``children`` with :meth:`settings` ``settings`` (how a
+        copy, a load and a change of parameters build one; a subclass whose constructor takes
+        its children otherwise overrides it)."""
+        return cls(children, settings["k"], settings["strategy"], logger, weights=settings["weights"],
+                   method=settings["method"], norm=settings["norm"], depth=settings["depth"],
+                   params=settings.get("params"))
 
     # -- persistence (every child a BM25, dense, feedback or composite retriever) ---------
     def _payload(self) -> Payload:
@@ -247,8 +285,7 @@ class CompositeRetriever(RetrieverStage):
                                     "saved; a saved composite holds BM25Retriever, DenseRetriever, FeedbackRetriever "
                                     "and CompositeRetriever children")
         self.merge()
-        config = {"k": self.k, "strategy": self.strategy, "weights": self.weights, "method": self.method,
-                  "norm": self.norm, "depth": self.depth}
+        config = self.settings()
         return Payload(_FORMAT, _VERSION, {"config": config},
                        children=[child._payload() for child in self.retrievers])  # type: ignore[attr-defined]
 
@@ -282,7 +319,7 @@ class CompositeRetriever(RetrieverStage):
         where = files.where
         body = check_manifest(where, body, _FORMAT, _VERSION, ("children", *files.manifest_keys))
         files.expect(())
-        cfg = check.check_keys(where, "config", body["config"], _CONFIG)
+        cfg = check.check_keys(where, "config", body["config"], _CONFIG, optional=_OPTIONAL)
         children: list[Any] = []
         for child, child_files in files.children(body):
             fmt = child.get("format") if isinstance(child, dict) else None
@@ -299,8 +336,7 @@ class CompositeRetriever(RetrieverStage):
                 raise KolmValueError(f"{child_files.where}: key 'format' is {fmt!r}; a composite's children are "
                                      "kolm-search/bm25, dense, feedback or composite indexes")
         try:
-            return cls(children, cfg["k"], cfg["strategy"], logger, weights=cfg["weights"], method=cfg["method"],
-                       norm=cfg["norm"], depth=cfg["depth"])
+            return cls.assemble(children, cfg, logger)
         except (KolmValueError, KolmTypeError) as exc:
             raise KolmValueError(f"{where}: key 'config': {exc}") from exc
 
@@ -326,7 +362,7 @@ class CompositeRetriever(RetrieverStage):
         if table is None:
             raise SearchError(_STAGE, "retrieve_batch needs children with retrieve_batch over one document table")
         frames: list[CandidateFrame] = []
-        weights: list[float] = []
+        kept: list[int] = []
         errors: list[BaseException] = []
         child_batch = batch
         if self.depth is not None and min(self.depth, len(table)) > batch.limit:
@@ -335,7 +371,7 @@ class CompositeRetriever(RetrieverStage):
         for index, child in enumerate(self.retrievers):
             try:
                 frames.append(_child_frame(child, child_batch))
-                weights.append(1.0 if self.weights is None else self.weights[index])
+                kept.append(index)
             except Exception as exc:
                 if isinstance(exc, FilterError):  # the query's filter is bad: fails every child alike
                     raise FilterError(_STAGE, f"retrievers[{index}] ({retriever_name(child)}) failed: {exc}", exc,
@@ -347,14 +383,12 @@ class CompositeRetriever(RetrieverStage):
                     SearchError.wrap(_STAGE, exc))
         if not frames:
             raise SearchError(_STAGE, f"all {len(self.retrievers)} retrievers failed; first error: {errors[0]}", cause=errors[0])
-        kept = None if self.weights is None else weights  # none given, none passed (min, max and med take none)
-        return self._fuse(CandidateFrame.concat(frames), kept, batch.limit, len(frames), max(len(table), 1))
+        return self._fuse(CandidateFrame.concat(frames), kept, batch.limit, max(len(table), 1))
 
     # -- stage parameters (kolm_search.compose) ---------------------------------------------
     def stage_params(self) -> dict[str, Any]:
-        """The children as ``s0``, ``s1``, ... and ``k, method, norm, weights, depth, strategy``."""
-        return {**{f"s{i}": r for i, r in enumerate(self.retrievers)}, "k": self.k, "method": self.method,
-                "norm": self.norm, "weights": self.weights, "depth": self.depth, "strategy": self.strategy}
+        """The children as ``s0``, ``s1``, ... and ``k, method, norm, weights, depth, strategy, params``."""
+        return {**{f"s{i}": r for i, r in enumerate(self.retrievers)}, **self.settings()}
 
     def apply_params(self, changes: dict[str, Any]) -> None:
         """Set children or fusion parameters (checked as the constructor checks them; on error
@@ -363,8 +397,7 @@ class CompositeRetriever(RetrieverStage):
             return
         merged = {**self.stage_params(), **changes}
         children = [merged[f"s{i}"] for i in range(len(self.retrievers))]
-        rebuilt = CompositeRetriever(children, merged["k"], merged["strategy"], self.logger, weights=merged["weights"],
-                                     method=merged["method"], norm=merged["norm"], depth=merged["depth"])
+        rebuilt = self.assemble(children, merged, self.logger)
         old = dict(self.__dict__)
         self.__dict__.update(rebuilt.__dict__)
         try:
@@ -377,4 +410,42 @@ class CompositeRetriever(RetrieverStage):
     def __repr__(self) -> str:
         names = ", ".join(retriever_name(r) for r in self.retrievers)
         extra = "" if self._spec_rrf else f", method={self.method!r}, norm={self.norm!r}, depth={self.depth!r}"
+        if self.params is not None:
+            extra += f", params={short_params(self.params)}"
         return f"CompositeRetriever([{names}], k={self.k:g}, strategy={self.strategy!r}{extra})"
+
+
+def _plain(value: Any) -> Any:
+    """A checked fusion parameter as plain Python numbers and lists (arrays' ``tolist``)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _lift(params: Mapping[str, Any] | None, k: float, weights: Any) -> tuple[Mapping[str, Any] | None, float, Any]:
+    """``k`` and ``weights`` found in ``params`` (as ``FittedFusion.params`` may hold them) taken
+    out into the arguments (``k`` only when the argument is the default 60 or the same value;
+    ``weights`` only when none were given), so each is kept in one place."""
+    if params is None or not isinstance(params, Mapping) or not ({"k", "weights"} & set(params)):
+        return params, k, weights
+    rest = dict(params)
+    if "weights" in rest:
+        if weights is not None:
+            raise KolmValueError("weights given twice (argument and params)")
+        weights = rest.pop("weights")
+    if "k" in rest:
+        given = rest.pop("k")
+        if k != 60 and given != k:
+            raise KolmValueError(f"k given twice (argument {k!r} and params {given!r})")
+        k = given
+    return rest, k, weights
+
+
+def short_params(params: Mapping[str, Any]) -> str:
+    """``params`` for a repr: a value whose repr is long (a list of trained tables) by its length."""
+    return "{" + ", ".join(f"{name!r}: " + (repr(value) if len(repr(value)) <= 60 else f"<{len(value)} per run>")
+                           for name, value in params.items()) + "}"

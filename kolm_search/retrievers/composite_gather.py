@@ -53,15 +53,14 @@ async def gather_fail_fast(tasks: Tasks, retrievers: Sequence[Any]) -> list[list
     return [task.result() for task in tasks]
 
 
-async def gather_best_effort(tasks: Tasks, retrievers: Sequence[Any], weights: Sequence[float] | None,
-                             logger: Logger | None) -> tuple[list[list[SearchDocument]], list[float] | None]:
-    """The documents of the tasks that succeeded and their weights (``weights[i]`` of each, None
-    when ``weights`` is None). A failure is logged to ``logger`` as a warning naming the child
-    and skipped; a cancellation is raised; all failing is a ``SearchError`` whose cause is the
-    first error."""
+async def gather_best_effort(tasks: Tasks, retrievers: Sequence[Any],
+                             logger: Logger | None) -> tuple[list[list[SearchDocument]], list[int]]:
+    """The documents of the tasks that succeeded and their positions among the tasks. A
+    failure is logged to ``logger`` as a warning naming the child and skipped; a cancellation
+    is raised; all failing is a ``SearchError`` whose cause is the first error."""
     results = await asyncio.gather(*tasks, return_exceptions=True)
     lists: list[list[SearchDocument]] = []
-    kept: list[float] = []
+    kept: list[int] = []
     errors: list[BaseException] = []
     for index, result in enumerate(results):
         if isinstance(result, BaseException):
@@ -72,8 +71,8 @@ async def gather_best_effort(tasks: Tasks, retrievers: Sequence[Any], weights: S
                 SearchError.wrap(_STAGE, result))
             continue
         lists.append(result)
-        kept.append(1.0 if weights is None else weights[index])
+        kept.append(index)
     if not lists:
         raise SearchError(_STAGE, f"all {len(retrievers)} retrievers failed; first error: {errors[0]}",
                           cause=errors[0])
-    return lists, (None if weights is None else kept)
+    return lists, kept

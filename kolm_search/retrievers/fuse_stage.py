@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kolm_search.compose.kinds import as_stage
@@ -11,7 +12,7 @@ from kolm_search.contract.ports import Logger
 from kolm_search.contract.saved_kinds import saved_kind
 from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.errors import KolmTypeError, KolmValueError
-from kolm_search.retrievers.composite import CompositeRetriever, Strategy
+from kolm_search.retrievers.composite import CompositeRetriever, Strategy, short_params
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["Fuse"]
@@ -23,7 +24,8 @@ class Fuse(CompositeRetriever):
 
     ``Fuse(bm25 % 100, dense % 100)`` is RRF over each stage's 100 best; ``presets.hybrid`` is
     ``Fuse(bm25, dense, k=60)``. A :class:`~kolm_search.retrievers.composite.CompositeRetriever`
-    (so it saves, loads and takes ``add``/``delete`` when its stages are built-in indexes)
+    (so it saves, loads and takes ``add``/``delete`` when its stages are built-in indexes;
+    ``Fuse.load`` gives a ``Fuse``, a saved client holding one gives a ``CompositeRetriever``)
     whose children are stages: inside an :class:`~kolm_search.evaluation.Experiment` each
     child's output is shared with the other pipelines that hold it.
 
@@ -32,10 +34,17 @@ class Fuse(CompositeRetriever):
     *stages : Stage or retriever port
         At least one; each retrieves (a user retriever is wrapped by :func:`as_stage`).
     method : str, default "rrf"
-        Any unsupervised method of :data:`~kolm_search.fusion.FUSION_METHODS` that needs no
-        ``params`` (``gmnz`` and ``rbc`` do: use :func:`~kolm_search.fusion.fuse` on the runs).
+        Any method of :data:`~kolm_search.fusion.FUSION_METHODS`; those with required
+        parameters take them in ``params``.
     k : float, default 60
         RRF constant (where the method takes it).
+    params : dict, optional
+        The method's other parameters, as :func:`~kolm_search.fusion.fuse` takes them:
+        ``{"gamma": 2.0}`` for ``gmnz``, ``{"phi": 0.8}`` for ``rbc``, and for a supervised
+        method the trained tables, one per stage in the stages' order: with ``f =
+        fit_fusion({"bm25": bm25_run, "dense": dense_run}, qrels, "probfuse")``,
+        ``Fuse(bm25, dense, method=f.method, norm=f.norm, params=f.params)`` (``k`` and
+        ``weights`` found there are taken as the arguments of those names).
     norm : str, optional
         Score normalisation of each list (:data:`~kolm_search.fusion.NORMALIZATIONS`).
     weights : list of float, optional
@@ -48,7 +57,7 @@ class Fuse(CompositeRetriever):
 
     def __init__(self, *stages: Any, method: str = "rrf", k: float = 60, norm: str | None = None,
                  weights: Any = None, depth: int | None = None, strategy: Strategy = "fail-fast",
-                 logger: Logger | None = None) -> None:
+                 logger: Logger | None = None, params: Any = None) -> None:
         if not stages:
             raise KolmValueError("Fuse needs at least one stage")
         if len(stages) == 1 and isinstance(stages[0], (list, tuple)):
@@ -61,7 +70,7 @@ class Fuse(CompositeRetriever):
                                     "stages (to fuse two re-rankings of one list: Fuse(a >> r1, a >> r2))")
         self._composed = any(isinstance(s, Composed) for s in found)
         super().__init__(found, k, strategy, logger, weights=weights, method=method, norm=norm,  # type: ignore[arg-type]
-                         depth=depth)
+                         depth=depth, params=params)
 
     async def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
         """One query's documents. Over built-in retrievers only, the spec's path (as
@@ -76,17 +85,22 @@ class Fuse(CompositeRetriever):
         frame = self.retrieve_batch(QueryBatch.from_contexts([context], limit=target))
         return table.documents(frame.doc, frame.score)
 
-    def apply_params(self, changes: dict[str, Any]) -> None:
-        super().apply_params(changes)
-        self._composed = any(isinstance(s, Composed) for s in self.retrievers)
+    @classmethod
+    def assemble(cls, children: Sequence[Any], settings: dict[str, Any], logger: Logger | None = None) -> Fuse:
+        """A ``Fuse`` of ``children`` with ``settings`` (:meth:`CompositeRetriever.assemble`:
+        ``Fuse.load``, ``copy.copy`` and ``set_params`` give a ``Fuse``)."""
+        return cls(*children, logger=logger, **{name: settings[name] for name in
+                                                ("method", "k", "norm", "weights", "depth", "strategy")},
+                   params=settings.get("params"))
 
     def __repr__(self) -> str:
         """``Fuse(a, b, ...)``: the stages' reprs and every setting that is not its default (two
         fusions that differ, e.g. in ``weights``, print differently)."""
-        defaults = {"method": "rrf", "k": 60.0, "norm": None, "weights": None, "depth": None, "strategy": "fail-fast"}
-        shown = {"method": self.method, "k": self.k, "norm": self.norm,
-                 "weights": None if self.weights is None else [float(w) for w in self.weights],
-                 "depth": self.depth, "strategy": self.strategy}
-        settings = [f"{name}={value:g}" if name == "k" else f"{name}={value!r}"
-                    for name, value in shown.items() if value != defaults[name]]
+        defaults = {"method": "rrf", "k": 60.0, "norm": None, "weights": None, "depth": None, "strategy": "fail-fast",
+                    "params": None}
+        shown: dict[str, Any] = {"method": self.method, "k": self.k, "norm": self.norm,
+                                 "weights": None if self.weights is None else [float(w) for w in self.weights],
+                                 "depth": self.depth, "strategy": self.strategy, "params": self.params}
+        settings = [f"{name}={value:g}" if name == "k" else f"params={short_params(value)}" if name == "params"
+                    else f"{name}={value!r}" for name, value in shown.items() if value != defaults[name]]
         return "Fuse(" + ", ".join([repr(s) for s in self.retrievers] + settings) + ")"

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kolm_search import KolmValueError, compare
+from kolm_search import BM25Retriever, KolmValueError, compare
+from kolm_search.evaluation import Experiment
 
 markdown_it = pytest.importorskip("markdown_it", reason="markdown-it-py (test extra) not installed")
 
@@ -74,7 +75,7 @@ def test_a_newline_in_the_baseline_name_keeps_the_caption_one_paragraph() -> Non
                 min_size=2, max_size=4, unique=True))
 def test_any_names_give_one_row_each(names: list[str]) -> None:
     run, qrels = _data(4)
-    if len({n for n in names}) != len(names):
+    if len({n for n in names}) != len(names) or not all(n.strip() for n in names):  # blank: refused (below)
         return
     runs = {name: run for name in names}
     rows = _cells(compare(runs, qrels, ["P@5"], test="t").to_markdown())
@@ -90,6 +91,16 @@ def test_compare_refuses_names_whose_text_is_equal(names: tuple[Any, ...]) -> No
     text = str(info.value)
     a, b = [n for n in names if str(n) == str(names[-1])]
     assert repr(a) in text and repr(b) in text
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\n", "\t \u2003"])
+def test_compare_and_an_experiment_refuse_a_blank_name(blank: str) -> None:
+    """A blank name rendered as a row without a name on main."""
+    run, qrels = _data()
+    with pytest.raises(KolmValueError, match="blank"):
+        compare({"base": run, blank: run.assign(score=-run["score"])}, qrels, ["P@5"])
+    with pytest.raises(KolmValueError, match="blank"):
+        Experiment({blank: BM25Retriever(pd.DataFrame({"id": ["a"], "content": ["x"]}))}, object(), ["P@5"])
 
 
 def test_distinct_non_string_names_are_kept() -> None:
