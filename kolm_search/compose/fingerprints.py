@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,27 @@ from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError
 
-__all__ = ["batch_digest", "frame_digest", "input_digest", "node_digest", "table_digest", "value_fingerprint"]
+__all__ = ["batch_digest", "fingerprints_once", "frame_digest", "input_digest", "node_digest", "table_digest",
+           "value_fingerprint"]
+
+#: inside :func:`fingerprints_once`: each object's fingerprint by identity (the object kept, so its id is not reused)
+_ONCE: ContextVar[dict[int, tuple[Any, str]] | None] = ContextVar("kolm_search_fingerprints_once", default=None)
+
+
+@contextmanager
+def fingerprints_once() -> Iterator[None]:
+    """A block in which :func:`value_fingerprint` asks each object (a stage, a tokenizer ...)
+    for its ``fingerprint()`` once: for fingerprinting several pipelines that share stages
+    (five ``bm25 % 100 >> r_i`` fingerprint ``bm25 % 100`` once), while none of them changes.
+    Nested blocks are the outer one."""
+    if _ONCE.get() is not None:
+        yield
+        return
+    token = _ONCE.set({})
+    try:
+        yield
+    finally:
+        _ONCE.reset(token)
 
 def _sha(*parts: bytes) -> str:
     h = hashlib.sha256()
@@ -61,8 +83,14 @@ def value_fingerprint(value: Any, *, what: str = "parameter") -> str:
     if isinstance(value, np.ndarray):
         return f"array{value.shape}:{_sha(np.ascontiguousarray(value).tobytes())}"
     if implements(value, Fingerprinted):
+        once = _ONCE.get()
+        known = None if once is None else once.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
         found = value.fingerprint()
         if isinstance(found, str) and found:
+            if once is not None:
+                once[id(value)] = (value, found)
             return found
     raise KolmTypeError(f"{what} {type(value).__name__} declares no fingerprint() (kolm_search.contract.ports.Fingerprinted), "
                         "so outputs that depend on it cannot be shared or cached")

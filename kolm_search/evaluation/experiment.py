@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from kolm_search.compose.cache import StageCache, cache_root
+from kolm_search.compose.fingerprints import fingerprints_once
 from kolm_search.compose.queries import (
     CodedRun,
     PreparedQueries,
@@ -304,13 +305,14 @@ class Experiment:
         if queries is None:
             return None
         parts: list[Any] = [queries]
-        for name, stage in self.pipelines.items():
-            if not isinstance(stage, Stage) or (name in self.runs and not self.runs.computed(name)):
-                return None
-            try:
-                parts.append([name, stage.fingerprint()])
-            except KolmError:
-                return None
+        with fingerprints_once():  # the pipelines' shared first stages fingerprinted once
+            for name, stage in self.pipelines.items():
+                if not isinstance(stage, Stage) or (name in self.runs and not self.runs.computed(name)):
+                    return None
+                try:
+                    parts.append([name, stage.fingerprint()])
+                except KolmError:
+                    return None
         qrels = qrels_digest(self.dataset.qrels)
         if qrels is None:
             return None

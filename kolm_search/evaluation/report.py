@@ -10,6 +10,7 @@ by hand (no jinja2, no tabulate), so nothing optional is needed at call time.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,48 @@ class ComparisonTable(pd.DataFrame):
     ``per_query`` (``{metric: DataFrame qid x run}``) and ``curves`` (DataFrame recall level x
     run, the precision-recall curves) are the scores the pictures are drawn from; compare() keeps
     them. Any frame derived from it (a selection, a copy) is a plain DataFrame without them;
-    :func:`to_markdown` and :func:`to_latex` of this module take those too."""
+    :func:`to_markdown` and :func:`to_latex` of this module take those too. A table read from an
+    experiment's cache makes the two when they are first read (:meth:`defer`)."""
 
     _metadata = ["per_query", "curves"]  # noqa: RUF012  (pandas reads this list of attribute names)
+
+    @property
+    def per_query(self) -> dict[str, pd.DataFrame]:
+        """``{metric: DataFrame qid x run}``: each query's score."""
+        return self._kept("per_query")
+
+    @per_query.setter
+    def per_query(self, value: dict[str, pd.DataFrame]) -> None:
+        self._keep("per_query", value)
+
+    @property
+    def curves(self) -> pd.DataFrame:
+        """DataFrame recall level x run: the interpolated precision-recall curves."""
+        return self._kept("curves")
+
+    @curves.setter
+    def curves(self, value: pd.DataFrame) -> None:
+        self._keep("curves", value)
+
+    def defer(self, *, per_query: Callable[[], dict[str, pd.DataFrame]],
+              curves: Callable[[], pd.DataFrame]) -> None:
+        """Set :attr:`per_query` and :attr:`curves` as the functions that make them, each called
+        when its value is first read (a table read back from a cache, its checks made, need not
+        build frames a caller may never look at)."""
+        self._keep("per_query", _Deferred(per_query))
+        self._keep("curves", _Deferred(curves))
+
+    def _keep(self, name: str, value: Any) -> None:
+        self.__dict__.setdefault("_kept_parts", {})[name] = value
+
+    def _kept(self, name: str) -> Any:
+        parts = self.__dict__.get("_kept_parts", {})
+        if name not in parts:
+            raise AttributeError(f"'ComparisonTable' object has no attribute {name!r}")
+        value = parts[name]
+        if isinstance(value, _Deferred):
+            value = parts[name] = value.make()
+        return value
 
     @property
     def _constructor(self) -> type[pd.DataFrame]:
@@ -82,6 +122,15 @@ class ComparisonTable(pd.DataFrame):
                  label: str | None = None, **settings: Any) -> str:
         """The report as a LaTeX ``table`` with booktabs rules (``\\usepackage{booktabs}``)."""
         return _write(to_latex(self, digits=digits, caption=caption, label=label, **settings), buf)
+
+
+class _Deferred:
+    """A value made when first read (:meth:`ComparisonTable.defer`)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
 
 
 def _write(text: str, buf: Any) -> str:

@@ -178,6 +178,14 @@ def _encode_frame(frame: pd.DataFrame) -> dict[str, Any]:
 
 def _decode_frame(data: Any, columns: Sequence[str] | None = None, *, index: str | None = None,
                   kind: type[pd.DataFrame] = pd.DataFrame) -> pd.DataFrame:
+    """A frame :func:`_encode_frame` wrote, checked (``KolmValueError``), of class ``kind``, with
+    column ``index`` as its index."""
+    return _frame_of(_checked_columns(data, columns), index=index, kind=kind)
+
+
+def _checked_columns(data: Any, columns: Sequence[str] | None = None) -> dict[str, Any]:
+    """The columns of a frame :func:`_encode_frame` wrote, by name (``columns`` when given), each
+    checked against its dtype and made an array of it (``KolmValueError`` when one fails)."""
     if not isinstance(data, dict) or not isinstance(data.get("columns"), list):
         raise KolmValueError("a table is not a JSON object with columns")
     names, dtypes, values = data["columns"], data.get("dtypes"), data.get("values")
@@ -204,11 +212,25 @@ def _decode_frame(data: Any, columns: Sequence[str] | None = None, *, index: str
             if dtype == "int64" and any(isinstance(v, bool) for v in column):
                 raise KolmValueError(f"column {name!r} holds a value that is not {dtype}")
             out[name] = np.array(column, dtype=dtype)
-    rest = [n for n in names if n != index]
+    return out
+
+
+def _frame_of(out: dict[str, Any], *, index: str | None = None, kind: type[pd.DataFrame] = pd.DataFrame) -> pd.DataFrame:
+    """The frame of :func:`_checked_columns`' columns, column ``index`` as its index."""
+    rest = [n for n in out if n != index]
     at = None if index is None else pd.Index(out[index], name=index)  # that column as the index
     if rest and all(out[n].dtype == np.float64 for n in rest):  # one float block: no per-column assembly
         return kind(np.column_stack([out[n] for n in rest]), index=at, columns=rest)
     return kind({n: out[n] for n in rest}, index=at)  # the dict keeps the order (columns= would reindex: ~2x slower)
+
+
+def _per_query_frames(qid: pa.ChunkedArray, keys: Sequence[str], names: Sequence[str],
+                      scores: Sequence[Sequence[np.ndarray]]) -> dict[str, pd.DataFrame]:
+    """``per_query`` of a stored table: for each metric ``keys[i]`` a DataFrame qid x run of the
+    checked columns ``scores[i]`` (float64 (n_queries,) each)."""
+    index = pd.Index(qid.to_pandas(), name="qid")
+    return {metric: pd.DataFrame(np.column_stack(scores[i]), index=index, columns=list(names)) if names
+            else pd.DataFrame(index=index) for i, metric in enumerate(keys)}
 
 
 def same_table(a: ComparisonTable, b: ComparisonTable) -> bool:
@@ -276,28 +298,26 @@ class TableCache(CacheFolder):
             raise KolmValueError(f"metadata 'columns_crc32' is {crcs!r}")
         if _strings_checksum(qid.combine_chunks()) != meta.get("qid_crc32"):
             raise KolmValueError("the checksum of column 'qid' does not match the one recorded")
-        index = pd.Index(qid.to_pandas(), name="qid")
-        per_query: dict[str, pd.DataFrame] = {}
-        for i, metric in enumerate(keys):
-            values: dict[str, np.ndarray] = {}
-            for j, name in enumerate(names):
+        scores: list[list[np.ndarray]] = []  # [metric][run] (n_queries,) float64, checked
+        for i in range(len(keys)):
+            scores.append([])
+            for j in range(len(names)):
                 column = stored.column(f"{i}:{j}")
                 if column.type != pa.float64() or column.null_count:
                     raise KolmValueError(f"column {i}:{j} is {column.type} with nulls")
                 array = column.to_numpy()
                 if _checksum(array) != crcs[i * len(names) + j]:
                     raise KolmValueError(f"the checksum of column {i}:{j} does not match the one recorded")
-                values[name] = array
-            per_query[metric] = (pd.DataFrame(np.column_stack(list(values.values())), index=index, columns=list(values))
-                                 if values else pd.DataFrame(index=index))
+                scores[-1].append(array)
         table = _decode_frame(body.get("table"), kind=ComparisonTable)
         assert isinstance(table, ComparisonTable)
-        table.curves = _decode_frame(body.get("curves"), ["recall", *names], index="recall")
-        table.per_query = per_query
+        curves = _checked_columns(body.get("curves"), ["recall", *names])  # checked now, the frame made when read
         attrs = body.get("attrs")
         if not isinstance(attrs, dict):
             raise KolmValueError("no attrs")
         table.attrs.update(attrs)
+        table.defer(per_query=lambda: _per_query_frames(qid, keys, names, scores),
+                    curves=lambda: _frame_of(curves, index="recall"))
         return table
 
     def put(self, runs_fp: str, settings_fp: str, table: ComparisonTable) -> bool:
