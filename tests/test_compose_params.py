@@ -210,3 +210,43 @@ def test_grid_search_refuses_a_bad_metric_before_running_any_point(ds, metric: s
     with pytest.raises(KolmValueError, match="metric"):
         grid_search(_counted(calls)(corpus.iloc[:100]), {"k1": [0.6, 1.2]}, queries, qrels, metric)
     assert not calls
+
+
+def test_fingerprints_once_asks_a_shared_stage_once_and_only_inside_the_block() -> None:
+    """Five pipelines over one first stage: inside ``fingerprints_once`` the first stage's
+    fingerprint is made once, and each pipeline's equals the one made outside it."""
+    from kolm_search.compose.fingerprints import fingerprints_once
+    from kolm_search.compose.kinds import RerankerStage
+
+    class Counted(RerankerStage):
+        calls = 0
+
+        def __init__(self, w: float) -> None:
+            self.w = w
+
+        def stage_params(self) -> dict[str, Any]:
+            return {"w": self.w}
+
+        def apply_params(self, changes: dict[str, Any]) -> None:
+            self.w = changes.get("w", self.w)
+
+        def fingerprint(self) -> str:
+            type(self).calls += 1
+            return super().fingerprint()
+
+        def transform(self, batch: Any, candidates: Any) -> Any:
+            return candidates
+
+    first = Counted(0.0)
+    pipes = [BM25Retriever(pd.DataFrame({"id": ["a", "b"], "content": ["x y", "y z"]})) % 2 >> first >> Counted(w)
+             for w in (1.0, 2.0, 3.0)]
+    alone = [p.fingerprint() for p in pipes]
+    assert Counted.calls == 6  # each pipeline asks the shared stage and its own
+    Counted.calls = 0
+    with fingerprints_once():
+        inside = [p.fingerprint() for p in pipes]
+        with fingerprints_once():  # nested: the outer block's
+            assert pipes[0].fingerprint() == alone[0]
+    assert inside == alone and Counted.calls == 4  # the shared one once, each own once
+    first.set_params(w=5.0)  # after the block, a change is seen
+    assert pipes[0].fingerprint() != alone[0]
