@@ -150,17 +150,21 @@ def _real(name: str, value: Any, lo: float | None = None, hi: float | None = Non
 
 
 def _tables(name: str, value: Any, n_lists: int, scalar: bool = False) -> list[Any]:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != n_lists:
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__len__") or len(value) != n_lists:
         raise KolmValueError(f"params[{name!r}] must hold one {'number' if scalar else 'table'} per run "
-                             f"({n_lists}), got {value!r:.80}")
+                             f"({n_lists}), in the runs' order, got {value!r:.80}")
     if scalar:
         return [_real(name, v) for v in value]
     out = []
     for t in value:
-        arr = np.asarray(t, dtype=np.float64)
-        if arr.ndim != 1 or not np.all(np.isfinite(arr)):
-            raise KolmValueError(f"params[{name!r}] must hold 1-D finite tables, got {t!r:.80}")
-        out.append(arr)
+        try:  # numbers only: no text, None, bool or nested object is read as one
+            arr = np.asarray(t)
+        except ValueError:  # ragged
+            arr = np.asarray(None)
+        bools = isinstance(t, (list, tuple)) and any(isinstance(v, (bool, np.bool_)) for v in t)
+        if arr.ndim != 1 or arr.dtype.kind not in "iuf" or bools or not np.all(np.isfinite(arr)):
+            raise KolmValueError(f"params[{name!r}] must hold 1-D tables of finite numbers, got {t!r:.80}")
+        out.append(arr.astype(np.float64))
     return out
 
 
