@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kolm_search import BM25Retriever, CompositeRetriever, KolmError, fuse
+from kolm_search import BM25Retriever, CompositeRetriever, Fuse, KolmError, fit_fusion, fuse
 from kolm_search.io import load_dataset
 from tests.fakes import ListRetriever
 from tests.test_composite import as_run, ctx, scored
@@ -44,3 +44,25 @@ async def test_a_slidefuse_window_past_every_list_is_the_whole_list(w: int) -> N
     want = fuse([as_run(x) for x in lists], "slidefuse", params={"probs": tables, "w": 3}, limit=10)
     assert [d.id for d in got] == list(want["doc_id"])
     assert [d.score for d in got] == pytest.approx(list(want["score"]), rel=1e-12)
+
+
+@pytest.mark.parametrize("method", ["wsum", "rrf"])
+def test_params_of_a_retrained_fusion_can_be_set_on_the_stage(cranfield: Any, method: str) -> None:
+    """``FittedFusion.params`` holding ``weights`` (wsum) or ``k`` (rrf): set on a stage built
+    from an earlier fit, they replace its weights or k, as a stage built whole from them has."""
+    ds, a, b, queries = cranfield
+    first, second = queries.iloc[:40], queries.iloc[40:100]
+
+    def fitted(q: Any) -> Any:
+        return fit_fusion({"a": a(q, limit=50), "b": b(q, limit=50)}, ds.qrels, method, progress=False)
+
+    f1, f2 = fitted(first), fitted(second)
+    assert {"wsum": "weights", "rrf": "k"}[method] in f2.params
+    stage = Fuse(a % 50, b % 50, method=f1.method, norm=f1.norm, params=f1.params)
+    stage.set_params(params=f2.params)
+    whole = Fuse(a % 50, b % 50, method=f2.method, norm=f2.norm, params=f2.params)
+    assert (stage.k, stage.weights, stage.params) == (whole.k, whole.weights, whole.params)
+    assert stage.fingerprint() == whole.fingerprint()
+    with pytest.raises(KolmError, match="given twice"):  # both named in one call: still refused
+        stage.set_params(k=5.0, weights=[1.0, 1.0], params={"k": 7.0, "weights": [2.0, 1.0]})
+    assert stage.fingerprint() == whole.fingerprint()

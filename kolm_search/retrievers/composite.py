@@ -396,6 +396,12 @@ class CompositeRetriever(RetrieverStage):
         if not changes:
             return
         merged = {**self.stage_params(), **changes}
+        given = changes.get("params")
+        if isinstance(given, Mapping):  # new params' k and weights (a retrained fit's) replace the current ones
+            if "k" in given and "k" not in changes:
+                merged["k"] = given["k"]
+            if "weights" in given and "weights" not in changes:
+                merged["weights"] = None
         children = [merged[f"s{i}"] for i in range(len(self.retrievers))]
         rebuilt = self.assemble(children, merged, self.logger)
         old = dict(self.__dict__)
