@@ -66,3 +66,12 @@ def test_params_of_a_retrained_fusion_can_be_set_on_the_stage(cranfield: Any, me
     with pytest.raises(KolmError, match="given twice"):  # both named in one call: still refused
         stage.set_params(k=5.0, weights=[1.0, 1.0], params={"k": 7.0, "weights": [2.0, 1.0]})
     assert stage.fingerprint() == whole.fingerprint()
+
+
+def test_repr_shows_a_long_number_and_summarises_long_tables(cranfield: Any) -> None:
+    _, a, b, _ = cranfield
+    tables = [[0.5] * 40, [0.25] * 40]
+    for stage in (CompositeRetriever([a, b], method="slidefuse", params={"probs": tables, "w": 10**70}),
+                  Fuse(a, b, method="slidefuse", params={"probs": tables, "w": 10**70})):
+        shown = repr(stage)
+        assert f"'w': {10**70}" in shown and "'probs': <2 per run>" in shown

@@ -452,6 +452,7 @@ def _lift(params: Mapping[str, Any] | None, k: float, weights: Any) -> tuple[Map
 
 
 def short_params(params: Mapping[str, Any]) -> str:
-    """``params`` for a repr: a value whose repr is long (a list of trained tables) by its length."""
-    return "{" + ", ".join(f"{name!r}: " + (repr(value) if len(repr(value)) <= 60 else f"<{len(value)} per run>")
+    """``params`` for a repr: a list whose repr is long (of trained tables) by its length."""
+    return "{" + ", ".join(f"{name!r}: " + (f"<{len(value)} per run>" if isinstance(value, list) and
+                                            len(repr(value)) > 60 else repr(value))
                            for name, value in params.items()) + "}"
