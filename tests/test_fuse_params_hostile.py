@@ -75,3 +75,15 @@ def test_repr_shows_a_long_number_and_summarises_long_tables(cranfield: Any) -> 
                   Fuse(a, b, method="slidefuse", params={"probs": tables, "w": 10**70})):
         shown = repr(stage)
         assert f"'w': {10**70}" in shown and "'probs': <2 per run>" in shown
+
+
+@pytest.mark.parametrize("change", [{"params": {"weights": [3.0, 1.0]}}, {"params": {"k": 7.0}}])
+def test_set_params_is_all_or_nothing_when_params_carry_k_or_weights(cranfield: Any, change: dict[str, Any]) -> None:
+    """``params`` holding ``k``/``weights`` set those arguments too: a later refused value in the
+    same call (a child's ``k1``) undoes them with the rest."""
+    _, a, b, _ = cranfield
+    stage = Fuse(a, b, method="wsum")
+    before = (stage.fingerprint(), stage.k, stage.weights, stage.params)
+    with pytest.raises(KolmError, match="k1"):
+        stage.set_params(**change, s0__k1=-1.0)
+    assert (stage.fingerprint(), stage.k, stage.weights, stage.params) == before
