@@ -87,3 +87,18 @@ def test_set_params_is_all_or_nothing_when_params_carry_k_or_weights(cranfield: 
     with pytest.raises(KolmError, match="k1"):
         stage.set_params(**change, s0__k1=-1.0)
     assert (stage.fingerprint(), stage.k, stage.weights, stage.params) == before
+
+
+def test_params_read_from_the_stage_are_a_copy(cranfield: Any) -> None:
+    """Writing into what ``get_params``/``settings`` return (a NaN gamma, a table of text) does not
+    reach the stage past its checks: set_params is the way in."""
+    _, a, b, queries = cranfield
+    stage = Fuse(a, b, method="posfuse", params={"probs": [[0.5, 0.25], [0.4]]}, weights=[1.0, 2.0])
+    before = (stage.fingerprint(), repr(stage))
+    got = stage.get_params()
+    got["params"]["probs"][0][0] = "text"
+    got["params"]["probs"].append([1.0])
+    got["weights"][0] = float("nan")
+    stage.settings()["params"]["probs"][1][0] = float("nan")
+    assert (stage.fingerprint(), repr(stage)) == before
+    assert stage.params == {"probs": [[0.5, 0.25], [0.4]]} and stage.weights == [1.0, 2.0]

@@ -257,9 +257,10 @@ class CompositeRetriever(RetrieverStage):
 
     def settings(self) -> dict[str, Any]:
         """The fusion settings by name (``k, strategy, weights, method, norm, depth, params``):
-        what :meth:`assemble` takes besides the children."""
-        return {"k": self.k, "strategy": self.strategy, "weights": self.weights, "method": self.method,
-                "norm": self.norm, "depth": self.depth, "params": self.params}
+        what :meth:`assemble` takes besides the children. Lists are copies: a change to them does
+        not reach this retriever past its checks."""
+        return {"k": self.k, "strategy": self.strategy, "weights": None if self.weights is None else list(self.weights),
+                "method": self.method, "norm": self.norm, "depth": self.depth, "params": copy.deepcopy(self.params)}
 
     @classmethod
     def assemble(cls, children: Sequence[Any], settings: dict[str, Any],
