@@ -102,3 +102,17 @@ def test_params_read_from_the_stage_are_a_copy(cranfield: Any) -> None:
     stage.settings()["params"]["probs"][1][0] = float("nan")
     assert (stage.fingerprint(), repr(stage)) == before
     assert stage.params == {"probs": [[0.5, 0.25], [0.4]]} and stage.weights == [1.0, 2.0]
+
+
+def test_equal_fusions_have_one_fingerprint_and_repr(cranfield: Any) -> None:
+    """params left empty once k/weights are taken out (fit_fusion's rrf and wsum) are no params,
+    and their order does not count: equal fusions share their outputs in an experiment."""
+    _, a, b, _ = cranfield
+    pairs = [(Fuse(a, b, k=10), Fuse(a, b, params={"k": 10})),
+             (Fuse(a, b, method="wsum", weights=[2.0, 1.0]), Fuse(a, b, method="wsum", params={"weights": [2.0, 1.0]})),
+             (Fuse(a, b), Fuse(a, b, params={})),
+             (Fuse(a, b, method="slidefuse", params={"probs": [[0.5], [0.2]], "w": 1}),
+              Fuse(a, b, method="slidefuse", params={"w": 1, "probs": [[0.5], [0.2]]}))]
+    for one, other in pairs:
+        assert one.fingerprint() == other.fingerprint() and repr(one) == repr(other)
+        assert one.get_params()["params"] == other.get_params()["params"]

@@ -134,8 +134,9 @@ class CompositeRetriever(RetrieverStage):
         self.depth: int | None = positive_int("depth", depth, none=True)
         self.method, self.norm, checked = resolve_fusion(method, norm, params, len(retrievers), k=self.k,
                                                          weights=self.weights)
-        self.params: dict[str, Any] | None = None if params is None else {
-            name: _plain(checked[name]) for name in params}  # checked, as numbers and lists (JSON, fingerprints)
+        # checked, as numbers and lists (JSON, fingerprints), by name; none left (k, weights taken out) is None
+        self.params: dict[str, Any] | None = {name: _plain(checked[name]) for name in sorted(params)} if params \
+            else None
 
     @property
     def _spec_rrf(self) -> bool:
