@@ -116,3 +116,11 @@ def test_equal_fusions_have_one_fingerprint_and_repr(cranfield: Any) -> None:
     for one, other in pairs:
         assert one.fingerprint() == other.fingerprint() and repr(one) == repr(other)
         assert one.get_params()["params"] == other.get_params()["params"]
+
+
+def test_unknown_parameter_names_of_mixed_types_are_refused_by_name() -> None:
+    a, b = ListRetriever(scored(["x"], [1.0])), ListRetriever(scored(["y"], [1.0]))
+    with pytest.raises(KolmError, match=r"takes no parameter \[1, 'x'\]"):
+        CompositeRetriever([a, b], method="rbc", params={1: 2, "x": 3, "phi": 0.5})
+    with pytest.raises(KolmError, match=r"takes no parameter \[None, 'x'\]"):
+        fuse([as_run(scored(["x"], [1.0]))], "rbc", params={None: 2, "x": 3, "phi": 0.5})

@@ -173,7 +173,7 @@ def check_params(method: str, params: Mapping[str, Any], n_lists: int, *, extra:
     (n_lists,) (all ones when not given); ``extra`` names parameters accepted but unchecked."""
     spec = METHODS[method]
     allowed = set(spec.params) | set(extra) | ({"weights"} if spec.weights else set())
-    unknown = sorted(set(params) - allowed)
+    unknown = sorted(set(params) - allowed, key=str)  # names of any type (1, None) among them
     if unknown:
         raise KolmValueError(f"method {method!r} takes no parameter {unknown} (it takes {sorted(allowed)})")
     out: dict[str, Any] = {**spec.defaults, **params}
