@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from kolm_search import BM25Retriever, CompositeRetriever, Fuse, KolmError, fit_fusion, fuse
@@ -124,3 +125,10 @@ def test_unknown_parameter_names_of_mixed_types_are_refused_by_name() -> None:
         CompositeRetriever([a, b], method="rbc", params={1: 2, "x": 3, "phi": 0.5})
     with pytest.raises(KolmError, match=r"takes no parameter \[None, 'x'\]"):
         fuse([as_run(scored(["x"], [1.0]))], "rbc", params={None: 2, "x": 3, "phi": 0.5})
+
+
+def test_a_k_in_params_that_is_not_a_number_is_refused_whatever_the_argument() -> None:
+    a = ListRetriever(scored(["x"], [1.0]))
+    for k in (60, 30):
+        with pytest.raises(KolmError, match="k must be"):
+            CompositeRetriever([a, a], k=k, params={"k": np.array([1.0, 2.0])})

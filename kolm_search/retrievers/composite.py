@@ -446,7 +446,7 @@ def _lift(params: Mapping[str, Any] | None, k: float, weights: Any) -> tuple[Map
             raise KolmValueError("weights given twice (argument and params)")
         weights = rest.pop("weights")
     if "k" in rest:
-        given = rest.pop("k")
+        given = check_k(rest.pop("k"))  # a number before it is compared
         if k != 60 and given != k:
             raise KolmValueError(f"k given twice (argument {k!r} and params {given!r})")
         k = given
