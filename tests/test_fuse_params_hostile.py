@@ -132,3 +132,15 @@ def test_a_k_in_params_that_is_not_a_number_is_refused_whatever_the_argument() -
     for k in (60, 30):
         with pytest.raises(KolmError, match="k must be"):
             CompositeRetriever([a, a], k=k, params={"k": np.array([1.0, 2.0])})
+
+
+async def test_segfuse_on_documents_without_scores_is_refused_naming_the_child() -> None:
+    """segfuse reads the scores (P[k] * (v + 1)): a list without them is refused, as for wsum,
+    not fused as if every score were 0."""
+    from kolm_search import SearchDocument, SearchError
+
+    unscored = [SearchDocument(id=i, content=i) for i in "abc"]
+    comp = CompositeRetriever([ListRetriever(scored(list("bcd"), [3.0, 2.0, 1.0])), ListRetriever(unscored)],
+                              method="segfuse", params={"probs": [[0.5, 0.2], [0.4, 0.1]]})
+    with pytest.raises(SearchError, match=r"retrievers\[1\].*without a score.*segfuse"):
+        await comp.retrieve(ctx(5))

@@ -27,7 +27,7 @@ from kolm_search.fusion.normalize import Norm, apply_norm
 from kolm_search.fusion.rrf import check_k, check_weights
 
 __all__ = ["ALIASES", "FUSION_METHODS", "METHODS", "Method", "PER_RUN_PARAMS", "canonical_method", "check_params",
-           "fuse_entries"]
+           "fuse_entries", "reads_scores"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -222,14 +222,20 @@ def _sum(e: Entries, values: F64, spec: Method, p: Mapping[str, Any], limit: int
     return out_ptr, docs, scores
 
 
+def reads_scores(method: str, norm: Norm) -> bool:
+    """True when fusing with ``method`` (canonical name) after ``norm`` reads the lists' scores
+    (not only their order): they must then be given, and finite."""
+    spec = METHODS[method]
+    return spec.kind == "comb" or spec.value is _score or method == "segfuse" or norm not in (None, "rank", "borda")
+
+
 def fuse_entries(entries: Entries, method: str, norm: Norm, params: Mapping[str, Any], limit: int | None = None,
                  n_threads: int | None = None) -> tuple[I64, I64, F64]:
     """Fuse every query of ``entries`` with ``method`` (canonical name) after ``norm``;
     ``params`` as :func:`check_params` returns them. Returns ``out_ptr, docs, scores`` as
     :func:`kolm_search._kernels.fusion.fuse_groups` does (ties by first appearance)."""
     spec = METHODS[method]
-    reads = spec.kind == "comb" or spec.value is _score or method == "segfuse"
-    if (reads or norm not in (None, "rank", "borda")) and not np.all(np.isfinite(entries.score)):
+    if reads_scores(method, norm) and not np.all(np.isfinite(entries.score)):
         bad = entries.score[~np.isfinite(entries.score)][0]
         raise KolmValueError(f"method {method!r} with norm {norm!r} reads the scores, which must be finite; got {bad}")
     e = apply_norm(entries, norm)

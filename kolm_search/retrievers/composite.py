@@ -32,7 +32,7 @@ from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmTypeError, KolmValueError, SearchError
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
 from kolm_search.fusion.frames import resolve as resolve_fusion
-from kolm_search.fusion.methods import METHODS, PER_RUN_PARAMS
+from kolm_search.fusion.methods import PER_RUN_PARAMS, reads_scores
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
 from kolm_search.retrievers._persist import Payload, save_index
@@ -189,7 +189,7 @@ class CompositeRetriever(RetrieverStage):
         first: dict[str, SearchDocument] = {}
         code: dict[str, int] = {}
         frames: list[CandidateFrame] = []
-        needs_scores = not METHODS[self.method].rank_based or self.norm not in (None, "rank", "borda")
+        needs_scores = reads_scores(self.method, self.norm)
         for li, docs in enumerate(lists):
             codes, scores = [], []
             for rank, doc in enumerate(docs):
