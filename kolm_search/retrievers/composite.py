@@ -98,7 +98,8 @@ class CompositeRetriever(RetrieverStage):
         methods (one per child, in the children's order: ``FittedFusion.params`` of
         :func:`~kolm_search.fit_fusion` trained on the children's runs). Checked here; kept as
         plain numbers and lists (saved with the composite). With ``"best-effort"``, a child that
-        fails takes its weight and its tables with it.
+        fails takes its weight and its tables with it. ``k`` and ``weights`` found here are
+        taken as those arguments (also by ``set_params(params=...)``, replacing the current ones).
 
     The fused list is cut at ``context.plan.target_limit``; each document carries its
     fused score. With the defaults (``method="rrf"``, no ``norm``, no ``depth``) the
