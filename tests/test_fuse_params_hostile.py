@@ -144,3 +144,52 @@ async def test_segfuse_on_documents_without_scores_is_refused_naming_the_child()
                               method="segfuse", params={"probs": [[0.5, 0.2], [0.4, 0.1]]})
     with pytest.raises(SearchError, match=r"retrievers\[1\].*without a score.*segfuse"):
         await comp.retrieve(ctx(5))
+
+
+def test_a_best_effort_fusion_missing_a_child_is_not_cached(cranfield: Any, tmp_path: Any) -> None:
+    """A stage down during one experiment: the fusion without it is that run's answer, not the
+    cached answer of every later experiment (with the stage back, it is fused again), nor is
+    anything made from it (a cutoff of it, a second pipeline)."""
+    from kolm_search import as_stage
+    from kolm_search.evaluation import Experiment
+
+    ds, a, b, queries = cranfield
+
+    class Flaky:
+        down = True
+        table = a.table
+
+        def retrieve(self, context: Any) -> Any:
+            raise RuntimeError("no documents path")
+
+        def retrieve_batch(self, batch: Any) -> Any:
+            if Flaky.down:
+                raise RuntimeError("shard down")
+            return a.retrieve_batch(batch)
+
+        def fingerprint(self) -> str:
+            return "flaky-bm25"
+
+    tables = {"probs": [[0.9, 0.5, 0.1], [0.3, 0.6, 0.2]]}
+
+    def pipelines() -> dict[str, Any]:
+        fused = Fuse(as_stage(Flaky()), b % 50, method="posfuse", params=tables, strategy="best-effort")
+        return {"f": fused, "f30": fused % 30}
+
+    runs = []
+    for down in (True, False):
+        Flaky.down = down
+        exp = Experiment(pipelines(), ds, ["ndcg@10"], cache_dir=tmp_path, progress=False)
+        exp.run_pipelines()
+        runs.append({name: exp.runs[name] for name in ("f", "f30")})
+    whole = Fuse(as_stage(Flaky()), b % 50, method="posfuse", params=tables)(queries, limit=100)
+    alone = Fuse(b % 50, method="posfuse", params={"probs": [tables["probs"][1]]})(queries, limit=100)
+    assert len(runs[0]["f"]) == len(alone) < len(whole)
+    assert len(runs[1]["f"]) == len(whole)
+    top = whole[whole["rank"] < 30]
+    cut = runs[1]["f30"]  # the cut of the complete fusion, not of the one read back from the first experiment
+    assert sorted(zip(cut["qid"], cut["doc_id"])) == sorted(zip(top["qid"], top["doc_id"]))
+    Flaky.down = True
+    again = Experiment(pipelines(), ds, ["ndcg@10"], cache_dir=tmp_path, progress=False)
+    again.run_pipelines()  # the complete fusion, cached when it was made, is read back
+    assert len(again.runs["f"]) == len(whole) and not again.shared.computed

@@ -21,7 +21,7 @@ from kolm_search.compose.queries import (
     run_coded,
 )
 from kolm_search.compose.run_cache import RunCache
-from kolm_search.compose.runner import RunState, sharing
+from kolm_search.compose.runner import RunState, sharing, watching_incomplete
 from kolm_search.compose.stage import Stage
 from kolm_search.engine.runs import as_qrels
 from kolm_search.errors import KolmError, KolmValueError
@@ -225,9 +225,9 @@ class Experiment:
             if found is not None:
                 self.shared.reused[key[0]] += 1
                 return found
-        with sharing(self.shared):
+        with sharing(self.shared), watching_incomplete() as incomplete:
             run = run_coded(stage, self._prepare(queries))
-        if key is not None and self.run_cache is not None:
+        if key is not None and self.run_cache is not None and not incomplete[0]:  # (a best-effort child failed)
             self.run_cache.put(*key, run)
         return run
 

@@ -16,7 +16,7 @@ from kolm_search._bridge import resolve
 from kolm_search._logging import log
 from kolm_search._params import one_of, positive_int
 from kolm_search.compose.kinds import RetrieverStage
-from kolm_search.compose.runner import run_stage
+from kolm_search.compose.runner import mark_incomplete, run_stage
 from kolm_search.compose.stage import Stage, check_acyclic
 from kolm_search.contract.ports import (
     BatchRetriever,
@@ -180,6 +180,8 @@ class CompositeRetriever(RetrieverStage):
             kept = list(range(len(lists)))
         else:
             lists, kept = await gather_best_effort(tasks, self.retrievers, self.logger)
+            if len(kept) < len(self.retrievers):
+                mark_incomplete()  # not to be cached as this fusion's output
         if self._spec_rrf:
             return merge_with_rrf(lists, {}, target, self.k, weights=self._weights_of(kept))
         return self._fuse_documents(lists, kept, target)
@@ -386,6 +388,8 @@ class CompositeRetriever(RetrieverStage):
                     SearchError.wrap(_STAGE, exc))
         if not frames:
             raise SearchError(_STAGE, f"all {len(self.retrievers)} retrievers failed; first error: {errors[0]}", cause=errors[0])
+        if errors:
+            mark_incomplete()  # not to be cached as this fusion's output
         return self._fuse(CandidateFrame.concat(frames), kept, batch.limit, max(len(table), 1))
 
     # -- stage parameters (kolm_search.compose) ---------------------------------------------
