@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from kolm_search import BM25Retriever, CompositeRetriever, Fuse, KolmError, fit_fusion, fuse
@@ -193,3 +194,48 @@ def test_a_best_effort_fusion_missing_a_child_is_not_cached(cranfield: Any, tmp_
     again = Experiment(pipelines(), ds, ["ndcg@10"], cache_dir=tmp_path, progress=False)
     again.run_pipelines()  # the complete fusion, cached when it was made, is read back
     assert len(again.runs["f"]) == len(whole) and not again.shared.computed
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_a_clients_best_effort_fusion_missing_a_child_is_not_cached(cranfield: Any, tmp_path: Any,
+                                                                    batch: bool) -> None:
+    """The same for a SearchClient pipeline (its run cached by name), on the batch path and
+    on the documents path."""
+    from kolm_search import DefaultQueryPlanner, SearchClient
+    from kolm_search.contract.client import SearchPipelineModules
+    from kolm_search.evaluation import Experiment
+
+    ds, a, b, queries = cranfield
+
+    class Flaky:
+        down = True
+        table = a.table
+
+        def retrieve(self, context: Any) -> Any:
+            if Flaky.down:
+                raise RuntimeError("shard down")
+            return a.retrieve(context)
+
+        def retrieve_batch(self, batch: Any) -> Any:
+            if Flaky.down:
+                raise RuntimeError("shard down")
+            return a.retrieve_batch(batch)
+
+    if not batch:
+        del Flaky.retrieve_batch, Flaky.table
+    tables = {"probs": [[0.9, 0.5, 0.1], [0.3, 0.6, 0.2]]}
+
+    def client() -> Any:
+        comp = CompositeRetriever([Flaky(), b], method="posfuse", params=tables, strategy="best-effort")
+        return SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=comp))
+
+    runs = []
+    for down in (True, False):
+        Flaky.down = down
+        exp = Experiment({"c": client()}, ds, ["ndcg@10"], cache_dir=tmp_path, progress=False, limit=20)
+        exp.run_pipelines()
+        runs.append(exp.runs["c"].reset_index(drop=True))
+    want = Experiment({"c": client()}, ds, ["ndcg@10"], progress=False, limit=20)  # the shard up, no cache
+    want.run_pipelines()
+    assert not runs[0]["doc_id"].equals(want.runs["c"]["doc_id"].reset_index(drop=True))
+    pd.testing.assert_frame_equal(runs[1], want.runs["c"].reset_index(drop=True))

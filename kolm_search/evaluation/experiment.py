@@ -187,12 +187,13 @@ class Experiment:
             self.runs[name] = found
             return
         extra: dict[str, Any] = {} if self.score_cache is None else {"score_cache": self.score_cache}
-        if self.drop_self_hits:
-            run = run_queries(client, queries, limit=self.limit + 1, progress=self.progress, desc=name, **extra)
-            run, _ = drop_self_hits(run, self.limit)
-        else:
-            run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name, **extra)
-        if path is not None:
+        with watching_incomplete() as incomplete:  # a best-effort fusion whose child failed: not cached
+            if self.drop_self_hits:
+                run = run_queries(client, queries, limit=self.limit + 1, progress=self.progress, desc=name, **extra)
+                run, _ = drop_self_hits(run, self.limit)
+            else:
+                run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name, **extra)
+        if path is not None and not incomplete[0]:
             write_client_run(path, run)
         self.runs[name] = run
 
