@@ -91,7 +91,7 @@ def test_params_are_checked_when_built(method: str, params: Any, match: str | No
     a, b = ListRetriever(scored(["x"], [1.0])), ListRetriever(scored(["y"], [1.0]))
     if match is None:
         built = CompositeRetriever([a, b], method=method, params=params)
-        assert built.params == {}
+        assert built.params is None  # none left once k and weights are taken out
         assert (built.k, built.weights) == ((10.0, None) if method == "rrf" else (60.0, [2.0, 1.0]))
         return
     with pytest.raises(KolmError, match=match):

@@ -82,7 +82,8 @@ class Parameters:
         done: list[tuple[Parameters, dict[str, Any]]] = []  # what was set, with the old values
         try:
             self.apply_params(mine)
-            done.append((self, {k: own[k] for k in mine}))
+            now = self.stage_params()  # what changed, given or not (a fusion's ``params`` carry its k and weights)
+            done.append((self, {k: v for k, v in own.items() if k in mine or now.get(k) is not v}))
             for name, sub in nested.items():
                 child = self.stage_params()[name]
                 was = child.get_params()

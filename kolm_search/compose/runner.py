@@ -6,7 +6,9 @@ Inside one (an :class:`~kolm_search.evaluation.Experiment`, a grid search), an o
 kept under (stage fingerprint, input fingerprint) for the block's length, so that equal
 prefixes of several pipelines run once, and, with a cache (:class:`~kolm_search.compose.cache.StageCache`),
 read from and written to disk. A stage whose fingerprint cannot be made (a user object
-declaring none) is shared by identity within the block and never written to disk.
+declaring none) is shared by identity within the block and never written to disk; so is an
+output marked incomplete (:func:`mark_incomplete`: a best-effort fusion whose child failed) and
+every output made from it.
 
 Inside a block each stage is fingerprinted once, and the input key of a stage given the
 output of another (persistent) node is that node's key with the batch's digest, not a hash
@@ -29,8 +31,8 @@ import numpy as np
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
 
-__all__ = ["RunState", "SharedOutputs", "frame_key", "retrieve_through_runner", "run_stage", "shared_value", "sharing",
-           "stage_name"]
+__all__ = ["RunState", "SharedOutputs", "frame_key", "mark_incomplete", "retrieve_through_runner", "run_stage",
+           "shared_value", "sharing", "stage_name", "watching_incomplete"]
 
 
 def stage_name(stage: Any) -> str:
@@ -64,11 +66,13 @@ class RunState:
     values: dict[Any, Any] = field(default_factory=dict)
     origins: dict[int, str] = field(default_factory=dict)  # id of a kept output -> the key that made it
     stored: dict[int, tuple[str, str]] = field(default_factory=dict)  # id of a kept output -> its cache entry
+    incomplete: set[int] = field(default_factory=set)  # ids of kept outputs made without part of their input
 
 
 T = TypeVar("T")
 _STATE: ContextVar[RunState | None] = ContextVar("kolm_search_compose_state", default=None)
 _ACTIVE: ContextVar[tuple[int, ...]] = ContextVar("kolm_search_compose_active", default=())
+_PARTIAL: ContextVar[list[bool] | None] = ContextVar("kolm_search_compose_partial", default=None)
 _FINGERPRINTS: ContextVar[dict[int, tuple[Any, str, bool]] | None] = ContextVar("kolm_search_compose_fps",
                                                                                  default=None)
 
@@ -82,6 +86,27 @@ def sharing(state: RunState | None = None) -> Iterator[RunState]:
         yield state
     finally:
         _STATE.reset(token)
+
+
+def mark_incomplete() -> None:
+    """Tell the runner that the output being made lacks part of its input (a best-effort fusion
+    whose child failed): it, and every output made from it, is kept for the block only, never
+    written to disk, so that a later run (the child back) computes it again."""
+    flag = _PARTIAL.get()
+    if flag is not None:
+        flag[0] = True
+
+
+@contextmanager
+def watching_incomplete() -> Iterator[list[bool]]:
+    """A flag, ``[False]``, set to ``[True]`` when an output made inside the block is incomplete
+    (:func:`mark_incomplete`)."""
+    flag = [False]
+    token = _PARTIAL.set(flag)
+    try:
+        yield flag
+    finally:
+        _PARTIAL.reset(token)
 
 
 def shared_value(key: Any, make: Callable[[], T]) -> T:
@@ -224,11 +249,18 @@ def _shared(state: RunState, stage: Any, batch: QueryBatch, candidates: Candidat
             state.stored[id(found)] = key
     if found is not None:
         state.reused[stage_fp] += 1
+        if id(found) in state.incomplete:
+            mark_incomplete()  # the caller's output is made from it
         return found
-    out = _compute(stage, batch, candidates)
+    with watching_incomplete() as flag:
+        flag[0] = candidates is not None and id(candidates) in state.incomplete
+        out = _compute(stage, batch, candidates)
     _keep(state, key, out, persistent)
     state.computed[stage_fp] += 1
-    if persistent and state.cache is not None:
+    if flag[0]:
+        state.incomplete.add(id(out))
+        mark_incomplete()
+    elif persistent and state.cache is not None:
         state.cache.put(stage_fp, input_fp, out, same_as=state.stored.get(id(out)))  # ``a >> r``: ``r``'s frame
         state.stored.setdefault(id(out), key)
     return out

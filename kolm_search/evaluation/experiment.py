@@ -22,7 +22,7 @@ from kolm_search.compose.queries import (
     run_coded,
 )
 from kolm_search.compose.run_cache import RunCache
-from kolm_search.compose.runner import RunState, sharing
+from kolm_search.compose.runner import RunState, sharing, watching_incomplete
 from kolm_search.compose.stage import Stage
 from kolm_search.engine.runs import as_qrels
 from kolm_search.errors import KolmError, KolmValueError
@@ -188,12 +188,13 @@ class Experiment:
             self.runs[name] = found
             return
         extra: dict[str, Any] = {} if self.score_cache is None else {"score_cache": self.score_cache}
-        if self.drop_self_hits:
-            run = run_queries(client, queries, limit=self.limit + 1, progress=self.progress, desc=name, **extra)
-            run, _ = drop_self_hits(run, self.limit)
-        else:
-            run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name, **extra)
-        if path is not None:
+        with watching_incomplete() as incomplete:  # a best-effort fusion whose child failed: not cached
+            if self.drop_self_hits:
+                run = run_queries(client, queries, limit=self.limit + 1, progress=self.progress, desc=name, **extra)
+                run, _ = drop_self_hits(run, self.limit)
+            else:
+                run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name, **extra)
+        if path is not None and not incomplete[0]:
             write_client_run(path, run)
         self.runs[name] = run
 
@@ -226,9 +227,9 @@ class Experiment:
             if found is not None:
                 self.shared.reused[key[0]] += 1
                 return found
-        with sharing(self.shared):
+        with sharing(self.shared), watching_incomplete() as incomplete:
             run = run_coded(stage, self._prepare(queries))
-        if key is not None and self.run_cache is not None:
+        if key is not None and self.run_cache is not None and not incomplete[0]:  # (a best-effort child failed)
             self.run_cache.put(*key, run)
         return run
 

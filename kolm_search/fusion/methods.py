@@ -27,7 +27,7 @@ from kolm_search.fusion.normalize import Norm, apply_norm
 from kolm_search.fusion.rrf import check_k, check_weights
 
 __all__ = ["ALIASES", "FUSION_METHODS", "METHODS", "Method", "PER_RUN_PARAMS", "canonical_method", "check_params",
-           "fuse_entries"]
+           "fuse_entries", "reads_scores"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -150,17 +150,21 @@ def _real(name: str, value: Any, lo: float | None = None, hi: float | None = Non
 
 
 def _tables(name: str, value: Any, n_lists: int, scalar: bool = False) -> list[Any]:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != n_lists:
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__len__") or len(value) != n_lists:
         raise KolmValueError(f"params[{name!r}] must hold one {'number' if scalar else 'table'} per run "
-                             f"({n_lists}), got {value!r:.80}")
+                             f"({n_lists}), in the runs' order, got {value!r:.80}")
     if scalar:
         return [_real(name, v) for v in value]
     out = []
     for t in value:
-        arr = np.asarray(t, dtype=np.float64)
-        if arr.ndim != 1 or not np.all(np.isfinite(arr)):
-            raise KolmValueError(f"params[{name!r}] must hold 1-D finite tables, got {t!r:.80}")
-        out.append(arr)
+        try:  # numbers only: no text, None, bool or nested object is read as one
+            arr = np.asarray(t)
+        except ValueError:  # ragged
+            arr = np.asarray(None)
+        bools = isinstance(t, (list, tuple)) and any(isinstance(v, (bool, np.bool_)) for v in t)
+        if arr.ndim != 1 or arr.dtype.kind not in "iuf" or bools or not np.all(np.isfinite(arr)):
+            raise KolmValueError(f"params[{name!r}] must hold 1-D tables of finite numbers, got {t!r:.80}")
+        out.append(arr.astype(np.float64))
     return out
 
 
@@ -169,7 +173,7 @@ def check_params(method: str, params: Mapping[str, Any], n_lists: int, *, extra:
     (n_lists,) (all ones when not given); ``extra`` names parameters accepted but unchecked."""
     spec = METHODS[method]
     allowed = set(spec.params) | set(extra) | ({"weights"} if spec.weights else set())
-    unknown = sorted(set(params) - allowed)
+    unknown = sorted(set(params) - allowed, key=str)  # names of any type (1, None) among them
     if unknown:
         raise KolmValueError(f"method {method!r} takes no parameter {unknown} (it takes {sorted(allowed)})")
     out: dict[str, Any] = {**spec.defaults, **params}
@@ -218,14 +222,20 @@ def _sum(e: Entries, values: F64, spec: Method, p: Mapping[str, Any], limit: int
     return out_ptr, docs, scores
 
 
+def reads_scores(method: str, norm: Norm) -> bool:
+    """True when fusing with ``method`` (canonical name) after ``norm`` reads the lists' scores
+    (not only their order): they must then be given, and finite."""
+    spec = METHODS[method]
+    return spec.kind == "comb" or spec.value is _score or method == "segfuse" or norm not in (None, "rank", "borda")
+
+
 def fuse_entries(entries: Entries, method: str, norm: Norm, params: Mapping[str, Any], limit: int | None = None,
                  n_threads: int | None = None) -> tuple[I64, I64, F64]:
     """Fuse every query of ``entries`` with ``method`` (canonical name) after ``norm``;
     ``params`` as :func:`check_params` returns them. Returns ``out_ptr, docs, scores`` as
     :func:`kolm_search._kernels.fusion.fuse_groups` does (ties by first appearance)."""
     spec = METHODS[method]
-    reads = spec.kind == "comb" or spec.value is _score or method == "segfuse"
-    if (reads or norm not in (None, "rank", "borda")) and not np.all(np.isfinite(entries.score)):
+    if reads_scores(method, norm) and not np.all(np.isfinite(entries.score)):
         bad = entries.score[~np.isfinite(entries.score)][0]
         raise KolmValueError(f"method {method!r} with norm {norm!r} reads the scores, which must be finite; got {bad}")
     e = apply_norm(entries, norm)

@@ -80,7 +80,8 @@ def values(method: str, e: Entries, params: Mapping[str, Any]) -> tuple[F64, flo
     if method == "bayesfuse":
         inside = pos < length[li]
         return np.where(inside, table[li, np.minimum(pos, table.shape[1] - 1)], MIN_LOG_ODDS), MIN_LOG_ODDS
-    w = int(params["w"])  # slidefuse
+    # slidefuse; a window past every rank is the whole list (and keeps ``pos +- w`` in int64)
+    w = min(int(params["w"]), int(max(np.max(pos, initial=0), np.max(e.size, initial=0))))
     cums = np.zeros((e.n_lists, table.shape[1] + 1))
     np.cumsum(table, axis=1, out=cums[:, 1:])
     a = np.maximum(pos - w, 0)

@@ -16,7 +16,7 @@ from kolm_search._bridge import resolve
 from kolm_search._logging import log
 from kolm_search._params import one_of, positive_int
 from kolm_search.compose.kinds import RetrieverStage
-from kolm_search.compose.runner import run_stage
+from kolm_search.compose.runner import mark_incomplete, run_stage
 from kolm_search.compose.stage import Stage, check_acyclic
 from kolm_search.contract.ports import (
     BatchRetriever,
@@ -32,7 +32,7 @@ from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmTypeError, KolmValueError, SearchError
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
 from kolm_search.fusion.frames import resolve as resolve_fusion
-from kolm_search.fusion.methods import METHODS, PER_RUN_PARAMS
+from kolm_search.fusion.methods import PER_RUN_PARAMS, reads_scores
 from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
 from kolm_search.retrievers._persist import Payload, save_index
@@ -98,7 +98,8 @@ class CompositeRetriever(RetrieverStage):
         methods (one per child, in the children's order: ``FittedFusion.params`` of
         :func:`~kolm_search.fit_fusion` trained on the children's runs). Checked here; kept as
         plain numbers and lists (saved with the composite). With ``"best-effort"``, a child that
-        fails takes its weight and its tables with it.
+        fails takes its weight and its tables with it. ``k`` and ``weights`` found here are
+        taken as those arguments (also by ``set_params(params=...)``, replacing the current ones).
 
     The fused list is cut at ``context.plan.target_limit``; each document carries its
     fused score. With the defaults (``method="rrf"``, no ``norm``, no ``depth``) the
@@ -134,8 +135,9 @@ class CompositeRetriever(RetrieverStage):
         self.depth: int | None = positive_int("depth", depth, none=True)
         self.method, self.norm, checked = resolve_fusion(method, norm, params, len(retrievers), k=self.k,
                                                          weights=self.weights)
-        self.params: dict[str, Any] | None = None if params is None else {
-            name: _plain(checked[name]) for name in params}  # checked, as numbers and lists (JSON, fingerprints)
+        # checked, as numbers and lists (JSON, fingerprints), by name; none left (k, weights taken out) is None
+        self.params: dict[str, Any] | None = {name: _plain(checked[name]) for name in sorted(params)} if params \
+            else None
 
     @property
     def _spec_rrf(self) -> bool:
@@ -178,6 +180,8 @@ class CompositeRetriever(RetrieverStage):
             kept = list(range(len(lists)))
         else:
             lists, kept = await gather_best_effort(tasks, self.retrievers, self.logger)
+            if len(kept) < len(self.retrievers):
+                mark_incomplete()  # not to be cached as this fusion's output
         if self._spec_rrf:
             return merge_with_rrf(lists, {}, target, self.k, weights=self._weights_of(kept))
         return self._fuse_documents(lists, kept, target)
@@ -188,7 +192,7 @@ class CompositeRetriever(RetrieverStage):
         first: dict[str, SearchDocument] = {}
         code: dict[str, int] = {}
         frames: list[CandidateFrame] = []
-        needs_scores = not METHODS[self.method].rank_based or self.norm not in (None, "rank", "borda")
+        needs_scores = reads_scores(self.method, self.norm)
         for li, docs in enumerate(lists):
             codes, scores = [], []
             for rank, doc in enumerate(docs):
@@ -257,9 +261,10 @@ class CompositeRetriever(RetrieverStage):
 
     def settings(self) -> dict[str, Any]:
         """The fusion settings by name (``k, strategy, weights, method, norm, depth, params``):
-        what :meth:`assemble` takes besides the children."""
-        return {"k": self.k, "strategy": self.strategy, "weights": self.weights, "method": self.method,
-                "norm": self.norm, "depth": self.depth, "params": self.params}
+        what :meth:`assemble` takes besides the children. Lists are copies: a change to them does
+        not reach this retriever past its checks."""
+        return {"k": self.k, "strategy": self.strategy, "weights": None if self.weights is None else list(self.weights),
+                "method": self.method, "norm": self.norm, "depth": self.depth, "params": copy.deepcopy(self.params)}
 
     @classmethod
     def assemble(cls, children: Sequence[Any], settings: dict[str, Any],
@@ -383,6 +388,8 @@ class CompositeRetriever(RetrieverStage):
                     SearchError.wrap(_STAGE, exc))
         if not frames:
             raise SearchError(_STAGE, f"all {len(self.retrievers)} retrievers failed; first error: {errors[0]}", cause=errors[0])
+        if errors:
+            mark_incomplete()  # not to be cached as this fusion's output
         return self._fuse(CandidateFrame.concat(frames), kept, batch.limit, max(len(table), 1))
 
     # -- stage parameters (kolm_search.compose) ---------------------------------------------
@@ -396,6 +403,12 @@ class CompositeRetriever(RetrieverStage):
         if not changes:
             return
         merged = {**self.stage_params(), **changes}
+        given = changes.get("params")
+        if isinstance(given, Mapping):  # new params' k and weights (a retrained fit's) replace the current ones
+            if "k" in given and "k" not in changes:
+                merged["k"] = given["k"]
+            if "weights" in given and "weights" not in changes:
+                merged["weights"] = None
         children = [merged[f"s{i}"] for i in range(len(self.retrievers))]
         rebuilt = self.assemble(children, merged, self.logger)
         old = dict(self.__dict__)
@@ -438,7 +451,7 @@ def _lift(params: Mapping[str, Any] | None, k: float, weights: Any) -> tuple[Map
             raise KolmValueError("weights given twice (argument and params)")
         weights = rest.pop("weights")
     if "k" in rest:
-        given = rest.pop("k")
+        given = check_k(rest.pop("k"))  # a number before it is compared
         if k != 60 and given != k:
             raise KolmValueError(f"k given twice (argument {k!r} and params {given!r})")
         k = given
@@ -446,6 +459,7 @@ def _lift(params: Mapping[str, Any] | None, k: float, weights: Any) -> tuple[Map
 
 
 def short_params(params: Mapping[str, Any]) -> str:
-    """``params`` for a repr: a value whose repr is long (a list of trained tables) by its length."""
-    return "{" + ", ".join(f"{name!r}: " + (repr(value) if len(repr(value)) <= 60 else f"<{len(value)} per run>")
+    """``params`` for a repr: a list whose repr is long (of trained tables) by its length."""
+    return "{" + ", ".join(f"{name!r}: " + (f"<{len(value)} per run>" if isinstance(value, list) and
+                                            len(repr(value)) > 60 else repr(value))
                            for name, value in params.items()) + "}"
