@@ -239,3 +239,42 @@ def test_a_clients_best_effort_fusion_missing_a_child_is_not_cached(cranfield: A
     want.run_pipelines()
     assert not runs[0]["doc_id"].equals(want.runs["c"]["doc_id"].reset_index(drop=True))
     pd.testing.assert_frame_equal(runs[1], want.runs["c"].reset_index(drop=True))
+
+
+def test_a_measure_table_of_a_degraded_fusion_is_not_cached(cranfield: Any, tmp_path: Any) -> None:
+    """``exp.run()`` with a best-effort fusion whose child failed: its runs are not cached, nor is
+    the measure table made from them (the table, read back after the child came back, gave the
+    degraded fusion's scores)."""
+    from kolm_search import as_stage
+    from kolm_search.evaluation import Experiment
+
+    ds, a, b, _ = cranfield
+
+    class Flaky:
+        down = True
+        table = a.table
+
+        def retrieve(self, context: Any) -> Any:
+            raise RuntimeError("no documents path")
+
+        def retrieve_batch(self, batch: Any) -> Any:
+            if Flaky.down:
+                raise RuntimeError("shard down")
+            return a.retrieve_batch(batch)
+
+        def fingerprint(self) -> str:
+            return "flaky-bm25-table"
+
+    def pipelines() -> dict[str, Any]:
+        fused = Fuse(as_stage(Flaky()), b % 50, method="rrf", strategy="best-effort")
+        return {"f": fused, "b": b % 50}
+
+    tables = []
+    for down in (True, False):
+        Flaky.down = down
+        exp = Experiment(pipelines(), ds, ["ndcg@10"], cache_dir=tmp_path, progress=False)
+        tables.append(exp.run())
+        assert exp.table_cache is not None
+        assert (exp.table_cache.reads, exp.table_cache.writes) == ((0, 0) if down else (0, 1))
+    fresh = Experiment(pipelines(), ds, ["ndcg@10"], progress=False).run()  # the shard up, no cache
+    assert tables[1]["mean"].tolist() == fresh["mean"].tolist() != tables[0]["mean"].tolist()

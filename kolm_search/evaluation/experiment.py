@@ -194,7 +194,9 @@ class Experiment:
                 run, _ = drop_self_hits(run, self.limit)
             else:
                 run = run_queries(client, queries, limit=self.limit, progress=self.progress, desc=name, **extra)
-        if path is not None and not incomplete[0]:
+        if incomplete[0]:
+            self._runs_for = None  # nor a table measured from it
+        elif path is not None:
             write_client_run(path, run)
         self.runs[name] = run
 
@@ -229,7 +231,9 @@ class Experiment:
                 return found
         with sharing(self.shared), watching_incomplete() as incomplete:
             run = run_coded(stage, self._prepare(queries))
-        if key is not None and self.run_cache is not None and not incomplete[0]:  # (a best-effort child failed)
+        if incomplete[0]:  # a best-effort child failed: neither the run nor a table measured from it is kept
+            self._runs_for = None
+        elif key is not None and self.run_cache is not None:
             self.run_cache.put(*key, run)
         return run
 
