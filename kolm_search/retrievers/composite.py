@@ -7,7 +7,6 @@ import asyncio
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -20,7 +19,6 @@ from kolm_search.compose.runner import mark_incomplete, run_stage
 from kolm_search.compose.stage import Stage, check_acyclic
 from kolm_search.contract.ports import (
     BatchRetriever,
-    Embedder,
     HoldsIndexes,
     Logger,
     Retriever,
@@ -33,11 +31,9 @@ from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmTypeError, Kolm
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
 from kolm_search.fusion.frames import resolve as resolve_fusion
 from kolm_search.fusion.methods import PER_RUN_PARAMS, reads_scores
-from kolm_search.retrievers import _validate as check
 from kolm_search.retrievers import incremental
-from kolm_search.retrievers._persist import Payload, save_index
-from kolm_search.retrievers._saved import SavedFiles, Verify, check_manifest, open_index, retrying
 from kolm_search.retrievers.composite_gather import gather_best_effort, gather_fail_fast, retriever_name
+from kolm_search.retrievers.composite_saved import SavedComposite
 from kolm_search.retrievers.incremental import SegmentedIndex
 from kolm_search.types import SearchDocument, SearchPipelineContext, as_documents
 
@@ -45,10 +41,6 @@ __all__ = ["CompositeRetriever", "short_params"]
 
 Strategy = Literal["fail-fast", "best-effort"]
 _STAGE = PIPELINE_STAGES.COMPOSITE_RETRIEVER
-_FORMAT = "kolm-search/composite"
-_VERSION = 1
-_CONFIG = ("k", "strategy", "weights", "method", "norm", "depth")
-_OPTIONAL = ("params",)  # written since params were taken; a file without them has none
 
 
 def _child_frame(child: Any, batch: QueryBatch) -> CandidateFrame:
@@ -61,7 +53,7 @@ def _child_frame(child: Any, batch: QueryBatch) -> CandidateFrame:
 
 
 @saved_kind("composite")
-class CompositeRetriever(RetrieverStage):
+class CompositeRetriever(SavedComposite, RetrieverStage):
     """Runs child retrievers concurrently and fuses their lists with (weighted) RRF, or
     another fusion method over normalised scores.
 
@@ -276,75 +268,6 @@ class CompositeRetriever(RetrieverStage):
                    method=settings["method"], norm=settings["norm"], depth=settings["depth"],
                    params=settings.get("params"))
 
-    # -- persistence (every child a BM25, dense, feedback or composite retriever) ---------
-    def _payload(self) -> Payload:
-        """What :meth:`save` writes: the fusion parameters and every child (nothing written)."""
-        from kolm_search.retrievers.bm25 import BM25Retriever
-        from kolm_search.retrievers.dense import DenseRetriever
-        from kolm_search.retrievers.feedback import FeedbackRetriever
-
-        kinds = (BM25Retriever, DenseRetriever, FeedbackRetriever, CompositeRetriever)
-        for i, child in enumerate(self.retrievers):
-            if not isinstance(child, kinds):
-                raise KolmTypeError(f"CompositeRetriever.save: retrievers[{i}] ({type(child).__name__}) cannot be "
-                                    "saved; a saved composite holds BM25Retriever, DenseRetriever, FeedbackRetriever "
-                                    "and CompositeRetriever children")
-        self.merge()
-        config = self.settings()
-        return Payload(_FORMAT, _VERSION, {"config": config},
-                       children=[child._payload() for child in self.retrievers])  # type: ignore[attr-defined]
-
-    def save(self, path: str | Path) -> None:
-        """Write the composite (fusion parameters and every child, in one manifest) to folder
-        ``path``, all or nothing (:meth:`BM25Retriever.save`). A child of another kind raises
-        ``KolmTypeError`` before anything is written; the logger is not saved."""
-        save_index(path, self._payload())
-
-    @classmethod
-    def load(cls, path: str | Path, embedder: Embedder | None = None, *, logger: Logger | None = None,
-             mmap: bool = True, n_threads: int | None = None, verify: Verify = "auto") -> CompositeRetriever:
-        """Load a composite written by :meth:`save`; ``embedder`` goes to every dense child (as
-        :meth:`DenseRetriever.load` takes it), each child checked as its own ``load`` checks it."""
-        root = Path(path)
-
-        def read() -> CompositeRetriever:
-            body, files = open_index(root, files_since=1, verify=verify)
-            return cls._from_saved(files, body, embedder, logger=logger, mmap=mmap, n_threads=n_threads)
-
-        return retrying(root, read)
-
-    @classmethod
-    def _from_saved(cls, files: SavedFiles, body: Any, embedder: Embedder | None = None, *,
-                    logger: Logger | None = None, mmap: bool = True, n_threads: int | None = None,
-                    ) -> CompositeRetriever:
-        from kolm_search.retrievers.bm25 import BM25Retriever
-        from kolm_search.retrievers.dense import DenseRetriever
-        from kolm_search.retrievers.feedback import FeedbackRetriever
-
-        where = files.where
-        body = check_manifest(where, body, _FORMAT, _VERSION, ("children", *files.manifest_keys))
-        files.expect(())
-        cfg = check.check_keys(where, "config", body["config"], _CONFIG, optional=_OPTIONAL)
-        children: list[Any] = []
-        for child, child_files in files.children(body):
-            fmt = child.get("format") if isinstance(child, dict) else None
-            if fmt == "kolm-search/dense":
-                children.append(DenseRetriever._from_saved(child_files, child, embedder, mmap=mmap,
-                                                           n_threads=n_threads))
-            elif fmt in ("kolm-search/bm25", "kolm-search/feedback"):
-                kind = BM25Retriever if fmt == "kolm-search/bm25" else FeedbackRetriever
-                children.append(kind._from_saved(child_files, child, mmap=mmap, n_threads=n_threads))
-            elif fmt == _FORMAT:
-                children.append(cls._from_saved(child_files, child, embedder, logger=logger, mmap=mmap,
-                                                n_threads=n_threads))
-            else:
-                raise KolmValueError(f"{child_files.where}: key 'format' is {fmt!r}; a composite's children are "
-                                     "kolm-search/bm25, dense, feedback or composite indexes")
-        try:
-            return cls.assemble(children, cfg, logger)
-        except (KolmValueError, KolmTypeError) as exc:
-            raise KolmValueError(f"{where}: key 'config': {exc}") from exc
-
     # -- columnar fast path --------------------------------------------------------------
     @property
     def table(self) -> Any:
@@ -353,7 +276,7 @@ class CompositeRetriever(RetrieverStage):
         then off and ``retrieve`` is used per query."""
         if not all(implements(r, BatchRetriever) for r in self.retrievers):
             return None
-        tables = [r.table for r in self.retrievers]  # type: ignore[attr-defined]
+        tables = [r.table for r in self.retrievers]
         first = tables[0]
         if first is None:
             return None
