@@ -68,6 +68,14 @@ class RunState:
     stored: dict[int, tuple[str, str]] = field(default_factory=dict)  # id of a kept output -> its cache entry
     incomplete: set[int] = field(default_factory=set)  # ids of kept outputs made without part of their input
 
+    def forget_incomplete(self) -> None:
+        """Drop the kept outputs made without part of their input (:func:`mark_incomplete`), so
+        that the next block (a later run, the failed child perhaps back) computes them again."""
+        if self.incomplete:
+            for key in [key for key, out in self.memo.items() if id(out) in self.incomplete]:
+                del self.memo[key]
+            self.incomplete.clear()
+
 
 T = TypeVar("T")
 _STATE: ContextVar[RunState | None] = ContextVar("kolm_search_compose_state", default=None)
@@ -257,7 +265,8 @@ def _shared(state: RunState, stage: Any, batch: QueryBatch, candidates: Candidat
         out = _compute(stage, batch, candidates)
     _keep(state, key, out, persistent)
     state.computed[stage_fp] += 1
-    if flag[0]:
+    if flag[0]:  # named by its entries, not by the node (whose key names the complete output)
+        state.origins.pop(id(out), None)
         state.incomplete.add(id(out))
         mark_incomplete()
     elif persistent and state.cache is not None:

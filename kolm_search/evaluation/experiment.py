@@ -160,6 +160,7 @@ class Experiment:
         queries = self.dataset.judged_queries()
         missing = [name for name in self.pipelines if name not in self.runs]
         if missing:
+            self.shared.forget_incomplete()  # a fusion a failed child was missing from is fused again
             held = len(missing) < len(self.pipelines)
             self._runs_for = made_for if not held or self._runs_for == made_for else None
         for name, client in self.pipelines.items():

@@ -1,0 +1,86 @@
+"""Hostile review of the caches an Experiment keeps (issue 27): the measure table read back
+lazily, the pipelines' shared first stage fingerprinted once, and a best-effort fusion missing a
+failed child, which must be neither written nor served once the child is back. Oracles: an
+Experiment without a cache made afresh, and the fusion of every child."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from kolm_search import BM25Retriever, Fuse, as_stage
+from kolm_search.evaluation import Experiment
+from kolm_search.io import load_dataset
+
+
+@pytest.fixture(scope="module")
+def ds() -> Any:
+    data = load_dataset("cranfield")
+    keep = set(data.judged_queries()["qid"].iloc[:30])
+    data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
+    data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
+    return data
+
+
+class _Flaky:
+    """A shard of BM25 that is down while ``down`` is set."""
+
+    down = True
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.table = inner, inner.table
+
+    def retrieve(self, context: Any) -> Any:
+        raise RuntimeError("no documents path")
+
+    def retrieve_batch(self, batch: Any) -> Any:
+        if _Flaky.down:
+            raise RuntimeError("shard down")
+        return self.inner.retrieve_batch(batch)
+
+    def fingerprint(self) -> str:
+        return "flaky-bm25"
+
+
+class _ByLength:
+    """A reranker port (reads the candidates' documents): shorter text first, then the id."""
+
+    def rerank(self, documents: Any, context: Any) -> Any:
+        ordered = sorted(documents, key=lambda d: (len(d.content or ""), d.id))
+        return [replace(d, score=float(len(ordered) - i)) for i, d in enumerate(ordered)]
+
+    def fingerprint(self) -> str:
+        return "by-length"
+
+
+def _sorted(run: pd.DataFrame) -> pd.DataFrame:
+    return run.sort_values(["qid", "rank"]).reset_index(drop=True)[["qid", "doc_id", "rank"]]
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_a_second_run_after_the_child_is_back_fuses_every_child(ds: Any, tmp_path: Any, cached: bool) -> None:
+    """The fusion made while a child was down is that run's answer only: the same Experiment run
+    again (its runs dropped) with the child back fuses every child, and a reranker over it reads
+    the documents of the complete candidates, not those of the degraded ones."""
+    bm25, title = BM25Retriever(ds.corpus), BM25Retriever(ds.corpus, fields=["title"])
+    fused = Fuse(as_stage(_Flaky(bm25)), title % 50, strategy="best-effort")
+    pipes = {"f": fused, "r": fused % 20 >> as_stage(_ByLength())}
+    try:
+        _Flaky.down = True
+        exp = Experiment(pipes, ds, ["ndcg@10"], cache_dir=tmp_path if cached else None, progress=False)
+        exp.run()
+        _Flaky.down = False
+        for name in list(exp.runs):
+            del exp.runs[name]
+        table = exp.run()
+        fresh = Experiment(pipes, ds, ["ndcg@10"], progress=False)
+        expected = fresh.run()
+        for name in pipes:
+            pd.testing.assert_frame_equal(_sorted(exp.runs[name]), _sorted(fresh.runs[name]))
+        pd.testing.assert_frame_equal(pd.DataFrame(table).set_index("run").loc[list(pipes)],
+                                      pd.DataFrame(expected).set_index("run").loc[list(pipes)], check_exact=True)
+    finally:
+        _Flaky.down = True
