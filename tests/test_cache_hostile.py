@@ -84,3 +84,42 @@ def test_a_second_run_after_the_child_is_back_fuses_every_child(ds: Any, tmp_pat
                                       pd.DataFrame(expected).set_index("run").loc[list(pipes)], check_exact=True)
     finally:
         _Flaky.down = True
+
+
+def test_a_degraded_response_is_not_written_to_the_clients_response_cache(ds: Any, tmp_path: Any) -> None:
+    """A SearchClient with a response cache (a SQLite file): the answer a best-effort composite
+    made while a child was down is not stored, so with the child back the same request is
+    searched again and fuses every child (the oracle: a client without a cache); a complete
+    answer is still stored and read back."""
+    from kolm_search import CompositeRetriever, SearchClient
+    from kolm_search.adapters import SqliteCache
+    from kolm_search.contract.config import SearchPipelineModules
+    from kolm_search.contract.planners import DefaultQueryPlanner
+
+    bm25, title = BM25Retriever(ds.corpus), BM25Retriever(ds.corpus, fields=["title"])
+    down = [True]
+
+    class Shard:
+        name = "shard"
+
+        def retrieve(self, context: Any) -> Any:
+            if down[0]:
+                raise RuntimeError("shard down")
+            return bm25.retrieve(context)
+
+    fused = CompositeRetriever([Shard(), title], strategy="best-effort")
+
+    def client(cache: bool) -> SearchClient:
+        return SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=fused,
+                                                  cache=SqliteCache(tmp_path / "responses.sqlite") if cache else None))
+
+    request = {"query": ds.queries["query"].iloc[0], "limit": 10}
+    degraded = client(True).search_sync(request)
+    down[0] = False
+    again = client(True).search_sync(request)
+    whole = client(False).search_sync(request)
+    assert [d.id for d in degraded.results] != [d.id for d in whole.results]
+    assert not again.metadata.cache_hit
+    assert [d.id for d in again.results] == [d.id for d in whole.results]
+    read = client(True).search_sync(request)  # the complete answer was stored
+    assert read.metadata.cache_hit and [d.id for d in read.results] == [d.id for d in whole.results]

@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from kolm_search.contract.incomplete import mark_incomplete, watching_incomplete
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
 
@@ -80,7 +81,6 @@ class RunState:
 T = TypeVar("T")
 _STATE: ContextVar[RunState | None] = ContextVar("kolm_search_compose_state", default=None)
 _ACTIVE: ContextVar[tuple[int, ...]] = ContextVar("kolm_search_compose_active", default=())
-_PARTIAL: ContextVar[list[bool] | None] = ContextVar("kolm_search_compose_partial", default=None)
 _FINGERPRINTS: ContextVar[dict[int, tuple[Any, str, bool]] | None] = ContextVar("kolm_search_compose_fps",
                                                                                  default=None)
 
@@ -94,27 +94,6 @@ def sharing(state: RunState | None = None) -> Iterator[RunState]:
         yield state
     finally:
         _STATE.reset(token)
-
-
-def mark_incomplete() -> None:
-    """Tell the runner that the output being made lacks part of its input (a best-effort fusion
-    whose child failed): it, and every output made from it, is kept for the block only, never
-    written to disk, so that a later run (the child back) computes it again."""
-    flag = _PARTIAL.get()
-    if flag is not None:
-        flag[0] = True
-
-
-@contextmanager
-def watching_incomplete() -> Iterator[list[bool]]:
-    """A flag, ``[False]``, set to ``[True]`` when an output made inside the block is incomplete
-    (:func:`mark_incomplete`)."""
-    flag = [False]
-    token = _PARTIAL.set(flag)
-    try:
-        yield flag
-    finally:
-        _PARTIAL.reset(token)
 
 
 def shared_value(key: Any, make: Callable[[], T]) -> T:
