@@ -123,3 +123,25 @@ def test_a_degraded_response_is_not_written_to_the_clients_response_cache(ds: An
     assert [d.id for d in again.results] == [d.id for d in whole.results]
     read = client(True).search_sync(request)  # the complete answer was stored
     assert read.metadata.cache_hit and [d.id for d in read.results] == [d.id for d in whole.results]
+
+
+def test_run_pipelines_then_run_stores_the_table(ds: Any, tmp_path: Any) -> None:
+    """``run_pipelines()`` and then ``run()`` measure complete runs made under the table's key:
+    the table is stored, and a second Experiment reads it (equal to the first's) measuring
+    nothing; a pipeline changed in between still keeps its table out."""
+    from kolm_search.evaluation.table_cache import same_table
+
+    bm25 = BM25Retriever(ds.corpus)
+    pipes = {"a": bm25 % 20, "b": bm25 % 10}
+    exp = Experiment(pipes, ds, ["ndcg@10", "P@5"], cache_dir=tmp_path, progress=False)
+    exp.run_pipelines()
+    first = exp.run()
+    assert len(list((tmp_path / "tables").glob("*.arrow"))) == 1
+    again = Experiment(pipes, ds, ["ndcg@10", "P@5"], cache_dir=tmp_path, progress=False)
+    assert same_table(again.run(), first) and not again.shared.computed and not again.shared.reused  # no run read
+    other = tmp_path / "other"
+    changed = Experiment(dict(pipes), ds, ["ndcg@10"], cache_dir=other, progress=False)
+    changed.run_pipelines()
+    changed.pipelines["b"] = bm25 % 5  # its run (held) was made for another pipeline
+    changed.run()
+    assert not list((other / "tables").glob("*.arrow"))

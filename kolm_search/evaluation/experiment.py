@@ -150,8 +150,9 @@ class Experiment:
 
     def run_pipelines(self) -> MutableMapping[str, pd.DataFrame]:
         """Search every pipeline over the judged queries (cached runs are reused). Returns
-        :attr:`runs` (a :class:`Runs`: a stage pipeline's DataFrame is made when first asked for)."""
-        return self._run_pipelines(None)
+        :attr:`runs` (a :class:`Runs`: a stage pipeline's DataFrame is made when first asked for).
+        Runs made here under the table's key are measured into the table cache by :meth:`run`."""
+        return self._run_pipelines(self._runs_key() if any(n not in self.runs for n in self.pipelines) else None)
 
     def _run_pipelines(self, made_for: str | None) -> MutableMapping[str, pd.DataFrame]:
         """:meth:`run_pipelines`, the runs made now being made under the runs key ``made_for``
