@@ -86,14 +86,17 @@ def test_a_second_run_after_the_child_is_back_fuses_every_child(ds: Any, tmp_pat
         _Flaky.down = True
 
 
-def test_a_degraded_response_is_not_written_to_the_clients_response_cache(ds: Any, tmp_path: Any) -> None:
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_a_degraded_response_is_not_written_to_the_clients_response_cache(ds: Any, tmp_path: Any,
+                                                                          timeout: float | None) -> None:
     """A SearchClient with a response cache (a SQLite file): the answer a best-effort composite
     made while a child was down is not stored, so with the child back the same request is
     searched again and fuses every child (the oracle: a client without a cache); a complete
-    answer is still stored and read back."""
+    answer is still stored and read back. Also with a stage deadline (the retriever then runs
+    as a task of its own)."""
     from kolm_search import CompositeRetriever, SearchClient
     from kolm_search.adapters import SqliteCache
-    from kolm_search.contract.config import SearchPipelineModules
+    from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
     from kolm_search.contract.planners import DefaultQueryPlanner
 
     bm25, title = BM25Retriever(ds.corpus), BM25Retriever(ds.corpus, fields=["title"])
@@ -111,7 +114,8 @@ def test_a_degraded_response_is_not_written_to_the_clients_response_cache(ds: An
 
     def client(cache: bool) -> SearchClient:
         return SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=fused,
-                                                  cache=SqliteCache(tmp_path / "responses.sqlite") if cache else None))
+                                                  cache=SqliteCache(tmp_path / "responses.sqlite") if cache else None),
+                            SearchPipelineOptions(stage_timeout_seconds=timeout))  # (a deadline: the port runs as a task)
 
     request = {"query": ds.queries["query"].iloc[0], "limit": 10}
     degraded = client(True).search_sync(request)
