@@ -149,3 +149,36 @@ def test_run_pipelines_then_run_stores_the_table(ds: Any, tmp_path: Any) -> None
     changed.pipelines["b"] = bm25 % 5  # its run (held) was made for another pipeline
     changed.run()
     assert not list((other / "tables").glob("*.arrow"))
+
+
+def test_the_shared_first_stage_changed_between_runs_is_measured_again(tmp_path: Any) -> None:
+    """Five pipelines sharing ``bm25 % 30`` (fingerprinted once per table key): its k1 changed
+    in place between two run()s of one Experiment, the second measures the changed pipelines
+    (equal to a fresh Experiment without a cache), not the table of the first; the table read
+    back from the cache equals the fresh one whole, also pickled and rendered (med)."""
+    import pickle
+
+    from kolm_search.evaluation.report import to_latex, to_markdown
+    from kolm_search.evaluation.table_cache import same_table
+    from tests.fakes import Prior
+
+    data = load_dataset("/work/shared/data/med")
+    keep = set(data.judged_queries()["qid"].iloc[:20])
+    data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
+    data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
+    bm25 = BM25Retriever(data.corpus)
+    first = bm25 % 30
+    pipes = {f"p{w}": first >> Prior(w, modulus=5, rounded=False) for w in (0.1, 0.2, 0.3, 0.4, 0.5)}
+    metrics = ["ndcg@10", "P@5"]
+    exp = Experiment(pipes, data, metrics, cache_dir=tmp_path, progress=False)
+    before = exp.run()
+    bm25.set_params(k1=0.4)
+    for name in list(exp.runs):
+        del exp.runs[name]
+    after = exp.run()
+    fresh = Experiment(pipes, data, metrics, progress=False).run()
+    assert same_table(after, fresh) and not same_table(before, fresh)
+    read = Experiment(pipes, data, metrics, cache_dir=tmp_path, progress=False).run()
+    assert same_table(read, fresh) and not read.equals(before)
+    assert same_table(pickle.loads(pickle.dumps(read)), fresh)
+    assert to_markdown(read) == to_markdown(fresh) and to_latex(read) == to_latex(fresh)
