@@ -182,3 +182,38 @@ def test_the_shared_first_stage_changed_between_runs_is_measured_again(tmp_path:
     assert same_table(read, fresh) and not read.equals(before)
     assert same_table(pickle.loads(pickle.dumps(read)), fresh)
     assert to_markdown(read) == to_markdown(fresh) and to_latex(read) == to_latex(fresh)
+
+
+def test_an_answer_made_while_the_query_expander_failed_is_not_cached(ds: Any, tmp_path: Any) -> None:
+    """ExpandingQueryPlanner degrades to the primary query when its expander fails; the response
+    cache is keyed by the normalised query, not the expansions, so that answer stored would be
+    served for the expanded search once the expander is back. It is not stored: with the
+    expander back the request is searched (expanded) again; the oracle is a client without a
+    cache."""
+    from kolm_search import SearchClient
+    from kolm_search.adapters import SqliteCache
+    from kolm_search.contract.config import SearchPipelineModules
+    from kolm_search.contract.planners import ExpandingQueryPlanner
+
+    bm25 = BM25Retriever(ds.corpus)
+    down = [True]
+
+    class Expander:
+        def expand(self, query: str) -> list[str]:
+            if down[0]:
+                raise RuntimeError("expander down")
+            return ["shock wave boundary layer interaction"]
+
+    def client(cache: bool) -> SearchClient:
+        return SearchClient(SearchPipelineModules(planner=ExpandingQueryPlanner(Expander()), retriever=bm25,
+                                                  cache=SqliteCache(tmp_path / "responses.sqlite") if cache else None))
+
+    request = {"query": ds.queries["query"].iloc[0], "limit": 10}
+    degraded = client(True).search_sync(request)
+    down[0] = False
+    again = client(True).search_sync(request)
+    whole = client(False).search_sync(request)
+    assert [d.id for d in degraded.results] != [d.id for d in whole.results]
+    assert not again.metadata.cache_hit and [d.id for d in again.results] == [d.id for d in whole.results]
+    read = client(True).search_sync(request)
+    assert read.metadata.cache_hit and [d.id for d in read.results] == [d.id for d in whole.results]

@@ -125,7 +125,8 @@ class SearchPipeline:
         assert req.limit is not None
         run = Run()
         stages = self.stages
-        (plan,) = await stages.plan([req], run)
+        with watching_incomplete() as degraded:  # a planner whose expander failed: the primary query alone
+            (plan,) = await stages.plan([req], run)
         key = self._key(plan, req)
         cached = await stages.cache_get(key) if key else None
         if cached is not None:
@@ -147,7 +148,7 @@ class SearchPipeline:
             duration_ms=(time.perf_counter() - t_start) * 1000.0,
             metadata=SearchResponseMetadata(result_count=len(results), cache_hit=False, feedback=_feedback(plan)),
         )
-        if incomplete[0]:
+        if incomplete[0] or degraded[0]:
             mark_incomplete()  # (the caller's block learns it too)
         elif key:
             await stages.cache_set(key, response)
