@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from kolm_search.contract.incomplete import mark_incomplete, watching_incomplete
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
 
@@ -68,11 +69,18 @@ class RunState:
     stored: dict[int, tuple[str, str]] = field(default_factory=dict)  # id of a kept output -> its cache entry
     incomplete: set[int] = field(default_factory=set)  # ids of kept outputs made without part of their input
 
+    def forget_incomplete(self) -> None:
+        """Drop the kept outputs made without part of their input (:func:`mark_incomplete`), so
+        that the next block (a later run, the failed child perhaps back) computes them again."""
+        if self.incomplete:
+            for key in [key for key, out in self.memo.items() if id(out) in self.incomplete]:
+                del self.memo[key]
+            self.incomplete.clear()
+
 
 T = TypeVar("T")
 _STATE: ContextVar[RunState | None] = ContextVar("kolm_search_compose_state", default=None)
 _ACTIVE: ContextVar[tuple[int, ...]] = ContextVar("kolm_search_compose_active", default=())
-_PARTIAL: ContextVar[list[bool] | None] = ContextVar("kolm_search_compose_partial", default=None)
 _FINGERPRINTS: ContextVar[dict[int, tuple[Any, str, bool]] | None] = ContextVar("kolm_search_compose_fps",
                                                                                  default=None)
 
@@ -86,27 +94,6 @@ def sharing(state: RunState | None = None) -> Iterator[RunState]:
         yield state
     finally:
         _STATE.reset(token)
-
-
-def mark_incomplete() -> None:
-    """Tell the runner that the output being made lacks part of its input (a best-effort fusion
-    whose child failed): it, and every output made from it, is kept for the block only, never
-    written to disk, so that a later run (the child back) computes it again."""
-    flag = _PARTIAL.get()
-    if flag is not None:
-        flag[0] = True
-
-
-@contextmanager
-def watching_incomplete() -> Iterator[list[bool]]:
-    """A flag, ``[False]``, set to ``[True]`` when an output made inside the block is incomplete
-    (:func:`mark_incomplete`)."""
-    flag = [False]
-    token = _PARTIAL.set(flag)
-    try:
-        yield flag
-    finally:
-        _PARTIAL.reset(token)
 
 
 def shared_value(key: Any, make: Callable[[], T]) -> T:
@@ -257,7 +244,8 @@ def _shared(state: RunState, stage: Any, batch: QueryBatch, candidates: Candidat
         out = _compute(stage, batch, candidates)
     _keep(state, key, out, persistent)
     state.computed[stage_fp] += 1
-    if flag[0]:
+    if flag[0]:  # named by its entries, not by the node (whose key names the complete output)
+        state.origins.pop(id(out), None)
         state.incomplete.add(id(out))
         mark_incomplete()
     elif persistent and state.cache is not None:

@@ -25,6 +25,7 @@ from kolm_search.contract.cachekey import canonical_digest, request_key
 from kolm_search.contract.candidates import Run
 from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.contract.guards import BatchRequests, batch_requests, coerce_request, resolve_request
+from kolm_search.contract.incomplete import mark_incomplete, watching_incomplete
 from kolm_search.contract.ports import CachesScores, Updatable, implements
 from kolm_search.contract.stages import Stages
 from kolm_search.errors import KolmTypeError, KolmValueError, PipelineStage
@@ -124,7 +125,8 @@ class SearchPipeline:
         assert req.limit is not None
         run = Run()
         stages = self.stages
-        (plan,) = await stages.plan([req], run)
+        with watching_incomplete() as degraded:  # a planner whose expander failed: the primary query alone
+            (plan,) = await stages.plan([req], run)
         key = self._key(plan, req)
         cached = await stages.cache_get(key) if key else None
         if cached is not None:
@@ -134,7 +136,8 @@ class SearchPipeline:
             await stages.track(SEARCH_COMPLETED, self._payload(response, run))
             return response
         context = SearchPipelineContext(request=req, plan=plan, started_at=started_at)
-        (outcome,) = await stages.execute([context], run, columnar=False)
+        with watching_incomplete() as incomplete:  # a best-effort fusion whose child failed: not cached
+            (outcome,) = await stages.execute([context], run, columnar=False)
         results = outcome.page.docs()
         response = SearchResponse(
             request=original,
@@ -145,7 +148,9 @@ class SearchPipeline:
             duration_ms=(time.perf_counter() - t_start) * 1000.0,
             metadata=SearchResponseMetadata(result_count=len(results), cache_hit=False, feedback=_feedback(plan)),
         )
-        if key:
+        if incomplete[0] or degraded[0]:
+            mark_incomplete()  # (the caller's block learns it too)
+        elif key:
             await stages.cache_set(key, response)
         await stages.track(SEARCH_COMPLETED, self._payload(response, run))
         return response

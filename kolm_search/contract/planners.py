@@ -8,6 +8,7 @@ from typing import Any
 from kolm_search._bridge import TIMED_OUT, call_with_deadline
 from kolm_search._logging import log
 from kolm_search._params import positive_int, seconds
+from kolm_search.contract.incomplete import mark_incomplete
 from kolm_search.contract.ports import Logger, QueryExpander, missing_methods
 from kolm_search.errors import KolmValueError
 from kolm_search.types import QueryPlan, SearchRequest
@@ -66,7 +67,9 @@ class ExpandingQueryPlanner:
 
     The primary query stays at index 0; expansions are normalised, deduplicated against
     each other and the primary, and capped. A failing or empty expander degrades to the
-    primary query alone (degraded relevance beats a failed search).
+    primary query alone (degraded relevance beats a failed search); a failed or late one marks
+    the answer incomplete (:func:`~kolm_search.contract.incomplete.mark_incomplete`), so that
+    no cache keeps it (the response cache keys a request by its query, not its expansions).
     """
 
     def __init__(self, expander: QueryExpander, max_queries: int = 4, logger: Logger | None = None,
@@ -83,10 +86,12 @@ class ExpandingQueryPlanner:
         primary = plan.normalized_query
         try:
             raw: Any = await call_with_deadline(self.expander.expand, (primary,), self.timeout_seconds)
-        except Exception as exc:  # degrade, never fail the search
+        except Exception as exc:  # degrade, never fail the search (nor cache its answer)
             log(self.logger, "warning", "query expansion failed; using the primary query alone", exc)
+            mark_incomplete()
             return plan
         if raw is TIMED_OUT:
+            mark_incomplete()
             log(self.logger, "warning", f"query expansion timed out after {self.timeout_seconds:g}s; "
                 "using the primary query alone", {"query": primary})
             return plan

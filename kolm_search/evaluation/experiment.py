@@ -150,8 +150,9 @@ class Experiment:
 
     def run_pipelines(self) -> MutableMapping[str, pd.DataFrame]:
         """Search every pipeline over the judged queries (cached runs are reused). Returns
-        :attr:`runs` (a :class:`Runs`: a stage pipeline's DataFrame is made when first asked for)."""
-        return self._run_pipelines(None)
+        :attr:`runs` (a :class:`Runs`: a stage pipeline's DataFrame is made when first asked for).
+        Runs made here under the table's key are measured into the table cache by :meth:`run`."""
+        return self._run_pipelines(self._runs_key() if any(n not in self.runs for n in self.pipelines) else None)
 
     def _run_pipelines(self, made_for: str | None) -> MutableMapping[str, pd.DataFrame]:
         """:meth:`run_pipelines`, the runs made now being made under the runs key ``made_for``
@@ -160,6 +161,7 @@ class Experiment:
         queries = self.dataset.judged_queries()
         missing = [name for name in self.pipelines if name not in self.runs]
         if missing:
+            self.shared.forget_incomplete()  # a fusion a failed child was missing from is fused again
             held = len(missing) < len(self.pipelines)
             self._runs_for = made_for if not held or self._runs_for == made_for else None
         for name, client in self.pipelines.items():
