@@ -180,3 +180,23 @@ class Prior(RerankerStage):
     def transform(self, batch: Any, candidates: Any) -> Any:
         base = np.round(candidates.score, 1) if self.rounded else candidates.score
         return rescored(candidates, base + self.weight * (candidates.doc % self.modulus))
+
+
+class FlakyShard:
+    """A retrieving port over ``inner``'s batch path (a BM25 index) that fails while
+    ``down[0]`` is set (``down`` a list the test flips: a shard taken down and brought back);
+    its documents path always fails; fingerprinted as ``name``."""
+
+    def __init__(self, inner: Any, down: list[bool], name: str = "flaky-bm25") -> None:
+        self.inner, self.table, self.down, self.name = inner, inner.table, down, name
+
+    def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
+        raise RuntimeError("no documents path")
+
+    def retrieve_batch(self, batch: Any) -> Any:
+        if self.down[0]:
+            raise RuntimeError("shard down")
+        return self.inner.retrieve_batch(batch)
+
+    def fingerprint(self) -> str:
+        return self.name

@@ -14,6 +14,7 @@ import pytest
 from kolm_search import BM25Retriever, Fuse, as_stage
 from kolm_search.evaluation import Experiment
 from kolm_search.io import load_dataset
+from tests.fakes import FlakyShard
 
 
 @pytest.fixture(scope="module")
@@ -23,26 +24,6 @@ def ds() -> Any:
     data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
     data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
     return data
-
-
-class _Flaky:
-    """A shard of BM25 that is down while ``down`` is set."""
-
-    down = True
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.table = inner, inner.table
-
-    def retrieve(self, context: Any) -> Any:
-        raise RuntimeError("no documents path")
-
-    def retrieve_batch(self, batch: Any) -> Any:
-        if _Flaky.down:
-            raise RuntimeError("shard down")
-        return self.inner.retrieve_batch(batch)
-
-    def fingerprint(self) -> str:
-        return "flaky-bm25"
 
 
 class _ByLength:
@@ -66,24 +47,21 @@ def test_a_second_run_after_the_child_is_back_fuses_every_child(ds: Any, tmp_pat
     again (its runs dropped) with the child back fuses every child, and a reranker over it reads
     the documents of the complete candidates, not those of the degraded ones."""
     bm25, title = BM25Retriever(ds.corpus), BM25Retriever(ds.corpus, fields=["title"])
-    fused = Fuse(as_stage(_Flaky(bm25)), title % 50, strategy="best-effort")
+    down = [True]
+    fused = Fuse(as_stage(FlakyShard(bm25, down)), title % 50, strategy="best-effort")
     pipes = {"f": fused, "r": fused % 20 >> as_stage(_ByLength())}
-    try:
-        _Flaky.down = True
-        exp = Experiment(pipes, ds, ["ndcg@10"], cache_dir=tmp_path if cached else None, progress=False)
-        exp.run()
-        _Flaky.down = False
-        for name in list(exp.runs):
-            del exp.runs[name]
-        table = exp.run()
-        fresh = Experiment(pipes, ds, ["ndcg@10"], progress=False)
-        expected = fresh.run()
-        for name in pipes:
-            pd.testing.assert_frame_equal(_sorted(exp.runs[name]), _sorted(fresh.runs[name]))
-        pd.testing.assert_frame_equal(pd.DataFrame(table).set_index("run").loc[list(pipes)],
-                                      pd.DataFrame(expected).set_index("run").loc[list(pipes)], check_exact=True)
-    finally:
-        _Flaky.down = True
+    exp = Experiment(pipes, ds, ["ndcg@10"], cache_dir=tmp_path if cached else None, progress=False)
+    exp.run()
+    down[0] = False
+    for name in list(exp.runs):
+        del exp.runs[name]
+    table = exp.run()
+    fresh = Experiment(pipes, ds, ["ndcg@10"], progress=False)
+    expected = fresh.run()
+    for name in pipes:
+        pd.testing.assert_frame_equal(_sorted(exp.runs[name]), _sorted(fresh.runs[name]))
+    pd.testing.assert_frame_equal(pd.DataFrame(table).set_index("run").loc[list(pipes)],
+                                  pd.DataFrame(expected).set_index("run").loc[list(pipes)], check_exact=True)
 
 
 @pytest.mark.parametrize("timeout", [None, 30.0])
@@ -117,16 +95,7 @@ def test_a_degraded_response_is_not_written_to_the_clients_response_cache(ds: An
                                                   cache=SqliteCache(tmp_path / "responses.sqlite") if cache else None),
                             SearchPipelineOptions(stage_timeout_seconds=timeout))  # (a deadline: the port runs as a task)
 
-    request = {"query": ds.queries["query"].iloc[0], "limit": 10}
-    degraded = client(True).search_sync(request)
-    down[0] = False
-    again = client(True).search_sync(request)
-    whole = client(False).search_sync(request)
-    assert [d.id for d in degraded.results] != [d.id for d in whole.results]
-    assert not again.metadata.cache_hit
-    assert [d.id for d in again.results] == [d.id for d in whole.results]
-    read = client(True).search_sync(request)  # the complete answer was stored
-    assert read.metadata.cache_hit and [d.id for d in read.results] == [d.id for d in whole.results]
+    _degraded_then_whole(client, {"query": ds.queries["query"].iloc[0], "limit": 10}, down)
 
 
 def test_run_pipelines_then_run_stores_the_table(ds: Any, tmp_path: Any) -> None:
@@ -208,12 +177,18 @@ def test_an_answer_made_while_the_query_expander_failed_is_not_cached(ds: Any, t
         return SearchClient(SearchPipelineModules(planner=ExpandingQueryPlanner(Expander()), retriever=bm25,
                                                   cache=SqliteCache(tmp_path / "responses.sqlite") if cache else None))
 
-    request = {"query": ds.queries["query"].iloc[0], "limit": 10}
+    _degraded_then_whole(client, {"query": ds.queries["query"].iloc[0], "limit": 10}, down)
+
+
+def _degraded_then_whole(client: Any, request: dict[str, Any], down: list[bool]) -> None:
+    """``client(cache)`` searched with a part down (``down[0]`` set), then with it back: the
+    degraded answer differs from a cacheless client's, was not stored (the second search is no
+    cache hit and equals the cacheless answer), and the complete answer was stored (read back)."""
     degraded = client(True).search_sync(request)
     down[0] = False
     again = client(True).search_sync(request)
     whole = client(False).search_sync(request)
     assert [d.id for d in degraded.results] != [d.id for d in whole.results]
     assert not again.metadata.cache_hit and [d.id for d in again.results] == [d.id for d in whole.results]
-    read = client(True).search_sync(request)
+    read = client(True).search_sync(request)  # the complete answer was stored
     assert read.metadata.cache_hit and [d.id for d in read.results] == [d.id for d in whole.results]

@@ -12,7 +12,7 @@ import pytest
 
 from kolm_search import BM25Retriever, CompositeRetriever, Fuse, KolmError, fit_fusion, fuse
 from kolm_search.io import load_dataset
-from tests.fakes import ListRetriever
+from tests.fakes import FlakyShard, ListRetriever
 from tests.test_composite import as_run, ctx, scored
 
 
@@ -155,42 +155,27 @@ def test_a_best_effort_fusion_missing_a_child_is_not_cached(cranfield: Any, tmp_
     from kolm_search.evaluation import Experiment
 
     ds, a, b, queries = cranfield
-
-    class Flaky:
-        down = True
-        table = a.table
-
-        def retrieve(self, context: Any) -> Any:
-            raise RuntimeError("no documents path")
-
-        def retrieve_batch(self, batch: Any) -> Any:
-            if Flaky.down:
-                raise RuntimeError("shard down")
-            return a.retrieve_batch(batch)
-
-        def fingerprint(self) -> str:
-            return "flaky-bm25"
-
+    down = [True]
     tables = {"probs": [[0.9, 0.5, 0.1], [0.3, 0.6, 0.2]]}
 
     def pipelines() -> dict[str, Any]:
-        fused = Fuse(as_stage(Flaky()), b % 50, method="posfuse", params=tables, strategy="best-effort")
+        fused = Fuse(as_stage(FlakyShard(a, down)), b % 50, method="posfuse", params=tables, strategy="best-effort")
         return {"f": fused, "f30": fused % 30}
 
     runs = []
-    for down in (True, False):
-        Flaky.down = down
+    for is_down in (True, False):
+        down[0] = is_down
         exp = Experiment(pipelines(), ds, ["ndcg@10"], cache_dir=tmp_path, progress=False)
         exp.run_pipelines()
         runs.append({name: exp.runs[name] for name in ("f", "f30")})
-    whole = Fuse(as_stage(Flaky()), b % 50, method="posfuse", params=tables)(queries, limit=100)
+    whole = Fuse(as_stage(FlakyShard(a, down)), b % 50, method="posfuse", params=tables)(queries, limit=100)
     alone = Fuse(b % 50, method="posfuse", params={"probs": [tables["probs"][1]]})(queries, limit=100)
     assert len(runs[0]["f"]) == len(alone) < len(whole)
     assert len(runs[1]["f"]) == len(whole)
     top = whole[whole["rank"] < 30]
     cut = runs[1]["f30"]  # the cut of the complete fusion, not of the one read back from the first experiment
     assert sorted(zip(cut["qid"], cut["doc_id"])) == sorted(zip(top["qid"], top["doc_id"]))
-    Flaky.down = True
+    down[0] = True
     again = Experiment(pipelines(), ds, ["ndcg@10"], cache_dir=tmp_path, progress=False)
     again.run_pipelines()  # the complete fusion, cached when it was made, is read back
     assert len(again.runs["f"]) == len(whole) and not again.shared.computed
@@ -249,32 +234,18 @@ def test_a_measure_table_of_a_degraded_fusion_is_not_cached(cranfield: Any, tmp_
     from kolm_search.evaluation import Experiment
 
     ds, a, b, _ = cranfield
-
-    class Flaky:
-        down = True
-        table = a.table
-
-        def retrieve(self, context: Any) -> Any:
-            raise RuntimeError("no documents path")
-
-        def retrieve_batch(self, batch: Any) -> Any:
-            if Flaky.down:
-                raise RuntimeError("shard down")
-            return a.retrieve_batch(batch)
-
-        def fingerprint(self) -> str:
-            return "flaky-bm25-table"
+    down = [True]
 
     def pipelines() -> dict[str, Any]:
-        fused = Fuse(as_stage(Flaky()), b % 50, method="rrf", strategy="best-effort")
+        fused = Fuse(as_stage(FlakyShard(a, down, "flaky-bm25-table")), b % 50, method="rrf", strategy="best-effort")
         return {"f": fused, "b": b % 50}
 
     tables = []
-    for down in (True, False):
-        Flaky.down = down
+    for is_down in (True, False):
+        down[0] = is_down
         exp = Experiment(pipelines(), ds, ["ndcg@10"], cache_dir=tmp_path, progress=False)
         tables.append(exp.run())
         assert exp.table_cache is not None
-        assert (exp.table_cache.reads, exp.table_cache.writes) == ((0, 0) if down else (0, 1))
+        assert (exp.table_cache.reads, exp.table_cache.writes) == ((0, 0) if is_down else (0, 1))
     fresh = Experiment(pipelines(), ds, ["ndcg@10"], progress=False).run()  # the shard up, no cache
     assert tables[1]["mean"].tolist() == fresh["mean"].tolist() != tables[0]["mean"].tolist()
