@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 from kolm_search.errors import FrameValidationError, KolmValueError
 
-__all__ = ["BROKEN", "count_line_starts", "count_lines", "text_lines"]
+__all__ = ["BROKEN", "count_line_starts", "count_lines", "holds_any", "text_lines"]
 
 BROKEN = (OSError, EOFError, zlib.error, UnicodeDecodeError)  # gzip.BadGzipFile is an OSError
 _BLOCK = 1 << 24
@@ -26,6 +26,16 @@ _BLOCK = 1 << 24
 
 def _opener(path: Path) -> Any:
     return gzip.open if path.suffix == ".gz" else open
+
+
+def holds_any(path: Path, needles: tuple[bytes, ...]) -> bool:
+    """True when the file (decompressed, for a ``.gz``) holds any of the one-byte ``needles``;
+    read in blocks (a broken file raises one of :data:`BROKEN`)."""
+    with _opener(path)(path, "rb") as fh:
+        while block := fh.read(_BLOCK):
+            if any(needle in block for needle in needles):
+                return True
+    return False
 
 
 def text_lines(path: Path, *, byte_range: tuple[int, int] | None = None, first_line: int = 1,

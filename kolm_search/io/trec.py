@@ -49,7 +49,7 @@ from kolm_search.errors import FrameValidationError, KolmValueError
 from kolm_search.io._arrow_trec import read_run_arrow, write_run_arrow
 from kolm_search.io._atomic import replacing
 from kolm_search.io._parquet import check_parquet_columns, rank_column, read_parquet, to_parquet
-from kolm_search.io._text import BROKEN, text_lines
+from kolm_search.io._text import BROKEN, holds_any, text_lines
 
 __all__ = ["read_qrels", "read_run", "write_qrels", "write_run"]
 
@@ -72,6 +72,7 @@ def _existing(path: str | Path, what: str) -> Path:
 
 
 _SPACE = re.compile(r"[ \t]+")  # fields are separated by spaces and tabs only, as pandas' C reader does
+_C_SPACE = (b"\x0b", b"\x0c")  # white space to C's isspace but no separator: pandas' number parsers skip it
 _LINE_END = re.compile(r"\r\n?|\n")  # and lines end at \n, \r\n or a lone \r
 _INTEGER = re.compile(r"[+-]?[0-9]+")  # ASCII digits: no "1_0", no other scripts' digits
 _NUMBER = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
@@ -111,6 +112,8 @@ def _read_csv(path: Path, names: list[str], dtype: dict[str, Any], skip: int = 0
                             compression="infer", skip_blank_lines=True, index_col=False)
     if (frame["_extra"] != "").any():
         raise ValueError("a line has more fields than expected")
+    if holds_any(path, _C_SPACE):  # pandas' numbers skip them ("\v1" read as 1): the line scan refuses a field so
+        raise ValueError("a vertical tab or form feed")
     return frame
 
 

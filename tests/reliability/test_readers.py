@@ -203,6 +203,23 @@ def test_fast_and_line_by_line_paths_agree(tmp_path: Path, body: bytes) -> None:
                                   slow.astype({"qid": object, "doc_id": object}))
 
 
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("reader, body, match", [
+    (read_qrels, b"q\td\t\x0b0\n", r":1: relevance '\\x0b0' is not an integer"),  # BEIR tsv (a fuzz case)
+    (read_qrels, b"q 0 d 1\nq 0 e 2\x0c\n", r":2: relevance '2\\x0c' is not an integer"),
+    (read_run, b"q Q0 d \x0b1 1.5 t\n", r":1: rank '\\x0b1' is not an integer"),
+    (read_run, b"q Q0 d 1 1.5\x0c t\n", r":1: score '1.5\\x0c' is not a number"),
+])
+def test_a_number_beside_a_vertical_tab_or_form_feed_is_refused(tmp_path: Path, reader: Any, body: bytes, match: str,
+                                                                gz: bool) -> None:
+    """Fields are split at spaces and tabs only; pandas' C reader read ``"\\v1"`` as 1 where the
+    line-by-line reader (and the fuzz test's reference) refuses it: both paths now refuse it."""
+    path = tmp_path / ("f.txt.gz" if gz else "f.txt")
+    path.write_bytes(gzip.compress(body) if gz else body)
+    with pytest.raises(FrameValidationError, match=match):
+        reader(path)
+
+
 def test_beir_folder_in_parquet_reads_as_the_jsonl_one(tmp_path: Path) -> None:
     text = load_beir(beir(tmp_path / "text", CORPUS, QUERIES, QRELS))
     root = tmp_path / "pq"
