@@ -222,3 +222,24 @@ def test_a_saved_fuse_loads_as_a_fuse_with_its_fingerprint(cranfield: Any, tmp_p
     assert type(copied) is Fuse and copied.fingerprint() == stage.fingerprint()
     stage.set_params(params={"phi": 0.5})
     assert type(stage) is Fuse and repr(stage).startswith("Fuse(") and "'phi': 0.5" in repr(stage)
+
+
+def test_from_fitted_puts_the_stages_in_the_fitted_runs_order(cranfield: Any) -> None:
+    """``Fuse.from_fitted(f, {name: stage})``: each table goes to the stage named as its run,
+    whatever the dict's order (the oracle: ``FittedFusion.fuse`` of those stages' runs)."""
+    ds, a, b, queries = cranfield
+    train, test = queries.iloc[:120], queries.iloc[120:160]
+    fitted = fit_fusion({"title": b(train, limit=100), "body": a(train, limit=100)}, ds.qrels, "posfuse",
+                        progress=False)
+    stage = Fuse.from_fitted(fitted, {"body": a, "title": b}, strategy="best-effort")
+    assert stage.strategy == "best-effort" and stage.retrievers == [b, a]
+    _same_run(stage(test, limit=100), fitted.fuse({"title": b(test, limit=100), "body": a(test, limit=100)},
+                                                  limit=100))
+    with pytest.raises(KolmError, match=r"stages named \['body', 'other'\].*fitted on runs"):
+        Fuse.from_fitted(fitted, {"body": a, "other": b})
+    with pytest.raises(KolmError, match=r"\['method'\] come from the fitted fusion"):
+        Fuse.from_fitted(fitted, {"body": a, "title": b}, method="rrf")
+    with pytest.raises(KolmError, match="FittedFusion"):
+        Fuse.from_fitted(fitted.params, {"body": a, "title": b})  # type: ignore[arg-type]
+    with pytest.raises(KolmError, match="dict"):
+        Fuse.from_fitted(fitted, [a, b])  # type: ignore[arg-type]

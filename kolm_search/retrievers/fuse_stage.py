@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kolm_search.compose.kinds import as_stage
@@ -12,6 +12,7 @@ from kolm_search.contract.ports import Logger
 from kolm_search.contract.saved_kinds import saved_kind
 from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.errors import KolmTypeError, KolmValueError
+from kolm_search.fusion.fitted import FittedFusion
 from kolm_search.retrievers.composite import CompositeRetriever, Strategy, short_params
 from kolm_search.types import SearchDocument, SearchPipelineContext
 
@@ -44,7 +45,8 @@ class Fuse(CompositeRetriever):
         method the trained tables, one per stage in the stages' order: with ``f =
         fit_fusion({"bm25": bm25_run, "dense": dense_run}, qrels, "probfuse")``,
         ``Fuse(bm25, dense, method=f.method, norm=f.norm, params=f.params)`` (``k`` and
-        ``weights`` found there are taken as the arguments of those names).
+        ``weights`` found there are taken as the arguments of those names), or, the stages
+        matched to the fitted runs by name, ``Fuse.from_fitted(f, {"bm25": bm25, "dense": dense})``.
     norm : str, optional
         Score normalisation of each list (:data:`~kolm_search.fusion.NORMALIZATIONS`).
     weights : list of float, optional
@@ -71,6 +73,35 @@ class Fuse(CompositeRetriever):
         self._composed = any(isinstance(s, Composed) for s in found)
         super().__init__(found, k, strategy, logger, weights=weights, method=method, norm=norm,  # type: ignore[arg-type]
                          depth=depth, params=params)
+
+    @classmethod
+    def from_fitted(cls, fitted: FittedFusion, stages: Mapping[str, Any], **options: Any) -> Fuse:
+        """The fusion ``fitted`` (:func:`~kolm_search.fit_fusion`, ``optimize_fusion(...)["fusion"]``:
+        its method, norm and parameters, trained tables included) of ``stages``, a dict from the
+        fitted runs' names to the stages that made them, put in the fitted runs' order (a table
+        given to the wrong stage cannot happen); ``options`` as for :class:`Fuse` (``depth``,
+        ``strategy``, ``logger``).
+
+        Raises
+        ------
+        KolmValueError
+            The names are not the fitted runs' names, or ``options`` sets the method, norm,
+            ``k``, ``weights`` or ``params`` (the fitted ones are used).
+        """
+        if not isinstance(fitted, FittedFusion):
+            raise KolmTypeError(f"Fuse.from_fitted takes a FittedFusion (fit_fusion's result), got {type(fitted).__name__}")
+        if not isinstance(stages, Mapping):
+            raise KolmTypeError("Fuse.from_fitted takes the stages as a dict by the fitted runs' names, "
+                                f"{list(fitted.runs)}")
+        names = [str(n) for n in stages]
+        if sorted(names) != sorted(fitted.runs) or len(set(names)) != len(names):
+            raise KolmValueError(f"Fuse.from_fitted: stages named {names}, the fusion was fitted on runs {list(fitted.runs)}")
+        fixed = sorted({"method", "norm", "k", "weights", "params"} & set(options))
+        if fixed:
+            raise KolmValueError(f"Fuse.from_fitted: {fixed} come from the fitted fusion")
+        by_name = {str(n): stage for n, stage in stages.items()}
+        return cls(*(by_name[n] for n in fitted.runs), method=fitted.method, norm=fitted.norm,
+                   params=dict(fitted.params), **options)
 
     async def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
         """One query's documents. Over built-in retrievers only, the spec's path (as
