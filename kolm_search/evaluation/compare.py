@@ -48,11 +48,11 @@ COLUMNS = ("run", "metric", "mean", "delta", "p_value", "p_adjusted", "significa
 
 def _check_names(names: Sequence[Any]) -> None:
     """Refuse two run names whose text is equal (``1`` and ``"1"``): reports and files show names
-    as text, where one run would hide the other; and a name whose text is blank (a report would
-    show a row without a name)."""
+    as text, where one run would hide the other; and a name whose text shows nothing (white
+    space, zero-width or other format characters: a report would show a row without a name)."""
     seen: dict[str, Any] = {}
     for name in names:
-        if not str(name).strip():
+        if not any(ch.isprintable() and not ch.isspace() for ch in str(name)):  # blank, or format characters only
             raise KolmValueError(f"a run is named {name!r}: reports show names as text, so give it one that is not "
                                  "blank")
         other = seen.setdefault(str(name), name)

@@ -75,7 +75,10 @@ def test_a_newline_in_the_baseline_name_keeps_the_caption_one_paragraph() -> Non
                 min_size=2, max_size=4, unique=True))
 def test_any_names_give_one_row_each(names: list[str]) -> None:
     run, qrels = _data(4)
-    if len({n for n in names}) != len(names) or not all(n.strip() for n in names):  # blank: refused (below)
+    shows = [any(ch.isprintable() and not ch.isspace() for ch in n) for n in names]
+    if len({n for n in names}) != len(names) or not all(shows):  # a name showing nothing: refused (below)
+        with pytest.raises(KolmValueError, match="named|text is equal"):
+            compare({name: run for name in names}, qrels, ["P@5"], test="t")
         return
     runs = {name: run for name in names}
     rows = _cells(compare(runs, qrels, ["P@5"], test="t").to_markdown())
@@ -93,7 +96,7 @@ def test_compare_refuses_names_whose_text_is_equal(names: tuple[Any, ...]) -> No
     assert repr(a) in text and repr(b) in text
 
 
-@pytest.mark.parametrize("blank", ["", " ", "\n", "\t \u2003"])
+@pytest.mark.parametrize("blank", ["", " ", "\n", "\t \u2003", "\u200b", "\u200b\u2060 \ufeff"])
 def test_compare_and_an_experiment_refuse_a_blank_name(blank: str) -> None:
     """A blank name rendered as a row without a name on main."""
     run, qrels = _data()
