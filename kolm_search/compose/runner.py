@@ -28,6 +28,14 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from kolm_search.compose.fingerprints import (
+    batch_digest,
+    fingerprints_once,
+    frame_digest,
+    input_digest,
+    node_digest,
+    value_fingerprint,
+)
 from kolm_search.contract.incomplete import mark_incomplete, watching_incomplete
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
@@ -81,8 +89,6 @@ class RunState:
 T = TypeVar("T")
 _STATE: ContextVar[RunState | None] = ContextVar("kolm_search_compose_state", default=None)
 _ACTIVE: ContextVar[tuple[int, ...]] = ContextVar("kolm_search_compose_active", default=())
-_FINGERPRINTS: ContextVar[dict[int, tuple[Any, str, bool]] | None] = ContextVar("kolm_search_compose_fps",
-                                                                                 default=None)
 
 
 @contextmanager
@@ -125,8 +131,6 @@ def check_output(stage: Any, out: Any, batch: QueryBatch) -> CandidateFrame:
 def frame_key(frame: CandidateFrame | None) -> str:
     """A key of a frame's entries: inside a :func:`sharing` block, the key of the persistent
     node that made it (when it did), else :func:`~kolm_search.compose.fingerprints.frame_digest`."""
-    from kolm_search.compose.fingerprints import frame_digest
-
     state = _STATE.get()
     if frame is not None and state is not None:
         found = state.origins.get(id(frame))
@@ -136,17 +140,11 @@ def frame_key(frame: CandidateFrame | None) -> str:
 
 
 def _stage_key(stage: Any) -> tuple[str, bool]:
-    memo = _FINGERPRINTS.get()
-    found = None if memo is None else memo.get(id(stage))
-    if found is not None and found[0] is stage:
-        return found[1], found[2]
+    """(the stage's fingerprint, True), or (its identity, False) when it declares none."""
     try:
-        fp, persistent = stage.fingerprint(), True
+        return value_fingerprint(stage, what="stage"), True  # made once in the call (fingerprints_once)
     except KolmError:
-        fp, persistent = f"object@{id(stage):x}", False
-    if memo is not None:
-        memo[id(stage)] = (stage, fp, persistent)
-    return fp, persistent
+        return f"object@{id(stage):x}", False
 
 
 def _batch_key(batch: QueryBatch) -> str:
@@ -155,8 +153,6 @@ def _batch_key(batch: QueryBatch) -> str:
     embeddings, with its size, limit and mode): every pipeline of an experiment is given the
     same ones, also through the copies ``replace(batch, table=...)`` makes for each pipeline;
     a batch is never changed while stages run."""
-    from kolm_search.compose.fingerprints import batch_digest
-
     parts = (batch.texts, batch.owner, batch.filters, batch.embeddings)
     key = ("batch digest", tuple(id(p) for p in parts), batch.n_queries, batch.limit, batch.mode)
     found = shared_value(key, lambda: (parts, batch_digest(batch)))  # (the parts kept: their ids stay theirs)
@@ -165,8 +161,6 @@ def _batch_key(batch: QueryBatch) -> str:
 
 def _key(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> tuple[str, str, bool]:
     """(stage key, input key, persistent): the fingerprint when the stage has one, else its identity."""
-    from kolm_search.compose.fingerprints import input_digest
-
     fp, persistent = _stage_key(stage)
     return fp, input_digest(batch, candidates, frame_fp=None if candidates is None else frame_key(candidates),
                             batch_fp=_batch_key(batch)), persistent
@@ -174,8 +168,6 @@ def _key(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> tu
 
 def _keep(state: RunState, key: tuple[str, str], out: CandidateFrame, persistent: bool) -> None:
     """Keep ``out`` under ``key`` for the block; a persistent key also names the frame (:func:`frame_key`)."""
-    from kolm_search.compose.fingerprints import node_digest
-
     state.memo[key] = out
     if persistent:
         state.origins[id(out)] = node_digest(*key)
@@ -216,13 +208,8 @@ def run_stage(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) 
     state = _STATE.get()
     if state is None:
         return _compute(stage, batch, candidates)
-    if _FINGERPRINTS.get() is None:  # the outermost stage of a call: each stage is fingerprinted once in it
-        fps = _FINGERPRINTS.set({})  # (not for a whole block: a stage may be refitted or reset between calls)
-        try:
-            return _shared(state, stage, batch, candidates)
-        finally:
-            _FINGERPRINTS.reset(fps)
-    return _shared(state, stage, batch, candidates)
+    with fingerprints_once():  # each stage fingerprinted once in the outermost call (not for a whole block: a
+        return _shared(state, stage, batch, candidates)  # stage may be refitted or reset between calls)
 
 
 def _shared(state: RunState, stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
