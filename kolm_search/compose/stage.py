@@ -30,7 +30,7 @@ and both operands. Parameters follow scikit-learn (:meth:`Stage.get_params`,
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -253,8 +253,9 @@ class Composed(ServedByRunner, Stage):
         return "(" + f" {self.symbol} ".join(repr(s) for s in self.operands) + ")"
 
 
-def check_acyclic(root: Stage) -> None:
-    """``KolmValueError`` when ``root`` is reached again through its operands."""
+def check_acyclic(root: Stage, operands: Sequence[Any] | None = None) -> None:
+    """``KolmValueError`` when ``root`` is reached again through its operands, or, given
+    ``operands``, through those it is about to take (checked before they are set)."""
     def walk(node: Stage, path: tuple[int, ...]) -> None:
         if id(node) in path:
             symbol = f" {root.symbol}" if isinstance(root, Composed) else ""
@@ -263,7 +264,12 @@ def check_acyclic(root: Stage) -> None:
         for child in node.stage_params().values():
             if isinstance(child, Stage):
                 walk(child, (*path, id(node)))
-    walk(root, ())
+    if operands is None:
+        walk(root, ())
+        return
+    for operand in operands:
+        if isinstance(operand, Stage):
+            walk(operand, (id(root),))
 
 
 class _Binary(Composed):

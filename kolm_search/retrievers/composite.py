@@ -333,15 +333,9 @@ class CompositeRetriever(SavedComposite, RetrieverStage):
             if "weights" in given and "weights" not in changes:
                 merged["weights"] = None
         children = [merged[f"s{i}"] for i in range(len(self.retrievers))]
-        rebuilt = self.assemble(children, merged, self.logger)
-        old = dict(self.__dict__)
-        self.__dict__.update(rebuilt.__dict__)
-        try:
-            check_acyclic(self)  # a child holding this retriever: refused when written, not a RecursionError later
-        except KolmValueError:
-            self.__dict__.clear()
-            self.__dict__.update(old)
-            raise
+        rebuilt = self.assemble(children, merged, self.logger)  # checked as the constructor checks
+        check_acyclic(self, rebuilt.retrievers)  # a child holding this retriever: refused, not a RecursionError later
+        self.__dict__.update(rebuilt.__dict__)  # this retriever takes the state of its checked rebuild
 
     def __repr__(self) -> str:
         names = ", ".join(retriever_name(r) for r in self.retrievers)
