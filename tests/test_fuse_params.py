@@ -235,7 +235,7 @@ def test_from_fitted_puts_the_stages_in_the_fitted_runs_order(cranfield: Any) ->
     assert stage.strategy == "best-effort" and stage.retrievers == [b, a]
     _same_run(stage(test, limit=100), fitted.fuse({"title": b(test, limit=100), "body": a(test, limit=100)},
                                                   limit=100))
-    with pytest.raises(KolmError, match=r"stages named \['body', 'other'\].*fitted on runs"):
+    with pytest.raises(KolmError, match=r"stages \['body', 'other'\] are not the fitted runs \['title', 'body'\]"):
         Fuse.from_fitted(fitted, {"body": a, "other": b})
     with pytest.raises(KolmError, match=r"\['method'\] come from the fitted fusion"):
         Fuse.from_fitted(fitted, {"body": a, "title": b}, method="rrf")

@@ -46,13 +46,19 @@ class FittedFusion:
     runs: tuple[str, ...]
     score: float | None = field(default=None)
 
+    def in_run_order(self, items: Mapping[Any, Any], what: str = "runs") -> list[Any]:
+        """The values of ``items`` (a dict by the fitted runs' names: runs, or the stages that
+        made them) in the fitted runs' order; ``KolmValueError`` when the names are others
+        (``what`` names the items in it)."""
+        names = [str(n) for n in items]
+        if sorted(names) != sorted(self.runs):
+            raise KolmValueError(f"{what} {names} are not the fitted runs {list(self.runs)}")
+        by_name = {str(n): v for n, v in items.items()}
+        return [by_name[n] for n in self.runs]
+
     def _ordered(self, runs: Sequence[Any] | Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
         if isinstance(runs, Mapping):
-            names = [str(n) for n in runs]
-            if sorted(names) != sorted(self.runs):
-                raise KolmValueError(f"runs {names} are not the fitted runs {list(self.runs)}")
-            by_name = {str(n): r for n, r in runs.items()}
-            return {n: by_name[n] for n in self.runs}
+            return dict(zip(self.runs, self.in_run_order(runs), strict=True))
         if isinstance(runs, (str, bytes, pd.DataFrame)):
             raise KolmTypeError("fuse takes a list or a dict of runs, not one run")
         if len(runs) != len(self.runs):

@@ -93,15 +93,11 @@ class Fuse(CompositeRetriever):
         if not isinstance(stages, Mapping):
             raise KolmTypeError("Fuse.from_fitted takes the stages as a dict by the fitted runs' names, "
                                 f"{list(fitted.runs)}")
-        names = [str(n) for n in stages]
-        if sorted(names) != sorted(fitted.runs) or len(set(names)) != len(names):
-            raise KolmValueError(f"Fuse.from_fitted: stages named {names}, the fusion was fitted on runs {list(fitted.runs)}")
+        ordered = fitted.in_run_order(stages, "Fuse.from_fitted: stages")
         fixed = sorted({"method", "norm", "k", "weights", "params"} & set(options))
         if fixed:
             raise KolmValueError(f"Fuse.from_fitted: {fixed} come from the fitted fusion")
-        by_name = {str(n): stage for n, stage in stages.items()}
-        return cls(*(by_name[n] for n in fitted.runs), method=fitted.method, norm=fitted.norm,
-                   params=dict(fitted.params), **options)
+        return cls(*ordered, method=fitted.method, norm=fitted.norm, params=dict(fitted.params), **options)
 
     async def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
         """One query's documents. Over built-in retrievers only, the spec's path (as
