@@ -259,3 +259,78 @@ def test_a_table_measured_from_runs_made_before_a_change_is_not_stored(ds, tmp_p
         pipes["prior0.1"].set_params(left__k=5)
     exp.run()  # the runs it holds are the ones made before the change
     _assert_same(_exp(pipes, data, tmp_path).run(), _exp(pipes, data, None).run())
+
+
+def _edit(table: Any) -> None:
+    """Write into every part of a table a caller can reach."""
+    metric = next(iter(table.per_query))
+    table.loc[table.index[0], "mean"] = -1.0
+    table.loc[table.index[0], "run"] = "edited"
+    table["extra"] = 1
+    table.attrs["compare"]["edited"] = True
+    table.per_query[metric].iloc[0, 0] = -5.0
+    table.per_query.pop(next(reversed(table.per_query)))
+    table.curves.iloc[0, 0] = -5.0
+
+
+@pytest.mark.parametrize("copy_on_write", [True, False])
+def test_a_table_read_again_is_not_decoded_again_and_is_a_table_of_its_own(  # type: ignore[no-untyped-def]
+        ds, pipes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy_on_write: bool) -> None:
+    from kolm_search.evaluation import table_cache
+
+    monkeypatch.setattr(table_cache, "_COPY_ON_WRITE", copy_on_write and table_cache._COPY_ON_WRITE)
+    table = _exp(pipes, ds, tmp_path).run()
+    first = _exp(pipes, ds, tmp_path).run()  # read (its bytes decoded when stored, in this process)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("bytes decoded before were decoded again")
+
+    monkeypatch.setattr(table_cache, "_decode", refused)
+    _assert_same(table, first)
+    _edit(first)
+    second = _exp(pipes, ds, tmp_path)
+    _assert_same(table, second.run())
+    assert second.table_cache is not None and second.table_cache.reads == 1
+    _edit(second.run())
+    _assert_same(table, _exp(pipes, ds, tmp_path).run())
+
+
+def test_a_file_holding_other_bytes_is_decoded_and_checked(ds, pipes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from kolm_search.evaluation.report import ComparisonTable
+
+    table = _exp(pipes, ds, None).run()
+    other = ComparisonTable(table.copy())
+    other.loc[other.index[0], "mean"] += 1.0
+    other.per_query, other.curves = table.per_query, table.curves
+    other.attrs.update(table.attrs)
+    cache, names, keys = TableCache(tmp_path), list(pipes), [*table.per_query]
+    assert cache.put("a", "b", table)
+    _assert_same(table, cache.get("a", "b", names, keys))
+    path = next(tmp_path.glob("*.arrow"))
+    kept = path.read_bytes()
+    assert cache.put("a", "b", other)  # the same key, other bytes: that table, not the one decoded before
+    _assert_same(other, cache.get("a", "b", names, keys))
+    path.write_bytes(kept)
+    _assert_same(table, cache.get("a", "b", names, keys))
+    raw = bytearray(kept)
+    raw[raw.find(np.float64(table.per_query[keys[0]].iloc[0, 0]).tobytes())] ^= 0x10  # same length, one bit
+    path.write_bytes(bytes(raw))
+    with pytest.warns(RuntimeWarning, match="is damaged"):
+        assert cache.get("a", "b", names, keys) is None
+
+
+def test_the_decoded_tables_kept_are_bounded_by_their_bytes(ds, pipes, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import cachetools
+
+    from kolm_search.evaluation import table_cache
+
+    table = _exp(pipes, ds, None).run()
+    cache, names, keys = TableCache(tmp_path), list(pipes), [*table.per_query]
+    for room, kept in ((1_000, 0), (10**9, 2)):
+        memo: cachetools.LRUCache[Any, Any] = cachetools.LRUCache(room, getsizeof=lambda e: e.data.size)
+        monkeypatch.setattr(table_cache, "_DECODED", memo)
+        assert cache.put("a", "b", table) and cache.put("c", "d", table)
+        _assert_same(table, cache.get("a", "b", names, keys))
+        _assert_same(table, cache.get("c", "d", names, keys))
+        assert len(memo) == kept

@@ -182,8 +182,8 @@ def _arrow_digest(queries: pd.DataFrame, options: dict[str, Any]) -> str | None:
     import pyarrow as pa
 
     try:
-        qids = pa.array(queries["qid"], from_pandas=True)
-        texts = pa.array(queries["query"], from_pandas=True)
+        qids = pa.array(queries["qid"].array, from_pandas=True)  # (the array: not the Series' slower path)
+        texts = pa.array(queries["query"].array, from_pandas=True)
         if isinstance(qids, pa.ChunkedArray) or isinstance(texts, pa.ChunkedArray):
             qids, texts = pa.concat_arrays(qids.chunks), pa.concat_arrays(texts.chunks)
     except (pa.ArrowException, TypeError, ValueError):

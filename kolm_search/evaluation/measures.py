@@ -20,6 +20,7 @@ results. Names that mean something else in ranx are refused with both meanings: 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -286,6 +287,21 @@ def parse_measure(metric: Any) -> MeasureSpec:
         return _native(str(metric), measure, params) or _external(str(metric), metric)
     if not isinstance(metric, str):
         raise KolmTypeError(f"metrics must be names (str) or ir_measures measures, got {metric!r}")
+    native = _native_name(str(metric))
+    return native if native is not None else _parse_name(metric)
+
+
+@functools.lru_cache(maxsize=512)
+def _native_name(metric: str) -> MeasureSpec | None:
+    """:func:`_parse_name` of a measure the metrics kernel computes, resolved once per name (a
+    ``MeasureSpec`` is frozen; an error is raised again at every call); None for one computed
+    through ir_measures (resolved at every call: whether ir_measures is there may change)."""
+    spec = _parse_name(metric)
+    return spec if spec.external is None else None
+
+
+def _parse_name(metric: str) -> MeasureSpec:
+    """:func:`parse_measure` of a name."""
     text = metric.strip()
     if re.fullmatch(r"(?i)hits(?:(?:@|_|\.)\d+)?(?:-l\d+)?", text):
         raise KolmValueError(_HITS.format(name=metric))

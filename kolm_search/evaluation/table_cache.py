@@ -30,11 +30,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cachetools
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -43,6 +46,7 @@ from kolm_search.compose.cache import CacheFolder
 from kolm_search.engine.arrow_strings import buffers
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.report import ComparisonTable
+from kolm_search.evaluation.table_frames import checked_columns, decode_frame, encode_frame, frame_of
 from kolm_search.io._atomic import replacing
 
 __all__ = ["TableCache", "qrels_digest", "settings_digest"]
@@ -50,7 +54,6 @@ __all__ = ["TableCache", "qrels_digest", "settings_digest"]
 _FORMAT = "kolm-search/measure-table"
 _VERSION = 2  # 2: the qid column's checksum over its Arrow offsets and bytes
 _KEY = b"kolm_search"
-_DTYPES = ("float64", "int64", "bool", "object", "str")
 
 
 def _digest(text: str) -> str:
@@ -164,66 +167,6 @@ def _strings_checksum(column: pa.Array) -> int:
     return zlib.crc32(data.tobytes(), zlib.crc32(offsets))
 
 
-def _encode_frame(frame: pd.DataFrame) -> dict[str, Any]:
-    """A small DataFrame with a default index as JSON values (raises ValueError when a dtype is
-    not one this format keeps)."""
-    if not isinstance(frame.index, pd.RangeIndex) or frame.index.start != 0 or frame.index.step != 1:
-        raise ValueError("not a default index")
-    dtypes = [str(t) for t in frame.dtypes]
-    if any(t not in _DTYPES for t in dtypes):
-        raise ValueError(f"dtypes {dtypes}")
-    return {"columns": [str(c) for c in frame.columns], "dtypes": dtypes,
-            "values": [frame[c].tolist() for c in frame.columns]}
-
-
-def _decode_frame(data: Any, columns: Sequence[str] | None = None, *, index: str | None = None,
-                  kind: type[pd.DataFrame] = pd.DataFrame) -> pd.DataFrame:
-    """A frame :func:`_encode_frame` wrote, checked (``KolmValueError``), of class ``kind``, with
-    column ``index`` as its index."""
-    return _frame_of(_checked_columns(data, columns), index=index, kind=kind)
-
-
-def _checked_columns(data: Any, columns: Sequence[str] | None = None) -> dict[str, Any]:
-    """The columns of a frame :func:`_encode_frame` wrote, by name (``columns`` when given), each
-    checked against its dtype and made an array of it (``KolmValueError`` when one fails)."""
-    if not isinstance(data, dict) or not isinstance(data.get("columns"), list):
-        raise KolmValueError("a table is not a JSON object with columns")
-    names, dtypes, values = data["columns"], data.get("dtypes"), data.get("values")
-    if columns is not None and names != list(columns):
-        raise KolmValueError(f"columns {names}, expected {list(columns)}")
-    if not isinstance(dtypes, list) or not isinstance(values, list) or not len(dtypes) == len(values) == len(names):
-        raise KolmValueError("a table's dtypes or values do not match its columns")
-    lengths = {len(v) if isinstance(v, list) else -1 for v in values}
-    if len(lengths) > 1 or -1 in lengths:
-        raise KolmValueError("a table's columns are not lists of one length")
-    out: dict[str, Any] = {}
-    for name, dtype, column in zip(names, dtypes, values, strict=True):
-        if dtype not in _DTYPES:
-            raise KolmValueError(f"column {name!r} has dtype {dtype!r}")
-        if dtype in ("object", "str"):
-            if not all(isinstance(v, str) for v in column):
-                raise KolmValueError(f"column {name!r} holds a value that is not a string")
-            out[name] = pd.array(column, dtype="str") if dtype == "str" else np.array(column, dtype=object)
-        else:
-            kinds = (bool,) if dtype == "bool" else (int,) if dtype == "int64" else (int, float)
-            if not all(isinstance(v, kinds) and (dtype == "int64" or dtype == "bool" or not isinstance(v, bool))
-                       for v in column):
-                raise KolmValueError(f"column {name!r} holds a value that is not {dtype}")
-            if dtype == "int64" and any(isinstance(v, bool) for v in column):
-                raise KolmValueError(f"column {name!r} holds a value that is not {dtype}")
-            out[name] = np.array(column, dtype=dtype)
-    return out
-
-
-def _frame_of(out: dict[str, Any], *, index: str | None = None, kind: type[pd.DataFrame] = pd.DataFrame) -> pd.DataFrame:
-    """The frame of :func:`_checked_columns`' columns, column ``index`` as its index."""
-    rest = [n for n in out if n != index]
-    at = None if index is None else pd.Index(out[index], name=index)  # that column as the index
-    if rest and all(out[n].dtype == np.float64 for n in rest):  # one float block: no per-column assembly
-        return kind(np.column_stack([out[n] for n in rest]), index=at, columns=rest)
-    return kind({n: out[n] for n in rest}, index=at)  # the dict keeps the order (columns= would reindex: ~2x slower)
-
-
 def _per_query_frames(qid: pa.ChunkedArray, keys: Sequence[str], names: Sequence[str],
                       scores: Sequence[Sequence[np.ndarray]]) -> dict[str, pd.DataFrame]:
     """``per_query`` of a stored table: for each metric ``keys[i]`` a DataFrame qid x run of the
@@ -250,6 +193,104 @@ def same_table(a: ComparisonTable, b: ComparisonTable) -> bool:
     return all(equal(per_a[m], per_b[m]) for m in per_a)
 
 
+@dataclass(frozen=True)
+class _Decoded:
+    """A file's bytes and what every check of them gave: each :meth:`table` is a new table
+    (its frame a copy, made when written under pandas' copy on write, its ``attrs`` parsed again, its ``per_query`` and ``curves`` made from
+    the checked columns when first read), so no caller's edit reaches another's."""
+
+    data: pa.Buffer
+    frame: ComparisonTable  # never given out
+    attrs: str  # JSON
+    qid: pa.ChunkedArray
+    keys: list[str]
+    names: list[str]
+    scores: list[list[np.ndarray]]  # [metric][run] (n_queries,) float64, read-only
+    curves: dict[str, Any]  # the JSON columns, checked
+
+    def table(self) -> ComparisonTable:
+        table = ComparisonTable(self.frame, copy=not _COPY_ON_WRITE)
+        table.attrs.update(json.loads(self.attrs))
+        curves, names = self.curves, ["recall", *self.names]
+        table.defer(per_query=lambda: _per_query_frames(self.qid, self.keys, self.names, self.scores),
+                    curves=lambda: frame_of(checked_columns(curves, names), index="recall"))
+        return table
+
+
+#: pandas >= 3 copies on write: a frame made from another shares its blocks until either is written
+_COPY_ON_WRITE = int(pd.__version__.split(".", 1)[0]) >= 3
+
+#: the tables of the files read last in this process, by what was asked of them: a file read
+#: again whose bytes are the very ones decoded is not decoded again (its table is copied)
+_DECODED: cachetools.LRUCache[tuple[Any, ...], _Decoded] = cachetools.LRUCache(
+    maxsize=128 * 2**20, getsizeof=lambda entry: max(1, entry.data.size))
+_DECODED_LOCK = threading.Lock()
+
+
+def _decoded(data: pa.Buffer, runs_fp: str, settings_fp: str, names: list[str], keys: list[str]) -> _Decoded:
+    """The decoded file of bytes ``data`` asked for the runs ``names`` measured by ``keys``
+    (``KolmValueError`` when a check fails): decoded once while those bytes are read again."""
+    asked = (runs_fp, settings_fp, tuple(names), tuple(keys))
+    with _DECODED_LOCK:
+        found = _DECODED.get(asked)
+    if found is not None and found.data.equals(data):
+        return found
+    decoded = _decode(data, runs_fp, settings_fp, names, keys)
+    if decoded.data.size <= _DECODED.maxsize:
+        with _DECODED_LOCK:
+            _DECODED[asked] = decoded
+    return decoded
+
+
+def _decode(data: pa.Buffer, runs_fp: str, settings_fp: str, names: list[str], keys: list[str]) -> _Decoded:
+    """A file's bytes decoded, every check made (``KolmValueError`` if one fails)."""
+    stored = pa.ipc.open_file(data).read_all()
+    meta_raw = (stored.schema.metadata or {}).get(_KEY)
+    if meta_raw is None:
+        raise KolmValueError("no kolm_search metadata")
+    meta = json.loads(meta_raw)
+    expected = {"format": _FORMAT, "version": _VERSION, "runs": runs_fp, "settings": settings_fp,
+                "names": names, "metrics": keys, "rows": stored.num_rows}
+    for key, value in expected.items():
+        if meta.get(key) != value:
+            raise KolmValueError(f"metadata {key!r} is {meta.get(key)!r}, expected {value!r}")
+    columns = ["qid", *(f"{i}:{j}" for i in range(len(keys)) for j in range(len(names)))]
+    if stored.column_names != columns:
+        raise KolmValueError(f"columns {stored.column_names[:4]}..., expected {columns[:4]}...")
+    payload = meta.get("payload")
+    if not isinstance(payload, str) or zlib.crc32(payload.encode("utf-8", "surrogatepass")) != meta.get("crc32"):
+        raise KolmValueError("the checksum of the table does not match the one recorded")
+    body = json.loads(payload)
+    qid = stored.column("qid")
+    if not (pa.types.is_string(qid.type) or pa.types.is_large_string(qid.type)) or qid.null_count:
+        raise KolmValueError(f"column 'qid' is {qid.type} with nulls")
+    crcs = meta.get("columns_crc32")
+    if not isinstance(crcs, list) or len(crcs) != len(columns) - 1:
+        raise KolmValueError(f"metadata 'columns_crc32' is {crcs!r}")
+    if _strings_checksum(qid.combine_chunks()) != meta.get("qid_crc32"):
+        raise KolmValueError("the checksum of column 'qid' does not match the one recorded")
+    scores: list[list[np.ndarray]] = []  # [metric][run] (n_queries,) float64, checked
+    for i in range(len(keys)):
+        scores.append([])
+        for j in range(len(names)):
+            column = stored.column(f"{i}:{j}")
+            if column.type != pa.float64() or column.null_count:
+                raise KolmValueError(f"column {i}:{j} is {column.type} with nulls")
+            array = column.to_numpy()
+            if _checksum(array) != crcs[i * len(names) + j]:
+                raise KolmValueError(f"the checksum of column {i}:{j} does not match the one recorded")
+            array.flags.writeable = False
+            scores[-1].append(array)
+    frame = decode_frame(body.get("table"), kind=ComparisonTable)
+    assert isinstance(frame, ComparisonTable)
+    curves = body.get("curves")
+    checked_columns(curves, ["recall", *names])  # checked now, the frame made when read
+    attrs = body.get("attrs")
+    if not isinstance(attrs, dict):
+        raise KolmValueError("no attrs")
+    return _Decoded(data, frame, json.dumps(attrs), qid, list(keys), list(names), scores, curves)
+
+
 class TableCache(CacheFolder):
     """A folder of measure tables (see the module doc and
     :class:`~kolm_search.compose.cache.CacheFolder`; the pair is (the runs' key, the settings'
@@ -268,57 +309,7 @@ class TableCache(CacheFolder):
     def _read(path: Path, runs_fp: str, settings_fp: str, names: list[str], keys: list[str]) -> ComparisonTable:
         with pa.OSFile(str(path)) as src:
             data = src.read_buffer()
-        return TableCache._decode(data, runs_fp, settings_fp, names, keys)
-
-    @staticmethod
-    def _decode(data: pa.Buffer, runs_fp: str, settings_fp: str, names: list[str], keys: list[str]) -> ComparisonTable:
-        """The table of a file's bytes, every check of :meth:`_read` made (``KolmValueError`` if one fails)."""
-        stored = pa.ipc.open_file(data).read_all()
-        meta_raw = (stored.schema.metadata or {}).get(_KEY)
-        if meta_raw is None:
-            raise KolmValueError("no kolm_search metadata")
-        meta = json.loads(meta_raw)
-        expected = {"format": _FORMAT, "version": _VERSION, "runs": runs_fp, "settings": settings_fp,
-                    "names": names, "metrics": keys, "rows": stored.num_rows}
-        for key, value in expected.items():
-            if meta.get(key) != value:
-                raise KolmValueError(f"metadata {key!r} is {meta.get(key)!r}, expected {value!r}")
-        columns = ["qid", *(f"{i}:{j}" for i in range(len(keys)) for j in range(len(names)))]
-        if stored.column_names != columns:
-            raise KolmValueError(f"columns {stored.column_names[:4]}..., expected {columns[:4]}...")
-        payload = meta.get("payload")
-        if not isinstance(payload, str) or zlib.crc32(payload.encode("utf-8", "surrogatepass")) != meta.get("crc32"):
-            raise KolmValueError("the checksum of the table does not match the one recorded")
-        body = json.loads(payload)
-        qid = stored.column("qid")
-        if not (pa.types.is_string(qid.type) or pa.types.is_large_string(qid.type)) or qid.null_count:
-            raise KolmValueError(f"column 'qid' is {qid.type} with nulls")
-        crcs = meta.get("columns_crc32")
-        if not isinstance(crcs, list) or len(crcs) != len(columns) - 1:
-            raise KolmValueError(f"metadata 'columns_crc32' is {crcs!r}")
-        if _strings_checksum(qid.combine_chunks()) != meta.get("qid_crc32"):
-            raise KolmValueError("the checksum of column 'qid' does not match the one recorded")
-        scores: list[list[np.ndarray]] = []  # [metric][run] (n_queries,) float64, checked
-        for i in range(len(keys)):
-            scores.append([])
-            for j in range(len(names)):
-                column = stored.column(f"{i}:{j}")
-                if column.type != pa.float64() or column.null_count:
-                    raise KolmValueError(f"column {i}:{j} is {column.type} with nulls")
-                array = column.to_numpy()
-                if _checksum(array) != crcs[i * len(names) + j]:
-                    raise KolmValueError(f"the checksum of column {i}:{j} does not match the one recorded")
-                scores[-1].append(array)
-        table = _decode_frame(body.get("table"), kind=ComparisonTable)
-        assert isinstance(table, ComparisonTable)
-        curves = _checked_columns(body.get("curves"), ["recall", *names])  # checked now, the frame made when read
-        attrs = body.get("attrs")
-        if not isinstance(attrs, dict):
-            raise KolmValueError("no attrs")
-        table.attrs.update(attrs)
-        table.defer(per_query=lambda: _per_query_frames(qid, keys, names, scores),
-                    curves=lambda: _frame_of(curves, index="recall"))
-        return table
+        return _decoded(data, runs_fp, settings_fp, names, keys).table()
 
     def put(self, runs_fp: str, settings_fp: str, table: ComparisonTable) -> bool:
         """Store ``table`` (atomically replacing any file of the pair); True when it was stored
@@ -334,7 +325,7 @@ class TableCache(CacheFolder):
             return False
         try:
             curves = table.curves.reset_index()
-            body = {"table": _encode_frame(pd.DataFrame(table)), "curves": _encode_frame(curves),
+            body = {"table": encode_frame(pd.DataFrame(table)), "curves": encode_frame(curves),
                     "attrs": table.attrs}
             payload = json.dumps(body)
         except (TypeError, ValueError):
@@ -357,7 +348,7 @@ class TableCache(CacheFolder):
             writer.write_table(stored)
         data = sink.getvalue()
         try:  # stored only when its bytes decode as this very table
-            back = self._decode(data, runs_fp, settings_fp, names, keys)
+            back = _decoded(data, runs_fp, settings_fp, names, keys).table()
         except KolmValueError:
             return False
         if not same_table(table, back):
