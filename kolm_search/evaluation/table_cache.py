@@ -24,6 +24,10 @@ it checks (it parses, its key and names are the ones asked for, the columns and 
 the table has its columns and dtypes); otherwise a ``RuntimeWarning`` names it and the table is
 measured again and the file replaced. Writes go to a temporary file renamed into place (all or
 nothing). Nothing is unpickled.
+
+A process keeps the tables it decoded last (128 MB of files at most, :func:`clear_decoded`
+forgets them): a file read again whose bytes are the very ones decoded, asked for the same
+runs and measures, is not decoded again; each read is still a table of its own.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.table_frames import checked_columns, decode_frame, encode_frame, frame_of
 from kolm_search.io._atomic import replacing
 
-__all__ = ["TableCache", "qrels_digest", "settings_digest"]
+__all__ = ["TableCache", "clear_decoded", "qrels_digest", "settings_digest"]
 
 _FORMAT = "kolm-search/measure-table"
 _VERSION = 2  # 2: the qid column's checksum over its Arrow offsets and bytes
@@ -195,9 +199,10 @@ def same_table(a: ComparisonTable, b: ComparisonTable) -> bool:
 
 @dataclass(frozen=True)
 class _Decoded:
-    """A file's bytes and what every check of them gave: each :meth:`table` is a new table
-    (its frame a copy, made when written under pandas' copy on write, its ``attrs`` parsed again, its ``per_query`` and ``curves`` made from
-    the checked columns when first read), so no caller's edit reaches another's."""
+    """A file's bytes and what every check of them gave. Each :meth:`table` is a table of its
+    own: its frame a copy (made when first written, under pandas' copy on write), its ``attrs``
+    parsed again, its ``per_query`` and ``curves`` made from the checked columns when first
+    read; no caller's edit reaches another's."""
 
     data: pa.Buffer
     frame: ComparisonTable  # never given out
@@ -225,6 +230,13 @@ _COPY_ON_WRITE = int(pd.__version__.split(".", 1)[0]) >= 3
 _DECODED: cachetools.LRUCache[tuple[Any, ...], _Decoded] = cachetools.LRUCache(
     maxsize=128 * 2**20, getsizeof=lambda entry: max(1, entry.data.size))
 _DECODED_LOCK = threading.Lock()
+
+
+def clear_decoded() -> None:
+    """Forget the tables decoded in this process: the next read of each file decodes it (as a
+    new process would)."""
+    with _DECODED_LOCK:
+        _DECODED.clear()
 
 
 def _decoded(data: pa.Buffer, runs_fp: str, settings_fp: str, names: list[str], keys: list[str]) -> _Decoded:
