@@ -273,12 +273,10 @@ def _edit(table: Any) -> None:
     table.curves.iloc[0, 0] = -5.0
 
 
-@pytest.mark.parametrize("copy_on_write", [True, False])
 def test_a_table_read_again_is_not_decoded_again_and_is_a_table_of_its_own(  # type: ignore[no-untyped-def]
-        ds, pipes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy_on_write: bool) -> None:
+        ds, pipes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kolm_search.evaluation import table_cache
 
-    monkeypatch.setattr(table_cache, "_COPY_ON_WRITE", copy_on_write and table_cache._COPY_ON_WRITE)
     table = _exp(pipes, ds, tmp_path).run()
     first = _exp(pipes, ds, tmp_path).run()  # read (its bytes decoded when stored, in this process)
 

@@ -200,8 +200,8 @@ def same_table(a: ComparisonTable, b: ComparisonTable) -> bool:
 @dataclass(frozen=True)
 class _Decoded:
     """A file's bytes and what every check of them gave. Each :meth:`table` is a table of its
-    own: its frame a copy (made when first written, under pandas' copy on write), its ``attrs``
-    parsed again, its ``per_query`` and ``curves`` made from the checked columns when first
+    own: its frame a deep copy (pandas' copy on write does not see a write through a column's
+    ``.array``, the block's own buffer), its ``attrs`` parsed again, its ``per_query`` and ``curves`` made from the checked columns when first
     read; no caller's edit reaches another's."""
 
     data: pa.Buffer
@@ -214,16 +214,13 @@ class _Decoded:
     curves: dict[str, Any]  # the JSON columns, checked
 
     def table(self) -> ComparisonTable:
-        table = ComparisonTable(self.frame, copy=not _COPY_ON_WRITE)
+        table = ComparisonTable(self.frame, copy=True)
         table.attrs.update(json.loads(self.attrs))
         curves, names = self.curves, ["recall", *self.names]
         table.defer(per_query=lambda: _per_query_frames(self.qid, self.keys, self.names, self.scores),
                     curves=lambda: frame_of(checked_columns(curves, names), index="recall"))
         return table
 
-
-#: pandas >= 3 copies on write: a frame made from another shares its blocks until either is written
-_COPY_ON_WRITE = int(pd.__version__.split(".", 1)[0]) >= 3
 
 #: the tables of the files read last in this process, by what was asked of them: a file read
 #: again whose bytes are the very ones decoded is not decoded again (its table is copied)
