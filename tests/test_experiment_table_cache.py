@@ -345,3 +345,39 @@ def test_a_write_through_a_column_array_does_not_reach_a_later_read(  # type: ig
     values[0] = values[1] if values[0] != values[1] else (values[0] + 1 if column != "significant" else not values[0])
     np.asarray(first["delta"].array)[1] = -3.0
     _assert_same(table, _exp(pipes, ds, tmp_path).run())
+
+
+def test_a_table_kept_when_stored_holds_no_more_memory_than_its_bytes(ds, pipes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The table ``put`` keeps (decoded from the bytes it wrote) is counted by those bytes: it
+    holds no more (not the grown buffer of the writer, up to twice its size)."""
+    import gc
+    import tracemalloc
+
+    import pyarrow as pa
+
+    from kolm_search.evaluation import table_cache
+    from kolm_search.evaluation.report import ComparisonTable
+
+    table = _exp(pipes, ds, None).run()
+    names, n = list(pipes), 150_000
+    index = pd.Index([f"q{i}" for i in range(n)], name="qid")
+    rng = np.random.default_rng(0)
+    big = ComparisonTable(table.copy())
+    big.attrs.update(table.attrs)
+    big.per_query = {m: pd.DataFrame(rng.random((n, len(names))), index=index, columns=names) for m in table.per_query}
+    big.curves = table.curves
+    cache = TableCache(tmp_path)
+    table_cache.clear_decoded()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        arrow, python = pa.total_allocated_bytes(), tracemalloc.get_traced_memory()[0]
+        assert cache.put("a", "b", big)
+        gc.collect()
+        held = pa.total_allocated_bytes() - arrow + tracemalloc.get_traced_memory()[0] - python
+    finally:
+        tracemalloc.stop()
+    counted = sum(entry.data.size for entry in table_cache._DECODED.values())
+    assert counted == (tmp_path / next(tmp_path.glob("*.arrow")).name).stat().st_size
+    assert held <= 1.1 * counted + 2**20
+    _assert_same(big, cache.get("a", "b", names, [*table.per_query]))
