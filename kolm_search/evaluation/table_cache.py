@@ -300,6 +300,14 @@ def _decode(data: pa.Buffer, runs_fp: str, settings_fp: str, names: list[str], k
     return _Decoded(data, frame, json.dumps(attrs), qid, list(keys), list(names), scores, curves)
 
 
+def _compact(data: pa.Buffer) -> pa.Buffer:
+    """``data`` in a buffer of its own size (a writer's grows by doubling: the table kept from
+    it, counted by its size, would hold up to twice that)."""
+    compact = pa.allocate_buffer(data.size)
+    pa.FixedSizeBufferWriter(compact).write(data)
+    return compact
+
+
 class TableCache(CacheFolder):
     """A folder of measure tables (see the module doc and
     :class:`~kolm_search.compose.cache.CacheFolder`; the pair is (the runs' key, the settings'
@@ -355,7 +363,7 @@ class TableCache(CacheFolder):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, stored.schema) as writer:
             writer.write_table(stored)
-        data = sink.getvalue()
+        data = _compact(sink.getvalue())
         try:  # stored only when its bytes decode as this very table
             back = _decoded(data, runs_fp, settings_fp, names, keys).table()
         except KolmValueError:
