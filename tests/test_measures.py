@@ -238,3 +238,25 @@ def test_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(KolmValueError, match=r"unknown metric 'Compat\(p=0.8\)'.*kolm-search\[measures\]"):
         evaluate(run, qrels, [spec.key])
     assert evaluate(run, qrels, ["AP", "nDCG@10"]) == {"AP": 1.0, "nDCG@10": 1.0}  # native names need no extra
+
+
+def test_a_str_subclass_is_parsed_by_its_value_and_kept_as_its_key() -> None:
+    """A metric given as a str subclass (a ``(str, Enum)`` member, whose ``str()`` is
+    ``"Metric.NDCG"``, or one with its own ``__str__``) is the measure its value names, keyed by
+    the object given, at every call (the first one and the ones after)."""
+    import enum
+
+    class Metric(str, enum.Enum):  # noqa: UP042  (the mixin whose str() is "Metric.NDCG", not StrEnum)
+        NDCG = "nDCG@10"
+        AP = " AP "
+
+    class Shown(str):
+        def __str__(self) -> str:
+            return "shown"
+
+    for metric in (Metric.NDCG, Metric.AP, Shown("P(rel=2)@5"), Metric.NDCG):
+        spec = parse_measure(metric)
+        plain = parse_measure(str.__str__(metric))
+        assert spec.key is metric
+        assert (spec.kind, spec.cutoff, spec.rel, spec.params, spec.aggregate) \
+            == (plain.kind, plain.cutoff, plain.rel, plain.params, plain.aggregate)

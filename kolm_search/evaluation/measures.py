@@ -287,7 +287,9 @@ def parse_measure(metric: Any) -> MeasureSpec:
         return _native(str(metric), measure, params) or _external(str(metric), metric)
     if not isinstance(metric, str):
         raise KolmTypeError(f"metrics must be names (str) or ir_measures measures, got {metric!r}")
-    native = _native_name(str(metric))
+    if type(metric) is not str:  # a str subclass (a (str, Enum) member...): by its value, keyed by itself
+        return _parse_name(metric)
+    native = _native_name(metric)
     return native if native is not None else _parse_name(metric)
 
 

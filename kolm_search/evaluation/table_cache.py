@@ -200,8 +200,8 @@ def same_table(a: ComparisonTable, b: ComparisonTable) -> bool:
 @dataclass(frozen=True)
 class _Decoded:
     """A file's bytes and what every check of them gave. Each :meth:`table` is a table of its
-    own: its frame a copy (made when first written, under pandas' copy on write), its ``attrs``
-    parsed again, its ``per_query`` and ``curves`` made from the checked columns when first
+    own: its frame a deep copy (pandas' copy on write does not see a write through a column's
+    ``.array``, the block's own buffer), its ``attrs`` parsed again, its ``per_query`` and ``curves`` made from the checked columns when first
     read; no caller's edit reaches another's."""
 
     data: pa.Buffer
@@ -214,16 +214,13 @@ class _Decoded:
     curves: dict[str, Any]  # the JSON columns, checked
 
     def table(self) -> ComparisonTable:
-        table = ComparisonTable(self.frame, copy=not _COPY_ON_WRITE)
+        table = ComparisonTable(self.frame, copy=True)
         table.attrs.update(json.loads(self.attrs))
         curves, names = self.curves, ["recall", *self.names]
         table.defer(per_query=lambda: _per_query_frames(self.qid, self.keys, self.names, self.scores),
                     curves=lambda: frame_of(checked_columns(curves, names), index="recall"))
         return table
 
-
-#: pandas >= 3 copies on write: a frame made from another shares its blocks until either is written
-_COPY_ON_WRITE = int(pd.__version__.split(".", 1)[0]) >= 3
 
 #: the tables of the files read last in this process, by what was asked of them: a file read
 #: again whose bytes are the very ones decoded is not decoded again (its table is copied)
@@ -303,6 +300,14 @@ def _decode(data: pa.Buffer, runs_fp: str, settings_fp: str, names: list[str], k
     return _Decoded(data, frame, json.dumps(attrs), qid, list(keys), list(names), scores, curves)
 
 
+def _compact(data: pa.Buffer) -> pa.Buffer:
+    """``data`` in a buffer of its own size (a writer's grows by doubling: the table kept from
+    it, counted by its size, would hold up to twice that)."""
+    compact = pa.allocate_buffer(data.size)
+    pa.FixedSizeBufferWriter(compact).write(data)
+    return compact
+
+
 class TableCache(CacheFolder):
     """A folder of measure tables (see the module doc and
     :class:`~kolm_search.compose.cache.CacheFolder`; the pair is (the runs' key, the settings'
@@ -358,7 +363,7 @@ class TableCache(CacheFolder):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, stored.schema) as writer:
             writer.write_table(stored)
-        data = sink.getvalue()
+        data = _compact(sink.getvalue())
         try:  # stored only when its bytes decode as this very table
             back = _decoded(data, runs_fp, settings_fp, names, keys).table()
         except KolmValueError:
