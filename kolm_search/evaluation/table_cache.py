@@ -201,8 +201,9 @@ def same_table(a: ComparisonTable, b: ComparisonTable) -> bool:
 class _Decoded:
     """A file's bytes and what every check of them gave. Each :meth:`table` is a table of its
     own: its frame a deep copy (pandas' copy on write does not see a write through a column's
-    ``.array``, the block's own buffer), its ``attrs`` parsed again, its ``per_query`` and ``curves`` made from the checked columns when first
-    read; no caller's edit reaches another's."""
+    ``.array``, the block's own buffer), its ``attrs`` parsed again, its ``per_query`` and
+    ``curves`` made from the checked columns when first read; no caller's edit reaches
+    another's."""
 
     data: pa.Buffer
     frame: ComparisonTable  # never given out
