@@ -93,5 +93,6 @@ def frame_of(out: dict[str, Any], *, index: str | None = None, kind: type[pd.Dat
     at = None if index is None else pd.Index(out[index], name=index)  # that column as the index
     if rest and all(out[n].dtype == np.float64 for n in rest):  # one float block: no per-column assembly
         return kind(np.column_stack([out[n] for n in rest]), index=at, columns=rest)
-    # the dict keeps the order (columns= would reindex: ~2x slower); its arrays are new, not copied again
-    return kind({n: out[n] for n in rest}, index=at, copy=False)
+    # the dict keeps the order (columns= would reindex: ~2x slower); one block per dtype (copy=False
+    # would keep a block per column: each deep copy of the frame, a cached read, would copy 14)
+    return kind({n: out[n] for n in rest}, index=at)
