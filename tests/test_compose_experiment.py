@@ -265,3 +265,22 @@ def test_dense_indexes_of_other_vectors_are_other_stages(ds, tmp_path: Path) -> 
             pd.testing.assert_frame_equal(exp.runs[name], pipe(queries, limit=20))
     empty = DenseRetriever(ds.corpus.iloc[:0], emb)
     assert empty.fingerprint() != computed.fingerprint()
+
+
+@pytest.mark.parametrize("column", ["rank", "qid"])
+def test_a_write_into_one_runs_column_reaches_no_other_run(ds, column: str) -> None:  # type: ignore[no-untyped-def]
+    from tests.fakes import Prior
+
+    first = BM25Retriever(ds.corpus) % 30
+    pipes = {f"prior{w}": first >> Prior(w, modulus=7, rounded=False) for w in (0.1, 0.2)}
+    exp = _experiment(pipes, ds)
+    exp.run_pipelines()
+    a, b = (exp.runs[n] for n in pipes)
+    before = b.copy(deep=True)
+    assert a[column].iloc[0] == b[column].iloc[0]  # the first stage's ranks and qids: alike in both runs
+    a[column].array[1] = a[column].iloc[-1]  # through the block's own array, which copy on write does not watch
+    if column == "rank":
+        np.asarray(a[column].array)[2] = 998
+    a.loc[a.index[0], column] = a[column].iloc[1]
+    pd.testing.assert_frame_equal(b, before)
+    pd.testing.assert_frame_equal(exp.runs[list(pipes)[1]], before)

@@ -39,7 +39,6 @@ class PreparedQueries:
     qid_column: Any = field(default=None, compare=False)  # the qids as the column a DataFrame would make
     last_qids: dict[int | None, tuple[np.ndarray, Any]] = field(default_factory=dict, compare=False, repr=False)
     last_rows: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, compare=False, repr=False)
-    last_ranks: dict[int | None, tuple[np.ndarray, pd.Series]] = field(default_factory=dict, compare=False, repr=False)
     batches: dict[tuple[int, int], QueryBatch] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -108,9 +107,11 @@ class CodedRun:
         over the full ranking, in input order."""
         frames: list[pd.DataFrame] = []
         for group, q, doc, rank, score in self.parts:
-            cols = {"qid": _qid_column(self.prepared, group, q).copy(),  # the column is reused (a wrapper's copy)
+            # each column is this run's own (a write through a column's .array, which pandas' copy on
+            # write does not see, reaches no other run); the qids' is reused, a wrapper's copy of it
+            cols = {"qid": _qid_column(self.prepared, group, q).copy(),
                     "doc_id": self.table.ids_of(doc) if len(q) else np.zeros(0, object),
-                    "rank": _rank_column(self.prepared, group, rank), "score": score.astype(np.float64)}
+                    "rank": rank.astype(np.int64), "score": score.astype(np.float64)}
             if len(self.parts) > 1:
                 cols["_order"] = q
             frames.append(pd.DataFrame(cols, copy=False))  # every column is this run's own: not copied again
@@ -236,18 +237,6 @@ def _query_rows(prepared: PreparedQueries, group: int, rows: np.ndarray, query: 
     q = rows[query]
     prepared.last_rows[group] = (query, q)
     return q
-
-
-def _rank_column(prepared: PreparedQueries, group: int | None, rank: np.ndarray) -> pd.Series:
-    """``rank`` as an int64 Series, the last one of the group reused when ``rank`` is the same
-    (the rerankers of one first stage keep its ranks): DataFrames that share it copy it when one
-    of them is written to (pandas' copy-on-write)."""
-    last = prepared.last_ranks.get(group)
-    if last is not None and (last[0] is rank or np.array_equal(last[0], rank)):
-        return last[1]
-    column = pd.Series(rank.astype(np.int64), copy=False)
-    prepared.last_ranks[group] = (rank, column)
-    return column
 
 
 def _qid_column(prepared: PreparedQueries, group: int | None, q: np.ndarray) -> Any:
