@@ -56,7 +56,6 @@ from kolm_search.compose.frame_ops import rescored
 from kolm_search.contract.planners import DefaultQueryPlanner
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.engine.doctable import DocumentTable
-from kolm_search.evaluation.table_cache import clear_decoded
 from kolm_search.io import Dataset, load_dataset
 
 
@@ -195,7 +194,8 @@ def experiment_rows(name: str, ds: Dataset, repeat: int, kind: str) -> list[dict
                 assert not again.shared.computed
                 del again
                 if measured:  # its table's bytes not decoded in this process before (as in a new session)
-                    clear_decoded()
+                    from kolm_search.evaluation.table_cache import clear_decoded  # (here: bench_rerun_pair
+                    clear_decoded()  # imports this module over trees that have none)
                     gc.collect()
                     t0 = time.perf_counter()
                     experiment(folder, measured=measured)
