@@ -65,7 +65,9 @@ class DocumentTable:
         missing = [c for c in ("id", "content") if c not in frame.columns]
         if missing:
             raise KolmValueError(f"document table needs columns {missing}; got {list(frame.columns)}")
-        frame = frame.reset_index(drop=True)
+        # the table's own copy of the caller's columns: the caller's frame may share its arrays, and a
+        # write through a column's .array (which pandas' copy on write does not see) would reach the table
+        frame = frame[[c for c in DOCUMENT_FIELDS if c in frame.columns]].copy(deep=True).reset_index(drop=True)
         for col in DOCUMENT_FIELDS[2:]:
             if col not in frame.columns:
                 frame[col] = None
