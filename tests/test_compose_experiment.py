@@ -318,3 +318,25 @@ def test_a_reranker_writing_into_its_documents_reaches_no_other_reranker(ds) -> 
     queries = ds.judged_queries()
     pd.testing.assert_frame_equal(exp.runs["reads"], pipes["reads"](queries, limit=20))
     pd.testing.assert_frame_equal(exp.runs["writes"], pipes["writes"](queries, limit=20))
+
+
+class _NarrowsItsContext:
+    """A user reranker that writes into the context it is given (its filters and plan metadata)."""
+
+    def rerank(self, docs: list[Any], context: Any) -> list[Any]:
+        context.request.filters["id"] = docs[0].id if docs else "none"
+        context.plan.metadata["seen"] = True
+        return docs
+
+
+def test_a_reranker_writing_into_its_context_reaches_no_other_pipeline(ds) -> None:  # type: ignore[no-untyped-def]
+    # every stage of an experiment is given one batch: a port's context holds its own filters and metadata
+    from kolm_search import as_stage
+
+    pipes = {"writes": BM25Retriever(ds.corpus) % 10 >> as_stage(_NarrowsItsContext()),
+             "later": BM25Retriever(ds.corpus, k1=1.0) % 10}
+    exp = _experiment(pipes, ds)
+    exp.run_pipelines()
+    queries = ds.judged_queries()
+    pd.testing.assert_frame_equal(exp.runs["later"], pipes["later"](queries, limit=20))
+    pd.testing.assert_frame_equal(exp.runs["writes"], pipes["writes"](queries, limit=20))

@@ -41,6 +41,12 @@ def _settle(value: Any) -> Any:
     return value
 
 
+def _own(value: dict[str, Any] | None) -> dict[str, Any]:
+    """A context's own copy of a dict of the batch (filters, plan metadata; its keys, not its values'
+    insides, as :meth:`~kolm_search.engine.candidate_frame.QueryBatch.from_contexts` copies filters)."""
+    return {} if value is None else dict(value)
+
+
 def batch_contexts(batch: QueryBatch) -> list[SearchPipelineContext]:
     """One pipeline context per query of ``batch``: its texts (the first is the query), mode,
     limit and, when the batch has them, the first text's embedding."""
@@ -48,12 +54,16 @@ def batch_contexts(batch: QueryBatch) -> list[SearchPipelineContext]:
     out = []
     for j in range(batch.n_queries):
         texts = batch.texts[starts[j]:starts[j + 1]] or [""]
+        # the context's own filters, metadata and embedding (copies: every stage of an experiment is
+        # given one batch, and a port writing into its context must reach no other stage)
         plan = QueryPlan(normalized_query=texts[0], mode=batch.mode, target_limit=batch.limit,  # type: ignore[arg-type]
-                         expanded_queries=list(texts), metadata={} if batch.metadata is None else batch.metadata[j])
-        ctx = SearchPipelineContext(request=SearchRequest(query=texts[0], limit=batch.limit, filters=batch.filters[j]),
+                         expanded_queries=list(texts),
+                         metadata=_own(None if batch.metadata is None else batch.metadata[j]))
+        ctx = SearchPipelineContext(request=SearchRequest(query=texts[0], limit=batch.limit,
+                                                          filters=_own(batch.filters[j])),
                                     plan=plan, started_at=0.0)
         if batch.embeddings is not None and starts[j + 1] > starts[j]:
-            ctx.embeddings = batch.embeddings[starts[j]]
+            ctx.embeddings = np.array(batch.embeddings[starts[j]])
         out.append(ctx)
     return out
 
