@@ -192,3 +192,32 @@ def _degraded_then_whole(client: Any, request: dict[str, Any], down: list[bool])
     assert not again.metadata.cache_hit and [d.id for d in again.results] == [d.id for d in whole.results]
     read = client(True).search_sync(request)  # the complete answer was stored
     assert read.metadata.cache_hit and [d.id for d in read.results] == [d.id for d in whole.results]
+
+
+def test_a_write_into_a_cached_response_reaches_no_later_response() -> None:
+    """A response served from an in-memory response cache (which keeps the stored dict itself) is
+    the caller's own: writing into its documents' tags, metadata or the results list, or its
+    plan, changes neither the cache nor the next response (the oracle: the first, a miss)."""
+    from kolm_search import SearchClient
+    from kolm_search.adapters import InMemoryCache
+    from kolm_search.contract.config import SearchPipelineModules
+    from kolm_search.contract.planners import DefaultQueryPlanner
+
+    corpus = pd.DataFrame({"id": ["a", "b", "c"], "content": ["apple pie", "apple tart", "cherry"],
+                           "tags": [["x"], ["y"], None], "metadata": [{"k": 1}, {"k": 2}, None]})
+    client = SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=BM25Retriever(corpus),
+                                                cache=InMemoryCache()))
+    first = client.search_sync({"query": "apple", "limit": 5})
+    expected = first.to_dict()["results"], first.plan.to_dict()
+    for _ in range(2):
+        hit = client.search_sync({"query": "apple", "limit": 5})
+        assert hit.metadata is not None and hit.metadata.cache_hit
+        assert (hit.to_dict()["results"], hit.plan.to_dict()) == expected
+        for doc in hit.results:
+            if doc.tags is not None:
+                doc.tags.append("junk")
+            if doc.metadata is not None:
+                doc.metadata["junk"] = True
+        hit.results.append(hit.results[0])
+        hit.plan.expanded_queries.append("junk")
+        hit.plan.metadata["junk"] = True

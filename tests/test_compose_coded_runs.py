@@ -122,3 +122,17 @@ def test_runs_sharing_columns_copy_them_when_one_is_written_to(ds) -> None:  # t
     pd.testing.assert_frame_equal(b, want)
     pd.testing.assert_frame_equal(runs["prior2.0"], _plain(pipes["prior2.0"], ds.judged_queries(), 20, False),
                                   check_dtype=False)
+
+
+def test_a_coded_runs_arrays_are_read_only(ds) -> None:  # type: ignore[no-untyped-def]
+    # two equal pipelines share one coded run's arrays (and the stage output kept): none is written through
+    first = BM25Retriever(ds.corpus) % 10
+    exp = Experiment({"a": first, "b": first}, ds, METRICS, limit=10, progress=False, drop_self_hits=False)
+    exp.run_pipelines()
+    coded = exp.runs.coded("a")
+    assert coded is not None
+    for part in coded.parts:
+        for values in part[1:]:
+            with pytest.raises(ValueError, match="read-only"):
+                values[:1] = 0
+    pd.testing.assert_frame_equal(exp.runs["b"], first(ds.judged_queries(), limit=10))

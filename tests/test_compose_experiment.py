@@ -284,3 +284,59 @@ def test_a_write_into_one_runs_column_reaches_no_other_run(ds, column: str) -> N
     a.loc[a.index[0], column] = a[column].iloc[1]
     pd.testing.assert_frame_equal(b, before)
     pd.testing.assert_frame_equal(exp.runs[list(pipes)[1]], before)
+
+
+class _RescoresInPlace:
+    """A user reranker that writes into the documents it is given (its score, text and metadata)
+    before returning them re-ordered."""
+
+    def rerank(self, docs: list[Any], context: Any) -> list[Any]:
+        for d in docs:
+            d.score = -d.score
+            d.content = "rescored"
+            d.metadata = {**(d.metadata or {}), "seen": True}
+        return sorted(docs, key=lambda d: -d.score)
+
+
+class _ByScore:
+    """A user reranker ordering the documents by the score they come with."""
+
+    def rerank(self, docs: list[Any], context: Any) -> list[Any]:
+        assert all(d.content != "rescored" and not (d.metadata or {}).get("seen") for d in docs), \
+            "given documents another reranker wrote into"
+        return sorted(docs, key=lambda d: -d.score)
+
+
+def test_a_reranker_writing_into_its_documents_reaches_no_other_reranker(ds) -> None:  # type: ignore[no-untyped-def]
+    # the rerankers of one first stage are given the candidates' documents made once: each its own copies
+    from kolm_search import as_stage
+
+    first = BM25Retriever(ds.corpus) % 30
+    pipes = {"writes": first >> as_stage(_RescoresInPlace()), "reads": first >> as_stage(_ByScore())}
+    exp = _experiment(pipes, ds)
+    exp.run_pipelines()
+    queries = ds.judged_queries()
+    pd.testing.assert_frame_equal(exp.runs["reads"], pipes["reads"](queries, limit=20))
+    pd.testing.assert_frame_equal(exp.runs["writes"], pipes["writes"](queries, limit=20))
+
+
+class _NarrowsItsContext:
+    """A user reranker that writes into the context it is given (its filters and plan metadata)."""
+
+    def rerank(self, docs: list[Any], context: Any) -> list[Any]:
+        context.request.filters["id"] = docs[0].id if docs else "none"
+        context.plan.metadata["seen"] = True
+        return docs
+
+
+def test_a_reranker_writing_into_its_context_reaches_no_other_pipeline(ds) -> None:  # type: ignore[no-untyped-def]
+    # every stage of an experiment is given one batch: a port's context holds its own filters and metadata
+    from kolm_search import as_stage
+
+    pipes = {"writes": BM25Retriever(ds.corpus) % 10 >> as_stage(_NarrowsItsContext()),
+             "later": BM25Retriever(ds.corpus, k1=1.0) % 10}
+    exp = _experiment(pipes, ds)
+    exp.run_pipelines()
+    queries = ds.judged_queries()
+    pd.testing.assert_frame_equal(exp.runs["later"], pipes["later"](queries, limit=20))
+    pd.testing.assert_frame_equal(exp.runs["writes"], pipes["writes"](queries, limit=20))

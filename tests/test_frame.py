@@ -113,6 +113,40 @@ def test_extra_columns_become_metadata() -> None:
     assert list(t.filter_mask({"year": 2000})) == [True, False]
 
 
+@pytest.mark.parametrize("dtype", [object, "str"])
+def test_document_table_keeps_its_own_columns_not_the_callers(dtype: object) -> None:
+    # a write through a column's .array (which pandas' copy on write does not see) into the frame the
+    # table was made from must not change the table's documents, ids or digest
+    frame = pd.DataFrame({"id": ["a", "b", "c"], "content": ["apple pie", "banana split", "cherry tart"],
+                          "title": ["A", "B", "C"]}, dtype=dtype)  # type: ignore[call-overload]
+    table = DocumentTable(frame)
+    digest = table.digest()
+    frame["content"].array[0] = "changed"
+    frame["title"].array[1] = "changed"
+    frame["id"].array[2] = "z"
+    assert table.frame["content"].tolist() == ["apple pie", "banana split", "cherry tart"]
+    assert table.frame["title"].tolist() == ["A", "B", "C"]
+    assert list(table.ids) == ["a", "b", "c"] and list(table.ids_of([2])) == ["c"]
+    assert list(table.codes(["c"])) == [2]
+    assert DocumentTable(table.frame.copy()).digest() == digest
+
+
+def test_a_write_into_a_tables_frame_or_ids_leaves_the_table_as_it_was() -> None:
+    # the frame a table gives is a copy on write of its own (a loc write changes the caller's alone),
+    # and its ids are read-only: the documents, codes and digest stay the ones the table was made of
+    table = DocumentTable.from_frame(pd.DataFrame({"id": ["a", "b"], "content": ["apple pie", "banana"]}))
+    digest = table.digest()
+    frame = table.frame
+    frame.loc[0, "content"] = "changed"
+    frame.loc[1, "id"] = "z"
+    assert frame["content"].tolist() == ["changed", "banana"]
+    assert table.frame["content"].tolist() == ["apple pie", "banana"] and table.documents([0])[0].content == "apple pie"
+    with pytest.raises(ValueError, match="read-only"):
+        table.ids[1] = "z"
+    assert list(table.ids) == ["a", "b"] and list(table.codes(["b"])) == [1]
+    assert DocumentTable(table.frame).digest() == digest
+
+
 def test_coerce_takes_every_documented_form_and_names_bad_ones() -> None:
     """One door for documents: table, DataFrame, SearchDocuments, dicts (and iterators of them)."""
     docs = [SearchDocument(id="1", content="wing flow", title="T"), SearchDocument(id="2", content="heat")]

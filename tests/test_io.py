@@ -412,3 +412,17 @@ def test_ranks_read_as_their_integers(tmp_path: Path) -> None:
     path.write_text("q1 Q0 d1 7 2.5 tag\nq1 Q0 d2 007 1.5 tag\nq2 Q0 d1 -3 0.5 tag\nq2 Q0 d2 +4 0.2 tag\n"
                     "q2 Q0 d3 5.0 0.1 tag\n")
     assert read_run(path)["rank"].tolist() == [6, 6, -4, 3, 4]
+
+
+@pytest.mark.parametrize("body", ["q1 Q0 d1 1 2.5 t\nq1 Q0 d2 2 1.5 t\nq2 Q0 d1 1 0.5 t\n",  # the Arrow path
+                                  "q1\tQ0\td1\t1\t2.5\tt\nq1\tQ0\td2\t2\t1.5\tt\nq2\tQ0\td1\t1\t0.5\tt\n"])  # general
+def test_a_run_read_back_takes_ordinary_writes(tmp_path: Path, body: str) -> None:
+    # every column's data is the frame's own and writable (a read-only Arrow buffer would make a plain
+    # loc write fail once nothing else references the block)
+    (tmp_path / "r.trec").write_text(body)
+    run = read_run(tmp_path / "r.trec")
+    run.loc[0, "score"] = 9.0
+    run.at[1, "rank"] = 7
+    run["score"].array[2] = 4.0
+    assert run["score"].tolist() == [9.0, 1.5, 4.0] and run["rank"].tolist() == [0, 7, 0]
+    assert read_run(tmp_path / "r.trec")["score"].tolist() == [2.5, 1.5, 0.5]

@@ -83,6 +83,12 @@ class CodedRun:
     table: DocumentTable  # the documents the codes are rows of (their ids: ``table.ids_of``)
     parts: list[tuple[int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
+    def __post_init__(self) -> None:
+        # read-only views: the runs of equal pipelines (and the rerankers of one first stage) share
+        # these arrays with each other and with the stage outputs kept, so none may be written through
+        object.__setattr__(self, "parts", [(group, *map(_read_only_view, arrays))
+                                           for group, *arrays in self.parts])
+
     @property
     def prepared(self) -> PreparedQueries:
         """The prepared queries whose rows the entries' ``q`` are."""
@@ -123,6 +129,13 @@ class CodedRun:
             return frames[0].drop(columns="_order", errors="ignore")
         run = pd.concat(frames, ignore_index=True).sort_values(["_order", "rank"], kind="stable")
         return run.drop(columns="_order").reset_index(drop=True)
+
+
+def _read_only_view(values: np.ndarray) -> np.ndarray:
+    """A read-only view of ``values`` (the array itself is left as it is)."""
+    view = values.view()
+    view.flags.writeable = False
+    return view
 
 
 def run_coded(stage: Any, prepared: PreparedQueries) -> CodedRun:

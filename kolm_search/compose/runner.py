@@ -102,16 +102,17 @@ def sharing(state: RunState | None = None) -> Iterator[RunState]:
         _STATE.reset(token)
 
 
-def shared_value(key: Any, make: Callable[[], T]) -> T:
+def shared_value(key: Any, make: Callable[[], T], copy: Callable[[T], T] | None = None) -> T:
     """``make()``, kept under ``key`` for the length of a :func:`sharing` block (outside one,
     made every time): what several stages derive alike from one input, e.g. the documents of
-    the candidates that five rerankers re-rank."""
+    the candidates that five rerankers re-rank. With ``copy``, a value kept is given as
+    ``copy(value)`` (each taker its own: one writing into it reaches no other)."""
     state = _STATE.get()
     if state is None:
         return make()
     if key not in state.values:
         state.values[key] = make()
-    return state.values[key]
+    return state.values[key] if copy is None else copy(state.values[key])
 
 
 def check_output(stage: Any, out: Any, batch: QueryBatch) -> CandidateFrame:

@@ -65,7 +65,9 @@ class DocumentTable:
         missing = [c for c in ("id", "content") if c not in frame.columns]
         if missing:
             raise KolmValueError(f"document table needs columns {missing}; got {list(frame.columns)}")
-        frame = frame.reset_index(drop=True)
+        # the table's own copy of the caller's columns: the caller's frame may share its arrays, and a
+        # write through a column's .array (which pandas' copy on write does not see) would reach the table
+        frame = frame[[c for c in DOCUMENT_FIELDS if c in frame.columns]].copy(deep=True).reset_index(drop=True)
         for col in DOCUMENT_FIELDS[2:]:
             if col not in frame.columns:
                 frame[col] = None
@@ -83,7 +85,7 @@ class DocumentTable:
             row = int(np.flatnonzero(badc.to_numpy())[0])
             raise KolmValueError(f"document content must be str; document {ids.iloc[row]!r} has {content.iloc[row]!r}")
         self._frame: pd.DataFrame = frame[list(DOCUMENT_FIELDS)]
-        self._ids: npt.NDArray[np.object_] = ids.to_numpy(dtype=object)
+        self._ids: npt.NDArray[np.object_] = _read_only(ids.to_numpy(dtype=object))
         self._start()
 
     def _start(self) -> None:
@@ -101,12 +103,14 @@ class DocumentTable:
         """The whole table as a pandas DataFrame (columns :data:`DOCUMENT_FIELDS`, object dtype).
 
         A memory-mapped table (:class:`~kolm_search.engine.mapped_table.MappedDocumentTable`)
-        makes it on first use: every document as Python objects."""
-        return self._frame
+        makes it on first use: every document as Python objects. A copy on write of the table's
+        own (a write into it through ``loc``, ``iloc``, ``at`` or a column assignment changes the
+        caller's frame alone; under pandas' copy on write, pandas 3)."""
+        return self._frame.copy(deep=False)
 
     @property
     def ids(self) -> npt.NDArray[np.object_]:
-        """Every document id, object (n_docs,); row ``i`` is the id of code ``i``. Prefer
+        """Every document id, object (n_docs,), read-only; row ``i`` is the id of code ``i``. Prefer
         :meth:`ids_of` for some codes (a memory-mapped table makes this array on first use)."""
         return self._ids
 
@@ -232,7 +236,7 @@ class DocumentTable:
         if not index.is_unique:
             raise KolmValueError(f"duplicate document id {index[index.duplicated()][0]!r} (ids must be unique)")
         self = cls.__new__(cls)
-        self._frame, self._ids = frame.reset_index(drop=True), ids
+        self._frame, self._ids = frame.reset_index(drop=True), _read_only(ids)
         self._start()
         self._index = index
         return self
@@ -389,3 +393,11 @@ def _is_missing(v: Any) -> bool:
         return bool(pd.isna(v))
     except (TypeError, ValueError):
         return False
+
+
+def _read_only(ids: npt.NDArray[np.object_]) -> npt.NDArray[np.object_]:
+    """A read-only view of ``ids`` (a table's ids are looked up, indexed and digested once: a write
+    into them would leave those stale; the array given is left as it is)."""
+    view = ids.view()
+    view.flags.writeable = False
+    return view

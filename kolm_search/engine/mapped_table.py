@@ -283,6 +283,7 @@ class MappedDocumentTable(DocumentTable):
         if self._all_ids is None:
             ids = [arr.to_numpy(zero_copy_only=False) for arr in self._column("id")]
             self._all_ids = np.concatenate(ids).astype(object) if ids else np.zeros(0, object)
+            self._all_ids.flags.writeable = False  # (as a table's ids are: looked up and digested once)
         return self._all_ids
 
     def ids_of(self, codes: npt.ArrayLike) -> Any:

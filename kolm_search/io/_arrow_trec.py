@@ -239,7 +239,9 @@ def read_run_arrow(path: Path, progress: bool | None = None, check_duplicates: b
         return None
     if any(_bad_chunk(chunk) for c in ("qid", "q0", "tag", "doc_id") for chunk in table.column(c).chunks):
         return None
-    score = table.column("score").to_numpy()  # a new, writeable array (the blocks concatenated)
+    score = table.column("score").to_numpy()  # the blocks concatenated; one block's is a view of its buffer:
+    if not score.flags.writeable:  # read-only, which a later plain write through loc would fail on (8 bytes a row)
+        score = score.copy()
     rank = _ranks(table.column("rank"))
     if rank is None or not np.isfinite(score).all():
         return None
