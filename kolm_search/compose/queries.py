@@ -22,6 +22,7 @@ from kolm_search.contract.guards import batch_requests
 from kolm_search.contract.planners import DefaultQueryPlanner
 from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.read_only import read_only_view
 from kolm_search.errors import KolmTypeError
 from kolm_search.types import SearchPipelineContext
 
@@ -86,7 +87,7 @@ class CodedRun:
     def __post_init__(self) -> None:
         # read-only views: the runs of equal pipelines (and the rerankers of one first stage) share
         # these arrays with each other and with the stage outputs kept, so none may be written through
-        object.__setattr__(self, "parts", [(group, *map(_read_only_view, arrays))
+        object.__setattr__(self, "parts", [(group, *map(read_only_view, arrays))
                                            for group, *arrays in self.parts])
 
     @property
@@ -129,13 +130,6 @@ class CodedRun:
             return frames[0].drop(columns="_order", errors="ignore")
         run = pd.concat(frames, ignore_index=True).sort_values(["_order", "rank"], kind="stable")
         return run.drop(columns="_order").reset_index(drop=True)
-
-
-def _read_only_view(values: np.ndarray) -> np.ndarray:
-    """A read-only view of ``values`` (the array itself is left as it is)."""
-    view = values.view()
-    view.flags.writeable = False
-    return view
 
 
 def run_coded(stage: Any, prepared: PreparedQueries) -> CodedRun:

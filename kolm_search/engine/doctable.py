@@ -30,6 +30,7 @@ import pandas as pd
 from kolm_search.engine.arrow_strings import string_ranks
 from kolm_search.engine.doc_fields import DOCUMENT_FIELDS, arrow_digest, decoded, joined_texts, make_documents
 from kolm_search.engine.filters import FieldColumn, compile_filter, date_text, parse_filter, select_filter
+from kolm_search.engine.read_only import read_only_view
 from kolm_search.engine.selection import Selection, Selections
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.types import SearchDocument
@@ -85,7 +86,7 @@ class DocumentTable:
             row = int(np.flatnonzero(badc.to_numpy())[0])
             raise KolmValueError(f"document content must be str; document {ids.iloc[row]!r} has {content.iloc[row]!r}")
         self._frame: pd.DataFrame = frame[list(DOCUMENT_FIELDS)]
-        self._ids: npt.NDArray[np.object_] = _read_only(ids.to_numpy(dtype=object))
+        self._ids: npt.NDArray[np.object_] = read_only_view(ids.to_numpy(dtype=object))  # (looked up, digested once)
         self._start()
 
     def _start(self) -> None:
@@ -236,7 +237,7 @@ class DocumentTable:
         if not index.is_unique:
             raise KolmValueError(f"duplicate document id {index[index.duplicated()][0]!r} (ids must be unique)")
         self = cls.__new__(cls)
-        self._frame, self._ids = frame.reset_index(drop=True), _read_only(ids)
+        self._frame, self._ids = frame.reset_index(drop=True), read_only_view(ids)
         self._start()
         self._index = index
         return self
@@ -394,10 +395,3 @@ def _is_missing(v: Any) -> bool:
     except (TypeError, ValueError):
         return False
 
-
-def _read_only(ids: npt.NDArray[np.object_]) -> npt.NDArray[np.object_]:
-    """A read-only view of ``ids`` (a table's ids are looked up, indexed and digested once: a write
-    into them would leave those stale; the array given is left as it is)."""
-    view = ids.view()
-    view.flags.writeable = False
-    return view

@@ -52,6 +52,7 @@ from kolm_search.engine.doc_fields import (
     make_documents,
 )
 from kolm_search.engine.doctable import DocumentTable
+from kolm_search.engine.read_only import read_only_view
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument
 
@@ -282,8 +283,7 @@ class MappedDocumentTable(DocumentTable):
     def ids(self) -> npt.NDArray[np.object_]:
         if self._all_ids is None:
             ids = [arr.to_numpy(zero_copy_only=False) for arr in self._column("id")]
-            self._all_ids = np.concatenate(ids).astype(object) if ids else np.zeros(0, object)
-            self._all_ids.flags.writeable = False  # (as a table's ids are: looked up and digested once)
+            self._all_ids = read_only_view(np.concatenate(ids).astype(object) if ids else np.zeros(0, object))
         return self._all_ids
 
     def ids_of(self, codes: npt.ArrayLike) -> Any:

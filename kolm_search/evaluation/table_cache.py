@@ -48,6 +48,7 @@ import pyarrow as pa
 
 from kolm_search.compose.cache import CacheFolder
 from kolm_search.engine.arrow_strings import buffers
+from kolm_search.engine.read_only import read_only_view
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.report import ComparisonTable
 from kolm_search.evaluation.table_frames import checked_columns, decode_frame, encode_frame, frame_of
@@ -289,8 +290,7 @@ def _decode(data: pa.Buffer, runs_fp: str, settings_fp: str, names: list[str], k
             array = column.to_numpy()
             if _checksum(array) != crcs[i * len(names) + j]:
                 raise KolmValueError(f"the checksum of column {i}:{j} does not match the one recorded")
-            array.flags.writeable = False
-            scores[-1].append(array)
+            scores[-1].append(read_only_view(array))
     frame = decode_frame(body.get("table"), kind=ComparisonTable)
     assert isinstance(frame, ComparisonTable)
     curves = body.get("curves")
