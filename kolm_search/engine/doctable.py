@@ -209,7 +209,7 @@ class DocumentTable:
 
     def texts(self, fields: Sequence[str] = ("title", "content")) -> list[str]:
         """One string per document: the given fields joined by a space (missing and empty skipped)."""
-        return joined_texts([self.frame[f].tolist() for f in fields], len(self))
+        return joined_texts([self._frame[f].tolist() for f in fields], len(self))
 
     def text_array(self, fields: Sequence[str] = ("title", "content")) -> Any:
         """:meth:`texts` as a ``pyarrow`` large_string array (what a streaming build tokenises)."""
@@ -227,7 +227,7 @@ class DocumentTable:
     def documents(self, codes: npt.ArrayLike, scores: npt.ArrayLike | None = None) -> list[SearchDocument]:
         """``SearchDocument``s for ``codes`` (the edge conversion), carrying ``scores``."""
         codes = np.asarray(codes, dtype=np.int64)
-        return make_documents(self.frame.iloc[codes].itertuples(index=False, name=None), scores, len(codes))
+        return make_documents(self._frame.iloc[codes].itertuples(index=False, name=None), scores, len(codes))
 
     # -- new tables (incremental indexes) -----------------------------------------------
     @classmethod
@@ -246,7 +246,7 @@ class DocumentTable:
         """A new table of the rows ``rows`` (int64 codes or a bool mask (n_docs,)), in order."""
         rows = np.asarray(rows)
         codes = np.flatnonzero(rows) if rows.dtype == bool else rows.astype(np.int64)
-        return DocumentTable._checked_rows(self.frame.iloc[codes], self.ids[codes])
+        return DocumentTable._checked_rows(self._frame.iloc[codes], self.ids[codes])
 
     @classmethod
     def concat(cls, tables: Sequence[DocumentTable]) -> DocumentTable:
@@ -280,7 +280,7 @@ class DocumentTable:
 
     def _column_values(self, field: str) -> list[Any]:
         """Every document's value of the field ``field`` (one of :data:`DOCUMENT_FIELDS`)."""
-        return self.frame[field].tolist()
+        return self._frame[field].tolist()
 
     def field_column(self, name: str) -> FieldColumn:
         """The elements of field ``name`` laid out for filtering (built once, then cached)."""
@@ -313,7 +313,7 @@ class DocumentTable:
     # -- persistence (parquet, no pickle) ----------------------------------------------
     def save(self, path: str | Path | BinaryIO) -> None:
         """Write to a parquet file, or a binary file object (tags and metadata as JSON text)."""
-        df = self.frame.copy()
+        df = self._frame.copy()
         df["tags"] = df["tags"].map(lambda v: None if v is None else json.dumps(list(v), default=_json_value))
         df["metadata"] = df["metadata"].map(lambda v: None if v is None else json.dumps(v, default=_json_value))
         df.to_parquet(path, index=False)
@@ -330,7 +330,7 @@ class DocumentTable:
         def as_json(values: list[Any]) -> list[str | None]:
             return [None if v is None else json.dumps(v, default=_json_value) for v in values]
 
-        f = self.frame
+        f = self._frame
         columns = [text(f[c].tolist()) for c in DOCUMENT_FIELDS[:4]]
         columns += [as_json([None if v is None else list(v) for v in f["tags"].tolist()]), as_json(f["metadata"].tolist())]
         return pa.table(columns, schema=pa.schema([(c, pa.string()) for c in DOCUMENT_FIELDS]))
