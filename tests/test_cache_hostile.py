@@ -221,3 +221,26 @@ def test_a_write_into_a_cached_response_reaches_no_later_response() -> None:
         hit.results.append(hit.results[0])
         hit.plan.expanded_queries.append("junk")
         hit.plan.metadata["junk"] = True
+
+
+def test_a_cached_value_that_cannot_be_copied_is_a_miss() -> None:
+    """A store giving back what ``copy.deepcopy`` refuses (here a generator inside the dict) is
+    read as garbage: a miss, searched as without a cache (the oracle), never an exception."""
+    from kolm_search import SearchClient
+    from kolm_search.contract.config import SearchPipelineModules
+    from kolm_search.contract.planners import DefaultQueryPlanner
+
+    class Odd:
+        def get(self, key: str) -> Any:
+            return {"results": (d for d in [])}
+
+        def set(self, key: str, value: Any, ttl_seconds: float | None = None) -> None:
+            pass
+
+    corpus = pd.DataFrame({"id": ["a", "b", "c"], "content": ["apple pie", "apple tart", "cherry"]})
+    bare = SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=BM25Retriever(corpus)))
+    odd = SearchClient(SearchPipelineModules(planner=DefaultQueryPlanner(), retriever=BM25Retriever(corpus),
+                                             cache=Odd()))
+    got = odd.search_sync({"query": "apple", "limit": 5})
+    assert got.metadata is not None and not got.metadata.cache_hit
+    assert got.to_dict()["results"] == bare.search_sync({"query": "apple", "limit": 5}).to_dict()["results"]
