@@ -176,6 +176,23 @@ def test_qrels_digest_tells_values_and_types_apart(ds) -> None:  # type: ignore[
     assert qrels_digest(as_int) != qrels_digest(q)
 
 
+def test_a_qrels_digest_follows_number_columns_and_their_missing_values(ds) -> None:  # type: ignore[no-untyped-def]
+    q = ds.qrels
+    base = qrels_digest(q)
+    graded = q.copy()
+    graded.loc[7, "relevance"] = int(graded.loc[7, "relevance"]) + 1
+    assert qrels_digest(graded) not in (base, None)
+    as_float = q.assign(relevance=q["relevance"].astype(np.float64))
+    assert qrels_digest(as_float) not in (base, None)
+    holes = [as_float.copy(), as_float.copy()]
+    holes[0].loc[0, "relevance"], holes[1].loc[1, "relevance"] = np.nan, np.nan
+    assert len({qrels_digest(h) for h in holes} | {qrels_digest(as_float)}) == 3  # (digested otherwise: by pandas)
+    twice = pd.concat([q, q["relevance"]], axis=1)  # two columns of one name: each digested
+    assert qrels_digest(twice) not in (base, None)
+    twice.iloc[2, 3] = 9
+    assert qrels_digest(twice) != qrels_digest(pd.concat([q, q["relevance"]], axis=1))
+
+
 def test_a_table_that_would_not_read_back_equal_is_not_stored(ds, pipes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = _exp(pipes, ds, None).run()
     cache = TableCache(tmp_path)
