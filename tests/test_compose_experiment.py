@@ -340,3 +340,50 @@ def test_a_reranker_writing_into_its_context_reaches_no_other_pipeline(ds) -> No
     queries = ds.judged_queries()
     pd.testing.assert_frame_equal(exp.runs["later"], pipes["later"](queries, limit=20))
     pd.testing.assert_frame_equal(exp.runs["writes"], pipes["writes"](queries, limit=20))
+
+
+class InPlace(RerankerStage):
+    """A user reranker that writes into the frame it is given (``candidates.score *= ...``) or
+    into the batch's embeddings, as a careless one would."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def stage_params(self) -> dict[str, Any]:
+        return {"what": self.what}
+
+    def transform(self, batch: Any, candidates: Any) -> Any:
+        if self.what == "embeddings":
+            batch.embeddings /= 2.0
+        else:
+            getattr(candidates, self.what)[:] = 0
+        return candidates
+
+
+@pytest.mark.parametrize("what", ["score", "doc", "rank", "query"])
+def test_a_stage_writing_into_the_frame_it_is_given_is_named_and_reaches_no_other_pipeline(
+        ds, what: str) -> None:  # type: ignore[no-untyped-def]
+    """The frames a stage is given are shared (one BM25 output for every reranker of an
+    experiment): a write into one fails, naming the stage, instead of changing what the other
+    pipelines are given."""
+    from kolm_search import SearchError
+
+    bm = BM25Retriever(ds.corpus) % 10
+    alone = _experiment({"plain": bm >> MMRReranker(Embedder(), lambda_=0.5)}, ds).run_pipelines()["plain"]
+    exp = _experiment({"careless": bm >> InPlace(what), "plain": bm >> MMRReranker(Embedder(), lambda_=0.5)}, ds)
+    with pytest.raises(SearchError, match=r"InPlace.*read-only"):
+        exp.run_pipelines()
+    exp.pipelines.pop("careless")
+    pd.testing.assert_frame_equal(exp.run_pipelines()["plain"], alone, check_exact=True)
+
+
+def test_a_stage_writing_into_the_batchs_embeddings_is_named(ds) -> None:  # type: ignore[no-untyped-def]
+    from kolm_search import SearchError
+    from kolm_search.engine.candidate_frame import QueryBatch
+
+    batch = QueryBatch(texts=["a", "b"], owner=np.array([0, 1]), n_queries=2, limit=5, filters=[{}, {}],
+                       embeddings=np.ones((2, 3), np.float32))
+    assert not batch.embeddings.flags.writeable and not batch.owner.flags.writeable
+    stage = BM25Retriever(ds.corpus) % 5 >> InPlace("embeddings")
+    with pytest.raises(SearchError, match=r"InPlace.*read-only"):
+        stage.transform(batch, None)

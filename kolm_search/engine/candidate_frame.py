@@ -19,6 +19,11 @@ Entries are sorted by (query, list_id, rank). Retrievers break score ties by doc
 and turned into ``SearchDocument``s or a run DataFrame (``qid, doc_id, rank, score``) only
 at the edge. Its arrays are not changed after it is built: it is checked once, when built,
 and what it derives from them (:attr:`CandidateFrame.ranked_counts`) is made once per frame.
+It holds them as read-only views (so does a :class:`QueryBatch` its ``owner`` and
+``embeddings``): a frame is given to every stage after the one that made it (one first
+stage's to each of an experiment's rerankers), and a stage writing into one is refused
+(``ValueError: assignment destination is read-only``, a ``SearchError`` naming the stage in a
+composed pipeline) instead of changing what the others are given. A stage makes new arrays.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from kolm_search.engine.read_only import read_only_view
 from kolm_search.errors import FrameValidationError
 
 if TYPE_CHECKING:
@@ -55,6 +61,10 @@ class CandidateFrame:
 
     def __post_init__(self) -> None:
         self.validate()
+        for name in ("query", "doc", "score", "rank", "list_id", "features"):  # shared by every stage given it
+            values = getattr(self, name)
+            if values is not None and values.flags.writeable:
+                object.__setattr__(self, name, read_only_view(values))
 
     # -- constructors ------------------------------------------------------------------
     @classmethod
@@ -240,6 +250,9 @@ class QueryBatch:
             raise FrameValidationError(f"filters must have one dict per query ({self.n_queries}), got {len(self.filters)}")
         if self.embeddings is not None and self.embeddings.shape[0] != len(self.texts):
             raise FrameValidationError(f"embeddings must have one row per text, got {self.embeddings.shape}")
+        self.owner = read_only_view(self.owner)  # shared by every stage of a pipeline or an experiment
+        if self.embeddings is not None and self.embeddings.flags.writeable:
+            self.embeddings = read_only_view(self.embeddings)
         if self.metadata is not None and len(self.metadata) != self.n_queries:
             raise FrameValidationError(f"metadata must have one dict per query ({self.n_queries}), got {len(self.metadata)}")
 
