@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from kolm_search.compose.fingerprints import frame_digest
 from kolm_search.engine.candidate_frame import CandidateFrame
 from kolm_search.errors import KolmValueError
-from kolm_search.io._atomic import replacing
+from kolm_search.io._atomic import replacing, sweep_leftovers
 
 __all__ = ["CacheFolder", "StageCache", "cache_root"]
 
@@ -66,7 +66,8 @@ class CacheFolder:
     Parameters
     ----------
     path : str or Path
-        The folder (made when missing).
+        The folder (made when missing; the temporary files that writes killed midway left in it
+        are removed, see :func:`~kolm_search.io._atomic.sweep_leftovers`).
 
     Attributes
     ----------
@@ -85,6 +86,7 @@ class CacheFolder:
                 self.path.mkdir(parents=True, exist_ok=True)
             except OSError as exc:  # a file on the way (cache_dir/x where cache_dir is a file), no permission
                 raise KolmValueError(f"cache_dir {str(self.path)!r} cannot be made a folder: {exc}") from exc
+        sweep_leftovers(self.path)  # what writes killed midway left (once per folder and process)
         self.reads = self.writes = self.damaged = 0
 
     def file_for(self, stage_fp: str, input_fp: str) -> Path:

@@ -35,6 +35,7 @@ from kolm_search.evaluation.runner import run_queries
 from kolm_search.evaluation.self_hits import drop_self_hits, wants_self_hits_dropped
 from kolm_search.evaluation.stats import Correction, Interval, Test
 from kolm_search.evaluation.table_cache import TableCache, qrels_digest, settings_digest
+from kolm_search.io._atomic import sweep_leftovers
 
 __all__ = ["Experiment", "Runs"]
 
@@ -133,6 +134,8 @@ class Experiment:
         self.shared = RunState(cache=None if self.cache_dir is None else StageCache(self.cache_dir / "stages"))
         self.run_cache = None if self.cache_dir is None else RunCache(self.cache_dir / "runs")
         self.table_cache = None if self.cache_dir is None else TableCache(self.cache_dir / "tables")
+        if self.cache_dir is not None:  # the client runs' folder: what writes killed midway left in it
+            sweep_leftovers(self.cache_dir)
 
     def _cache_path(self, name: str, queries: pd.DataFrame) -> Path | None:
         """The file of a client's run over ``queries`` (the judged ones), named by the dataset, the
