@@ -82,7 +82,7 @@ def sweep_leftovers(folder: Path) -> list[Path]:
     module doc is touched; a file that cannot be removed is left. Never raises ``OSError``."""
     removed: list[Path] = []
     try:
-        key = str(folder.resolve())
+        key = os.path.abspath(folder)  # (no resolve(): a syscall per part, on every opening of a cache)
         if key in _swept:
             return removed
         _swept.add(key)
