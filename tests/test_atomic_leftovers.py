@@ -164,14 +164,27 @@ def test_pid_of_a_live_process(tmp_path: Path, writers: list[Writer]) -> None:
 
 
 def test_pid_not_told(tmp_path: Path, dead_pid: int) -> None:
-    """Another host's leftover, or one without a pid (older versions): removed only when not
-    written to for a day."""
-    names = [f".a.parquet.abcd1234.{OTHER_HOST}-{dead_pid}.tmp.parquet", ".b.parquet.abcd_123.tmp.parquet",
-             ".c.abcd1234.tmp"]
-    fresh = [_touch(tmp_path, n, LEFTOVER_AGE / 2) for n in names]
-    old = [_touch(tmp_path, ".o" + n[1:], 2 * LEFTOVER_AGE) for n in names]
-    assert sorted(sweep_leftovers(tmp_path)) == sorted(old)
-    assert all(p.exists() for p in fresh)
+    """Another host's (or pid namespace's) leftover: removed only when not written to for a day.
+    A name without host and pid (as an older version made) is never removed: in a
+    ``cache_dir='.'`` or ``'~'`` it could be a user's own file."""
+    other = f".a.parquet.abcd1234.{OTHER_HOST}-{dead_pid}.tmp.parquet"
+    fresh = _touch(tmp_path, other, LEFTOVER_AGE / 2)
+    old = _touch(tmp_path, ".o" + other[1:], 2 * LEFTOVER_AGE)
+    users = [_touch(tmp_path, n, 30 * LEFTOVER_AGE) for n in (".b.parquet.abcd_123.tmp.parquet", ".c.abcd1234.tmp",
+                                                               ".notes.backup01.tmp")]
+    assert sweep_leftovers(tmp_path) == [old]
+    assert fresh.exists() and all(p.exists() for p in users)
+
+
+def test_the_host_tag_names_the_pid_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two containers of one host name (``--net=host``) number their processes apart: their tags differ."""
+    real_stat = os.stat
+    tags = set()
+    for inode in (4026531836, 4026532999):
+        monkeypatch.setattr(os, "stat", lambda p, *a, inode=inode, **k: os.stat_result((0, inode, 0, 0, 0, 0, 0, 0, 0, 0))
+                            if str(p) == "/proc/self/ns/pid" else real_stat(p, *a, **k))
+        tags.add(_atomic._host_tag())
+    assert len(tags) == 2
 
 
 def test_no_folder_or_unremovable_never_fails(tmp_path: Path, dead_pid: int,

@@ -4,8 +4,8 @@ Used by the run and qrels writers, the reports, the command line's ``-o`` and th
 
 The temporary file of a write to ``<name>`` is ``.<name>.<random>.<host>-<pid>.tmp<suffix>``:
 ``<random>`` eight of ``[a-z0-9_]`` (:func:`tempfile.mkstemp`'s), ``<host>`` the first eight hex
-digits of the SHA-256 of the writer's host name, ``<pid>`` its process id, ``<suffix>`` the
-target's last suffix (``.parquet``; none when it has none). A process killed mid-write (SIGKILL)
+digits of the SHA-256 of the writer's host name and pid namespace, ``<pid>`` its process id,
+``<suffix>`` the target's last suffix (``.parquet``; none when it has none). A process killed mid-write (SIGKILL)
 leaves that file behind; :func:`sweep_leftovers` removes such files of a folder when their
 writer is gone (the caches sweep their folders when opened).
 """
@@ -24,11 +24,22 @@ from pathlib import Path
 
 __all__ = ["replacing", "sweep_leftovers", "write_text"]
 
-_HOST = hashlib.sha256(socket.gethostname().encode("utf-8", "surrogatepass")).hexdigest()[:8]
-#: a temporary file of :func:`replacing` (without ``host`` and ``pid``: one of a version before them)
-_LEFTOVER = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}(?:\.(?P<host>[0-9a-f]{8})-(?P<pid>[1-9][0-9]{0,9}))?"
+def _host_tag() -> str:
+    """The host part of a temporary file's name: a hash of the host name and, on Linux, of the
+    process-id namespace (two containers of one host name number their processes apart)."""
+    try:
+        space = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        space = ""
+    return hashlib.sha256(f"{socket.gethostname()}|{space}".encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+_HOST = _host_tag()
+#: a temporary file of :func:`replacing`; only names with a host and a pid are ever swept (a
+#: name without them, as of an older version, could be a user's file in a ``cache_dir='.'``)
+_LEFTOVER = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.(?P<host>[0-9a-f]{8})-(?P<pid>[1-9][0-9]{0,9})"
                        r"\.tmp(?P<suffix>\.[^.]*)?", re.DOTALL)
-#: a leftover whose writer cannot be told alive or not (another host's, an older version's) is
+#: a leftover whose writer cannot be told alive or not (another host's or pid namespace's) is
 #: removed when it has not been written to for this long (seconds)
 LEFTOVER_AGE = 24 * 3600.0
 _swept: set[str] = set()
@@ -77,7 +88,7 @@ def sweep_leftovers(folder: Path) -> list[Path]:
     """Remove the temporary files of :func:`replacing` that killed writes left in ``folder`` (not
     in its subfolders), once per folder per process; returns the files removed. A file is
     removed when its writer, a process of this host, is gone (see :func:`_writer_gone`), or,
-    when that cannot be told (another host's file, one without a pid), when it was last written
+    when that cannot be told (another host's or pid namespace's file), when it was last written
     to more than :data:`LEFTOVER_AGE` ago. Nothing but regular files named exactly as in the
     module doc is touched; a file that cannot be removed is left. Never raises ``OSError``."""
     removed: list[Path] = []
