@@ -294,3 +294,93 @@ def test_call_has_search_batch_dtypes_for_empty_and_mixed_mode_batches(small, fo
         run = stage(given[form], limit=5)
         ref = _client(stage, embedder=emb).search_batch(given[form], limit=5).run
         pd.testing.assert_frame_equal(run, ref)
+
+
+class _Hanging:
+    """A port whose calls hang until ``release`` is set (sync: a thread waits; async: a coroutine sleeps)."""
+
+    def __init__(self, run_async: bool) -> None:
+        import threading
+
+        self.run_async, self.release, self.calls = run_async, threading.Event(), 0
+
+    def _wait(self, value):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if self.run_async:
+            async def later():  # type: ignore[no-untyped-def]
+                await asyncio.sleep(3600)
+                return value
+            return later()
+        self.release.wait(60)
+        return value
+
+
+class _HangingRetriever(_Hanging):
+    def retrieve(self, context):  # type: ignore[no-untyped-def]
+        return self._wait([])
+
+
+class _HangingReranker(_Hanging):
+    def rerank(self, documents, context):  # type: ignore[no-untyped-def]
+        return self._wait(documents)
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+def test_a_port_that_never_answers_fails_at_its_timeout_naming_the_stage(small, run_async: bool) -> None:  # type: ignore[no-untyped-def]
+    """``as_stage(port, timeout=s)``: every wait on a user port has a deadline; a late call is
+    abandoned and the stage is a SearchError naming it, alone, composed or in an experiment."""
+    import time
+
+    from kolm_search import Experiment
+    from kolm_search.io import Dataset
+
+    corpus, queries, bm25, _, _ = small
+    retriever, reranker = _HangingRetriever(run_async), _HangingReranker(run_async)
+    try:
+        slow_first = as_stage(retriever, table=corpus, timeout=0.2)
+        slow_second = as_stage(reranker, timeout=0.2)
+        qrels = pd.DataFrame({"qid": queries["qid"].iloc[:2], "doc_id": corpus["id"].iloc[:2], "relevance": 1})
+        ds = Dataset(corpus=corpus, queries=queries.iloc[:2], qrels=qrels)
+        for pipe in (slow_first, slow_first % 3, Fuse(slow_first % 3, bm25 % 3), bm25 % 5 >> slow_second):
+            t0 = time.monotonic()
+            with pytest.raises(SearchError, match=r"did not answer within timeout=0.2s") as caught:
+                pipe(queries.iloc[:2])
+            assert time.monotonic() - t0 < 30  # (not the hour the port would take)
+            assert "as_stage(" in str(caught.value)
+        with pytest.raises(SearchError, match="as_stage.*did not answer"):
+            Experiment({"slow": bm25 % 5 >> slow_second}, ds, ["ndcg@10"], limit=5, progress=False,
+                       drop_self_hits=False).run_pipelines()
+    finally:
+        retriever.release.set()
+        reranker.release.set()
+
+
+def test_a_timeout_leaves_a_port_that_answers_in_time_as_it_was(small) -> None:  # type: ignore[no-untyped-def]
+    corpus, queries, bm25, _, _ = small
+    port = MMRReranker(BatchHashEmbedder(), lambda_=0.5)
+    pipe = bm25 % 10 >> port
+    timed = bm25 % 10 >> as_stage(_UserReranker(lambda docs, ctx: port.rerank(docs, ctx)), timeout=60)
+    plain = bm25 % 10 >> as_stage(_UserReranker(lambda docs, ctx: port.rerank(docs, ctx)))
+    pd.testing.assert_frame_equal(timed(queries), plain(queries), check_exact=True)
+    assert len(pipe(queries)) == len(timed(queries))
+    fast = as_stage(ListRetriever(), table=pd.DataFrame({"id": [d.id for d in CORPUS],
+                                                         "content": [d.content for d in CORPUS]}), timeout=60)
+    assert len(fast(["anything"])) > 0
+
+    class Named(_UserReranker):
+        def fingerprint(self) -> str:
+            return "named-reranker-1"
+
+    named = Named(lambda d, c: d)
+    assert as_stage(named, timeout=1).fingerprint() == as_stage(named).fingerprint()  # (it changes no output)
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "5", True])
+def test_a_timeout_that_is_no_duration_is_refused(small, bad) -> None:  # type: ignore[no-untyped-def]
+    corpus, _, bm25, _, _ = small
+    with pytest.raises(KolmError, match="timeout"):
+        as_stage(ListRetriever(), table=corpus, timeout=bad)
+    with pytest.raises(KolmError, match="timeout"):
+        as_stage(_UserReranker(lambda d, c: d), timeout=bad)
+    with pytest.raises(KolmError, match="a stage is taken as it is"):
+        as_stage(bm25, timeout=5)

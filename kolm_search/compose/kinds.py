@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from kolm_search._bridge import inline, run_sync
+from kolm_search._bridge import TIMED_OUT, call_with_deadline, inline, run_sync
+from kolm_search._params import seconds
 from kolm_search.compose.fingerprints import describe, table_digest
 from kolm_search.compose.runner import frame_key, shared_value, stage_name
 from kolm_search.compose.stage import ServedByRunner, Stage
@@ -39,6 +40,26 @@ def _settle(value: Any) -> Any:
             return await value
         return run_sync(wait())
     return value
+
+
+def _deadline_call(stage: Any, timeout: float) -> Callable[..., Any]:
+    """An awaitable ``call(fn, *args)`` making one port call within ``timeout`` seconds (the call
+    abandoned after it: :func:`~kolm_search._bridge.call_with_deadline`), a ``SearchError``
+    naming ``stage`` when it passes."""
+    async def call(fn: Callable[..., Any], *args: Any) -> Any:
+        value = await call_with_deadline(fn, args, timeout)
+        if value is TIMED_OUT:
+            name = getattr(fn, "__name__", type(fn).__name__)
+            raise SearchError(stage_name(stage), f"{name} did not answer within timeout={timeout:g}s (call abandoned)")
+        return value
+    return call
+
+
+def _port_call(stage: Any, timeout: float | None, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` of a user port, awaited when it is awaitable, within ``timeout`` seconds (None: no limit)."""
+    if timeout is None:
+        return _settle(fn(*args))
+    return run_sync(_deadline_call(stage, timeout)(fn, *args))
 
 
 def _own(value: dict[str, Any] | None) -> dict[str, Any]:
@@ -136,6 +157,10 @@ class RerankerStage(Stage):
     def _port(self) -> Any:
         return self
 
+    def _timeout(self) -> float | None:
+        """Seconds each call of the re-ranking port may take (None: no limit)."""
+        return None
+
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
         from kolm_search.contract.stages import rerank_all
 
@@ -154,7 +179,9 @@ class RerankerStage(Stage):
         lists: list[list[SearchDocument]] = [[] for _ in range(batch.n_queries)]
         if items:
             try:
-                found = run_sync(rerank_all(self._port(), items, call=inline))
+                timeout = self._timeout()
+                call = inline if timeout is None else _deadline_call(self, timeout)
+                found = run_sync(rerank_all(self._port(), items, call=call))
             except SearchError as exc:  # the port's output refused: named by this stage, not "reranker"
                 raise SearchError(name, exc.detail, exc.cause) from exc
             for j, out in zip(rows, found, strict=True):
@@ -169,8 +196,9 @@ class PortRetriever(ServedByRunner, RetrieverStage):
     checked as every stage's output is, also when called alone or serving a client, and a port
     calling it again is a cycle."""
 
-    def __init__(self, port: Any, table: DocumentTable | None = None) -> None:
+    def __init__(self, port: Any, table: DocumentTable | None = None, timeout: float | None = None) -> None:
         self.port = port
+        self.timeout = seconds("timeout", timeout)
         own = port.table if implements(port, BatchRetriever) else None
         if own is None and table is None:
             raise KolmValueError(f"as_stage({type(port).__name__}): a retriever without retrieve_batch and table "
@@ -182,7 +210,7 @@ class PortRetriever(ServedByRunner, RetrieverStage):
         if candidates is not None:
             raise SearchError(stage_name(self), "a retrieving stage takes no candidates")
         if self._batch:
-            frame = _settle(self.port.retrieve_batch(batch))
+            frame = _port_call(self, self.timeout, self.port.retrieve_batch, batch)
             if isinstance(frame, CandidateFrame):
                 _distinct(frame.query, frame.doc, len(self.table), lambda i: f"code {int(frame.doc[i])}", self)
             return frame
@@ -190,7 +218,7 @@ class PortRetriever(ServedByRunner, RetrieverStage):
         lists = []
         for context in batch_contexts(batch):
             try:
-                lists.append(as_documents(_settle(self.port.retrieve(context)), what=name))
+                lists.append(as_documents(_port_call(self, self.timeout, self.port.retrieve, context), what=name))
             except (KolmTypeError, KolmValueError) as exc:
                 raise SearchError(name, str(exc), cause=exc) from exc
         return _frame_of(lists, self.table, self)
@@ -207,11 +235,15 @@ class PortRetriever(ServedByRunner, RetrieverStage):
 class PortReranker(RerankerStage):
     """A user reranker (``rerank``, perhaps ``rerank_batch``; sync or async) as a stage."""
 
-    def __init__(self, port: Any) -> None:
+    def __init__(self, port: Any, timeout: float | None = None) -> None:
         self.port = port
+        self.timeout = seconds("timeout", timeout)
 
     def _port(self) -> Any:
         return self.port
+
+    def _timeout(self) -> float | None:
+        return self.timeout
 
     def fingerprint(self) -> str:
         return fingerprint_of(self.port, what="stage")
@@ -220,21 +252,35 @@ class PortReranker(RerankerStage):
         return f"as_stage({self.port!r})"
 
 
-def as_stage(obj: Any, *, table: Any = None) -> Stage:
+def as_stage(obj: Any, *, table: Any = None, timeout: float | None = None) -> Stage:
     """``obj`` as a :class:`Stage`: a stage as it is; a retriever (``retrieve``/``retrieve_batch``)
     as a :class:`PortRetriever` (``table``: where its ids are, when it has no batch path); a
     reranker (``rerank``/``rerank_batch``) as a :class:`PortReranker`.
+
+    Parameters
+    ----------
+    timeout : float, optional
+        Seconds each call of the port (``retrieve``, ``retrieve_batch``, ``rerank`` or
+        ``rerank_batch``, sync or async) may take; a late call is abandoned (a coroutine
+        cancelled, a plain function left on a daemon thread) and the stage fails with a
+        ``SearchError`` naming it. None (the default): no limit. Not part of the stage's
+        fingerprint (it changes no output). Refused for a stage given as it is.
 
     Raises
     ------
     KolmTypeError
         ``obj`` is none of these.
+    KolmValueError
+        ``timeout`` is not a positive number of seconds, or is given with a stage.
     """
     if isinstance(obj, Stage):
+        if timeout is not None:
+            raise KolmValueError(f"as_stage({stage_name(obj)}, timeout=...): a stage is taken as it is; its own "
+                                 "calls are not the ports' a timeout bounds")
         return obj
     if implements(obj, Retriever):
-        return PortRetriever(obj, table)
+        return PortRetriever(obj, table, timeout)
     if implements(obj, Reranker):
-        return PortReranker(obj)
+        return PortReranker(obj, timeout)
     raise KolmTypeError(f"{type(obj).__name__} has neither retrieve(context) nor rerank(docs, context), so it cannot "
                         "be a stage")
