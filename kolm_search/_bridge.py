@@ -31,6 +31,7 @@ import inspect
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -138,6 +139,13 @@ class DaemonPool:
 DAEMON_POOL = DaemonPool()
 
 
+#: Tasks cancelled at their deadline and left behind: :func:`_run` gives them only
+#: :data:`_GRACE` seconds to end when it closes their loop (one ignoring its cancellation
+#: cannot hold the caller).
+_ABANDONED: weakref.WeakSet[asyncio.Future[Any]] = weakref.WeakSet()
+_GRACE = 1.0
+
+
 def _retrieve(fut: asyncio.Future[Any]) -> None:
     """Done-callback on abandoned futures: mark their exception as retrieved (no log noise)."""
     if not fut.cancelled():
@@ -150,6 +158,7 @@ async def _await_within(awaitable: Any, loop: asyncio.AbstractEventLoop, deadlin
     if not done:
         task.cancel()
         task.add_done_callback(_retrieve)
+        _ABANDONED.add(task)
         return TIMED_OUT
     return task.result()
 
@@ -228,7 +237,8 @@ async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
 def _run(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on a new event loop in this thread. Unlike :func:`asyncio.run`, closing the
     loop does not wait for executor threads still running a call that a deadline gave up on
-    (a hung name lookup, a port that never returns)."""
+    (a hung name lookup, a port that never returns), nor, past :data:`_GRACE` seconds, for a
+    task abandoned at its deadline that ignores its cancellation."""
     loop = asyncio.new_event_loop()
     try:
         return loop.run_until_complete(coro)
@@ -237,8 +247,11 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
             pending = asyncio.all_tasks(loop)
             for task in pending:
                 task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            left = {t for t in pending if t in _ABANDONED}
+            if pending - left:
+                loop.run_until_complete(asyncio.gather(*(pending - left), return_exceptions=True))
+            if left:
+                loop.run_until_complete(asyncio.wait(left, timeout=_GRACE))
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()

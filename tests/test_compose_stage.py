@@ -384,3 +384,87 @@ def test_a_timeout_that_is_no_duration_is_refused(small, bad) -> None:  # type: 
         as_stage(_UserReranker(lambda d, c: d), timeout=bad)
     with pytest.raises(KolmError, match="a stage is taken as it is"):
         as_stage(bm25, timeout=5)
+
+
+class _Stubborn:
+    """A re-ranking port whose coroutine ignores cancellation until ``release`` is set (sync
+    method returning it, or ``async def``)."""
+
+    def __init__(self, run_async: bool) -> None:
+        import threading
+
+        self.release = threading.Event()
+        if run_async:
+            async def rerank(documents, context):  # type: ignore[no-untyped-def]
+                return await self._ignore()
+            self.rerank = rerank
+        else:
+            self.rerank = lambda documents, context: self._ignore()
+
+    async def _ignore(self):  # type: ignore[no-untyped-def]
+        while not self.release.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                pass  # (cancelled: carries on)
+        return []
+
+
+@pytest.mark.parametrize("in_loop", [False, True])
+@pytest.mark.parametrize("run_async", [False, True])
+def test_a_port_ignoring_cancellation_cannot_hold_the_caller_past_its_timeout(small, run_async: bool,  # type: ignore[no-untyped-def]
+                                                                              in_loop: bool) -> None:
+    """A late coroutine that ignores its cancellation is left behind: the stage still fails at
+    the deadline, from plain code and from inside a running loop (a notebook)."""
+    import threading
+
+    _, queries, bm25, _, _ = small
+    port = _Stubborn(run_async)
+    pipe = bm25 % 3 >> as_stage(port, timeout=0.2)
+    caught: list[BaseException] = []
+    finished = threading.Event()
+
+    def run() -> None:
+        async def in_a_loop() -> None:
+            pipe(queries.iloc[:1])
+        try:
+            asyncio.run(in_a_loop()) if in_loop else pipe(queries.iloc[:1])
+        except BaseException as exc:  # (what the call raised, asserted below)
+            caught.append(exc)
+        finished.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    try:
+        assert finished.wait(30), "the stage waited for a port that ignores its cancellation"
+    finally:
+        port.release.set()
+    assert len(caught) == 1 and isinstance(caught[0], SearchError)
+    assert "did not answer within timeout=0.2s" in str(caught[0])
+
+
+def test_a_timeout_calls_a_sync_port_one_call_at_a_time_as_without_it(small) -> None:  # type: ignore[no-untyped-def]
+    """With a timeout a sync ``rerank`` is still called once at a time (a port need not be
+    thread-safe), and each call's time starts when it does, not while it waits its turn."""
+    import threading
+    import time
+
+    _, queries, bm25, _, _ = small
+
+    class Counting:
+        def __init__(self) -> None:
+            self.lock, self.active, self.most = threading.Lock(), 0, 0
+
+        def rerank(self, documents, context):  # type: ignore[no-untyped-def]
+            with self.lock:
+                self.active += 1
+                self.most = max(self.most, self.active)
+            time.sleep(0.005)
+            with self.lock:
+                self.active -= 1
+            return documents
+
+    port = Counting()
+    timed = bm25 % 3 >> as_stage(port, timeout=60)
+    plain = bm25 % 3 >> as_stage(Counting())
+    pd.testing.assert_frame_equal(timed(queries), plain(queries), check_exact=True)
+    assert port.most == 1

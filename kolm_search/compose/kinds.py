@@ -6,6 +6,7 @@ or ``rerank``), and :func:`as_stage`, which wraps any user port object as one of
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -45,9 +46,19 @@ def _settle(value: Any) -> Any:
 def _deadline_call(stage: Any, timeout: float) -> Callable[..., Any]:
     """An awaitable ``call(fn, *args)`` making one port call within ``timeout`` seconds (the call
     abandoned after it: :func:`~kolm_search._bridge.call_with_deadline`), a ``SearchError``
-    naming ``stage`` when it passes."""
+    naming ``stage`` when it passes. Calls of a plain (not ``async def``) function are made one
+    at a time, as :func:`~kolm_search._bridge.inline` makes them without a timeout (a port need
+    not be thread-safe), each one's time counted from its start."""
+    turn: list[asyncio.Lock] = []  # (made on first use, in the loop that runs the calls)
+
     async def call(fn: Callable[..., Any], *args: Any) -> Any:
-        value = await call_with_deadline(fn, args, timeout)
+        if inspect.iscoroutinefunction(fn):
+            value = await call_with_deadline(fn, args, timeout)
+        else:
+            if not turn:
+                turn.append(asyncio.Lock())
+            async with turn[0]:
+                value = await call_with_deadline(fn, args, timeout)
         if value is TIMED_OUT:
             name = getattr(fn, "__name__", type(fn).__name__)
             raise SearchError(stage_name(stage), f"{name} did not answer within timeout={timeout:g}s (call abandoned)")
