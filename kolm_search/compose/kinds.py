@@ -274,8 +274,9 @@ def as_stage(obj: Any, *, table: Any = None, timeout: float | None = None) -> St
         Seconds each call of the port (``retrieve``, ``retrieve_batch``, ``rerank`` or
         ``rerank_batch``, sync or async) may take; a late call is abandoned (a coroutine
         cancelled, a plain function left on a daemon thread) and the stage fails with a
-        ``SearchError`` naming it. A plain function's calls are still made one at a time. None (the default): no limit. Not part of the stage's
-        fingerprint (it changes no output). Refused for a stage given as it is.
+        ``SearchError`` naming it. A plain function's calls are still made one at a time.
+        None (the default): no limit. Not part of the stage's fingerprint (it changes no
+        output). Refused for a stage given as it is.
 
     Raises
     ------
