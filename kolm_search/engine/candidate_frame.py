@@ -63,7 +63,7 @@ class CandidateFrame:
         self.validate()
         for name in ("query", "doc", "score", "rank", "list_id", "features"):  # shared by every stage given it
             values = getattr(self, name)
-            if values is not None and values.flags.writeable:
+            if values is not None:
                 object.__setattr__(self, name, read_only_view(values))
 
     # -- constructors ------------------------------------------------------------------
@@ -251,7 +251,7 @@ class QueryBatch:
         if self.embeddings is not None and self.embeddings.shape[0] != len(self.texts):
             raise FrameValidationError(f"embeddings must have one row per text, got {self.embeddings.shape}")
         self.owner = read_only_view(self.owner)  # shared by every stage of a pipeline or an experiment
-        if self.embeddings is not None and self.embeddings.flags.writeable:
+        if self.embeddings is not None:
             self.embeddings = read_only_view(self.embeddings)
         if self.metadata is not None and len(self.metadata) != self.n_queries:
             raise FrameValidationError(f"metadata must have one dict per query ({self.n_queries}), got {len(self.metadata)}")

@@ -14,7 +14,12 @@ __all__ = ["read_only_view"]
 
 def read_only_view(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """A view of ``values`` (same shape, dtype and memory) whose ``flags.writeable`` is False;
-    ``values`` keeps its own flags."""
-    view = np.asarray(values).view()
+    ``values`` keeps its own flags. An array already read-only is returned as it is (so that a
+    frame made from another's arrays keeps their identity, which the lookups that reuse a
+    column by identity first compare)."""
+    values = np.asarray(values)
+    if not values.flags.writeable:
+        return values
+    view = values.view()
     view.flags.writeable = False
     return view
