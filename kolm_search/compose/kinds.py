@@ -49,15 +49,13 @@ def _deadline_call(stage: Any, timeout: float) -> Callable[..., Any]:
     naming ``stage`` when it passes. Calls of a plain (not ``async def``) function are made one
     at a time, as :func:`~kolm_search._bridge.inline` makes them without a timeout (a port need
     not be thread-safe), each one's time counted from its start."""
-    turn: list[asyncio.Lock] = []  # (made on first use, in the loop that runs the calls)
+    turn = asyncio.Lock()  # (bound to the loop of its first use)
 
     async def call(fn: Callable[..., Any], *args: Any) -> Any:
         if inspect.iscoroutinefunction(fn):
             value = await call_with_deadline(fn, args, timeout)
         else:
-            if not turn:
-                turn.append(asyncio.Lock())
-            async with turn[0]:
+            async with turn:
                 value = await call_with_deadline(fn, args, timeout)
         if value is TIMED_OUT:
             name = getattr(fn, "__name__", type(fn).__name__)

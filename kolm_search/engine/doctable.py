@@ -394,4 +394,3 @@ def _is_missing(v: Any) -> bool:
         return bool(pd.isna(v))
     except (TypeError, ValueError):
         return False
-
