@@ -24,6 +24,7 @@ from pathlib import Path
 
 __all__ = ["replacing", "sweep_leftovers", "write_text"]
 
+
 def _host_tag() -> str:
     """The host part of a temporary file's name: a hash of the host name and, on Linux, of the
     process-id namespace (two containers of one host name number their processes apart)."""
