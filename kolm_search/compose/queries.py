@@ -21,6 +21,7 @@ from kolm_search.contract.config import SearchPipelineOptions
 from kolm_search.contract.guards import batch_requests
 from kolm_search.contract.planners import DefaultQueryPlanner
 from kolm_search.engine.candidate_frame import QueryBatch
+from kolm_search.engine.column_digest import update_with_column
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.engine.read_only import read_only_view
 from kolm_search.errors import KolmTypeError
@@ -171,10 +172,13 @@ def queries_digest(queries: Any, **options: Any) -> str | None:
     neither str nor int, a query that is no str): then nothing is cached by it."""
     if not isinstance(queries, pd.DataFrame) or "qid" not in queries.columns or "query" not in queries.columns:
         return None
-    fast = _arrow_digest(queries, options)
+    qid, query = queries["qid"], queries["query"]
+    if not isinstance(qid, pd.Series) or not isinstance(query, pd.Series):  # a name given to two columns
+        return None
+    fast = _arrow_digest(qid, query, options)
     if fast is not None:
         return fast
-    qids, texts = queries["qid"].tolist(), queries["query"].tolist()
+    qids, texts = qid.tolist(), query.tolist()
     if not all(type(q) in (str, int) for q in qids) or not all(type(t) is str for t in texts):
         return None
     head = f"queries/1|{json.dumps(options, sort_keys=True, default=repr)}|{len(qids)}"
@@ -182,47 +186,15 @@ def queries_digest(queries: Any, **options: Any) -> str | None:
     return hashlib.sha256(f"{head}\x1d{body}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def _arrow_digest(queries: pd.DataFrame, options: dict[str, Any]) -> str | None:
-    """:func:`queries_digest` without a loop over the queries, when the qids are all strings or
-    all 64-bit integers and the texts all strings (no nulls), as Arrow arrays: a SHA-256 of the
-    options, the qid type and each column's offsets and bytes (which tell the entries apart);
-    None otherwise (the digest is then made per query, in a different namespace)."""
-    import pyarrow as pa
-
-    try:
-        qids = pa.array(queries["qid"].array, from_pandas=True)  # (the array: not the Series' slower path)
-        texts = pa.array(queries["query"].array, from_pandas=True)
-        if isinstance(qids, pa.ChunkedArray) or isinstance(texts, pa.ChunkedArray):
-            qids, texts = pa.concat_arrays(qids.chunks), pa.concat_arrays(texts.chunks)
-    except (pa.ArrowException, TypeError, ValueError):
+def _arrow_digest(qid: pd.Series, query: pd.Series, options: dict[str, Any]) -> str | None:
+    """:func:`queries_digest` without a loop over the queries: the options, then the ``qid``
+    and ``query`` columns from their buffers
+    (:func:`~kolm_search.engine.column_digest.update_with_column`: integer or string qids and
+    string queries without missing values, each column's dtype with it); None otherwise (the
+    digest is then made per query, in another namespace)."""
+    sha = hashlib.sha256(f"queries/3|{json.dumps(options, sort_keys=True, default=repr)}|{len(qid)}".encode())
+    if update_with_column(sha, "qid", qid) not in ("int", "str") or update_with_column(sha, "query", query) != "str":
         return None
-    if qids.null_count or texts.null_count \
-            or not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
-        return None
-    if pa.types.is_string(qids.type) or pa.types.is_large_string(qids.type):
-        qids, tag = qids.cast(pa.large_string()), "str"
-    elif pa.types.is_integer(qids.type) and queries["qid"].dtype.kind in "iu":
-        try:
-            qids, tag = qids.cast(pa.int64()), "int"
-        except pa.ArrowInvalid:  # a uint64 past 2**63 - 1
-            return None
-    else:
-        return None
-    texts = texts.cast(pa.large_string())
-    sha = hashlib.sha256(f"queries/2|{json.dumps(options, sort_keys=True, default=repr)}|{len(qids)}|{tag}".encode())
-    for column in (qids, texts):
-        offsets = np.frombuffer(column.buffers()[1], np.int64)[column.offset:column.offset + len(column) + 1] \
-            if tag == "str" or column is texts else None
-        if offsets is None:
-            sha.update(b"\x1dvalues")
-            sha.update(np.ascontiguousarray(column.to_numpy(zero_copy_only=False)).tobytes())
-            continue
-        sha.update(b"\x1doffsets")
-        sha.update((offsets - offsets[0]).tobytes())
-        sha.update(b"\x1dbytes")
-        data = column.buffers()[2]
-        if data is not None:
-            sha.update(memoryview(data)[int(offsets[0]):int(offsets[-1])])
     return sha.hexdigest()[:32]
 
 

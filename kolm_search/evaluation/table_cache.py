@@ -48,6 +48,7 @@ import pyarrow as pa
 
 from kolm_search.compose.cache import CacheFolder
 from kolm_search.engine.arrow_strings import buffers
+from kolm_search.engine.column_digest import update_with_column
 from kolm_search.engine.read_only import read_only_view
 from kolm_search.errors import KolmValueError
 from kolm_search.evaluation.report import ComparisonTable
@@ -96,61 +97,14 @@ def qrels_digest(qrels: pd.DataFrame) -> str | None:
 
 
 def _arrow_qrels_digest(qrels: pd.DataFrame) -> str | None:
-    """:func:`qrels_digest` from the Arrow buffers of the columns (offsets and bytes of strings,
-    values of numbers), when every column is strings, integers or floats without nulls (a
-    categorical by its codes and its categories' buffers: equal values under other categories
-    are another entry, never the same one); None otherwise (then by ``hash_pandas_object``, in
-    another namespace). A numpy number column is digested by its values' bytes (its dtype is in
-    the column's header); the others through their arrays (``.array``: not the slower paths of
-    a Series or an Index)."""
-    import pyarrow as pa
-
-    sha = hashlib.sha256(f"qrels/arrow/4|{len(qrels)}|{len(qrels.columns)}".encode())
-    for name, series in qrels.items():
-        dtype = series.dtype
-        sha.update(f"\x1e{json.dumps([str(name), _dtype_text(dtype)])}".encode("utf-8", "surrogatepass"))
-        if isinstance(dtype, np.dtype) and dtype.kind in "iuf":  # no null to tell apart: the bytes as they are
-            values = series.to_numpy()
-            if dtype.kind == "f" and np.isnan(values).any():
-                return None
-            sha.update(b"\x1dvalues")
-            sha.update(np.ascontiguousarray(values).tobytes())
-            continue
-        try:
-            if isinstance(dtype, pd.CategoricalDtype):
-                codes = np.asarray(series.array.codes)
-                if len(codes) and int(codes.min()) < 0:  # a missing value
-                    return None
-                sha.update(b"\x1dcodes")
-                sha.update(codes.astype(np.int64).tobytes())
-                column = pa.array(dtype.categories.array, from_pandas=True)
-            else:
-                column = pa.array(series.array, from_pandas=True)
-            if isinstance(column, pa.ChunkedArray):
-                column = pa.concat_arrays(column.chunks)
-            if pa.types.is_dictionary(column.type):
-                column = column.dictionary_decode()
-        except (pa.ArrowException, TypeError, ValueError):
-            return None
-        if column.null_count or not _digest_column(sha, column):
+    """:func:`qrels_digest` from the columns' buffers
+    (:func:`~kolm_search.engine.column_digest.update_with_column`: numbers, strings, categoricals
+    without missing values), or None (then by ``hash_pandas_object``, in another namespace)."""
+    sha = hashlib.sha256(f"qrels/arrow/5|{len(qrels)}|{len(qrels.columns)}".encode())
+    for name, column in qrels.items():
+        if update_with_column(sha, name, column) is None:
             return None
     return sha.hexdigest()[:40]
-
-
-def _digest_column(sha: Any, column: Any) -> bool:
-    """Add a string or number Arrow array (its type, then offsets and bytes or values) to
-    ``sha``; False for another type."""
-    import pyarrow as pa
-
-    sha.update(f"\x1d{column.type}".encode())
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        for part in _string_parts(column):
-            sha.update(part)
-        return True
-    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
-        sha.update(np.ascontiguousarray(column.to_numpy(zero_copy_only=False)).tobytes())
-        return True
-    return False
 
 
 def settings_digest(settings: dict[str, Any]) -> str | None:

@@ -1,0 +1,91 @@
+"""Digests of DataFrame columns from their buffers: what keys an experiment's caches by its
+queries and its qrels (:func:`kolm_search.compose.queries.queries_digest`,
+:func:`kolm_search.evaluation.table_cache.qrels_digest`).
+
+:func:`update_with_column` adds one column to a running ``hashlib`` digest: its name and dtype,
+then its values as bytes, never as Python objects:
+
+- a numpy integer or float column: its values (a NaN refused: missing);
+- a categorical column: its codes (a missing one refused), then its categories as below
+  (equal values under other categories give another digest, never the same one);
+- any other column (Arrow strings, Python strings in an object column, nullable numbers): as
+  the Arrow array ``pyarrow.array(column.array, from_pandas=True)`` makes of it, strings by the
+  length of each and then their bytes (the same for ``string`` and ``large_string``, whatever
+  the chunking), numbers by their values; a missing value or another type is refused.
+
+It returns the kind of values digested, ``"int"``, ``"float"`` or ``"str"`` (a categorical's
+by its categories), for the caller to refuse a kind it does not read. A refused column returns
+None: the caller digests another way (in another namespace) or not at all. The dtype is part of the digest: ``int32`` and ``int64`` qids, or an object column and a
+``str`` one, are other entries (computed again), never taken for one another.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["update_with_column"]
+
+
+def update_with_column(sha: Any, name: Any, column: pd.Series) -> str | None:
+    """Add ``column`` (named ``name``) to ``sha`` (a ``hashlib`` object). Returns the kind of
+    its values, ``"int"``, ``"float"`` or ``"str"``; None when it holds a missing value or
+    values neither numbers nor strings (``sha`` is then partly updated: the caller drops it)."""
+    dtype = column.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind in "iuf":
+        values = column.to_numpy()
+        if dtype.kind == "f" and np.isnan(values).any():
+            return None
+        sha.update(f"\x1e{str(name)!r}\x1f{dtype.str}\x1d".encode("utf-8", "surrogatepass"))
+        sha.update(np.ascontiguousarray(values))
+        return "float" if dtype.kind == "f" else "int"
+    if isinstance(dtype, pd.CategoricalDtype):
+        codes = column.array.codes
+        if len(codes) and int(codes.min()) < 0:  # a missing value
+            return None
+        sha.update(f"\x1e{str(name)!r}\x1fcategory[{codes.dtype.str}]\x1d".encode("utf-8", "surrogatepass"))
+        sha.update(np.ascontiguousarray(codes))
+        return _update_with_arrow(sha, dtype.categories.array)
+    sha.update(f"\x1e{str(name)!r}\x1f{dtype}\x1d".encode("utf-8", "surrogatepass"))
+    return _update_with_arrow(sha, column.array)
+
+
+def _update_with_arrow(sha: Any, values: Any) -> str | None:
+    """Add ``values`` (an array pandas holds) as Arrow makes it: strings by their lengths
+    (int64) and then their bytes, integers and floats by their values. Returns their kind
+    (``"str"``, ``"int"``, ``"float"``); None for a missing value, another type, or values
+    Arrow does not take."""
+    import pyarrow as pa
+
+    try:
+        array = pa.array(values, from_pandas=True)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+    if any(chunk.null_count for chunk in chunks):
+        return None
+    kind = array.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        width = np.int64 if pa.types.is_large_string(kind) else np.int32
+        spans = []
+        sha.update(b"strings\x1d")
+        for chunk in chunks:
+            _, offsets_buffer, data = chunk.buffers()
+            if offsets_buffer is None:  # (an empty array may have none)
+                continue
+            offsets = np.frombuffer(offsets_buffer, width)[chunk.offset:chunk.offset + len(chunk) + 1]
+            sha.update(np.diff(offsets).astype(np.int64, copy=False))
+            if data is not None and len(offsets):
+                spans.append(memoryview(data)[int(offsets[0]):int(offsets[-1])])
+        sha.update(b"\x1d")
+        for span in spans:
+            sha.update(span)
+        return "str"
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        sha.update(f"{kind}\x1d".encode())
+        for chunk in chunks:
+            sha.update(np.ascontiguousarray(chunk.to_numpy(zero_copy_only=False)))
+        return "int" if pa.types.is_integer(kind) else "float"
+    return None
