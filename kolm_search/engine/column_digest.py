@@ -76,7 +76,7 @@ def _update_with_arrow(sha: Any, values: Any) -> str | None:
             if offsets_buffer is None:  # (an empty array may have none)
                 continue
             offsets = np.frombuffer(offsets_buffer, width)[chunk.offset:chunk.offset + len(chunk) + 1]
-            sha.update(np.diff(offsets).astype(np.int64, copy=False))
+            sha.update(np.subtract(offsets[1:], offsets[:-1], dtype=np.int64))  # each string's length
             if data is not None and len(offsets):
                 spans.append(memoryview(data)[int(offsets[0]):int(offsets[-1])])
         sha.update(b"\x1d")
