@@ -207,7 +207,7 @@ class PortRetriever(ServedByRunner, RetrieverStage):
 
     def __init__(self, port: Any, table: DocumentTable | None = None, timeout: float | None = None) -> None:
         self.port = port
-        self.timeout = seconds("timeout", timeout)
+        self.timeout = seconds(f"as_stage({type(port).__name__}): timeout", timeout)
         own = port.table if implements(port, BatchRetriever) else None
         if own is None and table is None:
             raise KolmValueError(f"as_stage({type(port).__name__}): a retriever without retrieve_batch and table "
@@ -246,7 +246,7 @@ class PortReranker(RerankerStage):
 
     def __init__(self, port: Any, timeout: float | None = None) -> None:
         self.port = port
-        self.timeout = seconds("timeout", timeout)
+        self.timeout = seconds(f"as_stage({type(port).__name__}): timeout", timeout)
 
     def _port(self) -> Any:
         return self.port
