@@ -121,3 +121,11 @@ def test_an_experiment_over_qrels_changed_in_a_way_arrow_hides_measures_again(sm
     assert not expected.equals(table(as_ints, None))  # the measuring tells them apart
     table(as_ints, tmp_path)
     pd.testing.assert_frame_equal(table(as_floats, tmp_path), expected)
+
+
+def test_an_integer_past_64_bits_in_an_object_column_is_not_an_error() -> None:
+    big = objects([2**70, 1])
+    assert qrels_digest(pd.DataFrame({"qid": big, "doc_id": ["d1", "d2"], "relevance": [1, 1]})) is None
+    assert queries_digest(pd.DataFrame({"qid": big, "query": ["a", "b"]})) is not None  # per query, as ints
+    assert queries_digest(pd.DataFrame({"qid": objects([2**70, 1]), "query": ["a", "b"]})) \
+        != queries_digest(pd.DataFrame({"qid": objects([2**70 + 1, 1]), "query": ["a", "b"]}))

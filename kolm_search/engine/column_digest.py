@@ -69,7 +69,7 @@ def _update_with_arrow(sha: Any, values: Any, dtype: Any) -> str | None:
         return None
     try:
         array = pa.array(values, from_pandas=True)
-    except (pa.ArrowException, TypeError, ValueError):
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):  # (OverflowError: a Python int past 64 bits)
         return None
     chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
     if any(chunk.null_count for chunk in chunks):
