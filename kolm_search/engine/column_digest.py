@@ -2,16 +2,19 @@
 queries and its qrels (:func:`kolm_search.compose.queries.queries_digest`,
 :func:`kolm_search.evaluation.table_cache.qrels_digest`).
 
-:func:`update_with_column` adds one column to a running ``hashlib`` digest: its name and dtype,
-then its values as bytes, never as Python objects:
+:func:`update_with_column` adds one column to a running ``hashlib`` digest: its name (its
+``repr``: a column ``1`` is not a column ``"1"``) and dtype, then its values as bytes, never as
+Python objects:
 
 - a numpy integer or float column: its values (a NaN refused: missing);
 - a categorical column: its codes (a missing one refused), then its categories as below
   (equal values under other categories give another digest, never the same one);
-- any other column (Arrow strings, Python strings in an object column, nullable numbers): as
-  the Arrow array ``pyarrow.array(column.array, from_pandas=True)`` makes of it, strings by the
-  length of each and then their bytes (the same for ``string`` and ``large_string``, whatever
-  the chunking), numbers by their values; a missing value or another type is refused.
+- any other column (Arrow strings, nullable numbers, an object column of strings only or of
+  integers only): as the Arrow array ``pyarrow.array(column.array, from_pandas=True)`` makes of
+  it, after its count (which tells where a categorical's categories end), strings by the length
+  of each and then their bytes (the same for ``string`` and ``large_string``, whatever the
+  chunking), numbers by their values; a missing value or another type is refused, and so are
+  other Python objects (Arrow takes ``numpy.True_`` for 1 and 1 for 1.0, ids that read apart).
 
 It returns the kind of values digested, ``"int"``, ``"float"`` or ``"str"`` (a categorical's
 by its categories), for the caller to refuse a kind it does not read. A refused column returns
@@ -38,39 +41,46 @@ def update_with_column(sha: Any, name: Any, column: pd.Series) -> str | None:
         values = column.to_numpy()
         if dtype.kind == "f" and np.isnan(values).any():
             return None
-        sha.update(f"\x1e{str(name)!r}\x1f{dtype.str}\x1d".encode("utf-8", "surrogatepass"))
+        sha.update(f"\x1e{name!r}\x1f{dtype.str}\x1d".encode("utf-8", "surrogatepass"))
         sha.update(np.ascontiguousarray(values))
         return "float" if dtype.kind == "f" else "int"
     if isinstance(dtype, pd.CategoricalDtype):
         codes = column.array.codes
         if len(codes) and int(codes.min()) < 0:  # a missing value
             return None
-        sha.update(f"\x1e{str(name)!r}\x1fcategory[{codes.dtype.str}]\x1d".encode("utf-8", "surrogatepass"))
+        sha.update(f"\x1e{name!r}\x1fcategory[{codes.dtype.str}]\x1d".encode("utf-8", "surrogatepass"))
         sha.update(np.ascontiguousarray(codes))
-        return _update_with_arrow(sha, dtype.categories.array)
-    sha.update(f"\x1e{str(name)!r}\x1f{dtype}\x1d".encode("utf-8", "surrogatepass"))
-    return _update_with_arrow(sha, column.array)
+        return _update_with_arrow(sha, dtype.categories.array, dtype.categories.dtype)
+    sha.update(f"\x1e{name!r}\x1f{dtype}\x1d".encode("utf-8", "surrogatepass"))
+    return _update_with_arrow(sha, column.array, dtype)
 
 
-def _update_with_arrow(sha: Any, values: Any) -> str | None:
-    """Add ``values`` (an array pandas holds) as Arrow makes it: strings by their lengths
-    (int64) and then their bytes, integers and floats by their values. Returns their kind
-    (``"str"``, ``"int"``, ``"float"``); None for a missing value, another type, or values
-    Arrow does not take."""
+def _update_with_arrow(sha: Any, values: Any, dtype: Any) -> str | None:
+    """Add ``values`` (an array pandas holds, of ``dtype``) as Arrow makes it: their count, then
+    strings by their lengths (int64) and then their bytes, integers and floats by their values.
+    Returns their kind (``"str"``, ``"int"``, ``"float"``); None for a missing value, another
+    type, values Arrow does not take, or Python objects other than all strings or all integers
+    (Arrow would take ``numpy.True_`` for 1 and 1 for 1.0, which read as other ids)."""
     import pyarrow as pa
 
+    python_objects = isinstance(dtype, np.dtype) and dtype.kind == "O"
+    inferred = pd.api.types.infer_dtype(np.asarray(values), skipna=False) if python_objects else None
+    if inferred not in (None, "string", "integer"):
+        return None
     try:
         array = pa.array(values, from_pandas=True)
-    except (pa.ArrowException, TypeError, ValueError):
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):  # (OverflowError: a Python int past 64 bits)
         return None
     chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
     if any(chunk.null_count for chunk in chunks):
         return None
     kind = array.type
+    if inferred is not None and (inferred == "string") != (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return None
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         width = np.int64 if pa.types.is_large_string(kind) else np.int32
         spans = []
-        sha.update(b"strings\x1d")
+        sha.update(f"strings[{len(array)}]\x1d".encode())  # the count: where the lengths end
         for chunk in chunks:
             _, offsets_buffer, data = chunk.buffers()
             if offsets_buffer is None:  # (an empty array may have none)
@@ -84,7 +94,7 @@ def _update_with_arrow(sha: Any, values: Any) -> str | None:
             sha.update(span)
         return "str"
     if pa.types.is_integer(kind) or pa.types.is_floating(kind):
-        sha.update(f"{kind}\x1d".encode())
+        sha.update(f"{kind}[{len(array)}]\x1d".encode())
         for chunk in chunks:
             sha.update(np.ascontiguousarray(chunk.to_numpy(zero_copy_only=False)))
         return "int" if pa.types.is_integer(kind) else "float"

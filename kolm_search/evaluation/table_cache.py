@@ -90,7 +90,7 @@ def qrels_digest(qrels: pd.DataFrame) -> str | None:
             return None
     try:
         rows = pd.util.hash_pandas_object(qrels, index=False).to_numpy(np.uint64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, NotImplementedError):  # (an Arrow type pandas cannot hash: string_view)
         return None
     head = json.dumps([[str(c), _dtype_text(t)] for c, t in qrels.dtypes.items()])
     return _digest(f"qrels/1|{head}|{len(qrels)}|{hashlib.sha256(rows.tobytes()).hexdigest()}")
