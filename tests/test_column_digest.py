@@ -104,3 +104,13 @@ def test_qrels_digest_by_columns() -> None:
     assert qrels_digest(as_categories) not in (base, None)
     assert qrels_digest(qrels.assign(relevance=[1, 2, 2])) != base
     assert qrels_digest(qrels.rename(columns={"relevance": "label"})) != base
+
+
+def test_qrels_digest_of_two_columns_of_one_name_digested_otherwise() -> None:
+    """A name given to two columns, one the column digest refuses (a NaN): digested by pandas,
+    not an AttributeError of the frame ``qrels[name]`` is then."""
+    qrels = pd.DataFrame({"qid": ["1", "2"], "doc_id": ["a", "b"], "relevance": [1, 2]})
+    twice = pd.concat([qrels, pd.DataFrame({"relevance": [1.0, np.nan]})], axis=1)
+    found = qrels_digest(twice)
+    assert found is not None and found not in (qrels_digest(qrels), qrels_digest(twice.iloc[:, :3]))
+    assert qrels_digest(twice.copy()) == found

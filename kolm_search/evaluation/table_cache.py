@@ -84,8 +84,7 @@ def qrels_digest(qrels: pd.DataFrame) -> str | None:
     fast = _arrow_qrels_digest(qrels)
     if fast is not None:
         return fast
-    for name in qrels.columns:
-        column = qrels[name]
+    for _, column in qrels.items():  # (not qrels[name]: a name given to two columns is a frame)
         if column.dtype == object and pd.api.types.infer_dtype(column, skipna=False) not in ("string", "empty"):
             return None
     try:
