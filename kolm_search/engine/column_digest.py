@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kolm_search.engine.arrow_strings import buffers
+
 __all__ = ["update_with_column"]
 
 
@@ -78,17 +80,12 @@ def _update_with_arrow(sha: Any, values: Any, dtype: Any) -> str | None:
     if inferred is not None and (inferred == "string") != (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         return None
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        width = np.int64 if pa.types.is_large_string(kind) else np.int32
         spans = []
         sha.update(f"strings[{len(array)}]\x1d".encode())  # the count: where the lengths end
         for chunk in chunks:
-            _, offsets_buffer, data = chunk.buffers()
-            if offsets_buffer is None:  # (an empty array may have none)
-                continue
-            offsets = np.frombuffer(offsets_buffer, width)[chunk.offset:chunk.offset + len(chunk) + 1]
+            offsets, data = buffers(chunk)
             sha.update(np.subtract(offsets[1:], offsets[:-1], dtype=np.int64))  # each string's length
-            if data is not None and len(offsets):
-                spans.append(memoryview(data)[int(offsets[0]):int(offsets[-1])])
+            spans.append(data[int(offsets[0]):int(offsets[-1])])
         sha.update(b"\x1d")
         for span in spans:
             sha.update(span)
