@@ -398,3 +398,19 @@ def test_a_table_kept_when_stored_holds_no_more_memory_than_its_bytes(ds, pipes,
     assert counted == (tmp_path / next(tmp_path.glob("*.arrow")).name).stat().st_size
     assert held <= 1.1 * counted + 2**20
     _assert_same(big, cache.get("a", "b", names, [*table.per_query]))
+
+
+@pytest.mark.parametrize("names", [("recall", "x"), ("x", "recall"), ("qid", "0"), ("1", "0")])
+def test_runs_named_as_the_stored_columns_keep_their_table(ds, pipes, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                           names: tuple[str, str]) -> None:
+    """A pipeline named ``recall`` (the curves' index) or like a stored column's position is
+    stored and read back as the very table (it was once refused: the curves' ``recall`` twice)."""
+    chosen = dict(zip(names, [pipes["prior0.1"], pipes["prior0.3"]], strict=True))
+    first = _exp(chosen, ds, tmp_path, baseline=None)
+    table = first.run()
+    assert first.table_cache is not None and first.table_cache.writes == 1
+    assert list(table.curves.columns) == list(names)
+    again = _exp(chosen, ds, tmp_path, baseline=None)
+    cached = again.run()
+    assert again.table_cache is not None and again.table_cache.reads == 1
+    _assert_same(table, cached)

@@ -58,7 +58,7 @@ from kolm_search.io._atomic import replacing
 __all__ = ["TableCache", "clear_decoded", "qrels_digest", "settings_digest"]
 
 _FORMAT = "kolm-search/measure-table"
-_VERSION = 2  # 2: the qid column's checksum over its Arrow offsets and bytes
+_VERSION = 3  # 2: the qid column's checksum over its Arrow offsets and bytes; 3: the curves' runs by position
 _KEY = b"kolm_search"
 
 
@@ -143,6 +143,19 @@ def _per_query_frames(qid: pa.ChunkedArray, keys: Sequence[str], names: Sequence
             else pd.DataFrame(index=index) for i, metric in enumerate(keys)}
 
 
+def _curve_columns(names: Sequence[str]) -> list[str]:
+    """The stored curves' columns: ``recall`` (the levels), then each run by its position
+    (``"0"``, ``"1"``, ...; a run may be named ``recall``)."""
+    return ["recall", *(str(j) for j in range(len(names)))]
+
+
+def _curves_frame(curves: dict[str, Any], names: Sequence[str]) -> pd.DataFrame:
+    """``curves`` of a stored table (DataFrame recall level x run) from its checked JSON columns."""
+    frame = frame_of(checked_columns(curves, _curve_columns(names)), index="recall")
+    frame.columns = pd.Index(list(names))
+    return frame
+
+
 def same_table(a: ComparisonTable, b: ComparisonTable) -> bool:
     """True when two measure tables are equal whole: the frame (values, dtypes, index, columns),
     ``attrs``, ``per_query`` and ``curves``."""
@@ -180,9 +193,8 @@ class _Decoded:
     def table(self) -> ComparisonTable:
         table = ComparisonTable(self.frame, copy=True)
         table.attrs.update(json.loads(self.attrs))
-        curves, names = self.curves, ["recall", *self.names]
         table.defer(per_query=lambda: _per_query_frames(self.qid, self.keys, self.names, self.scores),
-                    curves=lambda: frame_of(checked_columns(curves, names), index="recall"))
+                    curves=lambda: _curves_frame(self.curves, self.names))
         return table
 
 
@@ -256,7 +268,7 @@ def _decode(data: pa.Buffer, runs_fp: str, settings_fp: str, names: list[str], k
     frame = decode_frame(body.get("table"), kind=ComparisonTable)
     assert isinstance(frame, ComparisonTable)
     curves = body.get("curves")
-    checked_columns(curves, ["recall", *names])  # checked now, the frame made when read
+    checked_columns(curves, _curve_columns(names))  # checked now, the frame made when read
     attrs = body.get("attrs")
     if not isinstance(attrs, dict):
         raise KolmValueError("no attrs")
@@ -304,7 +316,9 @@ class TableCache(CacheFolder):
         if index.name != "qid" or not all(isinstance(q, str) for q in index):
             return False
         try:
-            curves = table.curves.reset_index()
+            curves = pd.DataFrame(dict(zip(_curve_columns(names), [table.curves.index.to_numpy(),
+                                        *(table.curves.iloc[:, j].to_numpy() for j in range(len(names)))],
+                                        strict=True)))
             body = {"table": encode_frame(pd.DataFrame(table)), "curves": encode_frame(curves),
                     "attrs": table.attrs}
             payload = json.dumps(body)
