@@ -8,7 +8,7 @@
   coroutine function is awaited, a plain function runs on a worker thread (the loop's default
   executor). Adapters with ``async def`` methods call their sync dependencies through it.
 - :func:`call_with_deadline` awaits ``fn(*args)`` for at most ``timeout`` seconds and returns
-  the sentinel :data:`TIMED_OUT` after that (no port can return it, unlike a ``TimeoutError``
+  a :class:`TimedOut` (:data:`TIMED_OUT`) after that (no port can return it, unlike a ``TimeoutError``
   it might raise), *abandoning* the call rather than waiting for it:
 
   - a coroutine function is started as a task; on timeout the task is cancelled and left
@@ -35,13 +35,33 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["DAEMON_POOL", "DaemonPool", "TIMED_OUT", "call_with_deadline", "inline", "off_loop", "resolve",
-           "run_sync"]
+__all__ = ["DAEMON_POOL", "DaemonPool", "TIMED_OUT", "TimedOut", "call_with_deadline", "inline", "off_loop",
+           "resolve", "run_sync"]
 
 T = TypeVar("T")
 
-#: What :func:`call_with_deadline` returns for a call abandoned at its deadline.
-TIMED_OUT: Any = type("TimedOut", (), {"__repr__": lambda self: "TIMED_OUT"})()
+class TimedOut:
+    """What :func:`call_with_deadline` returns for a call abandoned at its deadline (test with
+    ``isinstance``): :data:`TIMED_OUT`, or, for a call that never started, one whose
+    :attr:`note` says why (the daemon pool's threads all busy or held by hung calls).
+
+    Attributes
+    ----------
+    note : str
+        ``""``, or a parenthesised clause, with its leading space, for the end of a message.
+    """
+
+    __slots__ = ("note",)
+
+    def __init__(self, note: str = "") -> None:
+        self.note = note
+
+    def __repr__(self) -> str:
+        return "TIMED_OUT" if not self.note else f"TimedOut({self.note!r})"
+
+
+#: What :func:`call_with_deadline` returns for a call abandoned at its deadline after it started.
+TIMED_OUT = TimedOut()
 
 
 class _Job:
@@ -98,15 +118,26 @@ class DaemonPool:
                 threading.Thread(target=self._work, name="kolm-port", daemon=True).start()
         return job
 
-    def abandon(self, job: _Job) -> None:
-        """Give up on ``job``: drop it if it has not started, else write its worker off."""
+    def abandon(self, job: _Job) -> bool:
+        """Give up on ``job``: drop it if it has not started, else write its worker off.
+        Returns whether it had started."""
         if job.future.cancel():
-            return
+            return False
         with self._lock:
             if not job.future.done() and not job.abandoned:
                 job.abandoned = True
                 self._workers -= 1
                 self._written_off += 1
+        return True
+
+    def why_queued(self) -> str:
+        """Why a job waits: the workers serving and the threads written off, against the caps
+        (a clause for the end of a timeout's message)."""
+        with self._lock:
+            workers, written_off = self._workers, self._written_off
+        return (f" (it never started: {workers} of kolm_search's {self.max_workers} port workers were busy and "
+                f"{written_off} threads were held by calls abandoned at earlier deadlines, of at most "
+                f"{self.max_threads} threads; a call that hangs holds its thread until it returns)")
 
     def _work(self) -> None:
         while True:
@@ -180,8 +211,9 @@ async def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], time
     Returns
     -------
     Any
-        The call's value, or :data:`TIMED_OUT` when it has not returned by the deadline
-        (it is then abandoned, not awaited). What the call raises is raised.
+        The call's value, or a :class:`TimedOut` when it has not returned by the deadline
+        (it is then abandoned, not awaited): :data:`TIMED_OUT`, or one with a note when the call
+        never started. What the call raises is raised.
     """
     if timeout is None and deadline is None:
         value = fn(*args)
@@ -205,8 +237,7 @@ async def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], time
     except asyncio.CancelledError:
         if not expired:
             raise
-        DAEMON_POOL.abandon(job)
-        return TIMED_OUT
+        return TIMED_OUT if DAEMON_POOL.abandon(job) else TimedOut(DAEMON_POOL.why_queued())
     finally:
         timer.cancel()
     return await _await_within(value, loop, end) if inspect.isawaitable(value) else value

@@ -355,6 +355,37 @@ def test_a_port_that_never_answers_fails_at_its_timeout_naming_the_stage(small, 
         reranker.release.set()
 
 
+def test_a_call_that_never_started_says_why(small, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """A sync port's call waits for a thread of the daemon pool; when every thread is held by
+    calls abandoned at their deadlines, the timeout says the call never started (not that the
+    port was slow), and once the hung call returns the pool serves again."""
+    import time
+
+    from kolm_search import _bridge
+
+    pool = _bridge.DaemonPool(max_workers=1, max_threads=1, idle_seconds=1.0)
+    monkeypatch.setattr(_bridge, "DAEMON_POOL", pool)
+    _, queries, bm25, _, _ = small
+    reranker = _HangingReranker(False)
+    slow = bm25 % 5 >> as_stage(reranker, timeout=0.2)
+    try:
+        with pytest.raises(SearchError, match=r"within timeout=0.2s \(call abandoned\)") as first:
+            slow(queries.iloc[:1])
+        assert "never started" not in str(first.value)
+        with pytest.raises(SearchError, match=r"never started: 0 of kolm_search's 1 port workers were busy and 1 "
+                                              r"threads were held by calls abandoned"):
+            slow(queries.iloc[:1])
+        assert reranker.calls == 1  # the second call never reached the port
+    finally:
+        reranker.release.set()
+    deadline = time.monotonic() + 10
+    while pool.threads and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert pool.threads == 0
+    pd.testing.assert_frame_equal(slow(queries.iloc[:1]), (bm25 % 5)(queries.iloc[:1]))
+    assert reranker.calls == 2
+
+
 def test_a_timeout_leaves_a_port_that_answers_in_time_as_it_was(small) -> None:  # type: ignore[no-untyped-def]
     corpus, queries, bm25, _, _ = small
     port = MMRReranker(BatchHashEmbedder(), lambda_=0.5)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from kolm_search._bridge import TIMED_OUT, call_with_deadline, inline, run_sync
+from kolm_search._bridge import TimedOut, call_with_deadline, inline, run_sync
 from kolm_search._params import seconds
 from kolm_search.compose.fingerprints import describe, table_digest
 from kolm_search.compose.runner import frame_key, shared_value, stage_name
@@ -57,9 +57,10 @@ def _deadline_call(stage: Any, timeout: float) -> Callable[..., Any]:
         else:
             async with turn:
                 value = await call_with_deadline(fn, args, timeout)
-        if value is TIMED_OUT:
+        if isinstance(value, TimedOut):
             name = getattr(fn, "__name__", type(fn).__name__)
-            raise SearchError(stage_name(stage), f"{name} did not answer within timeout={timeout:g}s (call abandoned)")
+            raise SearchError(stage_name(stage),
+                              f"{name} did not answer within timeout={timeout:g}s (call abandoned){value.note}")
         return value
     return call
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kolm_search._bridge import TIMED_OUT, call_with_deadline
+from kolm_search._bridge import TimedOut, call_with_deadline
 from kolm_search._logging import log
 from kolm_search._params import positive_int, seconds
 from kolm_search.contract.incomplete import mark_incomplete
@@ -90,9 +90,9 @@ class ExpandingQueryPlanner:
             log(self.logger, "warning", "query expansion failed; using the primary query alone", exc)
             mark_incomplete()
             return plan
-        if raw is TIMED_OUT:
+        if isinstance(raw, TimedOut):
             mark_incomplete()
-            log(self.logger, "warning", f"query expansion timed out after {self.timeout_seconds:g}s; "
+            log(self.logger, "warning", f"query expansion timed out after {self.timeout_seconds:g}s{raw.note}; "
                 "using the primary query alone", {"query": primary})
             return plan
         if raw is None or isinstance(raw, str):

@@ -25,7 +25,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from kolm_search._bridge import TIMED_OUT, call_with_deadline, resolve
+from kolm_search._bridge import TimedOut, call_with_deadline, resolve
 from kolm_search._logging import log, warn
 from kolm_search.contract.candidates import Candidates, Outcome, Run, check_plan, dedup_report
 from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
@@ -120,9 +120,9 @@ class Stages:
             return await resolve(fn(*args))
         deadline = run.deadlines.setdefault(stage, asyncio.get_running_loop().time() + timeout)
         value = await call_with_deadline(fn, args, timeout, deadline=deadline)
-        if value is TIMED_OUT:
+        if isinstance(value, TimedOut):
             name = getattr(fn, "__name__", type(fn).__name__)
-            raise SearchError(stage, f"{name} timed out after {timeout:g}s (call abandoned)")
+            raise SearchError(stage, f"{name} timed out after {timeout:g}s (call abandoned){value.note}")
         return value
 
     async def call(self, stage: str, run: Run, fn: Callable[..., Any], *args: Any) -> Any:
@@ -158,9 +158,10 @@ class Stages:
         except Exception as exc:
             log(self.options.logger, "warning", message, SearchError.wrap(stage, exc))
             return False, None
-        if value is TIMED_OUT:
+        if isinstance(value, TimedOut):
             name = getattr(fn, "__name__", "call")
-            warn(self.options.logger, message, SearchError(stage, f"{name} timed out after {timeout:g}s (abandoned)"))
+            warn(self.options.logger, message,
+                 SearchError(stage, f"{name} timed out after {timeout:g}s (abandoned){value.note}"))
             return False, None
         return True, value
 

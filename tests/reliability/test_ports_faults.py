@@ -32,7 +32,7 @@ from kolm_search import (
     SearchPipeline,
     SearchPipelineOptions,
 )
-from kolm_search._bridge import TIMED_OUT, DaemonPool, call_with_deadline
+from kolm_search._bridge import TIMED_OUT, DaemonPool, TimedOut, call_with_deadline
 from kolm_search.engine.candidate_frame import CandidateFrame
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.errors import KolmTypeError, KolmValueError
@@ -380,6 +380,32 @@ async def test_call_with_deadline_handles_every_kind_of_callable() -> None:
     assert time.perf_counter() - t0 < BOUND
     with pytest.raises(TimeoutError, match="own socket"):  # a port's TimeoutError is its own error
         await call_with_deadline(own_timeout, (), 1.0)
+
+
+async def test_call_with_deadline_says_when_a_call_never_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kolm_search import _bridge
+
+    pool = DaemonPool(max_workers=1, max_threads=1, idle_seconds=1.0)
+    monkeypatch.setattr(_bridge, "DAEMON_POOL", pool)
+    gate = threading.Event()
+    started: list[bool] = []
+
+    def quick() -> int:
+        started.append(True)
+        return 42
+
+    try:
+        assert await call_with_deadline(gate.wait, (HANG,), TIMEOUT) is TIMED_OUT  # started, then written off
+        late = await call_with_deadline(quick, (), TIMEOUT)
+        assert isinstance(late, TimedOut) and late is not TIMED_OUT and not started
+        assert "never started" in late.note and "1 threads were held" in late.note and "at most 1 threads" in late.note
+        assert repr(TIMED_OUT) == "TIMED_OUT" and "never started" in repr(late)
+    finally:
+        gate.set()
+    deadline = time.monotonic() + 10
+    while pool.threads and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert await call_with_deadline(quick, (), 5.0) == 42
 
 
 def _child_uses_pool(pool: DaemonPool, out: Any) -> None:
