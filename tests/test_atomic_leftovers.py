@@ -262,7 +262,29 @@ def test_any_target_name(tmp_path: Path, dead_pid: int, monkeypatch: pytest.Monk
     places = [i for i in range(len(leftover) + insert) if i not in free]
     near = edit(places[cut % len(places)])
     assume(near not in {edit(i) for i in free})  # (".a..x" less a dot is the leftover of "a" as of "a.")
-    kept = _touch(folder, near, 3 * LEFTOVER_AGE)
-    swept = _touch(folder, leftover)
-    assert sweep_leftovers(folder) == [swept]
-    assert (folder / target).exists() and kept.exists()
+    fresh = tmp_path / f"{next(_folders)}-fresh"  # (a folder not swept yet in this process: the write swept its own)
+    fresh.mkdir()
+    (folder / target).rename(fresh / target)
+    kept = _touch(fresh, near, 3 * LEFTOVER_AGE)
+    swept = _touch(fresh, leftover)
+    assert sweep_leftovers(fresh) == [swept]
+    assert (fresh / target).exists() and kept.exists()
+
+
+def test_a_write_sweeps_its_folder(tmp_path: Path, writers: list[Writer]) -> None:
+    """A killed write of an output (``-o``, a report) leaves its temporary file beside it; the
+    next write to that folder in a process removes it, and nothing else (a live writer's file,
+    near names, the outputs)."""
+    from kolm_search.io._atomic import write_text
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    near = [_touch(folder, n, 3 * LEFTOVER_AGE) for n in (".notes.tmp", "run.tsv.abcd1234.tmp.tsv", "kept.tsv")]
+    writers += [Writer(folder / "run.tsv"), Writer(folder / "other.tsv")]
+    killed, live = writers
+    killed.kill()
+    write_text(folder / "report.md", "# report\n")
+    assert not killed.tmp.exists() and live.tmp.exists() and all(p.exists() for p in near)
+    assert (folder / "report.md").read_text() == "# report\n"
+    live.finish()
+    assert (folder / "other.tsv").read_bytes() == b"half of the entry"

@@ -7,7 +7,8 @@ The temporary file of a write to ``<name>`` is ``.<name>.<random>.<host>-<pid>.t
 digits of the SHA-256 of the writer's host name and pid namespace, ``<pid>`` its process id,
 ``<suffix>`` the target's last suffix (``.parquet``; none when it has none). A process killed mid-write (SIGKILL)
 leaves that file behind; :func:`sweep_leftovers` removes such files of a folder when their
-writer is gone (the caches sweep their folders when opened).
+writer is gone (the caches sweep their folders when opened, and a write sweeps the folder it
+writes to, the first time in a process: a ``-o`` output's folder too).
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ _swept: set[str] = set()
 @contextlib.contextmanager
 def replacing(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path`` (same suffix, named as in the module doc), renamed over
-    ``path`` when the block ends without error, removed otherwise."""
+    ``path`` when the block ends without error, removed otherwise. The folder's leftovers of
+    killed writes are swept first (:func:`sweep_leftovers`: once per folder per process)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_leftovers(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
                                suffix=f".{_HOST}-{os.getpid()}.tmp" + "".join(path.suffixes[-1:]))
     os.close(fd)
