@@ -65,13 +65,14 @@ TIMED_OUT = TimedOut()
 
 
 class _Job:
-    __slots__ = ("abandoned", "args", "context", "fn", "future")
+    __slots__ = ("abandoned", "args", "context", "fn", "future", "queued")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.fn, self.args = fn, args
         self.context = contextvars.copy_context()  # the caller's context variables, as asyncio.to_thread
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.abandoned = False
+        self.queued = False  # no worker was free for it when submitted, and none could start
 
 
 class DaemonPool:
@@ -112,10 +113,12 @@ class DaemonPool:
         with self._lock:
             self._jobs.put(job)
             self._pending += 1
-            if (self._pending > self._idle and self._workers < self.max_workers
-                    and self._workers + self._written_off < self.max_threads):
-                self._workers += 1
-                threading.Thread(target=self._work, name="kolm-port", daemon=True).start()
+            if self._pending > self._idle:
+                if self._workers < self.max_workers and self._workers + self._written_off < self.max_threads:
+                    self._workers += 1
+                    threading.Thread(target=self._work, name="kolm-port", daemon=True).start()
+                else:
+                    job.queued = True
         return job
 
     def abandon(self, job: _Job) -> bool:
@@ -130,9 +133,13 @@ class DaemonPool:
                 self._written_off += 1
         return True
 
-    def why_queued(self) -> str:
-        """Why a job waits: the workers serving and the threads written off, against the caps
-        (a clause for the end of a timeout's message)."""
+    def why_queued(self, job: _Job) -> str:
+        """Why ``job``, dropped at its deadline, never started (a clause for the end of a
+        timeout's message): the workers serving and the threads written off, against the caps,
+        when no worker was free for it nor could start; else its deadline came before a worker
+        (free or just started) took it up."""
+        if not job.queued:
+            return " (it never started: its deadline passed before a port worker took it up)"
         with self._lock:
             workers, written_off = self._workers, self._written_off
         return (f" (it never started: {workers} of kolm_search's {self.max_workers} port workers were busy and "
@@ -237,7 +244,7 @@ async def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], time
     except asyncio.CancelledError:
         if not expired:
             raise
-        return TIMED_OUT if DAEMON_POOL.abandon(job) else TimedOut(DAEMON_POOL.why_queued())
+        return TIMED_OUT if DAEMON_POOL.abandon(job) else TimedOut(DAEMON_POOL.why_queued(job))
     finally:
         timer.cancel()
     return await _await_within(value, loop, end) if inspect.isawaitable(value) else value

@@ -408,6 +408,37 @@ async def test_call_with_deadline_says_when_a_call_never_started(monkeypatch: py
     assert await call_with_deadline(quick, (), 5.0) == 42
 
 
+async def test_a_call_not_started_by_its_deadline_with_workers_free_does_not_blame_the_pool(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call whose deadline passes before a free (or just started) worker takes it up never
+    started, but not because the pool was full: its note must not say workers were busy."""
+    from kolm_search import _bridge
+
+    gate = threading.Event()
+
+    class SlowStart(DaemonPool):  # its workers take up jobs only once the gate opens
+        def _work(self) -> None:
+            gate.wait(HANG)
+            super()._work()
+
+    pool = SlowStart(max_workers=4, max_threads=8, idle_seconds=1.0)
+    monkeypatch.setattr(_bridge, "DAEMON_POOL", pool)
+    started: list[bool] = []
+
+    def quick() -> int:
+        started.append(True)
+        return 42
+
+    try:
+        late = await call_with_deadline(quick, (), TIMEOUT)
+        assert isinstance(late, TimedOut) and not started
+        assert "never started" in late.note and "deadline" in late.note
+        assert "busy" not in late.note and "held by calls abandoned" not in late.note
+    finally:
+        gate.set()
+    assert await call_with_deadline(quick, (), 5.0) == 42
+
+
 def _child_uses_pool(pool: DaemonPool, out: Any) -> None:
     out.put(pool.submit(lambda: 42, ()).future.result(timeout=5))
 
