@@ -5,7 +5,9 @@ Experiment without a cache made afresh, and the fusion of every child."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -15,6 +17,9 @@ from kolm_search import BM25Retriever, Fuse, as_stage
 from kolm_search.evaluation import Experiment
 from kolm_search.io import load_dataset
 from tests.fakes import FlakyShard
+
+#: the development collections, beside the project as in a checkout (or ``KOLM_DEV_DATA``), as tests/test_readme.py finds them
+DEV_DATA = Path(os.environ.get("KOLM_DEV_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +136,9 @@ def test_the_shared_first_stage_changed_between_runs_is_measured_again(tmp_path:
     from kolm_search.evaluation.table_cache import same_table
     from tests.fakes import Prior
 
-    data = load_dataset("/work/shared/data/med")
+    if not (DEV_DATA / "med").is_dir():
+        pytest.skip(f"needs the development collection med: {DEV_DATA / 'med'} is absent (KOLM_DEV_DATA)")
+    data = load_dataset(str(DEV_DATA / "med"))
     keep = set(data.judged_queries()["qid"].iloc[:20])
     data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
     data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
