@@ -316,9 +316,9 @@ class TableCache(CacheFolder):
         if index.name != "qid" or not all(isinstance(q, str) for q in index):
             return False
         try:
-            curves = pd.DataFrame(dict(zip(_curve_columns(names), [table.curves.index.to_numpy(),
-                                        *(table.curves.iloc[:, j].to_numpy() for j in range(len(names)))],
-                                        strict=True)))
+            levels = table.curves.index.to_numpy()
+            runs = [table.curves.iloc[:, j].to_numpy() for j in range(len(names))]
+            curves = pd.DataFrame(dict(zip(_curve_columns(names), [levels, *runs], strict=True)))
             body = {"table": encode_frame(pd.DataFrame(table)), "curves": encode_frame(curves),
                     "attrs": table.attrs}
             payload = json.dumps(body)
