@@ -53,8 +53,9 @@ def _check_names(names: Sequence[Any]) -> None:
     seen: dict[str, Any] = {}
     for name in names:
         if not any(ch.isprintable() and not ch.isspace() for ch in str(name)):  # blank, or format characters only
-            raise KolmValueError(f"a run is named {name!r}: reports show names as text, so give it one that is not "
-                                 "blank")
+            raise KolmValueError(f"a run is named {name!r}, which shows nothing as text (blank, or only format, "
+                                 "surrogate or other unprintable characters): reports show names as text, so give "
+                                 "it one with a visible character")
         other = seen.setdefault(str(name), name)
         if other is not name:
             raise KolmValueError(f"two runs have names whose text is equal, {other!r} and {name!r}: reports show "

@@ -96,11 +96,11 @@ def test_compare_refuses_names_whose_text_is_equal(names: tuple[Any, ...]) -> No
     assert repr(a) in text and repr(b) in text
 
 
-@pytest.mark.parametrize("blank", ["", " ", "\n", "\t \u2003", "\u200b", "\u200b\u2060 \ufeff"])
+@pytest.mark.parametrize("blank", ["", " ", "\n", "\t \u2003", "\u200b", "\u200b\u2060 \ufeff", "\ud800"])
 def test_compare_and_an_experiment_refuse_a_blank_name(blank: str) -> None:
     """A blank name rendered as a row without a name on main."""
     run, qrels = _data()
-    with pytest.raises(KolmValueError, match="blank"):
+    with pytest.raises(KolmValueError, match="shows nothing as text.*visible character"):
         compare({"base": run, blank: run.assign(score=-run["score"])}, qrels, ["P@5"])
     with pytest.raises(KolmValueError, match="blank"):
         Experiment({blank: BM25Retriever(pd.DataFrame({"id": ["a"], "content": ["x"]}))}, object(), ["P@5"])
