@@ -316,9 +316,7 @@ class TableCache(CacheFolder):
         if index.name != "qid" or not all(isinstance(q, str) for q in index):
             return False
         try:
-            levels = table.curves.index.to_numpy()
-            runs = [table.curves.iloc[:, j].to_numpy() for j in range(len(names))]
-            curves = pd.DataFrame(dict(zip(_curve_columns(names), [levels, *runs], strict=True)))
+            curves = table.curves.set_axis(_curve_columns(names)[1:], axis=1).reset_index()
             body = {"table": encode_frame(pd.DataFrame(table)), "curves": encode_frame(curves),
                     "attrs": table.attrs}
             payload = json.dumps(body)
