@@ -191,6 +191,9 @@ def test_a_qrels_digest_follows_number_columns_and_their_missing_values(ds) -> N
     assert qrels_digest(twice) not in (base, None)
     twice.iloc[2, 3] = 9
     assert qrels_digest(twice) != qrels_digest(pd.concat([q, q["relevance"]], axis=1))
+    # digested by pandas (a missing value), a column 1 is not a column "1" (names by repr, as the column digest)
+    named = [holes[0].assign(**{"1": 0.5}), holes[0].assign(**{"1": 0.5}).rename(columns={"1": 1})]
+    assert len({qrels_digest(n) for n in named} - {None}) == 2
 
 
 def test_a_table_that_would_not_read_back_equal_is_not_stored(ds, pipes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -75,10 +75,11 @@ def _dtype_text(dtype: Any) -> str:
 
 
 def qrels_digest(qrels: pd.DataFrame) -> str | None:
-    """A digest of a qrels DataFrame (its columns, their dtypes and every value, by
-    ``pandas.util.hash_pandas_object``), or None when it cannot be made alike each time (not a
-    DataFrame, an object column holding anything but strings, where ``1`` and ``"1"`` would
-    hash alike)."""
+    """A digest of a qrels DataFrame (its columns' names by ``repr``, their dtypes and every value:
+    by :func:`~kolm_search.engine.column_digest.update_with_column`, else, for a column it
+    refuses, by ``pandas.util.hash_pandas_object``), or None when it cannot be made alike each
+    time (not a DataFrame, an object column holding anything but strings, where ``1`` and ``"1"``
+    would hash alike)."""
     if not isinstance(qrels, pd.DataFrame):
         return None
     fast = _arrow_qrels_digest(qrels)
@@ -91,8 +92,8 @@ def qrels_digest(qrels: pd.DataFrame) -> str | None:
         rows = pd.util.hash_pandas_object(qrels, index=False).to_numpy(np.uint64)
     except (TypeError, ValueError, NotImplementedError):  # (an Arrow type pandas cannot hash: string_view)
         return None
-    head = json.dumps([[str(c), _dtype_text(t)] for c, t in qrels.dtypes.items()])
-    return _digest(f"qrels/1|{head}|{len(qrels)}|{hashlib.sha256(rows.tobytes()).hexdigest()}")
+    head = json.dumps([[repr(c), _dtype_text(t)] for c, t in qrels.dtypes.items()])  # names by repr, as columns'
+    return _digest(f"qrels/2|{head}|{len(qrels)}|{hashlib.sha256(rows.tobytes()).hexdigest()}")
 
 
 def _arrow_qrels_digest(qrels: pd.DataFrame) -> str | None:
