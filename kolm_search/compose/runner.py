@@ -10,6 +10,12 @@ declaring none) is shared by identity within the block and never written to disk
 output marked incomplete (:func:`mark_incomplete`: a best-effort fusion whose child failed) and
 every output made from it.
 
+A retrieving stage that declares itself prefix-stable for a batch
+(:meth:`~kolm_search.compose.stage.Stage.prefix_stable`: BM25, exact dense) is computed once
+per block for several depths: at the block's ``depth`` at least (an experiment's limit), or at
+a deeper limit the block already holds it for, and cut to the depth asked (``bm25 % 10`` and
+``bm25 % 100`` run BM25 once).
+
 Inside a block each stage is fingerprinted once, and the input key of a stage given the
 output of another (persistent) node is that node's key with the batch's digest, not a hash
 of the candidates' arrays: equal keys promise equal outputs, so the node key names the
@@ -66,9 +72,13 @@ class SharedOutputs(Protocol):
 @dataclass
 class RunState:
     """What a :func:`sharing` block holds: outputs by key, the optional disk cache, and how
-    many times each stage fingerprint was computed (``computed``) or read back (``reused``)."""
+    many times each stage fingerprint was computed (``computed``) or read back (``reused``).
+    ``depth``: the least limit a prefix-stable retrieving stage is computed at in the block
+    (then cut to the limit asked), so that pipelines cutting it at several depths up to it
+    share one output; 0 (the default) computes each at the limit asked."""
 
     cache: SharedOutputs | None = None
+    depth: int = 0
     memo: dict[tuple[str, str], CandidateFrame] = field(default_factory=dict)
     computed: Counter[str] = field(default_factory=Counter)
     reused: Counter[str] = field(default_factory=Counter)
@@ -76,6 +86,7 @@ class RunState:
     origins: dict[int, str] = field(default_factory=dict)  # id of a kept output -> the key that made it
     stored: dict[int, tuple[str, str]] = field(default_factory=dict)  # id of a kept output -> its cache entry
     incomplete: set[int] = field(default_factory=set)  # ids of kept outputs made without part of their input
+    depths: dict[str, set[int]] = field(default_factory=dict)  # retrieving stage fp -> the limits it was asked at
 
     def forget_incomplete(self) -> None:
         """Drop the kept outputs made without part of their input (:func:`mark_incomplete`), so
@@ -210,12 +221,54 @@ def run_stage(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) 
     if state is None:
         return _compute(stage, batch, candidates)
     with fingerprints_once():  # each stage fingerprinted once in the outermost call (not for a whole block: a
-        return _shared(state, stage, batch, candidates)  # stage may be refitted or reset between calls)
+        wide = _widened(state, stage, batch, candidates)  # stage may be refitted or reset between calls)
+        return _shared(state, stage, batch, candidates) if wide is None else _cut(state, stage, batch, wide)
+
+
+def _widened(state: RunState, stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> QueryBatch | None:
+    """The batch a retrieving stage prefix-stable for ``batch`` is computed for instead: the same
+    queries at a deeper limit the block holds its output for, else at ``state.depth`` when that
+    is deeper; None to compute ``batch`` itself."""
+    if candidates is not None or not stage.prefix_stable(batch):
+        return None
+    stage_fp, persistent = _stage_key(stage)
+    if not persistent:
+        return None
+    for deeper in sorted(state.depths.get(stage_fp, ()), reverse=True):
+        if deeper > batch.limit:
+            wide = replace(batch, limit=deeper)
+            if _key(stage, wide, None)[:2] in state.memo:
+                return wide
+    return replace(batch, limit=state.depth) if state.depth > batch.limit else None
+
+
+def _cut(state: RunState, stage: Any, batch: QueryBatch, wide: QueryBatch) -> CandidateFrame:
+    """``stage``'s output for ``batch``: its output for the deeper ``wide`` (shared, cached),
+    each query's list cut to ``batch.limit``, kept under ``batch``'s key."""
+    from kolm_search.compose.frame_ops import cutoff
+
+    stage_fp, input_fp, persistent = _key(stage, batch, None)
+    found = state.memo.get((stage_fp, input_fp))
+    if found is not None:
+        state.reused[stage_fp] += 1
+        if id(found) in state.incomplete:
+            mark_incomplete()
+        return found
+    deep = _shared(state, stage, wide, None)
+    out = cutoff(deep, batch.limit)
+    if id(deep) in state.incomplete:  # (_shared marked the caller's output incomplete)
+        state.memo[(stage_fp, input_fp)] = out
+        state.incomplete.add(id(out))
+    else:
+        _keep(state, (stage_fp, input_fp), out, persistent)
+    return out
 
 
 def _shared(state: RunState, stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
     stage_fp, input_fp, persistent = _key(stage, batch, candidates)
     key = (stage_fp, input_fp)
+    if candidates is None and persistent:  # the limits a source is asked at (_widened looks in the memo for them)
+        state.depths.setdefault(stage_fp, set()).add(batch.limit)
     found = state.memo.get(key)
     if found is None and persistent and state.cache is not None:
         found = state.cache.get(stage_fp, input_fp, batch.n_queries)

@@ -77,6 +77,13 @@ class Stage(Parameters):
         None), or a re-ranking stage's new scores and order of ``candidates``."""
         raise NotImplementedError(f"{type(self).__name__} does not implement transform")
 
+    def prefix_stable(self, batch: QueryBatch) -> bool:
+        """Whether this retrieving stage's candidates for ``batch`` at any smaller limit are the
+        first of each query's at ``batch.limit`` (same documents, scores and order): then an
+        experiment runs it once at the deepest limit asked and cuts it for the rest. False
+        unless a stage declares it (BM25 and exact dense do, for one text per query)."""
+        return False
+
     def __call__(self, queries: Any, *, limit: int | None = None, offset: int = 0, mode: str | None = None,
                  filters: dict[str, Any] | None = None) -> pd.DataFrame:
         """The run DataFrame ``qid, doc_id, rank, score`` of ``queries`` (any form ``search_batch``

@@ -131,7 +131,8 @@ class Experiment:
         #: the runs part of the table key (:meth:`_runs_key`) the runs held were made under (None:
         #: unknown, or runs made under several): a table measured from them is stored only under it
         self._runs_for: str | None = None
-        self.shared = RunState(cache=None if self.cache_dir is None else StageCache(self.cache_dir / "stages"))
+        self.shared = RunState(cache=None if self.cache_dir is None else StageCache(self.cache_dir / "stages"),
+                               depth=self.limit + 1 if self.drop_self_hits else self.limit)  # (what _prepare asks)
         self.run_cache = None if self.cache_dir is None else RunCache(self.cache_dir / "runs")
         self.table_cache = None if self.cache_dir is None else TableCache(self.cache_dir / "tables")
         if self.cache_dir is not None:  # the client runs' folder: what writes killed midway left in it

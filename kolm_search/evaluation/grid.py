@@ -106,7 +106,7 @@ def grid_search(stage: Stage, grid: Mapping[str, Sequence[Any]], queries: Any, q
         check_folds(folds, queries["qid"].nunique() if isinstance(queries, pd.DataFrame) and "qid" in queries else None)
     original = {name: current[name] for name in grid}
     root = cache_root(cache_dir)
-    state = RunState(cache=None if root is None else StageCache(root))
+    state = RunState(cache=None if root is None else StageCache(root), depth=limit)  # (bm25 % k over k: one BM25)
     runs: dict[str, pd.DataFrame] = {}
     try:
         for i, point in enumerate(points):

@@ -333,6 +333,11 @@ class BM25Retriever(BM25Files, BM25Scoring, RetrieverStage):
         self.merge()
         return retrieve_single(self, context)
 
+    def prefix_stable(self, batch: QueryBatch) -> bool:
+        """True for one text per query: the top k are the first k of any deeper top (ties in
+        document order); expanded texts fused by RRF are not."""
+        return batch.single
+
     # -- stage parameters (kolm_search.compose) ---------------------------------------------
     def stage_params(self) -> dict[str, Any]:
         """``method, k1, b, delta, tokenizer, fields, fusion_k`` (scikit-learn's ``get_params``)."""

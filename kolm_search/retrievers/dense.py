@@ -259,6 +259,11 @@ class DenseRetriever(SegmentedIndex, RetrieverStage):
         self.merge()
         return retrieve_single(self, context)
 
+    def prefix_stable(self, batch: QueryBatch) -> bool:
+        """True for exact search of one text per query (ties in document order); an ANN index
+        (whose search widens with k) or expanded texts fused by RRF are not."""
+        return batch.single and self.ann is None
+
     # -- incremental updates (the steps of kolm_search.retrievers.incremental) -------------
     def _embeddings_use(self) -> EmbeddingsUse:
         return "own model" if self.embed_queries else "given"
