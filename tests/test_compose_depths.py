@@ -197,3 +197,26 @@ def test_bm25_and_exact_dense_keep_their_declaration(n_docs: int, vocab: int, n_
         cut = frame_ops.cutoff(wide, small)
         for name in ("query", "doc", "score", "rank"):
             np.testing.assert_array_equal(getattr(narrow, name), getattr(cut, name), err_msg=f"{stage!r} {name}")
+
+
+def test_a_dense_index_declared_approximate_is_not_cut_before_its_index_is_built(ds) -> None:  # type: ignore[no-untyped-def]
+    """An ANN dense retriever made empty has no index until its deferred documents merge (in
+    ``transform``, after the runner asked ``prefix_stable``): the declaration follows the index
+    asked for, not the one built, or the runner cuts an HNSW search made for 300 to 5."""
+    pytest.importorskip("faiss")
+
+    def made() -> DenseRetriever:
+        dense = DenseRetriever(ds.corpus.iloc[:0], Embedder(), index="hnsw", m=4, ef_search=1)
+        dense.add(ds.corpus, defer=True)
+        return dense
+
+    texts = list(ds.queries["query"])
+    batch = QueryBatch(texts=texts, owner=np.arange(len(texts)), n_queries=len(texts), limit=5,
+                       filters=[{}] * len(texts))
+    dense = made()
+    assert dense.ann is None and not dense.prefix_stable(batch)
+    with sharing(RunState(depth=300)):
+        shared = run_stage(dense % 5, batch, None)
+    alone = run_stage(made() % 5, batch, None)
+    for name in ("query", "doc", "score", "rank"):
+        np.testing.assert_array_equal(getattr(shared, name), getattr(alone, name), err_msg=name)

@@ -261,8 +261,10 @@ class DenseRetriever(SegmentedIndex, RetrieverStage):
 
     def prefix_stable(self, batch: QueryBatch) -> bool:
         """True for exact search of one text per query (ties in document order); an ANN index
-        (whose search widens with k) or expanded texts fused by RRF are not."""
-        return batch.single and self.ann is None
+        (whose search widens with k) or expanded texts fused by RRF are not. An index asked for
+        counts before it is built (an empty retriever's is built when deferred documents merge,
+        in ``transform``, after this is asked)."""
+        return batch.single and self.ann_spec is None
 
     # -- incremental updates (the steps of kolm_search.retrievers.incremental) -------------
     def _embeddings_use(self) -> EmbeddingsUse:
