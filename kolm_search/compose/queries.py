@@ -136,11 +136,12 @@ class CodedRun:
 def run_coded(stage: Any, prepared: PreparedQueries) -> CodedRun:
     """The run of ``prepared`` through a retrieving ``stage``, ids not yet looked up
     (:meth:`CodedRun.frame` makes the DataFrame)."""
-    from kolm_search.compose.runner import retrieve_through_runner, stage_name
+    from kolm_search.compose.runner import retrieve_through_runner, settle, stage_name
 
     if not stage.is_source:
         raise KolmTypeError(f"{stage_name(stage)} re-ranks: a stage called on queries must retrieve "
                             "(put a retrieving stage first, e.g. bm25 >> reranker)")
+    settle(stage)  # deferred changes merged: the table read here is the one the search's codes are rows of
     table = getattr(stage, "table", None)
     if table is None:
         raise KolmTypeError(f"{stage_name(stage)} has no document table: a retrieving stage's codes are rows of "

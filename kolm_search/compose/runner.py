@@ -42,12 +42,14 @@ from kolm_search.compose.fingerprints import (
     node_digest,
     value_fingerprint,
 )
+from kolm_search.compose.params import Parameters
 from kolm_search.contract.incomplete import mark_incomplete, watching_incomplete
+from kolm_search.contract.ports import Updatable, implements
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
 
 __all__ = ["RunState", "SharedOutputs", "frame_key", "mark_incomplete", "retrieve_through_runner", "run_stage",
-           "shared_value", "sharing", "stage_name", "watching_incomplete"]
+           "settle", "shared_value", "sharing", "stage_name", "watching_incomplete"]
 
 
 def stage_name(stage: Any) -> str:
@@ -204,6 +206,27 @@ def _compute(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -
     finally:
         _ACTIVE.reset(token)
     return check_output(stage, out, batch)
+
+
+def settle(stage: Any) -> None:
+    """Apply the deferred changes (``add``/``delete`` with ``defer=True``) of every index in
+    ``stage``: itself and the stages among its parameters (:meth:`Stage.stage_params`),
+    recursively, that are :class:`~kolm_search.contract.ports.Updatable`. A search merges its
+    own index, but the runner reads the pipeline's ``table`` before the search to look the
+    codes up: it settles the pipeline first."""
+    seen: set[int] = set()
+
+    def walk(node: Any) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if implements(node, Updatable):
+            node.merge()
+        if isinstance(node, Parameters):
+            for value in node.stage_params().values():
+                walk(value)
+
+    walk(stage)
 
 
 def retrieve_through_runner(stage: Any, batch: QueryBatch, table: Any) -> CandidateFrame:

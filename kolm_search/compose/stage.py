@@ -38,7 +38,7 @@ import pandas as pd
 
 from kolm_search.compose import frame_ops as ops
 from kolm_search.compose.params import Parameters
-from kolm_search.compose.runner import retrieve_through_runner, run_stage, stage_name
+from kolm_search.compose.runner import retrieve_through_runner, run_stage, settle, stage_name
 from kolm_search.contract.ports import Reranker, Retriever, implements
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
@@ -192,6 +192,7 @@ class ServedByRunner:
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """The candidates of ``batch`` (at most ``batch.limit`` per query), as the stage runner asks them."""
+        settle(self)  # (deferred changes merged before the table is read)
         table = self.table
         if table is None:
             raise SearchError(stage_name(self), "a re-ranking stage cannot retrieve: put a retrieving stage first")
@@ -199,6 +200,7 @@ class ServedByRunner:
 
     def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
         """One query's documents (:meth:`retrieve_batch` of a batch of one)."""
+        settle(self)
         table = self.table
         if table is None:
             raise SearchError(stage_name(self), "a re-ranking stage cannot retrieve: put a retrieving stage first")

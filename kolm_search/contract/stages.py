@@ -343,7 +343,8 @@ class Stages:
         if not isinstance(frame, CandidateFrame) or frame.n_queries != len(contexts):
             raise SearchError(S.RETRIEVER, f"retrieve_batch must return a CandidateFrame of {len(contexts)} queries, "
                                            f"got {frame!r}")
-        n_docs = len(retriever.table) if retriever.table is not None else 0
+        table = retriever.table  # again: a composed stage merges its indexes' deferred changes as it searches
+        n_docs = len(table) if table is not None else 0
         if len(frame) and (int(frame.doc.max()) >= n_docs or frame.score.dtype.kind not in "iuf"
                            or np.isnan(frame.score).any()):
             raise SearchError(S.RETRIEVER, f"retrieve_batch returned document codes beyond its table "
