@@ -16,8 +16,8 @@ import numpy as np
 from kolm_search._bridge import TimedOut, call_with_deadline, inline, run_sync
 from kolm_search._params import seconds
 from kolm_search.compose.fingerprints import describe, table_digest
-from kolm_search.compose.runner import frame_key, shared_value, stage_name
-from kolm_search.compose.stage import ServedByRunner, Stage
+from kolm_search.compose.runner import ServedByRunner, frame_key, shared_value, stage_name
+from kolm_search.compose.stage import Stage
 from kolm_search.contract.ports import (
     BatchRetriever,
     Reranker,

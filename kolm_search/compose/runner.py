@@ -1,5 +1,6 @@
 """How a composed stage calls its operands: :func:`run_stage`, the one place that checks a
-stage's output, guards against cycles, and shares or caches outputs.
+stage's output, guards against cycles, and shares or caches outputs; and how such a stage
+serves a client (:class:`ServedByRunner`), its indexes settled first (:func:`settle`).
 
 Outside a :func:`sharing` block a call is ``stage.transform(batch, candidates)``, checked.
 Inside one (an :class:`~kolm_search.evaluation.Experiment`, a grid search), an output is
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -48,8 +49,11 @@ from kolm_search.contract.ports import Updatable, implements
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
 
-__all__ = ["RunState", "SharedOutputs", "frame_key", "mark_incomplete", "retrieve_through_runner", "run_stage",
-           "settle", "shared_value", "sharing", "stage_name", "watching_incomplete"]
+if TYPE_CHECKING:
+    from kolm_search.types import SearchDocument, SearchPipelineContext
+
+__all__ = ["RunState", "ServedByRunner", "SharedOutputs", "frame_key", "mark_incomplete", "retrieve_through_runner",
+           "run_stage", "settle", "shared_value", "sharing", "stage_name", "watching_incomplete"]
 
 
 def stage_name(stage: Any) -> str:
@@ -236,6 +240,33 @@ def retrieve_through_runner(stage: Any, batch: QueryBatch, table: Any) -> Candid
     from kolm_search.compose.frame_ops import cutoff
 
     return cutoff(run_stage(stage, replace(batch, table=table), None), batch.limit)
+
+
+class ServedByRunner:
+    """``retrieve_batch`` and ``retrieve`` of a stage whose ``transform`` computes its candidates
+    (an operator, a user port): both go through :func:`retrieve_through_runner`, so such a stage
+    serves a :class:`~kolm_search.contract.client.SearchClient` and is checked as an operand is."""
+
+    table: Any
+
+    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
+        """The candidates of ``batch`` (at most ``batch.limit`` per query), as the stage runner asks them."""
+        settle(self)  # (deferred changes merged before the table is read)
+        table = self.table
+        if table is None:
+            raise SearchError(stage_name(self), "a re-ranking stage cannot retrieve: put a retrieving stage first")
+        return retrieve_through_runner(self, batch, table)
+
+    def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
+        """One query's documents (:meth:`retrieve_batch` of a batch of one)."""
+        settle(self)  # (before the table is read: see retrieve_batch)
+        table = self.table
+        if table is None:
+            raise SearchError(stage_name(self), "a re-ranking stage cannot retrieve: put a retrieving stage first")
+        frame = self.retrieve_batch(QueryBatch.from_contexts([context], limit=max(1, min(context.plan.target_limit,
+                                                                                          len(table)))))
+        return table.documents(frame.doc, frame.score)
+
 
 
 def run_stage(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:

@@ -32,22 +32,19 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from kolm_search.compose import frame_ops as ops
 from kolm_search.compose.params import Parameters
-from kolm_search.compose.runner import retrieve_through_runner, run_stage, settle, stage_name
+from kolm_search.compose.runner import ServedByRunner, run_stage, stage_name
 from kolm_search.contract.ports import Reranker, Retriever, implements
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
-from kolm_search.errors import KolmTypeError, KolmValueError, SearchError
+from kolm_search.errors import KolmTypeError, KolmValueError
 
-if TYPE_CHECKING:
-    from kolm_search.types import SearchDocument, SearchPipelineContext
-
-__all__ = ["Composed", "Concatenate", "Cutoff", "FeatureUnion", "Intersection", "Scale", "ServedByRunner", "Stage", "Sum",
-           "Then", "Union", "check_acyclic"]
+__all__ = ["Composed", "Concatenate", "Cutoff", "FeatureUnion", "Intersection", "Scale", "Stage", "Sum", "Then", "Union",
+           "check_acyclic"]
 
 
 def _fail(op: str, left: Any, right: Any, why: str, kind: type[Exception] = KolmTypeError) -> Exception:
@@ -181,32 +178,6 @@ def _cutoff(this: Stage, k: Any) -> int:
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or int(k) < 1:
         raise _fail("%", this, k, "the rank cutoff must be a positive int", KolmValueError)
     return int(k)
-
-
-class ServedByRunner:
-    """``retrieve_batch`` and ``retrieve`` of a stage whose ``transform`` computes its candidates
-    (an operator, a user port): both go through :func:`retrieve_through_runner`, so such a stage
-    serves a :class:`~kolm_search.contract.client.SearchClient` and is checked as an operand is."""
-
-    table: Any
-
-    def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
-        """The candidates of ``batch`` (at most ``batch.limit`` per query), as the stage runner asks them."""
-        settle(self)  # (deferred changes merged before the table is read)
-        table = self.table
-        if table is None:
-            raise SearchError(stage_name(self), "a re-ranking stage cannot retrieve: put a retrieving stage first")
-        return retrieve_through_runner(self, batch, table)
-
-    def retrieve(self, context: SearchPipelineContext) -> list[SearchDocument]:
-        """One query's documents (:meth:`retrieve_batch` of a batch of one)."""
-        settle(self)
-        table = self.table
-        if table is None:
-            raise SearchError(stage_name(self), "a re-ranking stage cannot retrieve: put a retrieving stage first")
-        frame = self.retrieve_batch(QueryBatch.from_contexts([context], limit=max(1, min(context.plan.target_limit,
-                                                                                          len(table)))))
-        return table.documents(frame.doc, frame.score)
 
 
 class Composed(ServedByRunner, Stage):
