@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import weakref
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -28,10 +27,9 @@ from kolm_search.retrievers._batching import (
     retrieve_single,
     text_selections,
 )
-from kolm_search.retrievers._persist import Payload, save_index
-from kolm_search.retrievers._saved import SavedFiles, Verify, check_manifest, open_index, retrying
 from kolm_search.retrievers._vectors import embed_texts, normalise_rows
 from kolm_search.retrievers.ann_spec import AnnSpec
+from kolm_search.retrievers.dense_files import DenseFiles
 from kolm_search.retrievers.incremental import EmbeddingsUse, SegmentedIndex
 from kolm_search.retrievers.segments import Pending, merged_table
 from kolm_search.types import SearchDocument, SearchPipelineContext
@@ -39,9 +37,6 @@ from kolm_search.types import SearchDocument, SearchPipelineContext
 __all__ = ["DenseRetriever", "corpus_embeddings", "embed_texts", "exact_topk"]
 
 Metric = Literal["cosine", "ip"]
-_FORMAT = "kolm-search/dense"
-_VERSION = 3  # 3: a documents file (Arrow IPC, memory-mapped); 2: a file map (kolm_search.retrievers._persist);
-# versions 1-2 still load
 
 
 _CORPORA: weakref.WeakKeyDictionary[Any, dict[str, npt.NDArray[np.float32]]] = weakref.WeakKeyDictionary()
@@ -125,7 +120,7 @@ def _equal_value(a: Any, b: Any) -> bool:
 
 
 @saved_kind("dense")
-class DenseRetriever(SegmentedIndex, RetrieverStage):
+class DenseRetriever(DenseFiles, SegmentedIndex, RetrieverStage):
     """Dense retriever: exact (brute-force) by default, or approximate on a faiss index.
 
     Parameters
@@ -307,19 +302,6 @@ class DenseRetriever(SegmentedIndex, RetrieverStage):
                                                                                  n_threads=self.n_threads)
         self.embeddings, self.table, self.ann = embeddings, table, ann
 
-    def _payload(self) -> Payload:
-        """What :meth:`save` writes, pending changes merged (nothing written)."""
-        self.merge()
-        config = {"metric": self.metric, "fields": list(self.fields), "fusion_k": self.fusion_k}
-        meta: dict[str, Any] = {"config": config, "n_docs": len(self.table), "dim": self.dim}
-        arrays = {"embeddings": np.asarray(self.embeddings, np.float32)}
-        if self.ann_spec is not None:  # the faiss index beside the embeddings (kolm_search.retrievers.ann_store)
-            from kolm_search.retrievers.ann_store import ann_arrays, ann_meta
-
-            meta["ann"] = ann_meta(self.ann_spec, self.ann)
-            arrays.update(ann_arrays(self.ann))
-        return Payload(_FORMAT, _VERSION, meta, arrays=arrays, tables={"documents": self.table})
-
     # -- stage parameters (kolm_search.compose) ---------------------------------------------
     def stage_params(self) -> dict[str, Any]:
         """``embedder, metric, fields, fusion_k, embed_queries, index, index_params`` (scikit-learn's
@@ -352,62 +334,6 @@ class DenseRetriever(SegmentedIndex, RetrieverStage):
         merged = {**self.stage_params(), **changes}
         self._configure(self.embedder, metric=self.metric, fields=self.fields, fusion_k=merged["fusion_k"],
                         n_threads=self.n_threads, embed_queries=merged["embed_queries"])
-
-    def save(self, path: str | Path) -> None:
-        """Write to folder ``path`` (embeddings, documents, manifest), replacing any index there
-        all or nothing (:meth:`BM25Retriever.save`); pending changes are merged first. The
-        embedder is not saved: pass it to :meth:`load`."""
-        save_index(path, self._payload())
-
-    @classmethod
-    def load(cls, path: str | Path, embedder: Embedder | None = None, *, mmap: bool = True,
-             n_threads: int | None = None, verify: Verify = "auto") -> DenseRetriever:
-        """Load a retriever written by :meth:`save` (embeddings memory-mapped by default).
-
-        Every file is checked first (manifest keys and types, each file's size and sha256, a
-        known metric, the embeddings' dtype, shape and finiteness): a damaged index raises
-        ``KolmValueError`` naming the file and the key or position. ``verify`` as
-        :meth:`BM25Retriever.load` takes it: ``"quick"`` skips the digests and reads the
-        embeddings' file block by block for their checks (no mapped page stays resident),
-        ``"auto"`` (default) is ``"full"`` up to 256 MiB. Versions 1 and 2 still load.
-        """
-        root = Path(path)
-
-        def read() -> DenseRetriever:
-            body, files = open_index(root, files_since=2, verify=verify)
-            return cls._from_saved(files, body, embedder, mmap=mmap, n_threads=n_threads)
-
-        return retrying(root, read)
-
-    @classmethod
-    def _from_saved(cls, files: SavedFiles, body: dict[str, Any], embedder: Embedder | None = None, *,
-                    mmap: bool = True, n_threads: int | None = None) -> DenseRetriever:
-        """The retriever of one manifest ``body`` (or a composite's child), checked here, and its files."""
-        body = check_manifest(files.where, body, _FORMAT, (1, 2, _VERSION), ("n_docs", "dim", *files.manifest_keys),
-                              optional=("ann",))
-        cfg = check.dense_config(files.where, body["config"])
-        n_docs = check.integer(files.where, "n_docs", body["n_docs"])
-        dim = check.integer(files.where, "dim", body["dim"], 0, 1 << 20)
-        files.expect(("documents", "embeddings"), ("ann", "ann_live") if "ann" in body else ())
-        path_emb = files.path("embeddings", "npy")
-        emb = files.array("embeddings", "float", 2, mmap=mmap)
-        if files.full or not mmap:
-            emb = check.dense_embeddings(path_emb, emb, n_docs, dim, cfg["metric"])
-        else:
-            emb = check.dense_embeddings_in_blocks(path_emb, emb, n_docs, dim, cfg["metric"], n_threads)
-        table = files.table("documents", n_docs, mmap=mmap)
-        self = cls.__new__(cls)
-        self._configure(embedder, metric=cfg["metric"], fields=cfg["fields"], fusion_k=cfg["fusion_k"],
-                        n_threads=n_threads, embed_queries=False)
-        self._start_index(table)
-        self.embeddings = emb
-        self._vector_digest = None
-        self.ann_spec, self.ann = None, None
-        if "ann" in body:
-            from kolm_search.retrievers.ann_store import load_ann
-
-            self.ann_spec, self.ann = load_ann(files, body["ann"], n_docs, dim)
-        return self
 
     def __repr__(self) -> str:
         index = "" if self.ann_spec is None else f", index={self.ann_spec.index!r}"
