@@ -158,7 +158,7 @@ class RetrieverStage(Stage):
 class RerankerStage(Stage):
     """A reranker as a stage: ``transform`` re-ranks each query's candidates (documents read
     from ``batch.table``) in one ``rerank_batch`` call, or ``rerank`` per query
-    (:func:`kolm_search.contract.stages.rerank_all`)."""
+    (:func:`kolm_search.contract.reranking.rerank_all`)."""
 
     @property
     def is_source(self) -> bool:
@@ -172,7 +172,7 @@ class RerankerStage(Stage):
         return None
 
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
-        from kolm_search.contract.stages import rerank_all
+        from kolm_search.contract.reranking import rerank_all
 
         name = stage_name(self)
         if candidates is None:

@@ -37,7 +37,7 @@ def rerank_run(run: Any, corpus: Any, reranker: Any, top_k: int = 100, batch_siz
     corpus : Dataset, DataFrame ``id, content[, title]``, DocumentTable or documents
     reranker : Reranker
         Any object with ``rerank(docs, context)`` (sync or async), called as the pipeline's
-        reranker stage calls it (:func:`kolm_search.contract.stages.rerank_all`): a
+        reranker stage calls it (:func:`kolm_search.contract.reranking.rerank_all`): a
         :class:`~kolm_search.contract.ports.BatchReranker` (``MMRReranker``, ``CrossEncoderReranker``,
         the LLM rerankers) gets each chunk of queries in one ``rerank_batch`` call, so its model
         sees every distinct document (MMR) or pair (cross-encoder) of the chunk once, in full

@@ -24,7 +24,7 @@ import pandas as pd
 
 from kolm_search._bridge import resolve
 from kolm_search.contract.planners import DefaultQueryPlanner
-from kolm_search.contract.stages import rerank_all
+from kolm_search.contract.reranking import rerank_all
 from kolm_search.engine.doctable import DocumentTable
 from kolm_search.engine.runs import RUN_COLUMNS, as_run, check_ids, numeric_column
 from kolm_search.errors import KolmValueError, PipelineStage, SearchError
