@@ -4,6 +4,8 @@ merge first. Oracle: the same pipeline over indexes whose changes were merged be
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -74,3 +76,29 @@ def test_an_experiment_and_a_client_over_deferred_changes(ds) -> None:  # type: 
     stage = PIPES["reranked"](*_changed(ds, defer=True))
     client = SearchClient({"planner": DefaultQueryPlanner(), "retriever": stage})
     pd.testing.assert_frame_equal(client.search_batch(queries, limit=10).run, oracle.search_batch(queries, limit=10).run)
+
+
+@pytest.mark.parametrize("kind", ["bm25", "dense"])
+def test_an_index_copied_before_its_merge_is_not_served_another_copys_codes(ds, kind: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A copy made while changes wait holds them too, under the same revision: the keys of the
+    caches are made of the merged index (its fingerprint merges first), so the copy's run read
+    from the cache is looked up in its own merged table, never in the table before the changes.
+    (300 documents deleted and 300 added: a table of the same size, which the run cache's own
+    check does not tell apart.)"""
+    gone = list(ds.corpus["id"].iloc[:300])
+    new = ds.corpus.iloc[:300].assign(id=lambda f: "n" + f["id"].astype(str))
+
+    def changed(defer: bool) -> Any:
+        index = BM25Retriever(ds.corpus) if kind == "bm25" else DenseRetriever(ds.corpus, Embedder())
+        index.delete(gone, defer=defer)
+        index.add(new, defer=defer)
+        return index
+
+    first = changed(defer=True)
+    second = copy.copy(first)
+    want = (changed(defer=False) % 10)(ds.judged_queries(), limit=10)
+    for index in (first, second):
+        exp = Experiment({"p": index % 10}, ds, ["ndcg@10"], limit=10, progress=False, cache_dir=tmp_path,
+                         drop_self_hits=False)
+        pd.testing.assert_frame_equal(exp.run_pipelines()["p"], want)
+    assert exp.run_cache is not None and exp.run_cache.reads == 1  # the copy's run was read from the cache

@@ -150,6 +150,11 @@ class RetrieverStage(Stage):
         return _settle(self.retrieve_batch(batch))  # type: ignore[attr-defined]
 
     def stage_identity(self) -> str:
+        """The documents' digest and revision of the index a search reads: deferred changes are
+        merged first (the output they key is made after the merge, and an index copied before it
+        would otherwise share a key with outputs of documents it does not hold yet)."""
+        if implements(self, Updatable):
+            self.merge()
         table = self.table if implements(self, BatchRetriever) else None
         revision = self.revision if implements(self, Updatable) else ""
         return "" if table is None else f"{table_digest(table)}@{revision}"

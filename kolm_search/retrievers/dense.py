@@ -315,13 +315,14 @@ class DenseRetriever(DenseFiles, SegmentedIndex, RetrieverStage):
         """The documents' digest and revision and a sha256 of the document vectors (made once per
         matrix; a merge binds a new one): two indexes of one table whose vectors differ (given as
         ``embeddings=``, loaded from files another model wrote) have different fingerprints."""
+        index = super().stage_identity()  # (first: it merges deferred changes)
         found = self._vector_digest
         if found is None or found[0] is not self.embeddings:
             vectors = np.ascontiguousarray(self.embeddings)
             digest = hashlib.sha256(f"{vectors.shape}|{vectors.dtype.str}".encode())
             digest.update(vectors.reshape(-1).data.cast("B"))
             found = self._vector_digest = (self.embeddings, digest.hexdigest()[:32])
-        return f"{super().stage_identity()}|vectors:{found[1]}"
+        return f"{index}|vectors:{found[1]}"
 
     def apply_params(self, changes: dict[str, Any]) -> None:
         """Set ``fusion_k`` or ``embed_queries``; the others change the vectors (build a new index)."""
