@@ -4,6 +4,8 @@ merge first. Oracle: the same pipeline over indexes whose changes were merged be
 
 from __future__ import annotations
 
+import copy
+import pickle
 from typing import Any
 
 import pandas as pd
@@ -74,3 +76,39 @@ def test_an_experiment_and_a_client_over_deferred_changes(ds) -> None:  # type: 
     stage = PIPES["reranked"](*_changed(ds, defer=True))
     client = SearchClient({"planner": DefaultQueryPlanner(), "retriever": stage})
     pd.testing.assert_frame_equal(client.search_batch(queries, limit=10).run, oracle.search_batch(queries, limit=10).run)
+
+
+def test_a_cached_run_is_looked_up_in_the_merged_table(ds, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The run cache keeps a run's codes (rows of the merged table): a second experiment over an
+    index whose changes wait (a copy, or a pickle in another process, shares them) reads the run
+    in the merged table, not in the one before the changes (same row count: 100 added, 100 deleted)."""
+    head, tail = ds.corpus.iloc[:1300], ds.corpus.iloc[1300:1400]
+    gone = list(ds.corpus["id"].iloc[:100])
+    merged = BM25Retriever(head)
+    merged.add(tail)
+    merged.delete(gone)
+    want = (merged % 10)(ds.judged_queries(), limit=10)
+    deferred = BM25Retriever(head)
+    deferred.add(tail, defer=True)
+    deferred.delete(gone, defer=True)
+    twins = [copy.copy(deferred), pickle.loads(pickle.dumps(deferred))]  # (a pickle: as another process loads it)
+    for index in (deferred, *twins):
+        exp = Experiment({"p": index % 10}, ds, ["ndcg@10"], limit=10, progress=False, drop_self_hits=False,
+                         cache_dir=tmp_path)
+        exp.run()
+        pd.testing.assert_frame_equal(exp.runs["p"], want)
+
+
+@pytest.mark.parametrize("name", sorted(PIPES))
+def test_a_client_over_a_pipeline_with_deferred_changes(ds, name: str) -> None:  # type: ignore[no-untyped-def]
+    """A client whose retriever is a composed stage (a fusion of cutoffs too: the composite merges
+    the indexes under its children, not only children that are indexes) answers as over merged ones."""
+    queries = ds.judged_queries()
+    oracle = SearchClient({"planner": DefaultQueryPlanner(), "retriever": PIPES[name](*_changed(ds, defer=False))})
+    want = oracle.search_batch(queries, limit=10).run
+    client = SearchClient({"planner": DefaultQueryPlanner(), "retriever": PIPES[name](*_changed(ds, defer=True))})
+    pd.testing.assert_frame_equal(client.search_batch(queries, limit=10).run, want)
+    client = SearchClient({"planner": DefaultQueryPlanner(), "retriever": PIPES[name](*_changed(ds, defer=True))})
+    query = str(queries["query"].iloc[0])
+    got = [d.id for d in client.search_sync({"query": query, "limit": 10}).results]
+    assert got == [d.id for d in oracle.search_sync({"query": query, "limit": 10}).results] and len(got) == 10

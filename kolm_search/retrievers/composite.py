@@ -15,7 +15,7 @@ from kolm_search._bridge import resolve
 from kolm_search._logging import log
 from kolm_search._params import one_of, positive_int
 from kolm_search.compose.kinds import RetrieverStage
-from kolm_search.compose.runner import mark_incomplete, run_stage
+from kolm_search.compose.runner import mark_incomplete, run_stage, settle
 from kolm_search.compose.stage import Stage, check_acyclic
 from kolm_search.contract.ports import (
     BatchRetriever,
@@ -234,10 +234,11 @@ class CompositeRetriever(SavedComposite, RetrieverStage):
             self.merge()
 
     def merge(self) -> None:
-        """Merge every child's deferred changes; children with equal tables then share one."""
+        """Merge every child's deferred changes, and those of the indexes among a child's stage
+        parameters (a cutoff's, a fusion's: :func:`~kolm_search.compose.runner.settle`);
+        children with equal tables then share one."""
         for child in self.retrievers:
-            if implements(child, Updatable):
-                child.merge()
+            settle(child)
         shared: list[SegmentedIndex] = []
         for child in self.retrievers:
             if implements(child, HoldsIndexes):
