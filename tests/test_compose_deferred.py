@@ -13,6 +13,7 @@ import pytest
 
 from kolm_search import BM25Retriever, DefaultQueryPlanner, DenseRetriever, Experiment, Fuse, SearchClient
 from kolm_search.adapters import MMRReranker
+from kolm_search.compose import as_stage
 from kolm_search.io import load_dataset
 from tests.fakes import BatchHashEmbedder
 
@@ -112,3 +113,49 @@ def test_a_client_over_a_pipeline_with_deferred_changes(ds, name: str) -> None: 
     query = str(queries["query"].iloc[0])
     got = [d.id for d in client.search_sync({"query": query, "limit": 10}).results]
     assert got == [d.id for d in oracle.search_sync({"query": query, "limit": 10}).results] and len(got) == 10
+
+
+class UserIndex:
+    """A user retriever over a BM25 index that forwards its changes (Updatable)."""
+
+    def __init__(self, index: BM25Retriever) -> None:
+        self.index = index
+
+    @property
+    def table(self) -> Any:
+        return self.index.table
+
+    @property
+    def revision(self) -> str:
+        return self.index.revision
+
+    def add(self, documents: Any, embeddings: Any = None) -> None:
+        self.index.add(documents)
+
+    def delete(self, ids: Any) -> None:
+        self.index.delete(ids)
+
+    def merge(self) -> None:
+        self.index.merge()
+
+    def retrieve(self, context: Any) -> Any:
+        return self.index.retrieve(context)
+
+    def retrieve_batch(self, batch: Any) -> Any:
+        return self.index.retrieve_batch(batch)
+
+    def fingerprint(self) -> str:
+        return "user:" + self.index.fingerprint()
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_as_stage_of_a_user_index_changed_after_it_was_wrapped(ds, defer: bool) -> None:  # type: ignore[no-untyped-def]
+    """``as_stage`` reads the port's table as it is at each search (it held the table of when it
+    was wrapped: codes of the changed index looked up in the old table), its deferred changes merged."""
+    queries = ds.judged_queries()
+    want = (_changed(ds, defer=False)[0] % 10)(queries, limit=10)
+    index = BM25Retriever(ds.corpus.iloc[:1200])
+    stage = as_stage(UserIndex(index)) % 10
+    index.add(ds.corpus.iloc[1200:], defer=defer)
+    index.delete(list(ds.corpus["id"].iloc[100:400]), defer=defer)
+    pd.testing.assert_frame_equal(stage(queries, limit=10), want)

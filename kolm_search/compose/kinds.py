@@ -213,8 +213,14 @@ class PortRetriever(ServedByRunner, RetrieverStage):
         if own is None and table is None:
             raise KolmValueError(f"as_stage({type(port).__name__}): a retriever without retrieve_batch and table "
                                  "needs table= (the DocumentTable its document ids are in)")
-        self.table = own if own is not None else DocumentTable.coerce(table)
+        self._table = own if own is not None else DocumentTable.coerce(table)
         self._batch = own is not None
+
+    @property
+    def table(self) -> DocumentTable:
+        """The port's table as it is now (a port over an index that changes), or the ``table=`` given."""
+        own = self.port.table if self._batch else None
+        return self._table if own is None else own
 
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
         if candidates is not None:

@@ -214,10 +214,13 @@ def _compute(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -
 
 def settle(stage: Any) -> None:
     """Apply the deferred changes (``add``/``delete`` with ``defer=True``) of every index in
-    ``stage``: itself and the stages among its parameters (:meth:`Stage.stage_params`),
-    recursively, that are :class:`~kolm_search.contract.ports.Updatable`. A search merges its
+    ``stage``: itself, the stages among its parameters (:meth:`Stage.stage_params`) and the
+    port of an :func:`~kolm_search.compose.as_stage` retriever, recursively, that are
+    :class:`~kolm_search.contract.ports.Updatable`. A search merges its
     own index, but the runner reads the pipeline's ``table`` before the search to look the
     codes up: it settles the pipeline first."""
+    from kolm_search.compose.kinds import PortRetriever  # (here: kinds imports this module)
+
     seen: set[int] = set()
 
     def walk(node: Any) -> None:
@@ -226,6 +229,8 @@ def settle(stage: Any) -> None:
         seen.add(id(node))
         if implements(node, Updatable):
             node.merge()
+        if isinstance(node, PortRetriever):  # a user retriever's own index
+            walk(node.port)
         if isinstance(node, Parameters):
             for value in node.stage_params().values():
                 walk(value)
