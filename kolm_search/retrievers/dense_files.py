@@ -19,7 +19,7 @@ from kolm_search.retrievers._persist import Payload, save_index
 from kolm_search.retrievers._saved import SavedFiles, Verify, check_manifest, open_index, retrying
 from kolm_search.retrievers.ann_spec import AnnSpec
 
-__all__ = ["FORMAT", "VERSION", "DenseFiles"]
+__all__ = ["DenseFiles", "FORMAT", "VERSION"]
 
 S = TypeVar("S", bound="DenseFiles")
 FORMAT = "kolm-search/dense"
