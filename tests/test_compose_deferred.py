@@ -14,6 +14,7 @@ import pytest
 from kolm_search import BM25Retriever, DefaultQueryPlanner, DenseRetriever, Experiment, Fuse, SearchClient
 from kolm_search.adapters import MMRReranker
 from kolm_search.compose import as_stage
+from kolm_search.errors import SearchError
 from kolm_search.io import load_dataset
 from tests.fakes import BatchHashEmbedder
 
@@ -159,3 +160,17 @@ def test_as_stage_of_a_user_index_changed_after_it_was_wrapped(ds, defer: bool) 
     index.add(ds.corpus.iloc[1200:], defer=defer)
     index.delete(list(ds.corpus["id"].iloc[100:400]), defer=defer)
     pd.testing.assert_frame_equal(stage(queries, limit=10), want)
+
+
+class FailingMerge(UserIndex):
+    def merge(self) -> None:
+        raise RuntimeError("disk full while merging")
+
+
+def test_a_merge_that_fails_is_named_by_its_stage(ds) -> None:  # type: ignore[no-untyped-def]
+    """A port whose merge raises fails the search with a ``SearchError`` naming its stage, as a
+    failure inside its search does (the runner merges before the search)."""
+    stage = as_stage(FailingMerge(BM25Retriever(ds.corpus.iloc[:500])))
+    with pytest.raises(SearchError, match=r"as_stage\(.*FailingMerge.*merging deferred changes failed: "
+                                          r"RuntimeError: disk full while merging"):
+        (stage % 10)(ds.judged_queries().iloc[:3], limit=10)

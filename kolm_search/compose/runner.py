@@ -223,19 +223,25 @@ def settle(stage: Any) -> None:
 
     seen: set[int] = set()
 
-    def walk(node: Any) -> None:
+    def walk(node: Any, owner: Any) -> None:
         if id(node) in seen:
             return
         seen.add(id(node))
         if implements(node, Updatable):
-            node.merge()
+            try:
+                node.merge()
+            except KolmError:
+                raise
+            except Exception as exc:  # a user port's failure, named by its stage as one in its search is
+                raise SearchError(stage_name(owner), f"merging deferred changes failed: {type(exc).__name__}: {exc}",
+                                  cause=exc) from exc
         if isinstance(node, PortRetriever):  # a user retriever's own index
-            walk(node.port)
+            walk(node.port, node)
         if isinstance(node, Parameters):
             for value in node.stage_params().values():
-                walk(value)
+                walk(value, value)
 
-    walk(stage)
+    walk(stage, stage)
 
 
 def retrieve_through_runner(stage: Any, batch: QueryBatch, table: Any) -> CandidateFrame:
