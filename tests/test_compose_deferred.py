@@ -174,3 +174,19 @@ def test_a_merge_that_fails_is_named_by_its_stage(ds) -> None:  # type: ignore[n
     with pytest.raises(SearchError, match=r"as_stage\(.*FailingMerge.*merging deferred changes failed: "
                                           r"RuntimeError: disk full while merging"):
         (stage % 10)(ds.judged_queries().iloc[:3], limit=10)
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_a_cached_response_of_a_pipeline_is_not_served_after_its_index_changed(ds, defer: bool) -> None:  # type: ignore[no-untyped-def]
+    """A client's response cache keys a composed retriever by the revisions of the indexes in it
+    (it keyed on none: deleted documents were served from the cache)."""
+    from tests.fakes import MemoryCache
+
+    index = BM25Retriever(ds.corpus.iloc[:1200])
+    client = SearchClient({"planner": DefaultQueryPlanner(), "retriever": Fuse(index % 20, index % 10),
+                           "cache": MemoryCache()})
+    request = {"query": str(ds.judged_queries()["query"].iloc[0]), "limit": 10}
+    first = [d.id for d in client.search_sync(request).results]
+    index.delete(first[:5], defer=defer)
+    again = [d.id for d in client.search_sync(request).results]
+    assert not set(first[:5]) & set(again) and len(again) == 10

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["RunState", "ServedByRunner", "SharedOutputs", "frame_key", "mark_incomplete", "retrieve_through_runner",
-           "run_stage", "settle", "shared_value", "sharing", "stage_name", "watching_incomplete"]
+           "revision_of", "run_stage", "settle", "shared_value", "sharing", "stage_name", "watching_incomplete"]
 
 
 def stage_name(stage: Any) -> str:
@@ -244,6 +244,32 @@ def settle(stage: Any) -> None:
     walk(stage, stage)
 
 
+def revision_of(stage: Any) -> str:
+    """The revisions (:attr:`~kolm_search.contract.ports.Updatable.revision`) of every index in
+    ``stage`` (itself, its stage parameters and an :func:`~kolm_search.compose.as_stage` port,
+    recursively, as :func:`settle` finds them) joined: ``""`` while none has changed; another
+    string at every ``add``/``delete`` of one (a client's response cache keys on it)."""
+    from kolm_search.compose.kinds import PortRetriever  # (here: kinds imports this module)
+
+    seen: set[int] = set()
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if implements(node, Updatable):
+            found.append(str(node.revision))
+        if isinstance(node, PortRetriever):
+            walk(node.port)
+        if isinstance(node, Parameters):
+            for value in node.stage_params().values():
+                walk(value)
+
+    walk(stage)
+    return ",".join(found) if any(found) else ""
+
+
 def retrieve_through_runner(stage: Any, batch: QueryBatch, table: Any) -> CandidateFrame:
     """A retrieving ``stage``'s candidates of ``batch`` over ``table``, at most ``batch.limit`` per
     query, through :func:`run_stage` (checked, and shared with the other pipelines of an
@@ -259,6 +285,11 @@ class ServedByRunner:
     serves a :class:`~kolm_search.contract.client.SearchClient` and is checked as an operand is."""
 
     table: Any
+
+    def index_revision(self) -> str:
+        """The revisions of the indexes in this stage (:func:`revision_of`), which a client's
+        response cache keys on (:class:`~kolm_search.contract.ports.HasIndexRevision`)."""
+        return revision_of(self)
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """The candidates of ``batch`` (at most ``batch.limit`` per query), as the stage runner asks them."""
