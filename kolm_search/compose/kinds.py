@@ -218,8 +218,14 @@ class PortRetriever(ServedByRunner, RetrieverStage):
         if own is None and table is None:
             raise KolmValueError(f"as_stage({type(port).__name__}): a retriever without retrieve_batch and table "
                                  "needs table= (the DocumentTable its document ids are in)")
-        self.table = own if own is not None else DocumentTable.coerce(table)
+        self._table = own if own is not None else DocumentTable.coerce(table)
         self._batch = own is not None
+
+    @property
+    def table(self) -> DocumentTable:
+        """The port's table as it is now (a port over an index that changes), or the ``table=`` given."""
+        own = self.port.table if self._batch else None
+        return self._table if own is None else own
 
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
         if candidates is not None:
@@ -237,6 +243,10 @@ class PortRetriever(ServedByRunner, RetrieverStage):
             except (KolmTypeError, KolmValueError) as exc:
                 raise SearchError(name, str(exc), cause=exc) from exc
         return _frame_of(lists, self.table, self)
+
+    def components(self) -> list[Any]:
+        """The user's retriever (its index merged before a search, its revision keying a client's cache)."""
+        return [self.port]
 
     def fingerprint(self) -> str:
         """The port's own fingerprint with the table's digest and revision: its codes are rows of that table."""

@@ -51,6 +51,12 @@ class Parameters:
         """What else the output depends on (an index: its documents' digest and revision)."""
         return ""
 
+    def components(self) -> list[Any]:
+        """What this stage is made of, for what walks a pipeline (its indexes merged before a
+        search, their revisions keying a client's response cache): its parameters' values; a
+        wrapper adds what it wraps (:func:`~kolm_search.compose.as_stage`: the user's object)."""
+        return list(self.stage_params().values())
+
     # -- provided -----------------------------------------------------------------------------
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """The parameters by name; with ``deep``, those of nested stages too, as ``name__param``."""

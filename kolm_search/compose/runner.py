@@ -52,8 +52,9 @@ from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, 
 if TYPE_CHECKING:
     from kolm_search.types import SearchDocument, SearchPipelineContext
 
-__all__ = ["RunState", "ServedByRunner", "SharedOutputs", "frame_key", "mark_incomplete", "retrieve_through_runner",
-           "run_stage", "settle", "shared_value", "sharing", "stage_name", "watching_incomplete"]
+__all__ = ["RunState", "ServedByRunner", "SharedOutputs", "frame_key", "indexes_in", "mark_incomplete",
+           "retrieve_through_runner", "revision_of", "run_stage", "settle", "shared_value", "sharing", "stage_name",
+           "watching_incomplete"]
 
 
 def stage_name(stage: Any) -> str:
@@ -212,25 +213,49 @@ def _compute(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -
     return check_output(stage, out, batch)
 
 
-def settle(stage: Any) -> None:
-    """Apply the deferred changes (``add``/``delete`` with ``defer=True``) of every index in
-    ``stage``: itself and the stages among its parameters (:meth:`Stage.stage_params`),
-    recursively, that are :class:`~kolm_search.contract.ports.Updatable`. A search merges its
-    own index, but the runner reads the pipeline's ``table`` before the search to look the
-    codes up: it settles the pipeline first."""
+def indexes_in(stage: Any) -> list[tuple[Any, Any]]:
+    """Every :class:`~kolm_search.contract.ports.Updatable` index in ``stage``, each with the
+    stage that holds it: ``stage`` itself and, recursively, what it is made of
+    (:meth:`~kolm_search.compose.params.Parameters.components`: its stage parameters, an
+    :func:`~kolm_search.compose.as_stage` wrapper's port), each once."""
     seen: set[int] = set()
+    found: list[tuple[Any, Any]] = []
 
-    def walk(node: Any) -> None:
+    def walk(node: Any, owner: Any) -> None:
         if id(node) in seen:
             return
         seen.add(id(node))
         if implements(node, Updatable):
-            node.merge()
+            found.append((node, owner))
         if isinstance(node, Parameters):
-            for value in node.stage_params().values():
-                walk(value)
+            for part in node.components():
+                walk(part, part if isinstance(part, Parameters) else node)
 
-    walk(stage)
+    walk(stage, stage)
+    return found
+
+
+def settle(stage: Any) -> None:
+    """Apply the deferred changes (``add``/``delete`` with ``defer=True``) of every index in
+    ``stage`` (:func:`indexes_in`). A search merges its own index, but the runner reads the
+    pipeline's ``table`` before the search to look the codes up: it settles the pipeline first.
+    A merge that fails is a ``SearchError`` naming the stage that holds the index."""
+    for index, owner in indexes_in(stage):
+        try:
+            index.merge()
+        except KolmError:
+            raise
+        except Exception as exc:  # a user port's failure, named by its stage as one in its search is
+            raise SearchError(stage_name(owner), f"merging deferred changes failed: {type(exc).__name__}: {exc}",
+                              cause=exc) from exc
+
+
+def revision_of(stage: Any) -> str:
+    """The revisions (:attr:`~kolm_search.contract.ports.Updatable.revision`) of every index in
+    ``stage`` (:func:`indexes_in`) joined: ``""`` while none has changed; another string at every
+    ``add``/``delete`` of one (a client's response cache keys on it)."""
+    found = [str(index.revision) for index, _ in indexes_in(stage)]
+    return ",".join(found) if any(found) else ""
 
 
 def retrieve_through_runner(stage: Any, batch: QueryBatch, table: Any) -> CandidateFrame:
@@ -248,6 +273,11 @@ class ServedByRunner:
     serves a :class:`~kolm_search.contract.client.SearchClient` and is checked as an operand is."""
 
     table: Any
+
+    def index_revision(self) -> str:
+        """The revisions of the indexes in this stage (:func:`revision_of`), which a client's
+        response cache keys on (:class:`~kolm_search.contract.ports.HasIndexRevision`)."""
+        return revision_of(self)
 
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """The candidates of ``batch`` (at most ``batch.limit`` per query), as the stage runner asks them."""

@@ -26,7 +26,7 @@ from kolm_search.contract.candidates import Run
 from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
 from kolm_search.contract.guards import BatchRequests, batch_requests, coerce_request, resolve_request
 from kolm_search.contract.incomplete import mark_incomplete, watching_incomplete
-from kolm_search.contract.ports import CachesScores, Updatable, implements
+from kolm_search.contract.ports import CachesScores, HasIndexRevision, Updatable, implements
 from kolm_search.contract.stages import Stages
 from kolm_search.errors import KolmTypeError, KolmValueError, PipelineStage
 from kolm_search.types import (
@@ -100,7 +100,8 @@ class SearchPipeline:
         try:
             key = cache_key(plan, req)
             retriever = self.modules.retriever
-            revision = retriever.revision if implements(retriever, Updatable) else ""  # add/delete: no stale hits
+            revision = retriever.revision if implements(retriever, Updatable) else \
+                retriever.index_revision() if implements(retriever, HasIndexRevision) else ""  # add/delete: no stale hits
             return f"{key}:{canonical_digest(revision)}" if revision else key
         except KolmTypeError as exc:
             if str(exc) not in self._unkeyable:

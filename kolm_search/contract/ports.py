@@ -38,6 +38,7 @@ __all__ = [
     "EmbedsMany",
     "Fingerprinted",
     "FusesChildren",
+    "HasIndexRevision",
     "HoldsIndexes",
     "IntentClassifier",
     "Logger",
@@ -146,6 +147,14 @@ class Updatable(Protocol):
     def delete(self, ids: Sequence[str]) -> None: ...
 
     def merge(self) -> None: ...
+
+
+@runtime_checkable
+class HasIndexRevision(Protocol):
+    """A retriever made of indexes without being one (a composed stage): ``index_revision()``
+    joins their revisions (:attr:`Updatable.revision`), which a client's response cache keys on."""
+
+    def index_revision(self) -> str: ...
 
 
 @runtime_checkable

@@ -15,7 +15,7 @@ from kolm_search._bridge import resolve
 from kolm_search._logging import log
 from kolm_search._params import one_of, positive_int
 from kolm_search.compose.kinds import RetrieverStage
-from kolm_search.compose.runner import mark_incomplete, run_stage
+from kolm_search.compose.runner import mark_incomplete, revision_of, run_stage, settle
 from kolm_search.compose.stage import Stage, check_acyclic
 from kolm_search.contract.ports import (
     BatchRetriever,
@@ -203,8 +203,9 @@ class CompositeRetriever(SavedComposite, RetrieverStage):
     # -- incremental updates (every child a BM25, dense, feedback or composite retriever) ---
     @property
     def revision(self) -> str:
-        """The children's revisions joined (``""`` while none has changed)."""
-        revs = [c.revision if implements(c, Updatable) else "" for c in self.retrievers]
+        """The children's revisions joined (``""`` while none has changed): of the indexes in
+        a child that is a composed stage too (:func:`~kolm_search.compose.runner.revision_of`)."""
+        revs = [revision_of(c) for c in self.retrievers]
         return ",".join(revs) if any(revs) else ""
 
     def indexes(self) -> list[SegmentedIndex]:
@@ -234,10 +235,11 @@ class CompositeRetriever(SavedComposite, RetrieverStage):
             self.merge()
 
     def merge(self) -> None:
-        """Merge every child's deferred changes; children with equal tables then share one."""
+        """Merge every child's deferred changes, and those of the indexes among a child's stage
+        parameters (a cutoff's, a fusion's: :func:`~kolm_search.compose.runner.settle`);
+        children with equal tables then share one."""
         for child in self.retrievers:
-            if implements(child, Updatable):
-                child.merge()
+            settle(child)
         shared: list[SegmentedIndex] = []
         for child in self.retrievers:
             if implements(child, HoldsIndexes):
