@@ -96,6 +96,24 @@ class BatchHashEmbedder(HashEmbedder):
         return np.array([self.vector(t) for t in texts])
 
 
+class FingerprintedEmbedder(BatchHashEmbedder):
+    """A hash embedder that declares its fingerprint, so the stages built on it are shared and cached."""
+
+    def fingerprint(self) -> str:
+        return "hash-embedder-8"
+
+
+def judged_cranfield(n_queries: int) -> Any:
+    """Cranfield with only its first ``n_queries`` judged queries and their judgements."""
+    from kolm_search.io import load_dataset
+
+    data = load_dataset("cranfield")
+    keep = set(data.judged_queries()["qid"].iloc[:n_queries])
+    data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
+    data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
+    return data
+
+
 class MemoryCache(Recorder):
     def __init__(self) -> None:
         super().__init__()

@@ -18,19 +18,14 @@ from kolm_search import BM25Retriever, DefaultQueryPlanner, Experiment, SearchCl
 from kolm_search.compose.queries import CodedRun
 from kolm_search.evaluation.experiment import Runs
 from kolm_search.evaluation.self_hits import drop_self_hits
-from kolm_search.io import load_dataset
-from tests.fakes import Prior
+from tests.fakes import Prior, judged_cranfield
 
 METRICS = ["ndcg@10", "map", "recall@20"]
 
 
 @pytest.fixture(scope="module")
 def ds():  # type: ignore[no-untyped-def]
-    data = load_dataset("cranfield")
-    keep = set(data.judged_queries()["qid"].iloc[:40])
-    data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
-    data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
-    return data
+    return judged_cranfield(40)
 
 
 def _pipes(corpus: pd.DataFrame) -> dict[str, Any]:

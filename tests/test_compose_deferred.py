@@ -16,29 +16,19 @@ from kolm_search import BM25Retriever, DefaultQueryPlanner, DenseRetriever, Expe
 from kolm_search.adapters import MMRReranker
 from kolm_search.compose import as_stage
 from kolm_search.errors import SearchError
-from kolm_search.io import load_dataset
-from tests.fakes import BatchHashEmbedder
-
-
-class Embedder(BatchHashEmbedder):
-    def fingerprint(self) -> str:
-        return "hash-embedder-8"
+from tests.fakes import FingerprintedEmbedder, judged_cranfield
 
 
 @pytest.fixture(scope="module")
 def ds():  # type: ignore[no-untyped-def]
-    data = load_dataset("cranfield")
-    keep = set(data.judged_queries()["qid"].iloc[:20])
-    data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
-    data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
-    return data
+    return judged_cranfield(20)
 
 
 def _changed(ds: Any, *, defer: bool) -> tuple[BM25Retriever, DenseRetriever]:
     """BM25 and dense over the first 1200 documents, then the rest added and 300 deleted."""
     head, tail = ds.corpus.iloc[:1200], ds.corpus.iloc[1200:]
     gone = list(ds.corpus["id"].iloc[100:400])
-    out = BM25Retriever(head), DenseRetriever(head, Embedder())
+    out = BM25Retriever(head), DenseRetriever(head, FingerprintedEmbedder())
     for index in out:
         index.add(tail, defer=defer)
         index.delete(gone, defer=defer)
@@ -47,7 +37,7 @@ def _changed(ds: Any, *, defer: bool) -> tuple[BM25Retriever, DenseRetriever]:
 
 PIPES = {
     "cutoff": lambda b, d: b % 10,
-    "reranked": lambda b, d: b % 20 >> MMRReranker(Embedder(), lambda_=0.5),
+    "reranked": lambda b, d: b % 20 >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5),
     "sum": lambda b, d: b % 10 + d % 10,
     "fused": lambda b, d: Fuse(b % 20, d % 20),
 }
@@ -92,7 +82,7 @@ def test_an_index_copied_before_its_merge_is_not_served_another_copys_codes(ds, 
     new = ds.corpus.iloc[:300].assign(id=lambda f: "n" + f["id"].astype(str))
 
     def changed(defer: bool) -> Any:
-        index = BM25Retriever(ds.corpus) if kind == "bm25" else DenseRetriever(ds.corpus, Embedder())
+        index = BM25Retriever(ds.corpus) if kind == "bm25" else DenseRetriever(ds.corpus, FingerprintedEmbedder())
         index.delete(gone, defer=defer)
         index.add(new, defer=defer)
         return index

@@ -25,13 +25,7 @@ from kolm_search.compose import frame_ops
 from kolm_search.compose.runner import RunState, run_stage, sharing
 from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.evaluation import grid_search
-from kolm_search.io import load_dataset
-from tests.fakes import BatchHashEmbedder
-
-
-class Embedder(BatchHashEmbedder):
-    def fingerprint(self) -> str:
-        return "hash-embedder-8"
+from tests.fakes import FingerprintedEmbedder, judged_cranfield
 
 
 class Counted(BM25Retriever):
@@ -46,11 +40,7 @@ class Counted(BM25Retriever):
 
 @pytest.fixture(scope="module")
 def ds():  # type: ignore[no-untyped-def]
-    data = load_dataset("cranfield")
-    keep = set(data.judged_queries()["qid"].iloc[:20])
-    data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
-    data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
-    return data
+    return judged_cranfield(20)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +64,7 @@ def _equal_own_runs(exp: Experiment, pipes: dict[str, Any], ds: Any, limit: int)
 def test_cutoffs_up_to_the_limit_run_bm25_once_in_any_order(ds, bm25, ks: list[int], limit: int, plain: bool,
                                                            seed: int) -> None:  # type: ignore[no-untyped-def]
     ks = [min(k, limit) for k in ks]
-    pipes: dict[str, Any] = {f"k{i}": bm25 % k >> MMRReranker(Embedder(), lambda_=0.5) if i % 2 else bm25 % k
+    pipes: dict[str, Any] = {f"k{i}": bm25 % k >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5) if i % 2 else bm25 % k
                              for i, k in enumerate(ks)}
     if plain:
         pipes["bm25"] = bm25
@@ -103,7 +93,7 @@ def test_a_deeper_cutoff_run_first_serves_the_shallower_ones(ds, bm25) -> None: 
 
 
 def test_a_second_experiment_over_the_cache_runs_nothing(ds, bm25, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    pipes = {"k5": bm25 % 5 >> MMRReranker(Embedder(), lambda_=0.3), "k15": bm25 % 15, "bm25": bm25}
+    pipes = {"k5": bm25 % 5 >> MMRReranker(FingerprintedEmbedder(), lambda_=0.3), "k15": bm25 % 15, "bm25": bm25}
     first = _experiment(pipes, ds, 20, tmp_path)
     first.run_pipelines()
     Counted.limits = []
@@ -158,7 +148,7 @@ def test_exact_dense_shares_and_its_runs_equal_their_own(ds) -> None:  # type: i
             calls.append(batch.limit)
             return super().retrieve_batch(batch)
 
-    dense = CountedDense(ds.corpus, Embedder())
+    dense = CountedDense(ds.corpus, FingerprintedEmbedder())
     pipes = {"d3": dense % 3, "d10": dense % 10, "d": dense}
     exp = _experiment(pipes, ds, 12)
     exp.run_pipelines()
@@ -168,11 +158,11 @@ def test_exact_dense_shares_and_its_runs_equal_their_own(ds) -> None:  # type: i
 
 def test_grid_search_over_the_cutoff_runs_bm25_once(ds) -> None:  # type: ignore[no-untyped-def]
     Counted.limits = []
-    pipe = Counted(ds.corpus) % 10 >> MMRReranker(Embedder(), lambda_=0.5)
+    pipe = Counted(ds.corpus) % 10 >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5)
     found = grid_search(pipe, {"left__k": [3, 10, 30, 5]}, ds.judged_queries(), ds.qrels, "ndcg@10", limit=30)
     assert Counted.limits == [30]
     for (name, run), k in zip(found.runs.items(), [3, 10, 30, 5], strict=True):
-        oracle = BM25Retriever(ds.corpus) % k >> MMRReranker(Embedder(), lambda_=0.5)
+        oracle = BM25Retriever(ds.corpus) % k >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5)
         pd.testing.assert_frame_equal(run, oracle(ds.judged_queries(), limit=30), obj=name)
 
 
@@ -190,7 +180,7 @@ def test_bm25_and_exact_dense_keep_their_declaration(n_docs: int, vocab: int, n_
     texts = [" ".join(rng.choice(words, rng.integers(1, 3))) for _ in range(n_queries)]
     deep = QueryBatch(texts=texts, owner=np.arange(n_queries), n_queries=n_queries, limit=small + extra,
                       filters=[{}] * n_queries, mode="hybrid")
-    for stage in (BM25Retriever(corpus), DenseRetriever(corpus, Embedder())):
+    for stage in (BM25Retriever(corpus), DenseRetriever(corpus, FingerprintedEmbedder())):
         assert stage.prefix_stable(deep)
         wide = stage.transform(deep, None)
         narrow = stage.transform(replace(deep, limit=small), None)
@@ -206,7 +196,7 @@ def test_a_dense_index_declared_approximate_is_not_cut_before_its_index_is_built
     pytest.importorskip("faiss")
 
     def made() -> DenseRetriever:
-        dense = DenseRetriever(ds.corpus.iloc[:0], Embedder(), index="hnsw", m=4, ef_search=1)
+        dense = DenseRetriever(ds.corpus.iloc[:0], FingerprintedEmbedder(), index="hnsw", m=4, ef_search=1)
         dense.add(ds.corpus, defer=True)
         return dense
 

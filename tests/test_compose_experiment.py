@@ -16,13 +16,7 @@ import pytest
 from kolm_search import BM25Retriever, Experiment, KolmValueError, compare
 from kolm_search.adapters import MMRReranker
 from kolm_search.compose import RerankerStage, StageCache
-from kolm_search.io import load_dataset
-from tests.fakes import BatchHashEmbedder
-
-
-class Embedder(BatchHashEmbedder):
-    def fingerprint(self) -> str:
-        return "hash-embedder-8"
+from tests.fakes import FingerprintedEmbedder, judged_cranfield
 
 
 class Counted(BM25Retriever):
@@ -37,16 +31,12 @@ class Counted(BM25Retriever):
 
 @pytest.fixture(scope="module")
 def ds():  # type: ignore[no-untyped-def]
-    data = load_dataset("cranfield")
-    keep = set(data.judged_queries()["qid"].iloc[:25])
-    data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
-    data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
-    return data
+    return judged_cranfield(25)
 
 
 def _pipelines(corpus: pd.DataFrame, lambdas: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)) -> dict[str, Any]:
     first = Counted(corpus) % 30
-    emb = Embedder()
+    emb = FingerprintedEmbedder()
     return {f"mmr{lam}": first >> MMRReranker(emb, lambda_=lam) for lam in lambdas}
 
 
@@ -122,7 +112,7 @@ def test_a_damaged_cache_file_is_recomputed_with_a_warning(ds, tmp_path: Path) -
 
 def test_experiment_refuses_a_reranker_as_a_pipeline(ds) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(KolmValueError, match="re-ranks"):
-        _experiment({"r": MMRReranker(Embedder())}, ds)
+        _experiment({"r": MMRReranker(FingerprintedEmbedder())}, ds)
 
 
 def test_stage_cache_round_trips_and_refuses_another_entry(tmp_path: Path) -> None:
@@ -183,7 +173,7 @@ def test_plot_draws_pipelines_whose_names_are_not_text(ds) -> None:  # type: ign
 
     matplotlib.use("Agg")
     bm = BM25Retriever(ds.corpus)
-    exp = Experiment({1: bm % 10, 2: bm % 5 >> MMRReranker(Embedder(), lambda_=0.5)}, ds, ["ndcg@10"], limit=20,
+    exp = Experiment({1: bm % 10, 2: bm % 5 >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5)}, ds, ["ndcg@10"], limit=20,
                      progress=False, drop_self_hits=False)
     fig = exp.plot()
     assert [ax.get_title().split(",")[0] for ax in fig.axes[1:2]] == ["ndcg@10: 2 - 1"]
@@ -201,8 +191,8 @@ def test_a_failing_pipeline_is_named_and_the_others_work_is_kept(ds, tmp_path: P
     """A pipeline raising midway: the error says which pipeline of the experiment failed (was:
     only the stage's repr), and a rerun without it reads the run made before the failure."""
     bm = BM25Retriever(ds.corpus) % 10
-    pipes = {"a": bm >> MMRReranker(Embedder(), lambda_=0.5), "broken": bm >> Failing(),
-             "c": bm >> MMRReranker(Embedder(), lambda_=0.9)}
+    pipes = {"a": bm >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5), "broken": bm >> Failing(),
+             "c": bm >> MMRReranker(FingerprintedEmbedder(), lambda_=0.9)}
     with pytest.raises(Exception, match="the model fell over") as caught:
         _experiment(pipes, ds, tmp_path).run()
     assert any("'broken'" in note for note in getattr(caught.value, "__notes__", []))
@@ -217,7 +207,7 @@ def test_a_failing_pipeline_is_named_and_the_others_work_is_kept(ds, tmp_path: P
 def test_a_retriever_alone_shares_its_run_with_the_pipelines_it_starts(ds) -> None:  # type: ignore[no-untyped-def]
     # ``bm25`` beside ``bm25 >> mmr``: the lone retriever was called outside the sharing (twice)
     bm25 = Counted(ds.corpus)
-    pipes = {"bm25": bm25, "mmr": bm25 >> MMRReranker(Embedder(), lambda_=0.5)}
+    pipes = {"bm25": bm25, "mmr": bm25 >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5)}
     _first_stage_runs_once(pipes, ds)
 
 
@@ -228,7 +218,7 @@ def test_a_changed_k1_runs_bm25_and_what_follows_it_once_each_and_nothing_else(d
         out = _pipelines(ds.corpus)
         for p in out.values():
             p.set_params(left__stage__k1=k1)
-        return {**out, "dense": DenseRetriever(ds.corpus, Embedder()) % 30 >> MMRReranker(Embedder(), lambda_=0.5)}
+        return {**out, "dense": DenseRetriever(ds.corpus, FingerprintedEmbedder()) % 30 >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5)}
 
     _experiment(pipes(1.5), ds, tmp_path).run_pipelines()
     Counted.calls = 0
@@ -249,7 +239,7 @@ def test_dense_indexes_of_other_vectors_are_other_stages(ds, tmp_path: Path) -> 
     # another model shared the first index's run in an experiment and in the caches
     from kolm_search import DenseRetriever
 
-    emb = Embedder()
+    emb = FingerprintedEmbedder()
     computed = DenseRetriever(ds.corpus, emb)
     other = DenseRetriever(ds.corpus, emb, embeddings=np.random.default_rng(0).standard_normal(
         computed.embeddings.shape).astype(np.float32))
@@ -369,8 +359,8 @@ def test_a_stage_writing_into_the_frame_it_is_given_is_named_and_reaches_no_othe
     from kolm_search import SearchError
 
     bm = BM25Retriever(ds.corpus) % 10
-    alone = _experiment({"plain": bm >> MMRReranker(Embedder(), lambda_=0.5)}, ds).run_pipelines()["plain"]
-    exp = _experiment({"careless": bm >> InPlace(what), "plain": bm >> MMRReranker(Embedder(), lambda_=0.5)}, ds)
+    alone = _experiment({"plain": bm >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5)}, ds).run_pipelines()["plain"]
+    exp = _experiment({"careless": bm >> InPlace(what), "plain": bm >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5)}, ds)
     with pytest.raises(SearchError, match=r"InPlace.*read-only"):
         exp.run_pipelines()
     exp.pipelines.pop("careless")

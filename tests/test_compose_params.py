@@ -21,12 +21,7 @@ from kolm_search import (
 from kolm_search.adapters import MMRReranker
 from kolm_search.evaluation import cross_validate, grid_search
 from kolm_search.io import load_dataset
-from tests.fakes import BatchHashEmbedder
-
-
-class Embedder(BatchHashEmbedder):
-    def fingerprint(self) -> str:
-        return "hash-embedder-8"
+from tests.fakes import FingerprintedEmbedder
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +34,7 @@ def ds():  # type: ignore[no-untyped-def]
 
 def test_get_params_nested_through_operators(ds) -> None:  # type: ignore[no-untyped-def]
     corpus = ds[0]
-    emb = Embedder()
+    emb = FingerprintedEmbedder()
     bm25 = BM25Retriever(corpus.iloc[:200])
     pipe = Fuse(bm25 % 50, DenseRetriever(corpus.iloc[:200], emb), k=30) >> MMRReranker(emb, lambda_=0.4)
     params = pipe.get_params()
@@ -77,7 +72,7 @@ def _counted(calls: list[int]) -> Any:
 def test_grid_search_scores_every_point_and_shares_the_first_stage(ds) -> None:  # type: ignore[no-untyped-def]
     corpus, queries, qrels = ds
     calls: list[int] = []
-    emb = Embedder()
+    emb = FingerprintedEmbedder()
     pipe = _counted(calls)(corpus) % 30 >> MMRReranker(emb, lambda_=0.5)
     grid = {"right__lambda_": [0.2, 1.0], "right__top_n": [None, 5]}
     found = grid_search(pipe, grid, queries, qrels, "ndcg@10", limit=30)
@@ -117,7 +112,7 @@ def test_reranker_params() -> None:
     assert fusion.set_params(weights=[2.0]).get_params()["weights"] == [2.0]
     with pytest.raises(KolmValueError, match="one per scorer"):
         fusion.set_params(weights=[1.0, 2.0])
-    mmr = MMRReranker(Embedder(), lambda_=0.3, top_n=4)
+    mmr = MMRReranker(FingerprintedEmbedder(), lambda_=0.3, top_n=4)
     assert mmr.set_params(top_n=None).get_params() == {"embedder": mmr.embedder, "lambda_": 0.3, "top_n": None}
 
 
@@ -125,7 +120,7 @@ def test_set_params_is_all_or_nothing(ds) -> None:  # type: ignore[no-untyped-de
     """A refused value leaves every parameter of the call as it was (the fingerprint too), at one
     level (``k`` and ``stage`` of a cutoff) and across nested stages."""
     corpus = ds[0].iloc[:200]
-    emb = Embedder()
+    emb = FingerprintedEmbedder()
     cut = BM25Retriever(corpus) % 50
     with pytest.raises(KolmTypeError, match="same kind"):
         cut.set_params(k=7, stage=MMRReranker(emb))
@@ -145,7 +140,7 @@ def test_set_params_of_its_own_values_is_a_no_op(ds) -> None:  # type: ignore[no
     """scikit-learn's round trip ``set_params(**get_params())`` leaves a stage as it was, also one
     holding a dense index whose vector parameters cannot change."""
     corpus = ds[0].iloc[:200]
-    emb = Embedder()
+    emb = FingerprintedEmbedder()
     pipe = Fuse(BM25Retriever(corpus) % 50, DenseRetriever(corpus, emb), k=30) >> MMRReranker(emb, lambda_=0.4)
     fp = pipe.fingerprint()
     for params in (pipe.get_params(deep=False), pipe.get_params()):

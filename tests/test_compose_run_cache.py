@@ -17,8 +17,7 @@ import pytest
 from kolm_search import BM25Retriever, Experiment, as_stage
 from kolm_search.compose.queries import CodedRun, prepare_queries, run_coded
 from kolm_search.compose.run_cache import RunCache
-from kolm_search.io import load_dataset
-from tests.fakes import Prior
+from tests.fakes import Prior, judged_cranfield
 
 
 class Counted(BM25Retriever):
@@ -31,11 +30,7 @@ class Counted(BM25Retriever):
 
 @pytest.fixture(scope="module")
 def ds():  # type: ignore[no-untyped-def]
-    data = load_dataset("cranfield")
-    keep = set(data.judged_queries()["qid"].iloc[:30])
-    data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
-    data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
-    return data
+    return judged_cranfield(30)
 
 
 def _pipes(corpus: pd.DataFrame, weights: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5), k: int = 30,

@@ -18,16 +18,12 @@ from kolm_search import BM25Retriever, Experiment
 from kolm_search.evaluation import compare, experiment_runs
 from kolm_search.evaluation.table_cache import TableCache, qrels_digest, same_table
 from kolm_search.io import load_dataset
-from tests.fakes import Prior
+from tests.fakes import Prior, judged_cranfield
 
 
 @pytest.fixture(scope="module")
 def ds():  # type: ignore[no-untyped-def]
-    data = load_dataset("cranfield")
-    keep = set(data.judged_queries()["qid"].iloc[:40])
-    data.queries = data.queries[data.queries["qid"].isin(keep)].reset_index(drop=True)
-    data.qrels = data.qrels[data.qrels["qid"].isin(keep)].reset_index(drop=True)
-    return data
+    return judged_cranfield(40)
 
 
 @pytest.fixture(scope="module")
