@@ -298,7 +298,6 @@ class ServedByRunner:
         return table.documents(frame.doc, frame.score)
 
 
-
 def run_stage(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
     """``stage.transform(batch, candidates)``, checked, shared and cached (see the module doc)."""
     state = _STATE.get()
