@@ -53,9 +53,10 @@ class Parameters:
 
     def components(self) -> list[Any]:
         """What this stage is made of, for what walks a pipeline (its indexes merged before a
-        search, their revisions keying a client's response cache): its parameters' values; a
-        wrapper adds what it wraps (:func:`~kolm_search.compose.as_stage`: the user's object)."""
-        return list(self.stage_params().values())
+        search, their revisions keying a client's response cache): the stages among its
+        parameters; a wrapper gives what it wraps (:func:`~kolm_search.compose.as_stage`: the
+        user's object)."""
+        return [value for value in self.stage_params().values() if isinstance(value, Parameters)]
 
     # -- provided -----------------------------------------------------------------------------
     def get_params(self, deep: bool = True) -> dict[str, Any]:

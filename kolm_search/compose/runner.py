@@ -45,7 +45,7 @@ from kolm_search.compose.fingerprints import (
 )
 from kolm_search.compose.params import Parameters
 from kolm_search.contract.incomplete import mark_incomplete, watching_incomplete
-from kolm_search.contract.ports import Updatable, implements
+from kolm_search.contract.ports import Updatable, class_implements, implements
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
 
@@ -225,9 +225,10 @@ def indexes_in(stage: Any) -> list[tuple[Any, Any]]:
         if id(node) in seen:
             return
         seen.add(id(node))
-        if implements(node, Updatable):
+        stage = isinstance(node, Parameters)  # (a stage's capabilities are its class's methods)
+        if class_implements(type(node), Updatable) if stage else implements(node, Updatable):
             found.append((node, owner))
-        if isinstance(node, Parameters):
+        if stage:
             for part in node.components():
                 walk(part, part if isinstance(part, Parameters) else node)
 

@@ -55,6 +55,7 @@ __all__ = [
     "Synthesizer",
     "Telemetry",
     "Updatable",
+    "class_implements",
     "embed_all",
     "embedding_matrix",
     "fingerprint_of",
@@ -379,11 +380,18 @@ def implements(port: Any, protocol: type[P]) -> TypeGuard[P]:
     """``isinstance(port, protocol)`` for a capability Protocol made of methods, answered once per
     class when the class defines them (Python 3.11's runtime check costs tens of microseconds a
     call, which single search would pay at every stage)."""
-    key = (type(port), protocol)
+    return class_implements(type(port), protocol) or isinstance(port, protocol)
+
+
+def class_implements(cls: type, protocol: type) -> bool:
+    """Whether class ``cls`` defines every method of ``protocol`` (cached): how a stage, whose
+    capabilities are its class's methods, is asked (:func:`implements` also takes an object
+    given its methods one by one)."""
+    key = (cls, protocol)
     found = _BY_CLASS.get(key)
     if found is None:
-        found = _BY_CLASS[key] = all(callable(getattr(key[0], m, None)) for m in _methods(protocol))
-    return found or isinstance(port, protocol)
+        found = _BY_CLASS[key] = all(callable(getattr(cls, m, None)) for m in _methods(protocol))
+    return found
 
 
 _BY_CLASS: dict[tuple[type, type], bool] = {}  # (class, protocol) -> the class defines every method
