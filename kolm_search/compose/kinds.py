@@ -16,7 +16,7 @@ import numpy as np
 from kolm_search._bridge import TimedOut, call_with_deadline, inline, run_sync
 from kolm_search._params import seconds
 from kolm_search.compose.fingerprints import describe, table_digest
-from kolm_search.compose.runner import ServedByRunner, frame_key, shared_value, stage_name
+from kolm_search.compose.runner import ServedByRunner, frame_key, settle, shared_value, stage_name
 from kolm_search.compose.stage import Stage
 from kolm_search.contract.ports import (
     BatchRetriever,
@@ -150,11 +150,11 @@ class RetrieverStage(Stage):
         return _settle(self.retrieve_batch(batch))  # type: ignore[attr-defined]
 
     def stage_identity(self) -> str:
-        """The documents' digest and revision of the index a search reads: deferred changes are
-        merged first (the output they key is made after the merge, and an index copied before it
-        would otherwise share a key with outputs of documents it does not hold yet)."""
-        if implements(self, Updatable):
-            self.merge()
+        """The documents' digest and revision of the index a search reads: the deferred changes of
+        every index in it are merged first (:func:`~kolm_search.compose.runner.settle`: the output
+        they key is made after the merge, and an index copied before it would otherwise share a
+        key with outputs of documents it does not hold yet)."""
+        settle(self)
         table = self.table if implements(self, BatchRetriever) else None
         revision = self.revision if implements(self, Updatable) else ""
         return "" if table is None else f"{table_digest(table)}@{revision}"

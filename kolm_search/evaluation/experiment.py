@@ -22,7 +22,7 @@ from kolm_search.compose.queries import (
     run_coded,
 )
 from kolm_search.compose.run_cache import RunCache
-from kolm_search.compose.runner import RunState, settle, sharing, watching_incomplete
+from kolm_search.compose.runner import RunState, sharing, watching_incomplete
 from kolm_search.compose.stage import Stage
 from kolm_search.engine.runs import as_qrels
 from kolm_search.errors import KolmError, KolmValueError
@@ -227,10 +227,10 @@ class Experiment:
     def _run_stage(self, stage: Stage, queries: pd.DataFrame) -> CodedRun:
         """A stage's run (before self-hits are dropped), its ids not looked up: read whole from
         the run cache, else computed with prefixes shared with the experiment's other stages
-        (and cached); the queries are checked and planned once for all of them. The pipeline's
-        indexes merge their deferred changes first: a cached run's codes are rows of the merged
-        table, and the fingerprint keying it is the merged index's."""
-        settle(stage)
+        (and cached); the queries are checked and planned once for all of them. The key's
+        fingerprint merges the pipeline's deferred changes first
+        (:meth:`~kolm_search.compose.kinds.RetrieverStage.stage_identity`): a cached run's codes are
+        rows of the merged table read next."""
         key = self._run_key(stage, queries)
         if key is not None and self.run_cache is not None:
             found = self.run_cache.get(*key, lambda: self._qids_of(queries), stage.table,  # type: ignore[attr-defined]
