@@ -111,10 +111,12 @@ def test_the_contract_layer_imports_no_retriever() -> None:
 
 
 def test_retrievers_fusion_and_adapters_reach_the_contract_only_through_its_ports() -> None:
-    """They implement ports: ``contract.ports`` (and, for the simple expanders, the planner's
-    ``normalize_query``; for a retriever a saved client can hold, ``saved_kinds``, where it
-    declares its kind) is all of the contract they see."""
-    allowed = {"kolm_search.contract.ports", "kolm_search.contract.planners", "kolm_search.contract.saved_kinds"}
+    """They implement ports: ``contract.ports`` and its helpers for calling ports,
+    ``contract.port_calls`` (and, for the simple expanders, the planner's ``normalize_query``; for
+    a retriever a saved client can hold, ``saved_kinds``, where it declares its kind) is all of
+    the contract they see."""
+    allowed = {"kolm_search.contract.ports", "kolm_search.contract.port_calls", "kolm_search.contract.planners",
+               "kolm_search.contract.saved_kinds"}
     for sub in ("retrievers", "fusion", "adapters"):
         for path in _modules(sub):
             seen = {m for m in _package_imports(path) if _is(m, "kolm_search.contract")}

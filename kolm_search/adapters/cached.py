@@ -15,7 +15,8 @@ from kolm_search._bridge import inline, off_loop, run_sync
 from kolm_search._logging import log
 from kolm_search.adapters._sqlite import OnCorrupt
 from kolm_search.adapters._vectorstore import VectorStore
-from kolm_search.contract.ports import Fingerprinted, embed_all, fingerprint_of, implements
+from kolm_search.contract.port_calls import embed_all, fingerprint_of
+from kolm_search.contract.ports import Fingerprinted, implements
 from kolm_search.errors import PIPELINE_STAGES
 
 __all__ = ["CachedEmbedder"]
@@ -111,7 +112,7 @@ class CachedEmbedder:
 
     def fingerprint(self) -> str:
         """The wrapped embedder's (the cache changes no vector); a :class:`KolmTypeError` when
-        it declares none (:func:`kolm_search.contract.ports.fingerprint_of`)."""
+        it declares none (:func:`kolm_search.contract.port_calls.fingerprint_of`)."""
         return fingerprint_of(self.inner, what="embedder")
 
     def __repr__(self) -> str:

@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from kolm_search._params import positive_int, probability
 from kolm_search.compose.kinds import RerankerStage
-from kolm_search.contract.ports import embed_all, fingerprint_of
+from kolm_search.contract.port_calls import embed_all, fingerprint_of
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
 

@@ -25,7 +25,8 @@ import numpy.typing as npt
 from kolm_search._bridge import off_loop
 from kolm_search.adapters.score_keys import ScoreStore, pair_keys
 from kolm_search.compose.kinds import RerankerStage
-from kolm_search.contract.ports import RanksWindows, ScoresPairs, fingerprint_of, implements
+from kolm_search.contract.port_calls import fingerprint_of
+from kolm_search.contract.ports import RanksWindows, ScoresPairs, implements
 from kolm_search.errors import KolmTypeError, KolmValueError
 from kolm_search.types import SearchDocument, SearchPipelineContext
 

@@ -15,7 +15,7 @@ import numpy as np
 from kolm_search._bridge import inline, off_loop, run_sync
 from kolm_search._params import real
 from kolm_search.contract.planners import normalize_query
-from kolm_search.contract.ports import embed_all
+from kolm_search.contract.port_calls import embed_all
 from kolm_search.errors import KolmValueError
 from kolm_search.types import SearchDocument
 

@@ -18,12 +18,12 @@ from kolm_search._params import seconds
 from kolm_search.compose.fingerprints import describe, table_digest
 from kolm_search.compose.runner import ServedByRunner, frame_key, settle, shared_value, stage_name
 from kolm_search.compose.stage import Stage
+from kolm_search.contract.port_calls import fingerprint_of
 from kolm_search.contract.ports import (
     BatchRetriever,
     Reranker,
     Retriever,
     Updatable,
-    fingerprint_of,
     implements,
 )
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch

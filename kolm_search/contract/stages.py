@@ -29,14 +29,13 @@ from kolm_search._bridge import TimedOut, call_with_deadline, resolve
 from kolm_search._logging import log, warn
 from kolm_search.contract.candidates import Candidates, Outcome, Run, check_plan, dedup_report
 from kolm_search.contract.config import SearchPipelineModules, SearchPipelineOptions
+from kolm_search.contract.port_calls import embed_all, embedding_matrix
 from kolm_search.contract.ports import (
     BatchRetriever,
     FusesChildren,
     NonBlockingCache,
     ReportsDuplicates,
     Updatable,
-    embed_all,
-    embedding_matrix,
     implements,
 )
 from kolm_search.contract.reranking import rerank_all
@@ -202,7 +201,7 @@ class Stages:
 
     async def embed(self, contexts: list[SearchPipelineContext], run: Run) -> None:
         """One embedding call for every expanded query of every non-fulltext query: ``embed``
-        for a single text, :func:`~kolm_search.contract.ports.embed_all` (``embed_many``, or concurrent
+        for a single text, :func:`~kolm_search.contract.port_calls.embed_all` (``embed_many``, or concurrent
         ``embed`` calls) for several."""
         rows = [c for c in contexts if c.plan.mode != "fulltext"]
         embedder = self.modules.embedder

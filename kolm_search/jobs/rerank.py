@@ -20,7 +20,7 @@ import pandas as pd
 from kolm_search._bridge import run_sync
 from kolm_search._params import boolean, positive_int
 from kolm_search._progress import progress_bar, progress_scope
-from kolm_search.contract.ports import fingerprint_of
+from kolm_search.contract.port_calls import fingerprint_of
 from kolm_search.jobs.rerank_plan import RerankJob, empty_run
 
 __all__ = ["rerank_run"]

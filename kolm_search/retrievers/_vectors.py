@@ -10,7 +10,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kolm_search._bridge import inline, run_sync
-from kolm_search.contract.ports import Embedder, embed_all
+from kolm_search.contract.port_calls import embed_all
+from kolm_search.contract.ports import Embedder
 
 __all__ = ["embed_texts", "normalise_rows"]
 
