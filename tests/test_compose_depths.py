@@ -4,7 +4,11 @@
 declares itself prefix-stable for a batch (:meth:`Stage.prefix_stable`: BM25 and exact dense,
 one text per query) is computed once, at the experiment's limit or deeper, and cut. Oracles:
 each pipeline run on its own, outside any experiment; the declaration itself against a deeper
-run cut by hand (hypothesis, corpora full of ties)."""
+run cut by hand (hypothesis, corpora full of ties).
+
+How deep each pipeline asks a stage is read before any runs (:meth:`Stage.asks`, walked by
+:func:`~kolm_search.compose.depths.planned_depths`), so the stage runs once at the deepest limit
+asked whatever the order of the pipelines; a stage declaring nothing is shared as it is met."""
 
 from __future__ import annotations
 
@@ -19,10 +23,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kolm_search import BM25Retriever, DenseRetriever, Experiment, as_stage
+from kolm_search import BM25Retriever, DenseRetriever, Experiment, Fuse, as_stage
 from kolm_search.adapters import MMRReranker
 from kolm_search.compose import frame_ops
+from kolm_search.compose.depths import planned_depths
+from kolm_search.compose.queries import prepare_queries
 from kolm_search.compose.runner import RunState, run_stage, sharing
+from kolm_search.compose.stage import Composed
 from kolm_search.engine.candidate_frame import QueryBatch
 from kolm_search.evaluation import grid_search
 from tests.fakes import FingerprintedEmbedder, judged_cranfield
@@ -58,12 +65,13 @@ def _equal_own_runs(exp: Experiment, pipes: dict[str, Any], ds: Any, limit: int)
         pd.testing.assert_frame_equal(exp.runs[name], pipe(queries, limit=limit))
 
 
-@settings(max_examples=12, deadline=None)
-@given(ks=st.lists(st.integers(1, 40), min_size=2, max_size=5), limit=st.integers(20, 40),
+@settings(max_examples=15, deadline=None)
+@given(ks=st.lists(st.integers(1, 120), min_size=1, max_size=5), limit=st.integers(5, 40),
        plain=st.booleans(), seed=st.integers(0, 2**16))
-def test_cutoffs_up_to_the_limit_run_bm25_once_in_any_order(ds, bm25, ks: list[int], limit: int, plain: bool,
+def test_cutoffs_run_bm25_once_at_the_deepest_in_any_order(ds, bm25, ks: list[int], limit: int, plain: bool,
                                                            seed: int) -> None:  # type: ignore[no-untyped-def]
-    ks = [min(k, limit) for k in ks]
+    """Cutoffs up to the limit and past it: the experiment reads how deep each pipeline asks BM25
+    before running any (Stage.asks), so BM25 runs once whatever the order."""
     pipes: dict[str, Any] = {f"k{i}": bm25 % k >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5) if i % 2 else bm25 % k
                              for i, k in enumerate(ks)}
     if plain:
@@ -74,21 +82,75 @@ def test_cutoffs_up_to_the_limit_run_bm25_once_in_any_order(ds, bm25, ks: list[i
     Counted.limits = []
     exp = _experiment(pipes, ds, limit)
     exp.run_pipelines()
-    assert Counted.limits == [limit]  # once, at the experiment's limit
+    assert Counted.limits == [max(limit, *ks)]  # once, as deep as the deepest cutoff (or the limit)
     _equal_own_runs(exp, pipes, ds, limit)
 
 
-def test_a_deeper_cutoff_run_first_serves_the_shallower_ones(ds, bm25) -> None:  # type: ignore[no-untyped-def]
+def test_a_deeper_cutoff_serves_the_shallower_ones_in_either_order(ds, bm25) -> None:  # type: ignore[no-untyped-def]
     pipes = {"k500": bm25 % 500, "k200": bm25 % 200, "k40": bm25 % 40, "k5": bm25 % 5}
+    for ordered in (pipes, dict(reversed(pipes.items()))):
+        Counted.limits = []
+        exp = _experiment(ordered, ds, 20)
+        exp.run_pipelines()
+        assert Counted.limits == [500]
+        _equal_own_runs(exp, ordered, ds, 20)
+
+
+def test_a_fusion_asks_its_children_its_depth(ds, bm25) -> None:  # type: ignore[no-untyped-def]
+    """``Fuse(..., depth=60)`` asks BM25 for 60 (CompositeRetriever.asks): run once, at 60, though
+    ``bm25`` alone (asked 20) comes first."""
+    pipes = {"bm25": bm25, "k30": bm25 % 30 >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5),
+             "fused": Fuse(bm25, DenseRetriever(ds.corpus, FingerprintedEmbedder()), depth=60)}
     Counted.limits = []
     exp = _experiment(pipes, ds, 20)
     exp.run_pipelines()
-    assert Counted.limits == [500]
+    assert Counted.limits == [60]
     _equal_own_runs(exp, pipes, ds, 20)
-    Counted.limits = []  # the other order: each cutoff past the limit deeper than any before runs
+
+
+@pytest.mark.parametrize("make", [
+    lambda b, r: b % 7,
+    lambda b, r: b % 7 + b % 30,
+    lambda b, r: 0.5 * (b % 45),
+    lambda b, r: b % 12 >> r,
+    lambda b, r: (b % 50) ** (b % 9),
+    lambda b, r: b % 8 | b % 90,
+    lambda b, r: (b % 100) % 10,
+    lambda b, r: b >> r,
+    lambda b, r: Fuse(b % 33, b, depth=70),
+    lambda b, r: Fuse(b % 3, b % 4) % 2,
+], ids=["cut", "sum", "scale", "then", "features", "union", "nested", "plain", "fuse-depth", "fuse-cut"])
+def test_what_an_operator_declares_it_asks_is_what_it_asks(ds, bm25, make) -> None:  # type: ignore[no-untyped-def]
+    """The plan (Stage.asks, walked by planned_depths) against the limits BM25 is searched at
+    when the pipeline runs alone (no sharing: every ask searches)."""
+    pipe = make(bm25, MMRReranker(FingerprintedEmbedder(), lambda_=0.5))
+    queries = ds.judged_queries()
+    Counted.limits = []
+    pipe(queries, limit=20)
+    assert planned_depths([pipe], prepare_queries(queries, limit=20)) == {bm25.fingerprint(): max(Counted.limits)}
+
+
+class Twice(Composed):
+    """A user's operator asking its stage twice the limit and declaring nothing (``asks`` None)."""
+
+    names = ("stage",)
+
+    def transform(self, batch: QueryBatch, candidates: Any) -> Any:
+        deep = run_stage(self.operands[0], replace(batch, limit=2 * batch.limit), candidates)
+        return frame_ops.cutoff(deep, batch.limit)
+
+
+def test_a_stage_declaring_nothing_is_shared_as_it_is_met(ds, bm25) -> None:  # type: ignore[no-untyped-def]
+    pipes = {"bm25": bm25, "twice": Twice(bm25)}
+    Counted.limits = []
+    exp = _experiment(pipes, ds, 20)
+    exp.run_pipelines()
+    assert Counted.limits == [20, 40]  # not planned: computed at the limit, then at the depth it asks
+    _equal_own_runs(exp, pipes, ds, 20)
+    Counted.limits = []
     exp = _experiment(dict(reversed(pipes.items())), ds, 20)
     exp.run_pipelines()
-    assert Counted.limits == [20, 40, 200, 500]
+    assert Counted.limits == [40]  # the deeper run held serves the limit
     _equal_own_runs(exp, pipes, ds, 20)
 
 
@@ -162,6 +224,17 @@ def test_grid_search_over_the_cutoff_runs_bm25_once(ds) -> None:  # type: ignore
     found = grid_search(pipe, {"left__k": [3, 10, 30, 5]}, ds.judged_queries(), ds.qrels, "ndcg@10", limit=30)
     assert Counted.limits == [30]
     for (name, run), k in zip(found.runs.items(), [3, 10, 30, 5], strict=True):
+        oracle = BM25Retriever(ds.corpus) % k >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5)
+        pd.testing.assert_frame_equal(run, oracle(ds.judged_queries(), limit=30), obj=name)
+
+
+def test_grid_search_over_cutoffs_past_the_limit_runs_bm25_once_at_the_deepest(ds) -> None:  # type: ignore[no-untyped-def]
+    Counted.limits = []
+    pipe = Counted(ds.corpus) % 10 >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5)
+    ks = [3, 60, 10, 45, 90]
+    found = grid_search(pipe, {"left__k": ks}, ds.judged_queries(), ds.qrels, "ndcg@10", limit=30)
+    assert Counted.limits == [90]
+    for (name, run), k in zip(found.runs.items(), ks, strict=True):
         oracle = BM25Retriever(ds.corpus) % k >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5)
         pd.testing.assert_frame_equal(run, oracle(ds.judged_queries(), limit=30), obj=name)
 

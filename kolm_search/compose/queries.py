@@ -27,7 +27,7 @@ from kolm_search.engine.read_only import read_only_view
 from kolm_search.errors import KolmTypeError
 from kolm_search.types import SearchPipelineContext
 
-__all__ = ["CodedRun", "PreparedQueries", "prepare_queries", "queries_digest", "run_coded", "run_prepared",
+__all__ = ["CodedRun", "PreparedQueries", "group_batch", "prepare_queries", "queries_digest", "run_coded", "run_prepared",
            "run_queries"]
 
 
@@ -148,7 +148,7 @@ def run_coded(stage: Any, prepared: PreparedQueries) -> CodedRun:
                             "its 'table' (a DocumentTable)")
     parts: list[tuple[int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     for group, (rows, _, first, target) in enumerate(prepared.groups):
-        batch = _batch(prepared, group, max(1, min(int(target.max()), len(table))))
+        batch = group_batch(prepared, group, table)
         # run and checked as an operand is: in an experiment a pipeline that is a retriever alone
         # shares its output with the pipelines that start with it (``bm25`` beside ``bm25 >> mmr``)
         frame = retrieve_through_runner(stage, batch, table)
@@ -197,6 +197,12 @@ def _arrow_digest(qid: pd.Series, query: pd.Series, options: dict[str, Any]) -> 
     if update_with_column(sha, "qid", qid) not in ("int", "str") or update_with_column(sha, "query", query) != "str":
         return None
     return sha.hexdigest()[:32]
+
+
+def group_batch(prepared: PreparedQueries, group: int, table: DocumentTable) -> QueryBatch:
+    """The batch :func:`run_coded` asks a stage over ``table`` for, for the queries of ``group``:
+    as deep as the deepest page asked (at most the table's size, at least 1)."""
+    return _batch(prepared, group, max(1, min(int(prepared.groups[group][3].max()), len(table))))
 
 
 def _batch(prepared: PreparedQueries, group: int, limit: int) -> QueryBatch:

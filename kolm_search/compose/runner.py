@@ -14,8 +14,9 @@ every output made from it.
 A retrieving stage that declares itself prefix-stable for a batch
 (:meth:`~kolm_search.compose.stage.Stage.prefix_stable`: BM25, exact dense) is computed once
 per block for several depths: at the block's ``depth`` at least (an experiment's limit), or at
-a deeper limit the block already holds it for, and cut to the depth asked (``bm25 % 10`` and
-``bm25 % 100`` run BM25 once).
+the deepest limit its pipelines will ask when the block was told (``RunState.planned``:
+:mod:`~kolm_search.compose.depths`), or at a deeper limit the block already holds it for, and
+cut to the depth asked (``bm25 % 10``, ``bm25 % 100`` and ``bm25`` run BM25 once, at 100).
 
 Inside a block each stage is fingerprinted once, and the input key of a stage given the
 output of another (persistent) node is that node's key with the batch's digest, not a hash
@@ -82,10 +83,13 @@ class RunState:
     many times each stage fingerprint was computed (``computed``) or read back (``reused``).
     ``depth``: the least limit a prefix-stable retrieving stage is computed at in the block
     (then cut to the limit asked), so that pipelines cutting it at several depths up to it
-    share one output; 0 (the default) computes each at the limit asked."""
+    share one output; 0 (the default) computes each at the limit asked. ``planned``: by stage
+    fingerprint, a deeper least limit for such a stage, the deepest its pipelines will ask
+    (:func:`~kolm_search.compose.depths.planned_depths`, which an experiment sets before running)."""
 
     cache: SharedOutputs | None = None
     depth: int = 0
+    planned: dict[str, int] = field(default_factory=dict)
     memo: dict[tuple[str, str], CandidateFrame] = field(default_factory=dict)
     computed: Counter[str] = field(default_factory=Counter)
     reused: Counter[str] = field(default_factory=Counter)
@@ -312,7 +316,7 @@ def run_stage(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) 
 def _widened(state: RunState, stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> QueryBatch | None:
     """The batch a retrieving stage prefix-stable for ``batch`` is computed for instead: the same
     queries at a deeper limit the block holds its output for, else at ``state.depth`` when that
-    is deeper; None to compute ``batch`` itself."""
+    is deeper (or at the depth planned for it, :attr:`RunState.planned`); None to compute ``batch`` itself."""
     if candidates is not None or not stage.prefix_stable(batch):
         return None
     stage_fp, persistent = _stage_key(stage)
@@ -323,7 +327,8 @@ def _widened(state: RunState, stage: Any, batch: QueryBatch, candidates: Candida
             wide = replace(batch, limit=deeper)
             if _key(stage, wide, None)[:2] in state.memo:
                 return wide
-    return replace(batch, limit=state.depth) if state.depth > batch.limit else None
+    depth = max(state.depth, state.planned.get(stage_fp, 0))
+    return replace(batch, limit=depth) if depth > batch.limit else None
 
 
 def _cut(state: RunState, stage: Any, batch: QueryBatch, wide: QueryBatch) -> CandidateFrame:

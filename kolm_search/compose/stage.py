@@ -81,6 +81,16 @@ class Stage(Parameters):
         unless a stage declares it (BM25 and exact dense do, for one text per query)."""
         return False
 
+    def asks(self, batch: QueryBatch) -> list[tuple[Stage, QueryBatch]] | None:
+        """The stages this stage runs (through :func:`~kolm_search.compose.runner.run_stage`) when
+        it is asked for ``batch``, each with the batch it gives it (its limit): what an experiment
+        reads before running, to compute a prefix-stable stage once at the deepest limit any of
+        its pipelines asks (:func:`~kolm_search.compose.depths.planned_depths`). ``[]`` for a stage
+        that runs none; None (the default) when not declared: the stages it runs are then shared
+        as they are met. A declaration is kept with ``transform`` by both making their batches
+        alike (``Cutoff._asked``); a wrong one costs work, never a different output."""
+        return None
+
     def __call__(self, queries: Any, *, limit: int | None = None, offset: int = 0, mode: str | None = None,
                  filters: dict[str, Any] | None = None) -> pd.DataFrame:
         """The run DataFrame ``qid, doc_id, rank, score`` of ``queries`` (any form ``search_batch``
@@ -259,6 +269,9 @@ class _Binary(Composed):
         left, right = self.operands
         return type(self).kernel(run_stage(left, batch, candidates), run_stage(right, batch, candidates))
 
+    def asks(self, batch: QueryBatch) -> list[tuple[Stage, QueryBatch]]:
+        return [(stage, batch) for stage in self.operands]
+
 
 class Then(Composed):
     """``a >> b``: ``b`` transforms ``a``'s candidates."""
@@ -268,6 +281,9 @@ class Then(Composed):
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
         left, right = self.operands
         return run_stage(right, batch, run_stage(left, batch, candidates))
+
+    def asks(self, batch: QueryBatch) -> list[tuple[Stage, QueryBatch]]:
+        return [(stage, batch) for stage in self.operands]
 
 
 class Sum(_Binary):
@@ -326,6 +342,9 @@ class FeatureUnion(Composed):
         given = out if first.is_source else candidates
         return ops.feature_union(out, *(run_stage(s, batch, None if s.is_source else given) for s in rest))
 
+    def asks(self, batch: QueryBatch) -> list[tuple[Stage, QueryBatch]]:
+        return [(stage, batch) for stage in _flat_union(self.operands)]
+
 
 def _flat_union(operands: Any) -> list[Stage]:
     """``operands`` with every feature union among them replaced by its operands, recursively."""
@@ -367,12 +386,16 @@ class Cutoff(_Unary):
     def _check(self, value: Any) -> int:
         return _cutoff(self.operands[0], value)
 
-    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
-        stage = self.operands[0]
+    def _asked(self, batch: QueryBatch) -> QueryBatch:
+        """The batch the operand is asked for: ``k`` deep (at most the table's size, at least 1)."""
         k = int(self.value)
-        table = batch.table
-        limit = k if table is None else max(1, min(k, len(table)))
-        return ops.cutoff(run_stage(stage, replace(batch, limit=limit), candidates), k)
+        return replace(batch, limit=k if batch.table is None else max(1, min(k, len(batch.table))))
+
+    def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+        return ops.cutoff(run_stage(self.operands[0], self._asked(batch), candidates), int(self.value))
+
+    def asks(self, batch: QueryBatch) -> list[tuple[Stage, QueryBatch]]:
+        return [(self.operands[0], self._asked(batch))]
 
 
 class Scale(_Unary):
@@ -386,6 +409,9 @@ class Scale(_Unary):
 
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
         return ops.scale(run_stage(self.operands[0], batch, candidates), float(self.value))
+
+    def asks(self, batch: QueryBatch) -> list[tuple[Stage, QueryBatch]]:
+        return [(self.operands[0], batch)]
 
     def __repr__(self) -> str:
         return f"({self.value!r} * {self.operands[0]!r})"

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from kolm_search.compose.cache import StageCache, cache_root
+from kolm_search.compose.depths import planned_depths
 from kolm_search.compose.fingerprints import fingerprints_once
 from kolm_search.compose.queries import (
     CodedRun,
@@ -46,7 +47,8 @@ class Experiment:
 
     Stage pipelines share their work: equal prefixes (equal stage fingerprints, the same
     queries) run once per experiment (``bm25 % 100 >> r1`` and ``bm25 % 100 >> r2`` run BM25
-    once), and with ``cache_dir`` every stage's output is kept on disk
+    once; so do ``bm25 % 10``, ``bm25 % 50 >> r`` and ``bm25`` in any order, BM25 at the deepest
+    limit asked, read before running: :mod:`~kolm_search.compose.depths`), and with ``cache_dir`` every stage's output is kept on disk
     (:class:`~kolm_search.compose.StageCache`, under ``cache_dir/stages``), so a second
     experiment over the folder runs only the stages whose parameters, index or input changed;
     each pipeline's finished run is kept too (:class:`~kolm_search.compose.run_cache.RunCache`,
@@ -134,6 +136,9 @@ class Experiment:
         self.shared = RunState(cache=None if self.cache_dir is None else StageCache(self.cache_dir / "stages"),
                                depth=self.limit + 1 if self.drop_self_hits else self.limit)  # (what _prepare asks)
         self.run_cache = None if self.cache_dir is None else RunCache(self.cache_dir / "runs")
+        #: the stage pipelines whose depths :meth:`_run_stage` plans before it computes the first of
+        #: them (:func:`~kolm_search.compose.depths.planned_depths`); None once planned
+        self._unplanned: list[Any] | None = None
         self.table_cache = None if self.cache_dir is None else TableCache(self.cache_dir / "tables")
         if self.cache_dir is not None:  # the client runs' folder: what writes killed midway left in it
             sweep_leftovers(self.cache_dir)
@@ -168,6 +173,7 @@ class Experiment:
             self.shared.forget_incomplete()  # a fusion a failed child was missing from is fused again
             held = len(missing) < len(self.pipelines)
             self._runs_for = made_for if not held or self._runs_for == made_for else None
+            self._unplanned = [name for name in missing if isinstance(self.pipelines[name], Stage)]
         for name, client in self.pipelines.items():
             if name in self.runs:
                 continue
@@ -176,6 +182,7 @@ class Experiment:
             except Exception as exc:  # the runs made before it are kept (and cached)
                 exc.add_note(f"while running the Experiment's pipeline {name!r}")
                 raise
+        self._unplanned = None  # (every stage pipeline read whole: nothing computed, nothing to plan)
         return self.runs
 
     def _run_one(self, name: Any, client: Any, queries: pd.DataFrame) -> None:
@@ -238,8 +245,13 @@ class Experiment:
             if found is not None:
                 self.shared.reused[key[0]] += 1
                 return found
+        prepared = self._prepare(queries)
+        if self._unplanned is not None:  # the first stage pipeline computed: the depths the rest will ask
+            self.shared.planned = planned_depths([self.pipelines[n] for n in self._unplanned if n not in self.runs],
+                                                 prepared)
+            self._unplanned = None
         with sharing(self.shared), watching_incomplete() as incomplete:
-            run = run_coded(stage, self._prepare(queries))
+            run = run_coded(stage, prepared)
         if incomplete[0]:  # a best-effort child failed: neither the run nor a table measured from it is kept
             self._runs_for = None
         elif key is not None and self.run_cache is not None:

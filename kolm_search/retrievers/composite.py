@@ -285,6 +285,19 @@ class CompositeRetriever(SavedComposite, RetrieverStage):
         same = all(t is first or (t is not None and len(t) == len(first) and (t.ids == first.ids).all()) for t in tables)
         return first if same else None
 
+    def _child_batch(self, batch: QueryBatch, table: Any) -> QueryBatch:
+        """The batch each child is asked for: ``depth`` deep when deeper (at most the table's size), over ``table``."""
+        if self.depth is not None and min(self.depth, len(table)) > batch.limit:
+            batch = replace(batch, limit=min(self.depth, len(table)))
+        return replace(batch, table=table)
+
+    def asks(self, batch: QueryBatch) -> list[tuple[Stage, QueryBatch]] | None:
+        """Each child that is a stage, with :meth:`_child_batch` (None while the children share no table)."""
+        table = self.table
+        if table is None:
+            return None
+        return [(child, self._child_batch(batch, table)) for child in self.retrievers if isinstance(child, Stage)]
+
     def retrieve_batch(self, batch: QueryBatch) -> CandidateFrame:
         """Every child's batch frame, fused by (weighted) RRF in one kernel call."""
         self.merge()
@@ -294,10 +307,7 @@ class CompositeRetriever(SavedComposite, RetrieverStage):
         frames: list[CandidateFrame] = []
         kept: list[int] = []
         errors: list[BaseException] = []
-        child_batch = batch
-        if self.depth is not None and min(self.depth, len(table)) > batch.limit:
-            child_batch = replace(batch, limit=min(self.depth, len(table)))
-        child_batch = replace(child_batch, table=table)
+        child_batch = self._child_batch(batch, table)
         for index, child in enumerate(self.retrievers):
             try:
                 frames.append(_child_frame(child, child_batch))

@@ -267,12 +267,18 @@ class LTRReranker(Composed):
                                  f"was fitted on {self.n_features}")
         return x
 
+    def _asked(self, batch: QueryBatch) -> QueryBatch:
+        """The batch the features stage is asked for: ``FIT_DEPTH`` deep (at most the table's size)."""
+        table = batch.table if batch.table is not None else self.operands[0].table  # type: ignore[attr-defined]
+        return replace(batch, limit=max(1, min(FIT_DEPTH, len(table))))
+
+    def asks(self, batch: QueryBatch) -> list[tuple[Stage, QueryBatch]]:
+        return [(self.operands[0], self._asked(batch))]
+
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
         if self.booster is None:
             raise KolmError(f"{stage_name(self)}: the model is not trained; call fit(queries, qrels) first")
-        stage = self.operands[0]
-        table = batch.table if batch.table is not None else stage.table  # type: ignore[attr-defined]
-        frame = run_stage(stage, replace(batch, limit=max(1, min(FIT_DEPTH, len(table)))), candidates)
+        frame = run_stage(self.operands[0], self._asked(batch), candidates)
         x = self._matrix(frame)
         score = self._predict(x, frame.query)
         order = np.lexsort((frame.rank, -score, frame.query))
