@@ -228,12 +228,15 @@ def test_grid_search_over_the_cutoff_runs_bm25_once(ds) -> None:  # type: ignore
         pd.testing.assert_frame_equal(run, oracle(ds.judged_queries(), limit=30), obj=name)
 
 
-def test_grid_search_over_cutoffs_past_the_limit_runs_bm25_once_at_the_deepest(ds) -> None:  # type: ignore[no-untyped-def]
+def test_grid_search_over_cutoffs_past_the_limit_shares_what_it_already_holds(ds) -> None:  # type: ignore[no-untyped-def]
+    """grid_search plans no depths (a plan would set every point's parameters twice, a BM25
+    re-index per point when they reach it): a cutoff past the limit runs BM25 at it, and the
+    shallower ones after it are cut from that run."""
     Counted.limits = []
     pipe = Counted(ds.corpus) % 10 >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5)
     ks = [3, 60, 10, 45, 90]
     found = grid_search(pipe, {"left__k": ks}, ds.judged_queries(), ds.qrels, "ndcg@10", limit=30)
-    assert Counted.limits == [90]
+    assert Counted.limits == [30, 60, 90]
     for (name, run), k in zip(found.runs.items(), ks, strict=True):
         oracle = BM25Retriever(ds.corpus) % k >> MMRReranker(FingerprintedEmbedder(), lambda_=0.5)
         pd.testing.assert_frame_equal(run, oracle(ds.judged_queries(), limit=30), obj=name)

@@ -263,6 +263,8 @@ def check_acyclic(root: Stage, operands: Sequence[Any] | None = None) -> None:
 
 
 class _Binary(Composed):
+    """Two operands, each given the batch; their frames combined by ``kernel``."""
+
     kernel: Callable[[CandidateFrame, CandidateFrame], CandidateFrame]
 
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
@@ -273,7 +275,7 @@ class _Binary(Composed):
         return [(stage, batch) for stage in self.operands]
 
 
-class Then(Composed):
+class Then(_Binary):
     """``a >> b``: ``b`` transforms ``a``'s candidates."""
 
     symbol = ">>"
@@ -281,9 +283,6 @@ class Then(Composed):
     def transform(self, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
         left, right = self.operands
         return run_stage(right, batch, run_stage(left, batch, candidates))
-
-    def asks(self, batch: QueryBatch) -> list[tuple[Stage, QueryBatch]]:
-        return [(stage, batch) for stage in self.operands]
 
 
 class Sum(_Binary):

@@ -13,8 +13,6 @@ import pandas as pd
 
 from kolm_search._params import positive_int
 from kolm_search.compose.cache import StageCache, cache_root
-from kolm_search.compose.depths import planned_depths
-from kolm_search.compose.queries import prepare_queries, run_prepared
 from kolm_search.compose.runner import RunState, sharing
 from kolm_search.compose.stage import Stage
 from kolm_search.errors import KolmTypeError, KolmValueError
@@ -108,19 +106,13 @@ def grid_search(stage: Stage, grid: Mapping[str, Sequence[Any]], queries: Any, q
         check_folds(folds, queries["qid"].nunique() if isinstance(queries, pd.DataFrame) and "qid" in queries else None)
     original = {name: current[name] for name in grid}
     root = cache_root(cache_dir)
-    # bm25 % k over k: one BM25, as deep as the deepest k (or the limit), its depth planned first
-    state = RunState(cache=None if root is None else StageCache(root), depth=limit)
+    state = RunState(cache=None if root is None else StageCache(root), depth=limit)  # (bm25 % k over k: one BM25)
     runs: dict[str, pd.DataFrame] = {}
     try:
-        prepared = prepare_queries(queries, limit=limit)
-        for point in points:  # how deep each point asks each prefix-stable stage (compose.depths)
-            stage.set_params(**point)
-            for fp, depth in planned_depths([stage], prepared).items():
-                state.planned[fp] = max(depth, state.planned.get(fp, 0))
         for i, point in enumerate(points):
             stage.set_params(**point)
             with sharing(state):
-                runs[f"p{i}"] = run_prepared(stage, prepared)
+                runs[f"p{i}"] = stage(queries, limit=limit)
     finally:
         stage.set_params(**original)
     key = str(metric)
