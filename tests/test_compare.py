@@ -198,6 +198,30 @@ def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_di
     assert path.is_file() and not list(tmp_path.glob(".*"))  # replaced, no temporary file left
 
 
+def test_a_folder_where_a_client_run_file_goes_is_searched_past_with_a_warning(cranfield_dir: Path,
+                                                                              tmp_path: Path) -> None:
+    """A folder standing where a client's run file goes (an empty one, or one holding a parquet
+    file that reads as a run) is never read as the run: the client is searched (oracle: an
+    experiment without a cache) with a ``RuntimeWarning`` naming the folder, which is left as it
+    is, as the stage cache does (``CacheFolder.writable``); the experiment does not fail."""
+    ds = load_beir(cranfield_dir)
+    pipes = {"bm25": presets.bm25(ds.corpus), "title": presets.bm25(ds.corpus, fields=("title",))}
+    oracle = Experiment(pipes, ds, ["ndcg@10", "map"], progress=False).run()
+    Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+    (path,) = tmp_path.glob("*__bm25__*.parquet")
+    (other,) = tmp_path.glob("*__title__*.parquet")
+    data = other.read_bytes()
+    path.unlink()
+    path.mkdir()
+    for filled in (False, True):
+        if filled:  # a parquet file inside: read as a dataset, it would be another pipeline's run
+            (path / "part-0.parquet").write_bytes(data)
+        with pytest.warns(RuntimeWarning, match=f"{path.name}.* is a folder"):
+            table = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+        pd.testing.assert_frame_equal(table, oracle)
+        assert path.is_dir()
+
+
 @pytest.mark.parametrize("edit", ["queries", "qrels"])
 def test_a_client_run_is_searched_again_when_the_judged_queries_change(cranfield_dir: Path, tmp_path: Path,
                                                                        edit: str) -> None:

@@ -31,8 +31,8 @@ def read_client_run(path: Path) -> pd.DataFrame | None:
     for another file (another pipeline's, copied over it), or it is not a run ``qid, doc_id,
     rank, score`` without nulls. A damaged file is warned about (a ``RuntimeWarning`` naming
     it), never used; the run is searched again and the file replaced."""
-    if not path.exists() and not path.is_symlink():  # (a link leading nowhere, or in a loop, is damaged)
-        return None
+    if (not path.exists() and not path.is_symlink()) or path.is_dir():  # (a link leading nowhere, or in a loop,
+        return None  # is damaged; a folder is never read, as a dataset of its files: write_client_run warns of it)
     try:
         table = pq.read_table(path, page_checksum_verification=True)
         written_as = (table.schema.metadata or {}).get(_KEY)
@@ -51,7 +51,12 @@ def read_client_run(path: Path) -> pd.DataFrame | None:
 
 def write_client_run(path: Path, run: pd.DataFrame) -> None:
     """``run`` stored in ``path`` with a checksum of every page and the file's name (its key),
-    all or nothing."""
+    all or nothing; not stored when a folder stands where the file goes (no rename can replace
+    it), with a ``RuntimeWarning`` naming it (the folder is left as it is)."""
+    if path.is_dir():
+        warnings.warn(f"run cache file {path} is a folder; the run is not stored (remove the folder to let the "
+                      "cache store it)", RuntimeWarning, stacklevel=3)
+        return
     table = pa.Table.from_pandas(run, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            _KEY: path.name.encode("utf-8", "surrogatepass")})
