@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
+from kolm_search._kernels import load
 from kolm_search.compose.fingerprints import (
     batch_digest,
     fingerprints_once,
@@ -144,6 +145,11 @@ def check_output(stage: Any, out: Any, batch: QueryBatch) -> CandidateFrame:
         raise SearchError(stage_name(stage), f"returned document code {int(out.doc.max())}; the table has {len(batch.table)} rows")
     if len(out) and not np.all(np.isfinite(out.score)):
         raise SearchError(stage_name(stage), "returned NaN or infinite scores")
+    n_docs = len(batch.table) if batch.table is not None else int(out.doc.max(initial=-1)) + 1
+    at = load("repeats").first_repeat(out.query, out.doc, n_docs)
+    if at >= 0:
+        raise SearchError(stage_name(stage), f"returned document code {int(out.doc[at])} twice for one query "
+                                             f"(batch row {int(out.query[at])})")
     return out
 
 
