@@ -159,7 +159,8 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 2
 
 
-@pytest.mark.parametrize("damage", ["truncated", "foreign", "bit-flipped", "empty", "symlink loop", "another's"])
+@pytest.mark.parametrize("damage", ["truncated", "foreign", "bit-flipped", "empty", "symlink loop", "another's",
+                                    "rewritten"])
 def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_dir: Path, tmp_path: Path,
                                                                     damage: str) -> None:
     """A client's cached run (``<dataset>__<pipeline>__k<limit>__q<digest>.parquet``) that does
@@ -185,6 +186,15 @@ def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_di
     elif damage == "symlink loop":
         path.unlink()
         path.symlink_to(path)
+    elif damage == "rewritten":  # a well-formed file, its metadata kept, one score changed (no page checksums)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        score = table.column("score").to_numpy().copy()
+        score[0] += 1.0
+        table = table.set_column(table.column_names.index("score"), "score", pa.array(score))
+        pq.write_table(table.replace_schema_metadata(pq.read_schema(path).metadata), path)
     else:
         (other,) = tmp_path.glob("*__title__*.parquet")
         path.write_bytes(other.read_bytes())
