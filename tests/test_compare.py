@@ -159,7 +159,8 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 2
 
 
-@pytest.mark.parametrize("damage", ["truncated", "foreign", "bit-flipped", "empty", "symlink loop", "another's"])
+@pytest.mark.parametrize("damage", ["truncated", "foreign", "bit-flipped", "empty", "symlink loop", "another's",
+                                    "rewritten"])
 def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_dir: Path, tmp_path: Path,
                                                                     damage: str) -> None:
     """A client's cached run (``<dataset>__<pipeline>__k<limit>__q<digest>.parquet``) that does
@@ -185,6 +186,15 @@ def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_di
     elif damage == "symlink loop":
         path.unlink()
         path.symlink_to(path)
+    elif damage == "rewritten":  # a well-formed file, its metadata kept, one score changed (no page checksums)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        score = table.column("score").to_numpy().copy()
+        score[0] += 1.0
+        table = table.set_column(table.column_names.index("score"), "score", pa.array(score))
+        pq.write_table(table.replace_schema_metadata(pq.read_schema(path).metadata), path)
     else:
         (other,) = tmp_path.glob("*__title__*.parquet")
         path.write_bytes(other.read_bytes())
@@ -196,6 +206,30 @@ def test_a_damaged_client_run_file_is_searched_again_with_a_warning(cranfield_di
         again = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
     pd.testing.assert_frame_equal(again, oracle)
     assert path.is_file() and not list(tmp_path.glob(".*"))  # replaced, no temporary file left
+
+
+def test_a_folder_where_a_client_run_file_goes_is_searched_past_with_a_warning(cranfield_dir: Path,
+                                                                              tmp_path: Path) -> None:
+    """A folder standing where a client's run file goes (an empty one, or one holding a parquet
+    file that reads as a run) is never read as the run: the client is searched (oracle: an
+    experiment without a cache) with a ``RuntimeWarning`` naming the folder, which is left as it
+    is, as the stage cache does (``CacheFolder.writable``); the experiment does not fail."""
+    ds = load_beir(cranfield_dir)
+    pipes = {"bm25": presets.bm25(ds.corpus), "title": presets.bm25(ds.corpus, fields=("title",))}
+    oracle = Experiment(pipes, ds, ["ndcg@10", "map"], progress=False).run()
+    Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+    (path,) = tmp_path.glob("*__bm25__*.parquet")
+    (other,) = tmp_path.glob("*__title__*.parquet")
+    data = other.read_bytes()
+    path.unlink()
+    path.mkdir()
+    for filled in (False, True):
+        if filled:  # a parquet file inside: read as a dataset, it would be another pipeline's run
+            (path / "part-0.parquet").write_bytes(data)
+        with pytest.warns(RuntimeWarning, match=f"{path.name}.* is a folder"):
+            table = Experiment(pipes, ds, ["ndcg@10", "map"], cache_dir=tmp_path, progress=False).run()
+        pd.testing.assert_frame_equal(table, oracle)
+        assert path.is_dir()
 
 
 @pytest.mark.parametrize("edit", ["queries", "qrels"])

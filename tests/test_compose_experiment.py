@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kolm_search import BM25Retriever, Experiment, KolmValueError, compare
+from kolm_search import BM25Retriever, Experiment, KolmTypeError, KolmValueError, compare
 from kolm_search.adapters import MMRReranker
 from kolm_search.compose import RerankerStage, StageCache
 from tests.fakes import FingerprintedEmbedder, judged_cranfield
@@ -113,6 +113,16 @@ def test_a_damaged_cache_file_is_recomputed_with_a_warning(ds, tmp_path: Path) -
 def test_experiment_refuses_a_reranker_as_a_pipeline(ds) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(KolmValueError, match="re-ranks"):
         _experiment({"r": MMRReranker(FingerprintedEmbedder())}, ds)
+
+
+@pytest.mark.parametrize("pipelines", [[0], (0,), "bm25"])
+def test_experiment_refuses_pipelines_that_are_not_named(ds, pipelines: Any) -> None:  # type: ignore[no-untyped-def]
+    """Pipelines given as a list (or a tuple, or a string) instead of a dict by name: a
+    ``KolmTypeError`` saying what is taken, not an ``AttributeError`` from inside."""
+    bm25 = BM25Retriever(ds.corpus)
+    given = [bm25] if isinstance(pipelines, list) else (bm25,) if isinstance(pipelines, tuple) else pipelines
+    with pytest.raises(KolmTypeError, match="dict"):
+        Experiment(given, ds, ["ndcg@10"], progress=False)
 
 
 def test_stage_cache_round_trips_and_refuses_another_entry(tmp_path: Path) -> None:

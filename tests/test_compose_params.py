@@ -21,7 +21,7 @@ from kolm_search import (
 from kolm_search.adapters import MMRReranker
 from kolm_search.evaluation import cross_validate, grid_search
 from kolm_search.io import load_dataset
-from tests.fakes import FingerprintedEmbedder
+from tests.fakes import BatchHashEmbedder, FingerprintedEmbedder
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +86,22 @@ def test_grid_search_scores_every_point_and_shares_the_first_stage(ds) -> None: 
     best = found.table["ndcg@10"].idxmax()
     assert found.best_score == found.table["ndcg@10"][best]
     assert found.best_params["right__lambda_"] == found.table["right__lambda_"][best]
+
+
+def test_grid_search_runs_each_point_of_a_pipeline_without_a_fingerprint(ds) -> None:  # type: ignore[no-untyped-def]
+    """A pipeline holding a stage without a fingerprint (an embedder that declares none) is keyed
+    by its objects' identity, which ``set_params`` keeps: each point's own parameters still
+    give its run (oracle: a pipeline built with them), not the run of the point before it."""
+    corpus, queries, qrels = ds
+    emb = BatchHashEmbedder()
+    pipe = BM25Retriever(corpus) % 30 >> MMRReranker(emb, lambda_=0.5)
+    grid = {"left__k": [5, 20], "right__lambda_": [0.2, 1.0]}
+    found = grid_search(pipe, grid, queries, qrels, "ndcg@10", limit=30)
+    for i, (_, row) in enumerate(found.table.iterrows()):
+        oracle = BM25Retriever(corpus) % int(row["left__k"]) >> MMRReranker(emb, lambda_=row["right__lambda_"])
+        pd.testing.assert_frame_equal(found.runs[f"p{i}"], oracle(queries, limit=30))
+        expect = evaluate(oracle(queries, limit=30), qrels, ["ndcg@10"])["ndcg@10"]
+        assert row["ndcg@10"] == pytest.approx(expect, abs=1e-12)
 
 
 def test_grid_search_with_folds_reports_the_held_out_score(ds, tmp_path) -> None:  # type: ignore[no-untyped-def]

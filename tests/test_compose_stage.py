@@ -147,6 +147,50 @@ def test_a_stage_breaking_the_frame_schema_is_a_search_error_naming_it(small) ->
         MMRReranker(BatchHashEmbedder())(["q"])
 
 
+class _Twice(Stage):
+    """A user stage (retrieving, or re-ranking) whose frame holds document code 3 twice for query 0
+    (as rows 0 and 2 of its list, or, when ``lists``, once in each of two lists: a stage's output
+    is one list per query, and the operators read it so)."""
+
+    def __init__(self, table, source: bool = True, lists: bool = False) -> None:  # type: ignore[no-untyped-def]
+        self.table, self.source, self.lists = table, source, lists
+
+    @property
+    def is_source(self) -> bool:
+        return self.source
+
+    def transform(self, batch, candidates):  # type: ignore[no-untyped-def]
+        n = batch.n_queries
+        if self.lists:
+            return CandidateFrame(query=np.zeros(2, np.int32), doc=np.array([3, 3]), score=np.ones(2),
+                                  rank=np.zeros(2, np.int32), n_queries=n, list_id=np.array([0, 1], np.int32))
+        return CandidateFrame.from_ptr([0, 3] + [3] * (n - 1), [3, 5, 3], [3.0, 2.0, 1.0])
+
+    def __repr__(self) -> str:
+        return "Twice()"
+
+
+def test_a_user_stage_returning_a_document_twice_for_a_query_is_a_search_error(small) -> None:  # type: ignore[no-untyped-def]
+    """A frame holding one document twice in one query's list breaks the schema, also from a
+    ``Stage`` subclass (not only through a port): alone it would put the document in the run
+    twice (counted twice by a measure), and ``+``, ``|`` or ``^`` would drop or merge an entry
+    silently. A ``SearchError`` names the stage, whatever composition holds it, also when the
+    two entries carry two ``list_id`` values (a stage returns one list per query: ``a % k``
+    would make it one list holding the document twice); a table far larger than the frame is
+    checked alike (the kernel's sorting twin)."""
+    corpus, queries, bm25, _, _ = small
+    twice = _Twice(bm25.table)
+    for pipe in (twice, twice % 2, twice + bm25, bm25 ^ twice, Fuse(twice % 5, bm25 % 5), bm25 % 5 >> _Twice(None, False)):
+        with pytest.raises(SearchError, match="document code 3 twice") as info:
+            pipe(queries, limit=5)
+        assert "Twice()" in str(info.value)  # (a Fuse names the child: the composite-retriever stage is its own)
+    for pipe in (_Twice(bm25.table, lists=True), _Twice(BM25Retriever(pd.concat([corpus] * 30, ignore_index=True).assign(
+            id=lambda f: [f"x{i}" for i in range(len(f))])).table)):
+        with pytest.raises(SearchError, match="document code 3 twice") as info:
+            pipe(queries, limit=5)
+        assert info.value.stage == "Twice()"
+
+
 class _Port:
     """A user port whose one method runs ``body`` (sync, or async with ``run_async``)."""
 
@@ -499,3 +543,21 @@ def test_a_timeout_calls_a_sync_port_one_call_at_a_time_as_without_it(small) -> 
     plain = bm25 % 3 >> as_stage(Counting())
     pd.testing.assert_frame_equal(timed(queries), plain(queries), check_exact=True)
     assert port.most == 1
+
+
+def test_the_repeats_kernel_equals_its_twin() -> None:
+    """:func:`first_repeat` (the stamping kernel) and its sorting twin find the same first repeat
+    of random frames, none where every query's documents differ."""
+    from kolm_search._kernels import load
+
+    repeats = load("repeats")
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n_docs = int(rng.integers(1, 30))
+        counts = rng.integers(0, 6, size=int(rng.integers(1, 6)))
+        query = np.repeat(np.arange(len(counts)), counts)
+        doc = rng.integers(0, n_docs, size=len(query))
+        found = repeats.first_repeat(query, doc, n_docs)
+        assert found == repeats.first_repeat_numpy(query, doc, n_docs)
+        seen = [(int(q), int(d)) for q, d in zip(query, doc, strict=True)]
+        assert found == next((i for i in range(len(seen)) if seen[i] in seen[:i]), -1)

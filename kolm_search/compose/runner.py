@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
+from kolm_search._kernels import load
 from kolm_search.compose.fingerprints import (
     batch_digest,
     fingerprints_once,
@@ -98,6 +99,7 @@ class RunState:
     stored: dict[int, tuple[str, str]] = field(default_factory=dict)  # id of a kept output -> its cache entry
     incomplete: set[int] = field(default_factory=set)  # ids of kept outputs made without part of their input
     depths: dict[str, set[int]] = field(default_factory=dict)  # retrieving stage fp -> the limits it was asked at
+    unnamed: set[tuple[str, str]] = field(default_factory=set)  # memo keys of stages keyed by identity (no fingerprint)
 
     def forget_incomplete(self) -> None:
         """Drop the kept outputs made without part of their input (:func:`mark_incomplete`), so
@@ -106,6 +108,14 @@ class RunState:
             for key in [key for key, out in self.memo.items() if id(out) in self.incomplete]:
                 del self.memo[key]
             self.incomplete.clear()
+
+    def forget_unnamed(self) -> None:
+        """Drop the kept outputs of stages without a fingerprint, keyed by the objects' identity,
+        which ``set_params`` keeps: after a stage in the block changed its parameters (the next
+        point of a grid), they would be its outputs before the change."""
+        for key in self.unnamed:
+            self.memo.pop(key, None)
+        self.unnamed.clear()
 
 
 T = TypeVar("T")
@@ -148,6 +158,11 @@ def check_output(stage: Any, out: Any, batch: QueryBatch) -> CandidateFrame:
         raise SearchError(stage_name(stage), f"returned document code {int(out.doc.max())}; the table has {len(batch.table)} rows")
     if len(out) and not np.all(np.isfinite(out.score)):
         raise SearchError(stage_name(stage), "returned NaN or infinite scores")
+    n_docs = len(batch.table) if batch.table is not None else int(out.doc.max(initial=-1)) + 1
+    at = load("repeats").first_repeat(out.query, out.doc, n_docs)
+    if at >= 0:
+        raise SearchError(stage_name(stage), f"returned document code {int(out.doc[at])} twice for one query "
+                                             f"(batch row {int(out.query[at])})")
     return out
 
 
@@ -194,6 +209,8 @@ def _keep(state: RunState, key: tuple[str, str], out: CandidateFrame, persistent
     state.memo[key] = out
     if persistent:
         state.origins[id(out)] = node_digest(*key)
+    else:
+        state.unnamed.add(key)
 
 
 def _compute(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:

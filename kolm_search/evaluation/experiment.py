@@ -26,7 +26,7 @@ from kolm_search.compose.run_cache import RunCache
 from kolm_search.compose.runner import RunState, sharing, watching_incomplete
 from kolm_search.compose.stage import Stage
 from kolm_search.engine.runs import as_qrels
-from kolm_search.errors import KolmError, KolmValueError
+from kolm_search.errors import KolmError, KolmTypeError, KolmValueError
 from kolm_search.evaluation.client_run_cache import read_client_run, write_client_run
 from kolm_search.evaluation.compare import check_settings, compare, per_query_table
 from kolm_search.evaluation.experiment_runs import Runs
@@ -101,6 +101,9 @@ class Experiment:
                  correction: Correction | None = None, ci: Interval = "t", seed: int = 0,
                  cache_dir: str | Path | None = None, progress: bool = True,
                  drop_self_hits: bool | None = None, score_cache: Any = None) -> None:
+        if not isinstance(pipelines, Mapping):
+            raise KolmTypeError(f"Experiment takes the pipelines as a dict name -> Stage or SearchClient, got "
+                                f"{type(pipelines).__name__}")
         if not pipelines:
             raise KolmValueError("Experiment needs at least one pipeline")
         for name, client in pipelines.items():

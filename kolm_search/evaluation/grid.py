@@ -111,6 +111,7 @@ def grid_search(stage: Stage, grid: Mapping[str, Sequence[Any]], queries: Any, q
     try:
         for i, point in enumerate(points):
             stage.set_params(**point)
+            state.forget_unnamed()  # (a stage without a fingerprint is keyed by identity, which set_params keeps)
             with sharing(state):
                 runs[f"p{i}"] = stage(queries, limit=limit)
     finally:
