@@ -24,7 +24,8 @@ from kolm_search import (
     as_stage,
 )
 from kolm_search.adapters import MMRReranker
-from kolm_search.compose import RerankerStage
+from kolm_search.compose import RerankerStage, ServedByRunner
+from kolm_search.contract.ports import BatchRetriever, implements
 from tests.fakes import CORPUS, AsyncListRetriever, BatchHashEmbedder, ListRetriever
 
 
@@ -561,3 +562,37 @@ def test_the_repeats_kernel_equals_its_twin() -> None:
         assert found == repeats.first_repeat_numpy(query, doc, n_docs)
         seen = [(int(q), int(d)) for q, d in zip(query, doc, strict=True)]
         assert found == next((i for i in range(len(seen)) if seen[i] in seen[:i]), -1)
+
+
+class _Overlap(ServedByRunner, Stage):
+    """A user's retrieving stage: each query's documents by how many of its words they hold (its
+    own ``transform``), a ``BatchRetriever`` through ``ServedByRunner``."""
+
+    def __init__(self, table) -> None:  # type: ignore[no-untyped-def]
+        self.table = table
+
+    def transform(self, batch, candidates):  # type: ignore[no-untyped-def]
+        texts = [set(t.lower().split()) for t in self.table.texts()]
+        ptr, docs, scores = [0], [], []
+        for query in batch.texts:
+            words = set(query.lower().split())
+            score = np.array([len(words & t) for t in texts], np.float64)
+            top = [d for d in np.argsort(-score, kind="stable")[:batch.limit] if score[d] > 0]
+            docs += top
+            scores += [float(score[d]) for d in top]
+            ptr.append(len(docs))
+        return CandidateFrame.from_ptr(ptr, docs, scores)
+
+
+def test_a_user_stage_with_served_by_runner_serves_a_search_client(small) -> None:  # type: ignore[no-untyped-def]
+    """A ``Stage`` subclass is a ``BatchRetriever`` when it says so with ``ServedByRunner`` among
+    its bases (as the operators have): a client over it answers as the stage does, in batch and
+    one query at a time, alone and composed."""
+    corpus, queries, bm25, _, _ = small
+    mine = _Overlap(bm25.table)
+    assert not implements(Stage(), BatchRetriever) and implements(mine, BatchRetriever)
+    for stage in (mine, mine % 7, mine + bm25):
+        got = _client(stage).search_batch(queries, limit=7).run
+        pd.testing.assert_frame_equal(got, stage(queries, limit=7), check_dtype=False)
+        one = asyncio.run(_client(stage).search({"query": queries["query"][0], "limit": 7}))
+        assert [d.id for d in one.results] == got[got["qid"] == queries["qid"][0]]["doc_id"].tolist()

@@ -14,8 +14,8 @@ batch over candidate frames. ``Fuse``, fusion as a stage, is a retriever
 
 from kolm_search.compose.cache import StageCache
 from kolm_search.compose.kinds import RerankerStage, RetrieverStage, as_stage
-from kolm_search.compose.runner import RunState, run_stage, sharing
+from kolm_search.compose.runner import RunState, ServedByRunner, run_stage, sharing
 from kolm_search.compose.stage import Stage
 
-__all__ = ["RerankerStage", "RetrieverStage", "RunState", "Stage", "StageCache", "as_stage", "run_stage",
-           "sharing"]
+__all__ = ["RerankerStage", "RetrieverStage", "RunState", "ServedByRunner", "Stage", "StageCache", "as_stage",
+           "run_stage", "sharing"]
