@@ -13,10 +13,9 @@ every output made from it.
 
 A retrieving stage that declares itself prefix-stable for a batch
 (:meth:`~kolm_search.compose.stage.Stage.prefix_stable`: BM25, exact dense) is computed once
-per block for several depths: at the block's ``depth`` at least (an experiment's limit), or at
-the deepest limit its pipelines will ask when the block was told (``RunState.planned``:
-:mod:`~kolm_search.compose.depths`), or at a deeper limit the block already holds it for, and
-cut to the depth asked (``bm25 % 10``, ``bm25 % 100`` and ``bm25`` run BM25 once, at 100).
+per block for several depths: at the block's ``depth`` at least (an experiment's limit), at the
+deepest limit its pipelines will ask (``RunState.planned``, :mod:`~kolm_search.compose.depths`)
+or a deeper one the block holds it for, then cut (``bm25 % 10``, ``bm25`` run BM25 once).
 
 Inside a block each stage is fingerprinted once, and the input key of a stage given the
 output of another (persistent) node is that node's key with the batch's digest, not a hash
