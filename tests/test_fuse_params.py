@@ -19,6 +19,7 @@ from kolm_search import (
     CompositeRetriever,
     Fuse,
     KolmError,
+    KolmTypeError,
     SearchDocument,
     as_stage,
     fit_fusion,
@@ -96,6 +97,15 @@ def test_params_are_checked_when_built(method: str, params: Any, match: str | No
         return
     with pytest.raises(KolmError, match=match):
         CompositeRetriever([a, b], method=method, params=params)
+
+
+def test_fuse_names_itself_and_the_argument_that_is_no_stage() -> None:
+    bm25 = BM25Retriever(pd.DataFrame({"id": ["a", "b"], "content": ["x y", "y z"]}))
+    for bad in (1, "bm25", None):
+        with pytest.raises(KolmTypeError, match=r"^Fuse: stages\[1\]: .* cannot be a stage"):
+            Fuse(bm25, bad)
+    with pytest.raises(KolmError, match=r"^Fuse: stages\[0\]: as_stage\(ListRetriever\).*needs table="):
+        Fuse(ListRetriever(scored(["x"], [1.0])), bm25)
 
 
 def test_k_or_weights_given_twice_are_refused() -> None:

@@ -64,7 +64,12 @@ class Fuse(CompositeRetriever):
             raise KolmValueError("Fuse needs at least one stage")
         if len(stages) == 1 and isinstance(stages[0], (list, tuple)):
             raise KolmTypeError("Fuse takes the stages as arguments: Fuse(a, b), not Fuse([a, b])")
-        found = [as_stage(s) for s in stages]
+        found = []
+        for i, given in enumerate(stages):
+            try:
+                found.append(as_stage(given))
+            except (KolmTypeError, KolmValueError) as exc:  # (which argument of which call: Fuse(bm25, 1))
+                raise type(exc)(f"Fuse: stages[{i}]: {exc}") from exc
         for i, s in enumerate(found):
             if not s.is_source:
                 others = ", ".join(stage_name(x) for x in found)
