@@ -155,6 +155,11 @@ def test_grid_points() -> None:
     assert grid_points({"a": [1, 2], "b": ["x", "y"]}) == [
         {"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 2, "b": "x"}, {"a": 2, "b": "y"}]
     assert grid_points({}) == [{}]
+    got = grid_points({"k1": np.linspace(0.5, 1.5, 3), "k": np.array([10, 20])})  # numpy axes, as sklearn takes them
+    assert got == [{"k1": a, "k": b} for a in (0.5, 1.0, 1.5) for b in (10, 20)]
+    assert all(type(p["k1"]) is float and type(p["k"]) is int for p in got)
+    with pytest.raises(KolmValueError, match="non-empty list"):
+        grid_points({"k1": np.zeros((2, 2))})
     with pytest.raises(KolmValueError, match="grid\\['a'\\]"):
         grid_points({"a": []})
     with pytest.raises(KolmValueError, match="grid\\['a'\\]"):

@@ -41,13 +41,19 @@ def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Every combination of a parameter grid, in order (the last axis varies fastest).
 
     ``grid_points({"a": [1, 2], "b": ["x"]})`` is ``[{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]``.
+    A one-dimensional numpy array of values (``np.linspace(0.5, 1.5, 5)``) is taken as its list
+    of Python values (``tolist``).
     """
     if not isinstance(grid, Mapping):
         raise KolmTypeError(f"grid must be a dict of parameter -> values, got {type(grid).__name__}")
+    axes: dict[Any, Sequence[Any]] = {}
     for name, values in grid.items():
+        if isinstance(values, np.ndarray) and values.ndim == 1:
+            values = values.tolist()
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not len(values):
             raise KolmValueError(f"grid[{name!r}] must be a non-empty list of values, got {values!r}")
-    return [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
+        axes[name] = values
+    return [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
 
 
 def make_folds(qids: Sequence[Any], folds: int = 5, *, seed: int | np.random.Generator | None = 0) -> list[list[str]]:
