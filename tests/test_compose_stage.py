@@ -596,3 +596,26 @@ def test_a_user_stage_with_served_by_runner_serves_a_search_client(small) -> Non
         pd.testing.assert_frame_equal(got, stage(queries, limit=7), check_dtype=False)
         one = asyncio.run(_client(stage).search({"query": queries["query"][0], "limit": 7}))
         assert [d.id for d in one.results] == got[got["qid"] == queries["qid"][0]]["doc_id"].tolist()
+
+
+def test_operands_over_other_documents_are_a_search_error_naming_the_stage() -> None:
+    """Two indexes whose codes name other documents (other corpora of one size, or one corpus
+    after other deletions) are refused when combined, naming the operand: their frames would be
+    summed code by code, the right one's documents read as the left one's (a silent wrong run
+    before). Indexes of the same ids over other texts combine."""
+    left = pd.DataFrame({"id": ["a1", "a2", "a3"], "content": ["wing flutter", "heat flow", "wing heat"]})
+    right = pd.DataFrame({"id": ["b1", "b2", "b3"], "content": ["wing", "flow flow", "heat"]})
+    a, b = BM25Retriever(left), BM25Retriever(right)
+    for pipe in (a + b, a | b, a & b, a ^ b, a ** b, a % 2 + 0.5 * b, (a ** b) % 2):
+        with pytest.raises(SearchError, match=r"indexes other documents than the pipeline's table \(3 against 3"):
+            pipe(["wing", "flow"])
+    same_ids = BM25Retriever(left.assign(content=["flutter", "flow", "wing"]))  # one corpus, other texts
+    got = (a + same_ids)(["wing", "flow"], limit=3)
+    want = pd.concat([a(["wing", "flow"], limit=3), same_ids(["wing", "flow"], limit=3)])
+    summed = want.groupby(["qid", "doc_id"], sort=False)["score"].sum()
+    assert dict(zip(zip(got["qid"], got["doc_id"]), got["score"])) == pytest.approx(summed.to_dict())
+    corpus = pd.DataFrame({"id": [f"d{i}" for i in range(6)], "content": ["wing heat flow"] * 6})
+    x, y = BM25Retriever(corpus), BM25Retriever(corpus)
+    x.delete(["d1"]), y.delete(["d4"])  # as many documents each, other ones
+    with pytest.raises(SearchError, match="indexes other documents"):
+        (x + y)(["wing"])

@@ -48,6 +48,7 @@ from kolm_search.compose.params import Parameters
 from kolm_search.contract.incomplete import mark_incomplete, watching_incomplete
 from kolm_search.contract.ports import Updatable, class_implements, implements
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.same_documents import same_documents
 from kolm_search.errors import FrameValidationError, KolmError, KolmValueError, SearchError
 
 if TYPE_CHECKING:
@@ -79,13 +80,11 @@ class SharedOutputs(Protocol):
 
 @dataclass
 class RunState:
-    """What a :func:`sharing` block holds: outputs by key, the optional disk cache, and how
-    many times each stage fingerprint was computed (``computed``) or read back (``reused``).
-    ``depth``: the least limit a prefix-stable retrieving stage is computed at in the block
-    (then cut to the limit asked), so that pipelines cutting it at several depths up to it
-    share one output; 0 (the default) computes each at the limit asked. ``planned``: by stage
-    fingerprint, a deeper least limit for such a stage, the deepest its pipelines will ask
-    (:func:`~kolm_search.compose.depths.planned_depths`, which an experiment sets before running)."""
+    """What a :func:`sharing` block holds: outputs by key, the optional disk cache, and how many
+    times each stage fingerprint was computed (``computed``) or read back (``reused``). ``depth``:
+    the least limit a prefix-stable retrieving stage is computed at (then cut to the limit asked;
+    0: at the limit asked); ``planned``: by stage fingerprint, a deeper one, the deepest its
+    pipelines will ask (:func:`~kolm_search.compose.depths.planned_depths`)."""
 
     cache: SharedOutputs | None = None
     depth: int = 0
@@ -109,9 +108,8 @@ class RunState:
             self.incomplete.clear()
 
     def forget_unnamed(self) -> None:
-        """Drop the kept outputs of stages without a fingerprint, keyed by the objects' identity,
-        which ``set_params`` keeps: after a stage in the block changed its parameters (the next
-        point of a grid), they would be its outputs before the change."""
+        """Drop the kept outputs of stages without a fingerprint, keyed by identity, which
+        ``set_params`` keeps (the next point of a grid would read the outputs before the change)."""
         for key in self.unnamed:
             self.memo.pop(key, None)
         self.unnamed.clear()
@@ -160,8 +158,7 @@ def check_output(stage: Any, out: Any, batch: QueryBatch) -> CandidateFrame:
     n_docs = len(batch.table) if batch.table is not None else int(out.doc.max(initial=-1)) + 1
     at = load("repeats").first_repeat(out.query, out.doc, n_docs)
     if at >= 0:
-        raise SearchError(stage_name(stage), f"returned document code {int(out.doc[at])} twice for one query "
-                                             f"(batch row {int(out.query[at])})")
+        raise SearchError(stage_name(stage), f"returned document code {int(out.doc[at])} twice for one query (batch row {int(out.query[at])})")
     return out
 
 
@@ -213,6 +210,9 @@ def _keep(state: RunState, key: tuple[str, str], out: CandidateFrame, persistent
 
 
 def _compute(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> CandidateFrame:
+    table, own = batch.table, getattr(stage, "table", None) if candidates is None else None  # (a retriever's)
+    if own is not None and table is not None and not same_documents(own, table):  # codes read as other documents
+        raise SearchError(stage_name(stage), f"indexes other documents than the pipeline's table ({len(own)} against {len(table)}, or other ids): the stages of one composition index one corpus")
     active = _ACTIVE.get()
     if id(stage) in active:
         raise KolmValueError(f"stage {stage_name(stage)} is reached again while it runs: the composition has a cycle "

@@ -27,6 +27,7 @@ from kolm_search.contract.ports import (
 )
 from kolm_search.contract.saved_kinds import saved_kind
 from kolm_search.engine.candidate_frame import CandidateFrame, QueryBatch
+from kolm_search.engine.same_documents import same_documents
 from kolm_search.errors import PIPELINE_STAGES, FilterError, KolmTypeError, KolmValueError, SearchError
 from kolm_search.fusion import check_k, check_weights, fuse_frame, merge_with_rrf
 from kolm_search.fusion.frames import resolve as resolve_fusion
@@ -273,17 +274,17 @@ class CompositeRetriever(SavedComposite, RetrieverStage):
     # -- columnar fast path --------------------------------------------------------------
     @property
     def table(self) -> Any:
-        """The document table that every child shares (same ids in the same order), or None
-        when a child has no ``retrieve_batch``/table or the tables differ: the batch path is
-        then off and ``retrieve`` is used per query."""
+        """The document table that every child shares (same ids in the same order:
+        :func:`~kolm_search.engine.same_documents.same_documents`, each table's ids digested once),
+        or None when a child has no ``retrieve_batch``/table or the tables differ: the batch path
+        is then off and ``retrieve`` is used per query."""
         if not all(implements(r, BatchRetriever) for r in self.retrievers):
             return None
         tables = [r.table for r in self.retrievers]
         first = tables[0]
         if first is None:
             return None
-        same = all(t is first or (t is not None and len(t) == len(first) and (t.ids == first.ids).all()) for t in tables)
-        return first if same else None
+        return first if all(t is not None and same_documents(t, first) for t in tables) else None
 
     def _child_batch(self, batch: QueryBatch, table: Any) -> QueryBatch:
         """The batch each child is asked for: ``depth`` deep when deeper (at most the table's size), over ``table``."""
