@@ -184,6 +184,7 @@ class Experiment:
                 self._run_one(name, client, queries)
             except Exception as exc:  # the runs made before it are kept (and cached)
                 exc.add_note(f"while running the Experiment's pipeline {name!r}")
+                self._unplanned = None  # (a later run plans again, from the pipelines it then has)
                 raise
         self._unplanned = None  # (every stage pipeline read whole: nothing computed, nothing to plan)
         return self.runs
