@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,17 @@ def test_query_batch_validation() -> None:
         QueryBatch(texts=["a", "b"], owner=[1, 0], n_queries=2, limit=1, filters=[{}, {}])
     with pytest.raises(FrameValidationError, match="filters"):
         QueryBatch(texts=["a"], owner=[0], n_queries=1, limit=1, filters=[])
+
+
+def test_a_batch_is_single_only_when_each_query_has_one_text() -> None:
+    """As many texts as queries is not enough: owners 0, 0, 2 give query 0 two texts and query 1
+    none (an expansion's lists would be read as other queries')."""
+    def batch(owner: list[int], n: int) -> QueryBatch:
+        return QueryBatch(texts=["t"] * len(owner), owner=owner, n_queries=n, limit=1, filters=[{}] * n)
+
+    assert batch([0, 1, 2], 3).single and batch([], 0).single
+    assert not batch([0, 0, 2], 3).single and not batch([0, 0], 2).single and not batch([1], 2).single
+    assert not batch([0, 0, 1], 2).single and replace(batch([0, 1, 2], 3), limit=5).single
 
 
 def test_document_table_codes_filters_and_round_trip(tmp_path: Path) -> None:

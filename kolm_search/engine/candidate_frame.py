@@ -244,8 +244,11 @@ class QueryBatch:
         self.owner = np.asarray(self.owner, dtype=np.int64)
         if self.owner.shape != (len(self.texts),):
             raise FrameValidationError(f"owner must have one entry per text ({len(self.texts)}), got {self.owner.shape}")
-        if len(self.owner) and (np.any(np.diff(self.owner) < 0) or self.owner[0] < 0 or self.owner[-1] >= self.n_queries):
+        steps = np.diff(self.owner)
+        if len(self.owner) and (np.any(steps < 0) or self.owner[0] < 0 or self.owner[-1] >= self.n_queries):
             raise FrameValidationError("owner must be non-decreasing batch rows")
+        # one text each: as many texts as queries, no query twice (then owner is 0, 1, ..., n - 1)
+        self._single = len(self.texts) == self.n_queries and not np.any(steps == 0)
         if len(self.filters) != self.n_queries:
             raise FrameValidationError(f"filters must have one dict per query ({self.n_queries}), got {len(self.filters)}")
         if self.embeddings is not None and self.embeddings.shape[0] != len(self.texts):
@@ -281,5 +284,5 @@ class QueryBatch:
 
     @property
     def single(self) -> bool:
-        """True when every batch query has exactly one text."""
-        return len(self.texts) == self.n_queries
+        """True when every batch query has exactly one text (``owner`` is ``0, 1, ..., n - 1``)."""
+        return self._single
