@@ -226,3 +226,20 @@ def test_reordered_refuses_documents_and_scores_it_would_have_to_convert() -> No
         frame.reordered(np.array([4.5, 3.0]), np.array([0.25, 0.5]))
     with pytest.raises(FrameValidationError, match="'score' has dtype <U4"):
         frame.reordered(np.array([4, 3]), np.array(["0.25", "0.5"]))
+
+
+def test_same_documents_is_same_ids_in_order_whatever_the_texts() -> None:
+    """Oracle: the ids compared as Python lists. Texts do not count; order, count and each byte
+    do (ids a+bb and ab+b are as many bytes); ids Arrow cannot encode (a lone surrogate) too."""
+    from kolm_search.engine.same_documents import same_documents
+
+    def table(ids: list[str], text: str = "c") -> DocumentTable:
+        frame = pd.DataFrame({"id": np.array(ids, object), "content": np.array([text] * len(ids), object)}, dtype=object)
+        return DocumentTable.coerce(frame)
+
+    cases = [["a", "bb"], ["ab", "b"], ["bb", "a"], ["a"], [], ["a", "b\ud800"], ["a", "b\udc00"]]
+    for left in cases:
+        for right in cases:
+            assert same_documents(table(left), table(right, "other text")) == (left == right), (left, right)
+    one = table(["x"])
+    assert same_documents(one, one)

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from kolm_search.engine.arrow_strings import buffers
+
 __all__ = ["ids_digest", "same_documents"]
 
 #: each table's digest of its ids, while the table lives
@@ -38,11 +40,9 @@ def ids_digest(table: Any) -> str:
             sha.update(np.array([len(e) for e in encoded], np.int64).tobytes())
             sha.update(b"".join(encoded))
         else:
-            offsets = np.frombuffer(ids.buffers()[1], np.int64)[ids.offset:ids.offset + len(ids) + 1]
-            data = ids.buffers()[2]
+            offsets, data = buffers(ids)
             sha.update(np.diff(offsets).tobytes())
-            if data is not None and len(ids):
-                sha.update(memoryview(data)[int(offsets[0]):int(offsets[-1])])
+            sha.update(data[int(offsets[0]):int(offsets[-1])].tobytes())
         found = _DIGESTS[table] = sha.hexdigest()
     return found
 
