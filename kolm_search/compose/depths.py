@@ -23,12 +23,11 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from kolm_search.compose.fingerprints import fingerprints_once, value_fingerprint
+from kolm_search.compose.fingerprints import fingerprints_once
 from kolm_search.compose.queries import PreparedQueries, group_batch
-from kolm_search.compose.runner import settle
+from kolm_search.compose.runner import settle, stage_key
 from kolm_search.compose.stage import Stage
 from kolm_search.engine.candidate_frame import QueryBatch
-from kolm_search.errors import KolmError
 
 __all__ = ["asked_depths", "planned_depths"]
 
@@ -42,11 +41,8 @@ def asked_depths(stage: Stage, batch: QueryBatch, found: dict[str, int]) -> None
     while todo:  # (a composition is acyclic: check_acyclic)
         node, asked = todo.pop()
         if node.prefix_stable(asked):
-            try:
-                fp = value_fingerprint(node, what="stage")
-            except KolmError:  # no fingerprint: shared by identity, never widened
-                fp = None
-            if fp is not None and asked.limit > found.get(fp, 0):
+            fp, persistent = stage_key(node)  # (no fingerprint: shared by identity, never widened)
+            if persistent and asked.limit > found.get(fp, 0):
                 found[fp] = asked.limit
         todo += node.asks(asked) or []
 

@@ -55,8 +55,8 @@ if TYPE_CHECKING:
     from kolm_search.types import SearchDocument, SearchPipelineContext
 
 __all__ = ["RunState", "ServedByRunner", "SharedOutputs", "frame_key", "indexes_in", "mark_incomplete",
-           "retrieve_through_runner", "revision_of", "run_stage", "settle", "shared_value", "sharing", "stage_name",
-           "watching_incomplete"]
+           "retrieve_through_runner", "revision_of", "run_stage", "settle", "shared_value", "sharing", "stage_key",
+           "stage_name", "watching_incomplete"]
 
 
 def stage_name(stage: Any) -> str:
@@ -173,8 +173,8 @@ def frame_key(frame: CandidateFrame | None) -> str:
     return frame_digest(frame)
 
 
-def _stage_key(stage: Any) -> tuple[str, bool]:
-    """(the stage's fingerprint, True), or (its identity, False) when it declares none."""
+def stage_key(stage: Any) -> tuple[str, bool]:
+    """(fingerprint, True), or (identity, False) without one: what keys a stage's outputs and plan."""
     try:
         return value_fingerprint(stage, what="stage"), True  # made once in the call (fingerprints_once)
     except KolmError:
@@ -195,7 +195,7 @@ def _batch_key(batch: QueryBatch) -> str:
 
 def _key(stage: Any, batch: QueryBatch, candidates: CandidateFrame | None) -> tuple[str, str, bool]:
     """(stage key, input key, persistent): the fingerprint when the stage has one, else its identity."""
-    fp, persistent = _stage_key(stage)
+    fp, persistent = stage_key(stage)
     return fp, input_digest(batch, candidates, frame_fp=None if candidates is None else frame_key(candidates),
                             batch_fp=_batch_key(batch)), persistent
 
@@ -335,7 +335,7 @@ def _widened(state: RunState, stage: Any, batch: QueryBatch, candidates: Candida
     is deeper (or at the depth planned for it, :attr:`RunState.planned`); None to compute ``batch`` itself."""
     if candidates is not None or not stage.prefix_stable(batch):
         return None
-    stage_fp, persistent = _stage_key(stage)
+    stage_fp, persistent = stage_key(stage)
     if not persistent:
         return None
     for deeper in sorted(state.depths.get(stage_fp, ()), reverse=True):
