@@ -69,7 +69,8 @@ class Fuse(CompositeRetriever):
             try:
                 found.append(as_stage(given))
             except (KolmTypeError, KolmValueError) as exc:  # (which argument of which call: Fuse(bm25, 1))
-                raise type(exc)(f"Fuse: stages[{i}]: {exc}") from exc
+                kind = KolmTypeError if isinstance(exc, KolmTypeError) else KolmValueError  # (a subclass's own
+                raise kind(f"Fuse: stages[{i}]: {exc}") from exc  # constructor may take other arguments)
         for i, s in enumerate(found):
             if not s.is_source:
                 others = ", ".join(stage_name(x) for x in found)
